@@ -1,0 +1,286 @@
+/**
+ * @file braid.h
+ * @brief braid's native C API: communicators and collectives on host (and device) memory.
+ *
+ * Conventions
+ * - Every function returns a ::braidResult_t. On failure, braidGetLastError() returns a message
+ *   naming rank, peer, host, operation and a remedy.
+ * - Blocking calls (braidAllReduce ...) have completed when they return: the receive buffer
+ *   holds the result. Non-blocking calls (braidIallReduce ...) return a request at once; the
+ *   buffers must stay valid and untouched until braidWait()/braidTest() reports completion.
+ * - Collectives of one communicator execute in the order they were called, which must be the
+ *   same on every rank. Mismatched calls (another collective, count, type, op or root) are
+ *   detected and fail with ::braidErrInvalidUsage on both sides; they never hang.
+ * - Every wait has a deadline: an operation that makes no progress for BRAID_TIMEOUT seconds
+ *   fails with ::braidErrTimeout and the communicator enters an error state.
+ * - Counts are in elements of the given data type, never bytes; sizes are 64-bit.
+ * - Thread safety: calls on different communicators may come from different threads at once;
+ *   calls on one communicator must be serialised by the caller, except braidCommAbort() and
+ *   braidCommGetAsyncError(), which are safe from any thread at any time.
+ */
+#ifndef BRAID_BRAID_H_
+#define BRAID_BRAID_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define BRAID_VERSION_MAJOR 0
+#define BRAID_VERSION_MINOR 1
+#define BRAID_VERSION_PATCH 0
+/** Single integer version: major * 10000 + minor * 100 + patch. */
+#define BRAID_VERSION_CODE (BRAID_VERSION_MAJOR * 10000 + BRAID_VERSION_MINOR * 100 + BRAID_VERSION_PATCH)
+
+/** Size of a unique id in bytes (same as NCCL's). */
+#define BRAID_UNIQUE_ID_BYTES 128
+
+/**
+ * A communicator's rendezvous ticket: root address and port plus a random 256-bit secret that
+ * every connection must prove knowledge of. Treat it as a credential.
+ */
+typedef struct {
+  char internal[BRAID_UNIQUE_ID_BYTES];
+} braidUniqueId;
+
+/** Opaque communicator handle. */
+typedef struct braidComm* braidComm_t;
+/** Opaque handle of a non-blocking operation. */
+typedef struct braidRequest* braidRequest_t;
+
+/** Status codes. The first eight have the values of NCCL's ncclResult_t. */
+typedef enum {
+  braidSuccess = 0,
+  braidErrSystem = 2,          /**< the OS refused something (socket, shm, memory): see message */
+  braidErrInternal = 3,        /**< a bug in braid: please report the message */
+  braidErrInvalidArgument = 4, /**< bad pointer, type, op, root or count */
+  braidErrInvalidUsage = 5,    /**< wrong call sequence, mismatch between ranks, use after destroy */
+  braidErrRemote = 6,          /**< a peer failed, closed or sent something invalid */
+  braidInProgress = 7,         /**< a non-blocking operation has not completed yet */
+  braidErrTimeout = 8,         /**< no progress within the deadline */
+  braidErrAborted = 9,         /**< the communicator was aborted */
+} braidResult_t;
+
+/** Element types. Values match NCCL's ncclDataType_t. */
+typedef enum {
+  braidInt8 = 0,
+  braidUint8 = 1,
+  braidInt32 = 2,
+  braidUint32 = 3,
+  braidInt64 = 4,
+  braidUint64 = 5,
+  braidFloat16 = 6,
+  braidFloat32 = 7,
+  braidFloat64 = 8,
+  braidBfloat16 = 9,
+  braidFloat8e4m3 = 10, /**< OCP FP8 E4M3 (finite-only, 0x7f/0xff are NaN), saturating */
+  braidFloat8e5m2 = 11, /**< OCP FP8 E5M2 (IEEE-like with inf and NaN) */
+  braidNumTypes = 12
+} braidDataType_t;
+
+/**
+ * Reduction operators. Values match NCCL's ncclRedOp_t. Values >= braidNumOps are
+ * pre-multiplied sums created with braidRedOpCreatePreMulSum().
+ */
+typedef enum {
+  braidSum = 0,
+  braidProd = 1,
+  braidMax = 2,
+  braidMin = 3,
+  braidAvg = 4, /**< sum, then divided by the number of ranks (integer division for integers) */
+  braidNumOps = 5,
+  braidMaxRedOp = 0x7fffffff
+} braidRedOp_t;
+
+/** Colour for braidCommSplit() that excludes the calling rank (it receives NULL). */
+#define BRAID_SPLIT_NOCOLOR (-1)
+
+/**
+ * Communicator options. Initialise with BRAID_CONFIG_INITIALIZER; fields are only ever added at
+ * the end, and `size` tells the library which fields the caller knows.
+ */
+typedef struct {
+  size_t size;             /**< sizeof(braidConfig_t) as the caller compiled it */
+  int blocking;            /**< 1 (default): init blocks; 0: init returns braidInProgress */
+  int64_t timeout_ms;      /**< per-operation stall deadline; 0 = BRAID_TIMEOUT (default 300 s) */
+  const char* transports;  /**< e.g. "tcp" or "shm,tcp"; NULL = BRAID_TRANSPORTS or automatic */
+  const char* algorithms;  /**< tuner override, e.g. "allreduce:ring"; NULL = BRAID_ALGO */
+} braidConfig_t;
+
+#define BRAID_CONFIG_INITIALIZER {sizeof(braidConfig_t), 1, 0, NULL, NULL}
+
+/* ------------------------------------------------------------------ version and errors */
+
+/** Writes BRAID_VERSION_CODE of the library (not of the header) to *version. */
+braidResult_t braidGetVersion(int* version);
+/** Short static name of a status code, e.g. "remote error". */
+const char* braidGetErrorString(braidResult_t result);
+/**
+ * Message of the last error of `comm`, or of the calling thread's last error when `comm` is NULL
+ * or the error happened before a communicator existed. Valid until the next call on that
+ * communicator from this thread. Never NULL ("" when there was no error).
+ */
+const char* braidGetLastError(braidComm_t comm);
+
+/* ------------------------------------------------------------------ communicators */
+
+/**
+ * Creates a fresh unique id and starts the rendezvous service for it in this process (a thread
+ * that serves one communicator's init and then exits). The listener binds to the interface
+ * chosen by BRAID_SOCKET_IFNAME (default: the first routable non-loopback interface).
+ */
+braidResult_t braidGetUniqueId(braidUniqueId* uniqueId);
+
+/** Joins communicator `uniqueId` as `rank` of `nranks`. Collective over all ranks. */
+braidResult_t braidCommInitRank(braidComm_t* comm, int nranks, braidUniqueId uniqueId, int rank);
+
+/** As braidCommInitRank(), with options. `config` may be NULL. */
+braidResult_t braidCommInitRankConfig(braidComm_t* comm, int nranks, braidUniqueId uniqueId,
+                                      int rank, const braidConfig_t* config);
+
+/**
+ * Initialises a communicator from the launcher's environment:
+ * - braidrun: BRAID_RANK, BRAID_WORLD_SIZE, BRAID_UNIQUE_ID;
+ * - Open MPI (mpirun): OMPI_COMM_WORLD_RANK / _SIZE / _LOCAL_RANK;
+ * - Slurm (srun): SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID;
+ * - torchrun: RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT.
+ * Without BRAID_UNIQUE_ID, rank 0 serves the rendezvous at BRAID_COMM_ID ("host:port"; for
+ * torchrun MASTER_ADDR:MASTER_PORT+1), or, when every rank is on this host, through a file in
+ * /tmp named after the launcher's job id. The secret then comes from BRAID_SECRET (all ranks
+ * must set the same value); without it the handshake still runs but cannot keep strangers out,
+ * and braid warns once.
+ */
+braidResult_t braidInitFromEnv(braidComm_t* comm);
+
+/**
+ * Splits `comm` by colour: ranks passing the same colour form a new communicator ordered by
+ * (key, old rank). BRAID_SPLIT_NOCOLOR yields *newcomm = NULL. Collective over `comm`.
+ */
+braidResult_t braidCommSplit(braidComm_t comm, int color, int key, braidComm_t* newcomm,
+                             const braidConfig_t* config);
+
+/**
+ * Creates a communicator of the ranks of `comm` not listed in `excludeRanks` (ordered as in
+ * `comm`), for recovery after ranks have died. Only the surviving ranks call it, all with the
+ * same list; it works when `comm` is in an error state. `flags`: 0 = wait for pending
+ * operations of `comm` first, 1 = abort them first (NCCL_SHRINK_ABORT).
+ */
+braidResult_t braidCommShrink(braidComm_t comm, const int* excludeRanks, int excludeCount,
+                              braidComm_t* newcomm, const braidConfig_t* config, int flags);
+
+/** Waits (within the deadline) for all operations of `comm` to complete. */
+braidResult_t braidCommFinalize(braidComm_t comm);
+/** Releases `comm` (finalising first if needed). The handle is invalid afterwards. */
+braidResult_t braidCommDestroy(braidComm_t comm);
+/**
+ * Stops all operations of `comm` at once, from any thread, without the other ranks, and releases
+ * it. Pending operations complete with ::braidErrAborted. Returns within 2 seconds.
+ */
+braidResult_t braidCommAbort(braidComm_t comm);
+/** Cheap, thread-safe: the communicator's sticky error (braidSuccess when healthy). */
+braidResult_t braidCommGetAsyncError(braidComm_t comm, braidResult_t* asyncError);
+
+braidResult_t braidCommCount(braidComm_t comm, int* count);
+braidResult_t braidCommUserRank(braidComm_t comm, int* rank);
+/**
+ * A one-line human-readable summary of the communicator for tools ("rank 0/4 host h1 pid 42
+ * transports shm:3 tcp:0 channels 2"): writes at most `len` bytes including the NUL.
+ */
+braidResult_t braidCommDescribe(braidComm_t comm, char* buf, size_t len);
+
+/* ------------------------------------------------------------------ reduction operators */
+
+/**
+ * Creates a pre-multiplied sum: each rank's input is multiplied by `*scalar` (of type
+ * `datatype`, read now from host memory) before summation. The operator may be destroyed as soon
+ * as the calls using it have been issued.
+ */
+braidResult_t braidRedOpCreatePreMulSum(braidRedOp_t* op, const void* scalar,
+                                        braidDataType_t datatype, braidComm_t comm);
+braidResult_t braidRedOpDestroy(braidRedOp_t op, braidComm_t comm);
+
+/* ------------------------------------------------------------------ collectives
+ * In-place forms: all-reduce, reduce, broadcast: sendbuff == recvbuff;
+ * all-gather: sendbuff == recvbuff + rank * sendcount; reduce-scatter:
+ * recvbuff == sendbuff + rank * recvcount; all-to-all: not supported in place.
+ * count == 0 is a no-op that still checks its arguments.
+ */
+
+braidResult_t braidAllReduce(const void* sendbuff, void* recvbuff, size_t count,
+                             braidDataType_t datatype, braidRedOp_t op, braidComm_t comm);
+/** recvbuff holds recvcount elements; sendbuff holds nranks * recvcount. */
+braidResult_t braidReduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount,
+                                 braidDataType_t datatype, braidRedOp_t op, braidComm_t comm);
+/** sendbuff holds sendcount elements; recvbuff holds nranks * sendcount. */
+braidResult_t braidAllGather(const void* sendbuff, void* recvbuff, size_t sendcount,
+                             braidDataType_t datatype, braidComm_t comm);
+/** sendbuff is read on the root only. */
+braidResult_t braidBroadcast(const void* sendbuff, void* recvbuff, size_t count,
+                             braidDataType_t datatype, int root, braidComm_t comm);
+/** recvbuff is written on the root only. */
+braidResult_t braidReduce(const void* sendbuff, void* recvbuff, size_t count,
+                          braidDataType_t datatype, braidRedOp_t op, int root, braidComm_t comm);
+/** `count` elements go to each peer: sendbuff and recvbuff hold nranks * count. */
+braidResult_t braidAllToAll(const void* sendbuff, void* recvbuff, size_t count,
+                            braidDataType_t datatype, braidComm_t comm);
+/** Point-to-point; `peer` may be the caller itself (then it must be inside a group). */
+braidResult_t braidSend(const void* sendbuff, size_t count, braidDataType_t datatype, int peer,
+                        braidComm_t comm);
+braidResult_t braidRecv(void* recvbuff, size_t count, braidDataType_t datatype, int peer,
+                        braidComm_t comm);
+braidResult_t braidBarrier(braidComm_t comm);
+
+/* Non-blocking twins: same arguments plus the request written to *request. */
+braidResult_t braidIallReduce(const void* sendbuff, void* recvbuff, size_t count,
+                              braidDataType_t datatype, braidRedOp_t op, braidComm_t comm,
+                              braidRequest_t* request);
+braidResult_t braidIreduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount,
+                                  braidDataType_t datatype, braidRedOp_t op, braidComm_t comm,
+                                  braidRequest_t* request);
+braidResult_t braidIallGather(const void* sendbuff, void* recvbuff, size_t sendcount,
+                              braidDataType_t datatype, braidComm_t comm, braidRequest_t* request);
+braidResult_t braidIbroadcast(const void* sendbuff, void* recvbuff, size_t count,
+                              braidDataType_t datatype, int root, braidComm_t comm,
+                              braidRequest_t* request);
+braidResult_t braidIreduce(const void* sendbuff, void* recvbuff, size_t count,
+                           braidDataType_t datatype, braidRedOp_t op, int root, braidComm_t comm,
+                           braidRequest_t* request);
+braidResult_t braidIallToAll(const void* sendbuff, void* recvbuff, size_t count,
+                             braidDataType_t datatype, braidComm_t comm, braidRequest_t* request);
+braidResult_t braidIsend(const void* sendbuff, size_t count, braidDataType_t datatype, int peer,
+                         braidComm_t comm, braidRequest_t* request);
+braidResult_t braidIrecv(void* recvbuff, size_t count, braidDataType_t datatype, int peer,
+                         braidComm_t comm, braidRequest_t* request);
+braidResult_t braidIbarrier(braidComm_t comm, braidRequest_t* request);
+
+/**
+ * Checks a request without blocking. When the operation has completed, *done = 1, the
+ * operation's status is returned and *request is released and set to NULL; otherwise *done = 0
+ * and braidSuccess is returned.
+ */
+braidResult_t braidTest(braidRequest_t* request, int* done);
+/**
+ * Waits up to `timeout_ms` (< 0: no limit beyond the operation's own deadline) for a request.
+ * On completion returns the operation's status and releases the request (*request = NULL). If
+ * the wait times out first, returns ::braidErrTimeout and the request stays valid.
+ */
+braidResult_t braidWait(braidRequest_t* request, int64_t timeout_ms);
+
+/* ------------------------------------------------------------------ groups
+ * Between braidGroupStart() and braidGroupEnd() (per thread, nestable), calls are recorded, not
+ * run. At the outermost braidGroupEnd() the sends and receives of each communicator are fused
+ * into one operation (so any pattern of matching sends and receives completes without
+ * deadlock), collectives run in call order before them, and communicator inits issued in the
+ * group run concurrently (so one thread may initialise several ranks). Blocking calls in a
+ * group have completed when braidGroupEnd() returns.
+ */
+braidResult_t braidGroupStart(void);
+braidResult_t braidGroupEnd(void);
+
+#ifdef __cplusplus
+}  // extern "C"
+#endif
+
+#endif  // BRAID_BRAID_H_

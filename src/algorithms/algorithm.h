@@ -1,0 +1,29 @@
+// The algorithm interface and the registry of built-in algorithms.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "algorithms/schedule.h"
+#include "core/status.h"
+
+namespace braid {
+
+class Algorithm {
+ public:
+  virtual ~Algorithm() = default;
+  // Name used by the tuner grammar and -A flags: "ring", "rd", "tree", "pairwise", ...
+  virtual const char* name() const = 0;
+  // Whether this algorithm can serve the request (collective, shape, count).
+  virtual bool supports(const CollArgs& args) const = 0;
+  // Builds `rank`'s part of the schedule. Pure: same inputs, same output; no I/O.
+  virtual Result<RankSchedule> build(const CollArgs& args, int rank) const = 0;
+};
+
+// All built-in algorithms, in a stable order.
+const std::vector<const Algorithm*>& AllAlgorithms();
+// The algorithm called `name`, or nullptr.
+const Algorithm* FindAlgorithm(const std::string& name);
+
+}  // namespace braid

@@ -1,0 +1,73 @@
+// The tuner: which algorithm serves which request.
+//
+// Decisions form a table keyed by (collective, size range) (memory type and group shape join
+// the key as those features land). Defaults come from the cost model (simulator.h); users,
+// tests and perf binaries override them with one grammar (spec/algorithms.md section 4):
+//
+//   spec   := entry (';' entry)*
+//   entry  := coll ':' choice (',' choice)*
+//   choice := algo ('@' size '-' size)?         size := number[K|M|G] | 'inf'  (1024-based)
+//   coll   := allreduce | reducescatter | allgather | broadcast | reduce | alltoall | barrier | all
+//
+// e.g. "allreduce:ring@0-64K,rd@64K-inf;allgather:ring". An entry without a range covers every
+// size. A forced algorithm that cannot serve a request falls back to the default choice for it
+// (with a debug line), never to an error.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "algorithms/algorithm.h"
+#include "algorithms/schedule.h"
+#include "core/status.h"
+
+namespace braid {
+
+// Alpha-beta parameters of one link class.
+struct LinkParams {
+  double alpha_s = 5e-6;       // per-message latency, seconds
+  double beta_bytes_s = 5e9;   // bandwidth, bytes per second
+};
+
+// The cost model's view of a machine: intra-node and inter-node links.
+struct LinkModel {
+  LinkParams intra{2e-6, 8e9};
+  LinkParams inter{25e-6, 1.2e9};
+};
+
+struct TunerRule {
+  CollKind kind;
+  uint64_t min_bytes = 0;           // inclusive
+  uint64_t max_bytes = UINT64_MAX;  // exclusive; UINT64_MAX = inf
+  std::string algorithm;
+};
+
+// Parses the override grammar. Unknown collective or algorithm names, bad sizes, empty ranges
+// and syntax errors give an InvalidArgument naming the offending token.
+Result<std::vector<TunerRule>> ParseTunerOverride(const std::string& spec);
+
+class Tuner {
+ public:
+  // `override_spec` may be empty. `layout` may be null (flat).
+  static Result<Tuner> Create(const std::string& override_spec, int nranks, const LinkModel& model,
+                              const GroupLayout* layout);
+  // The algorithm to run `args` with: the override's choice when it supports the request, else
+  // the model's best among those that do. Never null for a valid request.
+  const Algorithm* choose(const CollArgs& args) const;
+  // The table, one line per rule, for braid-info and debug logs.
+  std::string describe() const;
+
+ private:
+  std::vector<TunerRule> overrides_;
+  std::vector<TunerRule> defaults_;
+  int nranks_ = 1;
+  LinkModel model_;
+  const GroupLayout* layout_ = nullptr;
+};
+
+// Bytes that `args` moves as the tuner and the perf tables count them (the collective's full
+// buffer: count * nranks for allgather/reducescatter/alltoall, count otherwise) times the type size.
+uint64_t CollBytes(const CollArgs& args);
+
+}  // namespace braid
