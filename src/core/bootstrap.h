@@ -12,6 +12,8 @@
 // real ranks and dropped within a second without affecting them.
 #pragma once
 
+#include <array>
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -38,7 +40,16 @@ struct RendezvousOptions {
 };
 
 // Creates a fresh id and starts the service for it in a detached thread.
+// With `fixed_secret`, the id's secret is DeriveSecret(fixed_secret), so that ranks which
+// build their id from the environment (BRAID_COMM_ID + BRAID_SECRET) derive the same one.
 Result<UniqueIdData> StartRendezvous(const RendezvousOptions& options);
+
+// The 32-byte secret for a configured secret: itself when it has 32 bytes, else its SHA-256.
+std::array<uint8_t, 32> DeriveSecret(const std::vector<uint8_t>& configured);
+
+// Number of rendezvous service threads still running in this process (for tests and leak
+// checks: a service ends once all its ranks closed, or at its deadline).
+int RendezvousServicesRunning();
 
 // A rank's side of the rendezvous.
 class Bootstrap {
@@ -49,6 +60,11 @@ class Bootstrap {
   static Result<std::unique_ptr<Bootstrap>> Connect(const UniqueIdData& id, int rank, int nranks,
                                                     Deadline deadline);
   virtual ~Bootstrap() = default;
+  virtual int rank() const = 0;
+  virtual int nranks() const = 0;
+  // The communicator nonce as the service knows it (the id's nonce). Ranks that build their id
+  // from the environment cannot know it in advance (an all-zero nonce in `id` is accepted).
+  virtual const std::array<uint8_t, 16>& commNonce() const = 0;
   // Every rank contributes `mine` (<= kMaxBootstrapMessage); returns all contributions by rank.
   virtual Result<std::vector<std::string>> allGather(std::string_view mine, Deadline deadline) = 0;
   Status barrier(Deadline deadline) { return allGather("", deadline).status(); }

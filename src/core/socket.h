@@ -51,4 +51,54 @@ InterfaceAddress LoopbackInterface();
 // Parses "host:port" / "[v6]:port" (host may be a name). InvalidArgument on bad syntax.
 Result<sockaddr_storage> ParseHostPort(const std::string& s);
 
+// ---- Additions used by the bootstrap and the TCP transport ----
+
+// One address of one interface, as getifaddrs reports it (input of ChooseInterface).
+struct InterfaceCandidate {
+  std::string ifname;
+  sockaddr_storage addr{};
+  bool up = false;
+  bool loopback = false;
+};
+
+// Every interface address of this host (AF_INET and AF_INET6), in getifaddrs order.
+Result<std::vector<InterfaceCandidate>> ListInterfaces();
+// The selection rule of SelectInterface over an explicit list (so tests can model docker
+// bridges, veth pairs and link-local addresses on any machine).
+Result<InterfaceAddress> ChooseInterface(const std::vector<InterfaceCandidate>& candidates,
+                                         const std::string& spec);
+// Whether `ifname` is selected by the NCCL_SOCKET_IFNAME-style `spec` (ignores addresses).
+bool InterfaceMatchesSpec(const std::string& spec, const std::string& ifname);
+
+socklen_t AddressLength(const sockaddr_storage& addr);
+uint16_t AddressPort(const sockaddr_storage& addr);
+void SetAddressPort(sockaddr_storage* addr, uint16_t port);
+
+Status SetNonBlocking(int fd);
+// Best effort: TCP_NODELAY, and send/receive buffers of `buffer_bytes` (0 = leave as is).
+void TuneTcpSocket(int fd, int buffer_bytes);
+
+// A non-blocking listening socket bound to `addr` (port 0 = ephemeral). Refuses the wildcard
+// address (spec/reliability.md item 5).
+Result<Fd> ListenOn(const sockaddr_storage& addr, int backlog, int buffer_bytes = 0);
+Result<sockaddr_storage> LocalAddress(int fd);
+Result<sockaddr_storage> PeerAddress(int fd);
+// Accepts one pending connection (non-blocking, close-on-exec). An invalid Fd when none is
+// pending; an error Status for a real failure (EMFILE ...).
+Result<Fd> AcceptConnection(int listen_fd, sockaddr_storage* peer, int buffer_bytes = 0);
+
+// Starts a non-blocking connect; completion is signalled by POLLOUT, then FinishConnect().
+Result<Fd> StartConnect(const sockaddr_storage& addr, int buffer_bytes = 0);
+// 0 when the connect succeeded, else its errno.
+int ConnectError(int fd);
+// Connects with a deadline (a single attempt, no retry).
+Result<Fd> ConnectWithDeadline(const sockaddr_storage& addr, Deadline deadline,
+                               int buffer_bytes = 0);
+
+// Blocking-style transfers on a (possibly non-blocking) socket, bounded by `deadline`.
+// Errors: TimeoutError at the deadline, RemoteError("connection closed") at EOF/ECONNRESET,
+// SystemError otherwise. Messages are short; callers prepend who and what.
+Status SendAll(int fd, const void* data, size_t len, Deadline deadline);
+Status RecvAll(int fd, void* data, size_t len, Deadline deadline);
+
 }  // namespace braid

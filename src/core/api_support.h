@@ -1,0 +1,44 @@
+// Shared plumbing of the C API functions: the registry of live communicator handles, error
+// reporting, and running an operation (blocking, non-blocking or deferred by a group).
+#pragma once
+
+#include <memory>
+
+#include "braid/braid.h"
+#include "core/comm.h"
+#include "core/operation.h"
+#include "core/status.h"
+
+// The C request handle: the operation it stands for (filled at braidGroupEnd for calls made
+// inside a group).
+struct braidRequest {
+  std::shared_ptr<braid::Operation> op;
+};
+
+namespace braid {
+
+using CommRef = std::shared_ptr<braidComm>;
+
+// Registers a new communicator handle.
+void RegisterComm(CommRef comm);
+// Removes a handle; returns the owning reference (null when it was not live).
+CommRef UnregisterComm(braidComm_t comm);
+// A reference that keeps the communicator alive for the duration of an API call (so a
+// concurrent braidCommAbort cannot free it under the caller). Null when not live.
+CommRef LookupComm(braidComm_t comm);
+// LookupComm + checks that it is ready for operations.
+Result<CommRef> UsableComm(braidComm_t comm);
+
+// Records `st` as the last error of `comm` (may be null) and of this thread; returns its code.
+braidResult_t Fail(braidComm* comm, const Status& st);
+braidResult_t Fail(const Status& st);
+// The thread's last error message.
+const char* ThreadLastError();
+
+// Submits `op` on `comm`, or records it when a group is open; blocks until done unless
+// `request` is non-null (then *request receives a handle).
+braidResult_t RunOperation(const CommRef& comm, std::shared_ptr<Operation> op, braidRequest_t* request);
+// Submits and waits, bypassing groups (internal collectives such as split's exchange).
+Status RunInternal(const CommRef& comm, OpDesc desc);
+
+}  // namespace braid

@@ -1,0 +1,125 @@
+// The communicator: who the ranks are, how each peer is reached, and the engine that runs this
+// rank's operations. `struct braidComm` (the C handle) is this class.
+#pragma once
+
+#include <atomic>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "algorithms/tuner.h"
+#include "braid/braid.h"
+#include "core/bootstrap.h"
+#include "core/config.h"
+#include "core/doorbell.h"
+#include "core/operation.h"
+#include "core/status.h"
+#include "core/unique_id.h"
+#include "transport/transport.h"
+
+namespace braid {
+
+class Engine;
+
+// A pre-multiplied sum operator created by braidRedOpCreatePreMulSum.
+struct PreMulOp {
+  DataType dtype;
+  uint8_t scalar[8];
+};
+
+// Options a communicator is created with: the environment's Config plus braidConfig_t.
+struct CommOptions {
+  Config config;
+  bool blocking = true;
+};
+
+Result<CommOptions> MakeCommOptions(const braidConfig_t* config);
+
+}  // namespace braid
+
+struct braidComm {
+ public:
+  using Status = braid::Status;
+
+  braidComm();
+  ~braidComm();
+
+  // Joins the communicator (collective). Called on a fresh object; on failure the object is
+  // left in the failed state and must still be destroyed.
+  Status init(const braid::UniqueIdData& id, int rank, int nranks, const braid::CommOptions& opts);
+
+  int rank() const { return rank_; }
+  int nranks() const { return nranks_; }
+  const braid::Config& config() const { return opts_.config; }
+  const std::string& hostname() const { return infos_[rank_].hostname; }
+  const std::vector<braid::RankInfo>& rankInfos() const { return infos_; }
+
+  // Init state for non-blocking communicators.
+  enum class State { kInitializing, kReady, kFailed, kDestroyed };
+  State state() const { return state_.load(std::memory_order_acquire); }
+  void setState(State s) { state_.store(s, std::memory_order_release); }
+  std::thread& initThread() { return init_thread_; }
+
+  // Sticky error: once set, every later operation fails with it.
+  void setAsyncError(const Status& st);
+  braidResult_t asyncErrorCode() const { return async_code_.load(std::memory_order_acquire); }
+  Status asyncError() const;
+
+  // Last error message for braidGetLastError(comm).
+  void setLastError(const std::string& msg);
+  std::string lastError() const;
+
+  // Submits an operation; the engine runs operations in submission order.
+  void submit(std::shared_ptr<braid::Operation> op);
+  // Waits for every submitted operation (bounded by the communicator's timeout).
+  Status finalize();
+  // Stops everything now (any thread).
+  void abort();
+
+  // Pre-multiplied sum operators.
+  int addPreMulOp(const braid::PreMulOp& op);
+  bool removePreMulOp(int id);
+  bool findPreMulOp(int id, braid::PreMulOp* out) const;
+
+  std::string describe() const;
+  std::string where() const;  // "rank 2/4 on host h1"
+
+  // For the engine.
+  braid::Endpoint* endpoint(int peer, int channel) const { return endpoints_[peer][channel].get(); }
+  int nchannels() const { return nchannels_; }
+  const braid::Tuner& tuner() const { return *tuner_; }
+  const braid::GroupLayout& layout() const { return layout_; }
+  braid::Doorbell& doorbell() { return doorbell_; }
+  const std::string& transportOf(int peer) const { return transport_of_[peer]; }
+
+ private:
+  Status exchangeRankInfo(braid::Bootstrap& bs, braid::Deadline deadline);
+  Status connectTransports(braid::Bootstrap& bs, braid::Deadline deadline);
+
+  std::atomic<State> state_{State::kInitializing};
+  std::thread init_thread_;
+  int rank_ = -1;
+  int nranks_ = 0;
+  int nchannels_ = 1;
+  braid::CommOptions opts_;
+  std::string tag_;
+  std::vector<uint8_t> secret_;
+  std::vector<braid::RankInfo> infos_;
+  braid::GroupLayout layout_;
+  braid::Doorbell doorbell_;
+  std::vector<std::unique_ptr<braid::TransportInstance>> transports_;
+  std::vector<std::string> transport_of_;  // per peer
+  std::vector<std::vector<std::unique_ptr<braid::Endpoint>>> endpoints_;  // [peer][channel]
+  std::unique_ptr<braid::Tuner> tuner_;
+  std::unique_ptr<braid::Engine> engine_;
+
+  std::atomic<braidResult_t> async_code_{braidSuccess};
+  mutable std::mutex mu_;  // guards the strings and the op table below
+  std::string async_message_;
+  std::string last_error_;
+  std::map<int, braid::PreMulOp> premul_ops_;
+  int next_premul_id_ = braidNumOps;
+};

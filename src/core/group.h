@@ -1,0 +1,21 @@
+// Groups (braidGroupStart/End): per-thread recording of calls and their fused launch.
+#pragma once
+
+#include <memory>
+
+#include "core/api_support.h"
+#include "core/comm.h"
+#include "core/operation.h"
+#include "core/unique_id.h"
+
+namespace braid {
+
+bool InGroup();
+// Records a collective for launch at braidGroupEnd.
+void GroupAddCollective(const CommRef& comm, std::shared_ptr<Operation> op, bool blocking);
+// Records a point-to-point call; `request` (may be null) receives the fused operation later.
+void GroupAddP2P(const CommRef& comm, const P2PCall& call, braidRequest* request);
+// Records a communicator init to run (concurrently with the group's other inits) at GroupEnd.
+void GroupAddInit(const CommRef& comm, const UniqueIdData& id, int rank, int nranks, const CommOptions& opts);
+
+}  // namespace braid

@@ -1,0 +1,256 @@
+// Failures of other ranks and of the environment never hang a rank and never pass silently
+// (spec/reliability.md items 1, 2, 4, 7): mismatched calls, a killed peer, a stopped peer, a rank
+// that never arrives, and strangers on the bootstrap port.
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+
+#include <chrono>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "core/unique_id.h"
+#include "multirank/harness.h"
+
+namespace braid_test {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double SecondsSince(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+bool Contains(const char* hay, const char* needle) { return std::strstr(hay, needle) != nullptr; }
+
+class Transports : public ::testing::TestWithParam<std::string> {};
+
+// Rank 0 all-reduces 1024 floats while rank 1 all-reduces 2048: both fail with invalid usage,
+// naming the mismatch, within the timeout.
+TEST_P(Transports, MismatchedCountsFailOnBothSides) {
+  JobOptions opt;
+  opt.nranks = 2;
+  opt.timeout_s = 60;
+  opt.env = {{"BRAID_TRANSPORTS", GetParam()}, {"BRAID_TIMEOUT", "10"}};
+  auto out = RunJob(opt, [](braidComm_t comm, int rank, int, const braidUniqueId&) {
+    std::vector<float> buf(2048, 1.0f);
+    auto t0 = Clock::now();
+    braidResult_t rc = braidAllReduce(buf.data(), buf.data(), rank == 0 ? 1024 : 2048, braidFloat32, braidSum, comm);
+    const char* msg = braidGetLastError(comm);
+    if (rc != braidErrInvalidUsage || !Contains(msg, "mismatch") || !Contains(msg, "count=2048") ||
+        !Contains(msg, "count=1024") || SecondsSince(t0) > 12) {
+      std::fprintf(stderr, "[rank %d] rc=%d after %.1fs: %s\n", rank, rc, SecondsSince(t0), msg);
+      return 1;
+    }
+    // The communicator is now in an error state: later calls fail at once with the cause.
+    rc = braidAllReduce(buf.data(), buf.data(), 4, braidFloat32, braidSum, comm);
+    braidResult_t async = braidSuccess;
+    braidCommGetAsyncError(comm, &async);
+    if (rc == braidSuccess || async != braidErrInvalidUsage) {
+      std::fprintf(stderr, "[rank %d] after mismatch: rc=%d async=%d\n", rank, rc, async);
+      return 2;
+    }
+    return 0;
+  });
+  EXPECT_TRUE(AllSucceeded(out)) << DescribeOutcomes(out);
+}
+
+// Different collectives at the same point of the sequence.
+TEST_P(Transports, MismatchedCollectivesFail) {
+  JobOptions opt;
+  opt.nranks = 2;
+  opt.timeout_s = 60;
+  opt.env = {{"BRAID_TRANSPORTS", GetParam()}, {"BRAID_TIMEOUT", "10"}};
+  auto out = RunJob(opt, [](braidComm_t comm, int rank, int n, const braidUniqueId&) {
+    std::vector<float> a(64, 1.0f), b(128);
+    braidResult_t rc = rank == 0 ? braidAllReduce(a.data(), b.data(), 64, braidFloat32, braidSum, comm)
+                                 : braidAllGather(a.data(), b.data(), 64, braidFloat32, comm);
+    const char* msg = braidGetLastError(comm);
+    if (rc != braidErrInvalidUsage || !Contains(msg, "allgather") || !Contains(msg, "allreduce")) {
+      std::fprintf(stderr, "[rank %d] rc=%d: %s\n", rank, rc, msg);
+      return 1;
+    }
+    return 0;
+  });
+  EXPECT_TRUE(AllSucceeded(out)) << DescribeOutcomes(out);
+}
+
+INSTANTIATE_TEST_SUITE_P(Fault, Transports, ::testing::Values("shm", "tcp"));
+
+using KillParam = std::tuple<int, std::string>;
+class PeerKilled : public ::testing::TestWithParam<KillParam> {};
+
+// The last rank SIGKILLs itself in the middle of a loop of large all-reduces. Every survivor's
+// call fails (never hangs) within BRAID_TIMEOUT plus slack; the ones that talk to it directly
+// name it.
+TEST_P(PeerKilled, SurvivorsFailNamingIt) {
+  auto [n, transport] = GetParam();
+  JobOptions opt;
+  opt.nranks = n;
+  opt.timeout_s = 90;
+  opt.env = {{"BRAID_TRANSPORTS", transport}, {"BRAID_TIMEOUT", "10"}};
+  auto out = RunJob(opt, [](braidComm_t comm, int rank, int nranks, const braidUniqueId&) {
+    std::vector<float> buf(1 << 20, 1.0f);
+    const int victim = nranks - 1;
+    auto t_kill = Clock::now();
+    for (int it = 0; it < 1000; ++it) {
+      if (rank == victim && it == 3) raise(SIGKILL);
+      if (it == 3) t_kill = Clock::now();
+      braidResult_t rc = braidAllReduce(buf.data(), buf.data(), buf.size(), braidFloat32, braidSum, comm);
+      if (rc == braidSuccess) continue;
+      const char* msg = braidGetLastError(comm);
+      double dt = SecondsSince(t_kill);
+      bool names = Contains(msg, ("rank " + std::to_string(victim)).c_str());
+      bool neighbour = rank == (victim + 1) % nranks || rank == (victim + nranks - 1) % nranks;
+      if (dt > 12 || (rc != braidErrRemote && rc != braidErrTimeout) || (neighbour && !names)) {
+        std::fprintf(stderr, "[rank %d] rc=%d after %.1fs: %s\n", rank, rc, dt, msg);
+        return 1;
+      }
+      // The next call fails at once, too.
+      auto t1 = Clock::now();
+      if (braidAllReduce(buf.data(), buf.data(), 16, braidFloat32, braidSum, comm) == braidSuccess ||
+          SecondsSince(t1) > 1) {
+        std::fprintf(stderr, "[rank %d] the call after the failure did not fail at once\n", rank);
+        return 2;
+      }
+      return 0;
+    }
+    std::fprintf(stderr, "[rank %d] never saw the failure\n", rank);
+    return 3;
+  });
+  for (int r = 0; r + 1 < n; ++r) EXPECT_EQ(out[r].exit_code, 0) << DescribeOutcomes(out);
+  EXPECT_EQ(out[n - 1].exit_code, 128 + SIGKILL) << DescribeOutcomes(out);
+}
+
+INSTANTIATE_TEST_SUITE_P(Fault, PeerKilled,
+                         ::testing::Combine(::testing::Values(2, 3, 4), ::testing::Values("shm", "tcp")),
+                         [](const auto& info) {
+                           return "n" + std::to_string(std::get<0>(info.param)) + "_" + std::get<1>(info.param);
+                         });
+
+// A stopped peer (SIGSTOP): the other rank times out within BRAID_TIMEOUT + 2 s.
+TEST_P(Transports, StoppedPeerTimesOut) {
+  int fds[2];
+  ASSERT_EQ(pipe(fds), 0);
+  JobOptions opt;
+  opt.nranks = 2;
+  opt.timeout_s = 60;
+  opt.env = {{"BRAID_TRANSPORTS", GetParam()}, {"BRAID_TIMEOUT", "3"}};
+  auto out = RunJob(opt, [&](braidComm_t comm, int rank, int, const braidUniqueId&) {
+    std::vector<float> buf(1 << 16, 1.0f);
+    braidAllReduce(buf.data(), buf.data(), buf.size(), braidFloat32, braidSum, comm);
+    if (rank == 1) {
+      pid_t me = getpid();
+      if (write(fds[1], &me, sizeof(me)) != sizeof(me)) return 5;
+      raise(SIGSTOP);
+      return 0;
+    }
+    pid_t victim;
+    if (read(fds[0], &victim, sizeof(victim)) != sizeof(victim)) return 6;
+    auto t0 = Clock::now();
+    braidResult_t rc = braidAllReduce(buf.data(), buf.data(), buf.size(), braidFloat32, braidSum, comm);
+    double dt = SecondsSince(t0);
+    const char* msg = braidGetLastError(comm);
+    kill(victim, SIGKILL);
+    if (rc != braidErrTimeout || dt > 5 || !Contains(msg, "rank 1") || !Contains(msg, "BRAID_TIMEOUT")) {
+      std::fprintf(stderr, "[rank 0] rc=%d after %.1fs: %s\n", rc, dt, msg);
+      return 1;
+    }
+    return 0;
+  });
+  close(fds[0]);
+  close(fds[1]);
+  EXPECT_EQ(out[0].exit_code, 0) << DescribeOutcomes(out);
+}
+
+// Two of three ranks init; the third never arrives. Both fail with a timeout naming it.
+TEST(Init, RankThatNeverArrivesTimesOut) {
+  JobOptions opt;
+  opt.nranks = 3;
+  opt.init = false;
+  opt.timeout_s = 60;
+  opt.env = {{"BRAID_TIMEOUT", "3"}};
+  auto out = RunJob(opt, [](braidComm_t, int rank, int nranks, const braidUniqueId& id) {
+    if (rank == 2) return 0;  // never shows up
+    braidComm_t comm = nullptr;
+    auto t0 = Clock::now();
+    braidResult_t rc = braidCommInitRank(&comm, nranks, id, rank);
+    double dt = SecondsSince(t0);
+    const char* msg = braidGetLastError(nullptr);
+    if (rc == braidSuccess || comm != nullptr || dt > 6 || !Contains(msg, "2")) {
+      std::fprintf(stderr, "[rank %d] rc=%d after %.1fs: %s\n", rank, rc, dt, msg);
+      return 1;
+    }
+    return 0;
+  });
+  EXPECT_TRUE(AllSucceeded(out)) << DescribeOutcomes(out);
+}
+
+// Strangers connect to the rendezvous port (garbage, wrong-secret handshakes, idle
+// connections) while the real ranks init and run a checked all-reduce: the job is unaffected.
+TEST(Init, StrangersOnTheBootstrapPortAreRejected) {
+  braidUniqueId id;
+  ASSERT_EQ(braidGetUniqueId(&id), braidSuccess);
+  auto data = braid::DecodeUniqueId(id);
+  ASSERT_TRUE(data.ok());
+  const sockaddr_storage addr = data->root;
+  std::vector<int> idle;
+  auto connect_one = [&]() {
+    int fd = socket(addr.ss_family, SOCK_STREAM, 0);
+    if (connect(fd, reinterpret_cast<const sockaddr*>(&addr), sizeof(addr)) != 0) {
+      close(fd);
+      return -1;
+    }
+    return fd;
+  };
+  for (int i = 0; i < 50; ++i) {
+    int fd = connect_one();
+    ASSERT_GE(fd, 0);
+    if (i % 3 == 0) {
+      char junk[300];
+      std::memset(junk, 0xff, sizeof(junk));  // a huge "length prefix" and garbage
+      (void)!write(fd, junk, sizeof(junk));
+      close(fd);
+    } else if (i % 3 == 1) {
+      close(fd);  // immediate close
+    } else {
+      idle.push_back(fd);  // stays open and silent for the whole job
+    }
+  }
+  // The ranks join with this id (the harness normally makes its own).
+  const int n = 3;
+  std::vector<pid_t> pids;
+  for (int r = 0; r < n; ++r) {
+    pid_t pid = fork();
+    if (pid == 0) {
+      setenv("BRAID_TIMEOUT", "20", 1);
+      braidComm_t comm;
+      if (braidCommInitRank(&comm, n, id, r) != braidSuccess) _exit(1);
+      std::vector<int32_t> v(1000, r + 1);
+      if (braidAllReduce(v.data(), v.data(), v.size(), braidInt32, braidSum, comm) != braidSuccess) _exit(2);
+      for (int32_t x : v)
+        if (x != n * (n + 1) / 2) _exit(3);
+      braidCommDestroy(comm);
+      _exit(0);
+    }
+    pids.push_back(pid);
+  }
+  auto t0 = Clock::now();
+  for (pid_t p : pids) {
+    int st = 0;
+    while (waitpid(p, &st, WNOHANG) == 0) {
+      if (SecondsSince(t0) > 40) {
+        kill(p, SIGKILL);
+        waitpid(p, &st, 0);
+        break;
+      }
+      usleep(10000);
+    }
+    EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << "rank status " << st;
+  }
+  for (int fd : idle) close(fd);
+}
+
+}  // namespace
+}  // namespace braid_test

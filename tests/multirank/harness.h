@@ -1,0 +1,118 @@
+// Fork-based multi-rank harness: runs a body in N real processes joined by a fresh unique id,
+// over the real transports, with a wall-clock guard so a hang fails the test instead of CI.
+#pragma once
+
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "braid/braid.h"
+
+namespace braid_test {
+
+struct RankOutcome {
+  int exit_code = -1;  // 0 = body succeeded; 124 = killed by the guard; 128+sig = signal
+  bool timed_out = false;
+};
+
+struct JobOptions {
+  int nranks = 2;
+  int timeout_s = 120;                                   // wall-clock guard for the whole job
+  std::vector<std::pair<std::string, std::string>> env;  // set in every rank before init
+  bool init = true;  // false: the body gets a NULL comm and does its own init
+};
+
+// The body runs in each rank's process; return 0 for success. Anything printed to stderr shows
+// in the test log with the rank prefix the body adds.
+using RankBody = std::function<int(braidComm_t comm, int rank, int nranks, const braidUniqueId& id)>;
+
+inline std::vector<RankOutcome> RunJob(const JobOptions& opt, const RankBody& body) {
+  std::vector<RankOutcome> out(opt.nranks);
+  braidUniqueId id;
+  if (braidGetUniqueId(&id) != braidSuccess) {
+    std::fprintf(stderr, "braidGetUniqueId failed: %s\n", braidGetLastError(nullptr));
+    return out;
+  }
+  std::fflush(stdout);
+  std::fflush(stderr);
+  std::vector<pid_t> pids(opt.nranks, -1);
+  for (int r = 0; r < opt.nranks; ++r) {
+    pid_t pid = fork();
+    if (pid == 0) {
+      setpgid(0, 0);
+      for (const auto& [k, v] : opt.env) setenv(k.c_str(), v.c_str(), 1);
+      braidComm_t comm = nullptr;
+      if (opt.init) {
+        braidResult_t rc = braidCommInitRank(&comm, opt.nranks, id, r);
+        if (rc != braidSuccess) {
+          std::fprintf(stderr, "[rank %d] init failed: %s\n", r, braidGetLastError(nullptr));
+          _exit(90);
+        }
+      }
+      int code = body(comm, r, opt.nranks, id);
+      if (comm && braidCommDestroy(comm) != braidSuccess) {
+        std::fprintf(stderr, "[rank %d] destroy failed: %s\n", r, braidGetLastError(nullptr));
+        if (code == 0) code = 91;
+      }
+      std::fflush(stdout);
+      std::fflush(stderr);
+      _exit(code);
+    }
+    pids[r] = pid;
+  }
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(opt.timeout_s);
+  int left = opt.nranks;
+  while (left > 0) {
+    for (int r = 0; r < opt.nranks; ++r) {
+      if (pids[r] < 0) continue;
+      int status = 0;
+      pid_t w = waitpid(pids[r], &status, WNOHANG);
+      if (w == pids[r]) {
+        out[r].exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+        pids[r] = -1;
+        --left;
+      }
+    }
+    if (left == 0) break;
+    if (std::chrono::steady_clock::now() > deadline) {
+      for (int r = 0; r < opt.nranks; ++r) {
+        if (pids[r] < 0) continue;
+        kill(pids[r], SIGKILL);
+        waitpid(pids[r], nullptr, 0);
+        out[r].exit_code = 124;
+        out[r].timed_out = true;
+        pids[r] = -1;
+      }
+      std::fprintf(stderr, "wall-clock guard: job of %d ranks killed after %d s\n", opt.nranks, opt.timeout_s);
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  return out;
+}
+
+// "rank 0: 0, rank 1: 124 (timed out)" for assertion messages.
+inline std::string DescribeOutcomes(const std::vector<RankOutcome>& v) {
+  std::string s;
+  for (size_t r = 0; r < v.size(); ++r)
+    s += "rank " + std::to_string(r) + ": " + std::to_string(v[r].exit_code) + (v[r].timed_out ? " (timed out)" : "") +
+         (r + 1 < v.size() ? ", " : "");
+  return s;
+}
+
+inline bool AllSucceeded(const std::vector<RankOutcome>& v) {
+  for (const auto& o : v)
+    if (o.exit_code != 0) return false;
+  return true;
+}
+
+}  // namespace braid_test

@@ -1,0 +1,215 @@
+// Every argument error a user can make on the native C API gets the right status and a message
+// that names the problem, and leaves the communicator usable.
+#include <gtest/gtest.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <cstring>
+
+#include <string>
+#include <vector>
+
+#include "braid/braid.h"
+
+namespace {
+
+class ApiErrors : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    setenv("BRAID_TIMEOUT", "20", 1);
+    braidUniqueId id;
+    ASSERT_EQ(braidGetUniqueId(&id), braidSuccess) << braidGetLastError(nullptr);
+    ASSERT_EQ(braidCommInitRank(&comm_, 1, id, 0), braidSuccess) << braidGetLastError(nullptr);
+  }
+  void TearDown() override {
+    if (comm_) {
+      EXPECT_EQ(braidCommDestroy(comm_), braidSuccess);
+    }
+  }
+  std::string last() { return braidGetLastError(comm_); }
+  // The communicator still works after the error.
+  void ExpectHealthy() {
+    float in[3] = {1, 2, 3}, out[3] = {};
+    ASSERT_EQ(braidAllReduce(in, out, 3, braidFloat32, braidSum, comm_), braidSuccess) << last();
+    EXPECT_EQ(out[2], 3.0f);
+  }
+  braidComm_t comm_ = nullptr;
+};
+
+TEST_F(ApiErrors, NullBuffers) {
+  float x[4] = {};
+  EXPECT_EQ(braidAllReduce(nullptr, x, 4, braidFloat32, braidSum, comm_), braidErrInvalidArgument);
+  EXPECT_NE(last().find("sendbuff is NULL"), std::string::npos) << last();
+  EXPECT_EQ(braidAllReduce(x, nullptr, 4, braidFloat32, braidSum, comm_), braidErrInvalidArgument);
+  EXPECT_NE(last().find("recvbuff is NULL"), std::string::npos) << last();
+  EXPECT_EQ(braidAllGather(nullptr, x, 1, braidFloat32, comm_), braidErrInvalidArgument);
+  EXPECT_EQ(braidSend(nullptr, 1, braidFloat32, 0, comm_), braidErrInvalidArgument);
+  EXPECT_EQ(braidAllReduce(x, x, 4, braidFloat32, braidSum, nullptr), braidErrInvalidArgument);
+  EXPECT_EQ(braidCommCount(comm_, nullptr), braidErrInvalidArgument);
+  EXPECT_EQ(braidCommInitRank(nullptr, 1, braidUniqueId{}, 0), braidErrInvalidArgument);
+  // Null buffers with count 0 are fine (no-op).
+  EXPECT_EQ(braidAllReduce(nullptr, nullptr, 0, braidFloat32, braidSum, comm_), braidSuccess);
+  ExpectHealthy();
+}
+
+TEST_F(ApiErrors, UnknownTypeAndOp) {
+  float x[4] = {};
+  EXPECT_EQ(braidAllReduce(x, x, 4, static_cast<braidDataType_t>(12), braidSum, comm_), braidErrInvalidArgument);
+  EXPECT_NE(last().find("unknown datatype 12"), std::string::npos) << last();
+  EXPECT_EQ(braidAllReduce(x, x, 4, static_cast<braidDataType_t>(-1), braidSum, comm_), braidErrInvalidArgument);
+  EXPECT_EQ(braidAllReduce(x, x, 4, braidFloat32, static_cast<braidRedOp_t>(5), comm_), braidErrInvalidArgument);
+  EXPECT_NE(last().find("unknown reduction op 5"), std::string::npos) << last();
+  EXPECT_EQ(braidAllReduce(x, x, 4, braidFloat32, static_cast<braidRedOp_t>(-3), comm_), braidErrInvalidArgument);
+  EXPECT_EQ(braidSend(x, 1, static_cast<braidDataType_t>(99), 0, comm_), braidErrInvalidArgument);
+  ExpectHealthy();
+}
+
+TEST_F(ApiErrors, PreMulSumLifecycle) {
+  float two = 2, x[2] = {1, 2}, y[2] = {};
+  braidRedOp_t op;
+  ASSERT_EQ(braidRedOpCreatePreMulSum(&op, &two, braidFloat32, comm_), braidSuccess);
+  ASSERT_EQ(braidAllReduce(x, y, 2, braidFloat32, op, comm_), braidSuccess) << last();
+  EXPECT_EQ(y[1], 4.0f);
+  // Type mismatch between op and call.
+  double d[2] = {1, 2};
+  EXPECT_EQ(braidAllReduce(d, d, 2, braidFloat64, op, comm_), braidErrInvalidArgument);
+  EXPECT_NE(last().find("created for float"), std::string::npos) << last();
+  EXPECT_EQ(braidRedOpDestroy(op, comm_), braidSuccess);
+  EXPECT_EQ(braidRedOpDestroy(op, comm_), braidErrInvalidArgument);
+  EXPECT_EQ(braidAllReduce(x, y, 2, braidFloat32, op, comm_), braidErrInvalidArgument);
+  EXPECT_EQ(braidRedOpDestroy(braidSum, comm_), braidErrInvalidArgument);
+  EXPECT_EQ(braidRedOpCreatePreMulSum(&op, nullptr, braidFloat32, comm_), braidErrInvalidArgument);
+  ExpectHealthy();
+}
+
+TEST_F(ApiErrors, RootOutOfRange) {
+  float x[4] = {};
+  EXPECT_EQ(braidBroadcast(x, x, 4, braidFloat32, 1, comm_), braidErrInvalidArgument);
+  EXPECT_NE(last().find("root 1 is outside [0, 1)"), std::string::npos) << last();
+  EXPECT_EQ(braidReduce(x, x, 4, braidFloat32, braidSum, -1, comm_), braidErrInvalidArgument);
+  EXPECT_EQ(braidSend(x, 4, braidFloat32, 5, comm_), braidErrInvalidArgument);
+  EXPECT_NE(last().find("peer 5"), std::string::npos) << last();
+  ExpectHealthy();
+}
+
+TEST_F(ApiErrors, CountOverflow) {
+  float x[4] = {};
+  EXPECT_EQ(braidAllReduce(x, x, SIZE_MAX / 2, braidFloat32, braidSum, comm_), braidErrInvalidArgument);
+  EXPECT_NE(last().find("overflows"), std::string::npos) << last();
+  EXPECT_EQ(braidAllGather(x, x + 1, SIZE_MAX / 4, braidFloat64, comm_), braidErrInvalidArgument);
+  EXPECT_EQ(braidRecv(x, SIZE_MAX, braidInt64, 0, comm_), braidErrInvalidArgument);
+  ExpectHealthy();
+}
+
+TEST_F(ApiErrors, OverlapAndInPlaceRules) {
+  float x[8] = {};
+  EXPECT_EQ(braidAllReduce(x, x + 1, 4, braidFloat32, braidSum, comm_), braidErrInvalidArgument);
+  EXPECT_NE(last().find("overlap"), std::string::npos) << last();
+  EXPECT_EQ(braidAllToAll(x, x, 1, braidFloat32, comm_), braidErrInvalidArgument);
+  EXPECT_NE(last().find("in-place all-to-all"), std::string::npos) << last();
+  ExpectHealthy();
+}
+
+TEST_F(ApiErrors, SelfSendOutsideGroupAndGroupMisuse) {
+  int v = 1, w = 0;
+  EXPECT_EQ(braidSend(&v, 1, braidInt32, 0, comm_), braidErrInvalidUsage);
+  EXPECT_NE(last().find("braidGroupStart"), std::string::npos) << last();
+  EXPECT_EQ(braidGroupEnd(), braidErrInvalidUsage);
+  // Unmatched self send inside a group fails at GroupEnd, naming the imbalance.
+  braidGroupStart();
+  braidSend(&v, 1, braidInt32, 0, comm_);
+  EXPECT_EQ(braidGroupEnd(), braidErrInvalidUsage);
+  // Matched: works.
+  braidGroupStart();
+  braidSend(&v, 1, braidInt32, 0, comm_);
+  braidRecv(&w, 1, braidInt32, 0, comm_);
+  EXPECT_EQ(braidGroupEnd(), braidSuccess) << last();
+  EXPECT_EQ(w, 1);
+}
+
+TEST_F(ApiErrors, UseAfterDestroy) {
+  braidComm_t dead = comm_;
+  ASSERT_EQ(braidCommDestroy(comm_), braidSuccess);
+  comm_ = nullptr;
+  float x[1] = {};
+  EXPECT_EQ(braidAllReduce(x, x, 1, braidFloat32, braidSum, dead), braidErrInvalidUsage);
+  EXPECT_NE(std::string(braidGetLastError(dead)).find("not live"), std::string::npos) << braidGetLastError(dead);
+  EXPECT_EQ(braidCommDestroy(dead), braidErrInvalidUsage);
+  int n;
+  EXPECT_EQ(braidCommCount(dead, &n), braidErrInvalidUsage);
+  braidResult_t async;
+  EXPECT_EQ(braidCommGetAsyncError(dead, &async), braidErrInvalidUsage);
+}
+
+TEST_F(ApiErrors, RequestsAndWait) {
+  float x[16] = {1}, y[16] = {};
+  braidRequest_t req = nullptr;
+  ASSERT_EQ(braidIallReduce(x, y, 16, braidFloat32, braidSum, comm_, &req), braidSuccess);
+  ASSERT_EQ(braidWait(&req, 10000), braidSuccess) << last();
+  EXPECT_EQ(req, nullptr);
+  EXPECT_EQ(y[0], 1.0f);
+  EXPECT_EQ(braidWait(&req, 0), braidErrInvalidArgument);
+  EXPECT_EQ(braidIallReduce(x, y, 16, braidFloat32, braidSum, comm_, nullptr), braidErrInvalidArgument);
+  ASSERT_EQ(braidIbarrier(comm_, &req), braidSuccess);
+  int done = 0;
+  while (!done) ASSERT_EQ(braidTest(&req, &done), braidSuccess);
+  EXPECT_EQ(req, nullptr);
+}
+
+TEST(ApiConfig, BadInitArgumentsAndEnvironment) {
+  braidComm_t comm = nullptr;
+  braidUniqueId garbage;
+  std::memset(&garbage, 0x5a, sizeof(garbage));
+  EXPECT_EQ(braidCommInitRank(&comm, 1, garbage, 0), braidErrInvalidArgument);
+  EXPECT_EQ(comm, nullptr);
+  braidUniqueId id;
+  ASSERT_EQ(braidGetUniqueId(&id), braidSuccess);
+  EXPECT_EQ(braidCommInitRank(&comm, 0, id, 0), braidErrInvalidArgument);
+  EXPECT_EQ(braidCommInitRank(&comm, 2, id, 2), braidErrInvalidArgument);
+  EXPECT_NE(std::string(braidGetLastError(nullptr)).find("rank 2 is outside"), std::string::npos);
+  braidConfig_t cfg = BRAID_CONFIG_INITIALIZER;
+  cfg.size = 3;
+  EXPECT_EQ(braidCommInitRankConfig(&comm, 1, id, 0, &cfg), braidErrInvalidArgument);
+  cfg = BRAID_CONFIG_INITIALIZER;
+  cfg.transports = "carrier-pigeon";
+  EXPECT_EQ(braidCommInitRankConfig(&comm, 1, id, 0, &cfg), braidErrInvalidArgument);
+  EXPECT_NE(std::string(braidGetLastError(nullptr)).find("carrier-pigeon"), std::string::npos)
+      << braidGetLastError(nullptr);
+  setenv("BRAID_TIMEOUT", "soon", 1);
+  EXPECT_EQ(braidCommInitRank(&comm, 1, id, 0), braidErrInvalidArgument);
+  EXPECT_NE(std::string(braidGetLastError(nullptr)).find("BRAID_TIMEOUT='soon'"), std::string::npos);
+  setenv("BRAID_TIMEOUT", "20", 1);
+  cfg = BRAID_CONFIG_INITIALIZER;
+  cfg.algorithms = "allreduce:warp-drive";
+  EXPECT_NE(braidCommInitRankConfig(&comm, 1, id, 0, &cfg), braidSuccess);
+  EXPECT_NE(std::string(braidGetLastError(nullptr)).find("warp-drive"), std::string::npos)
+      << braidGetLastError(nullptr);
+  EXPECT_EQ(braidInitFromEnv(nullptr), braidErrInvalidArgument);
+  EXPECT_STREQ(braidGetErrorString(braidErrRemote), "remote error");
+  int v = 0;
+  EXPECT_EQ(braidGetVersion(&v), braidSuccess);
+  EXPECT_EQ(v, BRAID_VERSION_CODE);
+}
+
+TEST(ApiConfig, NonBlockingInitReportsInProgress) {
+  setenv("BRAID_TIMEOUT", "20", 1);
+  braidUniqueId id;
+  ASSERT_EQ(braidGetUniqueId(&id), braidSuccess);
+  braidConfig_t cfg = BRAID_CONFIG_INITIALIZER;
+  cfg.blocking = 0;
+  braidComm_t comm = nullptr;
+  ASSERT_EQ(braidCommInitRankConfig(&comm, 1, id, 0, &cfg), braidInProgress);
+  ASSERT_NE(comm, nullptr);
+  braidResult_t st = braidInProgress;
+  for (int i = 0; i < 2000 && st == braidInProgress; ++i) {
+    ASSERT_EQ(braidCommGetAsyncError(comm, &st), braidSuccess);
+    if (st == braidInProgress) usleep(1000);
+  }
+  EXPECT_EQ(st, braidSuccess);
+  int n = 0;
+  EXPECT_EQ(braidCommCount(comm, &n), braidSuccess);
+  EXPECT_EQ(n, 1);
+  EXPECT_EQ(braidCommDestroy(comm), braidSuccess);
+}
+
+}  // namespace
