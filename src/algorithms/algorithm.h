@@ -10,6 +10,8 @@
 
 namespace braid {
 
+struct LinkModel;  // tuner.h
+
 class Algorithm {
  public:
   virtual ~Algorithm() = default;
@@ -19,6 +21,10 @@ class Algorithm {
   virtual bool supports(const CollArgs& args) const = 0;
   // Builds `rank`'s part of the schedule. Pure: same inputs, same output; no I/O.
   virtual Result<RankSchedule> build(const CollArgs& args, int rank) const = 0;
+  // Predicted seconds for `args` on `model`, cheap enough for the tuner to call at comm init at
+  // any scale (no simulation). Built-in algorithms override it with a closed alpha-beta form;
+  // the default walks rank 0's schedule (cost_model.cc).
+  virtual double estimate_seconds(const CollArgs& args, const LinkModel& model) const;
 };
 
 // All built-in algorithms, in a stable order.

@@ -120,9 +120,9 @@ braidResult_t braidCommDestroy(braidComm_t comm) {
   if (ref->initThread().joinable()) ref->initThread().join();
   Status st;
   if (ref->state() == braidComm::State::kReady) {
-    st = ref->finalize();
-    // Errors the operations already reported do not make the release fail.
-    if (st.cls() != ErrorClass::kTimeout) st = Status::Ok();
+    // Errors the operations already reported do not make the release fail; operations that
+    // never finish do (and are aborted).
+    st = ref->drain();
     if (!st.ok()) ref->abort();
   }
   ref->setState(braidComm::State::kDestroyed);

@@ -50,8 +50,7 @@ ErrorClass ClassFromWire(uint32_t v) {
 
 class BootstrapImpl final : public Bootstrap {
  public:
-  BootstrapImpl(Fd fd, int rank, int nranks, std::string root,
-                const std::array<uint8_t, 16>& nonce)
+  BootstrapImpl(Fd fd, int rank, int nranks, std::string root, const std::array<uint8_t, 16>& nonce)
       : fd_(std::move(fd)), rank_(rank), nranks_(nranks), root_(std::move(root)), nonce_(nonce) {}
 
   int rank() const override { return rank_; }
@@ -63,8 +62,7 @@ class BootstrapImpl final : public Bootstrap {
     if (!broken_.ok()) return broken_;
     if (mine.size() > kMaxBootstrapMessage)
       return InvalidArgument("bootstrap allGather: message of " + std::to_string(mine.size()) +
-                             " bytes exceeds the limit of " +
-                             std::to_string(kMaxBootstrapMessage));
+                             " bytes exceeds the limit of " + std::to_string(kMaxBootstrapMessage));
     auto start = Clock::now();
     uint32_t wait_ms = wire::kWaitForever;
     if (deadline.at() != Clock::time_point::max())
@@ -77,16 +75,18 @@ class BootstrapImpl final : public Bootstrap {
     const wire::Header& h = reply->first;
     const std::string& payload = reply->second;
     if (h.tag != wire::kReply || h.arg != static_cast<uint32_t>(nranks_))
-      return Broken(RemoteError("unexpected message from the root (tag " + std::to_string(h.tag) +
-                                ")"),
-                    start);
+      return Broken(
+          RemoteError("unexpected message from the root (tag " + std::to_string(h.tag) + ")"),
+          start);
     std::vector<std::string> out;
     out.reserve(nranks_);
     size_t pos = 0;
     for (int r = 0; r < nranks_; ++r) {
-      if (payload.size() - pos < 4) return Broken(RemoteError("truncated reply from the root"), start);
+      if (payload.size() - pos < 4)
+        return Broken(RemoteError("truncated reply from the root"), start);
       uint32_t n = 0;
-      for (int i = 0; i < 4; ++i) n |= static_cast<uint32_t>(static_cast<uint8_t>(payload[pos + i])) << (8 * i);
+      for (int i = 0; i < 4; ++i)
+        n |= static_cast<uint32_t>(static_cast<uint8_t>(payload[pos + i])) << (8 * i);
       pos += 4;
       if (n > kMaxBootstrapMessage || payload.size() - pos < n)
         return Broken(RemoteError("malformed reply from the root"), start);
@@ -106,16 +106,21 @@ class BootstrapImpl final : public Bootstrap {
     wire::Header h = wire::DecodeHeader(hb);
     uint64_t max = 0;
     switch (h.tag) {
-      case wire::kRegistered: max = 16; break;
-      case wire::kReply: max = wire::MaxReplyBytes(nranks_); break;
-      case wire::kError: max = wire::kMaxErrorBytes; break;
+      case wire::kRegistered:
+        max = 16;
+        break;
+      case wire::kReply:
+        max = wire::MaxReplyBytes(nranks_);
+        break;
+      case wire::kError:
+        max = wire::kMaxErrorBytes;
+        break;
       default:
         return RemoteError("unknown message from the root (tag " + std::to_string(h.tag) +
                            "): ranks and root run different braid versions?");
     }
     if (h.len > max)
-      return RemoteError("oversized message from the root (" + std::to_string(h.len) +
-                         " bytes)");
+      return RemoteError("oversized message from the root (" + std::to_string(h.len) + " bytes)");
     std::string payload(static_cast<size_t>(h.len), '\0');
     BRAID_RETURN_IF_ERROR(RecvAll(fd_.get(), payload.data(), payload.size(), deadline));
     if (h.tag == wire::kError) {
@@ -132,15 +137,15 @@ class BootstrapImpl final : public Bootstrap {
       // The root's message already names the problem ("bootstrap: nranks mismatch ...").
       broken_ = Status::Error(st.cls(), st.message().substr(1));
     } else if (st.cls() == ErrorClass::kTimeout) {
-      broken_ = TimeoutError(who + "allGather round " + std::to_string(round_) +
-                             " timed out after " + SecondsText(MsSince(start)) +
-                             " without an answer from the root at " + root_ +
-                             " (is the process that called braidGetUniqueId still running?)");
+      broken_ =
+          TimeoutError(who + "allGather round " + std::to_string(round_) + " timed out after " +
+                       SecondsText(MsSince(start)) + " without an answer from the root at " +
+                       root_ + " (is the process that called braidGetUniqueId still running?)");
     } else if (st.cls() == ErrorClass::kRemote) {
-      broken_ = RemoteError(who + "the root at " + root_ + " closed the connection (" +
-                            st.message() +
-                            "): the process that called braidGetUniqueId probably exited or "
-                            "crashed");
+      broken_ =
+          RemoteError(who + "the root at " + root_ + " closed the connection (" + st.message() +
+                      "): the process that called braidGetUniqueId probably exited or "
+                      "crashed");
     } else {
       broken_ = Status(st).prepend(who);
     }
@@ -158,8 +163,8 @@ class BootstrapImpl final : public Bootstrap {
 
 }  // namespace
 
-Result<std::unique_ptr<Bootstrap>> Bootstrap::Connect(const UniqueIdData& id, int rank,
-                                                      int nranks, Deadline deadline) {
+Result<std::unique_ptr<Bootstrap>> Bootstrap::Connect(const UniqueIdData& id, int rank, int nranks,
+                                                      Deadline deadline) {
   if (nranks < 1 || nranks > wire::kMaxRanks)
     return InvalidArgument("bootstrap: nranks " + std::to_string(nranks) + " is out of range 1.." +
                            std::to_string(wire::kMaxRanks));

@@ -30,8 +30,8 @@ inline constexpr size_t kMaxBootstrapMessage = 1 << 20;
 
 // Options for the listener of a rendezvous service.
 struct RendezvousOptions {
-  std::string ifname;          // BRAID_SOCKET_IFNAME; "" = automatic
-  int64_t timeout_ms = 300000; // how long the service waits for all ranks
+  std::string ifname;           // BRAID_SOCKET_IFNAME; "" = automatic
+  int64_t timeout_ms = 300000;  // how long the service waits for all ranks
   // Optional fixed address to listen on ("host:port"), used by braidInitFromEnv's
   // BRAID_COMM_ID / MASTER_ADDR path; empty = the chosen interface, ephemeral port.
   std::string listen_address;

@@ -1,5 +1,6 @@
 #include "core/comm.h"
 
+#include <arpa/inet.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -119,6 +120,10 @@ Status braidComm::init(const UniqueIdData& id, int rank, int nranks, const CommO
   rank_ = rank;
   nranks_ = nranks;
   secret_.assign(id.secret.begin(), id.secret.end());
+  if (id.root.ss_family == AF_INET) {
+    auto* in = reinterpret_cast<const sockaddr_in*>(&id.root);
+    loopback_root_ = (ntohl(in->sin_addr.s_addr) >> 24) == 127;
+  }
   SetLogRank(rank);
   Deadline deadline = Deadline::After(opts_.config.timeout_ms);
   auto bs = Bootstrap::Connect(id, rank, nranks, deadline);
@@ -141,6 +146,17 @@ Status braidComm::exchangeRankInfo(Bootstrap& bs, Deadline deadline) {
   char host[256] = {0};
   gethostname(host, sizeof(host) - 1);
   const Config& c = opts_.config;
+  // The control listener binds where the rendezvous root lives: loopback for a loopback root,
+  // else the selected interface (never the wildcard).
+  InterfaceAddress ifa = LoopbackInterface();
+  if (!loopback_root_) {
+    auto sel = SelectInterface(c.socket_ifname);
+    if (!sel.ok()) return sel.status();
+    ifa = *sel;
+  }
+  SetAddressPort(&ifa.addr, 0);
+  BRAID_ASSIGN_OR_RETURN(control_listener_, ListenOn(ifa.addr, 64));
+  BRAID_ASSIGN_OR_RETURN(auto control_addr, LocalAddress(control_listener_.get()));
   std::string mine;
   PutField(&mine, BRAID_VERSION_STRING);
   PutField(&mine, std::to_string(getpid()));
@@ -149,12 +165,14 @@ Status braidComm::exchangeRankInfo(Bootstrap& bs, Deadline deadline) {
   PutField(&mine, std::to_string(c.nchannels));
   PutField(&mine, std::to_string(c.chunk_bytes));
   PutField(&mine, c.algo);
+  PutField(&mine, std::string(reinterpret_cast<const char*>(&control_addr), sizeof(control_addr)));
   BRAID_ASSIGN_OR_RETURN(auto all, bs.allGather(mine, deadline));
   infos_.resize(nranks_);
   std::vector<std::vector<std::string>> fields(nranks_);
   for (int r = 0; r < nranks_; ++r) {
     BRAID_ASSIGN_OR_RETURN(fields[r], SplitFields(all[r], r));
-    if (fields[r].size() < 7) return RemoteError("malformed init message from rank " + std::to_string(r));
+    if (fields[r].size() < 8 || fields[r][7].size() != sizeof(sockaddr_storage))
+      return RemoteError("malformed init message from rank " + std::to_string(r));
     if (fields[r][0] != BRAID_VERSION_STRING)
       return InvalidUsage("rank " + std::to_string(r) + " (host " + fields[r][2] + ") runs braid " + fields[r][0] +
                           " but this rank runs braid " BRAID_VERSION_STRING ": all ranks must use the same library version");
@@ -163,6 +181,8 @@ Status braidComm::exchangeRankInfo(Bootstrap& bs, Deadline deadline) {
     infos_[r].hostname = fields[r][2];
     infos_[r].host_id = fields[r][3];
   }
+  control_addrs_.resize(nranks_);
+  for (int r = 0; r < nranks_; ++r) std::memcpy(&control_addrs_[r], fields[r][7].data(), sizeof(sockaddr_storage));
   // Parameters that shape schedules must agree; rank 0's win (a differing environment on some
   // ranks is common and harmless once it is reconciled).
   nchannels_ = std::max(1, std::atoi(fields[0][4].c_str()));
@@ -295,12 +315,27 @@ std::string braidComm::lastError() const {
 
 void braidComm::submit(std::shared_ptr<Operation> op) { engine_->submit(std::move(op)); }
 
-Status braidComm::finalize() {
+Status braidComm::drain() {
   if (!engine_) return Status::Ok();
   if (!engine_->drain(Deadline::After(opts_.config.timeout_ms)))
-    return TimeoutError(where() + ": finalize: operations still running after " +
+    return TimeoutError(where() + ": operations still running after " +
                         std::to_string(opts_.config.timeout_ms / 1000) + " s (BRAID_TIMEOUT)");
+  return Status::Ok();
+}
+
+Status braidComm::finalize() {
+  BRAID_RETURN_IF_ERROR(drain());
   return asyncError();
+}
+
+void braidComm::shutdownEndpoints() {
+  for (auto& peer : endpoints_)
+    for (auto& ep : peer)
+      if (ep) ep->shutdown();
+}
+
+void braidComm::abortOperations(const Status& reason) {
+  if (engine_) engine_->abort(reason);
 }
 
 void braidComm::abort() {

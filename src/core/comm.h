@@ -16,6 +16,7 @@
 #include "core/config.h"
 #include "core/doorbell.h"
 #include "core/operation.h"
+#include "core/socket.h"
 #include "core/status.h"
 #include "core/unique_id.h"
 #include "transport/transport.h"
@@ -74,8 +75,11 @@ struct braidComm {
 
   // Submits an operation; the engine runs operations in submission order.
   void submit(std::shared_ptr<braid::Operation> op);
-  // Waits for every submitted operation (bounded by the communicator's timeout).
+  // Waits for every submitted operation (bounded by the communicator's timeout); returns the
+  // sticky error, if any.
   Status finalize();
+  // Waits for every submitted operation; a Timeout status only when they did not finish.
+  Status drain();
   // Stops everything now (any thread).
   void abort();
 
@@ -94,6 +98,18 @@ struct braidComm {
   const braid::GroupLayout& layout() const { return layout_; }
   braid::Doorbell& doorbell() { return doorbell_; }
   const std::string& transportOf(int peer) const { return transport_of_[peer]; }
+
+  // Recovery (braidCommShrink): each rank keeps an authenticated listener for the lifetime of
+  // the communicator, so survivors can exchange a new unique id without the data streams,
+  // which a failed operation may have left mid-message.
+  int controlListener() const { return control_listener_.get(); }
+  const sockaddr_storage& controlAddress(int rank) const { return control_addrs_[rank]; }
+  const std::vector<uint8_t>& secret() const { return secret_; }
+  // Shuts every stream down so that peers fail at once (the engine calls it when an operation
+  // of this rank fails; see Endpoint::shutdown).
+  void shutdownEndpoints();
+  // Aborts the running operations without marking the communicator failed for good.
+  void abortOperations(const Status& reason);
 
  private:
   Status exchangeRankInfo(braid::Bootstrap& bs, braid::Deadline deadline);
@@ -115,6 +131,9 @@ struct braidComm {
   std::vector<std::vector<std::unique_ptr<braid::Endpoint>>> endpoints_;  // [peer][channel]
   std::unique_ptr<braid::Tuner> tuner_;
   std::unique_ptr<braid::Engine> engine_;
+  braid::Fd control_listener_;
+  std::vector<sockaddr_storage> control_addrs_;
+  bool loopback_root_ = false;
 
   std::atomic<braidResult_t> async_code_{braidSuccess};
   mutable std::mutex mu_;  // guards the strings and the op table below

@@ -1,9 +1,144 @@
-// braidCommShrink: see braid.h.
+// braidCommShrink: survivors build a communicator without the excluded ranks.
+//
+// The data streams of a failed communicator may be left mid-message, so the new unique id does
+// not travel over them. Instead the lowest surviving rank starts a rendezvous and hands its id
+// to every other survivor over that survivor's control listener (opened at init, bound like the
+// bootstrap, authenticated with the communicator's secret: purpose kShrinkPurpose). Strangers on
+// the listener are accepted, fail the handshake within a second, and are dropped.
+#include <poll.h>
+
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
 #include "core/api_support.h"
+#include "core/bootstrap.h"
+#include "core/handshake.h"
+#include "core/log.h"
+#include "core/socket.h"
 
 using namespace braid;
 
+namespace {
+
+constexpr uint32_t kShrinkPurpose = 3;
+
+Status SendId(braidComm* comm, int to, const braidUniqueId& id, int nsurvivors, Deadline deadline) {
+  Status last;
+  // The survivor may still be finishing its own failed operation: retry until the deadline.
+  while (!deadline.expired()) {
+    auto fd = ConnectWithDeadline(comm->controlAddress(to), deadline);
+    if (!fd.ok()) {
+      last = fd.status();
+      usleep(20000);
+      continue;
+    }
+    HandshakeHello hello;
+    hello.purpose = kShrinkPurpose;
+    hello.rank = comm->rank();
+    hello.nranks = nsurvivors;
+    Status st = HandshakeClient(fd->get(), comm->secret(), hello, deadline);
+    if (st.ok()) st = SendAll(fd->get(), &id, sizeof(id), deadline);
+    if (st.ok()) {
+      char ack = 0;
+      st = RecvAll(fd->get(), &ack, 1, deadline);
+      if (st.ok()) return Status::Ok();
+    }
+    last = st;
+    usleep(20000);
+  }
+  return TimeoutError("could not hand the new id to rank " + std::to_string(to) + " before the deadline: " +
+                      last.message());
+}
+
+Result<braidUniqueId> ReceiveId(braidComm* comm, int leader, Deadline deadline) {
+  while (!deadline.expired()) {
+    pollfd p{comm->controlListener(), POLLIN, 0};
+    if (poll(&p, 1, deadline.remainingMs(200)) <= 0) continue;
+    sockaddr_storage peer{};
+    auto fd = AcceptConnection(comm->controlListener(), &peer);
+    if (!fd.ok()) return fd.status();
+    if (!fd->valid()) continue;
+    // A stranger gets at most a second of our time.
+    Deadline quick = Deadline::After(std::min<int64_t>(1000, deadline.remainingMs()));
+    auto hello = HandshakeServer(fd->get(), comm->secret(), quick);
+    if (!hello.ok() || hello->purpose != kShrinkPurpose || hello->rank != leader) {
+      BRAID_WARN("%s: dropped a connection on the control listener from %s (%s)", comm->where().c_str(),
+                 FormatAddress(peer).c_str(), hello.ok() ? "not the shrink leader" : hello.status().message().c_str());
+      continue;
+    }
+    braidUniqueId id;
+    Status st = RecvAll(fd->get(), &id, sizeof(id), deadline);
+    if (st.ok()) {
+      char ack = 1;
+      (void)SendAll(fd->get(), &ack, 1, deadline);
+      return id;
+    }
+  }
+  return TimeoutError("rank " + std::to_string(leader) + " (the shrink leader) did not send the new id in time");
+}
+
+}  // namespace
+
 extern "C" braidResult_t braidCommShrink(braidComm_t comm, const int* excludeRanks, int excludeCount,
                                          braidComm_t* newcomm, const braidConfig_t* config, int flags) {
-  return Fail(InvalidUsage("braidCommShrink: not implemented yet"));
+  if (!newcomm) return Fail(InvalidArgument("braidCommShrink: newcomm is NULL"));
+  *newcomm = nullptr;
+  CommRef ref = LookupComm(comm);
+  if (!ref) return Fail(InvalidUsage("braidCommShrink: the communicator handle is not live"));
+  braidComm* raw = ref.get();
+  if (ref->state() != braidComm::State::kReady)
+    return Fail(raw, InvalidUsage("braidCommShrink: the communicator's init did not complete"));
+  if (flags != 0 && flags != 1)
+    return Fail(raw, InvalidArgument("braidCommShrink: flags must be 0 (wait) or 1 (abort), not " + std::to_string(flags)));
+  if (excludeCount < 0 || (excludeCount > 0 && !excludeRanks))
+    return Fail(raw, InvalidArgument("braidCommShrink: excludeRanks is NULL or excludeCount is negative"));
+  const int n = raw->nranks(), me = raw->rank();
+  std::vector<bool> excluded(n, false);
+  for (int i = 0; i < excludeCount; ++i) {
+    int r = excludeRanks[i];
+    if (r < 0 || r >= n)
+      return Fail(raw, InvalidArgument("braidCommShrink: excluded rank " + std::to_string(r) + " is outside [0, " +
+                                           std::to_string(n) + ")"));
+    if (excluded[r]) return Fail(raw, InvalidArgument("braidCommShrink: rank " + std::to_string(r) + " is listed twice"));
+    excluded[r] = true;
+  }
+  if (excluded[me]) return Fail(raw, InvalidUsage("braidCommShrink: the calling rank is in excludeRanks"));
+  std::vector<int> survivors;
+  for (int r = 0; r < n; ++r)
+    if (!excluded[r]) survivors.push_back(r);
+
+  // Old operations first: abort them, or let them finish (a failed communicator fails them fast).
+  if (flags == 1) raw->abortOperations(AbortedError("aborted by braidCommShrink on " + raw->where()));
+  else (void)raw->drain();
+
+  Deadline deadline = Deadline::After(raw->config().timeout_ms);
+  braidUniqueId id;
+  const int leader = survivors[0];
+  if (me == leader) {
+    RendezvousOptions o;
+    o.ifname = raw->config().socket_ifname;
+    o.timeout_ms = raw->config().timeout_ms;
+    auto data = StartRendezvous(o);
+    if (!data.ok()) return Fail(raw, Status(data.status()).prepend("braidCommShrink: "));
+    EncodeUniqueId(*data, &id);
+    for (size_t i = 1; i < survivors.size(); ++i) {
+      Status st = SendId(raw, survivors[i], id, static_cast<int>(survivors.size()), deadline);
+      if (!st.ok()) return Fail(raw, st.prepend("braidCommShrink: "));
+    }
+  } else {
+    auto got = ReceiveId(raw, leader, deadline);
+    if (!got.ok()) return Fail(raw, Status(got.status()).prepend("braidCommShrink: " + raw->where() + ": "));
+    id = *got;
+  }
+  const int new_rank = static_cast<int>(std::find(survivors.begin(), survivors.end(), me) - survivors.begin());
+  braidConfig_t cfg = BRAID_CONFIG_INITIALIZER;
+  std::string transports = raw->config().transports, algo = raw->config().algo;
+  if (!config) {
+    cfg.timeout_ms = raw->config().timeout_ms;
+    cfg.transports = transports.empty() ? nullptr : transports.c_str();
+    cfg.algorithms = algo.empty() ? nullptr : algo.c_str();
+    config = &cfg;
+  }
+  return braidCommInitRankConfig(newcomm, static_cast<int>(survivors.size()), id, new_rank, config);
 }

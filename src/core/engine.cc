@@ -137,6 +137,9 @@ void Engine::threadMain() {
       if (!st.ok()) {
         BRAID_WARN("%s", st.message().c_str());
         comm_->setAsyncError(st);
+        // The streams may now be mid-message: close them so peers fail at once instead of
+        // waiting for their timeout (errors propagate through the communicator).
+        comm_->shutdownEndpoints();
       }
     }
     op->complete(std::move(st));

@@ -157,7 +157,9 @@ void ServerHandshake::fail(Status st) {
   out_.clear();
 }
 
-short ServerHandshake::pollEvents() const { return EventsFor(state_); }
+short ServerHandshake::pollEvents() const {
+  return EventsFor(state_);
+}
 
 void ServerHandshake::wrote(size_t n) {
   if (state_ != HandshakeState::kWantWrite) return;
@@ -236,7 +238,8 @@ ClientHandshake::ClientHandshake(const std::vector<uint8_t>& secret, const Hands
     fail(InvalidArgument("handshake: the secret is shorter than 16 bytes"));
     return;
   }
-  if (RAND_bytes(nonce_c_, sizeof(nonce_c_)) != 1) fail(SystemError("handshake: RAND_bytes failed"));
+  if (RAND_bytes(nonce_c_, sizeof(nonce_c_)) != 1)
+    fail(SystemError("handshake: RAND_bytes failed"));
 }
 
 void ClientHandshake::fail(Status st) {
@@ -245,7 +248,9 @@ void ClientHandshake::fail(Status st) {
   out_.clear();
 }
 
-short ClientHandshake::pollEvents() const { return EventsFor(state_); }
+short ClientHandshake::pollEvents() const {
+  return EventsFor(state_);
+}
 
 void ClientHandshake::wrote(size_t n) {
   if (state_ != HandshakeState::kWantWrite) return;

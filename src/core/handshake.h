@@ -41,7 +41,7 @@ enum class HandshakeState {
   kWantRead,   // wantInput() more bytes are needed
   kVerified,   // server only: the client proved the secret; hello() is authentic; call accept()
   kDone,
-  kFailed,     // error() says why; close the connection
+  kFailed,  // error() says why; close the connection
 };
 
 // The server's side as a non-blocking state machine, so one poll loop can run many
@@ -118,6 +118,7 @@ class ClientHandshake {
 // Blocking (poll-based, bounded by deadline) handshakes on a connected socket.
 Status HandshakeClient(int fd, const std::vector<uint8_t>& secret, const HandshakeHello& hello,
                        Deadline deadline);
-Result<HandshakeHello> HandshakeServer(int fd, const std::vector<uint8_t>& secret, Deadline deadline);
+Result<HandshakeHello> HandshakeServer(int fd, const std::vector<uint8_t>& secret,
+                                       Deadline deadline);
 
 }  // namespace braid

@@ -251,18 +251,17 @@ void Service::OnAuthenticated(Conn& c) {
     wait_until_.assign(nranks_, Clock::time_point::max());
   }
   if (h.nranks != nranks_) {
-    Status st = InvalidUsage("bootstrap: nranks mismatch: rank " + std::to_string(h.rank) +
-                             " (" + c.peer + ") says nranks=" + std::to_string(h.nranks) +
-                             " but rank " + std::to_string(first_rank_) + " (" + first_peer_ +
-                             ") said nranks=" + std::to_string(nranks_) +
-                             ": every rank must pass the same nranks");
+    Status st = InvalidUsage("bootstrap: nranks mismatch: rank " + std::to_string(h.rank) + " (" +
+                             c.peer + ") says nranks=" + std::to_string(h.nranks) + " but rank " +
+                             std::to_string(first_rank_) + " (" + first_peer_ + ") said nranks=" +
+                             std::to_string(nranks_) + ": every rank must pass the same nranks");
     SendError(c, st);
     FailAll(st);
     return;
   }
   if (registered_[h.rank]) {
-    Status st = InvalidUsage("bootstrap: rank " + std::to_string(h.rank) +
-                             " joined twice (from " + rank_peer_[h.rank] + " and " + c.peer +
+    Status st = InvalidUsage("bootstrap: rank " + std::to_string(h.rank) + " joined twice (from " +
+                             rank_peer_[h.rank] + " and " + c.peer +
                              "): two processes were given the same rank");
     SendError(c, st);
     FailAll(st);
@@ -295,8 +294,9 @@ void Service::OnGather(Conn& c) {
   if (wait_ms == wire::kWaitForever) {
     wait_until_[r] = Clock::time_point::max();
   } else {
-    // Answer a little before the rank gives up, so its error names the missing ranks.
-    int64_t margin = std::clamp<int64_t>(wait_ms / 10, 10, 500);
+    // Answer before the rank gives up, so its error names the missing ranks; the margin is
+    // generous because on an overloaded machine threads wake hundreds of ms late.
+    int64_t margin = std::clamp<int64_t>(wait_ms / 5, 10, 1000);
     int64_t ms = std::max<int64_t>(0, static_cast<int64_t>(wait_ms) - margin);
     wait_until_[r] = Clock::now() + std::chrono::milliseconds(ms);
   }
@@ -357,8 +357,8 @@ void Service::OnRankClosed(Conn& c) {
 void Service::ReadFrames(Conn& c) {
   for (;;) {
     if (c.hdr_got < wire::kHeaderBytes) {
-      ssize_t n = ::recv(c.fd.get(), c.hdr + c.hdr_got, wire::kHeaderBytes - c.hdr_got,
-                         MSG_DONTWAIT);
+      ssize_t n =
+          ::recv(c.fd.get(), c.hdr + c.hdr_got, wire::kHeaderBytes - c.hdr_got, MSG_DONTWAIT);
       if (n == 0 || (n < 0 && errno == ECONNRESET)) return OnRankClosed(c);
       if (n < 0) {
         if (errno == EINTR) continue;
@@ -370,10 +370,10 @@ void Service::ReadFrames(Conn& c) {
       c.h = wire::DecodeHeader(c.hdr);
       // Bound every length before allocating.
       if (c.h.tag != wire::kGather || c.h.len > kMaxBootstrapMessage) {
-        Status st = RemoteError("bootstrap: rank " + std::to_string(c.rank) + " (" + c.peer +
-                                ") sent an invalid message (tag " + std::to_string(c.h.tag) +
-                                ", length " + std::to_string(c.h.len) +
-                                "): ranks run different braid versions?");
+        Status st =
+            RemoteError("bootstrap: rank " + std::to_string(c.rank) + " (" + c.peer +
+                        ") sent an invalid message (tag " + std::to_string(c.h.tag) + ", length " +
+                        std::to_string(c.h.len) + "): ranks run different braid versions?");
         SendError(c, st);
         FailAll(st);
         return;
@@ -482,8 +482,8 @@ void Service::OnTimers() {
   for (auto& c : conns_) {
     if (c->dead) continue;
     if (c->state == State::kHandshake && now >= c->deadline)
-      Drop(*c, "did not complete the handshake within " + std::to_string(kHandshakeTimeoutMs) +
-                   " ms");
+      Drop(*c,
+           "did not complete the handshake within " + std::to_string(kHandshakeTimeoutMs) + " ms");
     else if (c->state == State::kClosing && now >= c->deadline)
       c->dead = true;
   }
@@ -500,11 +500,11 @@ void Service::OnTimers() {
   if (arrival_.expired() && !deadline_reported_) {
     deadline_reported_ = true;
     if (nranks_ < 0) {
-      BRAID_WARN("bootstrap root %s: no rank connected within %s; the service stops",
-                 name_.c_str(), SecondsText(timeout_ms_).c_str());
+      BRAID_WARN("bootstrap root %s: no rank connected within %s; the service stops", name_.c_str(),
+                 SecondsText(timeout_ms_).c_str());
     } else if (!failed_) {
-      FailAll(TimeoutError("bootstrap: not every rank connected to the root " + name_ +
-                           " within " + SecondsText(timeout_ms_) + ": " + Missing()));
+      FailAll(TimeoutError("bootstrap: not every rank connected to the root " + name_ + " within " +
+                           SecondsText(timeout_ms_) + ": " + Missing()));
     }
   }
 }
@@ -589,7 +589,9 @@ std::array<uint8_t, 32> DeriveSecret(const std::vector<uint8_t>& configured) {
   return out;
 }
 
-int RendezvousServicesRunning() { return g_running.load(); }
+int RendezvousServicesRunning() {
+  return g_running.load();
+}
 
 Result<UniqueIdData> StartRendezvous(const RendezvousOptions& options) {
   sockaddr_storage addr{};
@@ -616,8 +618,7 @@ Result<UniqueIdData> StartRendezvous(const RendezvousOptions& options) {
     }).detach();
   } catch (const std::exception& e) {
     g_running.fetch_sub(1);
-    return SystemError(std::string("bootstrap root: cannot start the service thread: ") +
-                       e.what());
+    return SystemError(std::string("bootstrap root: cannot start the service thread: ") + e.what());
   }
   BRAID_INFO("bootstrap root listening on %s", FormatAddress(id.root).c_str());
   return id;

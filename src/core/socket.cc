@@ -68,8 +68,8 @@ bool IsWildcard(const sockaddr_storage& a) {
 // Names of virtual interfaces that rarely route between hosts (container bridges, veth halves,
 // libvirt): the automatic choice skips them, as NCCL skips docker*.
 bool IsVirtualName(const std::string& n) {
-  static const char* kPrefixes[] = {"docker", "virbr", "veth", "br-", "lxcbr", "lxdbr",
-                                    "cni",    "flannel", "podman", "vnet"};
+  static const char* kPrefixes[] = {"docker", "virbr", "veth",    "br-",    "lxcbr",
+                                    "lxdbr",  "cni",   "flannel", "podman", "vnet"};
   for (const char* p : kPrefixes)
     if (n.rfind(p, 0) == 0) return true;
   return false;
@@ -377,13 +377,12 @@ Result<sockaddr_storage> PeerAddress(int fd) {
 Result<Fd> AcceptConnection(int listen_fd, sockaddr_storage* peer, int buffer_bytes) {
   sockaddr_storage a{};
   socklen_t len = sizeof(a);
-  int fd = ::accept4(listen_fd, reinterpret_cast<sockaddr*>(&a), &len,
-                     SOCK_NONBLOCK | SOCK_CLOEXEC);
+  int fd =
+      ::accept4(listen_fd, reinterpret_cast<sockaddr*>(&a), &len, SOCK_NONBLOCK | SOCK_CLOEXEC);
   if (fd < 0) {
     int err = errno;
     // Transient conditions: nothing to accept now (a client that reset before accept included).
-    if (err == EAGAIN || err == EWOULDBLOCK || err == EINTR || err == ECONNABORTED ||
-        err == EPROTO)
+    if (err == EAGAIN || err == EWOULDBLOCK || err == EINTR || err == ECONNABORTED || err == EPROTO)
       return Fd();
     return SystemError(ErrnoMessage("accept", err));
   }
@@ -418,8 +417,7 @@ int ConnectError(int fd) {
   return err;
 }
 
-Result<Fd> ConnectWithDeadline(const sockaddr_storage& addr, Deadline deadline,
-                               int buffer_bytes) {
+Result<Fd> ConnectWithDeadline(const sockaddr_storage& addr, Deadline deadline, int buffer_bytes) {
   BRAID_ASSIGN_OR_RETURN(Fd fd, StartConnect(addr, buffer_bytes));
   BRAID_RETURN_IF_ERROR(WaitFor(fd.get(), POLLOUT, deadline, "connecting"));
   int err = ConnectError(fd.get());

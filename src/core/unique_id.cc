@@ -22,7 +22,9 @@ void Put16(uint8_t* p, uint16_t v) {
 void Put32(uint8_t* p, uint32_t v) {
   for (int i = 0; i < 4; ++i) p[i] = static_cast<uint8_t>(v >> (8 * i));
 }
-uint16_t Get16(const uint8_t* p) { return static_cast<uint16_t>(p[0] | (p[1] << 8)); }
+uint16_t Get16(const uint8_t* p) {
+  return static_cast<uint16_t>(p[0] | (p[1] << 8));
+}
 uint32_t Get32(const uint8_t* p) {
   return static_cast<uint32_t>(p[0]) | (static_cast<uint32_t>(p[1]) << 8) |
          (static_cast<uint32_t>(p[2]) << 16) | (static_cast<uint32_t>(p[3]) << 24);
@@ -58,8 +60,9 @@ void EncodeUniqueId(const UniqueIdData& data, braidUniqueId* out) {
 Result<UniqueIdData> DecodeUniqueId(const braidUniqueId& id) {
   uint8_t b[BRAID_UNIQUE_ID_BYTES];
   std::memcpy(b, id.internal, sizeof(b));
-  const char* what = "not a braid unique id (was it created by braidGetUniqueId/ncclGetUniqueId "
-                     "of this library and passed unchanged to every rank?)";
+  const char* what =
+      "not a braid unique id (was it created by braidGetUniqueId/ncclGetUniqueId "
+      "of this library and passed unchanged to every rank?)";
   if (Get32(b + kOffMagic) != kMagic) return InvalidArgument(std::string(what) + ": bad magic");
   uint16_t version = Get16(b + kOffVersion);
   if (version != kFormatVersion)

@@ -83,6 +83,12 @@ class Endpoint {
   // Called after poll() returns, for every armed endpoint.
   virtual void disarm() = 0;
 
+  // Shuts the stream down after a failure of this rank's operation, so that the peer's pending
+  // and next calls fail at once (with a RemoteError naming this rank) instead of waiting for a
+  // timeout: errors then propagate through a communicator in milliseconds. Bytes already sent
+  // are still delivered first. Idempotent; the endpoint must not be used for transfers after.
+  virtual void shutdown() {}
+
   // "shm to rank 3 (host a, pid 42)" — for messages.
   virtual std::string describe() const = 0;
 };

@@ -1,0 +1,16 @@
+// The built-in algorithm instances, each defined in the file named after it; registry.cc lists
+// them for AllAlgorithms().
+#pragma once
+
+#include "algorithms/algorithm.h"
+
+namespace braid {
+
+const Algorithm& RingAlgorithm();               // ring.cc: "ring"
+const Algorithm& RecursiveDoublingAlgorithm();  // recursive_doubling.cc: "rd"
+const Algorithm& BinomialTreeAlgorithm();       // binomial_tree.cc: "tree"
+const Algorithm& BruckAlgorithm();              // bruck.cc: "bruck"
+const Algorithm& PairwiseAlgorithm();           // pairwise.cc: "pairwise"
+const Algorithm& DisseminationAlgorithm();      // dissemination.cc: "dissemination"
+
+}  // namespace braid

@@ -1,0 +1,36 @@
+// The closed-form alpha-beta cost model the tuner ranks algorithms with (spec/algorithms.md
+// section 4). A message of b bytes over a link costs alpha + b / beta; a transfer cut at
+// chunk_bytes costs one alpha per message. The simulator (simulator.h) runs the same model as an
+// event simulation and the tests check that the two agree.
+#pragma once
+
+#include <cstdint>
+
+#include "algorithms/algorithm.h"
+#include "algorithms/schedule.h"
+#include "algorithms/tuner.h"
+
+namespace braid {
+
+// The link class between two ranks: inter when args.layout puts them on different nodes.
+const LinkParams& LinkBetween(const CollArgs& args, const LinkModel& model, int a, int b);
+
+// The link class a flat algorithm's critical path runs on: a flat algorithm's steps are as slow
+// as their slowest link, which is the inter-node one as soon as the group spans nodes.
+const LinkParams& FlatLink(const CollArgs& args, const LinkModel& model);
+
+// Seconds to move `bytes` as consecutive messages of at most chunk_bytes over `link` (at least
+// one message, so zero bytes still cost one alpha).
+double TransferSeconds(uint64_t bytes, uint64_t chunk_bytes, const LinkParams& link);
+
+// ceil(log2(n)) for n >= 1.
+int CeilLog2(int n);
+// floor(log2(n)) for n >= 1.
+int FloorLog2(int n);
+
+// The default estimate for algorithms without a closed form: rank 0's schedule walked step by
+// step, each step costing the larger of its send-port and receive-port times.
+double EstimateFromRankSchedule(const Algorithm& algo, const CollArgs& args,
+                                const LinkModel& model);
+
+}  // namespace braid

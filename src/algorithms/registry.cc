@@ -1,0 +1,60 @@
+// The registry of built-in algorithms and the names of the schedule IR's enums.
+#include "algorithms/algorithm.h"
+#include "algorithms/builtin_algorithms.h"
+
+namespace braid {
+
+const std::vector<const Algorithm*>& AllAlgorithms() {
+  // Order matters only for ties in the tuner: bandwidth algorithms first.
+  static const std::vector<const Algorithm*> all = {
+      &RingAlgorithm(),  &RecursiveDoublingAlgorithm(), &BinomialTreeAlgorithm(),
+      &BruckAlgorithm(), &PairwiseAlgorithm(),          &DisseminationAlgorithm(),
+  };
+  return all;
+}
+
+const Algorithm* FindAlgorithm(const std::string& name) {
+  for (const Algorithm* a : AllAlgorithms())
+    if (name == a->name()) return a;
+  return nullptr;
+}
+
+const char* CollKindName(CollKind k) {
+  switch (k) {
+    case CollKind::kAllReduce:
+      return "allreduce";
+    case CollKind::kReduceScatter:
+      return "reducescatter";
+    case CollKind::kAllGather:
+      return "allgather";
+    case CollKind::kBroadcast:
+      return "broadcast";
+    case CollKind::kReduce:
+      return "reduce";
+    case CollKind::kAllToAll:
+      return "alltoall";
+    case CollKind::kSendRecv:
+      return "sendrecv";
+    case CollKind::kBarrier:
+      return "barrier";
+  }
+  return "?";
+}
+
+const char* StepOpKindName(StepOpKind k) {
+  switch (k) {
+    case StepOpKind::kSend:
+      return "send";
+    case StepOpKind::kRecv:
+      return "recv";
+    case StepOpKind::kRecvReduce:
+      return "recv-reduce";
+    case StepOpKind::kCopy:
+      return "copy";
+    case StepOpKind::kReduce:
+      return "reduce";
+  }
+  return "?";
+}
+
+}  // namespace braid

@@ -1,0 +1,68 @@
+// Instruction-set tiers of the CPU kernels. Every kernel is written once as portable C++ (plain
+// loops the compiler vectorises) and compiled twice: for the baseline x86-64/any target, and for
+// AVX2 + F16C, picked at run time. The public entry points in reduce_kernels.h use the best tier
+// the CPU supports; the *WithIsa variants below let tests run every tier on one machine.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "core/datatype.h"
+
+// Helpers used inside kernels must be inlined into the per-tier entry points: a helper compiled
+// out of line would exist once, for the baseline target, and the AVX2 tier would call it.
+#define BRAID_KERNEL_INLINE [[gnu::always_inline]] inline
+// The same for a lambda, placed after its parameter list.
+#define BRAID_KERNEL_LAMBDA __attribute__((always_inline))
+
+// Before a loop whose destination is either disjoint from its sources or equal to one of them
+// (element i read before element i is written): no iteration depends on another, so the compiler
+// need not emit run-time overlap checks, which GCC's -O2 vectoriser refuses to emit at all.
+#if defined(__clang__)
+#define BRAID_LOOP_INDEPENDENT _Pragma("clang loop vectorize(assume_safety)")
+#else
+#define BRAID_LOOP_INDEPENDENT _Pragma("GCC ivdep")
+#endif
+
+#if defined(__x86_64__) || defined(__i386__)
+#define BRAID_KERNELS_X86 1
+// Applied to the AVX2 tier's entry points only; no FMA, so no multiply-add is ever contracted
+// and both tiers round identically.
+#define BRAID_TARGET_AVX2_F16C __attribute__((target("avx2,f16c")))
+#else
+#define BRAID_KERNELS_X86 0
+#endif
+
+namespace braid::cpu {
+
+// Kernels choose between values with this instead of ?: or if. GCC turns ?: into branches and
+// then, under the default -ftrapping-math, refuses to vectorise a loop whose floating-point
+// operation (a possible trap) sits in one of them; a mask select keeps every operation
+// unconditional, so such loops vectorise at -O2 and -O3 alike.
+template <class Bits>
+BRAID_KERNEL_INLINE Bits SelectBits(bool condition, Bits if_true, Bits if_false) {
+  const Bits mask = Bits{0} - static_cast<Bits>(condition);
+  return static_cast<Bits>((if_true & mask) | (if_false & ~mask));
+}
+
+enum class KernelIsa : uint8_t {
+  kPortable = 0,  // baseline target: SSE2 on x86-64, whatever the compiler targets elsewhere
+  kAvx2F16c = 1,  // 256-bit vectors and hardware fp16 conversion
+};
+inline constexpr int kNumKernelIsas = 2;
+
+// Whether this CPU can run the tier (kPortable: always).
+bool CpuSupports(KernelIsa isa);
+// The fastest tier this CPU supports; what ReduceKernel and friends use.
+KernelIsa BestKernelIsa();
+const char* KernelIsaName(KernelIsa isa);
+
+// Same contracts as ReduceKernel, DivideKernel and ScaleKernel, on an explicit tier. Calling a
+// tier the CPU does not support (CpuSupports false) falls back to kPortable.
+void ReduceKernelWithIsa(KernelIsa isa, DataType type, ReduceOp op, const void* a, const void* b,
+                         void* dst, size_t n);
+void DivideKernelWithIsa(KernelIsa isa, DataType type, void* buf, size_t n, uint64_t divisor);
+void ScaleKernelWithIsa(KernelIsa isa, DataType type, const void* src, void* dst, size_t n,
+                        const void* scalar);
+
+}  // namespace braid::cpu

@@ -1,0 +1,121 @@
+// ncclMemAlloc/Free and buffer/window registration. braid reads and writes user buffers
+// directly and needs no registration, so registrations are only handles the shim can validate.
+#include <cstdlib>
+#include <mutex>
+#include <string>
+#include <unordered_set>
+
+#include "nccl/shim.h"
+
+using namespace braid::nccl;
+
+namespace {
+
+constexpr size_t kAlignment = NCCL_WIN_REQUIRED_ALIGNMENT;
+
+struct Registration {
+  ncclComm_t comm;
+  void* buff;
+  size_t size;
+};
+
+// Live handles, so a bad or repeated deregistration is an error instead of a crash.
+struct Registry {
+  std::mutex mu;
+  std::unordered_set<Registration*> live;
+};
+Registry& Handles() {
+  static Registry* r = new Registry;  // leaked: handles may be released during exit
+  return *r;
+}
+
+ncclResult_t Register(ncclComm_t comm, void* buff, size_t size, Registration** out,
+                      const char* func) {
+  NCCL_CHECK(CheckComm(comm, func));
+  NCCL_CHECK(CheckPtr(buff, "buff", func));
+  if (size == 0) return Fail(ncclInvalidArgument, std::string(func) + ": size is 0");
+  auto* reg = new Registration{comm, buff, size};
+  std::lock_guard<std::mutex> lock(Handles().mu);
+  Handles().live.insert(reg);
+  *out = reg;
+  return ncclSuccess;
+}
+
+ncclResult_t Deregister(ncclComm_t comm, void* handle, const char* func) {
+  NCCL_CHECK(CheckComm(comm, func));
+  NCCL_CHECK(CheckPtr(handle, "handle", func));
+  auto* reg = static_cast<Registration*>(handle);
+  {
+    std::lock_guard<std::mutex> lock(Handles().mu);
+    auto it = Handles().live.find(reg);
+    if (it == Handles().live.end() || reg->comm != comm)
+      return Fail(ncclInvalidArgument, std::string(func) +
+                                           ": handle was not registered on this communicator "
+                                           "(or was already deregistered)");
+    Handles().live.erase(it);
+  }
+  delete reg;
+  return ncclSuccess;
+}
+
+}  // namespace
+
+NCCL_API_EXPORT ncclResult_t pncclMemAlloc(void** ptr, size_t size) {
+  const char* func = "ncclMemAlloc";
+  NCCL_CHECK(CheckPtr(ptr, "ptr", func));
+  if (size == 0) return Fail(ncclInvalidArgument, std::string(func) + ": size is 0");
+  // Host memory in this build, aligned as NCCL's windows require.
+  size_t rounded = (size + kAlignment - 1) / kAlignment * kAlignment;
+  if (rounded < size)
+    return Fail(ncclInvalidArgument,
+                std::string(func) + ": size " + std::to_string(size) + " is too large");
+  void* p = nullptr;
+  if (posix_memalign(&p, kAlignment, rounded) != 0)
+    return Fail(ncclSystemError,
+                std::string(func) + ": cannot allocate " + std::to_string(size) + " bytes");
+  *ptr = p;
+  return ncclSuccess;
+}
+NCCL_WEAK_ALIAS(ncclResult_t, ncclMemAlloc, (void** ptr, size_t size))
+
+NCCL_API_EXPORT ncclResult_t pncclMemFree(void* ptr) {
+  std::free(ptr);
+  return ncclSuccess;
+}
+NCCL_WEAK_ALIAS(ncclResult_t, ncclMemFree, (void* ptr))
+
+NCCL_API_EXPORT ncclResult_t pncclCommRegister(const ncclComm_t comm, void* buff, size_t size,
+                                               void** handle) {
+  NCCL_CHECK(CheckPtr(handle, "handle", "ncclCommRegister"));
+  Registration* reg = nullptr;
+  NCCL_CHECK(Register(comm, buff, size, &reg, "ncclCommRegister"));
+  *handle = reg;
+  return ncclSuccess;
+}
+NCCL_WEAK_ALIAS(ncclResult_t, ncclCommRegister,
+                (const ncclComm_t comm, void* buff, size_t size, void** handle))
+
+NCCL_API_EXPORT ncclResult_t pncclCommDeregister(const ncclComm_t comm, void* handle) {
+  return Deregister(comm, handle, "ncclCommDeregister");
+}
+NCCL_WEAK_ALIAS(ncclResult_t, ncclCommDeregister, (const ncclComm_t comm, void* handle))
+
+NCCL_API_EXPORT ncclResult_t pncclCommWindowRegister(ncclComm_t comm, void* buff, size_t size,
+                                                     ncclWindow_t* win, int winFlags) {
+  const char* func = "ncclCommWindowRegister";
+  NCCL_CHECK(CheckPtr(win, "win", func));
+  if ((winFlags & ~NCCL_WIN_COLL_SYMMETRIC) != 0)
+    return Fail(ncclInvalidArgument,
+                std::string(func) + ": invalid winFlags " + std::to_string(winFlags));
+  Registration* reg = nullptr;
+  NCCL_CHECK(Register(comm, buff, size, &reg, func));
+  *win = reinterpret_cast<ncclWindow_t>(reg);
+  return ncclSuccess;
+}
+NCCL_WEAK_ALIAS(ncclResult_t, ncclCommWindowRegister,
+                (ncclComm_t comm, void* buff, size_t size, ncclWindow_t* win, int winFlags))
+
+NCCL_API_EXPORT ncclResult_t pncclCommWindowDeregister(ncclComm_t comm, ncclWindow_t win) {
+  return Deregister(comm, win, "ncclCommWindowDeregister");
+}
+NCCL_WEAK_ALIAS(ncclResult_t, ncclCommWindowDeregister, (ncclComm_t comm, ncclWindow_t win))

@@ -1,0 +1,276 @@
+#include "transport/shm/shm_transport.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <charconv>
+#include <map>
+#include <new>
+
+#include "core/log.h"
+#include "transport/shm/shm_endpoint.h"
+#include "transport/shm/shm_segment.h"
+#include "transport/transport.h"
+
+namespace braid {
+namespace shm {
+namespace {
+
+constexpr const char* kBlobMagic = "shm1";
+constexpr size_t kMaxBlobBytes = 4096;  // blobs come from other ranks: bound what we parse
+
+void PutField(std::string* out, const char* key, const std::string& value) {
+  *out += key;
+  *out += ':';
+  *out += std::to_string(value.size());
+  *out += ':';
+  *out += value;
+}
+
+bool ParseU64(const std::string& s, uint64_t* out) {
+  if (s.empty()) return false;
+  auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), *out);
+  return ec == std::errc() && p == s.data() + s.size();
+}
+
+std::string HostName(const TransportContext& ctx, int rank) {
+  const RankInfo& r = ctx.ranks[static_cast<size_t>(rank)];
+  return r.hostname.empty() ? r.host_id : r.hostname;
+}
+
+// Largest power of two within [kMinRingBytes, kMaxRingBytes] not above `bytes`.
+uint64_t RingBytesFor(uint64_t bytes) {
+  uint64_t ring = kMinRingBytes;
+  while (ring * 2 <= bytes && ring * 2 <= kMaxRingBytes) ring *= 2;
+  return ring;
+}
+
+// Ring sizes are powers of two >= 64 KiB, so this is exact.
+std::string RingSize(uint64_t b) {
+  return b >= (1 << 20) ? std::to_string(b >> 20) + " MiB" : std::to_string(b >> 10) + " KiB";
+}
+
+}  // namespace
+
+std::string EncodeBlob(const ShmBlob& b) {
+  // key:len:value fields, so no value (host ids come from the user) can break the framing.
+  std::string out = kBlobMagic;
+  PutField(&out, "seg", b.segment);
+  PutField(&out, "ring", std::to_string(b.ring_bytes));
+  PutField(&out, "pid", std::to_string(b.pid));
+  PutField(&out, "host", b.host_id);
+  PutField(&out, "bell", b.doorbell);
+  PutField(&out, "dev", std::to_string(b.shm_dev));
+  PutField(&out, "pidns", std::to_string(b.pidns));
+  PutField(&out, "uid", std::to_string(b.uid));
+  return out;
+}
+
+ShmBlob DecodeBlob(const std::string& text) {
+  ShmBlob b;
+  const std::string magic = kBlobMagic;
+  if (text.size() > kMaxBlobBytes || text.compare(0, magic.size(), magic) != 0) return b;
+  std::map<std::string, std::string> fields;
+  size_t pos = magic.size();
+  while (pos < text.size()) {
+    size_t c1 = text.find(':', pos);
+    if (c1 == std::string::npos) return b;
+    size_t c2 = text.find(':', c1 + 1);
+    if (c2 == std::string::npos) return b;
+    uint64_t len = 0;
+    if (!ParseU64(text.substr(c1 + 1, c2 - c1 - 1), &len) || len > text.size() - c2 - 1) return b;
+    fields[text.substr(pos, c1 - pos)] = text.substr(c2 + 1, len);
+    pos = c2 + 1 + len;
+  }
+  uint64_t pid = 0;
+  for (const char* k : {"seg", "ring", "pid", "host", "bell", "dev", "pidns", "uid"})
+    if (!fields.count(k)) return b;
+  if (!ParseU64(fields["ring"], &b.ring_bytes) || !ParseU64(fields["pid"], &pid) ||
+      !ParseU64(fields["dev"], &b.shm_dev) || !ParseU64(fields["pidns"], &b.pidns) ||
+      !ParseU64(fields["uid"], &b.uid) || pid == 0 || pid > INT32_MAX)
+    return b;
+  b.pid = static_cast<int>(pid);
+  b.segment = fields["seg"];
+  b.host_id = fields["host"];
+  b.doorbell = fields["bell"];
+  b.valid = true;
+  return b;
+}
+
+namespace {
+
+class ShmTransport final : public TransportInstance {
+ public:
+  static Result<std::unique_ptr<TransportInstance>> Create(const TransportContext& ctx);
+
+  std::string localBlob() const override { return EncodeBlob(blob_); }
+  bool canConnect(int peer, const std::vector<std::string>& blobs) const override;
+  Status connect(const std::vector<int>& peers, const std::vector<std::string>& blobs,
+                 Deadline deadline,
+                 std::vector<std::vector<std::unique_ptr<Endpoint>>>* out) override;
+  // Every rank has mapped our segment by now: drop the name so that nothing outlives us.
+  Status finishConnect() override {
+    if (segment_) segment_->unlink();
+    return Status::Ok();
+  }
+
+ private:
+  explicit ShmTransport(const TransportContext& ctx) : ctx_(ctx) {}
+  Status connectPeer(int peer, const std::string& blob,
+                     std::vector<std::unique_ptr<Endpoint>>* channels);
+  std::string who() const { return "shm transport (rank " + std::to_string(ctx_.rank) + "): "; }
+
+  TransportContext ctx_;
+  std::unique_ptr<OwnedSegment> segment_;  // null when this rank has no local peer
+  ShmBlob blob_;
+};
+
+Result<std::unique_ptr<TransportInstance>> ShmTransport::Create(const TransportContext& ctx) {
+  if (ctx.rank < 0 || ctx.rank >= ctx.nranks ||
+      ctx.ranks.size() != static_cast<size_t>(ctx.nranks) || ctx.nchannels < 1 ||
+      ctx.nchannels > 1024)
+    return InvalidArgument("shm transport: inconsistent transport context");
+  std::unique_ptr<ShmTransport> t(new (std::nothrow) ShmTransport(ctx));
+  if (!t) return SystemError("shm transport: out of memory");
+  const std::string& my_host = ctx.ranks[static_cast<size_t>(ctx.rank)].host_id;
+  t->blob_.pid = static_cast<int>(getpid());
+  t->blob_.host_id = my_host;
+  t->blob_.doorbell = ctx.doorbell_name;
+  t->blob_.shm_dev = ShmDevice();
+  t->blob_.pidns = PidNamespaceId();
+  t->blob_.uid = geteuid();
+  t->blob_.valid = true;
+
+  std::vector<int> writers;  // local peers, in rank order: one slot each
+  if (!my_host.empty())
+    for (int r = 0; r < ctx.nranks; ++r)
+      if (r != ctx.rank && ctx.ranks[static_cast<size_t>(r)].host_id == my_host)
+        writers.push_back(r);
+  if (writers.empty()) return std::unique_ptr<TransportInstance>(std::move(t));
+
+  RemoveStaleSegments();
+
+  const auto nslots = static_cast<uint32_t>(writers.size());
+  const auto nch = static_cast<uint32_t>(ctx.nchannels);
+  const uint64_t requested = RingBytesFor(ctx.shm_ring_bytes);
+  auto free_res = ShmFreeBytes();
+  if (!free_res.ok()) return Status(free_res.status()).prepend(t->who());
+  const uint64_t free_bytes = *free_res;
+  // Every local rank allocates its segment at about the same moment: each may take its share.
+  const uint64_t nlocal = writers.size() + 1;
+  const uint64_t ring = FitRingBytes(requested, nslots, nch, free_bytes / nlocal);
+  if (ring == 0) {
+    const uint64_t need = nlocal * SegmentLayout{nslots, nch, kMinRingBytes}.totalBytes();
+    return SystemError(t->who() +
+                       NoSpaceMessage(free_bytes, need, /*rings_at_minimum=*/true,
+                                      "for " + std::to_string(nlocal) + " local ranks x " +
+                                          std::to_string(nslots) + " peers x " +
+                                          std::to_string(nch) + " channels"));
+  }
+  if (ring < requested)
+    BRAID_WARN(
+        "shm: /dev/shm has %llu MiB free for %llu local ranks: rings shrunk from %s to %s "
+        "(enlarge /dev/shm, e.g. docker --shm-size, to keep BRAID_SHM_RING_BYTES)",
+        static_cast<unsigned long long>(free_bytes >> 20), static_cast<unsigned long long>(nlocal),
+        RingSize(requested).c_str(), RingSize(ring).c_str());
+
+  const SegmentLayout layout{nslots, nch, ring};
+  const std::string name = SegmentName(ctx.comm_tag, ctx.rank, t->blob_.pid, t->blob_.pidns);
+  auto seg = OwnedSegment::Create(name, layout, ctx.rank, writers);
+  if (!seg.ok()) return Status(seg.status()).prepend(t->who());
+  t->segment_ = std::move(seg.value());
+  t->blob_.segment = name;
+  t->blob_.ring_bytes = ring;
+  // The file system we actually created in, should /dev/shm be a link.
+  t->blob_.shm_dev = t->segment_->device();
+  return std::unique_ptr<TransportInstance>(std::move(t));
+}
+
+bool ShmTransport::canConnect(int peer, const std::vector<std::string>& blobs) const {
+  if (peer == ctx_.rank || peer < 0 || peer >= ctx_.nranks ||
+      blobs.size() != static_cast<size_t>(ctx_.nranks))
+    return false;
+  const ShmBlob a = DecodeBlob(blobs[static_cast<size_t>(ctx_.rank)]);
+  const ShmBlob b = DecodeBlob(blobs[static_cast<size_t>(peer)]);
+  // Only symmetric conditions, so that both sides reach the same answer.
+  return a.valid && b.valid && !a.segment.empty() && !b.segment.empty() && !a.host_id.empty() &&
+         a.host_id == b.host_id && a.shm_dev != 0 && a.shm_dev == b.shm_dev && a.pidns == b.pidns &&
+         a.uid == b.uid;
+}
+
+Status ShmTransport::connectPeer(int peer, const std::string& blob_text,
+                                 std::vector<std::unique_ptr<Endpoint>>* channels) {
+  const ShmBlob b = DecodeBlob(blob_text);
+  if (!b.valid || b.segment.empty() || !segment_)
+    return InternalError("no shm segment on one side (canConnect was false)");
+  const SegmentView& mine = segment_->view();
+  const int rx_slot = mine.slotOf(peer);
+  if (rx_slot < 0) return InternalError("not a local peer of this rank's segment");
+  BRAID_ASSIGN_OR_RETURN(SegmentView theirs, OpenSegment(b.segment));
+  const int tx_slot = theirs.slotOf(ctx_.rank);
+  if (theirs.owner_rank != peer || tx_slot < 0 ||
+      theirs.layout.nchannels != static_cast<uint32_t>(ctx_.nchannels))
+    return InternalError("segment " + b.segment + " does not match (owner " +
+                         std::to_string(theirs.owner_rank) + ", " +
+                         std::to_string(theirs.layout.nchannels) + " channels)");
+  theirs.prefault(static_cast<uint32_t>(tx_slot));
+  std::string bell = b.doorbell;
+  if (static_cast<size_t>(peer) < ctx_.doorbells.size() &&
+      !ctx_.doorbells[static_cast<size_t>(peer)].empty())
+    bell = ctx_.doorbells[static_cast<size_t>(peer)];
+  BRAID_ASSIGN_OR_RETURN(auto link, PeerLink::Open(peer, b.pid, HostName(ctx_, peer), bell));
+  for (uint32_t c = 0; c < static_cast<uint32_t>(ctx_.nchannels); ++c) {
+    const auto ts = static_cast<uint32_t>(tx_slot);
+    const auto rs = static_cast<uint32_t>(rx_slot);
+    RingRef tx{theirs.control(ts, c), theirs.data(ts, c), theirs.layout.ring_bytes};
+    RingRef rx{mine.control(rs, c), mine.data(rs, c), mine.layout.ring_bytes};
+    std::unique_ptr<Endpoint> ep(new (std::nothrow)
+                                     ShmEndpoint(link, theirs.mapping, tx, mine.mapping, rx));
+    if (!ep) return SystemError("out of memory");
+    channels->push_back(std::move(ep));
+  }
+  return Status::Ok();
+}
+
+Status ShmTransport::connect(const std::vector<int>& peers, const std::vector<std::string>& blobs,
+                             Deadline deadline,
+                             std::vector<std::vector<std::unique_ptr<Endpoint>>>* out) {
+  out->clear();
+  out->resize(peers.size());
+  // Nothing here waits on the peer (its segment exists since its blob was published), so the
+  // deadline only bounds a long list.
+  for (size_t i = 0; i < peers.size(); ++i) {
+    const int peer = peers[i];
+    Status st;
+    if (peer < 0 || peer >= ctx_.nranks || blobs.size() != static_cast<size_t>(ctx_.nranks))
+      st = InvalidArgument("bad peer or blob list");
+    else if (deadline.expired())
+      st = TimeoutError("deadline passed");
+    else
+      st = connectPeer(peer, blobs[static_cast<size_t>(peer)], &(*out)[i]);
+    if (!st.ok()) {
+      out->clear();
+      return st.prepend(who() + "connect to rank " + std::to_string(peer) + ": ");
+    }
+  }
+  return Status::Ok();
+}
+
+class ShmFactory final : public TransportFactory {
+ public:
+  const char* name() const override { return "shm"; }
+  int priority() const override { return 200; }
+  Result<std::unique_ptr<TransportInstance>> create(const TransportContext& ctx) override {
+    return ShmTransport::Create(ctx);
+  }
+};
+
+}  // namespace
+}  // namespace shm
+
+TransportFactory* ShmTransportFactory() {
+  static shm::ShmFactory factory;
+  return &factory;
+}
+
+}  // namespace braid

@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Installs braid's build and test dependencies from Debian's packages. Idempotent: packages that
+# are already installed are left alone, so a second run does nothing.
+set -euo pipefail
+
+packages=(
+  build-essential cmake pkg-config git python3
+  libssl-dev                      # HMAC for the bootstrap handshake (required)
+  libgtest-dev libgmock-dev       # tests
+  libbenchmark-dev                # micro-benchmarks
+  libhwloc-dev                    # topology discovery
+  libibverbs-dev                  # InfiniBand / RoCE transport (compiled; runs where hardware exists)
+  libucx-dev                      # UCX transport
+  openmpi-bin libopenmpi-dev      # mpirun launch and the Open MPI comparison
+  libgloo-dev                     # the Gloo comparison
+  iproute2                        # emulated clusters (network namespaces, tc)
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "install-deps: all ${#packages[@]} packages already installed"
+  exit 0
+fi
+SUDO=""
+[ "$(id -u)" -ne 0 ] && SUDO="sudo"
+echo "install-deps: installing ${missing[*]}"
+$SUDO apt-get update -qq
+DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
