@@ -28,6 +28,13 @@
 extern "C" {
 #endif
 
+/* Exported from libbraid.so (the library builds everything else hidden). */
+#if defined(__GNUC__)
+#define BRAID_API __attribute__((visibility("default")))
+#else
+#define BRAID_API
+#endif
+
 #define BRAID_VERSION_MAJOR 0
 #define BRAID_VERSION_MINOR 1
 #define BRAID_VERSION_PATCH 0
@@ -114,15 +121,15 @@ typedef struct {
 /* ------------------------------------------------------------------ version and errors */
 
 /** Writes BRAID_VERSION_CODE of the library (not of the header) to *version. */
-braidResult_t braidGetVersion(int* version);
+BRAID_API braidResult_t braidGetVersion(int* version);
 /** Short static name of a status code, e.g. "remote error". */
-const char* braidGetErrorString(braidResult_t result);
+BRAID_API const char* braidGetErrorString(braidResult_t result);
 /**
  * Message of the last error of `comm`, or of the calling thread's last error when `comm` is NULL
  * or the error happened before a communicator existed. Valid until the next call on that
  * communicator from this thread. Never NULL ("" when there was no error).
  */
-const char* braidGetLastError(braidComm_t comm);
+BRAID_API const char* braidGetLastError(braidComm_t comm);
 
 /* ------------------------------------------------------------------ communicators */
 
@@ -131,13 +138,13 @@ const char* braidGetLastError(braidComm_t comm);
  * that serves one communicator's init and then exits). The listener binds to the interface
  * chosen by BRAID_SOCKET_IFNAME (default: the first routable non-loopback interface).
  */
-braidResult_t braidGetUniqueId(braidUniqueId* uniqueId);
+BRAID_API braidResult_t braidGetUniqueId(braidUniqueId* uniqueId);
 
 /** Joins communicator `uniqueId` as `rank` of `nranks`. Collective over all ranks. */
-braidResult_t braidCommInitRank(braidComm_t* comm, int nranks, braidUniqueId uniqueId, int rank);
+BRAID_API braidResult_t braidCommInitRank(braidComm_t* comm, int nranks, braidUniqueId uniqueId, int rank);
 
 /** As braidCommInitRank(), with options. `config` may be NULL. */
-braidResult_t braidCommInitRankConfig(braidComm_t* comm, int nranks, braidUniqueId uniqueId,
+BRAID_API braidResult_t braidCommInitRankConfig(braidComm_t* comm, int nranks, braidUniqueId uniqueId,
                                       int rank, const braidConfig_t* config);
 
 /**
@@ -152,13 +159,13 @@ braidResult_t braidCommInitRankConfig(braidComm_t* comm, int nranks, braidUnique
  * must set the same value); without it the handshake still runs but cannot keep strangers out,
  * and braid warns once.
  */
-braidResult_t braidInitFromEnv(braidComm_t* comm);
+BRAID_API braidResult_t braidInitFromEnv(braidComm_t* comm);
 
 /**
  * Splits `comm` by colour: ranks passing the same colour form a new communicator ordered by
  * (key, old rank). BRAID_SPLIT_NOCOLOR yields *newcomm = NULL. Collective over `comm`.
  */
-braidResult_t braidCommSplit(braidComm_t comm, int color, int key, braidComm_t* newcomm,
+BRAID_API braidResult_t braidCommSplit(braidComm_t comm, int color, int key, braidComm_t* newcomm,
                              const braidConfig_t* config);
 
 /**
@@ -167,28 +174,28 @@ braidResult_t braidCommSplit(braidComm_t comm, int color, int key, braidComm_t* 
  * same list; it works when `comm` is in an error state. `flags`: 0 = wait for pending
  * operations of `comm` first, 1 = abort them first (NCCL_SHRINK_ABORT).
  */
-braidResult_t braidCommShrink(braidComm_t comm, const int* excludeRanks, int excludeCount,
+BRAID_API braidResult_t braidCommShrink(braidComm_t comm, const int* excludeRanks, int excludeCount,
                               braidComm_t* newcomm, const braidConfig_t* config, int flags);
 
 /** Waits (within the deadline) for all operations of `comm` to complete. */
-braidResult_t braidCommFinalize(braidComm_t comm);
+BRAID_API braidResult_t braidCommFinalize(braidComm_t comm);
 /** Releases `comm` (finalising first if needed). The handle is invalid afterwards. */
-braidResult_t braidCommDestroy(braidComm_t comm);
+BRAID_API braidResult_t braidCommDestroy(braidComm_t comm);
 /**
  * Stops all operations of `comm` at once, from any thread, without the other ranks, and releases
  * it. Pending operations complete with ::braidErrAborted. Returns within 2 seconds.
  */
-braidResult_t braidCommAbort(braidComm_t comm);
+BRAID_API braidResult_t braidCommAbort(braidComm_t comm);
 /** Cheap, thread-safe: the communicator's sticky error (braidSuccess when healthy). */
-braidResult_t braidCommGetAsyncError(braidComm_t comm, braidResult_t* asyncError);
+BRAID_API braidResult_t braidCommGetAsyncError(braidComm_t comm, braidResult_t* asyncError);
 
-braidResult_t braidCommCount(braidComm_t comm, int* count);
-braidResult_t braidCommUserRank(braidComm_t comm, int* rank);
+BRAID_API braidResult_t braidCommCount(braidComm_t comm, int* count);
+BRAID_API braidResult_t braidCommUserRank(braidComm_t comm, int* rank);
 /**
  * A one-line human-readable summary of the communicator for tools ("rank 0/4 host h1 pid 42
  * transports shm:3 tcp:0 channels 2"): writes at most `len` bytes including the NUL.
  */
-braidResult_t braidCommDescribe(braidComm_t comm, char* buf, size_t len);
+BRAID_API braidResult_t braidCommDescribe(braidComm_t comm, char* buf, size_t len);
 
 /* ------------------------------------------------------------------ reduction operators */
 
@@ -197,9 +204,9 @@ braidResult_t braidCommDescribe(braidComm_t comm, char* buf, size_t len);
  * `datatype`, read now from host memory) before summation. The operator may be destroyed as soon
  * as the calls using it have been issued.
  */
-braidResult_t braidRedOpCreatePreMulSum(braidRedOp_t* op, const void* scalar,
+BRAID_API braidResult_t braidRedOpCreatePreMulSum(braidRedOp_t* op, const void* scalar,
                                         braidDataType_t datatype, braidComm_t comm);
-braidResult_t braidRedOpDestroy(braidRedOp_t op, braidComm_t comm);
+BRAID_API braidResult_t braidRedOpDestroy(braidRedOp_t op, braidComm_t comm);
 
 /* ------------------------------------------------------------------ collectives
  * In-place forms: all-reduce, reduce, broadcast: sendbuff == recvbuff;
@@ -208,65 +215,65 @@ braidResult_t braidRedOpDestroy(braidRedOp_t op, braidComm_t comm);
  * count == 0 is a no-op that still checks its arguments.
  */
 
-braidResult_t braidAllReduce(const void* sendbuff, void* recvbuff, size_t count,
+BRAID_API braidResult_t braidAllReduce(const void* sendbuff, void* recvbuff, size_t count,
                              braidDataType_t datatype, braidRedOp_t op, braidComm_t comm);
 /** recvbuff holds recvcount elements; sendbuff holds nranks * recvcount. */
-braidResult_t braidReduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount,
+BRAID_API braidResult_t braidReduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount,
                                  braidDataType_t datatype, braidRedOp_t op, braidComm_t comm);
 /** sendbuff holds sendcount elements; recvbuff holds nranks * sendcount. */
-braidResult_t braidAllGather(const void* sendbuff, void* recvbuff, size_t sendcount,
+BRAID_API braidResult_t braidAllGather(const void* sendbuff, void* recvbuff, size_t sendcount,
                              braidDataType_t datatype, braidComm_t comm);
 /** sendbuff is read on the root only. */
-braidResult_t braidBroadcast(const void* sendbuff, void* recvbuff, size_t count,
+BRAID_API braidResult_t braidBroadcast(const void* sendbuff, void* recvbuff, size_t count,
                              braidDataType_t datatype, int root, braidComm_t comm);
 /** recvbuff is written on the root only. */
-braidResult_t braidReduce(const void* sendbuff, void* recvbuff, size_t count,
+BRAID_API braidResult_t braidReduce(const void* sendbuff, void* recvbuff, size_t count,
                           braidDataType_t datatype, braidRedOp_t op, int root, braidComm_t comm);
 /** `count` elements go to each peer: sendbuff and recvbuff hold nranks * count. */
-braidResult_t braidAllToAll(const void* sendbuff, void* recvbuff, size_t count,
+BRAID_API braidResult_t braidAllToAll(const void* sendbuff, void* recvbuff, size_t count,
                             braidDataType_t datatype, braidComm_t comm);
 /** Point-to-point; `peer` may be the caller itself (then it must be inside a group). */
-braidResult_t braidSend(const void* sendbuff, size_t count, braidDataType_t datatype, int peer,
+BRAID_API braidResult_t braidSend(const void* sendbuff, size_t count, braidDataType_t datatype, int peer,
                         braidComm_t comm);
-braidResult_t braidRecv(void* recvbuff, size_t count, braidDataType_t datatype, int peer,
+BRAID_API braidResult_t braidRecv(void* recvbuff, size_t count, braidDataType_t datatype, int peer,
                         braidComm_t comm);
-braidResult_t braidBarrier(braidComm_t comm);
+BRAID_API braidResult_t braidBarrier(braidComm_t comm);
 
 /* Non-blocking twins: same arguments plus the request written to *request. */
-braidResult_t braidIallReduce(const void* sendbuff, void* recvbuff, size_t count,
+BRAID_API braidResult_t braidIallReduce(const void* sendbuff, void* recvbuff, size_t count,
                               braidDataType_t datatype, braidRedOp_t op, braidComm_t comm,
                               braidRequest_t* request);
-braidResult_t braidIreduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount,
+BRAID_API braidResult_t braidIreduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount,
                                   braidDataType_t datatype, braidRedOp_t op, braidComm_t comm,
                                   braidRequest_t* request);
-braidResult_t braidIallGather(const void* sendbuff, void* recvbuff, size_t sendcount,
+BRAID_API braidResult_t braidIallGather(const void* sendbuff, void* recvbuff, size_t sendcount,
                               braidDataType_t datatype, braidComm_t comm, braidRequest_t* request);
-braidResult_t braidIbroadcast(const void* sendbuff, void* recvbuff, size_t count,
+BRAID_API braidResult_t braidIbroadcast(const void* sendbuff, void* recvbuff, size_t count,
                               braidDataType_t datatype, int root, braidComm_t comm,
                               braidRequest_t* request);
-braidResult_t braidIreduce(const void* sendbuff, void* recvbuff, size_t count,
+BRAID_API braidResult_t braidIreduce(const void* sendbuff, void* recvbuff, size_t count,
                            braidDataType_t datatype, braidRedOp_t op, int root, braidComm_t comm,
                            braidRequest_t* request);
-braidResult_t braidIallToAll(const void* sendbuff, void* recvbuff, size_t count,
+BRAID_API braidResult_t braidIallToAll(const void* sendbuff, void* recvbuff, size_t count,
                              braidDataType_t datatype, braidComm_t comm, braidRequest_t* request);
-braidResult_t braidIsend(const void* sendbuff, size_t count, braidDataType_t datatype, int peer,
+BRAID_API braidResult_t braidIsend(const void* sendbuff, size_t count, braidDataType_t datatype, int peer,
                          braidComm_t comm, braidRequest_t* request);
-braidResult_t braidIrecv(void* recvbuff, size_t count, braidDataType_t datatype, int peer,
+BRAID_API braidResult_t braidIrecv(void* recvbuff, size_t count, braidDataType_t datatype, int peer,
                          braidComm_t comm, braidRequest_t* request);
-braidResult_t braidIbarrier(braidComm_t comm, braidRequest_t* request);
+BRAID_API braidResult_t braidIbarrier(braidComm_t comm, braidRequest_t* request);
 
 /**
  * Checks a request without blocking. When the operation has completed, *done = 1, the
  * operation's status is returned and *request is released and set to NULL; otherwise *done = 0
  * and braidSuccess is returned.
  */
-braidResult_t braidTest(braidRequest_t* request, int* done);
+BRAID_API braidResult_t braidTest(braidRequest_t* request, int* done);
 /**
  * Waits up to `timeout_ms` (< 0: no limit beyond the operation's own deadline) for a request.
  * On completion returns the operation's status and releases the request (*request = NULL). If
  * the wait times out first, returns ::braidErrTimeout and the request stays valid.
  */
-braidResult_t braidWait(braidRequest_t* request, int64_t timeout_ms);
+BRAID_API braidResult_t braidWait(braidRequest_t* request, int64_t timeout_ms);
 
 /* ------------------------------------------------------------------ groups
  * Between braidGroupStart() and braidGroupEnd() (per thread, nestable), calls are recorded, not
@@ -276,8 +283,8 @@ braidResult_t braidWait(braidRequest_t* request, int64_t timeout_ms);
  * group run concurrently (so one thread may initialise several ranks). Blocking calls in a
  * group have completed when braidGroupEnd() returns.
  */
-braidResult_t braidGroupStart(void);
-braidResult_t braidGroupEnd(void);
+BRAID_API braidResult_t braidGroupStart(void);
+BRAID_API braidResult_t braidGroupEnd(void);
 
 #ifdef __cplusplus
 }  // extern "C"

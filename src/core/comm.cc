@@ -17,7 +17,7 @@
 
 namespace braid {
 
-Status ValidateCommOptions(const CommOptions& o);
+Status ValidateCommOptions(CommOptions& o);
 
 Result<CommOptions> MakeCommOptions(const braidConfig_t* config) {
   CommOptions o;
@@ -42,19 +42,29 @@ Result<CommOptions> MakeCommOptions(const braidConfig_t* config) {
   }
   if (has(offsetof(braidConfig_t, transports) + sizeof(char*)) && config->transports)
     o.config.transports = config->transports;
-  if (has(offsetof(braidConfig_t, algorithms) + sizeof(char*)) && config->algorithms)
+  if (has(offsetof(braidConfig_t, algorithms) + sizeof(char*)) && config->algorithms) {
     o.config.algo = config->algorithms;
+    o.config.algo_from_nccl = false;
+  }
   BRAID_RETURN_IF_ERROR(ValidateCommOptions(o));
   return o;
 }
 
-Status ValidateCommOptions(const CommOptions& o) {
+Status ValidateCommOptions(CommOptions& o) {
   // Checked before the rendezvous so a typo fails at once instead of consuming the unique id.
   auto transports = SelectTransports(o.config.transports);
   if (!transports.ok()) return transports.status();
   if (!o.config.algo.empty()) {
     auto rules = ParseTunerOverride(o.config.algo);
-    if (!rules.ok()) return Status(rules.status()).prepend("BRAID_ALGO: ");
+    if (!rules.ok()) {
+      // Clusters set NCCL_ALGO for NVIDIA's library ("^NVLS", "CollnetDirect"): braid must not
+      // refuse to start over a setting that was never meant for it. BRAID_ALGO stays strict.
+      if (!o.config.algo_from_nccl) return Status(rules.status()).prepend("BRAID_ALGO: ");
+      BRAID_WARN("ignoring NCCL_ALGO='%s' (%s); set BRAID_ALGO to choose braid's algorithms",
+                 o.config.algo.c_str(), rules.status().message().c_str());
+      o.config.algo.clear();
+      o.config.algo_from_nccl = false;
+    }
   }
   return Status::Ok();
 }

@@ -113,6 +113,7 @@ Result<Config> LoadConfigFromEnv() {
   c.timeout_ms = timeout_s * 1000;
   ReadString("BRAID_TRANSPORTS", &c.transports);
   ReadString("BRAID_ALGO", &c.algo);
+  c.algo_from_nccl = !c.algo.empty() && !std::getenv("BRAID_ALGO");
   ReadString("BRAID_SOCKET_IFNAME", &c.socket_ifname);
   ReadString("BRAID_DEBUG", &c.debug);
   ReadString("BRAID_DEBUG_FILE", &c.debug_file);

@@ -15,6 +15,7 @@ struct Config {
   int64_t timeout_ms = 300000;        // BRAID_TIMEOUT (seconds in the environment)
   std::string transports;             // BRAID_TRANSPORTS
   std::string algo;                   // BRAID_ALGO / NCCL_ALGO
+  bool algo_from_nccl = false;        // `algo` came from NCCL_ALGO (NCCL's own grammar)
   std::string socket_ifname;          // BRAID_SOCKET_IFNAME / NCCL_SOCKET_IFNAME
   std::string debug;                  // BRAID_DEBUG / NCCL_DEBUG
   std::string debug_file;             // BRAID_DEBUG_FILE / NCCL_DEBUG_FILE

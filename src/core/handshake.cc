@@ -5,16 +5,23 @@
 #include <openssl/hmac.h>
 #include <openssl/rand.h>
 #include <poll.h>
+#include <pthread.h>
 #include <sys/socket.h>
 
 #include <cerrno>
 #include <cstring>
+#include <mutex>
 #include <string>
 
 #include "core/status.h"
 
 namespace braid {
 namespace {
+
+std::mutex& CryptoMutex() {
+  static std::mutex mu;
+  return mu;
+}
 
 constexpr uint8_t kGreetingMagic[4] = {'B', 'R', 'D', 'H'};
 constexpr uint16_t kHandshakeVersion = 1;
@@ -56,6 +63,7 @@ bool Mac(const std::vector<uint8_t>& secret, const char* label, const uint8_t* a
   std::memcpy(msg + 7 + kHandshakeNonceBytes, b, kHandshakeNonceBytes);
   std::memcpy(msg + 7 + 2 * kHandshakeNonceBytes, hello, kHandshakeHelloBytes);
   unsigned int len = 0;
+  CryptoLock lock;
   const unsigned char* r = HMAC(EVP_sha256(), secret.data(), static_cast<int>(secret.size()), msg,
                                 sizeof(msg), out, &len);
   return r != nullptr && len == kHandshakeMacBytes;
@@ -134,6 +142,24 @@ Status RunBlocking(M& m, int fd, Deadline deadline, OnVerified on_verified) {
 
 }  // namespace
 
+void InstallCryptoForkGuard() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    // prepare: wait until no braid thread is inside libcrypto; parent and child: release.
+    pthread_atfork([] { CryptoMutex().lock(); }, [] { CryptoMutex().unlock(); },
+                   [] { CryptoMutex().unlock(); });
+  });
+}
+
+CryptoLock::CryptoLock() {
+  InstallCryptoForkGuard();
+  CryptoMutex().lock();
+}
+
+CryptoLock::~CryptoLock() {
+  CryptoMutex().unlock();
+}
+
 // ---------------------------------------------------------------- server
 
 ServerHandshake::ServerHandshake(const std::vector<uint8_t>& secret) : secret_(secret) {
@@ -141,7 +167,12 @@ ServerHandshake::ServerHandshake(const std::vector<uint8_t>& secret) : secret_(s
     fail(InvalidArgument("handshake: the secret is shorter than 16 bytes"));
     return;
   }
-  if (RAND_bytes(nonce_s_, sizeof(nonce_s_)) != 1) {
+  int ok;
+  {
+    CryptoLock lock;
+    ok = RAND_bytes(nonce_s_, sizeof(nonce_s_));
+  }
+  if (ok != 1) {
     fail(SystemError("handshake: OpenSSL RAND_bytes failed"));
     return;
   }
@@ -238,8 +269,12 @@ ClientHandshake::ClientHandshake(const std::vector<uint8_t>& secret, const Hands
     fail(InvalidArgument("handshake: the secret is shorter than 16 bytes"));
     return;
   }
-  if (RAND_bytes(nonce_c_, sizeof(nonce_c_)) != 1)
-    fail(SystemError("handshake: RAND_bytes failed"));
+  int ok;
+  {
+    CryptoLock lock;
+    ok = RAND_bytes(nonce_c_, sizeof(nonce_c_));
+  }
+  if (ok != 1) fail(SystemError("handshake: RAND_bytes failed"));
 }
 
 void ClientHandshake::fail(Status st) {

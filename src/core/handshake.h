@@ -25,6 +25,20 @@ struct HandshakeHello {
   uint8_t comm_nonce[16] = {};  // which communicator (the unique id's nonce)
 };
 
+// OpenSSL and fork(): a process may fork (a launcher, a test harness, a data loader) while a
+// braid thread such as the rendezvous service is inside OpenSSL; the child would inherit a held
+// OpenSSL lock and deadlock in its first handshake. So every braid call into libcrypto runs
+// under CryptoLock, and a pthread_atfork handler holds the same lock across fork().
+class CryptoLock {
+ public:
+  CryptoLock();
+  ~CryptoLock();
+  CryptoLock(const CryptoLock&) = delete;
+  CryptoLock& operator=(const CryptoLock&) = delete;
+};
+// Installs the fork handler once; entry points call it before they start threads.
+void InstallCryptoForkGuard();
+
 // Sizes on the wire (all fixed).
 inline constexpr size_t kHandshakeNonceBytes = 32;
 inline constexpr size_t kHandshakeMacBytes = 32;

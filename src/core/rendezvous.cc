@@ -55,6 +55,10 @@ class Service {
         arrival_(timeout_ms > 0 ? Deadline::After(timeout_ms) : Deadline::Never()),
         name_(FormatAddress(id.root)) {}
 
+  ~Service() {
+    for (auto& c : conns_) HangUp(c->fd.get());
+    HangUp(listener_.get());
+  }
   void Run();
 
  private:
@@ -522,8 +526,11 @@ void Service::Run() {
   std::vector<Conn*> owners;
   for (;;) {
     OnTimers();
-    for (auto& c : conns_)
-      if (c->dead && c->rank >= 0 && rank_conn_[c->rank] == c.get()) rank_conn_[c->rank] = nullptr;
+    for (auto& c : conns_) {
+      if (!c->dead) continue;
+      if (c->rank >= 0 && rank_conn_[c->rank] == c.get()) rank_conn_[c->rank] = nullptr;
+      HangUp(c->fd.get());
+    }
     conns_.erase(std::remove_if(conns_.begin(), conns_.end(),
                                 [](const std::unique_ptr<Conn>& c) { return c->dead; }),
                  conns_.end());
@@ -584,6 +591,7 @@ std::array<uint8_t, 32> DeriveSecret(const std::vector<uint8_t>& configured) {
   if (configured.size() == out.size()) {
     std::copy(configured.begin(), configured.end(), out.begin());
   } else {
+    CryptoLock lock;
     SHA256(configured.data(), configured.size(), out.data());
   }
   return out;
@@ -594,6 +602,8 @@ int RendezvousServicesRunning() {
 }
 
 Result<UniqueIdData> StartRendezvous(const RendezvousOptions& options) {
+  // Before the service thread exists: a fork() must never catch it inside OpenSSL.
+  InstallCryptoForkGuard();
   sockaddr_storage addr{};
   if (!options.listen_address.empty()) {
     BRAID_ASSIGN_OR_RETURN(addr, ParseHostPort(options.listen_address));

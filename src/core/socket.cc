@@ -324,6 +324,10 @@ Status SetNonBlocking(int fd) {
   return Status::Ok();
 }
 
+void HangUp(int fd) {
+  if (fd >= 0) ::shutdown(fd, SHUT_RDWR);
+}
+
 void TuneTcpSocket(int fd, int buffer_bytes) {
   int one = 1;
   setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));

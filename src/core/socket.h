@@ -75,6 +75,9 @@ uint16_t AddressPort(const sockaddr_storage& addr);
 void SetAddressPort(sockaddr_storage* addr, uint16_t port);
 
 Status SetNonBlocking(int fd);
+// shutdown(SHUT_RDWR): ends a connection (the peer sees EOF) or stops a listener even where a
+// forked child still holds a copy of the fd, which a plain close() would not. Best effort.
+void HangUp(int fd);
 // Best effort: TCP_NODELAY, and send/receive buffers of `buffer_bytes` (0 = leave as is).
 void TuneTcpSocket(int fd, int buffer_bytes);
 

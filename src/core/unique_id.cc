@@ -5,6 +5,8 @@
 
 #include <cstring>
 
+#include "core/handshake.h"
+
 namespace braid {
 namespace {
 
@@ -97,6 +99,7 @@ Result<UniqueIdData> DecodeUniqueId(const braidUniqueId& id) {
 }
 
 Status RandomizeUniqueId(UniqueIdData* data) {
+  CryptoLock lock;
   if (RAND_bytes(data->secret.data(), static_cast<int>(data->secret.size())) != 1 ||
       RAND_bytes(data->nonce.data(), static_cast<int>(data->nonce.size())) != 1)
     return SystemError("OpenSSL RAND_bytes failed: the system random generator is unavailable");

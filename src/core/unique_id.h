@@ -20,9 +20,9 @@
 namespace braid {
 
 struct UniqueIdData {
-  sockaddr_storage root{};            // rendezvous address (AF_INET or AF_INET6)
-  std::array<uint8_t, 32> secret{};   // >= 128 random bits; never logged
-  std::array<uint8_t, 16> nonce{};    // random; hex of it is the communicator tag
+  sockaddr_storage root{};           // rendezvous address (AF_INET or AF_INET6)
+  std::array<uint8_t, 32> secret{};  // >= 128 random bits; never logged
+  std::array<uint8_t, 16> nonce{};   // random; hex of it is the communicator tag
 };
 
 void EncodeUniqueId(const UniqueIdData& data, braidUniqueId* out);

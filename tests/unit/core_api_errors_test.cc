@@ -184,6 +184,16 @@ TEST(ApiConfig, BadInitArgumentsAndEnvironment) {
   EXPECT_NE(braidCommInitRankConfig(&comm, 1, id, 0, &cfg), braidSuccess);
   EXPECT_NE(std::string(braidGetLastError(nullptr)).find("warp-drive"), std::string::npos)
       << braidGetLastError(nullptr);
+  // NCCL_ALGO in NVIDIA's grammar is ignored with a warning; BRAID_ALGO stays strict.
+  setenv("NCCL_ALGO", "^NVLS", 1);
+  braidUniqueId id2;
+  ASSERT_EQ(braidGetUniqueId(&id2), braidSuccess);
+  EXPECT_EQ(braidCommInitRank(&comm, 1, id2, 0), braidSuccess) << braidGetLastError(nullptr);
+  EXPECT_EQ(braidCommDestroy(comm), braidSuccess);
+  setenv("BRAID_ALGO", "^NVLS", 1);
+  EXPECT_EQ(braidCommInitRank(&comm, 1, id2, 0), braidErrInvalidArgument);
+  unsetenv("BRAID_ALGO");
+  unsetenv("NCCL_ALGO");
   EXPECT_EQ(braidInitFromEnv(nullptr), braidErrInvalidArgument);
   EXPECT_STREQ(braidGetErrorString(braidErrRemote), "remote error");
   int v = 0;
