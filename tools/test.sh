@@ -16,5 +16,5 @@ if [ "${1:-}" != "--no-sanitizers" ]; then
   cmake --preset asan >/dev/null
   cmake --build build-asan -j"$jobs"
   ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-    ctest --test-dir build-asan --output-on-failure --timeout 900 -j1 -L 'unit|multirank' -LE large
+    ctest --test-dir build-asan --output-on-failure --timeout 900 -j1 -L 'unit|multirank'
 fi
