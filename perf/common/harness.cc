@@ -1,0 +1,405 @@
+#include "common/harness.h"
+
+#include <sys/types.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <string>
+#include <thread>
+
+#include "common/launch.h"
+#include "common/options.h"
+#include "common/report.h"
+
+namespace braid_perf {
+
+namespace {
+
+constexpr int kExitWrong = 7;
+constexpr int kExitUsage = 2;
+constexpr int kExitRuntime = 1;
+constexpr size_t kDeviceLineBytes = 256;
+constexpr size_t kMaxInFlight = 8;  // non-blocking ops issued before waiting for the oldest
+constexpr unsigned char kPoison = 0xA5;
+
+// One page-aligned, pre-touched host buffer (first-touch page faults stay out of the timings).
+class HostBuffer {
+ public:
+  explicit HostBuffer(size_t bytes) : bytes_(std::max<size_t>(bytes, 64)) {
+    size_t rounded = (bytes_ + 4095) & ~size_t{4095};
+    if (posix_memalign(&p_, 4096, rounded) != 0) p_ = nullptr;
+    if (p_) std::memset(p_, 0, rounded);
+  }
+  ~HostBuffer() { std::free(p_); }
+  HostBuffer(const HostBuffer&) = delete;
+  HostBuffer& operator=(const HostBuffer&) = delete;
+  unsigned char* get() const { return static_cast<unsigned char*>(p_); }
+  size_t bytes() const { return bytes_; }
+
+ private:
+  size_t bytes_;
+  void* p_ = nullptr;
+};
+
+braidRedOp_t BuiltinOp(OpKind k) {
+  switch (k) {
+    case OpKind::kProd:
+      return braidProd;
+    case OpKind::kMax:
+      return braidMax;
+    case OpKind::kMin:
+      return braidMin;
+    case OpKind::kAvg:
+      return braidAvg;
+    default:
+      return braidSum;
+  }
+}
+
+uint64_t NextSize(uint64_t size, const Options& o) {
+  if (o.step_factor > 1) return size == 0 ? 1 : size * o.step_factor;
+  return size + o.step_bytes;
+}
+
+// What the threads of this process share.
+struct Shared {
+  const CollTest* test;
+  Options opt;
+  Launch launch;
+  RunInfo info;
+  int world = 1;
+  std::vector<RowResult> rows;  // written by world rank 0 only
+  std::vector<DeviceLine> devices;
+  uint64_t total_wrong = 0;
+  double busbw_sum = 0;
+  int busbw_count = 0;
+  bool json_failed = false;
+};
+
+// One rank of the test, run by one thread.
+class RankRunner {
+ public:
+  RankRunner(Shared* s, int thread)
+      : s_(*s), t_(*s->test), o_(s->opt), comm_(s->launch.comms[thread]) {
+    braidCommUserRank(comm_, &rank_);
+    braidCommCount(comm_, &nranks_);
+    printer_ = rank_ == 0;
+  }
+
+  void run() {
+    gatherDevices();
+    if (printer_) PrintHeader(stdout, s_.info, o_, s_.devices);
+
+    send_ = std::make_unique<HostBuffer>(o_.max_bytes);
+    recv_ = std::make_unique<HostBuffer>(o_.max_bytes);
+    if (!send_->get() || !recv_->get())
+      fatal("allocating 2 x " + std::to_string(o_.max_bytes) + " bytes of host memory",
+            braidErrSystem, false);
+
+    for (const TypeInfo* type : o_.types) {
+      for (const OpInfo* op : o_.ops) {
+        runTypeOp(*type, op);
+      }
+    }
+
+    if (printer_) {
+      const double avg = s_.busbw_count ? s_.busbw_sum / s_.busbw_count : 0;
+      PrintFooter(stdout, s_.info, s_.total_wrong, avg);
+      if (!o_.json_file.empty() &&
+          !WriteJson(o_.json_file, s_.info, o_, s_.devices, s_.rows, s_.total_wrong, avg))
+        s_.json_failed = true;
+    }
+    // Nobody exits before rank 0 has printed: a launcher stops the job at the first non-zero
+    // exit (status 7 after wrong elements), which must not cut the report short.
+    check(braidBarrier(comm_), "braidBarrier (end)");
+  }
+
+ private:
+  [[noreturn]] void fatal(const std::string& what, braidResult_t r, bool from_braid = true) {
+    std::fprintf(stderr, "%s: rank %d: %s failed: %s%s%s\n", t_.binary, rank_, what.c_str(),
+                 braidGetErrorString(r), from_braid ? ": " : "",
+                 from_braid ? braidGetLastError(comm_) : "");
+    AbortJob(s_.launch, kExitRuntime);
+  }
+
+  void check(braidResult_t r, const char* what) {
+    if (r != braidSuccess) fatal(what, r);
+  }
+
+  void gatherDevices() {
+    char line[kDeviceLineBytes] = {};
+    char host[64] = "?";
+    gethostname(host, sizeof host - 1);
+    char desc[kDeviceLineBytes] = {};
+    if (braidCommDescribe(comm_, desc, sizeof desc) != braidSuccess) desc[0] = '\0';
+    // The transport part of "rank 0/4 host h pid 42 transports shm:3 tcp:0 channels 2".
+    const char* summary = std::strstr(desc, "transports");
+    std::snprintf(line, sizeof line, "%d|%s|%s", static_cast<int>(getpid()), host,
+                  summary ? summary : desc);
+    std::vector<char> all(kDeviceLineBytes * nranks_);
+    check(braidAllGather(line, all.data(), kDeviceLineBytes, braidUint8, comm_), "braidAllGather");
+    if (!printer_) return;
+    for (int r = 0; r < nranks_; ++r) {
+      std::string entry(all.data() + r * kDeviceLineBytes,
+                        strnlen(all.data() + r * kDeviceLineBytes, kDeviceLineBytes));
+      size_t a = entry.find('|'), b = entry.find('|', a + 1);
+      DeviceLine d{r, std::atoi(entry.substr(0, a).c_str()), entry.substr(a + 1, b - a - 1),
+                   b == std::string::npos ? "" : entry.substr(b + 1)};
+      s_.devices.push_back(d);
+    }
+  }
+
+  void runTypeOp(const TypeInfo& type, const OpInfo* op) {
+    const OpKind kind = op ? op->kind : OpKind::kNone;
+    braidRedOp_t red = BuiltinOp(kind);
+    bool custom_op = false;
+    if (kind == OpKind::kMulSum) {
+      uint64_t scalar = EncodeInt(type, kMulSumScalar);
+      check(braidRedOpCreatePreMulSum(&red, &scalar, type.type, comm_),
+            "braidRedOpCreatePreMulSum");
+      custom_op = true;
+    }
+    DataModel model(type, kind, nranks_);
+    for (uint64_t size = o_.min_bytes; size <= o_.max_bytes; size = NextSize(size, o_)) {
+      runRow(type, op, red, model, size);
+      if (size == o_.max_bytes && o_.step_factor <= 1 && o_.step_bytes == 0) break;
+    }
+    if (custom_op) check(braidRedOpDestroy(red, comm_), "braidRedOpDestroy");
+  }
+
+  void runRow(const TypeInfo& type, const OpInfo* op, braidRedOp_t red, const DataModel& model,
+              uint64_t size) {
+    const size_t count = size / type.size;
+    CollCounts c = t_.counts(count, type.size, nranks_);
+    RowResult row;
+    row.size = std::max(c.send, c.recv) * type.size;
+    row.count = c.param;
+    row.type = type.name;
+    row.redop = op ? op->name : "none";
+    row.root = t_.has_root ? o_.root : -1;
+    row.out_of_place = side(type, red, model, c, false, row.size);
+    if (t_.in_place) row.in_place = side(type, red, model, c, true, row.size);
+    if (printer_) {
+      PrintRow(stdout, row);
+      for (const SideResult* sr : {&row.out_of_place, &row.in_place}) {
+        if (!sr->ran) continue;
+        s_.busbw_sum += sr->busbw;
+        ++s_.busbw_count;
+        s_.total_wrong += sr->wrong;
+      }
+      s_.rows.push_back(row);
+    } else {
+      // Every rank knows the totals (they were all-reduced): keep them for the exit status.
+      s_.total_wrong += row.out_of_place.wrong + row.in_place.wrong;
+    }
+  }
+
+  struct Ptrs {
+    unsigned char* send;
+    unsigned char* recv;
+    unsigned char* base;  // start of the region this op may touch in the receive buffer
+    size_t shift;
+  };
+
+  Ptrs pointers(const CollCounts& c, size_t elt, bool in_place, uint64_t iter) const {
+    // Move the buffers between iterations (as nccl-tests does) so the library cannot rely on
+    // seeing the same pointer twice.
+    const size_t total = std::max(c.send, c.recv) * elt;
+    const size_t steps = total ? std::max<size_t>(o_.max_bytes / total, 1) : 1;
+    const size_t shift = total * (iter % steps);
+    Ptrs p;
+    p.shift = shift;
+    p.base = recv_->get() + shift;
+    if (in_place) {
+      p.send = p.base + static_cast<size_t>(rank_) * c.send_inplace_step * elt;
+      p.recv = p.base + static_cast<size_t>(rank_) * c.recv_inplace_step * elt;
+    } else {
+      p.send = send_->get() + shift;
+      p.recv = p.base;
+    }
+    return p;
+  }
+
+  OpCall call(const TypeInfo& type, braidRedOp_t red, const CollCounts& c, const Ptrs& p) const {
+    return OpCall{p.send, p.recv, c.param, type.type, red, o_.root, rank_, nranks_, comm_};
+  }
+
+  // Waits for in-flight requests (oldest first) until none overlaps [lo, hi) or all are done.
+  void waitInFlight(size_t lo, size_t hi, bool all) {
+    while (!inflight_.empty()) {
+      bool overlap = false;
+      for (const InFlight& f : inflight_) overlap |= f.lo < hi && lo < f.hi;
+      if (!all && !overlap && inflight_.size() < kMaxInFlight) return;
+      braidRequest_t req = inflight_.front().req;
+      inflight_.pop_front();
+      check(braidWait(&req, -1), "braidWait");
+    }
+  }
+
+  // Issues operation number `iter` of a run: blocking (-z 1, groups, collectives without a
+  // non-blocking form), or non-blocking with at most one op in flight per buffer region.
+  void issue(const TypeInfo& type, braidRedOp_t red, const CollCounts& c, bool in_place,
+             uint64_t iter, bool nonblocking) {
+    Ptrs p = pointers(c, type.size, in_place, iter);
+    OpCall oc = call(type, red, c, p);
+    if (!nonblocking) {
+      check(t_.start(oc, nullptr), t_.binary);
+      return;
+    }
+    const size_t total = std::max(c.send, c.recv) * type.size;
+    waitInFlight(p.shift, p.shift + std::max<size_t>(total, 1), false);
+    braidRequest_t req = nullptr;
+    check(t_.start(oc, &req), t_.binary);
+    if (req) inflight_.push_back({req, p.shift, p.shift + std::max<size_t>(total, 1)});
+  }
+
+  // One timed run of n iterations of m ops; returns seconds per op.
+  double timedRun(const TypeInfo& type, braidRedOp_t red, const CollCounts& c, bool in_place) {
+    const bool nonblocking = o_.blocking == 0 && o_.agg_iters == 1;
+    for (int w = 0; w < o_.warmup_iters; ++w) issue(type, red, c, in_place, w, nonblocking);
+    waitInFlight(0, 0, true);
+    check(braidBarrier(comm_), "braidBarrier");
+    auto t0 = std::chrono::steady_clock::now();
+    for (int it = 0; it < o_.iters; ++it) {
+      if (o_.agg_iters > 1) check(braidGroupStart(), "braidGroupStart");
+      for (int a = 0; a < o_.agg_iters; ++a)
+        issue(type, red, c, in_place, static_cast<uint64_t>(it) * o_.agg_iters + a, nonblocking);
+      if (o_.agg_iters > 1) check(braidGroupEnd(), "braidGroupEnd");
+    }
+    waitInFlight(0, 0, true);
+    auto t1 = std::chrono::steady_clock::now();
+    return std::chrono::duration<double>(t1 - t0).count() /
+           (static_cast<double>(o_.iters) * o_.agg_iters);
+  }
+
+  double combine(double seconds) {
+    if (o_.average == 0) return seconds;  // rank 0's own time (only rank 0 prints)
+    braidRedOp_t op = o_.average == 1 ? braidSum : o_.average == 2 ? braidMin : braidMax;
+    double v = seconds;
+    check(braidAllReduce(&v, &v, 1, braidFloat64, op, comm_), "braidAllReduce (times)");
+    return o_.average == 1 ? v / nranks_ : v;
+  }
+
+  uint64_t checkRuns(const TypeInfo& type, braidRedOp_t red, const DataModel& model,
+                     const CollCounts& c, bool in_place) {
+    const std::vector<Block> blocks = t_.expected(rank_, nranks_, o_.root, c);
+    // The rank that plants the fault must have an output: rank 0, or the root of a reduce.
+    const int corrupt_rank = t_.expected(0, nranks_, o_.root, c).empty() ? o_.root : 0;
+    uint64_t wrong = 0;
+    for (int k = 0; k < o_.check_iters; ++k) {
+      // Check iteration k uses the offset of iteration k, so moved pointers are checked too.
+      Ptrs p = pointers(c, type.size, in_place, static_cast<uint64_t>(k));
+      const size_t total = std::max(c.send, c.recv) * type.size;
+      std::memset(p.base, kPoison, in_place ? total : c.recv * type.size);
+      model.fill(p.send, rank_, 0, c.send, static_cast<uint64_t>(k));
+      check(t_.start(call(type, red, c, p), nullptr), t_.binary);
+      if (o_.corrupt && rank_ == corrupt_rank && !blocks.empty() && blocks[0].count > 0) {
+        // Flip a high exponent/value bit: far outside any tolerance.
+        p.recv[blocks[0].dst * type.size + type.size - 1] ^= 0x40;
+      }
+      wrong += model.verify(p.recv, blocks, static_cast<uint64_t>(k));
+    }
+    check(braidAllReduce(&wrong, &wrong, 1, braidUint64, braidSum, comm_),
+          "braidAllReduce (wrong counts)");
+    return wrong;
+  }
+
+  SideResult side(const TypeInfo& type, braidRedOp_t red, const DataModel& model,
+                  const CollCounts& c, bool in_place, uint64_t row_bytes) {
+    SideResult r;
+    r.ran = true;
+    const double sec = combine(timedRun(type, red, c, in_place));
+    r.time_us = sec * 1e6;
+    r.algbw = sec > 0 ? static_cast<double>(row_bytes) / 1e9 / sec : 0;
+    r.busbw = r.algbw * t_.bus_factor(nranks_);
+    if (o_.check_iters > 0) {
+      r.checked = true;
+      r.wrong = checkRuns(type, red, model, c, in_place);
+    }
+    return r;
+  }
+
+  struct InFlight {
+    braidRequest_t req;
+    size_t lo, hi;
+  };
+
+  Shared& s_;
+  const CollTest& t_;
+  const Options& o_;
+  braidComm_t comm_;
+  int rank_ = 0;
+  int nranks_ = 1;
+  bool printer_ = false;
+  std::unique_ptr<HostBuffer> send_, recv_;
+  std::deque<InFlight> inflight_;
+};
+
+}  // namespace
+
+int PerfMain(int argc, char** argv, const CollTest& test) {
+  Shared s;
+  s.test = &test;
+  int status = 0;
+  if (!ParseOptions(argc, argv, test.binary, test.has_op, &s.opt, &status)) return status;
+  Options& o = s.opt;
+
+  // Options that need a braidConfig_t: an algorithm override and a stall deadline.
+  braidConfig_t config = BRAID_CONFIG_INITIALIZER;
+  std::string algo_spec;
+  if (!o.algo.empty()) {
+    if (!test.tuner_name) {
+      std::fprintf(stderr, "%s: -A: this collective has no algorithm choice\n", test.binary);
+      return kExitUsage;
+    }
+    // A bare name applies to this collective; a full spec ("allreduce:ring;...") is passed on.
+    algo_spec = o.algo.find(':') == std::string::npos ? std::string(test.tuner_name) + ":" + o.algo
+                                                      : o.algo;
+    config.algorithms = algo_spec.c_str();
+  }
+  if (o.timeout_s > 0) config.timeout_ms = static_cast<int64_t>(o.timeout_s) * 1000;
+  const bool need_config = !o.algo.empty() || o.timeout_s > 0;
+
+  if (!CreateCommunicators(&argc, &argv, o.nthreads, config, need_config, test.binary, &s.launch))
+    return kExitRuntime;
+  s.world = s.launch.nprocs * s.launch.nthreads;
+  if (test.has_root && o.root >= s.world) {
+    if (s.launch.proc_rank == 0)
+      std::fprintf(stderr, "%s: -r %d: the root must be a rank in 0..%d\n", test.binary, o.root,
+                   s.world - 1);
+    DestroyCommunicators(&s.launch);
+    return kExitUsage;
+  }
+
+  int version = 0;
+  braidGetVersion(&version);
+  s.info.binary = test.binary;
+  s.info.launcher = s.launch.launcher;
+  s.info.nranks = s.world;
+  s.info.nprocs = s.launch.nprocs;
+  s.info.version = std::to_string(version / 10000) + "." + std::to_string(version / 100 % 100) +
+                   "." + std::to_string(version % 100);
+  s.info.header_code = BRAID_VERSION_CODE;
+  s.info.library_code = version;
+
+  // Thread 0 runs on the main thread; with -t N the others get their own. Each thread has its
+  // own Shared copy, made before any thread starts; only thread 0 of world rank 0 prints.
+  std::vector<Shared> locals(o.nthreads > 1 ? o.nthreads - 1 : 0, s);
+  std::vector<std::thread> threads;
+  for (int t = 1; t < o.nthreads; ++t)
+    threads.emplace_back([&locals, t]() { RankRunner(&locals[t - 1], t).run(); });
+  RankRunner(&s, 0).run();
+  for (auto& th : threads) th.join();
+
+  int exit_status = s.total_wrong ? kExitWrong : 0;
+  if (s.json_failed && exit_status == 0) exit_status = kExitRuntime;
+  DestroyCommunicators(&s.launch);
+  return exit_status;
+}
+
+}  // namespace braid_perf

@@ -1,0 +1,58 @@
+// The nccl-tests table (so existing parsers keep working) and its JSON twin (-J).
+#pragma once
+
+#include <cstdint>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "common/options.h"
+
+namespace braid_perf {
+
+struct SideResult {
+  bool ran = false;  // false: no in-place form, printed as N/A
+  double time_us = 0;
+  double algbw = 0;  // GB/s, 1e9 bytes per second
+  double busbw = 0;
+  bool checked = false;  // -c 0: #wrong is N/A
+  uint64_t wrong = 0;
+};
+
+struct RowResult {
+  uint64_t size = 0;   // bytes, the "size" column
+  uint64_t count = 0;  // elements, the "count" column
+  std::string type;
+  std::string redop;
+  int root = -1;
+  SideResult out_of_place, in_place;
+};
+
+struct DeviceLine {
+  int rank;
+  int pid;
+  std::string host;
+  std::string summary;  // transports from braidCommDescribe
+};
+
+struct RunInfo {
+  std::string binary;
+  std::string launcher;
+  int nranks = 1;
+  int nprocs = 1;
+  std::string version;  // library version "0.1.0"
+  int header_code = 0;
+  int library_code = 0;
+};
+
+void PrintHeader(FILE* out, const RunInfo& info, const Options& o,
+                 const std::vector<DeviceLine>& devices);
+void PrintRow(FILE* out, const RowResult& row);
+// Totals over `rows`: wrong elements and the average bus bandwidth of every printed busbw.
+void PrintFooter(FILE* out, const RunInfo& info, uint64_t wrong, double avg_busbw);
+// Writes the JSON document; false (after printing why) when the file cannot be written.
+bool WriteJson(const std::string& path, const RunInfo& info, const Options& o,
+               const std::vector<DeviceLine>& devices, const std::vector<RowResult>& rows,
+               uint64_t wrong, double avg_busbw);
+
+}  // namespace braid_perf

@@ -1,0 +1,196 @@
+#include "transport/tcp/tcp_endpoint.h"
+
+#include <poll.h>
+#include <sys/socket.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+#include "core/clock.h"
+
+namespace braid {
+namespace {
+
+// The urgent byte of shutdown(). Without SO_OOBINLINE it never enters the byte stream.
+constexpr char kShutdownMarker = 'S';
+// How long shutdown() may wait for room for the marker.
+constexpr int kShutdownMarkerWaitMs = 20;
+
+}  // namespace
+
+TcpEndpoint::TcpEndpoint(Fd fd, TcpPeer peer)
+    : fd_(std::move(fd)), peer_(std::move(peer)), buf_(new std::byte[kBufferBytes]) {}
+
+// The peer must see the close even if a forked child of this process holds a copy of the fd.
+TcpEndpoint::~TcpEndpoint() {
+  HangUp(fd_.get());
+}
+
+std::string TcpEndpoint::peerName() const {
+  std::string s = "rank " + std::to_string(peer_.rank);
+  if (!peer_.host.empty()) s += " on host " + peer_.host;
+  if (!peer_.address.empty()) s += " (" + peer_.address + ")";
+  return s;
+}
+
+std::string TcpEndpoint::describe() const {
+  return "tcp to " + peerName() + " channel " + std::to_string(peer_.channel);
+}
+
+bool TcpEndpoint::peerShutDown() {
+  if (marker_seen_) return true;
+  char m = 0;
+  // EINVAL / EAGAIN when no urgent byte arrived.
+  if (::recv(fd_.get(), &m, 1, MSG_OOB | MSG_DONTWAIT) == 1 && m == kShutdownMarker)
+    marker_seen_ = true;
+  return marker_seen_;
+}
+
+Status TcpEndpoint::peerError(int err, const char* op) {
+  if (err == 0 || err == ECONNRESET || err == EPIPE) {
+    if (peerShutDown())
+      return RemoteError(peerName() + " shut the stream down after a failure of its own operation");
+    return RemoteError(peerName() + " closed the connection: it probably exited or crashed");
+  }
+  if (err == ETIMEDOUT || err == EHOSTUNREACH || err == ENETUNREACH)
+    return RemoteError(ErrnoMessage("tcp " + std::string(op) + " with " + peerName(), err) +
+                       ": the peer's host is unreachable (host down or link cut?)");
+  return SystemError(ErrnoMessage("tcp " + std::string(op) + " with " + peerName(), err));
+}
+
+ssize_t TcpEndpoint::readStream(void* p, size_t n) {
+  if (!marker_seen_) {
+    char probe;
+    ssize_t k = ::recv(fd_.get(), &probe, 1, MSG_PEEK | MSG_DONTWAIT);
+    if (k == 0) peerShutDown();  // EOF: the marker, if any, is still there
+    if (k <= 0) return k;        // errno is recv's when k < 0
+  }
+  return ::recv(fd_.get(), p, n, MSG_DONTWAIT);
+}
+
+void TcpEndpoint::shutdown() {
+  if (shut_down_) return;
+  shut_down_ = true;
+  // The marker needs one byte of send buffer. A full buffer usually drains within
+  // microseconds (the peer is reading what precedes it), so retry briefly; this is the error
+  // path. If it stays full, the peer reports a closed connection instead.
+  Deadline until = Deadline::After(kShutdownMarkerWaitMs);
+  for (;;) {
+    ssize_t n = ::send(fd_.get(), &kShutdownMarker, 1, MSG_OOB | MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n == 1 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) break;
+    if (until.expired()) break;
+    pollfd p{fd_.get(), POLLOUT, 0};
+    ::poll(&p, 1, 1);
+  }
+  ::shutdown(fd_.get(), SHUT_WR);
+  Status local = AbortedError(describe() + " was shut down after a failure on this rank");
+  if (tx_error_.ok()) tx_error_ = local;
+  if (rx_error_.ok()) rx_error_ = local;
+}
+
+Result<size_t> TcpEndpoint::send(const void* data, size_t len) {
+  if (!tx_error_.ok()) return tx_error_;
+  if (len == 0) return size_t{0};
+  for (;;) {
+    ssize_t n = ::send(fd_.get(), data, len, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n >= 0) return static_cast<size_t>(n);
+    if (errno == EINTR) continue;
+    if (errno == EAGAIN || errno == EWOULDBLOCK) {
+      // A full buffer toward a peer that hung up never drains: fail now, not at the timeout.
+      pollfd p{fd_.get(), POLLRDHUP, 0};
+      if (::poll(&p, 1, 0) == 1 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR))) {
+        tx_error_ = peerError(0, "send");
+        return tx_error_;
+      }
+      return size_t{0};
+    }
+    tx_error_ = peerError(errno, "send");
+    return tx_error_;
+  }
+}
+
+void TcpEndpoint::fill() {
+  if (!rx_error_.ok()) return;
+  size_t avail = tail_ - head_;
+  // Compact when the buffer's end is reached, or when a short remainder sits so near the end
+  // that a view could not grow to 8 bytes (the peek() guarantee).
+  if (head_ > 0 && (tail_ == kBufferBytes || (avail < 8 && kBufferBytes - head_ < 8))) {
+    std::memmove(buf_.get(), buf_.get() + head_, avail);
+    head_ = 0;
+    tail_ = avail;
+  }
+  while (tail_ < kBufferBytes) {
+    size_t want = kBufferBytes - tail_;
+    ssize_t n = readStream(buf_.get() + tail_, want);
+    if (n > 0) {
+      tail_ += static_cast<size_t>(n);
+      if (static_cast<size_t>(n) < want) return;  // drained (or at the marker)
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
+    rx_error_ = peerError(n == 0 ? 0 : errno, "recv");
+    if (tx_error_.ok()) tx_error_ = rx_error_;  // nobody reads what we would send
+    return;
+  }
+}
+
+Result<std::span<const std::byte>> TcpEndpoint::peek(size_t max) {
+  if (tail_ - head_ < max) fill();
+  size_t avail = tail_ - head_;
+  if (avail == 0) {
+    last_peek_ = 0;
+    if (!rx_error_.ok()) return rx_error_;
+    return std::span<const std::byte>();
+  }
+  last_peek_ = std::min(avail, max);
+  return std::span<const std::byte>(buf_.get() + head_, last_peek_);
+}
+
+void TcpEndpoint::consume(size_t len) {
+  head_ += std::min(len, last_peek_);
+  last_peek_ = 0;
+  if (head_ == tail_) head_ = tail_ = 0;
+}
+
+Result<size_t> TcpEndpoint::recv(void* data, size_t len) {
+  last_peek_ = 0;
+  auto* out = static_cast<std::byte*>(data);
+  size_t got = std::min(len, tail_ - head_);
+  if (got) {
+    std::memcpy(out, buf_.get() + head_, got);
+    head_ += got;
+    if (head_ == tail_) head_ = tail_ = 0;
+  }
+  // The rest straight from the socket: no second copy for large messages.
+  while (got < len && rx_error_.ok()) {
+    size_t want = len - got;
+    ssize_t n = readStream(out + got, want);
+    if (n > 0) {
+      got += static_cast<size_t>(n);
+      if (static_cast<size_t>(n) < want) break;  // drained (or at the marker)
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
+    rx_error_ = peerError(n == 0 ? 0 : errno, "recv");
+    if (tx_error_.ok()) tx_error_ = rx_error_;
+  }
+  // Bytes that arrived before an error are delivered first; the error comes on the next call.
+  if (got == 0 && !rx_error_.ok() && len > 0) return rx_error_;
+  return got;
+}
+
+bool TcpEndpoint::arm(bool want_send, bool want_recv, std::vector<pollfd>& fds) {
+  // The caller should see a pending error (or buffered bytes) now rather than sleep.
+  if (want_send && !tx_error_.ok()) return true;
+  if (want_recv && (!rx_error_.ok() || tail_ > head_)) return true;
+  // POLLRDHUP with POLLOUT: a sender blocked on a full buffer wakes when the peer hangs up.
+  short ev = static_cast<short>((want_recv ? POLLIN : 0) | (want_send ? POLLOUT | POLLRDHUP : 0));
+  // Even with neither wanted, POLLERR/POLLHUP (always reported) wake on a reset connection.
+  fds.push_back({fd_.get(), ev, 0});
+  return false;
+}
+
+}  // namespace braid

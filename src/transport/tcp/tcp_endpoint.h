@@ -1,0 +1,75 @@
+// One TCP connection to one peer as a transport Endpoint (transport.h): non-blocking
+// send()/recv(), an internal receive buffer for peek()/consume(), and fd-based sleeping.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "core/socket.h"
+#include "core/status.h"
+#include "transport/transport.h"
+
+namespace braid {
+
+// Who is at the other end, for error messages.
+struct TcpPeer {
+  int rank = -1;
+  std::string host;     // hostname, "" when unknown
+  std::string address;  // the peer's listening address "10.0.0.2:5123"
+  int channel = 0;
+};
+
+class TcpEndpoint final : public Endpoint {
+ public:
+  // Receive-buffer size for peek(): large views let the engine reduce in place.
+  static constexpr size_t kBufferBytes = 256 * 1024;
+
+  TcpEndpoint(Fd fd, TcpPeer peer);
+  ~TcpEndpoint() override;
+
+  Result<size_t> send(const void* data, size_t len) override;
+  Result<size_t> recv(void* data, size_t len) override;
+  Result<std::span<const std::byte>> peek(size_t max) override;
+  void consume(size_t len) override;
+  bool arm(bool want_send, bool want_recv, std::vector<pollfd>& fds) override;
+  void disarm() override {}
+  // Sends one urgent (out-of-band) marker byte, then FIN: the peer reads everything sent so
+  // far, then reports "shut the stream down after a failure" rather than a crash.
+  void shutdown() override;
+  std::string describe() const override;
+
+  int fd() const { return fd_.get(); }
+
+ private:
+  // "rank 3 on host h2 (10.0.0.2:5123)"
+  std::string peerName() const;
+  // The error for a peer that hung up (err = 0 for EOF) or failed otherwise.
+  Status peerError(int err, const char* op);
+  // Whether the peer's shutdown marker arrived (cached once seen).
+  bool peerShutDown();
+  // Reads what the socket has into the buffer (at most to its end).
+  void fill();
+  // One recv() of the byte stream that never loses the shutdown marker. Linux drops a pending
+  // urgent byte when a normal read starts at it; since only FIN follows the marker, such a read
+  // returns 0 or EAGAIN, never data. So a one-byte MSG_PEEK (which leaves the urgent byte in
+  // place) goes first: EAGAIN or EOF end there (at EOF the marker is fetched), and data means
+  // the real read cannot start at the marker. One extra syscall per successful read.
+  ssize_t readStream(void* p, size_t n);
+
+  Fd fd_;
+  TcpPeer peer_;
+  std::unique_ptr<std::byte[]> buf_;
+  size_t head_ = 0, tail_ = 0;
+  size_t last_peek_ = 0;
+  // Sticky, per direction: the incoming stream ends only after its bytes were delivered, while
+  // sends may fail earlier.
+  Status rx_error_;
+  Status tx_error_;
+  bool marker_seen_ = false;
+  bool shut_down_ = false;
+};
+
+}  // namespace braid

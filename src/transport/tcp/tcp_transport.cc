@@ -1,0 +1,494 @@
+// The TCP transport: one listener per communicator on the selected interface, `nchannels`
+// authenticated sockets per peer. The lower rank of a pair connects, the higher accepts; one
+// poll loop drives every connect, accept and handshake at once, so a stranger at the listener
+// (garbage, slow, idle) is dropped within a second without delaying the real connections.
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <openssl/sha.h>
+#include <poll.h>
+#include <sys/socket.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/handshake.h"
+#include "core/log.h"
+#include "core/socket.h"
+#include "core/unique_id.h"
+#include "transport/tcp/tcp_endpoint.h"
+#include "transport/transport.h"
+
+namespace braid {
+namespace {
+
+constexpr uint32_t kPurposeTcpData = 2;
+constexpr const char* kBlobPrefix = "tcp1 ";
+// Socket buffers: large enough for a bandwidth-delay product of a fast LAN link.
+constexpr int kSocketBufferBytes = 4 << 20;
+// Pending unauthenticated connections held at once; beyond that the oldest is dropped.
+constexpr size_t kMaxStrangers = 512;
+// A connect that the peer's listener refused or reset is retried (backoff) this many times.
+constexpr int kMaxHandshakeRetries = 5;
+
+std::string SecondsText(int64_t ms) {
+  char buf[32];
+  snprintf(buf, sizeof(buf), "%.1f s", static_cast<double>(ms) / 1000.0);
+  return buf;
+}
+
+// Detect a dead host or a cut link without waiting for the kernel's default (minutes):
+// keepalive probes on idle connections, TCP_USER_TIMEOUT on unacknowledged data.
+void SetLiveness(int fd) {
+  int on = 1, idle = 5, intvl = 1, cnt = 4;
+  unsigned int user_timeout_ms = 10000;
+  setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &on, sizeof(on));
+  setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof(idle));
+  setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &intvl, sizeof(intvl));
+  setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &cnt, sizeof(cnt));
+  setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &user_timeout_ms, sizeof(user_timeout_ms));
+}
+
+Result<sockaddr_storage> ParseBlob(const std::string& blob) {
+  if (blob.rfind(kBlobPrefix, 0) != 0) return InvalidArgument("not a tcp transport address");
+  return ParseHostPort(blob.substr(std::strlen(kBlobPrefix)));
+}
+
+class TcpInstance final : public TransportInstance {
+ public:
+  TcpInstance(const TransportContext& ctx, Fd listener, std::string address)
+      : ctx_(ctx), listener_(std::move(listener)), address_(std::move(address)) {
+    // The communicator's identity inside the handshake: a hash of its tag, which every rank
+    // has (no need for the raw nonce here).
+    uint8_t digest[SHA256_DIGEST_LENGTH];
+    std::string tag = "braid-tcp|" + ctx_.comm_tag;
+    {
+      CryptoLock lock;
+      SHA256(reinterpret_cast<const uint8_t*>(tag.data()), tag.size(), digest);
+    }
+    std::memcpy(nonce_, digest, sizeof(nonce_));
+  }
+
+  std::string localBlob() const override { return kBlobPrefix + address_; }
+
+  bool canConnect(int peer, const std::vector<std::string>& blobs) const override {
+    if (peer < 0 || static_cast<size_t>(peer) >= blobs.size() ||
+        static_cast<size_t>(ctx_.rank) >= blobs.size())
+      return false;
+    // Symmetric: both sides look at both blobs.
+    return ParseBlob(blobs[peer]).ok() && ParseBlob(blobs[ctx_.rank]).ok();
+  }
+
+  Status connect(const std::vector<int>& peers, const std::vector<std::string>& blobs,
+                 Deadline deadline,
+                 std::vector<std::vector<std::unique_ptr<Endpoint>>>* out) override;
+
+  ~TcpInstance() override {
+    HangUp(listener_.get());
+    for (auto& [key, fd] : stash_) HangUp(fd.get());
+  }
+
+  Status finishConnect() override {
+    // shutdown, not only close: a forked child may hold a copy of the listener.
+    HangUp(listener_.get());
+    listener_ = Fd();
+    if (!stash_.empty())
+      BRAID_WARN("tcp: rank %d: %zu authenticated connections were never used", ctx_.rank,
+                 stash_.size());
+    for (auto& [key, fd] : stash_) HangUp(fd.get());
+    stash_.clear();
+    return Status::Ok();
+  }
+
+ private:
+  struct Outgoing {
+    int peer = -1, channel = 0, index = 0;
+    sockaddr_storage addr{};
+    enum { kIdle, kConnecting, kHandshake, kDone } state = kIdle;
+    Fd fd;
+    std::unique_ptr<ClientHandshake> hs;
+    Clock::time_point retry_at{};
+    int backoff_ms = 10;
+    int handshake_failures = 0;
+    std::string last_error = "no attempt yet";
+  };
+  struct Incoming {
+    Fd fd;
+    std::string from;
+    Clock::time_point deadline;
+    std::unique_ptr<ServerHandshake> hs;
+    bool dead = false;
+  };
+
+  TcpPeer peerOf(int rank, int channel) const {
+    const auto& blobs = blobs_;
+    TcpPeer p;
+    p.rank = rank;
+    p.channel = channel;
+    if (static_cast<size_t>(rank) < ctx_.ranks.size()) p.host = ctx_.ranks[rank].hostname;
+    if (static_cast<size_t>(rank) < blobs.size() && blobs[rank].rfind(kBlobPrefix, 0) == 0)
+      p.address = blobs[rank].substr(std::strlen(kBlobPrefix));
+    return p;
+  }
+  std::string peerName(int rank) const {
+    TcpPeer p = peerOf(rank, 0);
+    std::string s = "rank " + std::to_string(rank);
+    if (!p.host.empty()) s += " on host " + p.host;
+    if (!p.address.empty()) s += " (" + p.address + ")";
+    return s;
+  }
+
+  void startOutgoing(Outgoing& o);
+  void driveOutgoing(Outgoing& o, short revents);
+  void driveIncoming(Incoming& in);
+  void acceptNew(std::vector<Incoming>& incoming);
+  void drop(Incoming& in, const std::string& why) {
+    BRAID_WARN("tcp: rank %d: dropped connection from %s: %s", ctx_.rank, in.from.c_str(),
+               why.c_str());
+    HangUp(in.fd.get());
+    in.dead = true;
+  }
+
+  TransportContext ctx_;
+  Fd listener_;
+  std::string address_;
+  std::vector<std::string> blobs_;  // of the current connect(), for messages
+  uint8_t nonce_[16] = {};
+  // Authenticated incoming connections by (rank, channel), until connect() hands them out.
+  // Connections for a later connect() call may arrive early.
+  std::map<std::pair<int, int>, Fd> stash_;
+  std::vector<std::pair<int, int>> taken_;  // (rank, channel) already handed out
+  Clock::time_point listener_paused_until_{};
+  Status fatal_;  // a local failure (not a peer's) that ends connect()
+};
+
+void TcpInstance::startOutgoing(Outgoing& o) {
+  auto fd = StartConnect(o.addr, kSocketBufferBytes);
+  if (!fd.ok()) {
+    if (fd.status().cls() == ErrorClass::kSystem) {
+      fatal_ = fd.status();
+      return;
+    }
+    o.last_error = fd.status().message();
+    o.retry_at = Clock::now() + std::chrono::milliseconds(o.backoff_ms);
+    o.backoff_ms = std::min(o.backoff_ms * 2, 500);
+    return;
+  }
+  o.fd = std::move(*fd);
+  o.state = Outgoing::kConnecting;
+}
+
+void TcpInstance::driveOutgoing(Outgoing& o, short revents) {
+  auto retry = [&](const std::string& why) {
+    o.last_error = why;
+    HangUp(o.fd.get());
+    o.fd = Fd();
+    o.hs.reset();
+    o.state = Outgoing::kIdle;
+    o.retry_at = Clock::now() + std::chrono::milliseconds(o.backoff_ms);
+    o.backoff_ms = std::min(o.backoff_ms * 2, 500);
+  };
+  if (o.state == Outgoing::kConnecting) {
+    if (!(revents & (POLLOUT | POLLERR | POLLHUP))) return;
+    int err = ConnectError(o.fd.get());
+    if (err != 0) return retry(ErrnoMessage("connect", err));
+    SetLiveness(o.fd.get());
+    HandshakeHello hello;
+    hello.purpose = kPurposeTcpData;
+    hello.rank = ctx_.rank;
+    hello.nranks = ctx_.nranks;
+    hello.channel = o.channel;
+    std::memcpy(hello.comm_nonce, nonce_, sizeof(nonce_));
+    o.hs = std::make_unique<ClientHandshake>(ctx_.secret, hello);
+    o.state = Outgoing::kHandshake;
+  }
+  if (o.state == Outgoing::kHandshake) {
+    HandshakeState s = o.hs->drive(o.fd.get());
+    if (s == HandshakeState::kDone) {
+      o.state = Outgoing::kDone;
+      o.hs.reset();
+    } else if (s == HandshakeState::kFailed) {
+      Status st = o.hs->error();
+      // The peer closing on us is usually transient (it dropped us while overloaded); anything
+      // else (not a braid peer, a peer that cannot prove the secret) is final.
+      if (o.hs->closedByPeer() && ++o.handshake_failures <= kMaxHandshakeRetries)
+        return retry(st.message());
+      o.last_error = st.message();
+      fatal_ = Status(st).prepend("authentication with " + peerName(o.peer) + " channel " +
+                                  std::to_string(o.channel) + " failed: ");
+    }
+  }
+}
+
+void TcpInstance::acceptNew(std::vector<Incoming>& incoming) {
+  for (int i = 0; i < 64; ++i) {
+    sockaddr_storage peer{};
+    auto r = AcceptConnection(listener_.get(), &peer, kSocketBufferBytes);
+    if (!r.ok()) {
+      // Out of fds: make room and retry shortly instead of spinning on the listener.
+      BRAID_WARN("tcp: rank %d: %s", ctx_.rank, r.status().message().c_str());
+      listener_paused_until_ = Clock::now() + std::chrono::milliseconds(50);
+      Incoming* oldest = nullptr;
+      for (auto& in : incoming)
+        if (!in.dead && (!oldest || in.deadline < oldest->deadline)) oldest = &in;
+      if (oldest) drop(*oldest, "too many pending connections");
+      return;
+    }
+    if (!r->valid()) return;
+    size_t live = 0;
+    Incoming* oldest = nullptr;
+    for (auto& in : incoming) {
+      if (in.dead) continue;
+      ++live;
+      if (!oldest || in.deadline < oldest->deadline) oldest = &in;
+    }
+    if (live >= kMaxStrangers && oldest) drop(*oldest, "too many pending connections");
+    Incoming in;
+    in.fd = std::move(*r);
+    in.from = FormatAddress(peer);
+    in.deadline = Clock::now() + std::chrono::milliseconds(kHandshakeTimeoutMs);
+    in.hs = std::make_unique<ServerHandshake>(ctx_.secret);
+    incoming.push_back(std::move(in));
+    driveIncoming(incoming.back());
+  }
+}
+
+void TcpInstance::driveIncoming(Incoming& in) {
+  if (in.dead) return;
+  HandshakeState s = in.hs->drive(in.fd.get());
+  if (s == HandshakeState::kVerified) {
+    const HandshakeHello& h = in.hs->hello();
+    std::pair<int, int> key{h.rank, h.channel};
+    std::string why;
+    if (h.purpose != kPurposeTcpData)
+      why = "authenticated, but not a tcp data connection (purpose " + std::to_string(h.purpose) +
+            ")";
+    else if (std::memcmp(h.comm_nonce, nonce_, sizeof(nonce_)) != 0)
+      why = "authenticated, but for another communicator";
+    else if (h.nranks != ctx_.nranks || h.rank < 0 || h.rank >= ctx_.rank)
+      why = "authenticated, but rank " + std::to_string(h.rank) + " of " +
+            std::to_string(h.nranks) + " may not connect to rank " + std::to_string(ctx_.rank);
+    else if (h.channel < 0 || h.channel >= ctx_.nchannels)
+      why = "authenticated, but channel " + std::to_string(h.channel) + " is out of range";
+    else if (stash_.count(key) || std::find(taken_.begin(), taken_.end(), key) != taken_.end())
+      why = "duplicate connection for rank " + std::to_string(h.rank) + " channel " +
+            std::to_string(h.channel) + " (a replay?)";
+    if (!why.empty()) {
+      in.hs->reject(RemoteError(why));
+    } else {
+      in.hs->accept();
+      s = in.hs->drive(in.fd.get());
+    }
+    s = in.hs->state();
+  }
+  if (s == HandshakeState::kFailed) return drop(in, in.hs->error().message());
+  if (s == HandshakeState::kDone) {
+    const HandshakeHello& h = in.hs->hello();
+    SetLiveness(in.fd.get());
+    stash_[{h.rank, h.channel}] = std::move(in.fd);
+    in.dead = true;  // moved into the stash; not an error
+  }
+}
+
+Status TcpInstance::connect(const std::vector<int>& peers, const std::vector<std::string>& blobs,
+                            Deadline deadline,
+                            std::vector<std::vector<std::unique_ptr<Endpoint>>>* out) {
+  const std::string who = "tcp: rank " + std::to_string(ctx_.rank) + ": ";
+  if (static_cast<int>(blobs.size()) != ctx_.nranks)
+    return InvalidArgument(who + "connect() needs one blob per rank");
+  if (!listener_.valid())
+    return InvalidUsage(who + "connect() after finishConnect(): the listener is closed");
+  blobs_ = blobs;
+  out->clear();
+  out->resize(peers.size());
+  std::vector<Outgoing> outgoing;
+  std::vector<std::pair<int, int>> wanted_in;  // (peer index, channel)
+  for (size_t i = 0; i < peers.size(); ++i) {
+    int p = peers[i];
+    if (p < 0 || p >= ctx_.nranks || p == ctx_.rank)
+      return InvalidArgument(who + "connect(): bad peer " + std::to_string(p));
+    (*out)[i].resize(ctx_.nchannels);
+    for (int c = 0; c < ctx_.nchannels; ++c) {
+      if (p > ctx_.rank) {
+        Outgoing o;
+        o.peer = p;
+        o.channel = c;
+        o.index = static_cast<int>(i);
+        auto addr = ParseBlob(blobs[p]);
+        if (!addr.ok())
+          return Status(addr.status()).prepend(who + "address of rank " + std::to_string(p) + ": ");
+        o.addr = *addr;
+        outgoing.push_back(std::move(o));
+      } else {
+        wanted_in.emplace_back(static_cast<int>(i), c);
+      }
+    }
+  }
+  auto start = Clock::now();
+  fatal_ = Status::Ok();
+  std::vector<Incoming> incoming;
+  // Handshakes still pending when this call returns end with it (strangers, or real peers
+  // that connected for a later call: they retry).
+  struct HangUpPending {
+    std::vector<Incoming>& v;
+    ~HangUpPending() {
+      for (auto& in : v) HangUp(in.fd.get());
+    }
+  } hang_up_pending{incoming};
+  std::vector<pollfd> fds;
+  enum Kind { kListener, kOut, kIn };
+  std::vector<std::pair<Kind, size_t>> owners;
+
+  auto all_in = [&] {
+    for (auto [i, c] : wanted_in)
+      if (!stash_.count({peers[i], c})) return false;
+    return true;
+  };
+  auto all_out = [&] {
+    for (const auto& o : outgoing)
+      if (o.state != Outgoing::kDone) return false;
+    return true;
+  };
+
+  while (fatal_.ok() && !(all_in() && all_out())) {
+    if (deadline.expired()) {
+      std::string missing;
+      int listed = 0;
+      auto add = [&](const std::string& s) {
+        if (++listed <= 8) missing += (missing.empty() ? "" : "; ") + s;
+      };
+      for (const auto& o : outgoing)
+        if (o.state != Outgoing::kDone)
+          add("to " + peerName(o.peer) + " channel " + std::to_string(o.channel) +
+              " (last error: " + o.last_error + ")");
+      for (auto [i, c] : wanted_in)
+        if (!stash_.count({peers[i], c}))
+          add("from " + peerName(peers[i]) + " channel " + std::to_string(c) +
+              " (it never connected)");
+      if (listed > 8) missing += "; and " + std::to_string(listed - 8) + " more";
+      return TimeoutError(
+          who + "connections not established within " +
+          SecondsText(
+              std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start).count()) +
+          ": " + missing);
+    }
+    auto now = Clock::now();
+    Clock::time_point wake = std::min(deadline.at(), now + std::chrono::milliseconds(1000));
+    for (auto& o : outgoing)
+      if (o.state == Outgoing::kIdle) {
+        if (now >= o.retry_at)
+          startOutgoing(o);
+        else
+          wake = std::min(wake, o.retry_at);
+      }
+    if (!fatal_.ok()) break;
+    fds.clear();
+    owners.clear();
+    if (now >= listener_paused_until_) {
+      fds.push_back({listener_.get(), POLLIN, 0});
+      owners.emplace_back(kListener, 0);
+    } else {
+      wake = std::min(wake, listener_paused_until_);
+    }
+    for (size_t k = 0; k < outgoing.size(); ++k) {
+      auto& o = outgoing[k];
+      if (o.state == Outgoing::kConnecting) {
+        fds.push_back({o.fd.get(), POLLOUT, 0});
+      } else if (o.state == Outgoing::kHandshake) {
+        fds.push_back({o.fd.get(), o.hs->pollEvents(), 0});
+      } else {
+        continue;
+      }
+      owners.emplace_back(kOut, k);
+    }
+    for (size_t k = 0; k < incoming.size(); ++k) {
+      auto& in = incoming[k];
+      if (in.dead) continue;
+      fds.push_back({in.fd.get(), in.hs->pollEvents(), 0});
+      owners.emplace_back(kIn, k);
+      wake = std::min(wake, in.deadline);
+    }
+    auto wait_ms = std::chrono::duration_cast<std::chrono::milliseconds>(wake - now).count();
+    int timeout = static_cast<int>(std::clamp<int64_t>(wait_ms + 1, 0, 1000));
+    int n = ::poll(fds.data(), fds.size(), timeout);
+    if (n < 0 && errno != EINTR) return SystemError(ErrnoMessage(who + "poll", errno));
+    for (size_t k = 0; n > 0 && k < fds.size(); ++k) {
+      if (!fds[k].revents) continue;
+      auto [kind, idx] = owners[k];
+      if (kind == kListener)
+        acceptNew(incoming);
+      else if (kind == kOut)
+        driveOutgoing(outgoing[idx], fds[k].revents);
+      else
+        driveIncoming(incoming[idx]);
+    }
+    now = Clock::now();
+    for (auto& in : incoming)
+      if (!in.dead && now >= in.deadline)
+        drop(in, "did not complete the handshake within " + std::to_string(kHandshakeTimeoutMs) +
+                     " ms");
+    incoming.erase(std::remove_if(incoming.begin(), incoming.end(),
+                                  [](const Incoming& in) { return in.dead; }),
+                   incoming.end());
+  }
+  if (!fatal_.ok()) return Status(fatal_).prepend(who);
+
+  for (auto& o : outgoing)
+    (*out)[o.index][o.channel] =
+        std::make_unique<TcpEndpoint>(std::move(o.fd), peerOf(o.peer, o.channel));
+  for (auto [i, c] : wanted_in) {
+    auto it = stash_.find({peers[i], c});
+    (*out)[i][c] = std::make_unique<TcpEndpoint>(std::move(it->second), peerOf(peers[i], c));
+    stash_.erase(it);
+    taken_.emplace_back(peers[i], c);
+  }
+  BRAID_INFO(
+      "tcp: rank %d: connected to %zu peers x %d channels in %s", ctx_.rank, peers.size(),
+      ctx_.nchannels,
+      SecondsText(
+          std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start).count())
+          .c_str());
+  return Status::Ok();
+}
+
+class TcpFactory final : public TransportFactory {
+ public:
+  const char* name() const override { return "tcp"; }
+  int priority() const override { return 100; }
+
+  Result<std::unique_ptr<TransportInstance>> create(const TransportContext& ctx) override {
+    if (ctx.secret.size() < 16)
+      return InvalidArgument("tcp: the communicator has no secret to authenticate connections");
+    if (ctx.nchannels < 1 || ctx.rank < 0 || ctx.rank >= ctx.nranks)
+      return InvalidArgument("tcp: bad context (rank " + std::to_string(ctx.rank) + " of " +
+                             std::to_string(ctx.nranks) + ", " + std::to_string(ctx.nchannels) +
+                             " channels)");
+    InterfaceAddress itf;
+    if (ctx.socket_ifname.empty() && ctx.all_on_one_host) {
+      itf = LoopbackInterface();
+    } else {
+      BRAID_ASSIGN_OR_RETURN(itf, SelectInterface(ctx.socket_ifname));
+    }
+    auto listener = ListenOn(itf.addr, SOMAXCONN, kSocketBufferBytes);
+    if (!listener.ok()) return Status(listener.status()).prepend("tcp: ");
+    BRAID_ASSIGN_OR_RETURN(sockaddr_storage bound, LocalAddress(listener->get()));
+    BRAID_TRACE("tcp: rank %d listening on %s (%s)", ctx.rank, FormatAddress(bound).c_str(),
+                itf.ifname.c_str());
+    return std::unique_ptr<TransportInstance>(
+        std::make_unique<TcpInstance>(ctx, std::move(*listener), FormatAddress(bound)));
+  }
+};
+
+}  // namespace
+
+TransportFactory* TcpTransportFactory() {
+  static TcpFactory factory;
+  return &factory;
+}
+
+}  // namespace braid

@@ -1,0 +1,225 @@
+// Address parsing, the NCCL_SOCKET_IFNAME grammar and the automatic interface choice
+// (spec/reliability.md item 10), and the bounded socket helpers.
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <thread>
+
+#include "core/socket.h"
+#include "core/unique_id.h"
+
+namespace braid {
+namespace {
+
+InterfaceCandidate V4(const char* name, const char* ip, bool up = true, bool loopback = false) {
+  InterfaceCandidate c;
+  c.ifname = name;
+  c.up = up;
+  c.loopback = loopback;
+  auto& in = reinterpret_cast<sockaddr_in&>(c.addr);
+  in.sin_family = AF_INET;
+  inet_pton(AF_INET, ip, &in.sin_addr);
+  return c;
+}
+
+InterfaceCandidate V6(const char* name, const char* ip, bool up = true, bool loopback = false) {
+  InterfaceCandidate c;
+  c.ifname = name;
+  c.up = up;
+  c.loopback = loopback;
+  auto& in6 = reinterpret_cast<sockaddr_in6&>(c.addr);
+  in6.sin6_family = AF_INET6;
+  inet_pton(AF_INET6, ip, &in6.sin6_addr);
+  return c;
+}
+
+std::string Ip(const InterfaceAddress& a) {
+  std::string s = FormatAddress(a.addr);
+  s = s.substr(0, s.rfind(':'));
+  if (!s.empty() && s[0] == '[') s = s.substr(1, s.size() - 2);
+  return s;
+}
+
+TEST(ParseHostPort, Forms) {
+  auto a = ParseHostPort("127.0.0.1:4242");
+  ASSERT_TRUE(a.ok());
+  EXPECT_EQ(FormatAddress(*a), "127.0.0.1:4242");
+  auto b = ParseHostPort("[::1]:80");
+  ASSERT_TRUE(b.ok());
+  EXPECT_EQ(FormatAddress(*b), "[::1]:80");
+  auto c = ParseHostPort("localhost:9");
+  ASSERT_TRUE(c.ok()) << c.status().message();
+  EXPECT_EQ(AddressPort(*c), 9);
+  EXPECT_TRUE(ParseHostPort("127.0.0.1:0").ok());
+}
+
+TEST(ParseHostPort, Rejects) {
+  for (const char* bad :
+       {"", "127.0.0.1", "127.0.0.1:", ":80", "127.0.0.1:65536", "127.0.0.1:-1", "127.0.0.1:8x",
+        "::1:80", "[::1]80", "[::1:80", "127.0.0.1:123456", "no-such-host.invalid:80"}) {
+    auto r = ParseHostPort(bad);
+    EXPECT_FALSE(r.ok()) << bad;
+    if (!r.ok()) {
+      EXPECT_EQ(r.status().cls(), ErrorClass::kInvalidArgument) << bad;
+      EXPECT_FALSE(r.status().message().empty());
+    }
+  }
+}
+
+TEST(InterfaceSpec, Grammar) {
+  EXPECT_TRUE(InterfaceMatchesSpec("eth", "eth0"));
+  EXPECT_TRUE(InterfaceMatchesSpec("eth", "eth10"));
+  EXPECT_FALSE(InterfaceMatchesSpec("eth", "ib0"));
+  EXPECT_TRUE(InterfaceMatchesSpec("ib,eth", "eth1"));
+  EXPECT_TRUE(InterfaceMatchesSpec("=eth0", "eth0"));
+  EXPECT_FALSE(InterfaceMatchesSpec("=eth0", "eth01"));
+  EXPECT_FALSE(InterfaceMatchesSpec("^docker", "docker0"));
+  EXPECT_TRUE(InterfaceMatchesSpec("^docker", "eth0"));
+  EXPECT_FALSE(InterfaceMatchesSpec("^docker,lo", "lo"));
+  EXPECT_TRUE(InterfaceMatchesSpec("^=eth0", "eth01"));
+  EXPECT_FALSE(InterfaceMatchesSpec("^=eth0", "eth0"));
+  EXPECT_TRUE(InterfaceMatchesSpec("eth0, ib0", "ib0"));
+}
+
+TEST(ChooseInterface, AutomaticSkipsLoopbackBridgesVethAndLinkLocal) {
+  std::vector<InterfaceCandidate> c = {
+      V4("lo", "127.0.0.1", true, true), V4("docker0", "172.17.0.1"), V4("veth12ab", "172.18.0.5"),
+      V4("virbr0", "192.168.122.1"),     V4("eth9", "169.254.3.4"),   V6("eth1", "fe80::1"),
+      V4("eth2", "10.1.1.1", false),     V4("ens5", "10.0.0.7"),
+  };
+  auto r = ChooseInterface(c, "");
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->ifname, "ens5");
+  EXPECT_EQ(Ip(*r), "10.0.0.7");
+  EXPECT_EQ(AddressPort(r->addr), 0);
+}
+
+TEST(ChooseInterface, AutomaticFallsBackToIpv6ThenLoopback) {
+  std::vector<InterfaceCandidate> c = {V4("lo", "127.0.0.1", true, true),
+                                       V4("docker0", "172.17.0.1"), V6("eth0", "fe80::2"),
+                                       V6("eth0", "fd00::2")};
+  auto r = ChooseInterface(c, "");
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(Ip(*r), "fd00::2");
+  c.pop_back();
+  r = ChooseInterface(c, "");
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->ifname, "lo");
+  r = ChooseInterface({}, "");
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(Ip(*r), "127.0.0.1");
+}
+
+TEST(ChooseInterface, ExplicitSpecs) {
+  std::vector<InterfaceCandidate> c = {V4("lo", "127.0.0.1", true, true), V6("eth0", "fd00::2"),
+                                       V4("eth0", "192.0.2.2"), V4("docker0", "172.17.0.1"),
+                                       V4("ib0", "10.9.0.1")};
+  auto r = ChooseInterface(c, "eth");
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(Ip(*r), "192.0.2.2");  // IPv4 first
+  r = ChooseInterface(c, "=docker0");
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->ifname, "docker0");
+  r = ChooseInterface(c, "^eth,docker");  // exclude list: not lo while ib0 exists
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->ifname, "ib0");
+  r = ChooseInterface(c, "^eth,docker,ib");
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->ifname, "lo");
+}
+
+TEST(ChooseInterface, NoMatchIsAUsageErrorListingInterfaces) {
+  std::vector<InterfaceCandidate> c = {V4("lo", "127.0.0.1", true, true), V4("eth0", "192.0.2.2"),
+                                       V4("eth1", "10.0.0.1", false)};
+  for (const char* spec : {"wlan0", "=eth", "eth1", "^", ","}) {
+    auto r = ChooseInterface(c, spec);
+    ASSERT_FALSE(r.ok()) << spec;
+    EXPECT_EQ(r.status().cls(), ErrorClass::kInvalidArgument);
+    EXPECT_NE(r.status().message().find(spec), std::string::npos) << r.status().message();
+  }
+  auto r = ChooseInterface(c, "wlan0");
+  const std::string& m = r.status().message();
+  EXPECT_NE(m.find("lo (127.0.0.1)"), std::string::npos) << m;
+  EXPECT_NE(m.find("eth0 (192.0.2.2)"), std::string::npos) << m;
+  EXPECT_NE(m.find("eth1 (down"), std::string::npos) << m;
+}
+
+TEST(SelectInterface, RealHost) {
+  auto lo = SelectInterface("=lo");
+  ASSERT_TRUE(lo.ok()) << lo.status().message();
+  EXPECT_EQ(Ip(*lo), "127.0.0.1");
+  auto automatic = SelectInterface("");
+  EXPECT_TRUE(automatic.ok());
+  auto bad = SelectInterface("no_such_if0");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().cls(), ErrorClass::kInvalidArgument);
+  EXPECT_NE(bad.status().message().find("lo ("), std::string::npos) << bad.status().message();
+}
+
+TEST(Listen, RefusesWildcardAndBindsLoopback) {
+  sockaddr_storage any{};
+  auto& in = reinterpret_cast<sockaddr_in&>(any);
+  in.sin_family = AF_INET;
+  in.sin_addr.s_addr = htonl(INADDR_ANY);
+  auto r = ListenOn(any, 16);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("wildcard"), std::string::npos);
+
+  auto l = ListenOn(LoopbackInterface().addr, 16);
+  ASSERT_TRUE(l.ok()) << l.status().message();
+  auto bound = LocalAddress(l->get());
+  ASSERT_TRUE(bound.ok());
+  EXPECT_NE(AddressPort(*bound), 0);
+  EXPECT_EQ(FormatAddress(*bound).rfind("127.0.0.1:", 0), 0u);
+}
+
+TEST(Sockets, ConnectSendRecvWithDeadlines) {
+  auto l = ListenOn(LoopbackInterface().addr, 16);
+  ASSERT_TRUE(l.ok());
+  auto addr = *LocalAddress(l->get());
+  auto c = ConnectWithDeadline(addr, Deadline::After(2000));
+  ASSERT_TRUE(c.ok()) << c.status().message();
+  Fd s;
+  for (int i = 0; i < 200 && !s.valid(); ++i) {
+    auto a = AcceptConnection(l->get(), nullptr);
+    ASSERT_TRUE(a.ok());
+    if (a->valid())
+      s = std::move(*a);
+    else
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  ASSERT_TRUE(s.valid());
+  std::string big(3 << 20, 'x');
+  for (size_t i = 0; i < big.size(); ++i) big[i] = static_cast<char>(i * 7);
+  std::thread t(
+      [&] { EXPECT_TRUE(SendAll(c->get(), big.data(), big.size(), Deadline::After(5000)).ok()); });
+  std::string got(big.size(), '\0');
+  EXPECT_TRUE(RecvAll(s.get(), got.data(), got.size(), Deadline::After(5000)).ok());
+  t.join();
+  EXPECT_EQ(got, big);
+
+  // Nothing more arrives: a bounded wait times out.
+  char b;
+  auto st = RecvAll(s.get(), &b, 1, Deadline::After(100));
+  EXPECT_EQ(st.cls(), ErrorClass::kTimeout);
+  // The peer closes: a remote error.
+  *c = Fd();
+  st = RecvAll(s.get(), &b, 1, Deadline::After(2000));
+  EXPECT_EQ(st.cls(), ErrorClass::kRemote);
+}
+
+TEST(Sockets, ConnectRefusedIsRemote) {
+  auto l = ListenOn(LoopbackInterface().addr, 16);
+  ASSERT_TRUE(l.ok());
+  auto addr = *LocalAddress(l->get());
+  *l = Fd();  // nobody listens there now
+  auto c = ConnectWithDeadline(addr, Deadline::After(2000));
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.status().cls(), ErrorClass::kRemote) << c.status().message();
+}
+
+}  // namespace
+}  // namespace braid

@@ -1,0 +1,544 @@
+// The TCP transport inside one process: several TransportInstances (one per rank, each in its
+// own thread) with hand-built contexts, over loopback. Every wait is bounded.
+#include <gtest/gtest.h>
+#include <poll.h>
+#include <sys/socket.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "core/handshake.h"
+#include "core/socket.h"
+#include "transport/tcp/tcp_endpoint.h"
+#include "transport/transport.h"
+
+namespace braid {
+namespace {
+
+using Endpoints = std::vector<std::vector<std::unique_ptr<Endpoint>>>;
+
+int64_t ElapsedMs(Clock::time_point t) {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t).count();
+}
+
+TransportContext Context(int rank, int nranks, int nchannels) {
+  TransportContext ctx;
+  ctx.rank = rank;
+  ctx.nranks = nranks;
+  ctx.nchannels = nchannels;
+  for (int r = 0; r < nranks; ++r) {
+    RankInfo info;
+    info.rank = r;
+    info.hostname = "host" + std::to_string(r);
+    info.host_id = "same";
+    ctx.ranks.push_back(info);
+  }
+  ctx.comm_tag = "0123456789abcdef0123456789abcdef";
+  ctx.secret.assign(32, 0);
+  for (int i = 0; i < 32; ++i) ctx.secret[i] = static_cast<uint8_t>(i * 5 + 1);
+  ctx.all_on_one_host = true;
+  return ctx;
+}
+
+struct Job {
+  int nranks, nchannels;
+  std::vector<std::unique_ptr<TransportInstance>> inst;
+  std::vector<std::string> blobs;
+  std::vector<Endpoints> eps;  // [rank][peer index][channel]
+  std::vector<std::vector<int>> peers;
+
+  Job(int n, int c) : nranks(n), nchannels(c), eps(n), peers(n) {
+    for (int r = 0; r < n; ++r) {
+      auto i = TcpTransportFactory()->create(Context(r, n, c));
+      EXPECT_TRUE(i.ok()) << i.status().message();
+      inst.push_back(std::move(*i));
+      blobs.push_back(inst.back()->localBlob());
+      for (int p = 0; p < n; ++p)
+        if (p != r) peers[r].push_back(p);
+    }
+  }
+  // Connects every rank in its own thread; returns each rank's status.
+  std::vector<Status> connectAll(int deadline_ms) {
+    std::vector<Status> st(nranks);
+    std::vector<std::thread> t;
+    for (int r = 0; r < nranks; ++r)
+      t.emplace_back([&, r] {
+        st[r] = inst[r]->connect(peers[r], blobs, Deadline::After(deadline_ms), &eps[r]);
+      });
+    for (auto& x : t) x.join();
+    return st;
+  }
+  Endpoint* ep(int rank, int peer, int channel) {
+    int idx = peer < rank ? peer : peer - 1;
+    return eps[rank][idx][channel].get();
+  }
+};
+
+uint8_t Pattern(int from, int to, int channel, size_t off) {
+  return static_cast<uint8_t>((off * 2654435761u >> 7) ^ (from * 37 + to * 11 + channel * 3));
+}
+
+size_t StreamBytes(int from, int to, int channel) {
+  static const size_t sizes[] = {1, 7, 4099, (3 << 20) + 13, 65536, 999331};
+  return sizes[(from * 5 + to * 3 + channel) % 6];
+}
+
+// One rank streams to and from every peer on every channel at once, sleeping in poll() via
+// arm() when nothing can progress. Reads alternate between recv() and peek()/consume().
+std::string Stream(Job& job, int rank) {
+  struct Flow {
+    Endpoint* ep;
+    int peer, channel;
+    std::vector<uint8_t> out;
+    size_t sent = 0, got = 0, expect = 0;
+  };
+  std::vector<Flow> flows;
+  for (int p : job.peers[rank])
+    for (int c = 0; c < job.nchannels; ++c) {
+      Flow f;
+      f.ep = job.ep(rank, p, c);
+      f.peer = p;
+      f.channel = c;
+      f.out.resize(StreamBytes(rank, p, c));
+      for (size_t i = 0; i < f.out.size(); ++i) f.out[i] = Pattern(rank, p, c, i);
+      f.expect = StreamBytes(p, rank, c);
+      flows.push_back(std::move(f));
+    }
+  Deadline deadline = Deadline::After(20000);
+  std::vector<uint8_t> tmp(1 << 20);
+  size_t step = 0;
+  for (;;) {
+    bool progress = false, done = true;
+    for (auto& f : flows) {
+      if (f.sent < f.out.size()) {
+        // Odd chunk sizes exercise partial writes.
+        size_t want = std::min(f.out.size() - f.sent, size_t{1 + (step * 7919) % (512 * 1024)});
+        auto n = f.ep->send(f.out.data() + f.sent, want);
+        if (!n.ok()) return n.status().message();
+        f.sent += *n;
+        progress = progress || *n > 0;
+      }
+      if (f.got < f.expect) {
+        ++step;
+        size_t max = std::min(f.expect - f.got, size_t{1 + (step * 104729) % (300 * 1024)});
+        if (step % 2) {
+          auto n = f.ep->recv(tmp.data(), max);
+          if (!n.ok()) return n.status().message();
+          for (size_t i = 0; i < *n; ++i)
+            if (tmp[i] != Pattern(f.peer, rank, f.channel, f.got + i))
+              return "corrupt byte at " + std::to_string(f.got + i);
+          f.got += *n;
+          progress = progress || *n > 0;
+        } else {
+          auto v = f.ep->peek(max);
+          if (!v.ok()) return v.status().message();
+          if (v->size() > max) return "peek returned more than asked";
+          for (size_t i = 0; i < v->size(); ++i)
+            if (static_cast<uint8_t>((*v)[i]) != Pattern(f.peer, rank, f.channel, f.got + i))
+              return "corrupt peeked byte at " + std::to_string(f.got + i);
+          f.ep->consume(v->size());
+          f.got += v->size();
+          progress = progress || !v->empty();
+        }
+      }
+      done = done && f.sent == f.out.size() && f.got == f.expect;
+    }
+    if (done) return "";
+    if (deadline.expired()) return "stream timed out";
+    if (progress) continue;
+    std::vector<pollfd> fds;
+    bool ready = false;
+    for (auto& f : flows) ready = f.ep->arm(f.sent < f.out.size(), f.got < f.expect, fds) || ready;
+    if (!ready) poll(fds.data(), fds.size(), std::min(deadline.remainingMs(), 1000));
+    for (auto& f : flows) f.ep->disarm();
+  }
+}
+
+class TcpStream : public ::testing::TestWithParam<std::pair<int, int>> {};
+
+TEST_P(TcpStream, BothDirectionsAllChannels) {
+  auto [n, c] = GetParam();
+  Job job(n, c);
+  for (int r = 0; r < n; ++r)
+    for (int p = 0; p < n; ++p)
+      EXPECT_TRUE(job.inst[r]->canConnect(p == r ? (r + 1) % n : p, job.blobs));
+  auto st = job.connectAll(10000);
+  for (int r = 0; r < n; ++r) ASSERT_TRUE(st[r].ok()) << st[r].message();
+  for (int r = 0; r < n; ++r) {
+    ASSERT_EQ(job.eps[r].size(), static_cast<size_t>(n - 1));
+    for (auto& per : job.eps[r]) {
+      ASSERT_EQ(per.size(), static_cast<size_t>(c));
+      for (auto& e : per) ASSERT_TRUE(e);
+    }
+  }
+  for (int r = 0; r < n; ++r) EXPECT_TRUE(job.inst[r]->finishConnect().ok());
+  EXPECT_NE(job.ep(0, 1, 0)->describe().find("tcp to rank 1 on host host1 (127.0.0.1:"),
+            std::string::npos)
+      << job.ep(0, 1, 0)->describe();
+  std::vector<std::string> err(n);
+  std::vector<std::thread> t;
+  for (int r = 0; r < n; ++r) t.emplace_back([&, r] { err[r] = Stream(job, r); });
+  for (auto& x : t) x.join();
+  for (int r = 0; r < n; ++r) EXPECT_EQ(err[r], "") << "rank " << r;
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, TcpStream,
+                         ::testing::Values(std::make_pair(2, 1), std::make_pair(2, 3),
+                                           std::make_pair(3, 2)));
+
+// Two connected ranks, one channel.
+struct PairJob : Job {
+  PairJob() : Job(2, 1) {
+    auto st = connectAll(10000);
+    EXPECT_TRUE(st[0].ok() && st[1].ok()) << st[0].message() << " / " << st[1].message();
+  }
+};
+
+// Waits (bounded) until `pred` holds, polling the endpoint via arm().
+template <typename Pred>
+bool WaitFor(Endpoint* e, Pred pred, int ms = 5000) {
+  Deadline d = Deadline::After(ms);
+  while (!pred()) {
+    if (d.expired()) return false;
+    std::vector<pollfd> fds;
+    if (!e->arm(false, true, fds)) poll(fds.data(), fds.size(), std::min(d.remainingMs(), 100));
+    e->disarm();
+  }
+  return true;
+}
+
+TEST(TcpEndpoint, PeekKeepsEightByteElementsWhole) {
+  PairJob job;
+  Endpoint* tx = job.ep(0, 1, 0);
+  Endpoint* rx = job.ep(1, 0, 0);
+  const size_t cap = TcpEndpoint::kBufferBytes;
+  std::vector<uint8_t> data(cap + 8);
+  for (size_t i = 0; i < data.size(); ++i) data[i] = static_cast<uint8_t>(i * 13 + 5);
+  auto send_all = [&](size_t from, size_t to) {
+    Deadline d = Deadline::After(5000);
+    while (from < to && !d.expired()) {
+      auto n = tx->send(data.data() + from, to - from);
+      ASSERT_TRUE(n.ok());
+      from += *n;
+      if (*n == 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+  };
+  // Fill the receive buffer to 2 bytes short of its end, then consume all but 4 bytes.
+  std::thread t1([&] { send_all(0, cap - 2); });
+  std::span<const std::byte> v;
+  ASSERT_TRUE(WaitFor(rx, [&] {
+    auto r = rx->peek(cap);
+    EXPECT_TRUE(r.ok());
+    v = *r;
+    return v.size() == cap - 2;
+  }));
+  t1.join();
+  rx->consume(cap - 6);
+  // 10 more bytes: a peek of 8 must return 8 (the remainder is moved to the front).
+  send_all(cap - 2, cap + 8);
+  ASSERT_TRUE(WaitFor(rx, [&] {
+    auto r = rx->peek(8);
+    EXPECT_TRUE(r.ok());
+    v = *r;
+    return v.size() >= 8;
+  }));
+  ASSERT_EQ(v.size(), 8u);
+  for (size_t i = 0; i < 8; ++i) EXPECT_EQ(static_cast<uint8_t>(v[i]), data[cap - 6 + i]);
+  rx->consume(8);
+  uint8_t rest[6];
+  ASSERT_TRUE(WaitFor(rx, [&] {
+    auto r = rx->peek(6);
+    return r.ok() && r->size() == 6;
+  }));
+  auto r = rx->recv(rest, 6);
+  ASSERT_TRUE(r.ok());
+  ASSERT_EQ(*r, 6u);
+  EXPECT_EQ(std::memcmp(rest, data.data() + cap + 2, 6), 0);
+}
+
+TEST(TcpEndpoint, ArmAndPollWakeOnData) {
+  PairJob job;
+  Endpoint* tx = job.ep(0, 1, 0);
+  Endpoint* rx = job.ep(1, 0, 0);
+  std::vector<pollfd> fds;
+  EXPECT_FALSE(rx->arm(false, true, fds));
+  ASSERT_EQ(fds.size(), 1u);
+  EXPECT_TRUE(fds[0].events & POLLIN);
+  std::thread t([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    EXPECT_EQ(*tx->send("ping", 4), 4u);
+  });
+  auto start = Clock::now();
+  int n = poll(fds.data(), fds.size(), 3000);
+  int64_t ms = ElapsedMs(start);
+  rx->disarm();
+  t.join();
+  EXPECT_EQ(n, 1);
+  EXPECT_GE(ms, 50);
+  EXPECT_LT(ms, 2000);
+  // Peeked but not consumed: progress is possible without sleeping.
+  ASSERT_TRUE(WaitFor(rx, [&] { return rx->peek(4)->size() == 4; }));
+  fds.clear();
+  EXPECT_TRUE(rx->arm(false, true, fds));
+  rx->disarm();
+  // A writable socket wakes a sender at once.
+  fds.clear();
+  EXPECT_FALSE(tx->arm(true, false, fds));
+  ASSERT_EQ(fds.size(), 1u);
+  EXPECT_EQ(poll(fds.data(), fds.size(), 1000), 1);
+  EXPECT_TRUE(fds[0].revents & POLLOUT);
+  tx->disarm();
+}
+
+TEST(TcpEndpoint, PeerCloseIsARemoteErrorNamingThePeer) {
+  PairJob job;
+  Endpoint* rx = job.ep(0, 1, 0);
+  std::string blob1 = job.blobs[1].substr(5);
+  ASSERT_TRUE(job.ep(1, 0, 0)->send("bye", 3).ok());
+  job.eps[1].clear();  // rank 1 "exits"
+  job.inst[1].reset();
+  // Bytes sent before the close are still delivered, then the error.
+  char buf[8];
+  size_t got = 0;
+  Status err;
+  ASSERT_TRUE(WaitFor(rx, [&] {
+    auto n = rx->recv(buf + got, sizeof(buf) - got);
+    if (!n.ok()) {
+      err = n.status();
+      return true;
+    }
+    got += *n;
+    return false;
+  }));
+  EXPECT_EQ(got, 3u);
+  EXPECT_EQ(std::string(buf, 3), "bye");
+  EXPECT_EQ(err.cls(), ErrorClass::kRemote);
+  EXPECT_EQ(err.message(), "rank 1 on host host1 (" + blob1 +
+                               ") closed the connection: it probably exited or crashed");
+  // Sticky, and arm() reports it at once so the engine does not sleep.
+  EXPECT_EQ(rx->peek(8).status().cls(), ErrorClass::kRemote);
+  std::vector<pollfd> fds;
+  EXPECT_TRUE(rx->arm(true, true, fds));
+  // Sending fails too (at once or after the reset arrives).
+  Deadline d = Deadline::After(5000);
+  Status send_err;
+  std::vector<char> chunk(1 << 16, 'x');
+  while (send_err.ok() && !d.expired()) send_err = rx->send(chunk.data(), chunk.size()).status();
+  EXPECT_EQ(send_err.cls(), ErrorClass::kRemote);
+}
+
+TEST(TcpEndpoint, ShutdownIsReportedAsSuchAfterTheDataArrives) {
+  PairJob job;
+  Endpoint* a = job.ep(1, 0, 0);  // rank 1 fails and shuts its stream down
+  Endpoint* b = job.ep(0, 1, 0);
+  ASSERT_EQ(*a->send("abc", 3), 3u);
+  a->shutdown();
+  a->shutdown();  // idempotent
+  EXPECT_EQ(a->send("x", 1).status().cls(), ErrorClass::kAborted);
+  EXPECT_EQ(a->peek(1).status().cls(), ErrorClass::kAborted);
+  char buf[8];
+  size_t got = 0;
+  Status err;
+  ASSERT_TRUE(WaitFor(b, [&] {
+    auto n = b->recv(buf + got, sizeof(buf) - got);
+    if (!n.ok())
+      err = n.status();
+    else
+      got += *n;
+    return !n.ok();
+  }));
+  ASSERT_EQ(got, 3u);  // the marker byte never shows up in the stream
+  EXPECT_EQ(std::string(buf, 3), "abc");
+  EXPECT_EQ(err.cls(), ErrorClass::kRemote);
+  EXPECT_NE(err.message().find("rank 1 on host host1 (" + job.blobs[1].substr(5) +
+                               ") shut the stream down after a failure of its own operation"),
+            std::string::npos)
+      << err.message();
+  EXPECT_EQ(b->send("y", 1).status().cls(), ErrorClass::kRemote);
+}
+
+TEST(TcpEndpoint, ShutdownRightAfterAnExactlySizedReadIsStillRecognised) {
+  PairJob job;
+  Endpoint* a = job.ep(1, 0, 0);
+  Endpoint* b = job.ep(0, 1, 0);
+  const char header[16] = "0123456789abcde";
+  ASSERT_EQ(*a->send(header, 16), 16u);
+  a->shutdown();
+  char got[16];
+  size_t n = 0;
+  ASSERT_TRUE(WaitFor(b, [&] {
+    auto r = b->recv(got + n, 16 - n);  // exactly the header, never more
+    EXPECT_TRUE(r.ok());
+    n += r.ok() ? *r : 0;
+    return n == 16;
+  }));
+  EXPECT_EQ(std::memcmp(got, header, 16), 0);
+  Status err;
+  ASSERT_TRUE(WaitFor(b, [&] {
+    auto r = b->recv(got, 16);
+    if (!r.ok()) err = r.status();
+    return !r.ok();
+  }));
+  EXPECT_NE(err.message().find("shut the stream down"), std::string::npos) << err.message();
+}
+
+TEST(TcpEndpoint, BlockedSenderWakesAndFailsWhenThePeerShutsDown) {
+  PairJob job;
+  Endpoint* tx = job.ep(0, 1, 0);
+  Endpoint* rx = job.ep(1, 0, 0);  // never reads
+  std::vector<char> chunk(1 << 20, 'z');
+  // Full means: nothing accepted for 200 ms (the receiver's window keeps opening for a while).
+  Deadline fill = Deadline::After(10000);
+  auto last_progress = Clock::now();
+  while (!fill.expired() && ElapsedMs(last_progress) < 200) {
+    auto n = tx->send(chunk.data(), chunk.size());
+    ASSERT_TRUE(n.ok());
+    if (*n > 0)
+      last_progress = Clock::now();
+    else
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  std::vector<pollfd> fds;
+  ASSERT_FALSE(tx->arm(true, false, fds));
+  std::thread t([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    rx->shutdown();
+  });
+  auto start = Clock::now();
+  int n = poll(fds.data(), fds.size(), 5000);
+  tx->disarm();
+  t.join();
+  EXPECT_EQ(n, 1);
+  EXPECT_LT(ElapsedMs(start), 3000);
+  auto r = tx->send(chunk.data(), chunk.size());
+  ASSERT_FALSE(r.ok()) << "send accepted " << *r << " bytes, poll revents " << fds[0].revents;
+  EXPECT_EQ(r.status().cls(), ErrorClass::kRemote);
+  EXPECT_NE(r.status().message().find("shut the stream down"), std::string::npos)
+      << r.status().message();
+}
+
+TEST(TcpTransport, StrangersDuringConnectAreRejected) {
+  Job job(2, 2);
+  auto target = ParseHostPort(job.blobs[1].substr(5));
+  ASSERT_TRUE(target.ok());
+  // Strangers reach rank 1's listener before and while the ranks connect.
+  std::vector<Fd> idle;
+  for (int i = 0; i < 20; ++i) {
+    auto fd = ConnectWithDeadline(*target, Deadline::After(2000));
+    ASSERT_TRUE(fd.ok());
+    idle.push_back(std::move(*fd));
+  }
+  std::atomic<int> rejected{0};
+  std::atomic<bool> connected{false};
+  std::thread stranger([&] {
+    // Garbage.
+    auto g = ConnectWithDeadline(*target, Deadline::After(2000));
+    auto w = ConnectWithDeadline(*target, Deadline::After(2000));
+    connected = true;
+    ASSERT_TRUE(g.ok());
+    ASSERT_TRUE(w.ok());
+    std::vector<uint8_t> junk(kHandshakeClientBytes, 0xee);
+    (void)!send(g->get(), junk.data(), junk.size(), MSG_NOSIGNAL);
+    // Wrong secret, well-formed, claiming to be rank 0 channel 0. (If the ranks finish first,
+    // connect() closes the pending stranger: rejected all the same.)
+    HandshakeHello h;
+    h.purpose = 2;
+    h.rank = 0;
+    h.nranks = 2;
+    h.channel = 0;
+    if (!HandshakeClient(w->get(), std::vector<uint8_t>(32, 7), h, Deadline::After(5000)).ok())
+      ++rejected;
+    // Garbage socket: the server closes it.
+    char c;
+    Deadline d = Deadline::After(4000);
+    while (!d.expired()) {
+      pollfd p{g->get(), POLLIN, 0};
+      if (poll(&p, 1, 100) > 0) {
+        ssize_t n = recv(g->get(), &c, 1, MSG_DONTWAIT);
+        if (n == 0 || (n < 0 && errno != EAGAIN)) {
+          ++rejected;
+          break;
+        }
+      }
+    }
+  });
+  // The strangers are queued at the listener before the ranks start.
+  Deadline queued = Deadline::After(5000);
+  while (!connected && !queued.expired()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  auto start = Clock::now();
+  auto st = job.connectAll(10000);
+  int64_t ms = ElapsedMs(start);
+  stranger.join();
+  ASSERT_TRUE(st[0].ok()) << st[0].message();
+  ASSERT_TRUE(st[1].ok()) << st[1].message();
+  EXPECT_EQ(rejected.load(), 2);
+  // The real connections did not wait for the strangers' handshake limit.
+  EXPECT_LT(ms, 3000);
+  // And work.
+  ASSERT_EQ(*job.ep(0, 1, 1)->send("ok", 2), 2u);
+  char buf[2];
+  ASSERT_TRUE(WaitFor(job.ep(1, 0, 1), [&] { return job.ep(1, 0, 1)->peek(2)->size() == 2; }));
+  ASSERT_EQ(*job.ep(1, 0, 1)->recv(buf, 2), 2u);
+  EXPECT_EQ(std::string(buf, 2), "ok");
+  // finishConnect closes the listener: nobody can connect any more.
+  EXPECT_TRUE(job.inst[1]->finishConnect().ok());
+  auto late = ConnectWithDeadline(*target, Deadline::After(1000));
+  EXPECT_FALSE(late.ok());
+}
+
+TEST(TcpTransport, PeerThatNeverConnectsTimesOutNamingIt) {
+  Job job(2, 1);
+  // Rank 1 never calls connect(): rank 0's handshake gets no greeting.
+  Endpoints out;
+  auto start = Clock::now();
+  Status st = job.inst[0]->connect({1}, job.blobs, Deadline::After(1000), &out);
+  EXPECT_EQ(st.cls(), ErrorClass::kTimeout);
+  EXPECT_NE(st.message().find("to rank 1 on host host1"), std::string::npos) << st.message();
+  EXPECT_LT(ElapsedMs(start), 2500);
+  // Rank 1 waits for rank 0, which has given up.
+  Endpoints out1;
+  Status st1 = job.inst[1]->connect({0}, job.blobs, Deadline::After(500), &out1);
+  // It may have been left a finished connection by rank 0's attempt; if not, it times out
+  // naming rank 0.
+  if (!st1.ok()) {
+    EXPECT_EQ(st1.cls(), ErrorClass::kTimeout);
+    EXPECT_NE(st1.message().find("from rank 0 on host host0"), std::string::npos) << st1.message();
+  }
+}
+
+TEST(TcpTransport, RefusedPeerTimesOutWithTheLastError) {
+  Job job(2, 1);
+  job.inst[1].reset();  // its listener is gone
+  Endpoints out;
+  Status st = job.inst[0]->connect({1}, job.blobs, Deadline::After(700), &out);
+  EXPECT_EQ(st.cls(), ErrorClass::kTimeout);
+  EXPECT_NE(st.message().find("Connection refused"), std::string::npos) << st.message();
+}
+
+TEST(TcpTransport, CreateNeedsASecretAndAValidInterface) {
+  TransportContext ctx = Context(0, 2, 1);
+  ctx.secret.clear();
+  EXPECT_FALSE(TcpTransportFactory()->create(ctx).ok());
+  ctx = Context(0, 2, 1);
+  ctx.socket_ifname = "no_such_if0";
+  auto r = TcpTransportFactory()->create(ctx);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().cls(), ErrorClass::kInvalidArgument);
+  ctx.socket_ifname = "=lo";
+  ctx.all_on_one_host = false;
+  auto lo = TcpTransportFactory()->create(ctx);
+  ASSERT_TRUE(lo.ok()) << lo.status().message();
+  EXPECT_EQ((*lo)->localBlob().rfind("tcp1 127.0.0.1:", 0), 0u);
+  EXPECT_STREQ(TcpTransportFactory()->name(), "tcp");
+  EXPECT_EQ(TcpTransportFactory()->priority(), 100);
+  EXPECT_FALSE((*lo)->canConnect(1, {(*lo)->localBlob(), "garbage"}));
+}
+
+}  // namespace
+}  // namespace braid
