@@ -7,6 +7,6 @@ bash tools/install-deps.sh
 cmake --preset release >/dev/null
 cmake --build build -j"$(nproc)" --target braid braidrun all_reduce_perf
 echo "=== all_reduce_perf, 4 ranks, shared memory"
-build/tools/braidrun -n 4 build/perf/all_reduce_perf -b 8 -e 256M -f 4
+build/tools/braidrun -n 4 build/perf/all_reduce_perf -b 8 -e 256M -f 2
 echo "=== all_reduce_perf, 4 ranks, TCP (BRAID_TRANSPORTS=tcp)"
-BRAID_TRANSPORTS=tcp build/tools/braidrun -n 4 build/perf/all_reduce_perf -b 8 -e 256M -f 4
+BRAID_TRANSPORTS=tcp build/tools/braidrun -n 4 build/perf/all_reduce_perf -b 8 -e 256M -f 2

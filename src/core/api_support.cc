@@ -77,20 +77,25 @@ braidResult_t RunOperation(const CommRef& comm, std::shared_ptr<Operation> op, b
     if (request) *request = new braidRequest{op};
     return braidSuccess;
   }
-  comm->submit(op);
   if (request) {
+    comm->submit(op);
     *request = new braidRequest{std::move(op)};
     return braidSuccess;
   }
-  op->wait(Deadline::Never(), comm->config().spin_us);
+  if (!comm->config().inline_blocking || !comm->runInline(*op)) {
+    comm->submit(op);
+    op->wait(Deadline::Never(), comm->config().spin_us);
+  }
   if (!op->status().ok()) return Fail(comm.get(), op->status());
   return braidSuccess;
 }
 
 Status RunInternal(const CommRef& comm, OpDesc desc) {
   auto op = std::make_shared<Operation>(std::move(desc));
-  comm->submit(op);
-  op->wait(Deadline::Never(), comm->config().spin_us);
+  if (!comm->runInline(*op)) {
+    comm->submit(op);
+    op->wait(Deadline::Never(), comm->config().spin_us);
+  }
   return op->status();
 }
 

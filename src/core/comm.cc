@@ -325,6 +325,8 @@ std::string braidComm::lastError() const {
 
 void braidComm::submit(std::shared_ptr<Operation> op) { engine_->submit(std::move(op)); }
 
+bool braidComm::runInline(Operation& op) { return engine_->tryRunInline(op); }
+
 Status braidComm::drain() {
   if (!engine_) return Status::Ok();
   if (!engine_->drain(Deadline::After(opts_.config.timeout_ms)))

@@ -75,6 +75,8 @@ struct braidComm {
 
   // Submits an operation; the engine runs operations in submission order.
   void submit(std::shared_ptr<braid::Operation> op);
+  // Runs `op` now on this thread if the engine is idle (see Engine::tryRunInline).
+  bool runInline(braid::Operation& op);
   // Waits for every submitted operation (bounded by the communicator's timeout); returns the
   // sticky error, if any.
   Status finalize();

@@ -29,6 +29,9 @@ const std::vector<ConfigVar>& ConfigTable() {
       {"BRAID_SECRET", nullptr, "string", "",
        "shared secret for braidInitFromEnv without braidrun (same on all ranks)"},
       {"BRAID_SPIN_US", nullptr, "int", "50", "microseconds to spin/yield before sleeping, 0..10000"},
+      {"BRAID_INLINE", nullptr, "int", "1",
+       "1: a blocking call on an idle communicator runs on the caller's thread; 0: always on the "
+       "progress thread"},
   };
   return table;
 }
@@ -126,6 +129,9 @@ Result<Config> LoadConfigFromEnv() {
   ReadString("BRAID_COMM_ID", &c.comm_id);
   ReadString("BRAID_SECRET", &c.secret);
   BRAID_RETURN_IF_ERROR(ReadInt("BRAID_SPIN_US", 0, 10000, &c.spin_us));
+  int64_t inline_blocking = 1;
+  BRAID_RETURN_IF_ERROR(ReadInt("BRAID_INLINE", 0, 1, &inline_blocking));
+  c.inline_blocking = inline_blocking != 0;
   return c;
 }
 

@@ -26,6 +26,7 @@ struct Config {
   std::string comm_id;                // BRAID_COMM_ID / NCCL_COMM_ID
   std::string secret;                 // BRAID_SECRET
   int64_t spin_us = 50;               // BRAID_SPIN_US
+  bool inline_blocking = true;        // BRAID_INLINE
 };
 
 struct ConfigVar {

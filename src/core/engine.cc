@@ -114,42 +114,61 @@ bool Engine::drain(Deadline deadline) {
   return drained_cv_.wait_until(lock, deadline.at(), [&] { return queue_.empty() && !busy_; });
 }
 
+Status Engine::executeChecked(Operation& op) {
+  if (aborted_.load(std::memory_order_acquire)) {
+    std::lock_guard<std::mutex> lock(mu_);
+    return abort_reason_;
+  }
+  if (comm_->asyncErrorCode() != braidSuccess) {
+    Status st = comm_->asyncError();
+    return st.prepend("not run because the communicator failed earlier: ");
+  }
+  Status st = execute(op);
+  if (!st.ok()) {
+    BRAID_WARN("%s", st.message().c_str());
+    comm_->setAsyncError(st);
+    // The streams may now be mid-message: close them so peers fail at once instead of
+    // waiting for their timeout (errors propagate through the communicator).
+    comm_->shutdownEndpoints();
+  }
+  return st;
+}
+
+bool Engine::tryRunInline(Operation& op) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (busy_ || !queue_.empty() || stop_) return false;
+    busy_ = true;
+  }
+  op.complete(executeChecked(op));
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    busy_ = false;
+    if (queue_.empty()) drained_cv_.notify_all();
+  }
+  cv_.notify_one();  // operations queued meanwhile (non-blocking calls from another thread)
+  return true;
+}
+
 void Engine::threadMain() {
   for (;;) {
     std::shared_ptr<Operation> op;
     {
       std::unique_lock<std::mutex> lock(mu_);
-      cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
+      // Wait while idle, and while a caller runs an operation inline.
+      cv_.wait(lock, [&] { return (stop_ && !busy_) || (!queue_.empty() && !busy_); });
       if (queue_.empty()) break;  // stop_ and nothing left
       op = std::move(queue_.front());
       queue_.pop_front();
       busy_ = true;
     }
-    Status st;
-    if (aborted_.load(std::memory_order_acquire)) {
-      std::lock_guard<std::mutex> lock(mu_);
-      st = abort_reason_;
-    } else if (comm_->asyncErrorCode() != braidSuccess) {
-      st = comm_->asyncError();
-      st.prepend("not run because the communicator failed earlier: ");
-    } else {
-      st = execute(*op);
-      if (!st.ok()) {
-        BRAID_WARN("%s", st.message().c_str());
-        comm_->setAsyncError(st);
-        // The streams may now be mid-message: close them so peers fail at once instead of
-        // waiting for their timeout (errors propagate through the communicator).
-        comm_->shutdownEndpoints();
-      }
-    }
-    op->complete(std::move(st));
+    op->complete(executeChecked(*op));
     {
       std::lock_guard<std::mutex> lock(mu_);
       busy_ = false;
       if (queue_.empty()) drained_cv_.notify_all();
     }
   }
-  // Whatever is left (stop with a non-empty queue cannot happen: the loop drains it) completes.
 }
 
 Result<RankSchedule> Engine::buildSchedule(const OpDesc& d, CollArgs* args, std::string* algo_name) {

@@ -1,5 +1,6 @@
 #include "core/log.h"
 
+#include <pthread.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -14,6 +15,14 @@ namespace braid {
 namespace {
 
 std::atomic<int> g_rank{-1};
+
+// Held while a line is written. Processes fork (launchers, tests) while other threads may log:
+// the atfork handlers keep a child from inheriting it locked.
+std::mutex g_log_mu;
+const bool g_fork_guard = [] {
+  pthread_atfork([] { g_log_mu.lock(); }, [] { g_log_mu.unlock(); }, [] { g_log_mu.unlock(); });
+  return true;
+}();
 
 LogLevel ParseLevel() {
   const char* v = std::getenv("BRAID_DEBUG");
@@ -60,7 +69,6 @@ LogLevel CurrentLogLevel() {
 void SetLogRank(int rank) { g_rank.store(rank); }
 
 void LogMessage(LogLevel level, const char* file, int line, const char* fmt, ...) {
-  static std::mutex mu;
   static const char* names[] = {"", "WARN", "INFO", "TRACE"};
   char host[64] = {0};
   gethostname(host, sizeof(host) - 1);
@@ -70,7 +78,7 @@ void LogMessage(LogLevel level, const char* file, int line, const char* fmt, ...
   vsnprintf(msg, sizeof(msg), fmt, ap);
   va_end(ap);
   const char* base = std::strrchr(file, '/');
-  std::lock_guard<std::mutex> lock(mu);
+  std::lock_guard<std::mutex> lock(g_log_mu);
   std::fprintf(Sink(), "%s:%d:%d [braid %s] %s (%s:%d)\n", host, getpid(), g_rank.load(),
                names[static_cast<int>(level)], msg, base ? base + 1 : file, line);
   std::fflush(Sink());
