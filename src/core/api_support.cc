@@ -90,6 +90,20 @@ braidResult_t RunOperation(const CommRef& comm, std::shared_ptr<Operation> op, b
   return braidSuccess;
 }
 
+braidResult_t InitChildComm(const braidComm& parent, braidComm_t* child, int nranks, const braidUniqueId& id,
+                            int rank, const braidConfig_t* config) {
+  braidConfig_t inherited = BRAID_CONFIG_INITIALIZER;
+  const std::string& transports = parent.config().transports;
+  const std::string& algo = parent.config().algo;
+  if (!config) {
+    inherited.timeout_ms = parent.config().timeout_ms;
+    inherited.transports = transports.empty() ? nullptr : transports.c_str();
+    inherited.algorithms = algo.empty() ? nullptr : algo.c_str();
+    config = &inherited;
+  }
+  return braidCommInitRankConfig(child, nranks, id, rank, config);
+}
+
 Status RunInternal(const CommRef& comm, OpDesc desc) {
   auto op = std::make_shared<Operation>(std::move(desc));
   if (!comm->runInline(*op)) {

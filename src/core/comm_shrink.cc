@@ -132,13 +132,5 @@ extern "C" braidResult_t braidCommShrink(braidComm_t comm, const int* excludeRan
     id = *got;
   }
   const int new_rank = static_cast<int>(std::find(survivors.begin(), survivors.end(), me) - survivors.begin());
-  braidConfig_t cfg = BRAID_CONFIG_INITIALIZER;
-  std::string transports = raw->config().transports, algo = raw->config().algo;
-  if (!config) {
-    cfg.timeout_ms = raw->config().timeout_ms;
-    cfg.transports = transports.empty() ? nullptr : transports.c_str();
-    cfg.algorithms = algo.empty() ? nullptr : algo.c_str();
-    config = &cfg;
-  }
-  return braidCommInitRankConfig(newcomm, static_cast<int>(survivors.size()), id, new_rank, config);
+  return InitChildComm(*raw, newcomm, static_cast<int>(survivors.size()), id, new_rank, config);
 }

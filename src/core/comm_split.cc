@@ -70,14 +70,5 @@ extern "C" braidResult_t braidCommSplit(braidComm_t comm, int color, int key, br
     return Fail(raw, RemoteError("braidCommSplit: the leader of colour " + std::to_string(color) + " (rank " +
                                      std::to_string(members[0]) + ") could not start a rendezvous"));
   int new_rank = static_cast<int>(std::find(members.begin(), members.end(), me) - members.begin());
-  braidConfig_t cfg = BRAID_CONFIG_INITIALIZER;
-  // Without a config the child inherits the parent's timeout, transports and algorithms.
-  std::string transports = raw->config().transports, algo = raw->config().algo;
-  if (!config) {
-    cfg.timeout_ms = raw->config().timeout_ms;
-    cfg.transports = transports.empty() ? nullptr : transports.c_str();
-    cfg.algorithms = algo.empty() ? nullptr : algo.c_str();
-    config = &cfg;
-  }
-  return braidCommInitRankConfig(newcomm, static_cast<int>(members.size()), id, new_rank, config);
+  return InitChildComm(*raw, newcomm, static_cast<int>(members.size()), id, new_rank, config);
 }
