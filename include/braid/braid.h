@@ -39,7 +39,8 @@ extern "C" {
 #define BRAID_VERSION_MINOR 1
 #define BRAID_VERSION_PATCH 0
 /** Single integer version: major * 10000 + minor * 100 + patch. */
-#define BRAID_VERSION_CODE (BRAID_VERSION_MAJOR * 10000 + BRAID_VERSION_MINOR * 100 + BRAID_VERSION_PATCH)
+#define BRAID_VERSION_CODE \
+  (BRAID_VERSION_MAJOR * 10000 + BRAID_VERSION_MINOR * 100 + BRAID_VERSION_PATCH)
 
 /** Size of a unique id in bytes (same as NCCL's). */
 #define BRAID_UNIQUE_ID_BYTES 128
@@ -63,11 +64,11 @@ typedef enum {
   braidErrSystem = 2,          /**< the OS refused something (socket, shm, memory): see message */
   braidErrInternal = 3,        /**< a bug in braid: please report the message */
   braidErrInvalidArgument = 4, /**< bad pointer, type, op, root or count */
-  braidErrInvalidUsage = 5,    /**< wrong call sequence, mismatch between ranks, use after destroy */
-  braidErrRemote = 6,          /**< a peer failed, closed or sent something invalid */
-  braidInProgress = 7,         /**< a non-blocking operation has not completed yet */
-  braidErrTimeout = 8,         /**< no progress within the deadline */
-  braidErrAborted = 9,         /**< the communicator was aborted */
+  braidErrInvalidUsage = 5, /**< wrong call sequence, mismatch between ranks, use after destroy */
+  braidErrRemote = 6,       /**< a peer failed, closed or sent something invalid */
+  braidInProgress = 7,      /**< a non-blocking operation has not completed yet */
+  braidErrTimeout = 8,      /**< no progress within the deadline */
+  braidErrAborted = 9,      /**< the communicator was aborted */
 } braidResult_t;
 
 /** Element types. Values match NCCL's ncclDataType_t. */
@@ -109,14 +110,15 @@ typedef enum {
  * the end, and `size` tells the library which fields the caller knows.
  */
 typedef struct {
-  size_t size;             /**< sizeof(braidConfig_t) as the caller compiled it */
-  int blocking;            /**< 1 (default): init blocks; 0: init returns braidInProgress */
-  int64_t timeout_ms;      /**< per-operation stall deadline; 0 = BRAID_TIMEOUT (default 300 s) */
-  const char* transports;  /**< e.g. "tcp" or "shm,tcp"; NULL = BRAID_TRANSPORTS or automatic */
-  const char* algorithms;  /**< tuner override, e.g. "allreduce:ring"; NULL = BRAID_ALGO */
+  size_t size;            /**< sizeof(braidConfig_t) as the caller compiled it */
+  int blocking;           /**< 1 (default): init blocks; 0: init returns braidInProgress */
+  int64_t timeout_ms;     /**< per-operation stall deadline; 0 = BRAID_TIMEOUT (default 300 s) */
+  const char* transports; /**< e.g. "tcp" or "shm,tcp"; NULL = BRAID_TRANSPORTS or automatic */
+  const char* algorithms; /**< tuner override, e.g. "allreduce:ring"; NULL = BRAID_ALGO */
 } braidConfig_t;
 
-#define BRAID_CONFIG_INITIALIZER {sizeof(braidConfig_t), 1, 0, NULL, NULL}
+#define BRAID_CONFIG_INITIALIZER \
+  { sizeof(braidConfig_t), 1, 0, NULL, NULL }
 
 /* ------------------------------------------------------------------ version and errors */
 
@@ -141,11 +143,13 @@ BRAID_API const char* braidGetLastError(braidComm_t comm);
 BRAID_API braidResult_t braidGetUniqueId(braidUniqueId* uniqueId);
 
 /** Joins communicator `uniqueId` as `rank` of `nranks`. Collective over all ranks. */
-BRAID_API braidResult_t braidCommInitRank(braidComm_t* comm, int nranks, braidUniqueId uniqueId, int rank);
+BRAID_API braidResult_t braidCommInitRank(braidComm_t* comm, int nranks, braidUniqueId uniqueId,
+                                          int rank);
 
 /** As braidCommInitRank(), with options. `config` may be NULL. */
-BRAID_API braidResult_t braidCommInitRankConfig(braidComm_t* comm, int nranks, braidUniqueId uniqueId,
-                                      int rank, const braidConfig_t* config);
+BRAID_API braidResult_t braidCommInitRankConfig(braidComm_t* comm, int nranks,
+                                                braidUniqueId uniqueId, int rank,
+                                                const braidConfig_t* config);
 
 /**
  * Initialises a communicator from the launcher's environment:
@@ -166,7 +170,7 @@ BRAID_API braidResult_t braidInitFromEnv(braidComm_t* comm);
  * (key, old rank). BRAID_SPLIT_NOCOLOR yields *newcomm = NULL. Collective over `comm`.
  */
 BRAID_API braidResult_t braidCommSplit(braidComm_t comm, int color, int key, braidComm_t* newcomm,
-                             const braidConfig_t* config);
+                                       const braidConfig_t* config);
 
 /**
  * Creates a communicator of the ranks of `comm` not listed in `excludeRanks` (ordered as in
@@ -175,7 +179,8 @@ BRAID_API braidResult_t braidCommSplit(braidComm_t comm, int color, int key, bra
  * operations of `comm` first, 1 = abort them first (NCCL_SHRINK_ABORT).
  */
 BRAID_API braidResult_t braidCommShrink(braidComm_t comm, const int* excludeRanks, int excludeCount,
-                              braidComm_t* newcomm, const braidConfig_t* config, int flags);
+                                        braidComm_t* newcomm, const braidConfig_t* config,
+                                        int flags);
 
 /** Waits (within the deadline) for all operations of `comm` to complete. */
 BRAID_API braidResult_t braidCommFinalize(braidComm_t comm);
@@ -205,7 +210,7 @@ BRAID_API braidResult_t braidCommDescribe(braidComm_t comm, char* buf, size_t le
  * as the calls using it have been issued.
  */
 BRAID_API braidResult_t braidRedOpCreatePreMulSum(braidRedOp_t* op, const void* scalar,
-                                        braidDataType_t datatype, braidComm_t comm);
+                                                  braidDataType_t datatype, braidComm_t comm);
 BRAID_API braidResult_t braidRedOpDestroy(braidRedOp_t op, braidComm_t comm);
 
 /* ------------------------------------------------------------------ collectives
@@ -216,50 +221,54 @@ BRAID_API braidResult_t braidRedOpDestroy(braidRedOp_t op, braidComm_t comm);
  */
 
 BRAID_API braidResult_t braidAllReduce(const void* sendbuff, void* recvbuff, size_t count,
-                             braidDataType_t datatype, braidRedOp_t op, braidComm_t comm);
+                                       braidDataType_t datatype, braidRedOp_t op, braidComm_t comm);
 /** recvbuff holds recvcount elements; sendbuff holds nranks * recvcount. */
 BRAID_API braidResult_t braidReduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount,
-                                 braidDataType_t datatype, braidRedOp_t op, braidComm_t comm);
+                                           braidDataType_t datatype, braidRedOp_t op,
+                                           braidComm_t comm);
 /** sendbuff holds sendcount elements; recvbuff holds nranks * sendcount. */
 BRAID_API braidResult_t braidAllGather(const void* sendbuff, void* recvbuff, size_t sendcount,
-                             braidDataType_t datatype, braidComm_t comm);
+                                       braidDataType_t datatype, braidComm_t comm);
 /** sendbuff is read on the root only. */
 BRAID_API braidResult_t braidBroadcast(const void* sendbuff, void* recvbuff, size_t count,
-                             braidDataType_t datatype, int root, braidComm_t comm);
+                                       braidDataType_t datatype, int root, braidComm_t comm);
 /** recvbuff is written on the root only. */
 BRAID_API braidResult_t braidReduce(const void* sendbuff, void* recvbuff, size_t count,
-                          braidDataType_t datatype, braidRedOp_t op, int root, braidComm_t comm);
+                                    braidDataType_t datatype, braidRedOp_t op, int root,
+                                    braidComm_t comm);
 /** `count` elements go to each peer: sendbuff and recvbuff hold nranks * count. */
 BRAID_API braidResult_t braidAllToAll(const void* sendbuff, void* recvbuff, size_t count,
-                            braidDataType_t datatype, braidComm_t comm);
+                                      braidDataType_t datatype, braidComm_t comm);
 /** Point-to-point; `peer` may be the caller itself (then it must be inside a group). */
-BRAID_API braidResult_t braidSend(const void* sendbuff, size_t count, braidDataType_t datatype, int peer,
-                        braidComm_t comm);
+BRAID_API braidResult_t braidSend(const void* sendbuff, size_t count, braidDataType_t datatype,
+                                  int peer, braidComm_t comm);
 BRAID_API braidResult_t braidRecv(void* recvbuff, size_t count, braidDataType_t datatype, int peer,
-                        braidComm_t comm);
+                                  braidComm_t comm);
 BRAID_API braidResult_t braidBarrier(braidComm_t comm);
 
 /* Non-blocking twins: same arguments plus the request written to *request. */
 BRAID_API braidResult_t braidIallReduce(const void* sendbuff, void* recvbuff, size_t count,
-                              braidDataType_t datatype, braidRedOp_t op, braidComm_t comm,
-                              braidRequest_t* request);
+                                        braidDataType_t datatype, braidRedOp_t op, braidComm_t comm,
+                                        braidRequest_t* request);
 BRAID_API braidResult_t braidIreduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount,
-                                  braidDataType_t datatype, braidRedOp_t op, braidComm_t comm,
-                                  braidRequest_t* request);
+                                            braidDataType_t datatype, braidRedOp_t op,
+                                            braidComm_t comm, braidRequest_t* request);
 BRAID_API braidResult_t braidIallGather(const void* sendbuff, void* recvbuff, size_t sendcount,
-                              braidDataType_t datatype, braidComm_t comm, braidRequest_t* request);
+                                        braidDataType_t datatype, braidComm_t comm,
+                                        braidRequest_t* request);
 BRAID_API braidResult_t braidIbroadcast(const void* sendbuff, void* recvbuff, size_t count,
-                              braidDataType_t datatype, int root, braidComm_t comm,
-                              braidRequest_t* request);
+                                        braidDataType_t datatype, int root, braidComm_t comm,
+                                        braidRequest_t* request);
 BRAID_API braidResult_t braidIreduce(const void* sendbuff, void* recvbuff, size_t count,
-                           braidDataType_t datatype, braidRedOp_t op, int root, braidComm_t comm,
-                           braidRequest_t* request);
+                                     braidDataType_t datatype, braidRedOp_t op, int root,
+                                     braidComm_t comm, braidRequest_t* request);
 BRAID_API braidResult_t braidIallToAll(const void* sendbuff, void* recvbuff, size_t count,
-                             braidDataType_t datatype, braidComm_t comm, braidRequest_t* request);
-BRAID_API braidResult_t braidIsend(const void* sendbuff, size_t count, braidDataType_t datatype, int peer,
-                         braidComm_t comm, braidRequest_t* request);
+                                       braidDataType_t datatype, braidComm_t comm,
+                                       braidRequest_t* request);
+BRAID_API braidResult_t braidIsend(const void* sendbuff, size_t count, braidDataType_t datatype,
+                                   int peer, braidComm_t comm, braidRequest_t* request);
 BRAID_API braidResult_t braidIrecv(void* recvbuff, size_t count, braidDataType_t datatype, int peer,
-                         braidComm_t comm, braidRequest_t* request);
+                                   braidComm_t comm, braidRequest_t* request);
 BRAID_API braidResult_t braidIbarrier(braidComm_t comm, braidRequest_t* request);
 
 /**

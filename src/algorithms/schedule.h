@@ -91,7 +91,7 @@ struct CollArgs {
   //   allreduce, broadcast, reduce: the whole buffer; reducescatter: recvcount (per rank);
   //   allgather: sendcount (per rank); alltoall: per peer; barrier: 0.
   uint64_t count = 0;
-  int root = 0;        // broadcast, reduce
+  int root = 0;  // broadcast, reduce
   int nranks = 1;
   // In place per the C API's conventions (braid.h): the builder must then read and write only
   // through the aliases that exist (e.g. for all-gather, the rank's own block of kRecvBuf is

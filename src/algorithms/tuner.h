@@ -26,8 +26,8 @@ namespace braid {
 
 // Alpha-beta parameters of one link class.
 struct LinkParams {
-  double alpha_s = 5e-6;       // per-message latency, seconds
-  double beta_bytes_s = 5e9;   // bandwidth, bytes per second
+  double alpha_s = 5e-6;      // per-message latency, seconds
+  double beta_bytes_s = 5e9;  // bandwidth, bytes per second
 };
 
 // The cost model's view of a machine: intra-node and inter-node links.
@@ -67,7 +67,8 @@ class Tuner {
 };
 
 // Bytes that `args` moves as the tuner and the perf tables count them (the collective's full
-// buffer: count * nranks for allgather/reducescatter/alltoall, count otherwise) times the type size.
+// buffer: count * nranks for allgather/reducescatter/alltoall, count otherwise) times the type
+// size.
 uint64_t CollBytes(const CollArgs& args);
 
 }  // namespace braid

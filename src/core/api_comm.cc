@@ -20,15 +20,24 @@ braidResult_t braidGetVersion(int* version) {
 
 const char* braidGetErrorString(braidResult_t result) {
   switch (result) {
-    case braidSuccess: return "no error";
-    case braidErrSystem: return "system error";
-    case braidErrInternal: return "internal error";
-    case braidErrInvalidArgument: return "invalid argument";
-    case braidErrInvalidUsage: return "invalid usage";
-    case braidErrRemote: return "remote error";
-    case braidInProgress: return "operation in progress";
-    case braidErrTimeout: return "timeout";
-    case braidErrAborted: return "aborted";
+    case braidSuccess:
+      return "no error";
+    case braidErrSystem:
+      return "system error";
+    case braidErrInternal:
+      return "internal error";
+    case braidErrInvalidArgument:
+      return "invalid argument";
+    case braidErrInvalidUsage:
+      return "invalid usage";
+    case braidErrRemote:
+      return "remote error";
+    case braidInProgress:
+      return "operation in progress";
+    case braidErrTimeout:
+      return "timeout";
+    case braidErrAborted:
+      return "aborted";
   }
   return "unknown status code";
 }
@@ -55,14 +64,16 @@ braidResult_t braidGetUniqueId(braidUniqueId* uniqueId) {
   return braidSuccess;
 }
 
-braidResult_t braidCommInitRankConfig(braidComm_t* comm, int nranks, braidUniqueId uniqueId, int rank,
-                                      const braidConfig_t* config) {
+braidResult_t braidCommInitRankConfig(braidComm_t* comm, int nranks, braidUniqueId uniqueId,
+                                      int rank, const braidConfig_t* config) {
   if (!comm) return Fail(InvalidArgument("braidCommInitRank: comm is NULL"));
   *comm = nullptr;
-  if (nranks < 1) return Fail(InvalidArgument("braidCommInitRank: nranks is " + std::to_string(nranks) + ", must be >= 1"));
+  if (nranks < 1)
+    return Fail(InvalidArgument("braidCommInitRank: nranks is " + std::to_string(nranks) +
+                                ", must be >= 1"));
   if (rank < 0 || rank >= nranks)
-    return Fail(InvalidArgument("braidCommInitRank: rank " + std::to_string(rank) + " is outside [0, " +
-                                std::to_string(nranks) + ")"));
+    return Fail(InvalidArgument("braidCommInitRank: rank " + std::to_string(rank) +
+                                " is outside [0, " + std::to_string(nranks) + ")"));
   auto id = DecodeUniqueId(uniqueId);
   if (!id.ok()) return Fail(Status(id.status()).prepend("braidCommInitRank: "));
   auto opts = MakeCommOptions(config);
@@ -116,7 +127,9 @@ braidResult_t braidCommFinalize(braidComm_t comm) {
 braidResult_t braidCommDestroy(braidComm_t comm) {
   if (!comm) return Fail(InvalidArgument("braidCommDestroy: comm is NULL"));
   CommRef ref = UnregisterComm(comm);
-  if (!ref) return Fail(InvalidUsage("braidCommDestroy: the communicator handle is not live (destroyed twice?)"));
+  if (!ref)
+    return Fail(
+        InvalidUsage("braidCommDestroy: the communicator handle is not live (destroyed twice?)"));
   if (ref->initThread().joinable()) ref->initThread().join();
   Status st;
   if (ref->state() == braidComm::State::kReady) {
@@ -143,7 +156,8 @@ braidResult_t braidCommAbort(braidComm_t comm) {
 braidResult_t braidCommGetAsyncError(braidComm_t comm, braidResult_t* asyncError) {
   if (!asyncError) return Fail(InvalidArgument("braidCommGetAsyncError: asyncError is NULL"));
   CommRef ref = LookupComm(comm);
-  if (!ref) return Fail(InvalidUsage("braidCommGetAsyncError: the communicator handle is not live"));
+  if (!ref)
+    return Fail(InvalidUsage("braidCommGetAsyncError: the communicator handle is not live"));
   if (ref->state() == braidComm::State::kInitializing) {
     *asyncError = braidInProgress;
     return braidSuccess;
@@ -179,14 +193,16 @@ braidResult_t braidCommDescribe(braidComm_t comm, char* buf, size_t len) {
   return braidSuccess;
 }
 
-braidResult_t braidRedOpCreatePreMulSum(braidRedOp_t* op, const void* scalar, braidDataType_t datatype,
-                                        braidComm_t comm) {
+braidResult_t braidRedOpCreatePreMulSum(braidRedOp_t* op, const void* scalar,
+                                        braidDataType_t datatype, braidComm_t comm) {
   auto ref = UsableComm(comm);
   if (!ref.ok()) return Fail(ref.status());
   if (!op) return Fail(ref->get(), InvalidArgument("braidRedOpCreatePreMulSum: op is NULL"));
-  if (!scalar) return Fail(ref->get(), InvalidArgument("braidRedOpCreatePreMulSum: scalar is NULL"));
+  if (!scalar)
+    return Fail(ref->get(), InvalidArgument("braidRedOpCreatePreMulSum: scalar is NULL"));
   if (!IsValidDataType(datatype))
-    return Fail(ref->get(), InvalidArgument("braidRedOpCreatePreMulSum: unknown datatype " + std::to_string(datatype)));
+    return Fail(ref->get(), InvalidArgument("braidRedOpCreatePreMulSum: unknown datatype " +
+                                            std::to_string(datatype)));
   PreMulOp p{static_cast<DataType>(datatype), {}};
   std::memcpy(p.scalar, scalar, DataTypeSize(p.dtype));
   *op = static_cast<braidRedOp_t>((*ref)->addPreMulOp(p));
@@ -197,17 +213,22 @@ braidResult_t braidRedOpDestroy(braidRedOp_t op, braidComm_t comm) {
   auto ref = UsableComm(comm);
   if (!ref.ok()) return Fail(ref.status());
   if (static_cast<int>(op) < braidNumOps)
-    return Fail(ref->get(), InvalidArgument("braidRedOpDestroy: op " + std::to_string(op) + " is built in"));
+    return Fail(ref->get(),
+                InvalidArgument("braidRedOpDestroy: op " + std::to_string(op) + " is built in"));
   if (!(*ref)->removePreMulOp(op))
-    return Fail(ref->get(), InvalidArgument("braidRedOpDestroy: op " + std::to_string(op) +
-                                                " was not created on this communicator (or destroyed already)"));
+    return Fail(ref->get(),
+                InvalidArgument("braidRedOpDestroy: op " + std::to_string(op) +
+                                " was not created on this communicator (or destroyed already)"));
   return braidSuccess;
 }
 
 braidResult_t braidTest(braidRequest_t* request, int* done) {
-  if (!request || !*request || !done) return Fail(InvalidArgument("braidTest: request or done is NULL"));
+  if (!request || !*request || !done)
+    return Fail(InvalidArgument("braidTest: request or done is NULL"));
   braidRequest* r = *request;
-  if (!r->op) return Fail(InvalidUsage("braidTest: the request's group has not ended yet (call braidGroupEnd first)"));
+  if (!r->op)
+    return Fail(InvalidUsage(
+        "braidTest: the request's group has not ended yet (call braidGroupEnd first)"));
   if (!r->op->done()) {
     *done = 0;
     return braidSuccess;
@@ -222,11 +243,13 @@ braidResult_t braidTest(braidRequest_t* request, int* done) {
 braidResult_t braidWait(braidRequest_t* request, int64_t timeout_ms) {
   if (!request || !*request) return Fail(InvalidArgument("braidWait: request is NULL"));
   braidRequest* r = *request;
-  if (!r->op) return Fail(InvalidUsage("braidWait: the request's group has not ended yet (call braidGroupEnd first)"));
+  if (!r->op)
+    return Fail(InvalidUsage(
+        "braidWait: the request's group has not ended yet (call braidGroupEnd first)"));
   Deadline deadline = timeout_ms < 0 ? Deadline::Never() : Deadline::After(timeout_ms);
   if (!r->op->wait(deadline, 50))
-    return Fail(TimeoutError("braidWait: the operation did not complete within " + std::to_string(timeout_ms) +
-                             " ms (the request stays valid)"));
+    return Fail(TimeoutError("braidWait: the operation did not complete within " +
+                             std::to_string(timeout_ms) + " ms (the request stays valid)"));
   Status st = r->op->status();
   delete r;
   *request = nullptr;

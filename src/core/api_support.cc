@@ -45,12 +45,14 @@ Result<CommRef> UsableComm(braidComm_t comm) {
   if (!comm) return InvalidArgument("the communicator is NULL");
   CommRef ref = LookupComm(comm);
   if (!ref)
-    return InvalidUsage("the communicator handle is not live: it was destroyed or aborted, or never initialised");
+    return InvalidUsage(
+        "the communicator handle is not live: it was destroyed or aborted, or never initialised");
   switch (ref->state()) {
     case braidComm::State::kInitializing:
-      return InvalidUsage(ref->where() +
-                          ": init is still in progress (non-blocking communicator or open group): poll "
-                          "braidCommGetAsyncError until it returns braidSuccess");
+      return InvalidUsage(
+          ref->where() +
+          ": init is still in progress (non-blocking communicator or open group): poll "
+          "braidCommGetAsyncError until it returns braidSuccess");
     case braidComm::State::kFailed: {
       Status st = InvalidUsage("the communicator's init failed: " + ref->asyncError().message());
       return st;
@@ -67,11 +69,16 @@ braidResult_t Fail(braidComm* comm, const Status& st) {
   return st.code();
 }
 
-braidResult_t Fail(const Status& st) { return Fail(nullptr, st); }
+braidResult_t Fail(const Status& st) {
+  return Fail(nullptr, st);
+}
 
-const char* ThreadLastError() { return t_last_error.c_str(); }
+const char* ThreadLastError() {
+  return t_last_error.c_str();
+}
 
-braidResult_t RunOperation(const CommRef& comm, std::shared_ptr<Operation> op, braidRequest_t* request) {
+braidResult_t RunOperation(const CommRef& comm, std::shared_ptr<Operation> op,
+                           braidRequest_t* request) {
   if (InGroup()) {
     GroupAddCollective(comm, op, request == nullptr);
     if (request) *request = new braidRequest{op};
@@ -90,8 +97,8 @@ braidResult_t RunOperation(const CommRef& comm, std::shared_ptr<Operation> op, b
   return braidSuccess;
 }
 
-braidResult_t InitChildComm(const braidComm& parent, braidComm_t* child, int nranks, const braidUniqueId& id,
-                            int rank, const braidConfig_t* config) {
+braidResult_t InitChildComm(const braidComm& parent, braidComm_t* child, int nranks,
+                            const braidUniqueId& id, int rank, const braidConfig_t* config) {
   braidConfig_t inherited = BRAID_CONFIG_INITIALIZER;
   const std::string& transports = parent.config().transports;
   const std::string& algo = parent.config().algo;

@@ -37,11 +37,12 @@ const char* ThreadLastError();
 
 // Submits `op` on `comm`, or records it when a group is open; blocks until done unless
 // `request` is non-null (then *request receives a handle).
-braidResult_t RunOperation(const CommRef& comm, std::shared_ptr<Operation> op, braidRequest_t* request);
+braidResult_t RunOperation(const CommRef& comm, std::shared_ptr<Operation> op,
+                           braidRequest_t* request);
 // Joins the child communicator of `parent` (split, shrink) as `rank` of `nranks`. Without a
 // `config`, the child inherits the parent's timeout, transports and algorithms.
-braidResult_t InitChildComm(const braidComm& parent, braidComm_t* child, int nranks, const braidUniqueId& id,
-                            int rank, const braidConfig_t* config);
+braidResult_t InitChildComm(const braidComm& parent, braidComm_t* child, int nranks,
+                            const braidUniqueId& id, int rank, const braidConfig_t* config);
 
 // Submits and waits, bypassing groups (internal collectives such as split's exchange).
 Status RunInternal(const CommRef& comm, OpDesc desc);

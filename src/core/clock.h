@@ -10,7 +10,9 @@ using Clock = std::chrono::steady_clock;
 
 class Deadline {
  public:
-  static Deadline After(int64_t ms) { return Deadline(Clock::now() + std::chrono::milliseconds(ms)); }
+  static Deadline After(int64_t ms) {
+    return Deadline(Clock::now() + std::chrono::milliseconds(ms));
+  }
   static Deadline Never() { return Deadline(Clock::time_point::max()); }
   bool expired() const { return Clock::now() >= at_; }
   // Milliseconds left, clamped to [0, cap]; for poll() timeouts.
@@ -28,7 +30,8 @@ class Deadline {
 };
 
 inline int64_t NowMicros() {
-  return std::chrono::duration_cast<std::chrono::microseconds>(Clock::now().time_since_epoch()).count();
+  return std::chrono::duration_cast<std::chrono::microseconds>(Clock::now().time_since_epoch())
+      .count();
 }
 
 }  // namespace braid

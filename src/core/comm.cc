@@ -32,7 +32,8 @@ Result<CommOptions> MakeCommOptions(const braidConfig_t* config) {
     return InvalidArgument("braidConfig_t.size is " + std::to_string(config->size) +
                            ": initialise the struct with BRAID_CONFIG_INITIALIZER");
   if (config->blocking != 0 && config->blocking != 1)
-    return InvalidArgument("braidConfig_t.blocking must be 0 or 1, not " + std::to_string(config->blocking));
+    return InvalidArgument("braidConfig_t.blocking must be 0 or 1, not " +
+                           std::to_string(config->blocking));
   o.blocking = config->blocking != 0;
   if (has(offsetof(braidConfig_t, timeout_ms) + sizeof(int64_t))) {
     if (config->timeout_ms < 0)
@@ -83,7 +84,7 @@ std::string ReadFirstLine(const char* path) {
 // get different ids and so never use shared memory with each other by mistake.
 std::string HostId(const Config& cfg, const std::string& hostname) {
   if (!cfg.host_id.empty()) return cfg.host_id;
-  struct stat st{};
+  struct stat st {};
   std::string netns = stat("/proc/self/ns/net", &st) == 0 ? std::to_string(st.st_ino) : "?";
   return hostname + "/" + ReadFirstLine("/proc/sys/kernel/random/boot_id") + "/" + netns;
 }
@@ -100,10 +101,12 @@ Result<std::vector<std::string>> SplitFields(const std::string& in, int peer) {
   size_t pos = 0;
   while (pos < in.size()) {
     uint32_t n;
-    if (in.size() - pos < sizeof(n)) return RemoteError("malformed init message from rank " + std::to_string(peer));
+    if (in.size() - pos < sizeof(n))
+      return RemoteError("malformed init message from rank " + std::to_string(peer));
     std::memcpy(&n, in.data() + pos, sizeof(n));
     pos += sizeof(n);
-    if (n > in.size() - pos) return RemoteError("malformed init message from rank " + std::to_string(peer));
+    if (n > in.size() - pos)
+      return RemoteError("malformed init message from rank " + std::to_string(peer));
     out.emplace_back(in.substr(pos, n));
     pos += n;
   }
@@ -137,7 +140,9 @@ Status braidComm::init(const UniqueIdData& id, int rank, int nranks, const CommO
   SetLogRank(rank);
   Deadline deadline = Deadline::After(opts_.config.timeout_ms);
   auto bs = Bootstrap::Connect(id, rank, nranks, deadline);
-  if (!bs.ok()) return Status(bs.status()).prepend("rank " + std::to_string(rank) + "/" + std::to_string(nranks) + ": init: ");
+  if (!bs.ok())
+    return Status(bs.status())
+        .prepend("rank " + std::to_string(rank) + "/" + std::to_string(nranks) + ": init: ");
   // The service's nonce names this communicator (ids built from the environment carry none).
   tag_ = HexOf((*bs)->commNonce().data(), 8);
   Status st = exchangeRankInfo(**bs, deadline);
@@ -184,21 +189,27 @@ Status braidComm::exchangeRankInfo(Bootstrap& bs, Deadline deadline) {
     if (fields[r].size() < 8 || fields[r][7].size() != sizeof(sockaddr_storage))
       return RemoteError("malformed init message from rank " + std::to_string(r));
     if (fields[r][0] != BRAID_VERSION_STRING)
-      return InvalidUsage("rank " + std::to_string(r) + " (host " + fields[r][2] + ") runs braid " + fields[r][0] +
-                          " but this rank runs braid " BRAID_VERSION_STRING ": all ranks must use the same library version");
+      return InvalidUsage("rank " + std::to_string(r) + " (host " + fields[r][2] + ") runs braid " +
+                          fields[r][0] +
+                          " but this rank runs braid " BRAID_VERSION_STRING
+                          ": all ranks must use the same library version");
     infos_[r].rank = r;
     infos_[r].pid = std::atoi(fields[r][1].c_str());
     infos_[r].hostname = fields[r][2];
     infos_[r].host_id = fields[r][3];
   }
   control_addrs_.resize(nranks_);
-  for (int r = 0; r < nranks_; ++r) std::memcpy(&control_addrs_[r], fields[r][7].data(), sizeof(sockaddr_storage));
+  for (int r = 0; r < nranks_; ++r)
+    std::memcpy(&control_addrs_[r], fields[r][7].data(), sizeof(sockaddr_storage));
   // Parameters that shape schedules must agree; rank 0's win (a differing environment on some
   // ranks is common and harmless once it is reconciled).
   nchannels_ = std::max(1, std::atoi(fields[0][4].c_str()));
   uint64_t chunk = std::strtoull(fields[0][5].c_str(), nullptr, 10);
   if (nchannels_ != c.nchannels || chunk != c.chunk_bytes || fields[0][6] != c.algo)
-    BRAID_WARN("rank %d: BRAID_NCHANNELS/BRAID_CHUNK_BYTES/BRAID_ALGO differ from rank 0's; using rank 0's", rank_);
+    BRAID_WARN(
+        "rank %d: BRAID_NCHANNELS/BRAID_CHUNK_BYTES/BRAID_ALGO differ from rank 0's; using rank "
+        "0's",
+        rank_);
   opts_.config.nchannels = nchannels_;
   opts_.config.chunk_bytes = chunk ? chunk : c.chunk_bytes;
   opts_.config.algo = fields[0][6];
@@ -234,7 +245,8 @@ Status braidComm::connectTransports(Bootstrap& bs, Deadline deadline) {
   ctx.socket_ifname = opts_.config.socket_ifname;
   ctx.all_on_one_host = layout_.nnodes == 1;
   ctx.shm_ring_bytes = opts_.config.shm_ring_bytes;
-  for (int r = 0; r < nranks_; ++r) ctx.doorbells.push_back("braid-" + tag_ + "-" + std::to_string(r));
+  for (int r = 0; r < nranks_; ++r)
+    ctx.doorbells.push_back("braid-" + tag_ + "-" + std::to_string(r));
   ctx.doorbell_name = ctx.doorbells[rank_];
   BRAID_ASSIGN_OR_RETURN(doorbell_, Doorbell::Bind(ctx.doorbell_name));
 
@@ -243,7 +255,8 @@ Status braidComm::connectTransports(Bootstrap& bs, Deadline deadline) {
   for (auto* f : factories) {
     auto inst = f->create(ctx);
     if (!inst.ok()) {
-      BRAID_WARN("rank %d: transport %s unavailable: %s", rank_, f->name(), inst.status().message().c_str());
+      BRAID_WARN("rank %d: transport %s unavailable: %s", rank_, f->name(),
+                 inst.status().message().c_str());
       continue;
     }
     PutField(&mine, f->name());
@@ -254,7 +267,8 @@ Status braidComm::connectTransports(Bootstrap& bs, Deadline deadline) {
   BRAID_ASSIGN_OR_RETURN(auto all, bs.allGather(mine, deadline));
 
   // blobs[t][r]: rank r's blob for this rank's transport t ("" when r has none).
-  std::vector<std::vector<std::string>> blobs(transports_.size(), std::vector<std::string>(nranks_));
+  std::vector<std::vector<std::string>> blobs(transports_.size(),
+                                              std::vector<std::string>(nranks_));
   for (int r = 0; r < nranks_; ++r) {
     BRAID_ASSIGN_OR_RETURN(auto f, SplitFields(all[r], r));
     if (f.size() % 2) return RemoteError("malformed transport list from rank " + std::to_string(r));
@@ -276,8 +290,8 @@ Status braidComm::connectTransports(Bootstrap& bs, Deadline deadline) {
       found = true;
     }
     if (!found)
-      return SystemError("no transport connects this rank with rank " + std::to_string(p) + " (host " +
-                         infos_[p].hostname + "); transports enabled here: " +
+      return SystemError("no transport connects this rank with rank " + std::to_string(p) +
+                         " (host " + infos_[p].hostname + "); transports enabled here: " +
                          (opts_.config.transports.empty() ? "all" : opts_.config.transports) +
                          " (check BRAID_TRANSPORTS on both ranks)");
   }
@@ -287,7 +301,8 @@ Status braidComm::connectTransports(Bootstrap& bs, Deadline deadline) {
     std::vector<std::vector<std::unique_ptr<Endpoint>>> out;
     Status st = transports_[t]->connect(peers_of[t], blobs[t], deadline, &out);
     if (!st.ok()) return st.prepend(names[t] + " connect: ");
-    if (out.size() != peers_of[t].size()) return InternalError(names[t] + " connect returned the wrong number of peers");
+    if (out.size() != peers_of[t].size())
+      return InternalError(names[t] + " connect returned the wrong number of peers");
     for (size_t i = 0; i < out.size(); ++i) {
       if (static_cast<int>(out[i].size()) != nchannels_)
         return InternalError(names[t] + " connect returned the wrong number of channels");
@@ -323,9 +338,13 @@ std::string braidComm::lastError() const {
   return last_error_;
 }
 
-void braidComm::submit(std::shared_ptr<Operation> op) { engine_->submit(std::move(op)); }
+void braidComm::submit(std::shared_ptr<Operation> op) {
+  engine_->submit(std::move(op));
+}
 
-bool braidComm::runInline(Operation& op) { return engine_->tryRunInline(op); }
+bool braidComm::runInline(Operation& op) {
+  return engine_->tryRunInline(op);
+}
 
 Status braidComm::drain() {
   if (!engine_) return Status::Ok();
@@ -377,7 +396,8 @@ bool braidComm::findPreMulOp(int id, PreMulOp* out) const {
 }
 
 std::string braidComm::where() const {
-  std::string host = rank_ >= 0 && rank_ < static_cast<int>(infos_.size()) ? infos_[rank_].hostname : "?";
+  std::string host =
+      rank_ >= 0 && rank_ < static_cast<int>(infos_.size()) ? infos_[rank_].hostname : "?";
   return "rank " + std::to_string(rank_) + "/" + std::to_string(nranks_) + " on host " + host;
 }
 
@@ -386,7 +406,8 @@ std::string braidComm::describe() const {
   for (int p = 0; p < nranks_; ++p)
     if (p != rank_) n[transport_of_.empty() ? "?" : transport_of_[p]]++;
   std::ostringstream s;
-  s << where() << " pid " << getpid() << " nodes " << layout_.nnodes << " channels " << nchannels_ << " transports";
+  s << where() << " pid " << getpid() << " nodes " << layout_.nnodes << " channels " << nchannels_
+    << " transports";
   if (n.empty()) s << " none";
   for (auto& [name, k] : n) s << " " << name << ":" << k;
   return s.str();

@@ -129,7 +129,7 @@ struct braidComm {
   braid::GroupLayout layout_;
   braid::Doorbell doorbell_;
   std::vector<std::unique_ptr<braid::TransportInstance>> transports_;
-  std::vector<std::string> transport_of_;  // per peer
+  std::vector<std::string> transport_of_;                                 // per peer
   std::vector<std::vector<std::unique_ptr<braid::Endpoint>>> endpoints_;  // [peer][channel]
   std::unique_ptr<braid::Tuner> tuner_;
   std::unique_ptr<braid::Engine> engine_;

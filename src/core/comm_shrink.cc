@@ -47,8 +47,8 @@ Status SendId(braidComm* comm, int to, const braidUniqueId& id, int nsurvivors, 
     last = st;
     usleep(20000);
   }
-  return TimeoutError("could not hand the new id to rank " + std::to_string(to) + " before the deadline: " +
-                      last.message());
+  return TimeoutError("could not hand the new id to rank " + std::to_string(to) +
+                      " before the deadline: " + last.message());
 }
 
 Result<braidUniqueId> ReceiveId(braidComm* comm, int leader, Deadline deadline) {
@@ -63,8 +63,9 @@ Result<braidUniqueId> ReceiveId(braidComm* comm, int leader, Deadline deadline) 
     Deadline quick = Deadline::After(std::min<int64_t>(1000, deadline.remainingMs()));
     auto hello = HandshakeServer(fd->get(), comm->secret(), quick);
     if (!hello.ok() || hello->purpose != kShrinkPurpose || hello->rank != leader) {
-      BRAID_WARN("%s: dropped a connection on the control listener from %s (%s)", comm->where().c_str(),
-                 FormatAddress(peer).c_str(), hello.ok() ? "not the shrink leader" : hello.status().message().c_str());
+      BRAID_WARN("%s: dropped a connection on the control listener from %s (%s)",
+                 comm->where().c_str(), FormatAddress(peer).c_str(),
+                 hello.ok() ? "not the shrink leader" : hello.status().message().c_str());
       continue;
     }
     braidUniqueId id;
@@ -75,13 +76,15 @@ Result<braidUniqueId> ReceiveId(braidComm* comm, int leader, Deadline deadline) 
       return id;
     }
   }
-  return TimeoutError("rank " + std::to_string(leader) + " (the shrink leader) did not send the new id in time");
+  return TimeoutError("rank " + std::to_string(leader) +
+                      " (the shrink leader) did not send the new id in time");
 }
 
 }  // namespace
 
-extern "C" braidResult_t braidCommShrink(braidComm_t comm, const int* excludeRanks, int excludeCount,
-                                         braidComm_t* newcomm, const braidConfig_t* config, int flags) {
+extern "C" braidResult_t braidCommShrink(braidComm_t comm, const int* excludeRanks,
+                                         int excludeCount, braidComm_t* newcomm,
+                                         const braidConfig_t* config, int flags) {
   if (!newcomm) return Fail(InvalidArgument("braidCommShrink: newcomm is NULL"));
   *newcomm = nullptr;
   CommRef ref = LookupComm(comm);
@@ -90,27 +93,34 @@ extern "C" braidResult_t braidCommShrink(braidComm_t comm, const int* excludeRan
   if (ref->state() != braidComm::State::kReady)
     return Fail(raw, InvalidUsage("braidCommShrink: the communicator's init did not complete"));
   if (flags != 0 && flags != 1)
-    return Fail(raw, InvalidArgument("braidCommShrink: flags must be 0 (wait) or 1 (abort), not " + std::to_string(flags)));
+    return Fail(raw, InvalidArgument("braidCommShrink: flags must be 0 (wait) or 1 (abort), not " +
+                                     std::to_string(flags)));
   if (excludeCount < 0 || (excludeCount > 0 && !excludeRanks))
-    return Fail(raw, InvalidArgument("braidCommShrink: excludeRanks is NULL or excludeCount is negative"));
+    return Fail(
+        raw, InvalidArgument("braidCommShrink: excludeRanks is NULL or excludeCount is negative"));
   const int n = raw->nranks(), me = raw->rank();
   std::vector<bool> excluded(n, false);
   for (int i = 0; i < excludeCount; ++i) {
     int r = excludeRanks[i];
     if (r < 0 || r >= n)
-      return Fail(raw, InvalidArgument("braidCommShrink: excluded rank " + std::to_string(r) + " is outside [0, " +
-                                           std::to_string(n) + ")"));
-    if (excluded[r]) return Fail(raw, InvalidArgument("braidCommShrink: rank " + std::to_string(r) + " is listed twice"));
+      return Fail(raw, InvalidArgument("braidCommShrink: excluded rank " + std::to_string(r) +
+                                       " is outside [0, " + std::to_string(n) + ")"));
+    if (excluded[r])
+      return Fail(
+          raw, InvalidArgument("braidCommShrink: rank " + std::to_string(r) + " is listed twice"));
     excluded[r] = true;
   }
-  if (excluded[me]) return Fail(raw, InvalidUsage("braidCommShrink: the calling rank is in excludeRanks"));
+  if (excluded[me])
+    return Fail(raw, InvalidUsage("braidCommShrink: the calling rank is in excludeRanks"));
   std::vector<int> survivors;
   for (int r = 0; r < n; ++r)
     if (!excluded[r]) survivors.push_back(r);
 
   // Old operations first: abort them, or let them finish (a failed communicator fails them fast).
-  if (flags == 1) raw->abortOperations(AbortedError("aborted by braidCommShrink on " + raw->where()));
-  else (void)raw->drain();
+  if (flags == 1)
+    raw->abortOperations(AbortedError("aborted by braidCommShrink on " + raw->where()));
+  else
+    (void)raw->drain();
 
   Deadline deadline = Deadline::After(raw->config().timeout_ms);
   braidUniqueId id;
@@ -128,9 +138,11 @@ extern "C" braidResult_t braidCommShrink(braidComm_t comm, const int* excludeRan
     }
   } else {
     auto got = ReceiveId(raw, leader, deadline);
-    if (!got.ok()) return Fail(raw, Status(got.status()).prepend("braidCommShrink: " + raw->where() + ": "));
+    if (!got.ok())
+      return Fail(raw, Status(got.status()).prepend("braidCommShrink: " + raw->where() + ": "));
     id = *got;
   }
-  const int new_rank = static_cast<int>(std::find(survivors.begin(), survivors.end(), me) - survivors.begin());
+  const int new_rank =
+      static_cast<int>(std::find(survivors.begin(), survivors.end(), me) - survivors.begin());
   return InitChildComm(*raw, newcomm, static_cast<int>(survivors.size()), id, new_rank, config);
 }

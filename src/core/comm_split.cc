@@ -33,7 +33,7 @@ extern "C" braidResult_t braidCommSplit(braidComm_t comm, int color, int key, br
   *newcomm = nullptr;
   if (color < 0 && color != BRAID_SPLIT_NOCOLOR)
     return Fail(raw, InvalidArgument("braidCommSplit: color " + std::to_string(color) +
-                                         " is negative (use BRAID_SPLIT_NOCOLOR to opt out)"));
+                                     " is negative (use BRAID_SPLIT_NOCOLOR to opt out)"));
   const int n = raw->nranks(), me = raw->rank();
   int32_t mine[2] = {color, key};
   std::vector<int32_t> all(2 * n);
@@ -44,7 +44,8 @@ extern "C" braidResult_t braidCommSplit(braidComm_t comm, int color, int key, br
   if (color != BRAID_SPLIT_NOCOLOR) {
     for (int r = 0; r < n; ++r)
       if (all[2 * r] == color) members.push_back(r);
-    std::stable_sort(members.begin(), members.end(), [&](int a, int b) { return all[2 * a + 1] < all[2 * b + 1]; });
+    std::stable_sort(members.begin(), members.end(),
+                     [&](int a, int b) { return all[2 * a + 1] < all[2 * b + 1]; });
   }
   braidUniqueId id_mine;
   std::memset(&id_mine, 0, sizeof(id_mine));
@@ -56,8 +57,10 @@ extern "C" braidResult_t braidCommSplit(braidComm_t comm, int color, int key, br
     o.timeout_ms = raw->config().timeout_ms;
     auto id = StartRendezvous(o);
     // A failed leader still takes part in the exchange (with a zero id) so nobody hangs.
-    if (id.ok()) EncodeUniqueId(*id, &id_mine);
-    else leader_status = id.status();
+    if (id.ok())
+      EncodeUniqueId(*id, &id_mine);
+    else
+      leader_status = id.status();
   }
   std::vector<braidUniqueId> ids(n);
   st = AllGatherBytes(*ref, &id_mine, ids.data(), sizeof(braidUniqueId));
@@ -67,8 +70,9 @@ extern "C" braidResult_t braidCommSplit(braidComm_t comm, int color, int key, br
 
   const braidUniqueId& id = ids[members[0]];
   if (!DecodeUniqueId(id).ok())
-    return Fail(raw, RemoteError("braidCommSplit: the leader of colour " + std::to_string(color) + " (rank " +
-                                     std::to_string(members[0]) + ") could not start a rendezvous"));
+    return Fail(raw, RemoteError("braidCommSplit: the leader of colour " + std::to_string(color) +
+                                 " (rank " + std::to_string(members[0]) +
+                                 ") could not start a rendezvous"));
   int new_rank = static_cast<int>(std::find(members.begin(), members.end(), me) - members.begin());
   return InitChildComm(*raw, newcomm, static_cast<int>(members.size()), id, new_rank, config);
 }

@@ -28,7 +28,8 @@ const std::vector<ConfigVar>& ConfigTable() {
        "host:port where rank 0 serves the rendezvous for braidInitFromEnv"},
       {"BRAID_SECRET", nullptr, "string", "",
        "shared secret for braidInitFromEnv without braidrun (same on all ranks)"},
-      {"BRAID_SPIN_US", nullptr, "int", "50", "microseconds to spin/yield before sleeping, 0..10000"},
+      {"BRAID_SPIN_US", nullptr, "int", "50",
+       "microseconds to spin/yield before sleeping, 0..10000"},
       {"BRAID_INLINE", nullptr, "int", "1",
        "1: a blocking call on an idle communicator runs on the caller's thread; 0: always on the "
        "progress thread"},
@@ -54,11 +55,16 @@ Result<uint64_t> ParseByteSize(const std::string& s) {
   if (errno == ERANGE) return InvalidArgument("'" + s + "' is too large");
   std::string suffix(end);
   uint64_t mult = 1;
-  if (suffix == "" ) mult = 1;
-  else if (suffix == "K" || suffix == "k") mult = 1ull << 10;
-  else if (suffix == "M" || suffix == "m") mult = 1ull << 20;
-  else if (suffix == "G" || suffix == "g") mult = 1ull << 30;
-  else return InvalidArgument("'" + s + "' has an unknown size suffix (use K, M or G)");
+  if (suffix == "")
+    mult = 1;
+  else if (suffix == "K" || suffix == "k")
+    mult = 1ull << 10;
+  else if (suffix == "M" || suffix == "m")
+    mult = 1ull << 20;
+  else if (suffix == "G" || suffix == "g")
+    mult = 1ull << 30;
+  else
+    return InvalidArgument("'" + s + "' has an unknown size suffix (use K, M or G)");
   if (v > UINT64_MAX / mult) return InvalidArgument("'" + s + "' is too large");
   return static_cast<uint64_t>(v * mult);
 }
@@ -85,7 +91,8 @@ Status ReadInt(const char* name, int64_t lo, int64_t hi, int64_t* out) {
   long long x = std::strtoll(v, &end, 10);
   if (errno || end == v || *end != '\0') return BadValue(var, v, "not an integer");
   if (x < lo || x > hi)
-    return BadValue(var, v, "out of range [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
+    return BadValue(var, v,
+                    "out of range [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
   *out = x;
   return Status::Ok();
 }
@@ -97,7 +104,8 @@ Status ReadBytes(const char* name, uint64_t lo, uint64_t hi, uint64_t* out) {
   auto r = ParseByteSize(v);
   if (!r.ok()) return BadValue(var, v, r.status().message());
   if (*r < lo || *r > hi)
-    return BadValue(var, v, "out of range [" + std::to_string(lo) + ", " + std::to_string(hi) + "] bytes");
+    return BadValue(var, v,
+                    "out of range [" + std::to_string(lo) + ", " + std::to_string(hi) + "] bytes");
   *out = *r;
   return Status::Ok();
 }

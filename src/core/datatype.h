@@ -29,9 +29,11 @@ inline constexpr int kNumDataTypes = braidNumTypes;
 enum class ReduceOp : uint8_t { kSum = 0, kProd = 1, kMax = 2, kMin = 3 };
 inline constexpr int kNumReduceOps = 4;
 
-inline bool IsValidDataType(int t) { return t >= 0 && t < kNumDataTypes; }
+inline bool IsValidDataType(int t) {
+  return t >= 0 && t < kNumDataTypes;
+}
 size_t DataTypeSize(DataType t);
-const char* DataTypeName(DataType t);   // "float", "bfloat16", "f8e4m3" ... (nccl-tests names)
+const char* DataTypeName(DataType t);  // "float", "bfloat16", "f8e4m3" ... (nccl-tests names)
 bool IsFloatingPoint(DataType t);
 const char* ReduceOpName(ReduceOp op);  // "sum", "prod", "max", "min"
 

@@ -39,7 +39,9 @@ Result<Doorbell> Doorbell::Bind(const std::string& name) {
   return d;
 }
 
-Doorbell::Doorbell(Doorbell&& o) noexcept : fd_(o.fd_), name_(std::move(o.name_)) { o.fd_ = -1; }
+Doorbell::Doorbell(Doorbell&& o) noexcept : fd_(o.fd_), name_(std::move(o.name_)) {
+  o.fd_ = -1;
+}
 
 Doorbell& Doorbell::operator=(Doorbell&& o) noexcept {
   if (this != &o) {
@@ -66,7 +68,8 @@ void Doorbell::Ring(const std::string& name) {
   socklen_t len = MakeAddress(name, &addr);
   char b = 1;
   // A full socket buffer means the sleeper has pending rings already: dropping this one is fine.
-  (void)sendto(SenderSocket(), &b, 1, MSG_DONTWAIT | MSG_NOSIGNAL, reinterpret_cast<sockaddr*>(&addr), len);
+  (void)sendto(SenderSocket(), &b, 1, MSG_DONTWAIT | MSG_NOSIGNAL,
+               reinterpret_cast<sockaddr*>(&addr), len);
 }
 
 }  // namespace braid

@@ -26,10 +26,16 @@ struct OpProgress {
   WireHeader hdr;
 };
 
-bool IsTransfer(StepOpKind k) { return k == StepOpKind::kSend || k == StepOpKind::kRecv || k == StepOpKind::kRecvReduce; }
-bool IsRecv(StepOpKind k) { return k == StepOpKind::kRecv || k == StepOpKind::kRecvReduce; }
+bool IsTransfer(StepOpKind k) {
+  return k == StepOpKind::kSend || k == StepOpKind::kRecv || k == StepOpKind::kRecvReduce;
+}
+bool IsRecv(StepOpKind k) {
+  return k == StepOpKind::kRecv || k == StepOpKind::kRecvReduce;
+}
 
-uint8_t WireOp(const OpDesc& d) { return d.premul ? static_cast<uint8_t>(braidNumOps) : static_cast<uint8_t>(d.user_op); }
+uint8_t WireOp(const OpDesc& d) {
+  return d.premul ? static_cast<uint8_t>(braidNumOps) : static_cast<uint8_t>(d.user_op);
+}
 
 // What the peer called, reconstructed from its header, for mismatch messages.
 std::string DescribeHeader(const WireHeader& h) {
@@ -171,7 +177,8 @@ void Engine::threadMain() {
   }
 }
 
-Result<RankSchedule> Engine::buildSchedule(const OpDesc& d, CollArgs* args, std::string* algo_name) {
+Result<RankSchedule> Engine::buildSchedule(const OpDesc& d, CollArgs* args,
+                                           std::string* algo_name) {
   const int rank = comm_->rank();
   if (d.kind == CollKind::kSendRecv) {
     // One step on channel 0 with every call in order: the engine posts them together, so any
@@ -204,8 +211,8 @@ Result<RankSchedule> Engine::buildSchedule(const OpDesc& d, CollArgs* args, std:
       const P2PCall& r = d.p2p[self_recvs[k]];
       uint64_t sb = s.count * DataTypeSize(s.dtype), rb = r.count * DataTypeSize(r.dtype);
       if (sb != rb)
-        return InvalidUsage("send to self of " + std::to_string(sb) + " bytes matched with a receive of " +
-                            std::to_string(rb) + " bytes");
+        return InvalidUsage("send to self of " + std::to_string(sb) +
+                            " bytes matched with a receive of " + std::to_string(rb) + " bytes");
       StepOp op;
       op.kind = StepOpKind::kCopy;
       op.src = {static_cast<uint16_t>(kFirstUserBuf + self_sends[k]), 0, sb};
@@ -259,7 +266,8 @@ Status Engine::execute(Operation& op) {
   const uint64_t seq = d.kind == CollKind::kSendRecv ? 0 : coll_seq_++;
   auto context = [&] {
     return std::string(comm_->where()) + ": " + DescribeCall(d) +
-           (d.kind == CollKind::kSendRecv ? "" : " #" + std::to_string(seq)) + " [" + algo_name + "]: ";
+           (d.kind == CollKind::kSendRecv ? "" : " #" + std::to_string(seq)) + " [" + algo_name +
+           "]: ";
   };
   if (!sched.ok()) {
     Status st = sched.status();
@@ -376,7 +384,8 @@ Status Engine::execute(Operation& op) {
     const uint64_t expect = dst_slice.count * bufs.elsize;
     for (;;) {
       if (pr.phase == kHeader) {
-        auto r = ep->recv(reinterpret_cast<std::byte*>(&pr.hdr) + pr.done, sizeof(WireHeader) - pr.done);
+        auto r =
+            ep->recv(reinterpret_cast<std::byte*>(&pr.hdr) + pr.done, sizeof(WireHeader) - pr.done);
         if (!r.ok()) return r.status();
         if (*r == 0) return Status::Ok();
         pr.done += *r;
@@ -389,26 +398,30 @@ Status Engine::execute(Operation& op) {
                              "corrupt or the peer runs another protocol");
         if (is_p2p) {
           if (h.coll != static_cast<uint8_t>(CollKind::kSendRecv) || h.seq != p2p_seq[i])
-            return InvalidUsage("receive #" + std::to_string(p2p_seq[i]) + " from rank " + std::to_string(sop.peer) +
-                                " met " + (h.coll == static_cast<uint8_t>(CollKind::kSendRecv)
-                                               ? "its send #" + std::to_string(h.seq)
-                                               : DescribeHeader(h) + " #" + std::to_string(h.seq)) +
+            return InvalidUsage("receive #" + std::to_string(p2p_seq[i]) + " from rank " +
+                                std::to_string(sop.peer) + " met " +
+                                (h.coll == static_cast<uint8_t>(CollKind::kSendRecv)
+                                     ? "its send #" + std::to_string(h.seq)
+                                     : DescribeHeader(h) + " #" + std::to_string(h.seq)) +
                                 ": the ranks' calls do not match");
           if (h.payload != expect)
             return InvalidUsage("receive of " + std::to_string(expect) + " bytes from rank " +
                                 std::to_string(sop.peer) + " met " + DescribeHeader(h) +
                                 ": send and receive sizes must match");
-        } else if (h.coll != proto.coll || h.dtype != proto.dtype || h.op != proto.op || h.count != proto.count ||
-                   h.root != proto.root || h.seq != proto.seq) {
-          return InvalidUsage("mismatch with rank " + std::to_string(sop.peer) + ": this rank called " +
-                              DescribeCall(op.desc()) + " #" + std::to_string(proto.seq) + ", rank " +
-                              std::to_string(sop.peer) + " called " + DescribeHeader(h) + " #" +
-                              std::to_string(h.seq) + "; every rank must issue the same collectives in "
+        } else if (h.coll != proto.coll || h.dtype != proto.dtype || h.op != proto.op ||
+                   h.count != proto.count || h.root != proto.root || h.seq != proto.seq) {
+          return InvalidUsage("mismatch with rank " + std::to_string(sop.peer) +
+                              ": this rank called " + DescribeCall(op.desc()) + " #" +
+                              std::to_string(proto.seq) + ", rank " + std::to_string(sop.peer) +
+                              " called " + DescribeHeader(h) + " #" + std::to_string(h.seq) +
+                              "; every rank must issue the same collectives in "
                               "the same order with the same count, type, op and root");
         } else if (h.payload != expect) {
-          return InternalError("schedule mismatch with rank " + std::to_string(sop.peer) + ": expected " +
-                               std::to_string(expect) + " bytes, peer sent " + std::to_string(h.payload) +
-                               " (ranks configured differently? check BRAID_NCHANNELS/BRAID_CHUNK_BYTES/BRAID_ALGO)");
+          return InternalError("schedule mismatch with rank " + std::to_string(sop.peer) +
+                               ": expected " + std::to_string(expect) + " bytes, peer sent " +
+                               std::to_string(h.payload) +
+                               " (ranks configured differently? check "
+                               "BRAID_NCHANNELS/BRAID_CHUNK_BYTES/BRAID_ALGO)");
         }
         pr.phase = kPayload;
         pr.done = 0;
@@ -434,7 +447,8 @@ Status Engine::execute(Operation& op) {
         size_t n = view->size() / bufs.elsize;
         if (n == 0) return Status::Ok();
         size_t bytes = n * bufs.elsize;
-        ReduceKernel(args.dtype, args.op, bufs.at(sop.src) + pr.done, view->data(), bufs.at(dst_slice) + pr.done, n);
+        ReduceKernel(args.dtype, args.op, bufs.at(sop.src) + pr.done, view->data(),
+                     bufs.at(dst_slice) + pr.done, n);
         ep->consume(bytes);
         pr.done += bytes;
         *moved = true;
@@ -478,8 +492,9 @@ Status Engine::execute(Operation& op) {
       for (size_t i = 0; i < ops.size() && listed < 3; ++i) {
         if (cs.progress[i].phase == kDone || !IsTransfer(ops[i].kind)) continue;
         const auto& info = comm_->rankInfos()[ops[i].peer];
-        s += std::string(listed ? "; " : "") + (IsRecv(ops[i].kind) ? "receiving from" : "sending to") +
-             " rank " + std::to_string(ops[i].peer) + " (host " + info.hostname + ", pid " +
+        s += std::string(listed ? "; " : "") +
+             (IsRecv(ops[i].kind) ? "receiving from" : "sending to") + " rank " +
+             std::to_string(ops[i].peer) + " (host " + info.hostname + ", pid " +
              std::to_string(info.pid) + ") on channel " + std::to_string(cs.index) + ", step " +
              std::to_string(cs.step + 1) + "/" + std::to_string(cs.ch->steps.size());
         ++listed;
@@ -524,8 +539,9 @@ Status Engine::execute(Operation& op) {
       continue;
     }
     if (now - last_progress > timeout_us)
-      return TimeoutError(context() + "no progress for " + std::to_string(timeout_us / 1000000) + " s (BRAID_TIMEOUT) " +
-                          pending_description() + "; that rank may be stopped, hung, or not calling this operation");
+      return TimeoutError(context() + "no progress for " + std::to_string(timeout_us / 1000000) +
+                          " s (BRAID_TIMEOUT) " + pending_description() +
+                          "; that rank may be stopped, hung, or not calling this operation");
     if (++idle_iterations < 64) continue;  // tight poll: the peer is usually microseconds away
     if (now - last_progress < spin_us) {
       sched_yield();  // let co-located ranks run (more ranks than cores is the normal case)
@@ -558,8 +574,10 @@ Status Engine::sleepUntilProgress(std::vector<ChannelState>& channels, int64_t b
       Endpoint* ep = comm_->endpoint(ops[i].peer, cs.index);
       bool recv = IsRecv(ops[i].kind);
       auto it = std::find_if(want.begin(), want.end(), [&](const Armed& a) { return a.ep == ep; });
-      if (it == want.end()) want.push_back({ep, !recv, recv});
-      else (recv ? it->recv : it->send) = true;
+      if (it == want.end())
+        want.push_back({ep, !recv, recv});
+      else
+        (recv ? it->recv : it->send) = true;
     }
   }
   std::vector<pollfd> fds;

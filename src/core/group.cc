@@ -42,19 +42,23 @@ Status CheckSelfPairs(const std::vector<P2PCall>& calls, int rank) {
   for (const auto& c : calls)
     if (c.peer == rank) (c.is_send ? sends : recvs).push_back(c.count * DataTypeSize(c.dtype));
   if (sends.size() != recvs.size())
-    return InvalidUsage(std::to_string(sends.size()) + " send(s) to self but " + std::to_string(recvs.size()) +
-                        " receive(s) from self in one group: each send to self needs a matching receive in the "
-                        "same group");
+    return InvalidUsage(
+        std::to_string(sends.size()) + " send(s) to self but " + std::to_string(recvs.size()) +
+        " receive(s) from self in one group: each send to self needs a matching receive in the "
+        "same group");
   for (size_t i = 0; i < sends.size(); ++i)
     if (sends[i] != recvs[i])
-      return InvalidUsage("send to self of " + std::to_string(sends[i]) + " bytes matched with a receive of " +
-                          std::to_string(recvs[i]) + " bytes");
+      return InvalidUsage("send to self of " + std::to_string(sends[i]) +
+                          " bytes matched with a receive of " + std::to_string(recvs[i]) +
+                          " bytes");
   return Status::Ok();
 }
 
 }  // namespace
 
-bool InGroup() { return t_group.depth > 0; }
+bool InGroup() {
+  return t_group.depth > 0;
+}
 
 void GroupAddCollective(const CommRef& comm, std::shared_ptr<Operation> op, bool blocking) {
   t_group.collectives.push_back({comm, std::move(op), blocking});
@@ -73,7 +77,8 @@ void GroupAddP2P(const CommRef& comm, const P2PCall& call, braidRequest* request
   t_group.p2p.push_back(std::move(p));
 }
 
-void GroupAddInit(const CommRef& comm, const UniqueIdData& id, int rank, int nranks, const CommOptions& opts) {
+void GroupAddInit(const CommRef& comm, const UniqueIdData& id, int rank, int nranks,
+                  const CommOptions& opts) {
   t_group.inits.push_back({comm, id, rank, nranks, opts});
 }
 
@@ -87,7 +92,8 @@ extern "C" braidResult_t braidGroupStart(void) {
 }
 
 extern "C" braidResult_t braidGroupEnd(void) {
-  if (t_group.depth == 0) return Fail(InvalidUsage("braidGroupEnd without a matching braidGroupStart"));
+  if (t_group.depth == 0)
+    return Fail(InvalidUsage("braidGroupEnd without a matching braidGroupStart"));
   if (--t_group.depth > 0) return braidSuccess;
   GroupState g = std::move(t_group);
   t_group = GroupState{};

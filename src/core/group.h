@@ -16,6 +16,7 @@ void GroupAddCollective(const CommRef& comm, std::shared_ptr<Operation> op, bool
 // Records a point-to-point call; `request` (may be null) receives the fused operation later.
 void GroupAddP2P(const CommRef& comm, const P2PCall& call, braidRequest* request);
 // Records a communicator init to run (concurrently with the group's other inits) at GroupEnd.
-void GroupAddInit(const CommRef& comm, const UniqueIdData& id, int rank, int nranks, const CommOptions& opts);
+void GroupAddInit(const CommRef& comm, const UniqueIdData& id, int rank, int nranks,
+                  const CommOptions& opts);
 
 }  // namespace braid

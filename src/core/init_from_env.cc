@@ -48,8 +48,8 @@ Result<Launch> DetectLaunch() {
     BRAID_ASSIGN_OR_RETURN(l.rank, EnvInt(rank));
     BRAID_ASSIGN_OR_RETURN(l.size, EnvInt(size));
     if (l.size < 1 || l.rank >= l.size)
-      return InvalidArgument(std::string(rank) + "=" + std::to_string(l.rank) + " is not below " + size + "=" +
-                             std::to_string(l.size));
+      return InvalidArgument(std::string(rank) + "=" + std::to_string(l.rank) + " is not below " +
+                             size + "=" + std::to_string(l.size));
     return Status::Ok();
   };
   if (Env("BRAID_RANK")) {
@@ -81,7 +81,8 @@ Result<Launch> DetectLaunch() {
     }
   } else {
     return InvalidUsage(
-        "braidInitFromEnv: no launcher environment found (BRAID_RANK, OMPI_COMM_WORLD_RANK, SLURM_PROCID or "
+        "braidInitFromEnv: no launcher environment found (BRAID_RANK, OMPI_COMM_WORLD_RANK, "
+        "SLURM_PROCID or "
         "RANK/WORLD_SIZE): start the program with braidrun, mpirun, srun or torchrun");
   }
   return l;
@@ -90,10 +91,12 @@ Result<Launch> DetectLaunch() {
 Result<braidUniqueId> IdFromHex(const char* hex) {
   braidUniqueId id;
   if (std::strlen(hex) != 2 * sizeof(id.internal))
-    return InvalidArgument("BRAID_UNIQUE_ID must be " + std::to_string(2 * sizeof(id.internal)) + " hex digits");
+    return InvalidArgument("BRAID_UNIQUE_ID must be " + std::to_string(2 * sizeof(id.internal)) +
+                           " hex digits");
   for (size_t i = 0; i < sizeof(id.internal); ++i) {
     unsigned v;
-    if (std::sscanf(hex + 2 * i, "%2x", &v) != 1) return InvalidArgument("BRAID_UNIQUE_ID is not hexadecimal");
+    if (std::sscanf(hex + 2 * i, "%2x", &v) != 1)
+      return InvalidArgument("BRAID_UNIQUE_ID is not hexadecimal");
     id.internal[i] = static_cast<char>(v);
   }
   return id;
@@ -103,7 +106,8 @@ Result<braidUniqueId> IdFromHex(const char* hex) {
 Result<braidUniqueId> FileRendezvous(const Launch& l, int64_t timeout_ms, std::string* path_out) {
   std::string path = "/tmp/braid-" + l.job_key + ".id";
   for (auto& c : path)
-    if (c != '/' && !isalnum(static_cast<unsigned char>(c)) && c != '-' && c != '.' && c != '_') c = '_';
+    if (c != '/' && !isalnum(static_cast<unsigned char>(c)) && c != '-' && c != '.' && c != '_')
+      c = '_';
   *path_out = path;
   braidUniqueId id;
   if (l.rank == 0) {
@@ -159,9 +163,11 @@ extern "C" braidResult_t braidInitFromEnv(braidComm_t* comm) {
     } else {
       static bool warned = false;
       if (!warned && l.rank == 0)
-        BRAID_WARN("braidInitFromEnv: BRAID_SECRET is not set; the rendezvous at %s is authenticated with a key "
-                   "derived from its address only, which keeps out accidents but not attackers",
-                   l.comm_id.c_str());
+        BRAID_WARN(
+            "braidInitFromEnv: BRAID_SECRET is not set; the rendezvous at %s is authenticated with "
+            "a key "
+            "derived from its address only, which keeps out accidents but not attackers",
+            l.comm_id.c_str());
       warned = true;
       std::string weak = "braid-address-derived:" + l.comm_id;
       secret.assign(weak.begin(), weak.end());
@@ -178,7 +184,9 @@ extern "C" braidResult_t braidInitFromEnv(braidComm_t* comm) {
       o.listen_address = l.comm_id;
       o.fixed_secret = secret;
       auto started = StartRendezvous(o);
-      if (!started.ok()) return Fail(Status(started.status()).prepend("braidInitFromEnv: rendezvous at " + l.comm_id + ": "));
+      if (!started.ok())
+        return Fail(Status(started.status())
+                        .prepend("braidInitFromEnv: rendezvous at " + l.comm_id + ": "));
       data = *started;
     }
     braidUniqueId id;
@@ -194,7 +202,8 @@ extern "C" braidResult_t braidInitFromEnv(braidComm_t* comm) {
     if (l.rank == 0) unlink(path.c_str());  // every rank has joined (or init failed): done with it
     return rc;
   }
-  return Fail(InvalidUsage("braidInitFromEnv: started by " + l.launcher +
-                           " across several hosts without a rendezvous address: set BRAID_COMM_ID=host:port "
-                           "(reachable from every rank) and BRAID_SECRET on all ranks"));
+  return Fail(InvalidUsage(
+      "braidInitFromEnv: started by " + l.launcher +
+      " across several hosts without a rendezvous address: set BRAID_COMM_ID=host:port "
+      "(reachable from every rank) and BRAID_SECRET on all ranks"));
 }

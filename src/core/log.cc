@@ -66,7 +66,9 @@ LogLevel CurrentLogLevel() {
   return level;
 }
 
-void SetLogRank(int rank) { g_rank.store(rank); }
+void SetLogRank(int rank) {
+  g_rank.store(rank);
+}
 
 void LogMessage(LogLevel level, const char* file, int line, const char* fmt, ...) {
   static const char* names[] = {"", "WARN", "INFO", "TRACE"};

@@ -16,10 +16,10 @@ void LogMessage(LogLevel level, const char* file, int line, const char* fmt, ...
 
 }  // namespace braid
 
-#define BRAID_LOG(level, ...)                                                         \
-  do {                                                                                \
-    if (static_cast<int>(::braid::CurrentLogLevel()) >= static_cast<int>(level))     \
-      ::braid::LogMessage(level, __FILE__, __LINE__, __VA_ARGS__);                    \
+#define BRAID_LOG(level, ...)                                                    \
+  do {                                                                           \
+    if (static_cast<int>(::braid::CurrentLogLevel()) >= static_cast<int>(level)) \
+      ::braid::LogMessage(level, __FILE__, __LINE__, __VA_ARGS__);               \
   } while (0)
 #define BRAID_WARN(...) BRAID_LOG(::braid::LogLevel::kWarn, __VA_ARGS__)
 #define BRAID_INFO(...) BRAID_LOG(::braid::LogLevel::kInfo, __VA_ARGS__)

@@ -9,18 +9,23 @@ std::string DescribeCall(const OpDesc& d) {
   if (d.kind == CollKind::kSendRecv) {
     int sends = 0, recvs = 0;
     for (const auto& c : d.p2p) (c.is_send ? sends : recvs)++;
-    return "send/recv group(" + std::to_string(sends) + " sends, " + std::to_string(recvs) + " recvs)";
+    return "send/recv group(" + std::to_string(sends) + " sends, " + std::to_string(recvs) +
+           " recvs)";
   }
   if (d.kind == CollKind::kBarrier) return s;
   s += "(count=" + std::to_string(d.count) + ", " + DataTypeName(d.dtype);
   bool reduces = d.kind == CollKind::kAllReduce || d.kind == CollKind::kReduceScatter ||
                  d.kind == CollKind::kReduce;
   if (reduces) {
-    if (d.avg) s += ", avg";
-    else if (d.premul) s += ", premulsum";
-    else s += std::string(", ") + ReduceOpName(d.base_op);
+    if (d.avg)
+      s += ", avg";
+    else if (d.premul)
+      s += ", premulsum";
+    else
+      s += std::string(", ") + ReduceOpName(d.base_op);
   }
-  if (d.kind == CollKind::kBroadcast || d.kind == CollKind::kReduce) s += ", root=" + std::to_string(d.root);
+  if (d.kind == CollKind::kBroadcast || d.kind == CollKind::kReduce)
+    s += ", root=" + std::to_string(d.root);
   return s + ")";
 }
 

@@ -28,7 +28,9 @@ class [[nodiscard]] Status {
  public:
   Status() = default;
   static Status Ok() { return Status(); }
-  static Status Error(ErrorClass cls, std::string message) { return Status(cls, std::move(message)); }
+  static Status Error(ErrorClass cls, std::string message) {
+    return Status(cls, std::move(message));
+  }
 
   bool ok() const { return cls_ == ErrorClass::kOk; }
   ErrorClass cls() const { return cls_; }
@@ -47,13 +49,27 @@ class [[nodiscard]] Status {
   std::string message_;
 };
 
-inline Status InvalidArgument(std::string m) { return Status::Error(ErrorClass::kInvalidArgument, std::move(m)); }
-inline Status InvalidUsage(std::string m) { return Status::Error(ErrorClass::kInvalidUsage, std::move(m)); }
-inline Status SystemError(std::string m) { return Status::Error(ErrorClass::kSystem, std::move(m)); }
-inline Status RemoteError(std::string m) { return Status::Error(ErrorClass::kRemote, std::move(m)); }
-inline Status TimeoutError(std::string m) { return Status::Error(ErrorClass::kTimeout, std::move(m)); }
-inline Status InternalError(std::string m) { return Status::Error(ErrorClass::kInternal, std::move(m)); }
-inline Status AbortedError(std::string m) { return Status::Error(ErrorClass::kAborted, std::move(m)); }
+inline Status InvalidArgument(std::string m) {
+  return Status::Error(ErrorClass::kInvalidArgument, std::move(m));
+}
+inline Status InvalidUsage(std::string m) {
+  return Status::Error(ErrorClass::kInvalidUsage, std::move(m));
+}
+inline Status SystemError(std::string m) {
+  return Status::Error(ErrorClass::kSystem, std::move(m));
+}
+inline Status RemoteError(std::string m) {
+  return Status::Error(ErrorClass::kRemote, std::move(m));
+}
+inline Status TimeoutError(std::string m) {
+  return Status::Error(ErrorClass::kTimeout, std::move(m));
+}
+inline Status InternalError(std::string m) {
+  return Status::Error(ErrorClass::kInternal, std::move(m));
+}
+inline Status AbortedError(std::string m) {
+  return Status::Error(ErrorClass::kAborted, std::move(m));
+}
 
 // "<what> failed: <strerror(err)> (errno N)" for system-call failures.
 std::string ErrnoMessage(const std::string& what, int err);
@@ -62,7 +78,7 @@ std::string ErrnoMessage(const std::string& what, int err);
 template <typename T>
 class [[nodiscard]] Result {
  public:
-  Result(T value) : value_(std::move(value)) {}  // NOLINT: implicit by design
+  Result(T value) : value_(std::move(value)) {}          // NOLINT: implicit by design
   Result(Status status) : status_(std::move(status)) {}  // NOLINT: implicit by design
   bool ok() const { return status_.ok(); }
   const Status& status() const { return status_; }
@@ -79,17 +95,17 @@ class [[nodiscard]] Result {
 }  // namespace braid
 
 // Returns early from the enclosing function when `expr` yields a non-OK Status.
-#define BRAID_RETURN_IF_ERROR(expr)            \
-  do {                                         \
-    ::braid::Status _braid_st = (expr);        \
-    if (!_braid_st.ok()) return _braid_st;     \
+#define BRAID_RETURN_IF_ERROR(expr)        \
+  do {                                     \
+    ::braid::Status _braid_st = (expr);    \
+    if (!_braid_st.ok()) return _braid_st; \
   } while (0)
 
 #define BRAID_CONCAT_INNER(a, b) a##b
 #define BRAID_CONCAT(a, b) BRAID_CONCAT_INNER(a, b)
 // BRAID_ASSIGN_OR_RETURN(auto x, MakeX()); returns the status when MakeX() failed.
-#define BRAID_ASSIGN_OR_RETURN(lhs, expr)                                   \
-  auto BRAID_CONCAT(_braid_res_, __LINE__) = (expr);                        \
-  if (!BRAID_CONCAT(_braid_res_, __LINE__).ok())                            \
-    return BRAID_CONCAT(_braid_res_, __LINE__).status();                    \
+#define BRAID_ASSIGN_OR_RETURN(lhs, expr)                \
+  auto BRAID_CONCAT(_braid_res_, __LINE__) = (expr);     \
+  if (!BRAID_CONCAT(_braid_res_, __LINE__).ok())         \
+    return BRAID_CONCAT(_braid_res_, __LINE__).status(); \
   lhs = std::move(BRAID_CONCAT(_braid_res_, __LINE__).value())

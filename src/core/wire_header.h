@@ -19,14 +19,16 @@ struct WireHeader {
   uint8_t dtype = 0;  // DataType of the user's call
   uint8_t op = 0;     // braidRedOp_t of the user's call (5 = any pre-multiplied sum)
   uint8_t flags = 0;
-  uint64_t seq = 0;      // collectives: the communicator's collective number; p2p: per-peer number
-  uint64_t count = 0;    // the user's count
+  uint64_t seq = 0;    // collectives: the communicator's collective number; p2p: per-peer number
+  uint64_t count = 0;  // the user's count
   int32_t root = -1;
   uint32_t reserved = 0;
   uint64_t payload = 0;  // bytes that follow (before padding)
 };
 static_assert(sizeof(WireHeader) == 40, "wire header layout is part of the protocol");
 
-inline constexpr uint64_t PaddedSize(uint64_t bytes) { return (bytes + 7) & ~uint64_t{7}; }
+inline constexpr uint64_t PaddedSize(uint64_t bytes) {
+  return (bytes + 7) & ~uint64_t{7};
+}
 
 }  // namespace braid

@@ -27,12 +27,15 @@ Result<std::vector<TransportFactory*>> SelectTransports(const std::string& list)
       if (name == f->name()) found = f;
     if (!found) {
       std::string known;
-      for (auto* f : TransportFactories()) known += std::string(known.empty() ? "" : ", ") + f->name();
-      return InvalidArgument("BRAID_TRANSPORTS: unknown transport '" + name + "' (known: " + known + ")");
+      for (auto* f : TransportFactories())
+        known += std::string(known.empty() ? "" : ", ") + f->name();
+      return InvalidArgument("BRAID_TRANSPORTS: unknown transport '" + name + "' (known: " + known +
+                             ")");
     }
     chosen.push_back(found);
   }
-  if (chosen.empty()) return InvalidArgument("BRAID_TRANSPORTS: empty transport list '" + list + "'");
+  if (chosen.empty())
+    return InvalidArgument("BRAID_TRANSPORTS: empty transport list '" + list + "'");
   std::stable_sort(chosen.begin(), chosen.end(),
                    [](auto* a, auto* b) { return a->priority() > b->priority(); });
   return chosen;

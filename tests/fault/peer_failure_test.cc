@@ -20,9 +20,13 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-double SecondsSince(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+double SecondsSince(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
 
-bool Contains(const char* hay, const char* needle) { return std::strstr(hay, needle) != nullptr; }
+bool Contains(const char* hay, const char* needle) {
+  return std::strstr(hay, needle) != nullptr;
+}
 
 class Transports : public ::testing::TestWithParam<std::string> {};
 
@@ -36,7 +40,8 @@ TEST_P(Transports, MismatchedCountsFailOnBothSides) {
   auto out = RunJob(opt, [](braidComm_t comm, int rank, int, const braidUniqueId&) {
     std::vector<float> buf(2048, 1.0f);
     auto t0 = Clock::now();
-    braidResult_t rc = braidAllReduce(buf.data(), buf.data(), rank == 0 ? 1024 : 2048, braidFloat32, braidSum, comm);
+    braidResult_t rc = braidAllReduce(buf.data(), buf.data(), rank == 0 ? 1024 : 2048, braidFloat32,
+                                      braidSum, comm);
     const char* msg = braidGetLastError(comm);
     if (rc != braidErrInvalidUsage || !Contains(msg, "mismatch") || !Contains(msg, "count=2048") ||
         !Contains(msg, "count=1024") || SecondsSince(t0) > 12) {
@@ -64,8 +69,9 @@ TEST_P(Transports, MismatchedCollectivesFail) {
   opt.env = {{"BRAID_TRANSPORTS", GetParam()}, {"BRAID_TIMEOUT", "10"}};
   auto out = RunJob(opt, [](braidComm_t comm, int rank, int n, const braidUniqueId&) {
     std::vector<float> a(64, 1.0f), b(128);
-    braidResult_t rc = rank == 0 ? braidAllReduce(a.data(), b.data(), 64, braidFloat32, braidSum, comm)
-                                 : braidAllGather(a.data(), b.data(), 64, braidFloat32, comm);
+    braidResult_t rc = rank == 0
+                           ? braidAllReduce(a.data(), b.data(), 64, braidFloat32, braidSum, comm)
+                           : braidAllGather(a.data(), b.data(), 64, braidFloat32, comm);
     const char* msg = braidGetLastError(comm);
     if (rc != braidErrInvalidUsage || !Contains(msg, "allgather") || !Contains(msg, "allreduce")) {
       std::fprintf(stderr, "[rank %d] rc=%d: %s\n", rank, rc, msg);
@@ -97,7 +103,8 @@ TEST_P(PeerKilled, SurvivorsFailNamingIt) {
     for (int it = 0; it < 1000; ++it) {
       if (rank == victim && it == 3) raise(SIGKILL);
       if (it == 3) t_kill = Clock::now();
-      braidResult_t rc = braidAllReduce(buf.data(), buf.data(), buf.size(), braidFloat32, braidSum, comm);
+      braidResult_t rc =
+          braidAllReduce(buf.data(), buf.data(), buf.size(), braidFloat32, braidSum, comm);
       if (rc == braidSuccess) continue;
       const char* msg = braidGetLastError(comm);
       double dt = SecondsSince(t_kill);
@@ -111,7 +118,8 @@ TEST_P(PeerKilled, SurvivorsFailNamingIt) {
       }
       // The next call fails at once, too.
       auto t1 = Clock::now();
-      if (braidAllReduce(buf.data(), buf.data(), 16, braidFloat32, braidSum, comm) == braidSuccess ||
+      if (braidAllReduce(buf.data(), buf.data(), 16, braidFloat32, braidSum, comm) ==
+              braidSuccess ||
           SecondsSince(t1) > 1) {
         std::fprintf(stderr, "[rank %d] the call after the failure did not fail at once\n", rank);
         return 2;
@@ -126,9 +134,11 @@ TEST_P(PeerKilled, SurvivorsFailNamingIt) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Fault, PeerKilled,
-                         ::testing::Combine(::testing::Values(2, 3, 4), ::testing::Values("shm", "tcp")),
+                         ::testing::Combine(::testing::Values(2, 3, 4),
+                                            ::testing::Values("shm", "tcp")),
                          [](const auto& info) {
-                           return "n" + std::to_string(std::get<0>(info.param)) + "_" + std::get<1>(info.param);
+                           return "n" + std::to_string(std::get<0>(info.param)) + "_" +
+                                  std::get<1>(info.param);
                          });
 
 // Survivors recover (spec/reliability.md item 13): after a rank dies, the others shrink the
@@ -143,7 +153,8 @@ TEST_P(Transports, SurvivorsShrinkAndContinue) {
     std::vector<int32_t> buf(1 << 18, 1);
     if (rank == victim) raise(SIGKILL);
     // Fails (naming the victim or timing out), never hangs.
-    while (braidAllReduce(buf.data(), buf.data(), buf.size(), braidInt32, braidSum, comm) == braidSuccess) {
+    while (braidAllReduce(buf.data(), buf.data(), buf.size(), braidInt32, braidSum, comm) ==
+           braidSuccess) {
     }
     braidComm_t small = nullptr;
     int excluded[] = {victim};
@@ -156,8 +167,10 @@ TEST_P(Transports, SurvivorsShrinkAndContinue) {
     braidCommUserRank(small, &r);
     if (n != nranks - 1 || r != (rank < victim ? rank : rank - 1)) return 2;
     std::vector<int32_t> v(1000, rank + 1), want(1000, 1 + 3 + 4);
-    if (braidAllReduce(v.data(), v.data(), v.size(), braidInt32, braidSum, small) != braidSuccess || v != want) {
-      std::fprintf(stderr, "[rank %d] all-reduce after shrink: %s\n", rank, braidGetLastError(small));
+    if (braidAllReduce(v.data(), v.data(), v.size(), braidInt32, braidSum, small) != braidSuccess ||
+        v != want) {
+      std::fprintf(stderr, "[rank %d] all-reduce after shrink: %s\n", rank,
+                   braidGetLastError(small));
       return 3;
     }
     braidCommDestroy(small);
@@ -186,11 +199,13 @@ TEST_P(Transports, StoppedPeerTimesOut) {
     pid_t victim;
     if (read(fds[0], &victim, sizeof(victim)) != sizeof(victim)) return 6;
     auto t0 = Clock::now();
-    braidResult_t rc = braidAllReduce(buf.data(), buf.data(), buf.size(), braidFloat32, braidSum, comm);
+    braidResult_t rc =
+        braidAllReduce(buf.data(), buf.data(), buf.size(), braidFloat32, braidSum, comm);
     double dt = SecondsSince(t0);
     const char* msg = braidGetLastError(comm);
     kill(victim, SIGKILL);
-    if (rc != braidErrTimeout || dt > 5 || !Contains(msg, "rank 1") || !Contains(msg, "BRAID_TIMEOUT")) {
+    if (rc != braidErrTimeout || dt > 5 || !Contains(msg, "rank 1") ||
+        !Contains(msg, "BRAID_TIMEOUT")) {
       std::fprintf(stderr, "[rank 0] rc=%d after %.1fs: %s\n", rc, dt, msg);
       return 1;
     }
@@ -265,7 +280,8 @@ TEST(Init, StrangersOnTheBootstrapPortAreRejected) {
       braidComm_t comm;
       if (braidCommInitRank(&comm, n, id, r) != braidSuccess) _exit(1);
       std::vector<int32_t> v(1000, r + 1);
-      if (braidAllReduce(v.data(), v.data(), v.size(), braidInt32, braidSum, comm) != braidSuccess) _exit(2);
+      if (braidAllReduce(v.data(), v.data(), v.size(), braidInt32, braidSum, comm) != braidSuccess)
+        _exit(2);
       for (int32_t x : v)
         if (x != n * (n + 1) / 2) _exit(3);
       braidCommDestroy(comm);

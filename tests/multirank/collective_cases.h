@@ -23,12 +23,18 @@ struct Case {
 };
 constexpr int kPreMul = -1;
 
-inline bool Reduces(CollKind k) { return k == CollKind::kAllReduce || k == CollKind::kReduceScatter || k == CollKind::kReduce; }
+inline bool Reduces(CollKind k) {
+  return k == CollKind::kAllReduce || k == CollKind::kReduceScatter || k == CollKind::kReduce;
+}
 
 inline std::string Name(const Case& c) {
   char buf[160];
-  std::snprintf(buf, sizeof(buf), "%s %s %s count=%llu %s", braid::CollKindName(c.kind), braid::DataTypeName(c.type),
-                Reduces(c.kind) ? (c.op == kPreMul ? "premulsum" : std::vector<const char*>{"sum", "prod", "max", "min", "avg"}[c.op]) : "-",
+  std::snprintf(buf, sizeof(buf), "%s %s %s count=%llu %s", braid::CollKindName(c.kind),
+                braid::DataTypeName(c.type),
+                Reduces(c.kind) ? (c.op == kPreMul ? "premulsum"
+                                                   : std::vector<const char*>{"sum", "prod", "max",
+                                                                              "min", "avg"}[c.op])
+                                : "-",
                 static_cast<unsigned long long>(c.count), c.in_place ? "in-place" : "out-of-place");
   return buf;
 }
@@ -42,16 +48,25 @@ inline uint64_t RunCase(braidComm_t comm, int rank, int n, const Case& c) {
   // Element counts of the user's buffers.
   uint64_t send_n = cnt, recv_n = cnt;
   switch (c.kind) {
-    case CollKind::kAllGather: recv_n = cnt * n; break;
-    case CollKind::kReduceScatter: send_n = cnt * n; break;
-    case CollKind::kAllToAll: send_n = recv_n = cnt * n; break;
-    default: break;
+    case CollKind::kAllGather:
+      recv_n = cnt * n;
+      break;
+    case CollKind::kReduceScatter:
+      send_n = cnt * n;
+      break;
+    case CollKind::kAllToAll:
+      send_n = recv_n = cnt * n;
+      break;
+    default:
+      break;
   }
   int op = c.op == kPreMul ? braidNumOps : c.op;  // input pattern for the pre-multiplied sum
-  std::vector<uint8_t> send(send_n * es + 1), recv(recv_n * es + 1, 0xA5), want(recv_n * es + 1, 0xA5);
+  std::vector<uint8_t> send(send_n * es + 1), recv(recv_n * es + 1, 0xA5),
+      want(recv_n * es + 1, 0xA5);
   // Inputs: element i of rank r's send buffer. For all-to-all and reduce-scatter the block sent
   // to rank q starts at q*cnt; the value depends on the global element index.
-  for (uint64_t i = 0; i < send_n; ++i) Store(c.type, send.data(), i, InputValue(c.type, op, rank, i));
+  for (uint64_t i = 0; i < send_n; ++i)
+    Store(c.type, send.data(), i, InputValue(c.type, op, rank, i));
 
   braidRedOp_t rop = static_cast<braidRedOp_t>(c.op);
   if (c.op == kPreMul) {
@@ -84,45 +99,66 @@ inline uint64_t RunCase(braidComm_t comm, int rank, int n, const Case& c) {
         sbuf = send.data();
         rbuf = send.data() + rank * cnt * es;
         break;
-      default: break;
+      default:
+        break;
     }
   }
 
   braidResult_t rc = braidSuccess;
   switch (c.kind) {
-    case CollKind::kAllReduce: rc = braidAllReduce(sbuf, rbuf, cnt, t, rop, comm); break;
-    case CollKind::kReduceScatter: rc = braidReduceScatter(sbuf, rbuf, cnt, t, rop, comm); break;
-    case CollKind::kAllGather: rc = braidAllGather(sbuf, rbuf, cnt, t, comm); break;
-    case CollKind::kBroadcast: rc = braidBroadcast(sbuf, rbuf, cnt, t, root, comm); break;
-    case CollKind::kReduce: rc = braidReduce(sbuf, rbuf, cnt, t, rop, root, comm); break;
-    case CollKind::kAllToAll: rc = braidAllToAll(sbuf, rbuf, cnt, t, comm); break;
-    default: break;
+    case CollKind::kAllReduce:
+      rc = braidAllReduce(sbuf, rbuf, cnt, t, rop, comm);
+      break;
+    case CollKind::kReduceScatter:
+      rc = braidReduceScatter(sbuf, rbuf, cnt, t, rop, comm);
+      break;
+    case CollKind::kAllGather:
+      rc = braidAllGather(sbuf, rbuf, cnt, t, comm);
+      break;
+    case CollKind::kBroadcast:
+      rc = braidBroadcast(sbuf, rbuf, cnt, t, root, comm);
+      break;
+    case CollKind::kReduce:
+      rc = braidReduce(sbuf, rbuf, cnt, t, rop, root, comm);
+      break;
+    case CollKind::kAllToAll:
+      rc = braidAllToAll(sbuf, rbuf, cnt, t, comm);
+      break;
+    default:
+      break;
   }
   if (c.op == kPreMul) braidRedOpDestroy(rop, comm);
   if (rc != braidSuccess) {
-    std::fprintf(stderr, "[rank %d] %s: returned %d: %s\n", rank, Name(c).c_str(), rc, braidGetLastError(comm));
+    std::fprintf(stderr, "[rank %d] %s: returned %d: %s\n", rank, Name(c).c_str(), rc,
+                 braidGetLastError(comm));
     return cnt ? cnt : 1;
   }
 
   // Reference.
   switch (c.kind) {
     case CollKind::kAllReduce:
-      for (uint64_t i = 0; i < cnt; ++i) StoreExpected(c.type, want.data(), i, op == braidNumOps ? braidNumOps : c.op, n, i);
+      for (uint64_t i = 0; i < cnt; ++i)
+        StoreExpected(c.type, want.data(), i, op == braidNumOps ? braidNumOps : c.op, n, i);
       break;
     case CollKind::kReduceScatter:
       // Element rank*cnt+i of every rank's input, reduced.
-      for (uint64_t i = 0; i < cnt; ++i) StoreExpected(c.type, want.data(), i, op == braidNumOps ? braidNumOps : c.op, n, rank * cnt + i);
+      for (uint64_t i = 0; i < cnt; ++i)
+        StoreExpected(c.type, want.data(), i, op == braidNumOps ? braidNumOps : c.op, n,
+                      rank * cnt + i);
       break;
     case CollKind::kAllGather:
       for (int q = 0; q < n; ++q)
-        for (uint64_t i = 0; i < cnt; ++i) Store(c.type, want.data(), q * cnt + i, InputValue(c.type, op, q, i));
+        for (uint64_t i = 0; i < cnt; ++i)
+          Store(c.type, want.data(), q * cnt + i, InputValue(c.type, op, q, i));
       break;
     case CollKind::kBroadcast:
-      for (uint64_t i = 0; i < cnt; ++i) Store(c.type, want.data(), i, InputValue(c.type, op, root, i));
+      for (uint64_t i = 0; i < cnt; ++i)
+        Store(c.type, want.data(), i, InputValue(c.type, op, root, i));
       break;
     case CollKind::kReduce:
       if (rank == root) {
-        for (uint64_t i = 0; i < cnt; ++i) StoreExpected(c.type, want.data(), i, op == braidNumOps ? braidNumOps : c.op, n, i);
+        for (uint64_t i = 0; i < cnt; ++i)
+          StoreExpected(c.type, want.data(), i, op == braidNumOps ? braidNumOps : c.op, n, i);
       } else {
         check_recv = !c.in_place;  // non-root recvbuff must be left untouched (0xA5)
       }
@@ -133,7 +169,8 @@ inline uint64_t RunCase(braidComm_t comm, int rank, int n, const Case& c) {
         for (uint64_t i = 0; i < cnt; ++i)
           Store(c.type, want.data(), q * cnt + i, InputValue(c.type, op, q, rank * cnt + i));
       break;
-    default: break;
+    default:
+      break;
   }
   if (!check_recv) return 0;
   const uint8_t* got = static_cast<const uint8_t*>(rbuf);
@@ -144,21 +181,25 @@ inline uint64_t RunCase(braidComm_t comm, int rank, int n, const Case& c) {
     unsigned long long gv = 0, wv = 0;
     std::memcpy(&gv, got + first * es, es);
     std::memcpy(&wv, want.data() + first * es, es);
-    std::fprintf(stderr, "[rank %d/%d] %s: %llu wrong elements, first at %llu: got 0x%llx want 0x%llx\n", rank, n,
-                 Name(c).c_str(), static_cast<unsigned long long>(wrong), static_cast<unsigned long long>(first), gv, wv);
+    std::fprintf(stderr,
+                 "[rank %d/%d] %s: %llu wrong elements, first at %llu: got 0x%llx want 0x%llx\n",
+                 rank, n, Name(c).c_str(), static_cast<unsigned long long>(wrong),
+                 static_cast<unsigned long long>(first), gv, wv);
   }
   return wrong;
 }
 
-inline const CollKind kColls[] = {CollKind::kAllReduce, CollKind::kReduceScatter, CollKind::kAllGather,
-                           CollKind::kBroadcast, CollKind::kReduce,        CollKind::kAllToAll};
-inline const DataType kTypes[] = {DataType::kInt8,     DataType::kUint8,   DataType::kInt32,      DataType::kUint32,
-                           DataType::kInt64,    DataType::kUint64,  DataType::kFloat16,    DataType::kFloat32,
-                           DataType::kFloat64,  DataType::kBfloat16, DataType::kFloat8e4m3, DataType::kFloat8e5m2};
+inline const CollKind kColls[] = {CollKind::kAllReduce, CollKind::kReduceScatter,
+                                  CollKind::kAllGather, CollKind::kBroadcast,
+                                  CollKind::kReduce,    CollKind::kAllToAll};
+inline const DataType kTypes[] = {
+    DataType::kInt8,    DataType::kUint8,    DataType::kInt32,      DataType::kUint32,
+    DataType::kInt64,   DataType::kUint64,   DataType::kFloat16,    DataType::kFloat32,
+    DataType::kFloat64, DataType::kBfloat16, DataType::kFloat8e4m3, DataType::kFloat8e5m2};
 inline const int kOps[] = {braidSum, braidProd, braidMax, braidMin, braidAvg, kPreMul};
 
-inline std::vector<Case> Matrix(const std::vector<uint64_t>& counts, const std::vector<DataType>& types,
-                         const std::vector<int>& ops) {
+inline std::vector<Case> Matrix(const std::vector<uint64_t>& counts,
+                                const std::vector<DataType>& types, const std::vector<int>& ops) {
   std::vector<Case> cases;
   for (uint64_t cnt : counts)
     for (CollKind k : kColls)
@@ -191,8 +232,8 @@ inline int RunCases(braidComm_t comm, int rank, int n, const std::vector<Case>& 
     int from = (rank + n - 1) % n;
     for (uint64_t i = 0; i < cnt; ++i) {
       if (in[i] != static_cast<int32_t>(from * 1000003 + i) || self_in[i] != out[i]) {
-        std::fprintf(stderr, "[rank %d] send/recv count %llu wrong at %llu\n", rank, (unsigned long long)cnt,
-                     (unsigned long long)i);
+        std::fprintf(stderr, "[rank %d] send/recv count %llu wrong at %llu\n", rank,
+                     (unsigned long long)cnt, (unsigned long long)i);
         ++bad;
         break;
       }

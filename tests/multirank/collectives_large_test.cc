@@ -27,15 +27,18 @@ TEST_P(CollectivesLarge, OddMillionElementsBitExact) {
   opt.env = {{"BRAID_TRANSPORTS", transport}, {"BRAID_TIMEOUT", "120"}};
   // Every collective with (type, op) pairs that cover every element size and every op; the
   // full type x op product runs at small counts above. Float sum also in place.
-  const std::pair<DataType, int> pairs[] = {{DataType::kFloat32, braidSum},   {DataType::kBfloat16, braidAvg},
-                                            {DataType::kInt8, braidMax},      {DataType::kFloat8e4m3, kPreMul},
-                                            {DataType::kUint64, braidProd},   {DataType::kFloat64, braidMin}};
+  const std::pair<DataType, int> pairs[] = {
+      {DataType::kFloat32, braidSum}, {DataType::kBfloat16, braidAvg},
+      {DataType::kInt8, braidMax},    {DataType::kFloat8e4m3, kPreMul},
+      {DataType::kUint64, braidProd}, {DataType::kFloat64, braidMin}};
   std::vector<Case> cases;
   for (CollKind k : kColls)
     for (auto [t, op] : pairs) {
-      if (!Reduces(k) && op != braidSum && t != DataType::kInt8 && t != DataType::kFloat64) continue;
+      if (!Reduces(k) && op != braidSum && t != DataType::kInt8 && t != DataType::kFloat64)
+        continue;
       cases.push_back({k, t, Reduces(k) ? op : braidSum, 1000003, false});
-      if (t == DataType::kFloat32 && k != CollKind::kAllToAll) cases.push_back({k, t, braidSum, 1000003, true});
+      if (t == DataType::kFloat32 && k != CollKind::kAllToAll)
+        cases.push_back({k, t, braidSum, 1000003, true});
     }
   auto out = RunJob(opt, [&](braidComm_t comm, int rank, int nranks, const braidUniqueId&) {
     return RunCases(comm, rank, nranks, cases);
@@ -54,7 +57,8 @@ TEST_P(CollectivesLarge, SixtyFourMiBBitExact) {
     std::vector<Case> cases;
     const uint64_t elems = (64ull << 20) / sizeof(float);
     for (CollKind k : kColls) {
-      bool spread = k == CollKind::kAllGather || k == CollKind::kReduceScatter || k == CollKind::kAllToAll;
+      bool spread =
+          k == CollKind::kAllGather || k == CollKind::kReduceScatter || k == CollKind::kAllToAll;
       cases.push_back({k, DataType::kFloat32, braidSum, spread ? elems / nranks : elems, false});
     }
     return RunCases(comm, rank, nranks, cases);
@@ -63,9 +67,11 @@ TEST_P(CollectivesLarge, SixtyFourMiBBitExact) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Ranks, CollectivesLarge,
-                         ::testing::Combine(::testing::Values(2, 3, 5, 8), ::testing::Values("shm", "tcp")),
+                         ::testing::Combine(::testing::Values(2, 3, 5, 8),
+                                            ::testing::Values("shm", "tcp")),
                          [](const auto& info) {
-                           return "n" + std::to_string(std::get<0>(info.param)) + "_" + std::get<1>(info.param);
+                           return "n" + std::to_string(std::get<0>(info.param)) + "_" +
+                                  std::get<1>(info.param);
                          });
 
 }  // namespace

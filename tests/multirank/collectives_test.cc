@@ -41,11 +41,12 @@ std::vector<std::string> AlgorithmChoices() {
 }
 
 INSTANTIATE_TEST_SUITE_P(Ranks, CollectivesSmall,
-                         ::testing::Combine(::testing::Values(1, 2, 3, 4, 5, 8), ::testing::Values("shm", "tcp"),
+                         ::testing::Combine(::testing::Values(1, 2, 3, 4, 5, 8),
+                                            ::testing::Values("shm", "tcp"),
                                             ::testing::ValuesIn(AlgorithmChoices())),
                          [](const auto& info) {
-                           return "n" + std::to_string(std::get<0>(info.param)) + "_" + std::get<1>(info.param) +
-                                  "_" + std::get<2>(info.param);
+                           return "n" + std::to_string(std::get<0>(info.param)) + "_" +
+                                  std::get<1>(info.param) + "_" + std::get<2>(info.param);
                          });
 
 }  // namespace

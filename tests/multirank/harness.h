@@ -33,7 +33,8 @@ struct JobOptions {
 
 // The body runs in each rank's process; return 0 for success. Anything printed to stderr shows
 // in the test log with the rank prefix the body adds.
-using RankBody = std::function<int(braidComm_t comm, int rank, int nranks, const braidUniqueId& id)>;
+using RankBody =
+    std::function<int(braidComm_t comm, int rank, int nranks, const braidUniqueId& id)>;
 
 inline std::vector<RankOutcome> RunJob(const JobOptions& opt, const RankBody& body) {
   std::vector<RankOutcome> out(opt.nranks);
@@ -92,7 +93,8 @@ inline std::vector<RankOutcome> RunJob(const JobOptions& opt, const RankBody& bo
         out[r].timed_out = true;
         pids[r] = -1;
       }
-      std::fprintf(stderr, "wall-clock guard: job of %d ranks killed after %d s\n", opt.nranks, opt.timeout_s);
+      std::fprintf(stderr, "wall-clock guard: job of %d ranks killed after %d s\n", opt.nranks,
+                   opt.timeout_s);
       break;
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
@@ -104,8 +106,8 @@ inline std::vector<RankOutcome> RunJob(const JobOptions& opt, const RankBody& bo
 inline std::string DescribeOutcomes(const std::vector<RankOutcome>& v) {
   std::string s;
   for (size_t r = 0; r < v.size(); ++r)
-    s += "rank " + std::to_string(r) + ": " + std::to_string(v[r].exit_code) + (v[r].timed_out ? " (timed out)" : "") +
-         (r + 1 < v.size() ? ", " : "");
+    s += "rank " + std::to_string(r) + ": " + std::to_string(v[r].exit_code) +
+         (v[r].timed_out ? " (timed out)" : "") + (r + 1 < v.size() ? ", " : "");
   return s;
 }
 

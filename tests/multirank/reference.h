@@ -14,7 +14,9 @@ namespace braid_test {
 
 using braid::DataType;
 
-inline bool IsFloat(DataType t) { return braid::IsFloatingPoint(t); }
+inline bool IsFloat(DataType t) {
+  return braid::IsFloatingPoint(t);
+}
 inline bool IsSigned(DataType t) {
   return t == DataType::kInt8 || t == DataType::kInt32 || t == DataType::kInt64;
 }
@@ -30,33 +32,64 @@ inline double InputValue(DataType t, int op, int rank, uint64_t i) {
   }
   // Sums (sum, avg, pre-multiplied sum x2): keep every partial sum exact.
   switch (t) {
-    case DataType::kFloat8e5m2: return static_cast<double>((rank + i) % 2);          // sum <= 8
-    case DataType::kFloat8e4m3: return static_cast<double>((rank + i) % 3) * (op >= braidNumOps ? 0.5 : 1);  // <= 16
+    case DataType::kFloat8e5m2:
+      return static_cast<double>((rank + i) % 2);  // sum <= 8
+    case DataType::kFloat8e4m3:
+      return static_cast<double>((rank + i) % 3) * (op >= braidNumOps ? 0.5 : 1);  // <= 16
     case DataType::kFloat16:
-    case DataType::kBfloat16: return static_cast<double>(k % 9) - 4;                  // |sum| <= 64
-    case DataType::kInt8: return static_cast<double>(k % 5) - 2;
-    case DataType::kUint8: return static_cast<double>(k % 5);
+    case DataType::kBfloat16:
+      return static_cast<double>(k % 9) - 4;  // |sum| <= 64
+    case DataType::kInt8:
+      return static_cast<double>(k % 5) - 2;
+    case DataType::kUint8:
+      return static_cast<double>(k % 5);
     case DataType::kUint32:
-    case DataType::kUint64: return static_cast<double>(k % 1000);
-    default: return static_cast<double>(k % 1000) - 500;
+    case DataType::kUint64:
+      return static_cast<double>(k % 1000);
+    default:
+      return static_cast<double>(k % 1000) - 500;
   }
 }
 
 // Stores `v` (an integer or a value exact in `t`) as element i of a buffer of type t.
 inline void Store(DataType t, void* buf, uint64_t i, double v) {
   switch (t) {
-    case DataType::kInt8: static_cast<int8_t*>(buf)[i] = static_cast<int8_t>(static_cast<int64_t>(v)); break;
-    case DataType::kUint8: static_cast<uint8_t*>(buf)[i] = static_cast<uint8_t>(static_cast<int64_t>(v)); break;
-    case DataType::kInt32: static_cast<int32_t*>(buf)[i] = static_cast<int32_t>(static_cast<int64_t>(v)); break;
-    case DataType::kUint32: static_cast<uint32_t*>(buf)[i] = static_cast<uint32_t>(static_cast<int64_t>(v)); break;
-    case DataType::kInt64: static_cast<int64_t*>(buf)[i] = static_cast<int64_t>(v); break;
-    case DataType::kUint64: static_cast<uint64_t*>(buf)[i] = static_cast<uint64_t>(static_cast<int64_t>(v)); break;
-    case DataType::kFloat16: static_cast<uint16_t*>(buf)[i] = braid::FloatToHalf(static_cast<float>(v)); break;
-    case DataType::kBfloat16: static_cast<uint16_t*>(buf)[i] = braid::FloatToBf16(static_cast<float>(v)); break;
-    case DataType::kFloat32: static_cast<float*>(buf)[i] = static_cast<float>(v); break;
-    case DataType::kFloat64: static_cast<double*>(buf)[i] = v; break;
-    case DataType::kFloat8e4m3: static_cast<uint8_t*>(buf)[i] = braid::FloatToFp8E4M3(static_cast<float>(v)); break;
-    case DataType::kFloat8e5m2: static_cast<uint8_t*>(buf)[i] = braid::FloatToFp8E5M2(static_cast<float>(v)); break;
+    case DataType::kInt8:
+      static_cast<int8_t*>(buf)[i] = static_cast<int8_t>(static_cast<int64_t>(v));
+      break;
+    case DataType::kUint8:
+      static_cast<uint8_t*>(buf)[i] = static_cast<uint8_t>(static_cast<int64_t>(v));
+      break;
+    case DataType::kInt32:
+      static_cast<int32_t*>(buf)[i] = static_cast<int32_t>(static_cast<int64_t>(v));
+      break;
+    case DataType::kUint32:
+      static_cast<uint32_t*>(buf)[i] = static_cast<uint32_t>(static_cast<int64_t>(v));
+      break;
+    case DataType::kInt64:
+      static_cast<int64_t*>(buf)[i] = static_cast<int64_t>(v);
+      break;
+    case DataType::kUint64:
+      static_cast<uint64_t*>(buf)[i] = static_cast<uint64_t>(static_cast<int64_t>(v));
+      break;
+    case DataType::kFloat16:
+      static_cast<uint16_t*>(buf)[i] = braid::FloatToHalf(static_cast<float>(v));
+      break;
+    case DataType::kBfloat16:
+      static_cast<uint16_t*>(buf)[i] = braid::FloatToBf16(static_cast<float>(v));
+      break;
+    case DataType::kFloat32:
+      static_cast<float*>(buf)[i] = static_cast<float>(v);
+      break;
+    case DataType::kFloat64:
+      static_cast<double*>(buf)[i] = v;
+      break;
+    case DataType::kFloat8e4m3:
+      static_cast<uint8_t*>(buf)[i] = braid::FloatToFp8E4M3(static_cast<float>(v));
+      break;
+    case DataType::kFloat8e5m2:
+      static_cast<uint8_t*>(buf)[i] = braid::FloatToFp8E5M2(static_cast<float>(v));
+      break;
   }
 }
 
@@ -68,10 +101,19 @@ inline double Reduced(DataType t, int op, int nranks, uint64_t i) {
   for (int r = 1; r < nranks; ++r) {
     double v = InputValue(t, op, r, i);
     switch (op) {
-      case braidProd: acc *= v; iacc *= static_cast<int64_t>(v); break;
-      case braidMax: acc = v > acc ? v : acc; break;
-      case braidMin: acc = v < acc ? v : acc; break;
-      default: acc += v; break;
+      case braidProd:
+        acc *= v;
+        iacc *= static_cast<int64_t>(v);
+        break;
+      case braidMax:
+        acc = v > acc ? v : acc;
+        break;
+      case braidMin:
+        acc = v < acc ? v : acc;
+        break;
+      default:
+        acc += v;
+        break;
     }
   }
   if (op >= braidNumOps) acc *= 2;  // the tests' pre-multiplied sums use scalar 2
@@ -86,25 +128,39 @@ inline void StoreExpected(DataType t, void* buf, uint64_t i, int op, int nranks,
   if (op != braidAvg) return Store(t, buf, i, v);
   if (!IsFloat(t)) {
     if (IsSigned(t)) return Store(t, buf, i, static_cast<double>(static_cast<int64_t>(v) / nranks));
-    return Store(t, buf, i, static_cast<double>(static_cast<uint64_t>(v) / static_cast<uint64_t>(nranks)));
+    return Store(t, buf, i,
+                 static_cast<double>(static_cast<uint64_t>(v) / static_cast<uint64_t>(nranks)));
   }
   switch (t) {
-    case DataType::kFloat32: static_cast<float*>(buf)[i] = static_cast<float>(v / nranks); return;
-    case DataType::kFloat64: static_cast<double*>(buf)[i] = v / nranks; return;
+    case DataType::kFloat32:
+      static_cast<float*>(buf)[i] = static_cast<float>(v / nranks);
+      return;
+    case DataType::kFloat64:
+      static_cast<double*>(buf)[i] = v / nranks;
+      return;
     default: {
       float q = static_cast<float>(v) / static_cast<float>(nranks);
       switch (t) {
-        case DataType::kFloat16: static_cast<uint16_t*>(buf)[i] = braid::FloatToHalf(q); return;
-        case DataType::kBfloat16: static_cast<uint16_t*>(buf)[i] = braid::FloatToBf16(q); return;
-        case DataType::kFloat8e4m3: static_cast<uint8_t*>(buf)[i] = braid::FloatToFp8E4M3(q); return;
-        default: static_cast<uint8_t*>(buf)[i] = braid::FloatToFp8E5M2(q); return;
+        case DataType::kFloat16:
+          static_cast<uint16_t*>(buf)[i] = braid::FloatToHalf(q);
+          return;
+        case DataType::kBfloat16:
+          static_cast<uint16_t*>(buf)[i] = braid::FloatToBf16(q);
+          return;
+        case DataType::kFloat8e4m3:
+          static_cast<uint8_t*>(buf)[i] = braid::FloatToFp8E4M3(q);
+          return;
+        default:
+          static_cast<uint8_t*>(buf)[i] = braid::FloatToFp8E5M2(q);
+          return;
       }
     }
   }
 }
 
 // Number of elements whose bytes differ.
-inline uint64_t CountWrong(const void* got, const void* want, uint64_t n, size_t elsize, uint64_t* first_bad) {
+inline uint64_t CountWrong(const void* got, const void* want, uint64_t n, size_t elsize,
+                           uint64_t* first_bad) {
   uint64_t wrong = 0;
   auto* g = static_cast<const uint8_t*>(got);
   auto* w = static_cast<const uint8_t*>(want);

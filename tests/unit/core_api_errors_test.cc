@@ -54,12 +54,16 @@ TEST_F(ApiErrors, NullBuffers) {
 
 TEST_F(ApiErrors, UnknownTypeAndOp) {
   float x[4] = {};
-  EXPECT_EQ(braidAllReduce(x, x, 4, static_cast<braidDataType_t>(12), braidSum, comm_), braidErrInvalidArgument);
+  EXPECT_EQ(braidAllReduce(x, x, 4, static_cast<braidDataType_t>(12), braidSum, comm_),
+            braidErrInvalidArgument);
   EXPECT_NE(last().find("unknown datatype 12"), std::string::npos) << last();
-  EXPECT_EQ(braidAllReduce(x, x, 4, static_cast<braidDataType_t>(-1), braidSum, comm_), braidErrInvalidArgument);
-  EXPECT_EQ(braidAllReduce(x, x, 4, braidFloat32, static_cast<braidRedOp_t>(5), comm_), braidErrInvalidArgument);
+  EXPECT_EQ(braidAllReduce(x, x, 4, static_cast<braidDataType_t>(-1), braidSum, comm_),
+            braidErrInvalidArgument);
+  EXPECT_EQ(braidAllReduce(x, x, 4, braidFloat32, static_cast<braidRedOp_t>(5), comm_),
+            braidErrInvalidArgument);
   EXPECT_NE(last().find("unknown reduction op 5"), std::string::npos) << last();
-  EXPECT_EQ(braidAllReduce(x, x, 4, braidFloat32, static_cast<braidRedOp_t>(-3), comm_), braidErrInvalidArgument);
+  EXPECT_EQ(braidAllReduce(x, x, 4, braidFloat32, static_cast<braidRedOp_t>(-3), comm_),
+            braidErrInvalidArgument);
   EXPECT_EQ(braidSend(x, 1, static_cast<braidDataType_t>(99), 0, comm_), braidErrInvalidArgument);
   ExpectHealthy();
 }
@@ -94,7 +98,8 @@ TEST_F(ApiErrors, RootOutOfRange) {
 
 TEST_F(ApiErrors, CountOverflow) {
   float x[4] = {};
-  EXPECT_EQ(braidAllReduce(x, x, SIZE_MAX / 2, braidFloat32, braidSum, comm_), braidErrInvalidArgument);
+  EXPECT_EQ(braidAllReduce(x, x, SIZE_MAX / 2, braidFloat32, braidSum, comm_),
+            braidErrInvalidArgument);
   EXPECT_NE(last().find("overflows"), std::string::npos) << last();
   EXPECT_EQ(braidAllGather(x, x + 1, SIZE_MAX / 4, braidFloat64, comm_), braidErrInvalidArgument);
   EXPECT_EQ(braidRecv(x, SIZE_MAX, braidInt64, 0, comm_), braidErrInvalidArgument);
@@ -133,7 +138,8 @@ TEST_F(ApiErrors, UseAfterDestroy) {
   comm_ = nullptr;
   float x[1] = {};
   EXPECT_EQ(braidAllReduce(x, x, 1, braidFloat32, braidSum, dead), braidErrInvalidUsage);
-  EXPECT_NE(std::string(braidGetLastError(dead)).find("not live"), std::string::npos) << braidGetLastError(dead);
+  EXPECT_NE(std::string(braidGetLastError(dead)).find("not live"), std::string::npos)
+      << braidGetLastError(dead);
   EXPECT_EQ(braidCommDestroy(dead), braidErrInvalidUsage);
   int n;
   EXPECT_EQ(braidCommCount(dead, &n), braidErrInvalidUsage);
@@ -149,7 +155,8 @@ TEST_F(ApiErrors, RequestsAndWait) {
   EXPECT_EQ(req, nullptr);
   EXPECT_EQ(y[0], 1.0f);
   EXPECT_EQ(braidWait(&req, 0), braidErrInvalidArgument);
-  EXPECT_EQ(braidIallReduce(x, y, 16, braidFloat32, braidSum, comm_, nullptr), braidErrInvalidArgument);
+  EXPECT_EQ(braidIallReduce(x, y, 16, braidFloat32, braidSum, comm_, nullptr),
+            braidErrInvalidArgument);
   ASSERT_EQ(braidIbarrier(comm_, &req), braidSuccess);
   int done = 0;
   while (!done) ASSERT_EQ(braidTest(&req, &done), braidSuccess);
@@ -177,7 +184,8 @@ TEST(ApiConfig, BadInitArgumentsAndEnvironment) {
       << braidGetLastError(nullptr);
   setenv("BRAID_TIMEOUT", "soon", 1);
   EXPECT_EQ(braidCommInitRank(&comm, 1, id, 0), braidErrInvalidArgument);
-  EXPECT_NE(std::string(braidGetLastError(nullptr)).find("BRAID_TIMEOUT='soon'"), std::string::npos);
+  EXPECT_NE(std::string(braidGetLastError(nullptr)).find("BRAID_TIMEOUT='soon'"),
+            std::string::npos);
   setenv("BRAID_TIMEOUT", "20", 1);
   cfg = BRAID_CONFIG_INITIALIZER;
   cfg.algorithms = "allreduce:warp-drive";

@@ -28,7 +28,8 @@ TEST(ByteSize, ParsesSuffixesAndRejectsGarbage) {
   EXPECT_EQ(*ParseByteSize("64K"), 64u << 10);
   EXPECT_EQ(*ParseByteSize("1m"), 1u << 20);
   EXPECT_EQ(*ParseByteSize("2G"), 2ull << 30);
-  for (const char* bad : {"", "K", "-1", "12Q", "1.5M", " 4K", "99999999999999999999", "17179869184G"}) {
+  for (const char* bad :
+       {"", "K", "-1", "12Q", "1.5M", " 4K", "99999999999999999999", "17179869184G"}) {
     auto r = ParseByteSize(bad);
     EXPECT_FALSE(r.ok()) << bad;
     EXPECT_EQ(r.status().cls(), ErrorClass::kInvalidArgument) << bad;
@@ -79,11 +80,16 @@ TEST_F(ConfigEnvTest, BadValuesNameTheVariable) {
     const char* value;
     const char* says;
   } cases[] = {
-      {"BRAID_TIMEOUT", "0", "out of range"},          {"BRAID_TIMEOUT", "abc", "not an integer"},
-      {"BRAID_TIMEOUT", "5s", "not an integer"},       {"BRAID_NCHANNELS", "17", "out of range"},
-      {"BRAID_CHUNK_BYTES", "1K", "out of range"},     {"BRAID_CHUNK_BYTES", "lots", "not a size"},
-      {"BRAID_SHM_RING_BYTES", "1G", "out of range"}, {"NCCL_BUFFSIZE", "12X", "unknown size suffix"},
-      {"BRAID_SPIN_US", "-1", "out of range"},         {"BRAID_INLINE", "yes", "not an integer"},
+      {"BRAID_TIMEOUT", "0", "out of range"},
+      {"BRAID_TIMEOUT", "abc", "not an integer"},
+      {"BRAID_TIMEOUT", "5s", "not an integer"},
+      {"BRAID_NCHANNELS", "17", "out of range"},
+      {"BRAID_CHUNK_BYTES", "1K", "out of range"},
+      {"BRAID_CHUNK_BYTES", "lots", "not a size"},
+      {"BRAID_SHM_RING_BYTES", "1G", "out of range"},
+      {"NCCL_BUFFSIZE", "12X", "unknown size suffix"},
+      {"BRAID_SPIN_US", "-1", "out of range"},
+      {"BRAID_INLINE", "yes", "not an integer"},
   };
   for (const auto& k : cases) {
     Clear();

@@ -115,7 +115,9 @@ Result<size_t> ShmEndpoint::send(const void* data, size_t len) {
   const size_t n = static_cast<size_t>(std::min<uint64_t>(len, tx_.size - used));
   // A reader that shut down never consumes again: fail once we would block on it (not before,
   // so the peer's own messages, e.g. a mismatch report, are still read on this side first).
-  if (n == 0) return tx_.ctl->reader_closed.load(std::memory_order_acquire) ? Result<size_t>(closedError()) : size_t{0};
+  if (n == 0)
+    return tx_.ctl->reader_closed.load(std::memory_order_acquire) ? Result<size_t>(closedError())
+                                                                  : size_t{0};
   CopyIn(tx_, tx_head_, static_cast<const std::byte*>(data), n);
   tx_head_ += n;
   tx_.ctl->head.store(tx_head_, std::memory_order_release);
@@ -133,8 +135,9 @@ bool ShmEndpoint::refreshHead() {
 }
 
 Status ShmEndpoint::closedError() const {
-  return RemoteError("rank " + std::to_string(peer_->rank()) + " (pid " + std::to_string(peer_->pid()) + ") on host " +
-                     peer_->host() + " shut the stream down after a failure of its own operation");
+  return RemoteError("rank " + std::to_string(peer_->rank()) + " (pid " +
+                     std::to_string(peer_->pid()) + ") on host " + peer_->host() +
+                     " shut the stream down after a failure of its own operation");
 }
 
 void ShmEndpoint::shutdown() {
