@@ -16,5 +16,6 @@ if [ "${1:-}" != "--no-sanitizers" ]; then
   cmake --preset asan >/dev/null
   cmake --build build-asan -j"$jobs"
   ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+    LSAN_OPTIONS=suppressions="$PWD/tools/lsan.supp" \
     ctest --test-dir build-asan --output-on-failure --timeout 900 -j1 -L 'unit|multirank'
 fi

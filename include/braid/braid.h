@@ -85,7 +85,11 @@ typedef enum {
   braidBfloat16 = 9,
   braidFloat8e4m3 = 10, /**< OCP FP8 E4M3 (finite-only, 0x7f/0xff are NaN), saturating */
   braidFloat8e5m2 = 11, /**< OCP FP8 E5M2 (IEEE-like with inf and NaN) */
-  braidNumTypes = 12
+  braidNumTypes = 12,
+  /* Reserved, never valid: they make every int a value of the type, so that a bad value from
+   * a caller is diagnosed (braidErrInvalidArgument) rather than undefined behaviour in C++. */
+  braidDataTypeReservedMin_ = -0x7fffffff - 1,
+  braidDataTypeReservedMax_ = 0x7fffffff
 } braidDataType_t;
 
 /**
@@ -99,7 +103,8 @@ typedef enum {
   braidMin = 3,
   braidAvg = 4, /**< sum, then divided by the number of ranks (integer division for integers) */
   braidNumOps = 5,
-  braidMaxRedOp = 0x7fffffff
+  braidMaxRedOp = 0x7fffffff,
+  braidRedOpReservedMin_ = -0x7fffffff - 1 /* reserved, never valid: see braidDataType_t */
 } braidRedOp_t;
 
 /** Colour for braidCommSplit() that excludes the calling rank (it receives NULL). */

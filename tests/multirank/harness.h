@@ -36,13 +36,55 @@ struct JobOptions {
 using RankBody =
     std::function<int(braidComm_t comm, int rank, int nranks, const braidUniqueId& id)>;
 
+// Runs the rendezvous service in a process of its own and returns its pid (and the id).
+// The test process itself never starts the service thread: forking ranks from a process with a
+// running thread can leave a child with an allocator lock held forever (ASan's allocator has no
+// fork handler). Kill the returned pid when the job is over.
+inline pid_t StartRootProcess(braidUniqueId* id) {
+  int fds[2];
+  if (pipe(fds) != 0) return -1;
+  std::fflush(stdout);
+  std::fflush(stderr);
+  pid_t pid = fork();
+  if (pid == 0) {
+    close(fds[0]);
+    braidUniqueId mine;
+    if (braidGetUniqueId(&mine) != braidSuccess) {
+      std::fprintf(stderr, "braidGetUniqueId failed: %s\n", braidGetLastError(nullptr));
+      _exit(1);
+    }
+    if (write(fds[1], &mine, sizeof(mine)) != static_cast<ssize_t>(sizeof(mine))) _exit(1);
+    close(fds[1]);
+    for (;;) pause();  // the service thread serves the job; the harness kills us after it
+  }
+  close(fds[1]);
+  ssize_t n = pid > 0 ? read(fds[0], id, sizeof(*id)) : -1;
+  close(fds[0]);
+  if (n != static_cast<ssize_t>(sizeof(*id))) {
+    if (pid > 0) {
+      kill(pid, SIGKILL);
+      waitpid(pid, nullptr, 0);
+    }
+    return -1;
+  }
+  return pid;
+}
+
+inline void StopRootProcess(pid_t pid) {
+  if (pid <= 0) return;
+  kill(pid, SIGKILL);
+  waitpid(pid, nullptr, 0);
+}
+
 inline std::vector<RankOutcome> RunJob(const JobOptions& opt, const RankBody& body) {
   std::vector<RankOutcome> out(opt.nranks);
   braidUniqueId id;
-  if (braidGetUniqueId(&id) != braidSuccess) {
-    std::fprintf(stderr, "braidGetUniqueId failed: %s\n", braidGetLastError(nullptr));
-    return out;
-  }
+  pid_t root = StartRootProcess(&id);
+  if (root < 0) return out;
+  struct RootGuard {
+    pid_t pid;
+    ~RootGuard() { StopRootProcess(pid); }
+  } root_guard{root};
   std::fflush(stdout);
   std::fflush(stderr);
   std::vector<pid_t> pids(opt.nranks, -1);
