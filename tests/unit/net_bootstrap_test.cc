@@ -293,6 +293,12 @@ TEST(Bootstrap, OversizedContributionIsRefusedLocally) {
 // its first handshake): hammer the service with handshakes while forking children that
 // immediately use OpenSSL.
 TEST(BootstrapFork, ChildrenForkedWhileTheServiceAuthenticatesDoNotDeadlock) {
+#if defined(__SANITIZE_ADDRESS__)
+  // This test forks on purpose while other threads allocate; ASan's allocator has no fork
+  // handler, so a child can inherit its lock held. braid's own guard is exercised by the
+  // release build of this test.
+  GTEST_SKIP() << "forking while threads allocate is unsafe under ASan's allocator";
+#endif
   auto id = StartRendezvous(Loopback(30000));
   ASSERT_TRUE(id.ok());
   std::atomic<bool> stop{false};
