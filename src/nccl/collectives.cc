@@ -189,19 +189,25 @@ NCCL_WEAK_ALIAS(ncclResult_t, ncclAlltoAll,
                 (const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
                  ncclComm_t comm, cudaStream_t stream))
 
+// The checks gather and scatter share: communicator, type, root and size; fills the shape.
+static ncclResult_t CheckRooted(ncclComm_t comm, ncclDataType_t datatype, int root, size_t count,
+                                const char* func, int* rank, int* nranks) {
+  NCCL_CHECK(CheckCommon(comm, datatype, func));
+  CommShape(comm, rank, nranks);
+  if (*nranks < 0)
+    return Fail(ncclInvalidUsage,
+                std::string(func) + ": communicator is not ready (init in progress or failed)");
+  NCCL_CHECK(CheckRank(root, *nranks, "root", func));
+  NCCL_CHECK(CheckBytes(count, *nranks, datatype, func));
+  return ncclSuccess;
+}
+
 NCCL_API_EXPORT ncclResult_t pncclGather(const void* sendbuff, void* recvbuff, size_t count,
                                          ncclDataType_t datatype, int root, ncclComm_t comm,
                                          cudaStream_t stream) {
   const char* func = "ncclGather";
-  NCCL_CHECK(CheckCommon(comm, datatype, func));
   int rank, nranks;
-  CommShape(comm, &rank, &nranks);
-  if (nranks < 0)
-    return Fail(ncclInvalidUsage, std::string(func) +
-                                      ": communicator is not ready (init in "
-                                      "progress or failed)");
-  NCCL_CHECK(CheckRank(root, nranks, "root", func));
-  NCCL_CHECK(CheckBytes(count, nranks, datatype, func));
+  NCCL_CHECK(CheckRooted(comm, datatype, root, count, func, &rank, &nranks));
   if (count == 0) return ncclSuccess;
   NCCL_CHECK(CheckPtr(sendbuff, "sendbuff", func));
   if (rank == root) NCCL_CHECK(CheckPtr(recvbuff, "recvbuff (on the root)", func));
@@ -233,15 +239,8 @@ NCCL_API_EXPORT ncclResult_t pncclScatter(const void* sendbuff, void* recvbuff, 
                                           ncclDataType_t datatype, int root, ncclComm_t comm,
                                           cudaStream_t stream) {
   const char* func = "ncclScatter";
-  NCCL_CHECK(CheckCommon(comm, datatype, func));
   int rank, nranks;
-  CommShape(comm, &rank, &nranks);
-  if (nranks < 0)
-    return Fail(ncclInvalidUsage, std::string(func) +
-                                      ": communicator is not ready (init in "
-                                      "progress or failed)");
-  NCCL_CHECK(CheckRank(root, nranks, "root", func));
-  NCCL_CHECK(CheckBytes(count, nranks, datatype, func));
+  NCCL_CHECK(CheckRooted(comm, datatype, root, count, func, &rank, &nranks));
   if (count == 0) return ncclSuccess;
   NCCL_CHECK(CheckPtr(recvbuff, "recvbuff", func));
   if (rank == root) NCCL_CHECK(CheckPtr(sendbuff, "sendbuff (on the root)", func));
