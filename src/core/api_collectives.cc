@@ -86,17 +86,11 @@ Status Describe(const braidComm& comm, const Call& c, OpDesc* d) {
   if (reads_send && !c.sendbuf) return bad("sendbuff is NULL");
   if (writes_recv && !c.recvbuf) return bad("recvbuff is NULL");
 
+  // The per-rank block is `bytes`; the collectives with one block per rank span `total`.
   const uint64_t send_bytes =
-      c.kind == CollKind::kAllGather
-          ? bytes
-          : (c.kind == CollKind::kAllReduce || c.kind == CollKind::kBroadcast ||
-                     c.kind == CollKind::kReduce
-                 ? bytes
-                 : total);
+      c.kind == CollKind::kReduceScatter || c.kind == CollKind::kAllToAll ? total : bytes;
   const uint64_t recv_bytes =
-      c.kind == CollKind::kReduceScatter
-          ? bytes
-          : (c.kind == CollKind::kAllGather || c.kind == CollKind::kAllToAll ? total : bytes);
+      c.kind == CollKind::kAllGather || c.kind == CollKind::kAllToAll ? total : bytes;
   // In place per braid.h's conventions; any other overlap is an error (it would corrupt data).
   const auto* s = static_cast<const std::byte*>(c.sendbuf);
   auto* r = static_cast<std::byte*>(c.recvbuf);

@@ -201,22 +201,16 @@ Result<RankSchedule> Engine::buildSchedule(const OpDesc& d, CollArgs* args,
       (c.is_send ? op.src : op.dst) = sl;
       ops.push_back(op);
     }
+    // braidGroupEnd validated the pairing (CheckSelfPairs): k-th send to self, k-th receive.
     if (self_sends.size() != self_recvs.size())
-      return InvalidUsage(std::to_string(self_sends.size()) + " send(s) to self but " +
-                          std::to_string(self_recvs.size()) +
-                          " receive(s) from self in one group: each send to self needs a "
-                          "matching receive in the same group");
+      return InternalError("unpaired send/receive to self reached the engine");
     for (size_t k = 0; k < self_sends.size(); ++k) {
       const P2PCall& s = d.p2p[self_sends[k]];
-      const P2PCall& r = d.p2p[self_recvs[k]];
-      uint64_t sb = s.count * DataTypeSize(s.dtype), rb = r.count * DataTypeSize(r.dtype);
-      if (sb != rb)
-        return InvalidUsage("send to self of " + std::to_string(sb) +
-                            " bytes matched with a receive of " + std::to_string(rb) + " bytes");
+      const uint64_t sb = s.count * DataTypeSize(s.dtype);
       StepOp op;
       op.kind = StepOpKind::kCopy;
       op.src = {static_cast<uint16_t>(kFirstUserBuf + self_sends[k]), 0, sb};
-      op.dst = {static_cast<uint16_t>(kFirstUserBuf + self_recvs[k]), 0, rb};
+      op.dst = {static_cast<uint16_t>(kFirstUserBuf + self_recvs[k]), 0, sb};
       ops.push_back(op);
     }
     *algo_name = "p2p";
@@ -548,7 +542,7 @@ Status Engine::execute(Operation& op) {
       continue;
     }
     int64_t budget_ms = (timeout_us - (now - last_progress)) / 1000 + 1;
-    BRAID_RETURN_IF_ERROR(sleepUntilProgress(chans, std::min<int64_t>(budget_ms, 100)));
+    sleepUntilProgress(chans, std::min<int64_t>(budget_ms, 100));
   }
 
   // Epilogue: Avg = sum / nranks on the ranks that hold a result.
@@ -560,7 +554,7 @@ Status Engine::execute(Operation& op) {
   return Status::Ok();
 }
 
-Status Engine::sleepUntilProgress(std::vector<ChannelState>& channels, int64_t budget_ms) {
+void Engine::sleepUntilProgress(std::vector<ChannelState>& channels, int64_t budget_ms) {
   struct Armed {
     Endpoint* ep;
     bool send, recv;
@@ -598,7 +592,6 @@ Status Engine::sleepUntilProgress(std::vector<ChannelState>& channels, int64_t b
   }
   for (size_t i = 0; i < armed; ++i) want[i].ep->disarm();
   comm_->doorbell().drain();
-  return Status::Ok();
 }
 
 }  // namespace braid

@@ -49,7 +49,7 @@ class Engine {
   Status executeChecked(Operation& op);
   Status run(Operation& op, const RankSchedule& sched, Buffers& bufs);
   Result<RankSchedule> buildSchedule(const OpDesc& d, CollArgs* args, std::string* algo_name);
-  Status sleepUntilProgress(std::vector<ChannelState>& channels, int64_t budget_ms);
+  void sleepUntilProgress(std::vector<ChannelState>& channels, int64_t budget_ms);
 
   braidComm* comm_;
   std::thread thread_;
@@ -63,7 +63,7 @@ class Engine {
   Status abort_reason_;
   int wake_fd_ = -1;  // eventfd: abort() wakes a sleeping run()
 
-  // Execution state reused across operations (no allocation per operation in steady state).
+  // Buffers reused across operations (they only grow).
   std::vector<std::byte> scratch_;
   std::vector<std::byte> premul_input_;
   uint64_t coll_seq_ = 0;

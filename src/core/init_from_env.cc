@@ -146,8 +146,8 @@ extern "C" braidResult_t braidInitFromEnv(braidComm_t* comm) {
   if (!cfg.ok()) return Fail(cfg.status());
   auto launch = DetectLaunch();
   if (!launch.ok()) return Fail(launch.status());
-  const Launch& l = *launch;
-  if (!cfg->comm_id.empty()) const_cast<Launch&>(l).comm_id = cfg->comm_id;
+  Launch& l = *launch;
+  if (!cfg->comm_id.empty()) l.comm_id = cfg->comm_id;  // BRAID_COMM_ID overrides torchrun's
 
   if (const char* hex = Env("BRAID_UNIQUE_ID")) {
     auto id = IdFromHex(hex);
