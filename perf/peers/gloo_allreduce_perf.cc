@@ -8,9 +8,11 @@
 // braid's harness) the buffer does not move between iterations. Per size: warm-up, barrier,
 // ITERS runs, time per op averaged over ranks. Rows use the nccl-tests layout; exit status 7
 // when the check finds a wrong element.
+#include <poll.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -61,7 +63,23 @@ std::string TimeStr(double us) {
   return buf;
 }
 
-int RunRank(int rank, const Options& o, const std::string& dir) {
+// The exit fence. Gloo reports "connection closed by peer" when a rank tears its pairs down while
+// another rank still has an operation on them, even one that already moved its last byte (seen
+// as a rare failure of the final barrier). So no rank destroys its context before every rank has
+// finished: each writes one byte to `done` and waits for EOF on `go`, which the parent closes once
+// it has all N bytes (or a rank died, when it kills them all anyway).
+struct ExitFence {
+  int done_w = -1;
+  int go_r = -1;
+  void arrive() const {
+    char b = 1;
+    if (write(done_w, &b, 1) != 1) return;
+    while (read(go_r, &b, 1) > 0 || errno == EINTR) {
+    }
+  }
+};
+
+int RunRank(int rank, const Options& o, const std::string& dir, const ExitFence& fence) {
   gloo::transport::tcp::attr attr;
   attr.hostname = "127.0.0.1";  // loopback: every rank is on this host
   auto dev = gloo::transport::tcp::CreateDevice(attr);
@@ -123,6 +141,7 @@ int RunRank(int rank, const Options& o, const std::string& dir) {
   if (rank == 0)
     std::printf("# Out of bounds values : %llu %s\n", total_wrong, total_wrong ? "FAILED" : "OK");
   std::fflush(stdout);
+  fence.arrive();  // the context (and its connections) dies only after this
   return total_wrong ? 7 : 0;
 }
 
@@ -167,6 +186,11 @@ int main(int argc, char** argv) {
     return 1;
   }
   const std::string dir = tmpl;
+  int done_pipe[2], go_pipe[2];
+  if (pipe(done_pipe) != 0 || pipe(go_pipe) != 0) {
+    std::perror("gloo_allreduce_perf: pipe");
+    return 1;
+  }
   std::fflush(nullptr);
   std::vector<pid_t> pids;
   for (int r = 0; r < o.nranks; ++r) {
@@ -176,9 +200,12 @@ int main(int argc, char** argv) {
       return 1;
     }
     if (pid == 0) {
+      close(done_pipe[0]);
+      close(go_pipe[1]);
+      const ExitFence fence{done_pipe[1], go_pipe[0]};
       int status = 1;
       try {
-        status = RunRank(r, o, dir);
+        status = RunRank(r, o, dir, fence);
       } catch (const std::exception& e) {
         std::fprintf(stderr, "gloo_allreduce_perf: rank %d: %s\n", r, e.what());
       }
@@ -187,15 +214,39 @@ int main(int argc, char** argv) {
     }
     pids.push_back(pid);
   }
+  close(done_pipe[1]);
+  close(go_pipe[0]);
   int result = 0;
-  for (pid_t pid : pids) {
-    int ws = 0;
-    waitpid(pid, &ws, 0);
+  size_t exited = 0;
+  auto reap = [&](int ws) {
+    ++exited;
     int st = WIFEXITED(ws) ? WEXITSTATUS(ws) : 128 + WTERMSIG(ws);
     if (st != 0 && result == 0) {
       result = st;
       for (pid_t other : pids) kill(other, SIGTERM);  // a dead rank would hang the others
     }
+  };
+  // Release the fence when every rank has arrived; meanwhile reap ranks that die before it.
+  int arrived = 0;
+  while (arrived < o.nranks && result == 0) {
+    pollfd p{done_pipe[0], POLLIN, 0};
+    if (poll(&p, 1, 100) == 1) {
+      char b[64];
+      ssize_t n = read(done_pipe[0], b, sizeof b);
+      if (n > 0) arrived += static_cast<int>(n);
+    }
+    int ws = 0;
+    pid_t pid;
+    while ((pid = waitpid(-1, &ws, WNOHANG)) > 0) reap(ws);
+    if (exited == pids.size()) break;
+  }
+  close(go_pipe[1]);
+  close(done_pipe[0]);
+  while (exited < pids.size()) {
+    int ws = 0;
+    pid_t pid = waitpid(-1, &ws, 0);
+    if (pid < 0 && errno != EINTR) break;
+    if (pid > 0) reap(ws);
   }
   std::string cleanup = "rm -rf '" + dir + "'";
   if (std::system(cleanup.c_str()) != 0)

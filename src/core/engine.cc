@@ -590,7 +590,7 @@ void Engine::sleepUntilProgress(std::vector<ChannelState>& channels, int64_t bud
     int rc = poll(fds.data(), fds.size(), static_cast<int>(budget_ms));
     (void)rc;  // EINTR or timeout: the caller re-checks everything anyway
   }
-  for (size_t i = 0; i < armed; ++i) want[i].ep->disarm();
+  for (size_t i = 0; i < armed; ++i) want[i].ep->disarm(fds);
   comm_->doorbell().drain();
 }
 

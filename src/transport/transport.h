@@ -80,8 +80,10 @@ class Endpoint {
   // more bytes (want_send) or has bytes (want_recv), or when the peer dies. Returns true when
   // progress is possible right now, in which case the engine does not sleep.
   virtual bool arm(bool want_send, bool want_recv, std::vector<pollfd>& fds) = 0;
-  // Called after poll() returns, for every armed endpoint.
-  virtual void disarm() = 0;
+  // Called after poll() returns (or instead of it), for every armed endpoint, with the array
+  // that was polled: an endpoint reads the `revents` of the entries it appended (zero when the
+  // engine did not poll) so that what poll() saw — e.g. the peer's FIN — is not lost.
+  virtual void disarm(std::span<const pollfd> polled) = 0;
 
   // Shuts the stream down after a failure of this rank's operation, so that the peer's pending
   // and next calls fail at once (with a RemoteError naming this rank) instead of waiting for a

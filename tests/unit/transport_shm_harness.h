@@ -139,7 +139,7 @@ inline int Sleep(Endpoint* ep, Doorbell& bell, bool want_send, bool want_recv, i
   std::vector<pollfd> fds{pollfd{bell.fd(), POLLIN, 0}};
   if (ep->arm(want_send, want_recv, fds)) return 1;
   int rc = poll(fds.data(), fds.size(), timeout_ms);
-  ep->disarm();
+  ep->disarm(fds);
   bell.drain();
   return rc;
 }

@@ -191,7 +191,7 @@ TEST_F(ShmPeerDeathTest, SleepingReaderLearnsOfDeathAfterDrainingTheRing) {
   ExpectNamesThePeer(s.status());
   std::vector<pollfd> fds;
   EXPECT_TRUE(side_.ep->arm(true, true, fds)) << "a dead peer is progress to report";
-  side_.ep->disarm();
+  side_.ep->disarm(fds);
 }
 
 TEST_F(ShmPeerDeathTest, ReaderBlockedOnEmptyRingWakesWhenPeerDies) {
@@ -207,7 +207,7 @@ TEST_F(ShmPeerDeathTest, ReaderBlockedOnEmptyRingWakesWhenPeerDies) {
     KillPeer();
   });
   int rc = poll(fds.data(), fds.size(), 5000);
-  side_.ep->disarm();
+  side_.ep->disarm(fds);
   killer.join();
   EXPECT_EQ(rc, 1);
   EXPECT_TRUE(fds[1].revents & POLLIN);

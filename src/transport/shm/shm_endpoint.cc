@@ -246,7 +246,7 @@ bool ShmEndpoint::arm(bool want_send, bool want_recv, std::vector<pollfd>& fds) 
   if (want_recv && rx_.ctl->writer_closed.load(std::memory_order_acquire)) ready = true;
   if (want_send && tx_.ctl->reader_closed.load(std::memory_order_acquire)) ready = true;
   if (ready) {
-    disarm();
+    disarm({});
     return true;
   }
   if ((want_send || want_recv) && peer_->pidfd() >= 0) {
@@ -257,7 +257,7 @@ bool ShmEndpoint::arm(bool want_send, bool want_recv, std::vector<pollfd>& fds) 
   return false;
 }
 
-void ShmEndpoint::disarm() {
+void ShmEndpoint::disarm(std::span<const pollfd>) {
   if (armed_recv_) rx_.ctl->reader_sleeping.store(0, std::memory_order_relaxed);
   if (armed_send_) tx_.ctl->writer_sleeping.store(0, std::memory_order_relaxed);
   armed_recv_ = armed_send_ = false;

@@ -76,7 +76,7 @@ class ShmEndpoint final : public Endpoint {
   Result<std::span<const std::byte>> peek(size_t max) override;
   void consume(size_t len) override;
   bool arm(bool want_send, bool want_recv, std::vector<pollfd>& fds) override;
-  void disarm() override;
+  void disarm(std::span<const pollfd> polled) override;
   void shutdown() override;
   std::string describe() const override;
 

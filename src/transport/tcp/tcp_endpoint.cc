@@ -91,6 +91,10 @@ void TcpEndpoint::shutdown() {
 
 Result<size_t> TcpEndpoint::send(const void* data, size_t len) {
   if (!tx_error_.ok()) return tx_error_;
+  if (peer_hung_up_) {
+    tx_error_ = peerError(0, "send");
+    return tx_error_;
+  }
   if (len == 0) return size_t{0};
   for (;;) {
     ssize_t n = ::send(fd_.get(), data, len, MSG_NOSIGNAL | MSG_DONTWAIT);
@@ -183,14 +187,24 @@ Result<size_t> TcpEndpoint::recv(void* data, size_t len) {
 }
 
 bool TcpEndpoint::arm(bool want_send, bool want_recv, std::vector<pollfd>& fds) {
+  poll_slot_ = -1;
   // The caller should see a pending error (or buffered bytes) now rather than sleep.
   if (want_send && !tx_error_.ok()) return true;
   if (want_recv && (!rx_error_.ok() || tail_ > head_)) return true;
   // POLLRDHUP with POLLOUT: a sender blocked on a full buffer wakes when the peer hangs up.
   short ev = static_cast<short>((want_recv ? POLLIN : 0) | (want_send ? POLLOUT | POLLRDHUP : 0));
   // Even with neither wanted, POLLERR/POLLHUP (always reported) wake on a reset connection.
+  poll_slot_ = static_cast<ptrdiff_t>(fds.size());
   fds.push_back({fd_.get(), ev, 0});
   return false;
+}
+
+void TcpEndpoint::disarm(std::span<const pollfd> polled) {
+  if (poll_slot_ >= 0 && static_cast<size_t>(poll_slot_) < polled.size() &&
+      polled[poll_slot_].fd == fd_.get() &&
+      (polled[poll_slot_].revents & (POLLRDHUP | POLLHUP | POLLERR)))
+    peer_hung_up_ = true;
+  poll_slot_ = -1;
 }
 
 }  // namespace braid

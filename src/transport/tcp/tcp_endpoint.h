@@ -35,7 +35,7 @@ class TcpEndpoint final : public Endpoint {
   Result<std::span<const std::byte>> peek(size_t max) override;
   void consume(size_t len) override;
   bool arm(bool want_send, bool want_recv, std::vector<pollfd>& fds) override;
-  void disarm() override {}
+  void disarm(std::span<const pollfd> polled) override;
   // Sends one urgent (out-of-band) marker byte, then FIN: the peer reads everything sent so
   // far, then reports "shut the stream down after a failure" rather than a crash.
   void shutdown() override;
@@ -70,6 +70,11 @@ class TcpEndpoint final : public Endpoint {
   Status tx_error_;
   bool marker_seen_ = false;
   bool shut_down_ = false;
+  // Index of this endpoint's entry in the array of the last arm(), or -1.
+  ptrdiff_t poll_slot_ = -1;
+  // poll() reported that the peer hung up (FIN, reset): it reads nothing more, so the next
+  // send fails even if the window still has room (which otherwise hides the FIN until full).
+  bool peer_hung_up_ = false;
 };
 
 }  // namespace braid
