@@ -33,6 +33,11 @@ const std::vector<ConfigVar>& ConfigTable() {
       {"BRAID_INLINE", nullptr, "int", "1",
        "1: a blocking call on an idle communicator runs on the caller's thread; 0: always on the "
        "progress thread"},
+      {"BRAID_VERIFY_CALLS", nullptr, "int", "1",
+       "1: before moving data, the ranks of a collective agree that all made the same call "
+       "(log2(N) header-only rounds), so a mismatch fails on every rank and the communicator "
+       "stays usable; 0: only receivers check the sender's header (a mismatch can then return "
+       "success on ranks that receive nothing)"},
   };
   return table;
 }
@@ -140,6 +145,9 @@ Result<Config> LoadConfigFromEnv() {
   int64_t inline_blocking = 1;
   BRAID_RETURN_IF_ERROR(ReadInt("BRAID_INLINE", 0, 1, &inline_blocking));
   c.inline_blocking = inline_blocking != 0;
+  int64_t verify_calls = 1;
+  BRAID_RETURN_IF_ERROR(ReadInt("BRAID_VERIFY_CALLS", 0, 1, &verify_calls));
+  c.verify_calls = verify_calls != 0;
   return c;
 }
 

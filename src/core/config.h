@@ -27,6 +27,7 @@ struct Config {
   std::string secret;                 // BRAID_SECRET
   int64_t spin_us = 50;               // BRAID_SPIN_US
   bool inline_blocking = true;        // BRAID_INLINE
+  bool verify_calls = true;           // BRAID_VERIFY_CALLS
 };
 
 struct ConfigVar {

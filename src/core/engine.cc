@@ -6,8 +6,10 @@
 
 #include <algorithm>
 #include <cstring>
+#include <new>
 
 #include "algorithms/algorithm.h"
+#include "algorithms/builtin_algorithms.h"
 #include "core/comm.h"
 #include "core/log.h"
 #include "core/wire_header.h"
@@ -51,6 +53,72 @@ std::string DescribeHeader(const WireHeader& h) {
     return "a send of " + std::to_string(h.payload) + " bytes (" + std::to_string(h.count) + " x " +
            DataTypeName(d.dtype) + ")";
   return DescribeCall(d);
+}
+
+// Sending one framed message (header, payload, padding to 8 bytes) as far as the stream allows.
+// `pr.hdr` is set by the caller before the first call.
+Status SendFramed(Endpoint* ep, OpProgress& pr, const std::byte* payload, bool* moved) {
+  static const std::byte kZeros[8] = {};
+  const uint64_t payload_len = pr.hdr.payload;
+  for (;;) {
+    const std::byte* p;
+    uint64_t len;
+    if (pr.phase == kHeader) {
+      p = reinterpret_cast<const std::byte*>(&pr.hdr) + pr.done;
+      len = sizeof(WireHeader) - pr.done;
+    } else if (pr.phase == kPayload) {
+      p = payload + pr.done;
+      len = payload_len - pr.done;
+    } else if (pr.phase == kPadding) {
+      p = kZeros;
+      len = PaddedSize(payload_len) - payload_len - pr.done;
+    } else {
+      return Status::Ok();
+    }
+    if (len == 0) {
+      pr.phase = static_cast<Phase>(pr.phase + 1);
+      pr.done = 0;
+      *moved = true;
+      continue;
+    }
+    auto r = ep->send(p, len);
+    if (!r.ok()) return r.status();
+    if (*r == 0) return Status::Ok();
+    pr.done += *r;
+    *moved = true;
+  }
+}
+
+// Reads the rest of an incoming header into `pr.hdr`; true once it is complete and has the magic.
+Result<bool> RecvHeader(Endpoint* ep, int peer, OpProgress& pr, bool* moved) {
+  while (pr.done < sizeof(WireHeader)) {
+    auto r = ep->recv(reinterpret_cast<std::byte*>(&pr.hdr) + pr.done, sizeof(WireHeader) - pr.done);
+    if (!r.ok()) return r.status();
+    if (*r == 0) return false;
+    pr.done += *r;
+    *moved = true;
+  }
+  if (pr.hdr.magic != kWireMagic)
+    return RemoteError("rank " + std::to_string(peer) +
+                       " sent bytes that are not a braid message (bad magic): the stream is "
+                       "corrupt or the peer runs another protocol");
+  return true;
+}
+
+// Skips the padding after a payload; marks the op done at its end.
+Status RecvPadding(Endpoint* ep, OpProgress& pr, bool* moved) {
+  std::byte trash[8];
+  const uint64_t pad = PaddedSize(pr.hdr.payload) - pr.hdr.payload;
+  while (pr.done < pad) {
+    auto r = ep->recv(trash, pad - pr.done);
+    if (!r.ok()) return r.status();
+    if (*r == 0) return Status::Ok();
+    pr.done += *r;
+    *moved = true;
+  }
+  pr.phase = kDone;
+  *moved = true;
+  return Status::Ok();
 }
 
 }  // namespace
@@ -129,8 +197,22 @@ Status Engine::executeChecked(Operation& op) {
     Status st = comm_->asyncError();
     return st.prepend("not run because the communicator failed earlier: ");
   }
-  Status st = execute(op);
-  if (!st.ok()) {
+  bool streams_intact = false;
+  Status st;
+  try {
+    st = execute(op, &streams_intact);
+  } catch (const std::bad_alloc&) {
+    // Engine memory (scratch, the pre-multiplied input) grows with the message; an exception
+    // must not leave the progress thread (std::terminate) or cross the C API.
+    st = SystemError(std::string(comm_->where()) + ": " + DescribeCall(op.desc()) +
+                     ": out of memory for the engine's buffers (about the message size in "
+                     "scratch): free memory or raise the limit (ulimit -v), or split the call");
+  }
+  if (!st.ok() && streams_intact) {
+    // A usage error found before any data moved (e.g. the call agreement): every rank reports
+    // it and the communicator stays usable.
+    BRAID_WARN("%s", st.message().c_str());
+  } else if (!st.ok()) {
     BRAID_WARN("%s", st.message().c_str());
     comm_->setAsyncError(st);
     // The streams may now be mid-message: close them so peers fail at once instead of
@@ -239,9 +321,11 @@ Result<RankSchedule> Engine::buildSchedule(const OpDesc& d, CollArgs* args,
   return sched;
 }
 
-Status Engine::execute(Operation& op) {
+Status Engine::execute(Operation& op, bool* streams_intact) {
+  *streams_intact = false;
   OpDesc d = op.desc();  // a copy: the prologue may redirect the input
   const int nranks = comm_->nranks();
+  const bool is_p2p = d.kind == CollKind::kSendRecv;
 
   // Pre-multiplied sum: scale this rank's input once into engine memory, then sum. Running the
   // schedule out of place keeps the user's send buffer untouched (in-place callers included).
@@ -257,15 +341,37 @@ Status Engine::execute(Operation& op) {
   CollArgs args;
   std::string algo_name;
   auto sched = buildSchedule(d, &args, &algo_name);
-  const uint64_t seq = d.kind == CollKind::kSendRecv ? 0 : coll_seq_++;
+  const uint64_t seq = is_p2p ? 0 : coll_seq_++;
   auto context = [&] {
     return std::string(comm_->where()) + ": " + DescribeCall(d) +
-           (d.kind == CollKind::kSendRecv ? "" : " #" + std::to_string(seq)) + " [" + algo_name +
-           "]: ";
+           (is_p2p ? "" : " #" + std::to_string(seq)) + " [" + algo_name + "]: ";
   };
   if (!sched.ok()) {
     Status st = sched.status();
     return st.prepend(context());
+  }
+
+  // Wire identity of this call, checked by every receiver.
+  WireHeader proto;
+  proto.coll = static_cast<uint8_t>(d.kind);
+  proto.dtype = static_cast<uint8_t>(op.desc().dtype);
+  proto.op = WireOp(d);
+  proto.seq = seq;
+  proto.count = d.count;
+  proto.root = d.root;
+
+  if (!is_p2p && comm_->config().verify_calls && nranks > 1) {
+    Status st = agree(proto, context);
+    if (!st.ok()) {
+      // A conflict found by the agreement moved no data on any rank: nothing to tear down.
+      *streams_intact = st.cls() == ErrorClass::kInvalidUsage;
+      return st;
+    }
+    // The agreement is a dissemination barrier: a barrier needs nothing more.
+    if (d.kind == CollKind::kBarrier) {
+      *streams_intact = true;
+      return Status::Ok();
+    }
   }
 
   Buffers bufs;
@@ -277,15 +383,6 @@ Status Engine::execute(Operation& op) {
   bufs.base[kScratchBuf] = scratch_.data();
   for (const auto& c : d.p2p) bufs.user.push_back(static_cast<std::byte*>(c.buf));
 
-  // Wire identity of this call, checked by every receiver.
-  WireHeader proto;
-  proto.coll = static_cast<uint8_t>(d.kind);
-  proto.dtype = static_cast<uint8_t>(op.desc().dtype);
-  proto.op = WireOp(d);
-  proto.seq = seq;
-  proto.count = d.count;
-  proto.root = d.root;
-
   std::vector<ChannelState> chans(sched->channels.size());
   for (size_t c = 0; c < chans.size(); ++c) {
     chans[c].ch = &sched->channels[c];
@@ -295,7 +392,7 @@ Status Engine::execute(Operation& op) {
 
   // Per-peer p2p numbering (only the fused group uses it).
   std::vector<uint64_t> p2p_seq;
-  if (d.kind == CollKind::kSendRecv) {
+  if (is_p2p) {
     const auto& ops = sched->channels[0].steps[0].ops;
     p2p_seq.resize(ops.size());
     for (size_t i = 0; i < ops.size(); ++i) {
@@ -304,14 +401,7 @@ Status Engine::execute(Operation& op) {
     }
   }
 
-  const int64_t timeout_us = comm_->config().timeout_ms * 1000;
-  const int64_t spin_us = comm_->config().spin_us;
-  int64_t last_progress = NowMicros();
-  int idle_iterations = 0;
-  static const std::byte kZeros[8] = {};
-  std::byte trash[8];
-
-  // Advances one op as far as the transport allows. Returns whether any byte moved.
+  // Advances one op of the data schedule as far as the transport allows.
   auto advance = [&](ChannelState& cs, size_t i, bool* moved) -> Status {
     const StepOp& sop = cs.ch->steps[cs.step].ops[i];
     OpProgress& pr = cs.progress[i];
@@ -332,12 +422,10 @@ Status Engine::execute(Operation& op) {
     }
     Endpoint* ep = comm_->endpoint(sop.peer, cs.index);
     if (!ep) return InternalError("no endpoint to rank " + std::to_string(sop.peer));
-    const bool is_p2p = d.kind == CollKind::kSendRecv;
     if (sop.kind == StepOpKind::kSend) {
-      const uint64_t payload = sop.src.count * bufs.elsize;
       if (pr.phase == kHeader && pr.done == 0) {
         pr.hdr = proto;
-        pr.hdr.payload = payload;
+        pr.hdr.payload = sop.src.count * bufs.elsize;
         if (is_p2p) {
           const P2PCall& c = d.p2p[sop.src.buffer - kFirstUserBuf];
           pr.hdr.seq = p2p_seq[i];
@@ -345,126 +433,190 @@ Status Engine::execute(Operation& op) {
           pr.hdr.count = c.count;
         }
       }
-      for (;;) {
-        const std::byte* p;
-        uint64_t len;
-        if (pr.phase == kHeader) {
-          p = reinterpret_cast<const std::byte*>(&pr.hdr) + pr.done;
-          len = sizeof(WireHeader) - pr.done;
-        } else if (pr.phase == kPayload) {
-          p = bufs.at(sop.src) + pr.done;
-          len = payload - pr.done;
-        } else if (pr.phase == kPadding) {
-          p = kZeros;
-          len = PaddedSize(payload) - payload - pr.done;
-        } else {
-          return Status::Ok();
-        }
-        if (len == 0) {
-          pr.phase = static_cast<Phase>(pr.phase + 1);
-          pr.done = 0;
-          *moved = true;
-          continue;
-        }
-        auto r = ep->send(p, len);
-        if (!r.ok()) return r.status();
-        if (*r == 0) return Status::Ok();
-        pr.done += *r;
-        *moved = true;
-      }
+      return SendFramed(ep, pr, bufs.at(sop.src), moved);
     }
     // Receives.
     const Slice& dst_slice = sop.dst;
     const uint64_t expect = dst_slice.count * bufs.elsize;
-    for (;;) {
-      if (pr.phase == kHeader) {
-        auto r =
-            ep->recv(reinterpret_cast<std::byte*>(&pr.hdr) + pr.done, sizeof(WireHeader) - pr.done);
-        if (!r.ok()) return r.status();
-        if (*r == 0) return Status::Ok();
-        pr.done += *r;
-        *moved = true;
-        if (pr.done < sizeof(WireHeader)) continue;
-        const WireHeader& h = pr.hdr;
-        if (h.magic != kWireMagic)
-          return RemoteError("rank " + std::to_string(sop.peer) +
-                             " sent bytes that are not a braid message (bad magic): the stream is "
-                             "corrupt or the peer runs another protocol");
-        if (is_p2p) {
-          if (h.coll != static_cast<uint8_t>(CollKind::kSendRecv) || h.seq != p2p_seq[i])
-            return InvalidUsage("receive #" + std::to_string(p2p_seq[i]) + " from rank " +
-                                std::to_string(sop.peer) + " met " +
-                                (h.coll == static_cast<uint8_t>(CollKind::kSendRecv)
-                                     ? "its send #" + std::to_string(h.seq)
-                                     : DescribeHeader(h) + " #" + std::to_string(h.seq)) +
-                                ": the ranks' calls do not match");
-          if (h.payload != expect)
-            return InvalidUsage("receive of " + std::to_string(expect) + " bytes from rank " +
-                                std::to_string(sop.peer) + " met " + DescribeHeader(h) +
-                                ": send and receive sizes must match");
-        } else if (h.coll != proto.coll || h.dtype != proto.dtype || h.op != proto.op ||
-                   h.count != proto.count || h.root != proto.root || h.seq != proto.seq) {
-          return InvalidUsage("mismatch with rank " + std::to_string(sop.peer) +
-                              ": this rank called " + DescribeCall(op.desc()) + " #" +
-                              std::to_string(proto.seq) + ", rank " + std::to_string(sop.peer) +
-                              " called " + DescribeHeader(h) + " #" + std::to_string(h.seq) +
-                              "; every rank must issue the same collectives in "
-                              "the same order with the same count, type, op and root");
-        } else if (h.payload != expect) {
-          return InternalError("schedule mismatch with rank " + std::to_string(sop.peer) +
-                               ": expected " + std::to_string(expect) + " bytes, peer sent " +
-                               std::to_string(h.payload) +
-                               " (ranks configured differently? check "
-                               "BRAID_NCHANNELS/BRAID_CHUNK_BYTES/BRAID_ALGO)");
-        }
-        pr.phase = kPayload;
-        pr.done = 0;
-        continue;
+    if (pr.phase == kHeader) {
+      auto got = RecvHeader(ep, sop.peer, pr, moved);
+      if (!got.ok()) return got.status();
+      if (!*got) return Status::Ok();
+      const WireHeader& h = pr.hdr;
+      if (is_p2p) {
+        if (h.coll != static_cast<uint8_t>(CollKind::kSendRecv) || h.seq != p2p_seq[i])
+          return InvalidUsage("receive #" + std::to_string(p2p_seq[i]) + " from rank " +
+                              std::to_string(sop.peer) + " met " +
+                              (h.coll == static_cast<uint8_t>(CollKind::kSendRecv)
+                                   ? "its send #" + std::to_string(h.seq)
+                                   : DescribeHeader(h) + " #" + std::to_string(h.seq)) +
+                              ": the ranks' calls do not match");
+        if (h.payload != expect)
+          return InvalidUsage("receive of " + std::to_string(expect) + " bytes from rank " +
+                              std::to_string(sop.peer) + " met " + DescribeHeader(h) +
+                              ": send and receive sizes must match");
+      } else if (h.flags != 0 || !(SignatureOf(h) == SignatureOf(proto))) {
+        return InvalidUsage("mismatch with rank " + std::to_string(sop.peer) +
+                            ": this rank called " + DescribeCall(op.desc()) + " #" +
+                            std::to_string(proto.seq) + ", rank " + std::to_string(sop.peer) +
+                            " called " +
+                            (h.flags & kWireAgreement ? "with call verification on ("
+                                                      : "") +
+                            DescribeHeader(h) + " #" + std::to_string(h.seq) +
+                            (h.flags & kWireAgreement ? "; set BRAID_VERIFY_CALLS alike)" : "") +
+                            "; every rank must issue the same collectives in "
+                            "the same order with the same count, type, op and root");
+      } else if (h.payload != expect) {
+        return InternalError("schedule mismatch with rank " + std::to_string(sop.peer) +
+                             ": expected " + std::to_string(expect) + " bytes, peer sent " +
+                             std::to_string(h.payload) +
+                             " (ranks configured differently? check "
+                             "BRAID_NCHANNELS/BRAID_CHUNK_BYTES/BRAID_ALGO)");
       }
-      if (pr.phase == kPayload) {
-        if (pr.done == expect) {
-          pr.phase = kPadding;
-          pr.done = 0;
-          continue;
-        }
-        if (sop.kind == StepOpKind::kRecv) {
-          auto r = ep->recv(bufs.at(dst_slice) + pr.done, expect - pr.done);
-          if (!r.ok()) return r.status();
-          if (*r == 0) return Status::Ok();
-          pr.done += *r;
-          *moved = true;
-          continue;
-        }
-        // kRecvReduce: combine straight out of the transport's buffer (no staging copy).
-        auto view = ep->peek(expect - pr.done);
-        if (!view.ok()) return view.status();
-        size_t n = view->size() / bufs.elsize;
-        if (n == 0) return Status::Ok();
-        size_t bytes = n * bufs.elsize;
-        ReduceKernel(args.dtype, args.op, bufs.at(sop.src) + pr.done, view->data(),
-                     bufs.at(dst_slice) + pr.done, n);
-        ep->consume(bytes);
-        pr.done += bytes;
-        *moved = true;
-        continue;
-      }
-      if (pr.phase == kPadding) {
-        uint64_t pad = PaddedSize(pr.hdr.payload) - pr.hdr.payload;
-        if (pr.done == pad) {
-          pr.phase = kDone;
-          *moved = true;
-          return Status::Ok();
-        }
-        auto r = ep->recv(trash, pad - pr.done);
-        if (!r.ok()) return r.status();
-        if (*r == 0) return Status::Ok();
-        pr.done += *r;
-        *moved = true;
-        continue;
-      }
-      return Status::Ok();
+      pr.phase = kPayload;
+      pr.done = 0;
     }
+    while (pr.phase == kPayload && pr.done < expect) {
+      if (sop.kind == StepOpKind::kRecv) {
+        auto r = ep->recv(bufs.at(dst_slice) + pr.done, expect - pr.done);
+        if (!r.ok()) return r.status();
+        if (*r == 0) return Status::Ok();
+        pr.done += *r;
+        *moved = true;
+        continue;
+      }
+      // kRecvReduce: combine straight out of the transport's buffer (no staging copy).
+      auto view = ep->peek(expect - pr.done);
+      if (!view.ok()) return view.status();
+      size_t n = view->size() / bufs.elsize;
+      if (n == 0) return Status::Ok();
+      size_t bytes = n * bufs.elsize;
+      ReduceKernel(args.dtype, args.op, bufs.at(sop.src) + pr.done, view->data(),
+                   bufs.at(dst_slice) + pr.done, n);
+      ep->consume(bytes);
+      pr.done += bytes;
+      *moved = true;
+    }
+    if (pr.phase == kPayload) {
+      pr.phase = kPadding;
+      pr.done = 0;
+    }
+    return RecvPadding(ep, pr, moved);
   };
+
+  BRAID_RETURN_IF_ERROR(drive(chans, advance, context));
+  *streams_intact = true;
+
+  // Epilogue: Avg = sum / nranks on the ranks that hold a result.
+  if (d.avg) {
+    if (d.kind == CollKind::kAllReduce || d.kind == CollKind::kReduceScatter ||
+        (d.kind == CollKind::kReduce && comm_->rank() == d.root))
+      DivideKernel(d.dtype, d.recvbuf, d.count, static_cast<uint64_t>(nranks));
+  }
+  return Status::Ok();
+}
+
+Status Engine::agree(const WireHeader& proto, const std::function<std::string()>& context) {
+  CollArgs bargs;
+  bargs.kind = CollKind::kBarrier;
+  bargs.nranks = comm_->nranks();
+  bargs.dtype = DataType::kUint8;
+  auto sched = DisseminationAlgorithm().build(bargs, comm_->rank());
+  if (!sched.ok()) {
+    Status st = sched.status();
+    return st.prepend(context());
+  }
+  const CallSignature mine = SignatureOf(proto);
+  CallConflict conflict;           // what this rank knows so far
+  bool have_conflict = false;
+  std::vector<CallConflict> sent;  // per step: the record its send carries (a snapshot)
+  CallConflict incoming;           // payload of the receive in flight
+  const size_t nsteps = sched->channels.empty() ? 0 : sched->channels[0].steps.size();
+  sent.resize(nsteps);
+
+  std::vector<ChannelState> chans(sched->channels.size());
+  for (size_t c = 0; c < chans.size(); ++c) {
+    chans[c].ch = &sched->channels[c];
+    chans[c].index = static_cast<int>(c);
+    chans[c].enterStep();
+  }
+  auto advance = [&](ChannelState& cs, size_t i, bool* moved) -> Status {
+    const StepOp& sop = cs.ch->steps[cs.step].ops[i];
+    OpProgress& pr = cs.progress[i];
+    Endpoint* ep = comm_->endpoint(sop.peer, cs.index);
+    if (!ep) return InternalError("no endpoint to rank " + std::to_string(sop.peer));
+    if (sop.kind == StepOpKind::kSend) {
+      if (pr.phase == kHeader && pr.done == 0) {
+        pr.hdr = proto;
+        pr.hdr.flags = kWireAgreement;
+        pr.hdr.payload = have_conflict ? sizeof(CallConflict) : 0;
+        sent[cs.step] = conflict;
+      }
+      return SendFramed(ep, pr, reinterpret_cast<const std::byte*>(&sent[cs.step]), moved);
+    }
+    if (pr.phase == kHeader) {
+      auto got = RecvHeader(ep, sop.peer, pr, moved);
+      if (!got.ok()) return got.status();
+      if (!*got) return Status::Ok();
+      const WireHeader& h = pr.hdr;
+      if (!(h.flags & kWireAgreement))
+        return InvalidUsage("mismatch with rank " + std::to_string(sop.peer) + ": it sent " +
+                            DescribeHeader(h) + " #" + std::to_string(h.seq) +
+                            " without call verification while this rank verifies its calls "
+                            "(set BRAID_VERIFY_CALLS alike on every rank)");
+      if (h.payload != 0 && h.payload != sizeof(CallConflict))
+        return RemoteError("rank " + std::to_string(sop.peer) + " sent a call-agreement message of " +
+                           std::to_string(h.payload) + " bytes: the stream is corrupt");
+      if (!have_conflict && !(SignatureOf(h) == mine)) {
+        conflict = {comm_->rank(), sop.peer, mine, SignatureOf(h)};
+        have_conflict = true;
+      }
+      pr.phase = kPayload;
+      pr.done = 0;
+    }
+    auto* in = reinterpret_cast<std::byte*>(&incoming);
+    while (pr.phase == kPayload && pr.done < pr.hdr.payload) {
+      auto r = ep->recv(in + pr.done, pr.hdr.payload - pr.done);
+      if (!r.ok()) return r.status();
+      if (*r == 0) return Status::Ok();
+      pr.done += *r;
+      *moved = true;
+    }
+    if (pr.phase == kPayload) {
+      if (pr.hdr.payload && !have_conflict) {
+        conflict = incoming;
+        have_conflict = true;
+      }
+      pr.phase = kPadding;
+      pr.done = 0;
+    }
+    return RecvPadding(ep, pr, moved);
+  };
+  BRAID_RETURN_IF_ERROR(drive(chans, advance, context));
+  if (!have_conflict) return Status::Ok();
+  auto describe = [](const CallSignature& s) {
+    WireHeader h;
+    h.coll = s.coll;
+    h.dtype = s.dtype;
+    h.op = s.op;
+    h.root = s.root;
+    h.count = s.count;
+    return DescribeHeader(h) + " #" + std::to_string(s.seq);
+  };
+  return InvalidUsage(context() + "call mismatch: rank " + std::to_string(conflict.rank_a) +
+                      " called " + describe(conflict.a) + ", rank " +
+                      std::to_string(conflict.rank_b) + " called " + describe(conflict.b) +
+                      "; every rank must issue the same collectives in the same order with the "
+                      "same count, type, op and root. No data moved; the communicator is still "
+                      "usable");
+}
+
+Status Engine::drive(std::vector<ChannelState>& chans, const AdvanceFn& advance,
+                     const std::function<std::string()>& context) {
+  const int64_t timeout_us = comm_->config().timeout_ms * 1000;
+  const int64_t spin_us = comm_->config().spin_us;
+  int64_t last_progress = NowMicros();
+  int idle_iterations = 0;
 
   // An op waits for earlier unfinished ops of its step on the same (peer, direction).
   auto blocked = [](const ChannelState& cs, size_t i) {
@@ -520,7 +672,7 @@ Status Engine::execute(Operation& op) {
       }
       if (!cs.finished()) all_done = false;
     }
-    if (all_done) break;
+    if (all_done) return Status::Ok();
     if (aborted_.load(std::memory_order_acquire)) {
       std::lock_guard<std::mutex> lock(mu_);
       Status st = abort_reason_;
@@ -544,14 +696,6 @@ Status Engine::execute(Operation& op) {
     int64_t budget_ms = (timeout_us - (now - last_progress)) / 1000 + 1;
     sleepUntilProgress(chans, std::min<int64_t>(budget_ms, 100));
   }
-
-  // Epilogue: Avg = sum / nranks on the ranks that hold a result.
-  if (d.avg) {
-    if (d.kind == CollKind::kAllReduce || d.kind == CollKind::kReduceScatter ||
-        (d.kind == CollKind::kReduce && comm_->rank() == d.root))
-      DivideKernel(d.dtype, d.recvbuf, d.count, static_cast<uint64_t>(nranks));
-  }
-  return Status::Ok();
 }
 
 void Engine::sleepUntilProgress(std::vector<ChannelState>& channels, int64_t budget_ms) {

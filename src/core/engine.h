@@ -10,6 +10,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <thread>
@@ -18,6 +19,7 @@
 #include "algorithms/schedule.h"
 #include "core/operation.h"
 #include "core/status.h"
+#include "core/wire_header.h"
 
 struct braidComm;
 
@@ -44,11 +46,23 @@ class Engine {
   struct ChannelState;
 
   void threadMain();
-  Status execute(Operation& op);
+  // Runs one operation. `*streams_intact` tells, on failure, whether every stream is still at a
+  // message boundary (nothing moved, as after a call-agreement conflict): then the communicator
+  // stays usable; otherwise it is failed and its streams are shut down.
+  Status execute(Operation& op, bool* streams_intact);
   // execute() with the communicator's error handling; the caller owns busy_.
   Status executeChecked(Operation& op);
   Status run(Operation& op, const RankSchedule& sched, Buffers& bufs);
   Result<RankSchedule> buildSchedule(const OpDesc& d, CollArgs* args, std::string* algo_name);
+  // Advances op `i` of the current step of a channel as far as the transports allow.
+  using AdvanceFn = std::function<Status(ChannelState&, size_t, bool* moved)>;
+  // The progress loop for one schedule: advances every channel until all are done, the deadline
+  // passes without progress, or the engine is aborted; waits spin, yield, then sleep in poll().
+  Status drive(std::vector<ChannelState>& chans, const AdvanceFn& advance,
+               const std::function<std::string()>& context);
+  // The call agreement of a collective (see CallConflict in wire_header.h): InvalidUsage on every
+  // rank, naming both calls, when any two ranks' signatures differ.
+  Status agree(const WireHeader& proto, const std::function<std::string()>& context);
   void sleepUntilProgress(std::vector<ChannelState>& channels, int64_t budget_ms);
 
   braidComm* comm_;

@@ -13,6 +13,9 @@ namespace braid {
 
 inline constexpr uint32_t kWireMagic = 0x4d445242;  // "BRDM"
 
+// WireHeader::flags bits.
+inline constexpr uint8_t kWireAgreement = 1;  // a call-agreement message (see CallConflict)
+
 struct WireHeader {
   uint32_t magic = kWireMagic;
   uint8_t coll = 0;   // CollKind
@@ -26,6 +29,40 @@ struct WireHeader {
   uint64_t payload = 0;  // bytes that follow (before padding)
 };
 static_assert(sizeof(WireHeader) == 40, "wire header layout is part of the protocol");
+
+// What one rank called, as carried in a header; compared field by field.
+struct CallSignature {
+  uint8_t coll = 0, dtype = 0, op = 0, pad = 0;
+  int32_t root = -1;
+  uint64_t seq = 0;
+  uint64_t count = 0;
+  bool operator==(const CallSignature&) const = default;
+};
+static_assert(sizeof(CallSignature) == 24);
+
+inline CallSignature SignatureOf(const WireHeader& h) {
+  CallSignature s;
+  s.coll = h.coll;
+  s.dtype = h.dtype;
+  s.op = h.op;
+  s.root = h.root;
+  s.seq = h.seq;
+  s.count = h.count;
+  return s;
+}
+
+// Call agreement (spec/reliability.md item 7): before a collective moves data, its ranks run a
+// dissemination exchange of headers (flag kWireAgreement, the sender's own signature). A rank
+// that receives a signature unlike its own records the pair; a recorded conflict travels as the
+// payload of every later agreement message it sends, so after ceil(log2 N) rounds either every
+// rank holds a conflict or all signatures are equal. Then every rank fails (or none does), and no
+// data has moved: the streams stay in step and the communicator stays usable.
+struct CallConflict {
+  int32_t rank_a = -1;  // the rank that noticed
+  int32_t rank_b = -1;  // the rank whose call differed
+  CallSignature a, b;
+};
+static_assert(sizeof(CallConflict) == 56, "part of the protocol; a multiple of 8");
 
 inline constexpr uint64_t PaddedSize(uint64_t bytes) {
   return (bytes + 7) & ~uint64_t{7};

@@ -1,0 +1,231 @@
+// Mismatched calls fail on every rank, never return success with wrong data, and lose nothing
+// (spec/reliability.md item 7, issue 7 item 1). Before a collective moves data its ranks agree
+// on the call (BRAID_VERIFY_CALLS, default on): a differing collective, count, type, op or root
+// on any rank makes every rank return invalid usage naming the sequence number and both calls,
+// with no byte of any user buffer written, and the communicator stays usable.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "multirank/harness.h"
+
+namespace braid_test {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double SecondsSince(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+bool Contains(const char* hay, const std::string& needle) {
+  return std::strstr(hay, needle.c_str()) != nullptr;
+}
+
+constexpr float kSentinel = -7.25f;
+
+// After a mismatch: a checked all-reduce must succeed bit-exactly on every rank and the
+// communicator must report no asynchronous error (nothing was torn down).
+int StillUsable(braidComm_t comm, int rank, int nranks) {
+  std::vector<float> in(4099), out(4099);
+  for (size_t i = 0; i < in.size(); ++i) in[i] = static_cast<float>((i * 7 + rank) % 13);
+  if (braidAllReduce(in.data(), out.data(), in.size(), braidFloat32, braidSum, comm) !=
+      braidSuccess) {
+    std::fprintf(stderr, "[rank %d] all-reduce after the mismatch: %s\n", rank,
+                 braidGetLastError(comm));
+    return 10;
+  }
+  for (size_t i = 0; i < out.size(); ++i) {
+    float want = 0;
+    for (int r = 0; r < nranks; ++r) want += static_cast<float>((i * 7 + r) % 13);
+    if (out[i] != want) {
+      std::fprintf(stderr, "[rank %d] element %zu: %g, want %g\n", rank, i, out[i], want);
+      return 11;
+    }
+  }
+  braidResult_t async = braidSuccess;
+  braidCommGetAsyncError(comm, &async);
+  if (async != braidSuccess) {
+    std::fprintf(stderr, "[rank %d] async error %d after a clean mismatch\n", rank, async);
+    return 12;
+  }
+  return 0;
+}
+
+// Checks what every rank must see: invalid usage within the timeout, a message naming the
+// sequence number and both sides (`want` substrings), an untouched receive buffer.
+int ExpectMismatch(braidResult_t rc, braidComm_t comm, int rank, Clock::time_point t0,
+                   const std::vector<std::string>& want, const std::vector<float>& recv) {
+  const char* msg = braidGetLastError(comm);
+  bool ok = rc == braidErrInvalidUsage && SecondsSince(t0) < 12 && Contains(msg, "call mismatch");
+  for (const auto& w : want) ok = ok && Contains(msg, w);
+  if (!ok) {
+    std::fprintf(stderr, "[rank %d] rc=%d after %.1fs: %s\n", rank, rc, SecondsSince(t0), msg);
+    return 1;
+  }
+  for (size_t i = 0; i < recv.size(); ++i)
+    if (recv[i] != kSentinel) {
+      std::fprintf(stderr, "[rank %d] receive buffer written at %zu despite the mismatch\n", rank,
+                   i);
+      return 2;
+    }
+  return 0;
+}
+
+using Param = std::tuple<int, std::string>;  // ranks, transport
+class CallMismatch : public ::testing::TestWithParam<Param> {
+ protected:
+  JobOptions Options() const {
+    JobOptions opt;
+    opt.nranks = std::get<0>(GetParam());
+    opt.timeout_s = 60;
+    opt.env = {{"BRAID_TRANSPORTS", std::get<1>(GetParam())}, {"BRAID_TIMEOUT", "10"}};
+    return opt;
+  }
+};
+
+// The reported defect: rank 0 broadcasts from root 0 while the others use root 1. Rank 0 only
+// sends, so no receiver check ever reached it; it returned success while holding other data.
+TEST_P(CallMismatch, BroadcastRootsDifferSmallAndLarge) {
+  auto out = RunJob(Options(), [](braidComm_t comm, int rank, int n, const braidUniqueId&) {
+    for (size_t count : {size_t{1000}, size_t{1} << 20}) {
+      std::vector<float> buf(count, kSentinel);
+      const int root = rank == 0 ? 0 : 1;
+      if (rank == root) std::fill(buf.begin(), buf.end(), 1.0f + rank);
+      auto t0 = Clock::now();
+      braidResult_t rc =
+          braidBroadcast(buf.data(), buf.data(), count, braidFloat32, root, comm);
+      // The root's buffer is its input: unchanged, like every other rank's (sentinel).
+      std::vector<float> expect_untouched;
+      if (rank != root) expect_untouched = buf;
+      if (int e = ExpectMismatch(rc, comm, rank, t0, {"root=0", "root=1"}, expect_untouched))
+        return e;
+      if (rank == root)
+        for (float v : buf)
+          if (v != 1.0f + rank) return 3;
+      if (int e = StillUsable(comm, rank, n)) return e;
+    }
+    return 0;
+  });
+  EXPECT_TRUE(AllSucceeded(out)) << DescribeOutcomes(out);
+}
+
+// Rank 0 broadcasts while the others all-reduce: the root used to return success.
+TEST_P(CallMismatch, BroadcastAgainstAllReduce) {
+  auto out = RunJob(Options(), [](braidComm_t comm, int rank, int n, const braidUniqueId&) {
+    std::vector<float> in(1000, 1.0f), recv(1000, kSentinel);
+    auto t0 = Clock::now();
+    braidResult_t rc =
+        rank == 0 ? braidBroadcast(in.data(), in.data(), in.size(), braidFloat32, 0, comm)
+                  : braidAllReduce(in.data(), recv.data(), in.size(), braidFloat32, braidSum, comm);
+    if (int e = ExpectMismatch(rc, comm, rank, t0, {"broadcast", "allreduce", "#0"}, recv))
+      return e;
+    return StillUsable(comm, rank, n);
+  });
+  EXPECT_TRUE(AllSucceeded(out)) << DescribeOutcomes(out);
+}
+
+// Reduce with differing roots used to end in a timeout instead of invalid usage.
+TEST_P(CallMismatch, ReduceRootsDiffer) {
+  auto out = RunJob(Options(), [](braidComm_t comm, int rank, int n, const braidUniqueId&) {
+    std::vector<float> in(5000, 2.0f), recv(5000, kSentinel);
+    auto t0 = Clock::now();
+    braidResult_t rc = braidReduce(in.data(), recv.data(), in.size(), braidFloat32, braidSum,
+                                   rank % 2, comm);
+    if (int e = ExpectMismatch(rc, comm, rank, t0, {"reduce(", "root=0", "root=1"}, recv))
+      return e;
+    return StillUsable(comm, rank, n);
+  });
+  EXPECT_TRUE(AllSucceeded(out)) << DescribeOutcomes(out);
+}
+
+// One rank (the last) differs in count, type or op; the others agree with each other. Ranks
+// that never exchange a byte with it must fail all the same. Two calls in a row, so the second
+// carries sequence number #1 (numbering goes on after a mismatch).
+TEST_P(CallMismatch, OneRankDiffersInCountTypeOrOp) {
+  auto out = RunJob(Options(), [](braidComm_t comm, int rank, int n, const braidUniqueId&) {
+    const bool odd = rank == n - 1;
+    std::vector<float> in(2048, 1.0f), recv(2048, kSentinel);
+    auto t0 = Clock::now();
+    braidResult_t rc = braidAllReduce(in.data(), recv.data(), odd ? 2048 : 1024, braidFloat32,
+                                      braidSum, comm);
+    if (int e = ExpectMismatch(rc, comm, rank, t0, {"count=1024", "count=2048", "#0"}, recv))
+      return e;
+    t0 = Clock::now();
+    rc = braidAllReduce(in.data(), recv.data(), 1024, odd ? braidInt32 : braidFloat32, braidSum,
+                        comm);
+    if (int e = ExpectMismatch(rc, comm, rank, t0, {"int32, sum", "float, sum", "#1"}, recv)) return e;
+    t0 = Clock::now();
+    rc = braidAllReduce(in.data(), recv.data(), 1024, braidFloat32, odd ? braidMax : braidSum,
+                        comm);
+    if (int e = ExpectMismatch(rc, comm, rank, t0, {"max", "sum", "#2"}, recv)) return e;
+    t0 = Clock::now();
+    rc = braidAllGather(in.data(), recv.data(), odd ? 3 : 2, braidFloat32, comm);
+    if (int e = ExpectMismatch(rc, comm, rank, t0, {"allgather(count=3", "allgather(count=2"},
+                               recv))
+      return e;
+    return StillUsable(comm, rank, n);
+  });
+  EXPECT_TRUE(AllSucceeded(out)) << DescribeOutcomes(out);
+}
+
+// A barrier against an all-reduce (the barrier carries no data, so only the agreement sees it).
+TEST_P(CallMismatch, BarrierAgainstAllReduce) {
+  auto out = RunJob(Options(), [](braidComm_t comm, int rank, int n, const braidUniqueId&) {
+    std::vector<float> in(64, 1.0f), recv(64, kSentinel);
+    auto t0 = Clock::now();
+    braidResult_t rc =
+        rank == 1 ? braidBarrier(comm)
+                  : braidAllReduce(in.data(), recv.data(), in.size(), braidFloat32, braidSum, comm);
+    if (int e = ExpectMismatch(rc, comm, rank, t0, {"barrier", "allreduce"},
+                               rank == 1 ? std::vector<float>() : recv))
+      return e;
+    return StillUsable(comm, rank, n);
+  });
+  EXPECT_TRUE(AllSucceeded(out)) << DescribeOutcomes(out);
+}
+
+INSTANTIATE_TEST_SUITE_P(Fault, CallMismatch,
+                         ::testing::Combine(::testing::Values(2, 3, 4),
+                                            ::testing::Values("shm", "tcp")),
+                         [](const auto& info) {
+                           return "n" + std::to_string(std::get<0>(info.param)) + "_" +
+                                  std::get<1>(info.param);
+                         });
+
+class VerifyCallsMixed : public ::testing::TestWithParam<std::string> {};
+
+// Ranks configured differently (BRAID_VERIFY_CALLS=0 on rank 0 only) fail with invalid usage
+// that names the variable, instead of misreading each other's messages.
+TEST_P(VerifyCallsMixed, ConfigurationMismatchIsNamed) {
+  JobOptions opt;
+  opt.nranks = 2;
+  opt.timeout_s = 60;
+  opt.init = false;
+  opt.env = {{"BRAID_TRANSPORTS", GetParam()}, {"BRAID_TIMEOUT", "10"}};
+  auto out = RunJob(opt, [](braidComm_t, int rank, int n, const braidUniqueId& id) {
+    setenv("BRAID_VERIFY_CALLS", rank == 0 ? "0" : "1", 1);
+    braidComm_t comm = nullptr;
+    if (braidCommInitRank(&comm, n, id, rank) != braidSuccess) return 90;
+    std::vector<float> in(256, 1.0f), recv(256);
+    braidResult_t rc =
+        braidAllReduce(in.data(), recv.data(), in.size(), braidFloat32, braidSum, comm);
+    const char* msg = braidGetLastError(comm);
+    int code = 0;
+    if (rc != braidErrInvalidUsage || !Contains(msg, "BRAID_VERIFY_CALLS")) {
+      std::fprintf(stderr, "[rank %d] rc=%d: %s\n", rank, rc, msg);
+      code = 1;
+    }
+    braidCommDestroy(comm);
+    return code;
+  });
+  EXPECT_TRUE(AllSucceeded(out)) << DescribeOutcomes(out);
+}
+
+INSTANTIATE_TEST_SUITE_P(Fault, VerifyCallsMixed, ::testing::Values("shm", "tcp"));
+
+}  // namespace
+}  // namespace braid_test
