@@ -81,13 +81,12 @@ braidResult_t braidCommInitRankConfig(braidComm_t* comm, int nranks, braidUnique
 
   auto ref = std::make_shared<braidComm>();
   if (InGroup()) {
-    RegisterComm(ref);
+    *comm = RegisterComm(ref);
     GroupAddInit(ref, *id, rank, nranks, *opts);
-    *comm = ref.get();
     return braidSuccess;
   }
   if (!opts->blocking) {
-    RegisterComm(ref);
+    braidComm_t handle = RegisterComm(ref);
     braidComm* raw = ref.get();
     UniqueIdData data = *id;
     CommOptions o = *opts;
@@ -102,14 +101,13 @@ braidResult_t braidCommInitRankConfig(braidComm_t* comm, int nranks, braidUnique
         raw->setState(braidComm::State::kFailed);
       }
     });
-    *comm = raw;
+    *comm = handle;
     return braidInProgress;
   }
   Status st = ref->init(*id, rank, nranks, *opts);
   if (!st.ok()) return Fail(st);
   ref->setState(braidComm::State::kReady);
-  RegisterComm(ref);
-  *comm = ref.get();
+  *comm = RegisterComm(ref);
   return braidSuccess;
 }
 

@@ -1,5 +1,8 @@
 #include "core/api_support.h"
 
+#include <sys/mman.h>
+
+#include <cstdint>
 #include <mutex>
 #include <string>
 #include <unordered_map>
@@ -10,19 +13,40 @@ namespace braid {
 namespace {
 
 std::mutex g_mu;
-std::unordered_map<braidComm*, CommRef>& Registry() {
-  static auto* r = new std::unordered_map<braidComm*, CommRef>();  // never destroyed: safe at exit
+std::unordered_map<braidComm_t, CommRef>& Registry() {
+  static auto* r = new std::unordered_map<braidComm_t, CommRef>();  // never destroyed: safe at exit
   return *r;
+}
+
+// Handle values. A handle is not the object's address: the allocator reuses addresses, and a
+// stale handle that aliased a new communicator would silently act on it. Handles are addresses
+// in a reserved, inaccessible region, handed out in order and never twice (2^26 of them before
+// the sequence wraps), so an application that dereferences one faults at once instead of
+// reading our memory. Guarded by g_mu.
+braidComm_t NextHandle() {
+  constexpr size_t kRegionBytes = size_t{1} << 30;
+  constexpr size_t kStride = 16;
+  static uintptr_t base = [] {
+    void* p = mmap(nullptr, kRegionBytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
+                   -1, 0);
+    // Without the reservation (address-space limit), fall back to a fixed unmapped-looking
+    // range of odd values that no allocation returns (allocations are 16-aligned).
+    return p == MAP_FAILED ? uintptr_t{0x7} : reinterpret_cast<uintptr_t>(p);
+  }();
+  static size_t next = 0;
+  uintptr_t v = base + (next++ % (kRegionBytes / kStride)) * kStride;
+  return reinterpret_cast<braidComm_t>(v);
 }
 
 thread_local std::string t_last_error;
 
 }  // namespace
 
-void RegisterComm(CommRef comm) {
+braidComm_t RegisterComm(CommRef comm) {
   std::lock_guard<std::mutex> lock(g_mu);
-  braidComm* raw = comm.get();
-  Registry()[raw] = std::move(comm);
+  braidComm_t handle = NextHandle();
+  Registry()[handle] = std::move(comm);
+  return handle;
 }
 
 CommRef UnregisterComm(braidComm_t comm) {

@@ -19,8 +19,10 @@ namespace braid {
 
 using CommRef = std::shared_ptr<braidComm>;
 
-// Registers a new communicator handle.
-void RegisterComm(CommRef comm);
+// Registers a communicator and returns its handle. Handles are never reused within a process
+// (see api_support.cc), so a handle kept after braidCommDestroy is reported as not live even when
+// a new communicator occupies the old one's memory.
+braidComm_t RegisterComm(CommRef comm);
 // Removes a handle; returns the owning reference (null when it was not live).
 CommRef UnregisterComm(braidComm_t comm);
 // A reference that keeps the communicator alive for the duration of an API call (so a

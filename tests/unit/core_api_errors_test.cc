@@ -147,6 +147,37 @@ TEST_F(ApiErrors, UseAfterDestroy) {
   EXPECT_EQ(braidCommGetAsyncError(dead, &async), braidErrInvalidUsage);
 }
 
+// A destroyed handle must stay dead when a new communicator is created, even where the allocator
+// puts the new one at the old one's address (issue 7 item 6: calls on the stale handle used to
+// act on the new communicator). Several cycles, since reuse of the address is likely, not certain.
+TEST(ApiHandles, StaleHandleNeverAliasesANewCommunicator) {
+  std::vector<braidComm_t> dead;
+  for (int cycle = 0; cycle < 20; ++cycle) {
+    braidUniqueId id;
+    ASSERT_EQ(braidGetUniqueId(&id), braidSuccess) << braidGetLastError(nullptr);
+    braidComm_t old_comm = nullptr;
+    ASSERT_EQ(braidCommInitRank(&old_comm, 1, id, 0), braidSuccess) << braidGetLastError(nullptr);
+    ASSERT_EQ(braidCommDestroy(old_comm), braidSuccess);
+    dead.push_back(old_comm);
+    braidUniqueId id2;
+    ASSERT_EQ(braidGetUniqueId(&id2), braidSuccess) << braidGetLastError(nullptr);
+    braidComm_t fresh = nullptr;
+    ASSERT_EQ(braidCommInitRank(&fresh, 1, id2, 0), braidSuccess) << braidGetLastError(nullptr);
+    for (braidComm_t d : dead) {
+      ASSERT_NE(d, fresh) << "a handle was handed out twice (cycle " << cycle << ")";
+      int n = 0;
+      EXPECT_EQ(braidCommCount(d, &n), braidErrInvalidUsage) << "cycle " << cycle;
+      float x = 1;
+      EXPECT_EQ(braidAllReduce(&x, &x, 1, braidFloat32, braidSum, d), braidErrInvalidUsage);
+    }
+    int n = 0;
+    EXPECT_EQ(braidCommCount(fresh, &n), braidSuccess);
+    EXPECT_EQ(n, 1);
+    ASSERT_EQ(braidCommDestroy(fresh), braidSuccess);
+    dead.push_back(fresh);
+  }
+}
+
 TEST_F(ApiErrors, RequestsAndWait) {
   float x[16] = {1}, y[16] = {};
   braidRequest_t req = nullptr;
