@@ -1,6 +1,7 @@
 // C API: collectives and point-to-point calls. Every argument is checked here, before anything
 // is queued, so bad input fails on the calling rank with a clear message and loses nothing.
 #include <cstring>
+#include <new>
 
 #include "core/api_support.h"
 #include "core/group.h"
@@ -117,7 +118,19 @@ Status Describe(const braidComm& comm, const Call& c, OpDesc* d) {
   return Status::Ok();
 }
 
+braidResult_t CollectiveUnguarded(const Call& c, braidComm_t comm, braidRequest_t* request);
+
+// No exception crosses the C API (DESIGN.md 4): an allocation failure is a system error.
 braidResult_t Collective(const Call& c, braidComm_t comm, braidRequest_t* request) {
+  try {
+    return CollectiveUnguarded(c, comm, request);
+  } catch (const std::bad_alloc&) {
+    return Fail(SystemError(std::string(CollKindName(c.kind)) +
+                            ": out of memory while preparing the call"));
+  }
+}
+
+braidResult_t CollectiveUnguarded(const Call& c, braidComm_t comm, braidRequest_t* request) {
   auto ref = UsableComm(comm);
   if (!ref.ok())
     return Fail(Status(ref.status()).prepend(std::string(CollKindName(c.kind)) + ": "));
