@@ -238,7 +238,7 @@ Status braidComm::connectTransports(Bootstrap& bs, Deadline deadline) {
   TransportContext ctx;
   ctx.rank = rank_;
   ctx.nranks = nranks_;
-  ctx.nchannels = nchannels_;
+  ctx.nchannels = nlanes();
   ctx.ranks = infos_;
   ctx.comm_tag = tag_;
   ctx.secret = secret_;
@@ -304,7 +304,7 @@ Status braidComm::connectTransports(Bootstrap& bs, Deadline deadline) {
     if (out.size() != peers_of[t].size())
       return InternalError(names[t] + " connect returned the wrong number of peers");
     for (size_t i = 0; i < out.size(); ++i) {
-      if (static_cast<int>(out[i].size()) != nchannels_)
+      if (static_cast<int>(out[i].size()) != nlanes())
         return InternalError(names[t] + " connect returned the wrong number of channels");
       endpoints_[peers_of[t][i]] = std::move(out[i]);
     }

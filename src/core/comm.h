@@ -94,8 +94,12 @@ struct braidComm {
   std::string where() const;  // "rank 2/4 on host h1"
 
   // For the engine.
-  braid::Endpoint* endpoint(int peer, int channel) const { return endpoints_[peer][channel].get(); }
+  // Streams per peer: the schedules' channels 0..nchannels-1 on lanes of the same index, plus
+  // the express lane (index nchannels) for call agreements and small collectives.
+  braid::Endpoint* endpoint(int peer, int lane) const { return endpoints_[peer][lane].get(); }
   int nchannels() const { return nchannels_; }
+  int nlanes() const { return nchannels_ + 1; }
+  int expressLane() const { return nchannels_; }
   const braid::Tuner& tuner() const { return *tuner_; }
   const braid::GroupLayout& layout() const { return layout_; }
   braid::Doorbell& doorbell() { return doorbell_; }

@@ -38,6 +38,9 @@ const std::vector<ConfigVar>& ConfigTable() {
        "(log2(N) header-only rounds), so a mismatch fails on every rank and the communicator "
        "stays usable; 0: only receivers check the sender's header (a mismatch can then return "
        "success on ranks that receive nothing)"},
+      {"BRAID_MAX_INFLIGHT", nullptr, "int", "16",
+       "operations a communicator runs at once, 1..1024 (more wait in its queue); 1 runs them "
+       "one after another"},
   };
   return table;
 }
@@ -148,6 +151,7 @@ Result<Config> LoadConfigFromEnv() {
   int64_t verify_calls = 1;
   BRAID_RETURN_IF_ERROR(ReadInt("BRAID_VERIFY_CALLS", 0, 1, &verify_calls));
   c.verify_calls = verify_calls != 0;
+  BRAID_RETURN_IF_ERROR(ReadInt("BRAID_MAX_INFLIGHT", 1, 1024, &c.max_inflight));
   return c;
 }
 

@@ -28,6 +28,7 @@ struct Config {
   int64_t spin_us = 50;               // BRAID_SPIN_US
   bool inline_blocking = true;        // BRAID_INLINE
   bool verify_calls = true;           // BRAID_VERIFY_CALLS
+  int64_t max_inflight = 16;          // BRAID_MAX_INFLIGHT
 };
 
 struct ConfigVar {

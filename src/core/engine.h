@@ -1,25 +1,32 @@
-// The progress engine (DESIGN.md 2.2): one thread per communicator runs the submitted operations
-// in order. For each it builds this rank's schedule (via the tuner), then drives every channel's
-// steps over the endpoints until done, failed, aborted or stalled past the deadline. Waiting
-// spins briefly, then yields, then sleeps in poll() on the transports' fds and the doorbell, so
-// eight ranks on two cores do not starve each other and an idle communicator uses no CPU.
+// The progress engine (DESIGN.md 2.2): one per communicator. It keeps a window of active
+// operations (BRAID_MAX_INFLIGHT) and drives them all from one loop: operations submitted
+// without waiting overlap, a small collective is not stuck behind a large one (express lane, see
+// active_op.h), and the order of messages on shared streams comes from a StreamGate.
+//
+// Who drives: a progress thread per communicator; or, when the engine is idle, the caller of a
+// blocking operation on its own thread (saves two thread hand-offs per call, which dominate
+// small-message latency when ranks outnumber cores). Only one of them drives at a time.
+// Waiting spins briefly, then yields, then sleeps in poll() on the transports' fds, the doorbell
+// and an eventfd (abort, new work), so eight ranks on two cores do not starve each other and an
+// idle communicator uses no CPU.
 #pragma once
 
 #include <sys/eventfd.h>
 
 #include <atomic>
 #include <condition_variable>
+#include <cstddef>
 #include <deque>
-#include <functional>
 #include <memory>
 #include <mutex>
 #include <thread>
 #include <vector>
 
-#include "algorithms/schedule.h"
+#include "core/active_op.h"
+#include "core/clock.h"
 #include "core/operation.h"
 #include "core/status.h"
-#include "core/wire_header.h"
+#include "core/stream_gate.h"
 
 struct braidComm;
 
@@ -33,8 +40,7 @@ class Engine {
 
   void submit(std::shared_ptr<Operation> op);
   // Runs `op` on the calling thread when nothing else is queued or running, and returns true
-  // (the op is then complete). Blocking calls use it: it saves two thread hand-offs per call,
-  // which dominate small-message latency when ranks outnumber cores.
+  // (the op is then complete).
   bool tryRunInline(Operation& op);
   // Makes the running and all queued operations fail with `reason` as soon as possible.
   void abort(const Status& reason);
@@ -42,47 +48,51 @@ class Engine {
   bool drain(Deadline deadline);
 
  private:
-  struct Buffers;
-  struct ChannelState;
-
   void threadMain();
-  // Runs one operation. `*streams_intact` tells, on failure, whether every stream is still at a
-  // message boundary (nothing moved, as after a call-agreement conflict): then the communicator
-  // stays usable; otherwise it is failed and its streams are shut down.
-  Status execute(Operation& op, bool* streams_intact);
-  // execute() with the communicator's error handling; the caller owns busy_.
-  Status executeChecked(Operation& op);
-  Status run(Operation& op, const RankSchedule& sched, Buffers& bufs);
-  Result<RankSchedule> buildSchedule(const OpDesc& d, CollArgs* args, std::string* algo_name);
-  // Advances op `i` of the current step of a channel as far as the transports allow.
-  using AdvanceFn = std::function<Status(ChannelState&, size_t, bool* moved)>;
-  // The progress loop for one schedule: advances every channel until all are done, the deadline
-  // passes without progress, or the engine is aborted; waits spin, yield, then sleep in poll().
-  Status drive(std::vector<ChannelState>& chans, const AdvanceFn& advance,
-               const std::function<std::string()>& context);
-  // The call agreement of a collective (see CallConflict in wire_header.h): InvalidUsage on every
-  // rank, naming both calls, when any two ranks' signatures differ.
-  Status agree(const WireHeader& proto, const std::function<std::string()>& context);
-  void sleepUntilProgress(std::vector<ChannelState>& channels, int64_t budget_ms);
+  // Drives the active operations until none is left (admitting queued ones when `admit`).
+  void driveUntilIdle(bool admit);
+  // Moves queued operations into the window.
+  void admit();
+  // Makes `op` active: checks, builds its schedules, claims its streams.
+  void activate(Operation* op, std::shared_ptr<Operation> keep);
+  // One pass over the active operations; true when anything moved.
+  bool sweep();
+  // Completes active_[i] with `st` and removes it.
+  void retire(size_t i, const Status& st);
+  // active_[i] failed with `st`, tearing streams: the communicator fails, and every active
+  // operation with it.
+  void failAll(size_t i, const Status& st);
+  void failStalled(int64_t now_us);
+  void sleepUntilProgress(int64_t budget_ms);
 
   braidComm* comm_;
+  const size_t window_;
   std::thread thread_;
   std::mutex mu_;
   std::condition_variable cv_;
   std::condition_variable drained_cv_;
+  // Guarded by mu_.
   std::deque<std::shared_ptr<Operation>> queue_;
-  bool busy_ = false;
+  bool driving_ = false;      // the progress thread owns the driver state below
+  bool inline_busy_ = false;  // a caller runs an operation inline
   bool stop_ = false;
+  std::atomic<size_t> queued_{0};  // queue_.size(), readable without the lock
+  std::atomic<bool> sleeping_{false};
   std::atomic<bool> aborted_{false};
   Status abort_reason_;
-  int wake_fd_ = -1;  // eventfd: abort() wakes a sleeping run()
+  int wake_fd_ = -1;  // eventfd: abort() and submit() wake a sleeping driver
 
-  // Buffers reused across operations (they only grow).
-  std::vector<std::byte> scratch_;
-  std::vector<std::byte> premul_input_;
+  // Driver state: touched only by whoever drives (the thread while driving_, a caller while
+  // inline_busy_).
+  std::vector<std::unique_ptr<ActiveOp>> active_;
+  StreamGate gate_;
+  std::vector<std::vector<std::byte>> pool_;  // recycled scratch buffers
+  uint64_t next_id_ = 0;
   uint64_t coll_seq_ = 0;
   std::vector<uint64_t> p2p_send_seq_;
   std::vector<uint64_t> p2p_recv_seq_;
+  std::vector<TransferWait> waits_;  // reused by sleepUntilProgress
+  std::vector<pollfd> fds_;
 };
 
 }  // namespace braid

@@ -103,8 +103,12 @@ Status ShmEndpoint::corruptError(const char* which, uint64_t used, uint64_t size
 }
 
 Result<size_t> ShmEndpoint::send(const void* data, size_t len) {
-  // A dead reader will never consume: fail now rather than when the ring fills.
-  if (peer_->dead()) return peer_->deathError();
+  // A dead reader will never consume: fail now rather than when the ring fills. A peer that shut
+  // the stream down before it exited failed first on its own: say so (the truer cause) rather
+  // than that it exited.
+  if (peer_->dead())
+    return tx_.ctl->reader_closed.load(std::memory_order_acquire) ? closedError()
+                                                                  : peer_->deathError();
   if (len == 0) return size_t{0};
   uint64_t used = tx_head_ - tx_tail_cache_;
   if (tx_.size - used < len) {

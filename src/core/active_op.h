@@ -1,0 +1,145 @@
+// One operation while the engine runs it: its schedules, per-channel progress, scratch, and the
+// code that moves its transfers. Many are in flight at once on one communicator (the engine
+// drives a window of them); a StreamGate orders their use of shared streams.
+//
+// An operation runs in stages:
+//   agreement  the call agreement of a collective (see CallConflict in wire_header.h), always on
+//              the express lane, so that it never waits behind another operation's bulk data;
+//   data       the algorithm's schedule; collectives of at most kExpressBytes run on the
+//              express lane too (one channel), larger ones on lanes 0..nchannels-1, point-to-
+//              point groups on lane 0;
+//   epilogue   local work after the data (AVG's division).
+// The schedules of both stages are built when the operation becomes active, so its stream claims
+// are known before it moves a byte.
+#pragma once
+
+#include <sys/poll.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "algorithms/schedule.h"
+#include "core/operation.h"
+#include "core/status.h"
+#include "core/stream_gate.h"
+#include "core/wire_protocol.h"
+
+struct braidComm;
+
+namespace braid {
+
+// Collectives whose largest buffer is at most this many bytes use the express lane.
+inline constexpr uint64_t kExpressBytes = 64 * 1024;
+// Bytes one operation may move per pass of the progress loop. Without a bound, a large transfer
+// whose peer keeps up would hold the loop until it ends, and a small operation issued meanwhile
+// would wait for it (head-of-line blocking in time, though not on the wire).
+inline constexpr int64_t kSweepBudgetBytes = 1 << 20;
+
+// What an operation waits on when nothing can move (for the engine's poll()).
+struct TransferWait {
+  Endpoint* ep;
+  bool send, recv;
+};
+
+class ActiveOp {
+ public:
+  // `op` is the caller's operation; `keep` owns it when the caller does not wait on the stack
+  // (null for inline runs). `id` orders the operation in the StreamGate.
+  ActiveOp(braidComm* comm, Operation* op, std::shared_ptr<Operation> keep, uint64_t id);
+
+  // Builds the schedules and the stream claims. `coll_seq` is the communicator's collective
+  // number (ignored for point-to-point); `p2p_send_seq` / `p2p_recv_seq` number the point-to-
+  // point messages per peer and are advanced. Scratch comes from `scratch` / `premul` (buffers
+  // the engine recycles; grown here as needed).
+  Status prepare(uint64_t coll_seq, std::vector<uint64_t>& p2p_send_seq,
+                 std::vector<uint64_t>& p2p_recv_seq);
+
+  // Moves whatever the transports and the gate allow now; sets *moved when anything moved.
+  // An error leaves the operation unfinished; cleanFailure() then tells whether the streams are
+  // still at message boundaries (a call-agreement conflict) or torn.
+  Status advance(StreamGate& gate, bool* moved);
+  bool finished() const { return stage_ == Stage::kFinished; }
+  bool cleanFailure() const { return clean_failure_; }
+  // Local work after the data; call once finished().
+  void epilogue();
+
+  void collectWaits(const StreamGate& gate, std::vector<TransferWait>& out) const;
+  // "receiving from rank 3 (host h, pid 42) on lane 1, step 2/6; ..." for timeout messages.
+  std::string pendingDescription(const StreamGate& gate) const;
+  // "rank 0/4 on host h: allreduce(count=4, float, sum) #3 [ring]: " for error messages.
+  std::string context() const;
+
+  Operation& operation() { return *op_; }
+  uint64_t id() const { return id_; }
+  const std::vector<std::pair<uint32_t, uint32_t>>& claims() const { return claims_; }
+  int64_t last_progress_us = 0;
+
+  // Recycled by the engine between operations (they only grow).
+  std::vector<std::byte> scratch;
+  std::vector<std::byte> premul;
+
+ private:
+  enum class Stage { kAgreement, kData, kFinished };
+  struct ChannelState {
+    const Channel* ch = nullptr;
+    int lane = 0;
+    size_t step = 0;
+    std::vector<OpProgress> progress;
+    bool finished() const { return step >= ch->steps.size(); }
+    void enterStep() {
+      if (!finished()) progress.assign(ch->steps[step].ops.size(), OpProgress{});
+    }
+  };
+  struct Buffers {
+    std::byte* base[kFirstUserBuf] = {};
+    std::vector<std::byte*> user;  // slots >= kFirstUserBuf
+    size_t elsize = 1;
+    std::byte* at(const Slice& s) const {
+      std::byte* b = s.buffer < kFirstUserBuf ? base[s.buffer] : user[s.buffer - kFirstUserBuf];
+      return b + s.offset * elsize;
+    }
+  };
+
+  Result<RankSchedule> buildSchedule(CollArgs* args);
+  static std::vector<ChannelState> StatesFor(const RankSchedule& s, int lane_base, bool one_lane);
+  uint32_t streamOf(const StreamGate& gate, const ChannelState& cs, const StepOp& sop) const;
+  // Runs the steps of `chans` as far as possible; true when every channel is finished.
+  Result<bool> advanceStage(std::vector<ChannelState>& chans, StreamGate& gate, bool* moved);
+  Status advanceAgreement(ChannelState& cs, size_t i, bool* moved);
+  Status advanceData(ChannelState& cs, size_t i, bool* moved);
+  const std::vector<ChannelState>& currentChannels() const {
+    return stage_ == Stage::kAgreement ? agree_chans_ : data_chans_;
+  }
+
+  braidComm* comm_;
+  Operation* op_;
+  std::shared_ptr<Operation> keep_;
+  uint64_t id_;
+  OpDesc d_;  // the call; the prologue may redirect its input
+  bool is_p2p_ = false;
+  uint64_t seq_ = 0;
+  std::string algo_name_;
+  CollArgs args_;
+  WireHeader proto_;  // wire identity of this call
+  Stage stage_ = Stage::kData;
+  bool clean_failure_ = false;
+
+  RankSchedule agree_sched_, data_sched_;
+  std::vector<ChannelState> agree_chans_, data_chans_;
+  Buffers bufs_;
+  std::vector<uint64_t> p2p_seq_;  // per op of the point-to-point step
+  std::vector<std::pair<uint32_t, uint32_t>> claims_;
+
+  // Call agreement state.
+  CallConflict conflict_;
+  bool have_conflict_ = false;
+  std::vector<CallConflict> sent_;  // per agreement step: the record its send carries
+  CallConflict incoming_;
+  int64_t budget_ = 0;  // bytes left in this pass (kSweepBudgetBytes at the start of advance())
+};
+
+}  // namespace braid
