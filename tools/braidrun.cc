@@ -4,17 +4,21 @@
 //
 // braidrun serves the rendezvous itself (a thread of this process), so the ranks only need the
 // id: each child gets BRAID_UNIQUE_ID (256 hex chars), BRAID_RANK, BRAID_WORLD_SIZE,
-// BRAID_LOCAL_RANK and BRAID_LOCAL_SIZE, and braidInitFromEnv() does the rest.
+// BRAID_LOCAL_RANK and BRAID_LOCAL_SIZE, and braidInitFromEnv() does the rest. Each also gets
+// BRAID_SECRET, a fresh 256-bit secret per job (unless the user exported one), so that anything
+// in the job that rendezvouses by address (BRAID_COMM_ID) is authenticated too.
 //
-// Failure policy: the first rank that exits non-zero or dies from a signal decides the exit
-// status (its code, or 128+signal); the others get SIGTERM, then SIGKILL 2 s later, so a dead
-// rank never leaves its peers waiting out their timeouts. SIGINT/SIGTERM sent to braidrun are
-// forwarded to the ranks. Each rank runs in its own process group so that a rank that is a
-// script takes its children down with it.
+// Failure policy: the first rank that exits non-zero or dies from a signal, in time order,
+// decides the exit status (its code, or 128+signal) and is the one named; the others get
+// SIGTERM, then SIGKILL 2 s later, so a dead rank never leaves its peers waiting out their
+// timeouts. SIGINT/SIGTERM sent to braidrun are forwarded to the ranks. Each rank runs in its
+// own process group so that a rank that is a script takes its children down with it.
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/epoll.h>
 #include <sys/prctl.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -48,10 +52,11 @@ void PrintUsage(FILE* out) {
       "  --prefix-output     prefix every output line with '[rank] '\n"
       "  --timeout SECONDS   kill all ranks after SECONDS and exit %d\n"
       "  -h, --help          this text\n"
-      "Each rank gets BRAID_RANK, BRAID_WORLD_SIZE, BRAID_LOCAL_RANK, BRAID_LOCAL_SIZE and\n"
-      "BRAID_UNIQUE_ID; braidInitFromEnv() reads them. The rendezvous listens on\n"
-      "BRAID_SOCKET_IFNAME (default: automatic) and waits BRAID_TIMEOUT seconds.\n"
-      "Exit status: 0 when every rank exits 0, else the first failing rank's status\n"
+      "Each rank gets BRAID_RANK, BRAID_WORLD_SIZE, BRAID_LOCAL_RANK, BRAID_LOCAL_SIZE,\n"
+      "BRAID_UNIQUE_ID and BRAID_SECRET (fresh per job unless set); braidInitFromEnv() reads\n"
+      "them. The rendezvous listens on BRAID_SOCKET_IFNAME (default: automatic) and waits\n"
+      "BRAID_TIMEOUT seconds.\n"
+      "Exit status: 0 when every rank exits 0, else the status of the rank that failed first\n"
       "(128+signal for a signal).\n",
       kMaxRanks, kTimeoutStatus);
 }
@@ -224,6 +229,7 @@ struct Stream {
 
 struct Rank {
   pid_t pid = -1;
+  int pidfd = -1;  // readable once the rank has exited (-1: kernel without pidfd_open)
   bool running = false;
   int status = 0;  // exit code or 128+signal once reaped
   Stream out, err;
@@ -240,9 +246,56 @@ void SignalRanks(std::vector<Rank>& ranks, int sig) {
     if (r.running) kill(-r.pid, sig);  // the rank's whole process group
 }
 
-std::vector<std::string> RankEnvironment(int rank, int nranks, const std::string& id_hex) {
-  static const char* kOwned[] = {"BRAID_RANK=", "BRAID_WORLD_SIZE=", "BRAID_LOCAL_RANK=",
-                                 "BRAID_LOCAL_SIZE=", "BRAID_UNIQUE_ID="};
+// Exited ranks in the order they exited. A pidfd turns readable when its process exits, and
+// epoll hands out ready descriptors in the order they became ready; waitpid(-1) instead returns
+// the oldest child first, so of two ranks that exit between two looks (a crash, and a peer that
+// fails a millisecond later because of it) it would blame the lower rank, not the cause.
+class ExitOrder {
+ public:
+  ExitOrder() : epoll_(epoll_create1(EPOLL_CLOEXEC)) {}
+  int fd() const { return epoll_; }
+  // Watches `r` (index `i`) when it has a pidfd; false when it must be polled with waitpid.
+  bool watch(Rank& r, size_t i) {
+    if (epoll_ < 0 || r.pidfd < 0) return false;
+    epoll_event ev{};
+    ev.events = EPOLLIN;
+    ev.data.u64 = i;
+    return epoll_ctl(epoll_, EPOLL_CTL_ADD, r.pidfd, &ev) == 0;
+  }
+  // Reaps every rank that has exited, calling on_exit(index, wait status) in exit order.
+  template <typename F>
+  void reap(std::vector<Rank>& ranks, F on_exit) {
+    for (bool more = epoll_ >= 0; more;) {
+      epoll_event ev[64];
+      int n = epoll_wait(epoll_, ev, 64, 0);
+      more = n == 64;
+      for (int k = 0; k < n; ++k) {
+        Rank& r = ranks[ev[k].data.u64];
+        int wstatus = 0;
+        if (!r.running || waitpid(r.pid, &wstatus, WNOHANG) != r.pid) continue;
+        epoll_ctl(epoll_, EPOLL_CTL_DEL, r.pidfd, nullptr);
+        ::close(r.pidfd);
+        r.pidfd = -1;
+        on_exit(static_cast<size_t>(ev[k].data.u64), wstatus);
+      }
+    }
+    // Ranks without a pidfd: no order among them is known.
+    for (size_t i = 0; i < ranks.size(); ++i) {
+      Rank& r = ranks[i];
+      int wstatus = 0;
+      if (r.running && r.pidfd < 0 && waitpid(r.pid, &wstatus, WNOHANG) == r.pid)
+        on_exit(i, wstatus);
+    }
+  }
+
+ private:
+  int epoll_;
+};
+
+std::vector<std::string> RankEnvironment(int rank, int nranks, const std::string& id_hex,
+                                         const std::string& secret) {
+  static const char* kOwned[] = {"BRAID_RANK=",       "BRAID_WORLD_SIZE=", "BRAID_LOCAL_RANK=",
+                                 "BRAID_LOCAL_SIZE=", "BRAID_UNIQUE_ID=",  "BRAID_SECRET="};
   std::vector<std::string> env;
   for (char** e = environ; *e; ++e) {
     bool owned = false;
@@ -254,13 +307,14 @@ std::vector<std::string> RankEnvironment(int rank, int nranks, const std::string
   env.push_back("BRAID_LOCAL_RANK=" + std::to_string(rank));
   env.push_back("BRAID_LOCAL_SIZE=" + std::to_string(nranks));
   env.push_back("BRAID_UNIQUE_ID=" + id_hex);
+  env.push_back("BRAID_SECRET=" + secret);
   return env;
 }
 
 // Forks one rank. Everything the child needs is prepared before fork(): between fork and exec
 // only async-signal-safe calls are allowed (the rendezvous thread may hold malloc's lock).
-Rank SpawnRank(int rank, const Options& o, const std::string& id_hex) {
-  std::vector<std::string> env_strings = RankEnvironment(rank, o.nranks, id_hex);
+Rank SpawnRank(int rank, const Options& o, const std::string& id_hex, const std::string& secret) {
+  std::vector<std::string> env_strings = RankEnvironment(rank, o.nranks, id_hex, secret);
   std::vector<char*> envp;
   for (auto& s : env_strings) envp.push_back(s.data());
   envp.push_back(nullptr);
@@ -321,6 +375,10 @@ Rank SpawnRank(int rank, const Options& o, const std::string& id_hex) {
   Rank r;
   r.pid = pid;
   r.running = true;
+#ifdef SYS_pidfd_open
+  // Before any waitpid: the pid cannot have been reaped, and so not reused, yet.
+  r.pidfd = static_cast<int>(syscall(SYS_pidfd_open, pid, 0));
+#endif
   if (o.prefix_output) {
     ::close(out_pipe[1]);
     ::close(err_pipe[1]);
@@ -357,12 +415,29 @@ int main(int argc, char** argv) {
   braid::EncodeUniqueId(*id, &encoded);
   std::string id_hex =
       braid::HexOf(reinterpret_cast<const uint8_t*>(encoded.internal), sizeof encoded.internal);
+  // The user's BRAID_SECRET wins (ranks of several launches may have to share one).
+  std::string secret = config->secret;
+  if (secret.empty()) {
+    braid::UniqueIdData fresh;
+    if (!braid::RandomizeUniqueId(&fresh).ok()) {
+      std::fprintf(stderr, "braidrun: cannot generate a secret: no system random generator\n");
+      return 1;
+    }
+    secret = braid::HexOf(fresh.secret.data(), fresh.secret.size());
+  }
 
   InstallSignalHandlers();
   std::fflush(nullptr);  // children must not inherit (and re-flush) our buffered output
   std::vector<Rank> ranks;
   ranks.reserve(o.nranks);
-  for (int r = 0; r < o.nranks; ++r) ranks.push_back(SpawnRank(r, o, id_hex));
+  ExitOrder exits;
+  for (int r = 0; r < o.nranks; ++r) {
+    ranks.push_back(SpawnRank(r, o, id_hex, secret));
+    if (!exits.watch(ranks.back(), ranks.size() - 1) && ranks.back().pidfd >= 0) {
+      ::close(ranks.back().pidfd);
+      ranks.back().pidfd = -1;
+    }
+  }
 
   using SteadyClock = std::chrono::steady_clock;
   const auto start = SteadyClock::now();
@@ -383,6 +458,7 @@ int main(int argc, char** argv) {
   while (running > 0) {
     std::vector<pollfd> fds;
     fds.push_back({g_wake_pipe[0], POLLIN, 0});
+    if (exits.fd() >= 0) fds.push_back({exits.fd(), POLLIN, 0});
     for (auto& r : ranks)
       for (Stream* s : {&r.out, &r.err})
         if (s->fd >= 0) fds.push_back({s->fd, POLLIN, 0});
@@ -407,28 +483,22 @@ int main(int argc, char** argv) {
       }
     }
 
-    for (;;) {
-      int wstatus = 0;
-      pid_t pid = waitpid(-1, &wstatus, WNOHANG);
-      if (pid <= 0) break;
-      for (size_t i = 0; i < ranks.size(); ++i) {
-        Rank& r = ranks[i];
-        if (r.pid != pid || !r.running) continue;
-        r.running = false;
-        r.status = StatusOf(wstatus);
-        --running;
-        if (r.status != 0 && first_failure == 0) {
-          first_failure = r.status;
-          if (running > 0 && !killing) {
-            std::fprintf(stderr, "braidrun: rank %zu (pid %d) %s %d; stopping the other ranks\n", i,
-                         static_cast<int>(pid),
-                         WIFSIGNALED(wstatus) ? "died from signal" : "exited with status",
-                         WIFSIGNALED(wstatus) ? WTERMSIG(wstatus) : r.status);
-          }
-          start_killing();
-        }
-      }
-    }
+    exits.reap(ranks, [&](size_t i, int wstatus) {
+      Rank& r = ranks[i];
+      r.running = false;
+      r.status = StatusOf(wstatus);
+      --running;
+      if (r.status == 0 || first_failure != 0) return;
+      first_failure = r.status;
+      // Ranks that braidrun itself is stopping (a timeout, a forwarded signal) are no failure
+      // to report.
+      if (!killing)
+        std::fprintf(stderr, "braidrun: rank %zu (pid %d) %s %d%s\n", i, static_cast<int>(r.pid),
+                     WIFSIGNALED(wstatus) ? "died from signal" : "exited with status",
+                     WIFSIGNALED(wstatus) ? WTERMSIG(wstatus) : r.status,
+                     running > 0 ? "; stopping the other ranks" : "");
+      start_killing();
+    });
 
     auto now = SteadyClock::now();
     if (o.timeout_s > 0 && !timed_out &&

@@ -121,10 +121,21 @@ class BootstrapImpl final : public Bootstrap {
     }
     if (h.len > max)
       return RemoteError("oversized message from the root (" + std::to_string(h.len) + " bytes)");
-    std::string payload(static_cast<size_t>(h.len), '\0');
-    BRAID_RETURN_IF_ERROR(RecvAll(fd_.get(), payload.data(), payload.size(), deadline));
+    // Grown as bytes arrive, not reserved from the declared length: a length near the bound
+    // (nranks x 1 MiB) must not commit gigabytes before the root has sent anything (found by
+    // fuzz_bootstrap_client).
+    std::string payload;
+    constexpr size_t kPiece = size_t{1} << 20;
+    while (payload.size() < h.len) {
+      const size_t old_size = payload.size();
+      const size_t n = std::min<size_t>(kPiece, static_cast<size_t>(h.len) - old_size);
+      payload.resize(old_size + n);
+      BRAID_RETURN_IF_ERROR(RecvAll(fd_.get(), payload.data() + old_size, n, deadline));
+    }
     if (h.tag == wire::kError) {
-      // Marked so Broken() passes the service's own words through unchanged.
+      // Marked so Broken() passes the service's own words through unchanged. An empty report
+      // still says where it came from.
+      if (payload.empty()) payload = "the rendezvous root reported an error without a message";
       return Status::Error(ClassFromWire(h.arg), "\x01" + payload);
     }
     return std::make_pair(h, std::move(payload));
@@ -209,6 +220,9 @@ Result<std::unique_ptr<Bootstrap>> Bootstrap::Connect(const UniqueIdData& id, in
         if (hs.cls() == ErrorClass::kTimeout)
           return TimeoutError(who + "the root at " + root + " did not complete authentication " +
                               "within the deadline");
+        // A refusal for lack of file descriptors (or a local failure) is no credential matter.
+        if (hs.cls() == ErrorClass::kSystem)
+          return Status(hs).prepend(who + "the root at " + root + ": ");
         return Status(hs).prepend(who + "authentication with the root at " + root + " failed: ");
       }
       last = hs;

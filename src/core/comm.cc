@@ -170,8 +170,13 @@ Status braidComm::exchangeRankInfo(Bootstrap& bs, Deadline deadline) {
     ifa = *sel;
   }
   SetAddressPort(&ifa.addr, 0);
-  BRAID_ASSIGN_OR_RETURN(control_listener_, ListenOn(ifa.addr, 64));
-  BRAID_ASSIGN_OR_RETURN(auto control_addr, LocalAddress(control_listener_.get()));
+  // Served from now until destroy (strangers on it go within a second); braidCommShrink's
+  // survivors take the leader's connection from it.
+  const std::string control_name =
+      "rank " + std::to_string(rank_) + "/" + std::to_string(nranks_) + " control listener";
+  BRAID_ASSIGN_OR_RETURN(control_,
+                         HandshakeListener::Start(ifa.addr, secret_, nullptr, control_name));
+  sockaddr_storage control_addr = control_->address();
   std::string mine;
   PutField(&mine, BRAID_VERSION_STRING);
   PutField(&mine, std::to_string(getpid()));
@@ -203,8 +208,11 @@ Status braidComm::exchangeRankInfo(Bootstrap& bs, Deadline deadline) {
     std::memcpy(&control_addrs_[r], fields[r][7].data(), sizeof(sockaddr_storage));
   // Parameters that shape schedules must agree; rank 0's win (a differing environment on some
   // ranks is common and harmless once it is reconciled).
-  nchannels_ = std::max(1, std::atoi(fields[0][4].c_str()));
+  // Bounded as the configuration table bounds them (a corrupt or hostile field must not make
+  // this rank open thousands of streams or use absurd chunks).
+  nchannels_ = static_cast<int>(std::clamp(std::strtol(fields[0][4].c_str(), nullptr, 10), 1L, 16L));
   uint64_t chunk = std::strtoull(fields[0][5].c_str(), nullptr, 10);
+  if (chunk < (4u << 10) || chunk > (64u << 20)) chunk = 0;  // out of range: use our own
   if (nchannels_ != c.nchannels || chunk != c.chunk_bytes || fields[0][6] != c.algo)
     BRAID_WARN(
         "rank %d: BRAID_NCHANNELS/BRAID_CHUNK_BYTES/BRAID_ALGO differ from rank 0's; using rank "

@@ -15,6 +15,7 @@
 #include "core/bootstrap.h"
 #include "core/config.h"
 #include "core/doorbell.h"
+#include "core/handshake_listener.h"
 #include "core/operation.h"
 #include "core/socket.h"
 #include "core/status.h"
@@ -107,8 +108,9 @@ struct braidComm {
 
   // Recovery (braidCommShrink): each rank keeps an authenticated listener for the lifetime of
   // the communicator, so survivors can exchange a new unique id without the data streams,
-  // which a failed operation may have left mid-message.
-  int controlListener() const { return control_listener_.get(); }
+  // which a failed operation may have left mid-message. It is served all along (strangers on it
+  // are dropped within a second, whenever they come).
+  braid::HandshakeListener& control() { return *control_; }
   const sockaddr_storage& controlAddress(int rank) const { return control_addrs_[rank]; }
   const std::vector<uint8_t>& secret() const { return secret_; }
   // Shuts every stream down so that peers fail at once (the engine calls it when an operation
@@ -137,7 +139,7 @@ struct braidComm {
   std::vector<std::vector<std::unique_ptr<braid::Endpoint>>> endpoints_;  // [peer][channel]
   std::unique_ptr<braid::Tuner> tuner_;
   std::unique_ptr<braid::Engine> engine_;
-  braid::Fd control_listener_;
+  std::unique_ptr<braid::HandshakeListener> control_;
   std::vector<sockaddr_storage> control_addrs_;
   bool loopback_root_ = false;
 

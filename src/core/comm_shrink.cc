@@ -3,9 +3,10 @@
 // The data streams of a failed communicator may be left mid-message, so the new unique id does
 // not travel over them. Instead the lowest surviving rank starts a rendezvous and hands its id
 // to every other survivor over that survivor's control listener (opened at init, bound like the
-// bootstrap, authenticated with the communicator's secret: purpose kShrinkPurpose). Strangers on
-// the listener are accepted, fail the handshake within a second, and are dropped.
-#include <poll.h>
+// bootstrap, authenticated with the communicator's secret: purpose kShrinkPurpose). The listener
+// is a HandshakeListener, served from init to destroy: strangers on it are dropped within a
+// second whenever they come, however many, so they cannot delay the leader's connection.
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstring>
@@ -14,6 +15,7 @@
 #include "core/api_support.h"
 #include "core/bootstrap.h"
 #include "core/handshake.h"
+#include "core/handshake_listener.h"
 #include "core/log.h"
 #include "core/socket.h"
 
@@ -52,32 +54,29 @@ Status SendId(braidComm* comm, int to, const braidUniqueId& id, int nsurvivors, 
 }
 
 Result<braidUniqueId> ReceiveId(braidComm* comm, int leader, Deadline deadline) {
-  while (!deadline.expired()) {
-    pollfd p{comm->controlListener(), POLLIN, 0};
-    if (poll(&p, 1, deadline.remainingMs(200)) <= 0) continue;
-    sockaddr_storage peer{};
-    auto fd = AcceptConnection(comm->controlListener(), &peer);
-    if (!fd.ok()) return fd.status();
-    if (!fd->valid()) continue;
-    // A stranger gets at most a second of our time.
-    Deadline quick = Deadline::After(std::min<int64_t>(1000, deadline.remainingMs()));
-    auto hello = HandshakeServer(fd->get(), comm->secret(), quick);
-    if (!hello.ok() || hello->purpose != kShrinkPurpose || hello->rank != leader) {
-      BRAID_WARN("%s: dropped a connection on the control listener from %s (%s)",
-                 comm->where().c_str(), FormatAddress(peer).c_str(),
-                 hello.ok() ? "not the shrink leader" : hello.status().message().c_str());
+  // Only holders of the communicator's secret get here: the listener has authenticated them.
+  for (;;) {
+    auto conn = comm->control().next(deadline);
+    if (!conn.ok())
+      return TimeoutError("rank " + std::to_string(leader) +
+                          " (the shrink leader) did not send the new id in time");
+    const HandshakeHello& h = conn->hello;
+    if (h.purpose != kShrinkPurpose || h.rank != leader) {
+      BRAID_WARN(
+          "%s: dropped a connection on the control listener from %s: rank %d, purpose %u, "
+          "is not the shrink leader (rank %d)",
+          comm->where().c_str(), conn->peer.c_str(), h.rank, h.purpose, leader);
       continue;
     }
     braidUniqueId id;
-    Status st = RecvAll(fd->get(), &id, sizeof(id), deadline);
+    Status st = RecvAll(conn->fd.get(), &id, sizeof(id), deadline);
     if (st.ok()) {
       char ack = 1;
-      (void)SendAll(fd->get(), &ack, 1, deadline);
+      (void)SendAll(conn->fd.get(), &ack, 1, deadline);
       return id;
     }
+    // The leader gave up on this connection (it retries with a new one).
   }
-  return TimeoutError("rank " + std::to_string(leader) +
-                      " (the shrink leader) did not send the new id in time");
 }
 
 }  // namespace

@@ -1,12 +1,15 @@
 #include "core/handshake.h"
 
+#include <fcntl.h>
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
 #include <openssl/rand.h>
 #include <poll.h>
 #include <pthread.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
@@ -24,6 +27,7 @@ std::mutex& CryptoMutex() {
 }
 
 constexpr uint8_t kGreetingMagic[4] = {'B', 'R', 'D', 'H'};
+constexpr uint8_t kRefusalMagic[4] = {'B', 'R', 'D', 'R'};
 constexpr uint16_t kHandshakeVersion = 1;
 constexpr size_t kMinSecretBytes = 16;
 
@@ -33,6 +37,25 @@ void Put32(uint8_t* p, uint32_t v) {
 uint32_t Get32(const uint8_t* p) {
   return static_cast<uint32_t>(p[0]) | (static_cast<uint32_t>(p[1]) << 8) |
          (static_cast<uint32_t>(p[2]) << 16) | (static_cast<uint32_t>(p[3]) << 24);
+}
+
+// What the client reports for a server's refusal (see handshake.h).
+Status RefusalStatus(uint32_t err, uint32_t limit) {
+  std::string why;
+  if (err == EMFILE) {
+    why = "its process has run out of file descriptors (EMFILE";
+    if (limit > 0) why += ", limit " + std::to_string(limit) + " open files";
+    why +=
+        "): raise the open-file limit of that process with 'ulimit -n' (RLIMIT_NOFILE) before it "
+        "starts, e.g. ulimit -n 65536";
+  } else if (err == ENFILE) {
+    why =
+        "its host has run out of file descriptors (ENFILE: the system-wide table is full): raise "
+        "fs.file-max (sysctl) there or stop what holds so many files";
+  } else {
+    why = ErrnoMessage("its accept", static_cast<int>(err));
+  }
+  return SystemError("the listener refused the connection: " + why);
 }
 
 void EncodeHello(const HandshakeHello& h, uint8_t* out) {
@@ -308,6 +331,10 @@ void ClientHandshake::feed(const uint8_t* data, size_t n) {
   in_len_ += n;
   if (!greeting_done_) {
     if (in_len_ < kHandshakeGreetingBytes) return;
+    if (std::memcmp(in_, kRefusalMagic, 4) == 0) {
+      fail(RefusalStatus(Get32(in_ + 6), Get32(in_ + 10)));
+      return;
+    }
     if (std::memcmp(in_, kGreetingMagic, 4) != 0) {
       fail(RemoteError("the peer is not a braid endpoint (unexpected greeting)"));
       return;
@@ -363,6 +390,34 @@ HandshakeState ClientHandshake::drive(int fd) {
     }
   } a{*this};
   return Drive(a, fd);
+}
+
+// ---------------------------------------------------------------- refusal
+
+Fd OpenSpareFd() {
+  return Fd(::open("/dev/null", O_RDONLY | O_CLOEXEC));
+}
+
+bool RefuseForLackOfFds(int listen_fd, Fd* spare, int err) {
+  if (!spare->valid()) return false;
+  *spare = Fd();
+  int fd = ::accept4(listen_fd, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+  if (fd >= 0) {
+    uint8_t msg[kHandshakeGreetingBytes] = {};
+    std::memcpy(msg, kRefusalMagic, 4);
+    msg[4] = static_cast<uint8_t>(kHandshakeVersion);
+    msg[5] = static_cast<uint8_t>(kHandshakeVersion >> 8);
+    Put32(msg + 6, static_cast<uint32_t>(err));
+    rlimit rl{};
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < 0xffffffffu)
+      Put32(msg + 10, static_cast<uint32_t>(rl.rlim_cur));
+    // A new connection's send buffer is empty: the few bytes go out at once. The client sends
+    // nothing before the greeting, so closing cannot reset the connection under them.
+    (void)!::send(fd, msg, sizeof(msg), MSG_NOSIGNAL | MSG_DONTWAIT);
+    ::close(fd);
+  }
+  *spare = OpenSpareFd();
+  return fd >= 0;
 }
 
 // ---------------------------------------------------------------- blocking wrappers

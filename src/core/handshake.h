@@ -6,6 +6,13 @@
 // server -> client : HMAC-SHA256(secret, "braid-s" | nonce_c | nonce_s | hello)
 // All messages have fixed sizes, so nothing read before authentication is a length; a wrong MAC
 // closes the connection. Fresh nonces on both sides defeat replays. Comparison is constant-time.
+//
+// A server that cannot serve the connection because its process is out of file descriptors
+// sends a refusal in place of the greeting, of the greeting's size: "BRDR" u16 version,
+// u32 errno (EMFILE / ENFILE), u32 its open-file limit (0 = unknown), zeros. The client fails at
+// once with a SystemError that says which limit to raise, instead of waiting out its deadline or
+// suspecting its credentials. (It is unauthenticated: a fake server can only refuse, which it can
+// do anyway by closing.)
 #pragma once
 
 #include <cstddef>
@@ -13,6 +20,7 @@
 #include <vector>
 
 #include "core/clock.h"
+#include "core/socket.h"
 #include "core/status.h"
 
 namespace braid {
@@ -128,6 +136,13 @@ class ClientHandshake {
   HandshakeState state_ = HandshakeState::kWantRead;
   Status error_;
 };
+
+// For a listener whose accept() fails with EMFILE/ENFILE (`err`): the connection stays queued,
+// and its peer would wait in vain. Closes `spare` (a descriptor the listener keeps for this, from
+// OpenSpareFd) for a moment to accept one pending connection, sends it the refusal and closes it,
+// then re-opens the spare. False when nothing was refused (none pending, or no spare).
+bool RefuseForLackOfFds(int listen_fd, Fd* spare, int err);
+Fd OpenSpareFd();
 
 // Blocking (poll-based, bounded by deadline) handshakes on a connected socket.
 Status HandshakeClient(int fd, const std::vector<uint8_t>& secret, const HandshakeHello& hello,

@@ -4,6 +4,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -12,7 +14,6 @@
 
 #include "core/api_support.h"
 #include "core/bootstrap.h"
-#include "core/log.h"
 #include "core/socket.h"
 
 using namespace braid;
@@ -102,6 +103,21 @@ Result<braidUniqueId> IdFromHex(const char* hex) {
   return id;
 }
 
+// A rendezvous by address without BRAID_SECRET is authenticated with a key anyone can derive from
+// the address: whoever reaches the port can join as a rank or break init. Said once per process,
+// on stderr whatever the log level, because the fix is the user's to make.
+void WarnUnprotectedRendezvous(const std::string& comm_id) {
+  static std::atomic<bool> warned{false};
+  if (warned.exchange(true)) return;
+  std::fprintf(stderr,
+               "braid: WARNING: the rendezvous at %s is not protected by a secret: anyone who can "
+               "reach that port can join this job as a rank or break its init. Set BRAID_SECRET to "
+               "the same random value on every rank (e.g. export BRAID_SECRET=$(openssl rand -hex "
+               "32) before the launcher starts), or launch with braidrun, which sets one.\n",
+               comm_id.c_str());
+  std::fflush(stderr);
+}
+
 // Rank 0 publishes its id in a file only this user can read; the others wait for it.
 Result<braidUniqueId> FileRendezvous(const Launch& l, int64_t timeout_ms, std::string* path_out) {
   std::string path = "/tmp/braid-" + l.job_key + ".id";
@@ -157,18 +173,13 @@ extern "C" braidResult_t braidInitFromEnv(braidComm_t* comm) {
 
   if (!l.comm_id.empty()) {
     // A known rendezvous address: rank 0 serves it, everyone derives the same id.
+    // BRAID_SECRET (braidrun exports a fresh one; with mpirun, srun or torchrun the user sets
+    // it) authenticates every rank; the address-derived key only keeps out accidents.
     std::vector<uint8_t> secret;
     if (!cfg->secret.empty()) {
       secret.assign(cfg->secret.begin(), cfg->secret.end());
     } else {
-      static bool warned = false;
-      if (!warned && l.rank == 0)
-        BRAID_WARN(
-            "braidInitFromEnv: BRAID_SECRET is not set; the rendezvous at %s is authenticated with "
-            "a key "
-            "derived from its address only, which keeps out accidents but not attackers",
-            l.comm_id.c_str());
-      warned = true;
+      WarnUnprotectedRendezvous(l.comm_id);
       std::string weak = "braid-address-derived:" + l.comm_id;
       secret.assign(weak.begin(), weak.end());
     }

@@ -35,6 +35,9 @@ constexpr size_t kMaxUnauthenticated = 512;
 constexpr int kLingerMs = 2000;
 // Real ranks are authenticated; what they send is framed and bounded, read in slices.
 constexpr size_t kReadSlice = 256 * 1024;
+// Out of descriptors, a stranger that has been idle this long is dropped to make room: a rank
+// completes its handshake in milliseconds, so one that is still at it may be a rank.
+constexpr int kIdleStrangerMs = 250;
 
 std::string SecondsText(int64_t ms) {
   char buf[32];
@@ -53,7 +56,8 @@ class Service {
         secret_(id.secret.begin(), id.secret.end()),
         timeout_ms_(timeout_ms),
         arrival_(timeout_ms > 0 ? Deadline::After(timeout_ms) : Deadline::Never()),
-        name_(FormatAddress(id.root)) {}
+        name_(FormatAddress(id.root)),
+        spare_(OpenSpareFd()) {}
 
   ~Service() {
     for (auto& c : conns_) HangUp(c->fd.get());
@@ -71,6 +75,7 @@ class Service {
     Fd fd;
     std::string peer;
     State state = State::kHandshake;
+    Clock::time_point since;     // accepted at
     Clock::time_point deadline;  // handshake or linger limit
     std::unique_ptr<ServerHandshake> hs;
     int rank = -1;
@@ -98,6 +103,7 @@ class Service {
   void CheckRound();
   void OnTimers();
   void EvictOldestStranger();
+  bool EvictIdleStranger();
   bool Finished() const;
   std::string Missing() const;
   std::string RankName(int r) const;
@@ -108,6 +114,8 @@ class Service {
   int64_t timeout_ms_;
   Deadline arrival_;
   std::string name_;
+  Fd spare_;  // for RefuseForLackOfFds
+  int64_t last_fd_warning_us_ = 0;
   Clock::time_point listener_paused_until_{};
   std::vector<std::unique_ptr<Conn>> conns_;
 
@@ -197,21 +205,38 @@ void Service::EvictOldestStranger() {
   if (oldest) Drop(*oldest, "too many unauthenticated connections at once");
 }
 
+bool Service::EvictIdleStranger() {
+  Conn* idle = nullptr;
+  auto cutoff = Clock::now() - std::chrono::milliseconds(kIdleStrangerMs);
+  for (auto& c : conns_)
+    if (c->state == State::kHandshake && !c->dead && c->since <= cutoff &&
+        (!idle || c->since < idle->since))
+      idle = c.get();
+  if (!idle) return false;
+  Drop(*idle, "dropped to make room: this process is out of file descriptors");
+  HangUp(idle->fd.get());
+  idle->fd = Fd();  // free the descriptor now, for the accept that needs it
+  return true;
+}
+
 void Service::AcceptNew() {
   for (int i = 0; i < 128; ++i) {
     sockaddr_storage peer{};
-    auto r = AcceptConnection(listener_.get(), &peer);
+    int err = 0;
+    auto r = AcceptConnection(listener_.get(), &peer, 0, &err);
     if (!r.ok()) {
-      // EMFILE and friends: pause accepting briefly instead of spinning on a readable listener.
-      static std::atomic<int64_t> last_warn{0};
+      // Out of descriptors: make room by dropping an idle stranger, else tell the connecting
+      // peer why it cannot be served (a rank then fails at once, naming the limit to raise),
+      // rather than leave it queued until its deadline.
+      if (IsFdExhaustion(err) && EvictIdleStranger()) continue;
       int64_t now = NowMicros();
-      if (now - last_warn.load() > 10'000'000) {
-        last_warn = now;
-        BRAID_WARN("bootstrap root %s: %s; pausing accepts", name_.c_str(),
-                   r.status().message().c_str());
+      if (now - last_fd_warning_us_ > 10'000'000) {
+        last_fd_warning_us_ = now;
+        BRAID_WARN("bootstrap root %s: %s", name_.c_str(), r.status().message().c_str());
       }
+      if (IsFdExhaustion(err) && RefuseForLackOfFds(listener_.get(), &spare_, err)) continue;
+      // Pause accepting briefly instead of spinning on a listener that stays readable.
       listener_paused_until_ = Clock::now() + std::chrono::milliseconds(100);
-      EvictOldestStranger();
       return;
     }
     if (!r->valid()) return;
@@ -221,11 +246,15 @@ void Service::AcceptNew() {
     auto c = std::make_unique<Conn>();
     c->fd = std::move(*r);
     c->peer = FormatAddress(peer);
-    c->deadline = Clock::now() + std::chrono::milliseconds(kHandshakeTimeoutMs);
+    c->since = Clock::now();
+    c->deadline = c->since + std::chrono::milliseconds(kHandshakeTimeoutMs);
     c->hs = std::make_unique<ServerHandshake>(secret_);
-    // Start at once: the greeting usually fits in the socket buffer.
-    OnEvents(*c, POLLOUT);
+    // Registered before it runs: if the handshake and the rank's first frames are handled in
+    // this very call and something then fails every rank (FailAll), this rank must be among
+    // those told (found by fuzz_rendezvous: it waited for an answer that never came).
     conns_.push_back(std::move(c));
+    // Start at once: the greeting usually fits in the socket buffer.
+    OnEvents(*conns_.back(), POLLOUT);
   }
 }
 

@@ -7,6 +7,7 @@
 #include <netdb.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -166,7 +167,7 @@ bool InterfaceMatchesSpec(const std::string& spec, const std::string& ifname) {
 
 Result<std::vector<InterfaceCandidate>> ListInterfaces() {
   ifaddrs* list = nullptr;
-  if (getifaddrs(&list) != 0) return SystemError(ErrnoMessage("getifaddrs", errno));
+  if (getifaddrs(&list) != 0) return SystemError(SocketErrnoMessage("getifaddrs", errno));
   std::vector<InterfaceCandidate> out;
   for (ifaddrs* i = list; i; i = i->ifa_next) {
     if (!i->ifa_name) continue;
@@ -317,6 +318,28 @@ void SetAddressPort(sockaddr_storage* addr, uint16_t port) {
   if (addr->ss_family == AF_INET6) reinterpret_cast<sockaddr_in6*>(addr)->sin6_port = htons(port);
 }
 
+bool IsFdExhaustion(int err) {
+  return err == EMFILE || err == ENFILE;
+}
+
+std::string SocketErrnoMessage(const std::string& what, int err) {
+  std::string m = ErrnoMessage(what, err);
+  if (err == EMFILE) {
+    rlimit rl{};
+    std::string limit = "its limit";
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY)
+      limit = "its limit of " + std::to_string(rl.rlim_cur);
+    m += ": this process has reached " + limit +
+         " open files (EMFILE): raise it with 'ulimit -n' (RLIMIT_NOFILE) before starting the "
+         "job, e.g. ulimit -n 65536 (each rank needs a few descriptors per peer, the process "
+         "that serves the rendezvous one per rank)";
+  } else if (err == ENFILE) {
+    m += ": the system-wide table of open files is full (ENFILE): raise fs.file-max (sysctl) or "
+         "stop what holds so many files on this host";
+  }
+  return m;
+}
+
 Status SetNonBlocking(int fd) {
   int flags = fcntl(fd, F_GETFL, 0);
   if (flags < 0 || fcntl(fd, F_SETFL, flags | O_NONBLOCK) < 0)
@@ -344,7 +367,7 @@ Result<Fd> ListenOn(const sockaddr_storage& addr, int backlog, int buffer_bytes)
     return InvalidArgument("listen: refusing the wildcard address " + FormatAddress(addr) +
                            " (listeners bind to one interface; set BRAID_SOCKET_IFNAME)");
   Fd fd(::socket(addr.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
-  if (!fd.valid()) return SystemError(ErrnoMessage("socket", errno));
+  if (!fd.valid()) return SystemError(SocketErrnoMessage("socket", errno));
   int one = 1;
   setsockopt(fd.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
   // Buffer sizes set on the listener are inherited by accepted sockets and take part in the
@@ -378,7 +401,7 @@ Result<sockaddr_storage> PeerAddress(int fd) {
   return a;
 }
 
-Result<Fd> AcceptConnection(int listen_fd, sockaddr_storage* peer, int buffer_bytes) {
+Result<Fd> AcceptConnection(int listen_fd, sockaddr_storage* peer, int buffer_bytes, int* error) {
   sockaddr_storage a{};
   socklen_t len = sizeof(a);
   int fd =
@@ -388,7 +411,8 @@ Result<Fd> AcceptConnection(int listen_fd, sockaddr_storage* peer, int buffer_by
     // Transient conditions: nothing to accept now (a client that reset before accept included).
     if (err == EAGAIN || err == EWOULDBLOCK || err == EINTR || err == ECONNABORTED || err == EPROTO)
       return Fd();
-    return SystemError(ErrnoMessage("accept", err));
+    if (error) *error = err;
+    return SystemError(SocketErrnoMessage("accept", err));
   }
   if (peer) *peer = a;
   TuneTcpSocket(fd, buffer_bytes);
@@ -397,7 +421,7 @@ Result<Fd> AcceptConnection(int listen_fd, sockaddr_storage* peer, int buffer_by
 
 Result<Fd> StartConnect(const sockaddr_storage& addr, int buffer_bytes) {
   Fd fd(::socket(addr.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
-  if (!fd.valid()) return SystemError(ErrnoMessage("socket", errno));
+  if (!fd.valid()) return SystemError(SocketErrnoMessage("socket", errno));
   TuneTcpSocket(fd.get(), buffer_bytes);
   int rc;
   do {

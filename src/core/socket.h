@@ -74,6 +74,12 @@ socklen_t AddressLength(const sockaddr_storage& addr);
 uint16_t AddressPort(const sockaddr_storage& addr);
 void SetAddressPort(sockaddr_storage* addr, uint16_t port);
 
+// Running out of file descriptors: EMFILE (this process's limit, RLIMIT_NOFILE) or ENFILE (the
+// system's). Every socket() and accept() failure is worded with SocketErrnoMessage, which adds the
+// limit and how to raise it ('ulimit -n'), so that the error says what to do.
+bool IsFdExhaustion(int err);
+std::string SocketErrnoMessage(const std::string& what, int err);
+
 Status SetNonBlocking(int fd);
 // shutdown(SHUT_RDWR): ends a connection (the peer sees EOF) or stops a listener even where a
 // forked child still holds a copy of the fd, which a plain close() would not. Best effort.
@@ -87,8 +93,9 @@ Result<Fd> ListenOn(const sockaddr_storage& addr, int backlog, int buffer_bytes 
 Result<sockaddr_storage> LocalAddress(int fd);
 Result<sockaddr_storage> PeerAddress(int fd);
 // Accepts one pending connection (non-blocking, close-on-exec). An invalid Fd when none is
-// pending; an error Status for a real failure (EMFILE ...).
-Result<Fd> AcceptConnection(int listen_fd, sockaddr_storage* peer, int buffer_bytes = 0);
+// pending; an error Status for a real failure (EMFILE ...), whose errno goes to `*error`.
+Result<Fd> AcceptConnection(int listen_fd, sockaddr_storage* peer, int buffer_bytes = 0,
+                            int* error = nullptr);
 
 // Starts a non-blocking connect; completion is signalled by POLLOUT, then FinishConnect().
 Result<Fd> StartConnect(const sockaddr_storage& addr, int buffer_bytes = 0);

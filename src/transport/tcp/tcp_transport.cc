@@ -35,6 +35,9 @@ constexpr int kSocketBufferBytes = 4 << 20;
 constexpr size_t kMaxStrangers = 512;
 // A connect that the peer's listener refused or reset is retried (backoff) this many times.
 constexpr int kMaxHandshakeRetries = 5;
+// Out of descriptors, a stranger that has been idle this long is dropped to make room: a peer
+// completes its handshake in milliseconds.
+constexpr int kIdleStrangerMs = 250;
 
 std::string SecondsText(int64_t ms) {
   char buf[32];
@@ -62,7 +65,10 @@ Result<sockaddr_storage> ParseBlob(const std::string& blob) {
 class TcpInstance final : public TransportInstance {
  public:
   TcpInstance(const TransportContext& ctx, Fd listener, std::string address)
-      : ctx_(ctx), listener_(std::move(listener)), address_(std::move(address)) {
+      : ctx_(ctx),
+        listener_(std::move(listener)),
+        spare_(OpenSpareFd()),
+        address_(std::move(address)) {
     // The communicator's identity inside the handshake: a hash of its tag, which every rank
     // has (no need for the raw nonce here).
     uint8_t digest[SHA256_DIGEST_LENGTH];
@@ -97,6 +103,7 @@ class TcpInstance final : public TransportInstance {
     // shutdown, not only close: a forked child may hold a copy of the listener.
     HangUp(listener_.get());
     listener_ = Fd();
+    spare_ = Fd();
     if (!stash_.empty())
       BRAID_WARN("tcp: rank %d: %zu authenticated connections were never used", ctx_.rank,
                  stash_.size());
@@ -120,7 +127,7 @@ class TcpInstance final : public TransportInstance {
   struct Incoming {
     Fd fd;
     std::string from;
-    Clock::time_point deadline;
+    Clock::time_point since, deadline;
     std::unique_ptr<ServerHandshake> hs;
     bool dead = false;
   };
@@ -156,6 +163,8 @@ class TcpInstance final : public TransportInstance {
 
   TransportContext ctx_;
   Fd listener_;
+  Fd spare_;  // for RefuseForLackOfFds while the listener is open
+  int64_t last_fd_warning_us_ = 0;
   std::string address_;
   std::vector<std::string> blobs_;  // of the current connect(), for messages
   uint8_t nonce_[16] = {};
@@ -219,8 +228,11 @@ void TcpInstance::driveOutgoing(Outgoing& o, short revents) {
       if (o.hs->closedByPeer() && ++o.handshake_failures <= kMaxHandshakeRetries)
         return retry(st.message());
       o.last_error = st.message();
-      fatal_ = Status(st).prepend("authentication with " + peerName(o.peer) + " channel " +
-                                  std::to_string(o.channel) + " failed: ");
+      // A refusal for lack of file descriptors (or a local failure) is no credential matter.
+      const std::string where = peerName(o.peer) + " channel " + std::to_string(o.channel);
+      fatal_ = st.cls() == ErrorClass::kSystem
+                   ? Status(st).prepend("connecting to " + where + ": ")
+                   : Status(st).prepend("authentication with " + where + " failed: ");
     }
   }
 }
@@ -228,15 +240,29 @@ void TcpInstance::driveOutgoing(Outgoing& o, short revents) {
 void TcpInstance::acceptNew(std::vector<Incoming>& incoming) {
   for (int i = 0; i < 64; ++i) {
     sockaddr_storage peer{};
-    auto r = AcceptConnection(listener_.get(), &peer, kSocketBufferBytes);
+    int err = 0;
+    auto r = AcceptConnection(listener_.get(), &peer, kSocketBufferBytes, &err);
     if (!r.ok()) {
-      // Out of fds: make room and retry shortly instead of spinning on the listener.
-      BRAID_WARN("tcp: rank %d: %s", ctx_.rank, r.status().message().c_str());
+      // Out of descriptors: make room by dropping an idle stranger, else tell the connecting
+      // peer why it cannot be served (it then fails at once, naming the limit to raise).
+      if (IsFdExhaustion(err)) {
+        Incoming* idle = nullptr;
+        auto cutoff = Clock::now() - std::chrono::milliseconds(kIdleStrangerMs);
+        for (auto& in : incoming)
+          if (!in.dead && in.since <= cutoff && (!idle || in.since < idle->since)) idle = &in;
+        if (idle) {
+          drop(*idle, "dropped to make room: this process is out of file descriptors");
+          idle->fd = Fd();  // free the descriptor now, for the accept that needs it
+          continue;
+        }
+      }
+      if (NowMicros() - last_fd_warning_us_ > 10'000'000) {
+        last_fd_warning_us_ = NowMicros();
+        BRAID_WARN("tcp: rank %d: %s", ctx_.rank, r.status().message().c_str());
+      }
+      if (IsFdExhaustion(err) && RefuseForLackOfFds(listener_.get(), &spare_, err)) continue;
+      // Retry shortly instead of spinning on a listener that stays readable.
       listener_paused_until_ = Clock::now() + std::chrono::milliseconds(50);
-      Incoming* oldest = nullptr;
-      for (auto& in : incoming)
-        if (!in.dead && (!oldest || in.deadline < oldest->deadline)) oldest = &in;
-      if (oldest) drop(*oldest, "too many pending connections");
       return;
     }
     if (!r->valid()) return;
@@ -251,7 +277,8 @@ void TcpInstance::acceptNew(std::vector<Incoming>& incoming) {
     Incoming in;
     in.fd = std::move(*r);
     in.from = FormatAddress(peer);
-    in.deadline = Clock::now() + std::chrono::milliseconds(kHandshakeTimeoutMs);
+    in.since = Clock::now();
+    in.deadline = in.since + std::chrono::milliseconds(kHandshakeTimeoutMs);
     in.hs = std::make_unique<ServerHandshake>(ctx_.secret);
     incoming.push_back(std::move(in));
     driveIncoming(incoming.back());
