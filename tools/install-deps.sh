@@ -14,6 +14,7 @@ packages=(
   openmpi-bin libopenmpi-dev      # mpirun launch and the Open MPI comparison
   libgloo-dev                     # the Gloo comparison
   iproute2                        # emulated clusters (network namespaces, tc)
+  clang libclang-rt-dev           # libFuzzer targets (tools/fuzz.sh); -rt-dev holds libFuzzer
 )
 
 missing=()
