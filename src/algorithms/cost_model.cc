@@ -5,12 +5,15 @@
 
 namespace braid {
 
+LinkClass LinkClassBetween(const GroupLayout* layout, int a, int b) {
+  if (!layout || layout->nnodes <= 1) return LinkClass::kIntraNode;
+  const int n = static_cast<int>(layout->node_of.size());
+  if (a < 0 || b < 0 || a >= n || b >= n) return LinkClass::kInterNode;
+  return layout->node_of[a] == layout->node_of[b] ? LinkClass::kIntraNode : LinkClass::kInterNode;
+}
+
 const LinkParams& LinkBetween(const CollArgs& args, const LinkModel& model, int a, int b) {
-  const GroupLayout* l = args.layout;
-  if (!l || l->nnodes <= 1) return model.intra;
-  const int n = static_cast<int>(l->node_of.size());
-  if (a < 0 || b < 0 || a >= n || b >= n) return model.inter;
-  return l->node_of[a] == l->node_of[b] ? model.intra : model.inter;
+  return model.of(LinkClassBetween(args.layout, a, b));
 }
 
 const LinkParams& FlatLink(const CollArgs& args, const LinkModel& model) {
@@ -44,28 +47,36 @@ double EstimateFromRankSchedule(const Algorithm& algo, const CollArgs& args,
   auto sched = algo.build(args, 0);
   if (!sched.ok()) return std::numeric_limits<double>::infinity();
   const uint64_t esize = DataTypeSize(args.dtype);
-  double longest_channel = 0, send_port = 0, recv_port = 0;
+  // Busy time per port over the whole schedule: [class][0] send, [class][1] receive.
+  double port_total[kNumLinkClasses][2] = {};
+  double longest_channel = 0;
   for (const Channel& ch : sched->channels) {
     double t = 0;
     for (const Step& st : ch.steps) {
-      double s = 0, r = 0;
+      double port[kNumLinkClasses][2] = {};
       for (const StepOp& op : st.ops) {
-        if (op.kind == StepOpKind::kSend) {
-          const LinkParams& l = LinkBetween(args, model, 0, op.peer);
-          s += l.alpha_s + static_cast<double>(op.src.count * esize) / l.beta_bytes_s;
-        } else if (op.kind == StepOpKind::kRecv || op.kind == StepOpKind::kRecvReduce) {
-          const LinkParams& l = LinkBetween(args, model, op.peer, 0);
-          r += l.alpha_s + static_cast<double>(op.dst.count * esize) / l.beta_bytes_s;
-        }
+        const bool send = op.kind == StepOpKind::kSend;
+        if (!send && op.kind != StepOpKind::kRecv && op.kind != StepOpKind::kRecvReduce) continue;
+        const LinkClass c = LinkClassBetween(args.layout, 0, op.peer);
+        const LinkParams& l = model.of(c);
+        const uint64_t count = send ? op.src.count : op.dst.count;
+        port[static_cast<int>(c)][send ? 0 : 1] +=
+            l.alpha_s + static_cast<double>(count * esize) / l.beta_bytes_s;
       }
-      t += std::max(s, r);
-      send_port += s;
-      recv_port += r;
+      double step = 0;
+      for (int c = 0; c < kNumLinkClasses; ++c)
+        for (int d = 0; d < 2; ++d) {
+          step = std::max(step, port[c][d]);
+          port_total[c][d] += port[c][d];
+        }
+      t += step;
     }
     longest_channel = std::max(longest_channel, t);
   }
-  // Channels run concurrently but share the rank's two ports.
-  return std::max({longest_channel, send_port, recv_port});
+  // Channels run concurrently but share the rank's ports of each class.
+  double busiest_port = 0;
+  for (const auto& p : port_total) busiest_port = std::max({busiest_port, p[0], p[1]});
+  return std::max(longest_channel, busiest_port);
 }
 
 double Algorithm::estimate_seconds(const CollArgs& args, const LinkModel& model) const {

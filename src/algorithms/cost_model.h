@@ -12,7 +12,11 @@
 
 namespace braid {
 
-// The link class between two ranks: inter when args.layout puts them on different nodes.
+// The class of the link between ranks a and b: the innermost level of `layout` the two share
+// (no layout or one node: intra-node; a rank outside the layout: the outermost class).
+LinkClass LinkClassBetween(const GroupLayout* layout, int a, int b);
+
+// The parameters of that link on `model`.
 const LinkParams& LinkBetween(const CollArgs& args, const LinkModel& model, int a, int b);
 
 // The link class a flat algorithm's critical path runs on: a flat algorithm's steps are as slow
@@ -29,7 +33,8 @@ int CeilLog2(int n);
 int FloorLog2(int n);
 
 // The default estimate for algorithms without a closed form: rank 0's schedule walked step by
-// step, each step costing the larger of its send-port and receive-port times.
+// step, each step costing its busiest port (one send and one receive port per link class, as in
+// the simulator).
 double EstimateFromRankSchedule(const Algorithm& algo, const CollArgs& args,
                                 const LinkModel& model);
 

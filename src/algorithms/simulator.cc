@@ -1,15 +1,16 @@
-// Event simulation of all ranks' schedules (see simulator.h).
+// Event simulation of all ranks' schedules; the model is described in simulator.h.
 //
-// Each (rank, channel) is a lane that posts its steps one after another. A transfer starts once
-// both its send and its receive are posted (rendezvous, as the verifier assumes) and both ports
-// are free: every rank has one send port and one receive port, shared by all its channels, and a
-// message holds both for alpha + bytes / beta of its link class. Ready transfers take the ports
-// first come, first served. Local copies and reductions are free in this model.
+// Each rank's schedule is compiled into flat per-lane transfer records as soon as it is built,
+// then dropped. Two kinds of events drive the run: a transfer becoming ready (both ends posted,
+// always at the current time, so these queue in a FIFO), which reserves the two ports of its
+// class and schedules its end; and a transfer ending (a heap ordered by time), which lets the
+// two lanes it belongs to post their next steps. Streams live in an open-addressing table,
+// drained post queues are reset and message slots recycled, so the hot loop stays in flat,
+// cache-friendly memory.
 #include <algorithm>
 #include <cstdint>
 #include <queue>
 #include <string>
-#include <unordered_map>
 #include <vector>
 
 #include "algorithms/cost_model.h"
@@ -18,10 +19,21 @@
 namespace braid {
 namespace {
 
+// One transfer of a lane in compiled form (16 bytes): which stream, which way, how much.
+// Each rank's schedule is compiled to these as soon as it is built and then dropped, so the
+// simulation walks flat arrays rather than every rank's step vectors.
+struct Xfer {
+  uint32_t stream;
+  uint32_t step : 30;  // index of its step in the channel (for error messages)
+  uint32_t send : 1;
+  uint32_t last : 1;  // last transfer of its step
+  uint64_t count;     // elements
+};
+
 struct Lane {
   int rank = 0;
   int channel = 0;
-  size_t step = 0;
+  size_t pos = 0, end = 0;  // the lane's current step starts at xfers_[pos]; done at end
   int pending = 0;
   bool finished = false;
 };
@@ -32,25 +44,75 @@ struct Posted {
   double t;
 };
 
+// One FIFO stream (src, dst, channel). Posts wait here for their counterpart; a queue that
+// drains is reset, so memory stays proportional to the posts in flight.
 struct Stream {
   std::vector<Posted> sends, recvs;
   size_t sh = 0, rh = 0;
 };
 
-struct Msg {
-  int src_lane, dst_lane;
-  int src, dst;
-  double bytes;
-};
+// Stream key -> index into a vector of streams, by linear probing. Keys are arithmetic
+// progressions (ring: (N+1)*src+1) that would collide in a plain modulo; mix them first.
+class StreamTable {
+ public:
+  explicit StreamTable(size_t expected) {
+    size_t cap = 16;
+    while (cap < 2 * expected) cap *= 2;
+    keys_.assign(cap, 0);
+    slots_.assign(cap, kEmpty);
+  }
 
-// Stream keys are arithmetic progressions (ring: 257*src+1 for N = 256) that the identity hash
-// would pile into one bucket of a prime-sized table; mix them first.
-struct KeyHash {
-  size_t operator()(uint64_t x) const {
+  // The index of `key`'s stream, created on first use.
+  uint32_t Find(uint64_t key) {
+    if (2 * (streams_.size() + 1) > slots_.size()) Grow();
+    const size_t mask = slots_.size() - 1;
+    for (size_t i = Mix(key) & mask;; i = (i + 1) & mask) {
+      if (slots_[i] == kEmpty) {
+        keys_[i] = key;
+        slots_[i] = static_cast<uint32_t>(streams_.size());
+        streams_.emplace_back();
+        return slots_[i];
+      }
+      if (keys_[i] == key) return slots_[i];
+    }
+  }
+
+  Stream& operator[](uint32_t index) { return streams_[index]; }
+
+ private:
+  static constexpr uint32_t kEmpty = UINT32_MAX;
+
+  static size_t Mix(uint64_t x) {
     x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
     x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
     return static_cast<size_t>(x ^ (x >> 31));
   }
+
+  void Grow() {
+    std::vector<uint64_t> keys(keys_.size() * 2, 0);
+    std::vector<uint32_t> slots(slots_.size() * 2, kEmpty);
+    const size_t mask = slots.size() - 1;
+    for (size_t j = 0; j < slots_.size(); ++j) {
+      if (slots_[j] == kEmpty) continue;
+      size_t i = Mix(keys_[j]) & mask;
+      while (slots[i] != kEmpty) i = (i + 1) & mask;
+      keys[i] = keys_[j];
+      slots[i] = slots_[j];
+    }
+    keys_.swap(keys);
+    slots_.swap(slots);
+  }
+
+  std::vector<uint64_t> keys_;
+  std::vector<uint32_t> slots_;
+  std::vector<Stream> streams_;
+};
+
+struct Msg {
+  int src_lane, dst_lane;
+  int src, dst;
+  LinkClass cls;
+  double bytes;
 };
 
 struct Event {
@@ -61,99 +123,141 @@ struct Event {
   bool operator>(const Event& o) const { return t != o.t ? t > o.t : seq > o.seq; }
 };
 
+constexpr int kMaxChannels = 1 << 16;  // stream keys hold the channel in 16 bits
+constexpr size_t kMaxSteps = size_t{1} << 30;
+
 class Simulation {
  public:
-  Simulation(const CollArgs& a, const LinkModel& m) : a_(a), m_(m), n_(a.nranks) {}
+  Simulation(const CollArgs& a, const LinkModel& m)
+      : a_(a), m_(m), n_(a.nranks), streams_(2 * static_cast<size_t>(a.nranks)) {}
 
   Result<double> Run(const Algorithm& algo) {
-    std::vector<RankSchedule> sched;
-    sched.reserve(n_);
-    int max_ch = 0;
     for (int r = 0; r < n_; ++r) {
       auto s = algo.build(a_, r);
       if (!s.ok()) return s.status();
-      max_ch = std::max(max_ch, static_cast<int>(s->channels.size()));
-      sched.push_back(std::move(*s));
+      BRAID_RETURN_IF_ERROR(Compile(r, *s));
+      // Ranks' schedules are usually alike: size the transfer table once from rank 0's.
+      if (r == 0) xfers_.reserve(xfers_.size() * static_cast<size_t>(n_) + 1);
     }
-    sched_ = &sched;
-    max_ch_ = std::max(max_ch, 1);
     esize_ = static_cast<double>(DataTypeSize(a_.dtype));
-    send_free_.assign(n_, 0);
-    recv_free_.assign(n_, 0);
-    for (int r = 0; r < n_; ++r) {
-      for (size_t c = 0; c < sched[r].channels.size(); ++c)
-        lanes_.push_back({r, static_cast<int>(c)});
-    }
+    send_free_.assign(static_cast<size_t>(n_) * kNumLinkClasses, 0);
+    recv_free_.assign(static_cast<size_t>(n_) * kNumLinkClasses, 0);
     for (size_t l = 0; l < lanes_.size(); ++l) BRAID_RETURN_IF_ERROR(Enter(static_cast<int>(l), 0));
-    while (!events_.empty()) {
-      const Event e = events_.top();
-      events_.pop();
-      Msg& msg = msgs_[e.msg];
+    for (;;) {
+      // Transfers become ready at the time their second end is posted, which is always the
+      // current time: they queue in a FIFO, merged with the heap by (time, seq).
+      Event e;
+      if (ready_head_ < ready_.size() &&
+          (events_.empty() || !(ready_[ready_head_] > events_.top()))) {
+        e = ready_[ready_head_++];
+        if (ready_head_ == ready_.size()) {
+          ready_.clear();
+          ready_head_ = 0;
+        }
+      } else if (!events_.empty()) {
+        e = events_.top();
+        events_.pop();
+      } else {
+        break;
+      }
       if (e.ready) {
-        const LinkParams& link = LinkBetween(a_, m_, msg.src, msg.dst);
-        const double start = std::max({e.t, send_free_[msg.src], recv_free_[msg.dst]});
+        const Msg& msg = msgs_[e.msg];
+        const LinkParams& link = m_.of(msg.cls);
+        double& send_port = send_free_[Port(msg.src, msg.cls)];
+        double& recv_port = recv_free_[Port(msg.dst, msg.cls)];
+        const double start = std::max({e.t, send_port, recv_port});
         const double end = start + link.alpha_s + msg.bytes / link.beta_bytes_s;
-        send_free_[msg.src] = end;
-        recv_free_[msg.dst] = end;
+        send_port = end;
+        recv_port = end;
         events_.push({end, seq_++, false, e.msg});
         continue;
       }
-      for (int l : {msg.src_lane, msg.dst_lane})
-        if (--lanes_[l].pending == 0) BRAID_RETURN_IF_ERROR(Complete(l, e.t));
+      const int lanes[2] = {msgs_[e.msg].src_lane, msgs_[e.msg].dst_lane};
+      free_msgs_.push_back(e.msg);
+      for (int l : lanes)
+        if (--lanes_[l].pending == 0) BRAID_RETURN_IF_ERROR(Enter(l, e.t));
     }
     for (const Lane& l : lanes_)
       if (!l.finished)
         return InternalError("simulate " + std::string(algo.name()) + " " + CollKindName(a_.kind) +
                              ": rank " + std::to_string(l.rank) + " channel " +
                              std::to_string(l.channel) + " deadlocks at step " +
-                             std::to_string(l.step));
+                             std::to_string(xfers_[l.pos].step));
     return end_;
   }
 
  private:
-  const std::vector<Step>& Steps(int lane) const {
-    return (*sched_)[lanes_[lane].rank].channels[lanes_[lane].channel].steps;
-  }
-
-  // Posts the lane's current step at time t (or finishes the lane).
-  Status Enter(int lane, double t) {
-    for (;;) {
-      Lane& l = lanes_[lane];
-      const auto& steps = Steps(lane);
-      if (l.step >= steps.size()) {
-        l.finished = true;
-        end_ = std::max(end_, t);
-        return Status::Ok();
-      }
-      int transfers = 0;
-      std::vector<uint64_t>& touched = touched_;
-      touched.clear();
-      for (const StepOp& op : steps[l.step].ops) {
-        if (op.kind == StepOpKind::kSend) {
-          const uint64_t id = Key(l.rank, op.peer, l.channel);
-          streams_[id].sends.push_back({lane, op.src.count, t});
-          touched.push_back(id);
-          ++transfers;
-        } else if (op.kind == StepOpKind::kRecv || op.kind == StepOpKind::kRecvReduce) {
-          const uint64_t id = Key(op.peer, l.rank, l.channel);
-          streams_[id].recvs.push_back({lane, op.dst.count, t});
-          touched.push_back(id);
-          ++transfers;
+  // Appends rank's channels as lanes of compiled transfers. Steps with local ops only cost
+  // nothing and are left out.
+  Status Compile(int rank, const RankSchedule& s) {
+    if (s.channels.size() > static_cast<size_t>(kMaxChannels))
+      return InternalError("simulate: rank " + std::to_string(rank) + " has " +
+                           std::to_string(s.channels.size()) + " channels, more than " +
+                           std::to_string(kMaxChannels));
+    for (size_t c = 0; c < s.channels.size(); ++c) {
+      const auto& steps = s.channels[c].steps;
+      if (steps.size() > kMaxSteps)
+        return InternalError("simulate: rank " + std::to_string(rank) + " channel " +
+                             std::to_string(c) + " has too many steps");
+      Lane lane;
+      lane.rank = rank;
+      lane.channel = static_cast<int>(c);
+      lane.pos = xfers_.size();
+      for (size_t k = 0; k < steps.size(); ++k) {
+        const size_t first = xfers_.size();
+        for (const StepOp& op : steps[k].ops) {
+          const bool send = op.kind == StepOpKind::kSend;
+          if (!send && op.kind != StepOpKind::kRecv && op.kind != StepOpKind::kRecvReduce) continue;
+          if (op.peer < 0 || op.peer >= n_)
+            return InternalError("simulate: rank " + std::to_string(rank) + " channel " +
+                                 std::to_string(c) + " step " + std::to_string(k) + " names peer " +
+                                 std::to_string(op.peer) + " outside [0, " + std::to_string(n_) +
+                                 ")");
+          Xfer x;
+          x.stream = streams_.Find(send ? Key(rank, op.peer, lane.channel)
+                                        : Key(op.peer, rank, lane.channel));
+          x.step = static_cast<uint32_t>(k);
+          x.send = send;
+          x.last = 0;
+          x.count = send ? op.src.count : op.dst.count;
+          xfers_.push_back(x);
         }
+        if (xfers_.size() > first) xfers_.back().last = 1;
       }
-      l.pending = transfers;
-      for (uint64_t id : touched) BRAID_RETURN_IF_ERROR(Match(id));
-      if (transfers > 0) return Status::Ok();
-      ++l.step;  // only local ops: they cost nothing
+      lane.end = xfers_.size();
+      lanes_.push_back(lane);
     }
+    return Status::Ok();
   }
 
-  Status Complete(int lane, double t) {
-    ++lanes_[lane].step;
-    return Enter(lane, t);
+  size_t Port(int rank, LinkClass c) const {
+    return static_cast<size_t>(rank) * kNumLinkClasses + static_cast<size_t>(c);
   }
 
-  Status Match(uint64_t id) {
+  // Posts the lane's next step at time t (or finishes the lane).
+  Status Enter(int lane, double t) {
+    Lane& l = lanes_[lane];
+    if (l.pos >= l.end) {
+      l.finished = true;
+      end_ = std::max(end_, t);
+      return Status::Ok();
+    }
+    const size_t first = l.pos;
+    for (;;) {
+      const Xfer& x = xfers_[l.pos++];
+      Stream& s = streams_[x.stream];
+      (x.send ? s.sends : s.recvs).push_back({lane, x.count, t});
+      if (x.last) break;
+    }
+    l.pending = static_cast<int>(l.pos - first);
+    // The lane's next step is read when this one ends, after every other lane has moved: fetch
+    // it now, or the walk over the lanes misses the cache at every step.
+    if (l.pos < l.end) __builtin_prefetch(&xfers_[l.pos]);
+    for (size_t i = first; i < l.pos; ++i) BRAID_RETURN_IF_ERROR(Match(xfers_[i].stream));
+    return Status::Ok();
+  }
+
+  Status Match(uint32_t id) {
     Stream& s = streams_[id];
     while (s.sh < s.sends.size() && s.rh < s.recvs.size()) {
       const Posted& snd = s.sends[s.sh++];
@@ -164,30 +268,54 @@ class Simulation {
                              std::to_string(lanes_[rcv.lane].rank) + " which receives " +
                              std::to_string(rcv.count) + " on channel " +
                              std::to_string(lanes_[snd.lane].channel));
-      msgs_.push_back({snd.lane, rcv.lane, lanes_[snd.lane].rank, lanes_[rcv.lane].rank,
-                       static_cast<double>(snd.count) * esize_});
-      events_.push({std::max(snd.t, rcv.t), seq_++, true, static_cast<uint32_t>(msgs_.size() - 1)});
+      const int src = lanes_[snd.lane].rank, dst = lanes_[rcv.lane].rank;
+      const Msg msg{snd.lane,
+                    rcv.lane,
+                    src,
+                    dst,
+                    LinkClassBetween(a_.layout, src, dst),
+                    static_cast<double>(snd.count) * esize_};
+      uint32_t slot;
+      if (free_msgs_.empty()) {
+        slot = static_cast<uint32_t>(msgs_.size());
+        msgs_.push_back(msg);
+      } else {
+        slot = free_msgs_.back();
+        free_msgs_.pop_back();
+        msgs_[slot] = msg;
+      }
+      ready_.push_back({std::max(snd.t, rcv.t), seq_++, true, slot});
+    }
+    if (s.sh == s.sends.size()) {
+      s.sends.clear();
+      s.sh = 0;
+    }
+    if (s.rh == s.recvs.size()) {
+      s.recvs.clear();
+      s.rh = 0;
     }
     return Status::Ok();
   }
 
   uint64_t Key(int src, int dst, int ch) const {
-    return (static_cast<uint64_t>(src) * n_ + static_cast<uint64_t>(dst)) * max_ch_ +
+    return (static_cast<uint64_t>(src) * static_cast<uint64_t>(n_) + static_cast<uint64_t>(dst)) *
+               kMaxChannels +
            static_cast<uint64_t>(ch);
   }
 
   const CollArgs a_;
   const LinkModel m_;
   const int n_;
-  const std::vector<RankSchedule>* sched_ = nullptr;
-  int max_ch_ = 1;
   double esize_ = 1;
   std::vector<Lane> lanes_;
-  std::vector<double> send_free_, recv_free_;
-  std::unordered_map<uint64_t, Stream, KeyHash> streams_;
+  std::vector<Xfer> xfers_;                    // every lane's transfers, lane after lane
+  std::vector<double> send_free_, recv_free_;  // per (rank, link class): when the port frees
+  StreamTable streams_;
   std::vector<Msg> msgs_;
-  std::vector<uint64_t> touched_;  // streams the step being posted uses
-  std::priority_queue<Event, std::vector<Event>, std::greater<Event>> events_;
+  std::vector<uint32_t> free_msgs_;  // slots of msgs_ whose transfer ended
+  std::priority_queue<Event, std::vector<Event>, std::greater<Event>> events_;  // ends
+  std::vector<Event> ready_;  // transfers ready at the current time, in seq order
+  size_t ready_head_ = 0;
   uint64_t seq_ = 0;
   double end_ = 0;
 };

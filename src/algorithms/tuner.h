@@ -30,10 +30,19 @@ struct LinkParams {
   double beta_bytes_s = 5e9;  // bandwidth, bytes per second
 };
 
-// The cost model's view of a machine: intra-node and inter-node links.
+// Link classes, innermost first. A transfer between two ranks runs on the innermost level the
+// two share (LinkClassBetween in cost_model.h); the simulator gives every rank one send and one
+// receive port per class. The topology issue inserts levels (device pair < node < switch domain
+// < cluster): a level is an enumerator here, a field and a case in LinkModel::of, and a rule in
+// LinkClassBetween; the simulator sizes its ports by kNumLinkClasses.
+enum class LinkClass : uint8_t { kIntraNode = 0, kInterNode = 1 };
+inline constexpr int kNumLinkClasses = 2;
+
+// The cost model's view of a machine: alpha-beta parameters per link class.
 struct LinkModel {
-  LinkParams intra{2e-6, 8e9};
-  LinkParams inter{25e-6, 1.2e9};
+  LinkParams intra{2e-6, 8e9};     // LinkClass::kIntraNode
+  LinkParams inter{25e-6, 1.2e9};  // LinkClass::kInterNode
+  const LinkParams& of(LinkClass c) const { return c == LinkClass::kIntraNode ? intra : inter; }
 };
 
 struct TunerRule {
@@ -57,6 +66,8 @@ class Tuner {
   const Algorithm* choose(const CollArgs& args) const;
   // The table, one line per rule, for braid-info and debug logs.
   std::string describe() const;
+  // The link model the table was computed with (what the simulator should cost requests on).
+  const LinkModel& model() const { return model_; }
 
  private:
   std::vector<TunerRule> overrides_;

@@ -65,9 +65,10 @@ TEST(TunerGrammar, AllAndNcclStyleBareNames) {
 }
 
 TEST(TunerGrammar, Errors) {
+  // The list of known names grows as algorithms land: check its start only.
   ExpectParseError(
       "allreduce:nope",
-      "unknown algorithm 'nope' (known: ring, rd, tree, bruck, pairwise, dissemination)");
+      "unknown algorithm 'nope' (known: ring, rd, tree, bruck, pairwise, dissemination");
   ExpectParseError("allfoo:ring", "unknown collective 'allfoo'");
   ExpectParseError(":ring", "missing collective name");
   ExpectParseError("allreduce:", "no algorithm after 'allreduce:'");
