@@ -12,5 +12,6 @@ const Algorithm& BinomialTreeAlgorithm();       // binomial_tree.cc: "tree"
 const Algorithm& BruckAlgorithm();              // bruck.cc: "bruck"
 const Algorithm& PairwiseAlgorithm();           // pairwise.cc: "pairwise"
 const Algorithm& DisseminationAlgorithm();      // dissemination.cc: "dissemination"
+const Algorithm& OrderedReductionAlgorithm();   // ordered.cc: "ordered" (deterministic mode)
 
 }  // namespace braid

@@ -5,10 +5,12 @@
 namespace braid {
 
 const std::vector<const Algorithm*>& AllAlgorithms() {
-  // Order matters only for ties in the tuner: bandwidth algorithms first.
+  // Order matters only for ties in the tuner: bandwidth algorithms first, "ordered" (chosen by
+  // BRAID_DETERMINISTIC, never cheaper) last.
   static const std::vector<const Algorithm*> all = {
-      &RingAlgorithm(),  &RecursiveDoublingAlgorithm(), &BinomialTreeAlgorithm(),
-      &BruckAlgorithm(), &PairwiseAlgorithm(),          &DisseminationAlgorithm(),
+      &RingAlgorithm(),         &RecursiveDoublingAlgorithm(), &BinomialTreeAlgorithm(),
+      &BruckAlgorithm(),        &PairwiseAlgorithm(),          &DisseminationAlgorithm(),
+      &OrderedReductionAlgorithm(),
   };
   return all;
 }

@@ -27,6 +27,30 @@ uint64_t LargestBufferBytes(const OpDesc& d, int nranks) {
 
 }  // namespace
 
+CollArgs CollArgsFor(const braidComm& comm, const OpDesc& d) {
+  CollArgs a;
+  a.kind = d.kind;
+  a.dtype = d.dtype;
+  a.op = d.base_op;
+  a.count = d.count;
+  a.root = d.root;
+  a.nranks = comm.nranks();
+  a.in_place = d.in_place && !d.premul;
+  a.nchannels = comm.nchannels();
+  a.chunk_bytes = comm.config().chunk_bytes;
+  a.layout = &comm.layout();
+  if (LargestBufferBytes(d, comm.nranks()) <= kExpressBytes) a.nchannels = 1;  // express lane
+  return a;
+}
+
+const Algorithm* AlgorithmFor(const braidComm& comm, const OpDesc& d, const CollArgs& args) {
+  const bool reduction = d.kind == CollKind::kAllReduce || d.kind == CollKind::kReduceScatter ||
+                         d.kind == CollKind::kReduce;
+  // Deterministic mode: one fixed reduction order whatever the tuner or BRAID_ALGO would pick.
+  if (comm.config().deterministic && reduction) return &OrderedReductionAlgorithm();
+  return comm.tuner().choose(args);
+}
+
 ActiveOp::ActiveOp(braidComm* comm, Operation* op, std::shared_ptr<Operation> keep, uint64_t id)
     : comm_(comm), op_(op), keep_(std::move(keep)), id_(id), d_(op->desc()) {
   is_p2p_ = d_.kind == CollKind::kSendRecv;
@@ -76,18 +100,8 @@ Result<RankSchedule> ActiveOp::buildSchedule(CollArgs* args) {
     args->dtype = DataType::kUint8;
     return s;
   }
-  args->kind = d_.kind;
-  args->dtype = d_.dtype;
-  args->op = d_.base_op;
-  args->count = d_.count;
-  args->root = d_.root;
-  args->nranks = comm_->nranks();
-  args->in_place = d_.in_place;
-  args->nchannels = comm_->nchannels();
-  args->chunk_bytes = comm_->config().chunk_bytes;
-  args->layout = &comm_->layout();
-  if (LargestBufferBytes(d_, comm_->nranks()) <= kExpressBytes) args->nchannels = 1;
-  const Algorithm* algo = comm_->tuner().choose(*args);
+  *args = CollArgsFor(*comm_, d_);
+  const Algorithm* algo = AlgorithmFor(*comm_, d_, *args);
   if (!algo) return InternalError(std::string("no algorithm can serve ") + DescribeCall(d_));
   algo_name_ = algo->name();
   auto sched = algo->build(*args, rank);
@@ -157,8 +171,7 @@ Status ActiveOp::prepare(uint64_t coll_seq, std::vector<uint64_t>& p2p_send_seq,
     // The agreement is a dissemination barrier: a barrier needs nothing more.
     if (d_.kind == CollKind::kBarrier) data_sched_ = RankSchedule{};
   }
-  const bool small =
-      !is_p2p_ && args_.nchannels == 1 && LargestBufferBytes(d_, nranks) <= kExpressBytes;
+  const bool small = !is_p2p_ && LargestBufferBytes(d_, nranks) <= kExpressBytes;
   data_chans_ = small ? StatesFor(data_sched_, express, true) : StatesFor(data_sched_, 0, false);
 
   bufs_.elsize = DataTypeSize(args_.dtype);

@@ -22,6 +22,7 @@
 #include <utility>
 #include <vector>
 
+#include "algorithms/algorithm.h"
 #include "algorithms/schedule.h"
 #include "core/operation.h"
 #include "core/status.h"
@@ -38,6 +39,13 @@ inline constexpr uint64_t kExpressBytes = 64 * 1024;
 // whose peer keeps up would hold the loop until it ends, and a small operation issued meanwhile
 // would wait for it (head-of-line blocking in time, though not on the wire).
 inline constexpr int64_t kSweepBudgetBytes = 1 << 20;
+
+// The request an algorithm is asked to build for collective `d` on `comm` (express-lane calls get
+// one channel; a pre-multiplied sum runs out of place), and the algorithm that serves it (the
+// tuner's choice, or "ordered" for reductions under BRAID_DETERMINISTIC). Shared by the engine
+// and braidGroupSimulateEnd so that an estimate prices what would run.
+CollArgs CollArgsFor(const braidComm& comm, const OpDesc& d);
+const Algorithm* AlgorithmFor(const braidComm& comm, const OpDesc& d, const CollArgs& args);
 
 // What an operation waits on when nothing can move (for the engine's poll()).
 struct TransferWait {

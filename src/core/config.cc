@@ -27,7 +27,9 @@ const std::vector<ConfigVar>& ConfigTable() {
       {"BRAID_COMM_ID", "NCCL_COMM_ID", "string", "",
        "host:port where rank 0 serves the rendezvous for braidInitFromEnv"},
       {"BRAID_SECRET", nullptr, "string", "",
-       "shared secret for braidInitFromEnv without braidrun (same on all ranks)"},
+       "secret that authenticates braidInitFromEnv's rendezvous by address (BRAID_COMM_ID, "
+       "torchrun's MASTER_ADDR), the same on every rank; braidrun exports a fresh one per job; "
+       "without it anyone who reaches the port can join, and each process warns once"},
       {"BRAID_SPIN_US", nullptr, "int", "50",
        "microseconds to spin/yield before sleeping, 0..10000"},
       {"BRAID_INLINE", nullptr, "int", "1",
@@ -41,6 +43,10 @@ const std::vector<ConfigVar>& ConfigTable() {
       {"BRAID_MAX_INFLIGHT", nullptr, "int", "16",
        "operations a communicator runs at once, 1..1024 (more wait in its queue); 1 runs them "
        "one after another"},
+      {"BRAID_DETERMINISTIC", nullptr, "int", "0",
+       "1: every reduction folds the ranks' contributions in rank order ('ordered' algorithm), so "
+       "its bits depend only on the inputs and the rank count, not on algorithm, transport or "
+       "channels; costs (N-1) x the message per rank and N x count of scratch"},
   };
   return table;
 }
@@ -132,7 +138,9 @@ Result<Config> LoadConfigFromEnv() {
   c.timeout_ms = timeout_s * 1000;
   ReadString("BRAID_TRANSPORTS", &c.transports);
   ReadString("BRAID_ALGO", &c.algo);
-  c.algo_from_nccl = !c.algo.empty() && !std::getenv("BRAID_ALGO");
+  // Came from NCCL_ALGO when BRAID_ALGO is unset or empty (ConfigEnv treats both alike).
+  const char* braid_algo = std::getenv("BRAID_ALGO");
+  c.algo_from_nccl = !c.algo.empty() && (!braid_algo || !*braid_algo);
   ReadString("BRAID_SOCKET_IFNAME", &c.socket_ifname);
   ReadString("BRAID_DEBUG", &c.debug);
   ReadString("BRAID_DEBUG_FILE", &c.debug_file);
@@ -152,6 +160,9 @@ Result<Config> LoadConfigFromEnv() {
   BRAID_RETURN_IF_ERROR(ReadInt("BRAID_VERIFY_CALLS", 0, 1, &verify_calls));
   c.verify_calls = verify_calls != 0;
   BRAID_RETURN_IF_ERROR(ReadInt("BRAID_MAX_INFLIGHT", 1, 1024, &c.max_inflight));
+  int64_t deterministic = 0;
+  BRAID_RETURN_IF_ERROR(ReadInt("BRAID_DETERMINISTIC", 0, 1, &deterministic));
+  c.deterministic = deterministic != 0;
   return c;
 }
 

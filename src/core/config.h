@@ -29,6 +29,7 @@ struct Config {
   bool inline_blocking = true;        // BRAID_INLINE
   bool verify_calls = true;           // BRAID_VERIFY_CALLS
   int64_t max_inflight = 16;          // BRAID_MAX_INFLIGHT
+  bool deterministic = false;         // BRAID_DETERMINISTIC
 };
 
 struct ConfigVar {

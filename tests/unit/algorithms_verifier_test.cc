@@ -152,7 +152,8 @@ TEST(AlgorithmRegistry, NamesAndLookup) {
   std::vector<std::string> names;
   for (const Algorithm* a : AllAlgorithms()) names.push_back(a->name());
   EXPECT_EQ(names,
-            (std::vector<std::string>{"ring", "rd", "tree", "bruck", "pairwise", "dissemination"}));
+            (std::vector<std::string>{"ring", "rd", "tree", "bruck", "pairwise", "dissemination",
+                                      "ordered"}));
   EXPECT_EQ(FindAlgorithm("ring"), AllAlgorithms()[0]);
   EXPECT_EQ(FindAlgorithm("nope"), nullptr);
   EXPECT_STREQ(CollKindName(CollKind::kReduceScatter), "reducescatter");
