@@ -431,8 +431,8 @@ ncclResult_t pncclGroupStart(void);
 ncclResult_t ncclGroupEnd(void);
 ncclResult_t pncclGroupEnd(void);
 /**
- * Ends the group like ncclGroupEnd() and reports its time in simInfo->estimatedTime. braid cannot
- * discard a recorded group: the calls run, and the time reported is the measured one.
+ * Ends the group without running it: simInfo->estimatedTime receives braid's cost-model estimate
+ * of the group's calls in microseconds (see braidGroupSimulateEnd); the calls are discarded.
  */
 ncclResult_t ncclGroupSimulateEnd(ncclSimInfo_t* simInfo);
 ncclResult_t pncclGroupSimulateEnd(ncclSimInfo_t* simInfo);

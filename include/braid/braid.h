@@ -299,6 +299,20 @@ BRAID_API braidResult_t braidWait(braidRequest_t* request, int64_t timeout_ms);
  */
 BRAID_API braidResult_t braidGroupStart(void);
 BRAID_API braidResult_t braidGroupEnd(void);
+/**
+ * Ends the group like braidGroupEnd(), but runs none of its calls: *seconds receives the time
+ * the group's calls on this rank would take by braid's cost model, and they are discarded (no
+ * data moves, no buffer is read or written, and a request of a discarded call completes with
+ * ::braidErrInvalidUsage). Each collective is costed by the simulator for the algorithm the
+ * communicator's tuner would choose, on the tuner's link model (plus the call agreement when
+ * BRAID_VERIFY_CALLS is on); each communicator's sends and receives by alpha + bytes / beta per
+ * message on the link class to the peer, messages on different ports (send or receive, per link
+ * class) overlapping. The estimates are summed. Communicator inits in the group do run. An inner
+ * braidGroupSimulateEnd() of a nested group only closes its level and sets *seconds to 0.
+ * Errors: ::braidErrInvalidArgument when `seconds` is NULL (the group stays open),
+ * ::braidErrInvalidUsage without a matching braidGroupStart().
+ */
+BRAID_API braidResult_t braidGroupSimulateEnd(double* seconds);
 
 #ifdef __cplusplus
 }  // extern "C"

@@ -1,8 +1,15 @@
 #include "core/group.h"
 
+#include <algorithm>
+#include <string>
 #include <thread>
 #include <vector>
 
+#include "algorithms/algorithm.h"
+#include "algorithms/builtin_algorithms.h"
+#include "algorithms/cost_model.h"
+#include "algorithms/simulator.h"
+#include "core/active_op.h"
 #include "core/log.h"
 
 namespace braid {
@@ -54,6 +61,80 @@ Status CheckSelfPairs(const std::vector<P2PCall>& calls, int rank) {
   return Status::Ok();
 }
 
+// Predicted seconds of collective `d` on `comm`: the simulator's time for the algorithm the
+// tuner would choose, on the tuner's link model, after the call agreement the engine runs first
+// when BRAID_VERIFY_CALLS is on (a dissemination barrier, which is all a barrier then runs).
+Result<double> CollectiveSeconds(const braidComm& comm, const OpDesc& d) {
+  const LinkModel& model = comm.tuner().model();
+  double seconds = 0;
+  const bool agreement = comm.config().verify_calls && comm.nranks() > 1;
+  if (agreement) {
+    CollArgs b;
+    b.kind = CollKind::kBarrier;
+    b.dtype = DataType::kUint8;
+    b.nranks = comm.nranks();
+    b.layout = &comm.layout();
+    BRAID_ASSIGN_OR_RETURN(seconds, SimulateSeconds(DisseminationAlgorithm(), b, model));
+    if (d.kind == CollKind::kBarrier) return seconds;
+  }
+  const CollArgs a = CollArgsFor(comm, d);
+  const Algorithm* algo = AlgorithmFor(comm, d, a);
+  if (!algo) return InternalError("no algorithm can serve " + DescribeCall(d));
+  double data = 0;
+  BRAID_ASSIGN_OR_RETURN(data, SimulateSeconds(*algo, a, model));
+  return seconds + data;
+}
+
+// Predicted seconds of one rank's fused point-to-point calls: alpha + bytes / beta per message
+// on the link class to its peer. The engine posts them all at once, so messages on different
+// ports (send or receive, per link class) overlap and those on one port serialise, as in the
+// simulator; sends and receives to self are local copies and cost nothing.
+double P2PSeconds(const braidComm& comm, const std::vector<P2PCall>& calls) {
+  const LinkModel& model = comm.tuner().model();
+  double port[kNumLinkClasses][2] = {};
+  for (const P2PCall& c : calls) {
+    if (c.peer == comm.rank()) continue;
+    const LinkClass cls = LinkClassBetween(&comm.layout(), comm.rank(), c.peer);
+    const LinkParams& link = model.of(cls);
+    port[static_cast<int>(cls)][c.is_send ? 0 : 1] +=
+        link.alpha_s + static_cast<double>(c.count * DataTypeSize(c.dtype)) / link.beta_bytes_s;
+  }
+  double busiest = 0;
+  for (const auto& p : port) busiest = std::max({busiest, p[0], p[1]});
+  return busiest;
+}
+
+// Closes one level of the calling thread's group. Returns true and moves the recorded calls to
+// *out when it was the outermost level.
+bool CloseLevel(GroupState* out) {
+  if (--t_group.depth > 0) return false;
+  *out = std::move(t_group);
+  t_group = GroupState{};
+  return true;
+}
+
+// Runs the group's communicator inits, concurrently: one thread may be initialising several
+// ranks of one communicator, and each needs the others to make progress.
+template <typename Note>
+void RunInits(std::vector<PendingInit>& inits, Note&& note) {
+  if (inits.empty()) return;
+  std::vector<Status> results(inits.size());
+  std::vector<std::thread> threads;
+  for (size_t i = 0; i < inits.size(); ++i)
+    threads.emplace_back([&, i] {
+      auto& in = inits[i];
+      results[i] = in.comm->init(in.id, in.rank, in.nranks, in.opts);
+      if (results[i].ok()) {
+        in.comm->setState(braidComm::State::kReady);
+      } else {
+        in.comm->setAsyncError(results[i]);
+        in.comm->setState(braidComm::State::kFailed);
+      }
+    });
+  for (auto& t : threads) t.join();
+  for (size_t i = 0; i < inits.size(); ++i) note(inits[i].comm.get(), results[i]);
+}
+
 }  // namespace
 
 bool InGroup() {
@@ -94,9 +175,8 @@ extern "C" braidResult_t braidGroupStart(void) {
 extern "C" braidResult_t braidGroupEnd(void) {
   if (t_group.depth == 0)
     return Fail(InvalidUsage("braidGroupEnd without a matching braidGroupStart"));
-  if (--t_group.depth > 0) return braidSuccess;
-  GroupState g = std::move(t_group);
-  t_group = GroupState{};
+  GroupState g;
+  if (!CloseLevel(&g)) return braidSuccess;
 
   Status first;
   auto note = [&](braidComm* comm, const Status& st) {
@@ -105,26 +185,7 @@ extern "C" braidResult_t braidGroupEnd(void) {
       Fail(comm, st);
     }
   };
-
-  // Inits run concurrently: one thread may be initialising several ranks of one communicator,
-  // and each needs the others to make progress.
-  if (!g.inits.empty()) {
-    std::vector<Status> results(g.inits.size());
-    std::vector<std::thread> threads;
-    for (size_t i = 0; i < g.inits.size(); ++i)
-      threads.emplace_back([&, i] {
-        auto& in = g.inits[i];
-        results[i] = in.comm->init(in.id, in.rank, in.nranks, in.opts);
-        if (results[i].ok()) {
-          in.comm->setState(braidComm::State::kReady);
-        } else {
-          in.comm->setAsyncError(results[i]);
-          in.comm->setState(braidComm::State::kFailed);
-        }
-      });
-    for (auto& t : threads) t.join();
-    for (size_t i = 0; i < g.inits.size(); ++i) note(g.inits[i].comm.get(), results[i]);
-  }
+  RunInits(g.inits, note);
 
   // Collectives in call order, then each communicator's sends and receives as one operation.
   std::vector<std::pair<CommRef, std::shared_ptr<Operation>>> to_wait;
@@ -166,5 +227,65 @@ extern "C" braidResult_t braidGroupEnd(void) {
     op->wait(Deadline::Never(), comm->config().spin_us);
     note(comm.get(), op->status());
   }
+  return first.ok() ? braidSuccess : first.code();
+}
+
+extern "C" braidResult_t braidGroupSimulateEnd(double* seconds) {
+  if (!seconds) return Fail(InvalidArgument("braidGroupSimulateEnd: seconds is NULL"));
+  if (t_group.depth == 0)
+    return Fail(InvalidUsage("braidGroupSimulateEnd without a matching braidGroupStart"));
+  *seconds = 0;
+  GroupState g;
+  if (!CloseLevel(&g)) return braidSuccess;
+
+  Status first;
+  auto note = [&](braidComm* comm, const Status& st) {
+    if (!st.ok() && first.ok()) {
+      first = st;
+      Fail(comm, st);
+    }
+  };
+  // Inits are not simulated: the communicators they create must exist afterwards (and the
+  // group's collectives are estimated on them).
+  RunInits(g.inits, note);
+
+  // Nothing else runs: each recorded operation is estimated, then completed unrun, so that a
+  // request the caller holds reports it instead of waiting forever.
+  auto discard = [](const CommRef& comm) {
+    return InvalidUsage(comm->where() +
+                        ": not run: its group ended with braidGroupSimulateEnd, which only "
+                        "estimates the group's time");
+  };
+  double total = 0;
+  for (auto& c : g.collectives) {
+    if (c.comm->state() != braidComm::State::kReady) {
+      Status st = InvalidUsage(c.comm->where() + ": communicator not ready");
+      c.op->complete(st);
+      note(c.comm.get(), st);
+      continue;
+    }
+    auto t = CollectiveSeconds(*c.comm, c.op->desc());
+    c.op->complete(discard(c.comm));
+    if (!t.ok()) {
+      Status st = t.status();
+      note(c.comm.get(), st.prepend(c.comm->where() + ": braidGroupSimulateEnd: "));
+      continue;
+    }
+    total += *t;
+  }
+  for (auto& p : g.p2p) {
+    Status st = CheckSelfPairs(p.calls, p.comm->rank());
+    if (st.ok() && p.comm->state() != braidComm::State::kReady)
+      st = InvalidUsage(p.comm->where() + ": communicator not ready");
+    else if (st.ok())
+      total += P2PSeconds(*p.comm, p.calls);
+    else
+      st.prepend(p.comm->where() + ": ");
+    auto op = std::make_shared<Operation>(OpDesc{});
+    op->complete(st.ok() ? discard(p.comm) : st);
+    for (auto* r : p.requests) r->op = op;
+    note(p.comm.get(), st);
+  }
+  *seconds = total;
   return first.ok() ? braidSuccess : first.code();
 }

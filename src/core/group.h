@@ -1,4 +1,5 @@
-// Groups (braidGroupStart/End): per-thread recording of calls and their fused launch.
+// Groups (braidGroupStart/End/SimulateEnd): per-thread recording of calls, then their fused
+// launch, or their estimate by the cost model without running them.
 #pragma once
 
 #include <memory>

@@ -1,8 +1,7 @@
 // ncclGroupStart / ncclGroupEnd / ncclGroupSimulateEnd over braid's groups, which already fuse
-// sends and receives and run the inits of a group concurrently. The shim only tracks the
-// nesting depth (to report an unmatched ncclGroupEnd as NCCL does) and frees the temporary
-// copies that recorded calls still read.
-#include <chrono>
+// sends and receives, run the inits of a group concurrently and estimate a group without
+// running it. The shim only tracks the nesting depth (to report an unmatched ncclGroupEnd as
+// NCCL does) and frees the temporary copies that recorded calls still read.
 #include <cstdlib>
 #include <string>
 #include <vector>
@@ -21,6 +20,15 @@ std::vector<void*>& Deferred() {
 }
 
 constexpr unsigned kSimInfoMagic = 0x74685283;
+
+// After braid closed one level of the group: the outermost level frees the copies. Returns
+// whether it was the outermost.
+bool CloseLevel() {
+  if (--t_depth > 0) return false;
+  for (void* p : Deferred()) std::free(p);
+  Deferred().clear();
+  return true;
+}
 
 }  // namespace
 
@@ -51,10 +59,7 @@ NCCL_API_EXPORT ncclResult_t pncclGroupEnd(void) {
   if (t_depth == 0)
     return Fail(ncclInvalidUsage, "ncclGroupEnd: no matching ncclGroupStart in this thread");
   braidResult_t r = braidGroupEnd();
-  if (--t_depth == 0) {
-    for (void* p : Deferred()) std::free(p);
-    Deferred().clear();
-  }
+  CloseLevel();
   return FromBraid(r, "ncclGroupEnd");
 }
 NCCL_WEAK_ALIAS(ncclResult_t, ncclGroupEnd, (void))
@@ -68,15 +73,14 @@ NCCL_API_EXPORT ncclResult_t pncclGroupSimulateEnd(ncclSimInfo_t* simInfo) {
   if (t_depth == 0)
     return Fail(ncclInvalidUsage,
                 std::string(func) + ": no matching ncclGroupStart in this thread");
-  // braid cannot discard a recorded group, so the group runs and its measured time is the
-  // estimate (see nccl.h).
-  auto start = std::chrono::steady_clock::now();
-  ncclResult_t r = pncclGroupEnd();
-  double us =
-      std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count();
-  // A caller's older struct may end before the field.
-  if (simInfo->size >= offsetof(ncclSimInfo_t, estimatedTime) + sizeof(float))
-    simInfo->estimatedTime = static_cast<float>(us);
-  return r;
+  // Nothing runs: braid costs the recorded calls with its simulator and discards them.
+  double seconds = 0;
+  braidResult_t r = braidGroupSimulateEnd(&seconds);
+  // As in NCCL, an inner level only closes itself and leaves simInfo alone. NCCL reports
+  // microseconds; a caller's older struct may end before the field.
+  if (CloseLevel() && r == braidSuccess &&
+      simInfo->size >= offsetof(ncclSimInfo_t, estimatedTime) + sizeof(float))
+    simInfo->estimatedTime = static_cast<float>(seconds * 1e6);
+  return FromBraid(r, func);
 }
 NCCL_WEAK_ALIAS(ncclResult_t, ncclGroupSimulateEnd, (ncclSimInfo_t * simInfo))
