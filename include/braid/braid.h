@@ -206,6 +206,16 @@ BRAID_API braidResult_t braidCommUserRank(braidComm_t comm, int* rank);
  * transports shm:3 tcp:0 channels 2"): writes at most `len` bytes including the NUL.
  */
 BRAID_API braidResult_t braidCommDescribe(braidComm_t comm, char* buf, size_t len);
+/**
+ * Hang localisation: a multi-line report of what the communicator is doing (operations submitted,
+ * completed and queued; the last collective issued and completed, by sequence number; for each
+ * operation in flight its algorithm, stage, per-lane step and bytes, and the ranks it waits on).
+ * Callable from any thread, also while other threads are blocked in calls on `comm`; returns
+ * within about 2 seconds. Writes at most `len` bytes including the NUL. The same report goes to
+ * the log for every live communicator when the process receives the signal named by
+ * BRAID_DUMP_SIGNAL (e.g. USR1).
+ */
+BRAID_API braidResult_t braidCommDebugState(braidComm_t comm, char* buf, size_t len);
 
 /* ------------------------------------------------------------------ reduction operators */
 

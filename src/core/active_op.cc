@@ -499,4 +499,57 @@ std::string ActiveOp::pendingDescription(const StreamGate& gate) const {
   return s;
 }
 
+std::vector<int> ActiveOp::waitingOn(const StreamGate& gate) const {
+  std::vector<int> peers;
+  for (const auto& cs : currentChannels()) {
+    if (cs.finished()) continue;
+    const auto& ops = cs.ch->steps[cs.step].ops;
+    for (size_t i = 0; i < ops.size(); ++i)
+      if (cs.progress[i].phase != kDone && IsRecv(ops[i].kind) &&
+          gate.owns(id_, streamOf(gate, cs, ops[i])))
+        peers.push_back(ops[i].peer);
+  }
+  std::sort(peers.begin(), peers.end());
+  peers.erase(std::unique(peers.begin(), peers.end()), peers.end());
+  return peers;
+}
+
+std::string ActiveOp::progressReport(const StreamGate& gate) const {
+  std::string s = "  " + DescribeCall(d_) + (is_p2p_ ? "" : " #" + std::to_string(seq_)) + " [" +
+                  algo_name_ + "] " +
+                  (stage_ == Stage::kAgreement ? "call agreement"
+                   : stage_ == Stage::kData    ? "data"
+                                               : "finished") +
+                  "\n";
+  for (const auto& cs : currentChannels()) {
+    s += "    lane " + std::to_string(cs.lane) + ": ";
+    if (cs.finished()) {
+      s += "done\n";
+      continue;
+    }
+    s += "step " + std::to_string(cs.step + 1) + "/" + std::to_string(cs.ch->steps.size());
+    const auto& ops = cs.ch->steps[cs.step].ops;
+    for (size_t i = 0; i < ops.size(); ++i) {
+      const OpProgress& pr = cs.progress[i];
+      if (pr.phase == kDone || !IsTransfer(ops[i].kind)) continue;
+      s += std::string(", ") + (IsRecv(ops[i].kind) ? "recv from " : "send to ") +
+           std::to_string(ops[i].peer) + " " +
+           (pr.phase == kHeader    ? "header"
+            : pr.phase == kPayload ? "payload"
+                                   : "padding") +
+           " " + std::to_string(pr.done) + " B" +
+           (gate.owns(id_, streamOf(gate, cs, ops[i])) ? "" : " (queued behind an earlier op)");
+    }
+    s += "\n";
+  }
+  const auto peers = waitingOn(gate);
+  if (!peers.empty()) {
+    s += "    waiting on rank";
+    s += peers.size() > 1 ? "s" : "";
+    for (size_t i = 0; i < peers.size(); ++i) s += (i ? ", " : " ") + std::to_string(peers[i]);
+    s += " (not there yet, or stuck on an earlier operation)\n";
+  }
+  return s;
+}
+
 }  // namespace braid

@@ -78,10 +78,17 @@ class ActiveOp {
   void collectWaits(const StreamGate& gate, std::vector<TransferWait>& out) const;
   // "receiving from rank 3 (host h, pid 42) on lane 1, step 2/6; ..." for timeout messages.
   std::string pendingDescription(const StreamGate& gate) const;
+  // Hang localisation (braidCommDebugState): the call, its stage, per lane the step it is at and
+  // what it waits for, and the ranks it is waiting on, one line per lane.
+  std::string progressReport(const StreamGate& gate) const;
+  // Ranks this operation waits to hear from now (receives pending on streams it owns).
+  std::vector<int> waitingOn(const StreamGate& gate) const;
   // "rank 0/4 on host h: allreduce(count=4, float, sum) #3 [ring]: " for error messages.
   std::string context() const;
 
   Operation& operation() { return *op_; }
+  bool isCollective() const { return !is_p2p_; }
+  uint64_t seq() const { return seq_; }
   uint64_t id() const { return id_; }
   const std::vector<std::pair<uint32_t, uint32_t>>& claims() const { return claims_; }
   int64_t last_progress_us = 0;

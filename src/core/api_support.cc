@@ -27,8 +27,8 @@ braidComm_t NextHandle() {
   constexpr size_t kRegionBytes = size_t{1} << 30;
   constexpr size_t kStride = 16;
   static uintptr_t base = [] {
-    void* p = mmap(nullptr, kRegionBytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
-                   -1, 0);
+    void* p =
+        mmap(nullptr, kRegionBytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     // Without the reservation (address-space limit), fall back to a fixed unmapped-looking
     // range of odd values that no allocation returns (allocations are 16-aligned).
     return p == MAP_FAILED ? uintptr_t{0x7} : reinterpret_cast<uintptr_t>(p);
@@ -63,6 +63,14 @@ CommRef LookupComm(braidComm_t comm) {
   std::lock_guard<std::mutex> lock(g_mu);
   auto it = Registry().find(comm);
   return it == Registry().end() ? nullptr : it->second;
+}
+
+std::vector<CommRef> LiveComms() {
+  std::lock_guard<std::mutex> lock(g_mu);
+  std::vector<CommRef> out;
+  out.reserve(Registry().size());
+  for (const auto& [handle, ref] : Registry()) out.push_back(ref);
+  return out;
 }
 
 Result<CommRef> UsableComm(braidComm_t comm) {

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <memory>
+#include <vector>
 
 #include "braid/braid.h"
 #include "core/comm.h"
@@ -28,6 +29,8 @@ CommRef UnregisterComm(braidComm_t comm);
 // A reference that keeps the communicator alive for the duration of an API call (so a
 // concurrent braidCommAbort cannot free it under the caller). Null when not live.
 CommRef LookupComm(braidComm_t comm);
+// Every live communicator (references, so they stay alive while the caller uses them).
+std::vector<CommRef> LiveComms();
 // LookupComm + checks that it is ready for operations.
 Result<CommRef> UsableComm(braidComm_t comm);
 

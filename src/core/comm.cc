@@ -354,6 +354,11 @@ bool braidComm::runInline(Operation& op) {
   return engine_->tryRunInline(op);
 }
 
+std::string braidComm::debugState(Deadline deadline) const {
+  if (!engine_) return where() + ": not initialised\n";
+  return engine_->debugState(deadline);
+}
+
 Status braidComm::drain() {
   if (!engine_) return Status::Ok();
   if (!engine_->drain(Deadline::After(opts_.config.timeout_ms)))

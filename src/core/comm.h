@@ -92,6 +92,8 @@ struct braidComm {
   bool findPreMulOp(int id, braid::PreMulOp* out) const;
 
   std::string describe() const;
+  // Hang localisation report (see Engine::debugState); bounded by `deadline`.
+  std::string debugState(braid::Deadline deadline) const;
   std::string where() const;  // "rank 2/4 on host h1"
 
   // For the engine.

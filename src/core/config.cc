@@ -1,5 +1,7 @@
 #include "core/config.h"
 
+#include <signal.h>
+
 #include <cerrno>
 #include <cstdlib>
 
@@ -47,8 +49,18 @@ const std::vector<ConfigVar>& ConfigTable() {
        "1: every reduction folds the ranks' contributions in rank order ('ordered' algorithm), so "
        "its bits depend only on the inputs and the rank count, not on algorithm, transport or "
        "channels; costs (N-1) x the message per rank and N x count of scratch"},
+      {"BRAID_DUMP_SIGNAL", nullptr, "string", "",
+       "USR1, USR2 or QUIT: on that signal, write every communicator's state (operations in "
+       "flight, their progress, the ranks they wait on) to the log; default: no handler"},
   };
   return table;
+}
+
+int DumpSignalNumber(const std::string& name) {
+  if (name == "USR1" || name == "SIGUSR1") return SIGUSR1;
+  if (name == "USR2" || name == "SIGUSR2") return SIGUSR2;
+  if (name == "QUIT" || name == "SIGQUIT") return SIGQUIT;
+  return 0;
 }
 
 const char* ConfigEnv(const ConfigVar& var) {
@@ -163,6 +175,10 @@ Result<Config> LoadConfigFromEnv() {
   int64_t deterministic = 0;
   BRAID_RETURN_IF_ERROR(ReadInt("BRAID_DETERMINISTIC", 0, 1, &deterministic));
   c.deterministic = deterministic != 0;
+  ReadString("BRAID_DUMP_SIGNAL", &c.dump_signal);
+  if (!c.dump_signal.empty() && DumpSignalNumber(c.dump_signal) == 0)
+    return InvalidArgument("BRAID_DUMP_SIGNAL='" + c.dump_signal +
+                           "' is not a signal braid can use: USR1, USR2 or QUIT");
   return c;
 }
 

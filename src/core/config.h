@@ -30,6 +30,7 @@ struct Config {
   bool verify_calls = true;           // BRAID_VERIFY_CALLS
   int64_t max_inflight = 16;          // BRAID_MAX_INFLIGHT
   bool deterministic = false;         // BRAID_DETERMINISTIC
+  std::string dump_signal;            // BRAID_DUMP_SIGNAL
 };
 
 struct ConfigVar {
@@ -49,6 +50,10 @@ Result<Config> LoadConfigFromEnv();
 
 // The value a variable has in the environment now (BRAID_* first, then the alias), or nullptr.
 const char* ConfigEnv(const ConfigVar& var);
+
+// BRAID_DUMP_SIGNAL: SIGUSR1, SIGUSR2 or SIGQUIT for "USR1", "USR2", "QUIT" (with or without
+// "SIG"); 0 for anything else.
+int DumpSignalNumber(const std::string& name);
 
 // Parses "64K", "1M", "2G", "123" (1024-based suffixes). InvalidArgument on anything else.
 Result<uint64_t> ParseByteSize(const std::string& s);

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "core/comm.h"
+#include "core/hang_report.h"
 #include "core/log.h"
 
 namespace braid {
@@ -28,6 +29,7 @@ Status OutOfMemory(const std::string& context) {
 Engine::Engine(braidComm* comm)
     : comm_(comm), window_(static_cast<size_t>(std::max<int64_t>(1, comm->config().max_inflight))) {
   wake_fd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  (void)InstallDumpSignal(comm->config().dump_signal);  // validated with the configuration
   gate_.reset(comm->nranks(), comm->nlanes());
   p2p_send_seq_.assign(comm->nranks(), 0);
   p2p_recv_seq_.assign(comm->nranks(), 0);
@@ -46,6 +48,7 @@ Engine::~Engine() {
 }
 
 void Engine::submit(std::shared_ptr<Operation> op) {
+  submitted_.fetch_add(1, std::memory_order_relaxed);
   {
     std::lock_guard<std::mutex> lock(mu_);
     queue_.push_back(std::move(op));
@@ -82,6 +85,7 @@ bool Engine::tryRunInline(Operation& op) {
     if (inline_busy_ || driving_ || !queue_.empty() || stop_) return false;
     inline_busy_ = true;
   }
+  submitted_.fetch_add(1, std::memory_order_relaxed);
   activate(&op, nullptr);
   driveUntilIdle(false);
   {
@@ -89,6 +93,7 @@ bool Engine::tryRunInline(Operation& op) {
     inline_busy_ = false;
     if (queue_.empty()) drained_cv_.notify_all();
   }
+  report_cv_.notify_all();
   cv_.notify_one();  // operations queued meanwhile (non-blocking calls from another thread)
   return true;
 }
@@ -122,11 +127,13 @@ void Engine::admit() {
 void Engine::activate(Operation* op, std::shared_ptr<Operation> keep) {
   if (aborted_.load(std::memory_order_acquire)) {
     std::lock_guard<std::mutex> lock(mu_);
+    completed_.fetch_add(1, std::memory_order_relaxed);
     op->complete(abort_reason_);
     return;
   }
   if (comm_->asyncErrorCode() != braidSuccess) {
     Status st = comm_->asyncError();
+    completed_.fetch_add(1, std::memory_order_relaxed);
     op->complete(st.prepend("not run because the communicator failed earlier: "));
     return;
   }
@@ -146,7 +153,10 @@ void Engine::activate(Operation* op, std::shared_ptr<Operation> keep) {
     st = OutOfMemory(comm_->where() + ": " + DescribeCall(op->desc()) + ": ");
   }
   // Every rank numbers the same collectives alike, whatever happened to this one.
-  if (op->desc().kind != CollKind::kSendRecv) ++coll_seq_;
+  if (op->desc().kind != CollKind::kSendRecv) {
+    ++coll_seq_;
+    colls_issued_.store(coll_seq_, std::memory_order_relaxed);
+  }
   a->last_progress_us = NowMicros();
   gate_.claim(a->id(), a->claims());
   active_.push_back(std::move(a));
@@ -159,6 +169,9 @@ void Engine::retire(size_t i, const Status& st) {
   gate_.releaseAll(a->id(), a->claims());
   for (auto* buf : {&a->scratch, &a->premul})
     if (buf->capacity() > 0 && pool_.size() < 2 * window_) pool_.push_back(std::move(*buf));
+  if (a->isCollective())
+    last_coll_completed_.store(static_cast<int64_t>(a->seq()), std::memory_order_relaxed);
+  completed_.fetch_add(1, std::memory_order_relaxed);
   a->operation().complete(st);
 }
 
@@ -253,6 +266,7 @@ void Engine::driveUntilIdle(bool admit_queued) {
   int64_t last_progress = NowMicros();
   int idle_iterations = 0;
   for (;;) {
+    if (report_requested_.load(std::memory_order_relaxed)) answerReport();
     if (admit_queued && queued_.load() > 0 && active_.size() < window_) admit();
     if (active_.empty()) {
       if (!admit_queued) return;
@@ -260,6 +274,7 @@ void Engine::driveUntilIdle(bool admit_queued) {
       if (queue_.empty()) {
         driving_ = false;
         drained_cv_.notify_all();
+        report_cv_.notify_all();
         return;
       }
       continue;
@@ -280,6 +295,51 @@ void Engine::driveUntilIdle(bool admit_queued) {
     }
     sleepUntilProgress(100);  // bounded, so that stall deadlines are checked
   }
+}
+
+std::string Engine::reportHeader() {
+  const int64_t last = last_coll_completed_.load(std::memory_order_relaxed);
+  const uint64_t issued = colls_issued_.load(std::memory_order_relaxed);
+  return "braid state of " + comm_->where() + " (pid " + std::to_string(getpid()) + ")\n" +
+         "  operations: submitted " + std::to_string(submitted_.load()) + ", completed " +
+         std::to_string(completed_.load()) + ", queued " + std::to_string(queued_.load()) +
+         " (window " + std::to_string(window_) + ")\n" + "  collectives: issued " +
+         std::to_string(issued) + (issued ? " (last #" + std::to_string(issued - 1) + ")" : "") +
+         ", last completed " + (last < 0 ? std::string("none") : "#" + std::to_string(last)) + "\n";
+}
+
+void Engine::answerReport() {
+  std::string s = reportHeader();
+  s += active_.empty() ? "  nothing in flight\n"
+                       : "  in flight (" + std::to_string(active_.size()) + "):\n";
+  for (const auto& a : active_) s += a->progressReport(gate_);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    report_ = std::move(s);
+    ++report_gen_;
+    report_requested_.store(false, std::memory_order_relaxed);
+  }
+  report_cv_.notify_all();
+}
+
+std::string Engine::debugState(Deadline deadline) {
+  std::unique_lock<std::mutex> lock(mu_);
+  if (driving_ || inline_busy_) {
+    const uint64_t gen = report_gen_;
+    report_requested_.store(true, std::memory_order_relaxed);
+    lock.unlock();
+    uint64_t one = 1;
+    if (wake_fd_ >= 0) (void)!write(wake_fd_, &one, sizeof(one));
+    lock.lock();
+    const bool answered = report_cv_.wait_until(
+        lock, deadline.at(), [&] { return report_gen_ != gen || (!driving_ && !inline_busy_); });
+    if (answered && report_gen_ != gen) return report_;
+    if (!answered)
+      return reportHeader() +
+             "  an operation is in flight, but the progress loop did not answer in time (it is "
+             "inside a transport call or a reduction)\n";
+  }
+  return reportHeader() + "  nothing in flight\n";
 }
 
 void Engine::sleepUntilProgress(int64_t budget_ms) {

@@ -46,6 +46,11 @@ class Engine {
   void abort(const Status& reason);
   // Blocks until every submitted operation has completed or `deadline`; true when all done.
   bool drain(Deadline deadline);
+  // Hang localisation (spec/reliability.md check 8), callable from any thread: operation
+  // counters, the last issued and completed collective numbers, and for each operation in flight
+  // its algorithm, stage, per-lane progress and the ranks it waits on. While a loop is driving,
+  // it writes the report itself at its next pass (within ~100 ms); `deadline` bounds the wait.
+  std::string debugState(Deadline deadline);
 
  private:
   void threadMain();
@@ -64,6 +69,10 @@ class Engine {
   void failAll(size_t i, const Status& st);
   void failStalled(int64_t now_us);
   void sleepUntilProgress(int64_t budget_ms);
+  // The first lines of every report (counters; safe from any thread).
+  std::string reportHeader();
+  // The driver answers a pending debugState() request.
+  void answerReport();
 
   braidComm* comm_;
   const size_t window_;
@@ -80,7 +89,17 @@ class Engine {
   std::atomic<bool> sleeping_{false};
   std::atomic<bool> aborted_{false};
   Status abort_reason_;
-  int wake_fd_ = -1;  // eventfd: abort() and submit() wake a sleeping driver
+  int wake_fd_ = -1;  // eventfd: abort(), submit() and debugState() wake a sleeping driver
+
+  // Counters for debugState().
+  std::atomic<uint64_t> submitted_{0};
+  std::atomic<uint64_t> completed_{0};
+  std::atomic<uint64_t> colls_issued_{0};
+  std::atomic<int64_t> last_coll_completed_{-1};
+  std::atomic<bool> report_requested_{false};
+  std::condition_variable report_cv_;
+  std::string report_;       // guarded by mu_
+  uint64_t report_gen_ = 0;  // guarded by mu_; bumped per answered request
 
   // Driver state: touched only by whoever drives (the thread while driving_, a caller while
   // inline_busy_).

@@ -1,0 +1,149 @@
+// Hangs localise themselves (spec/reliability.md check 8, issue 7 item 8): while a collective
+// waits for a rank that has not called it, braidCommDebugState on the waiting ranks names the
+// last issued and completed collective numbers, the operation in flight with its algorithm and
+// per-lane progress, and the rank it waits on; BRAID_DUMP_SIGNAL writes the same report to the
+// log. The late rank is held back by a pipe, not a sleep: it joins once the others have looked.
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "multirank/harness.h"
+
+namespace braid_test {
+namespace {
+
+bool Has(const std::string& s, const std::string& what) {
+  return s.find(what) != std::string::npos;
+}
+
+class HangReport : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(HangReport, WaitingRanksNameTheOperationAndTheLateRank) {
+  int gate[2];
+  ASSERT_EQ(pipe(gate), 0);
+  JobOptions opt;
+  opt.nranks = 3;
+  opt.timeout_s = 60;
+  opt.env = {{"BRAID_TRANSPORTS", GetParam()}, {"BRAID_TIMEOUT", "30"}};
+  auto out = RunJob(opt, [&](braidComm_t comm, int rank, int n, const braidUniqueId&) {
+    std::vector<float> a(1000, 1.0f), b(1000);
+    // Collective #0 completes everywhere.
+    if (braidAllReduce(a.data(), b.data(), a.size(), braidFloat32, braidSum, comm) != braidSuccess)
+      return 1;
+    const int late = n - 1;
+    if (rank == late) {
+      char c;
+      for (int i = 0; i < n - 1; ++i)  // one byte from each waiting rank
+        if (read(gate[0], &c, 1) != 1) return 2;
+    } else {
+      // Collective #1 waits for the late rank.
+      braidRequest_t req;
+      if (braidIallReduce(a.data(), b.data(), a.size(), braidFloat32, braidSum, comm, &req) !=
+          braidSuccess)
+        return 3;
+      // The report names the late rank once the operation has reached it: poll the report (the
+      // agreement may first wait on a peer that is itself waiting), bounded.
+      std::string report;
+      auto until = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+      for (;;) {
+        std::vector<char> buf(1 << 16);
+        if (braidCommDebugState(comm, buf.data(), buf.size()) != braidSuccess) return 4;
+        report = buf.data();
+        if (Has(report, "waiting on rank " + std::to_string(late))) break;
+        if (std::chrono::steady_clock::now() > until) break;
+        std::this_thread::yield();
+      }
+      const bool ok = Has(report, "last completed #0") && Has(report, "issued 2 (last #1)") &&
+                      Has(report, "in flight (1)") && Has(report, "allreduce(count=1000") &&
+                      Has(report, "#1 [") && Has(report, "lane ") &&
+                      Has(report, "waiting on rank " + std::to_string(late));
+      if (!ok) {
+        std::fprintf(stderr, "[rank %d] report:\n%s\n", rank, report.c_str());
+        return 5;
+      }
+      char c = 1;
+      if (write(gate[1], &c, 1) != 1) return 6;
+      if (braidWait(&req, -1) != braidSuccess) return 7;
+      // Idle again: nothing in flight, both collectives completed.
+      std::vector<char> buf(1 << 16);
+      if (braidCommDebugState(comm, buf.data(), buf.size()) != braidSuccess) return 8;
+      report = buf.data();
+      if (!Has(report, "nothing in flight") || !Has(report, "last completed #1")) {
+        std::fprintf(stderr, "[rank %d] idle report:\n%s\n", rank, report.c_str());
+        return 9;
+      }
+      return 0;
+    }
+    return braidAllReduce(a.data(), b.data(), a.size(), braidFloat32, braidSum, comm) ==
+                   braidSuccess
+               ? 0
+               : 10;
+  });
+  close(gate[0]);
+  close(gate[1]);
+  EXPECT_TRUE(AllSucceeded(out)) << DescribeOutcomes(out);
+}
+
+// BRAID_DUMP_SIGNAL=USR1: the signal writes the report to the log (here: a file per rank).
+TEST_P(HangReport, SignalDumpsEveryCommunicatorToTheLog) {
+  char dir[] = "/tmp/braid_hang_report.XXXXXX";
+  ASSERT_NE(mkdtemp(dir), nullptr);
+  const std::string log = std::string(dir) + "/log.%r";
+  JobOptions opt;
+  opt.nranks = 2;
+  opt.timeout_s = 60;
+  opt.env = {
+      {"BRAID_TRANSPORTS", GetParam()}, {"BRAID_DUMP_SIGNAL", "USR1"}, {"BRAID_DEBUG_FILE", log}};
+  auto out = RunJob(opt, [&](braidComm_t comm, int rank, int, const braidUniqueId&) {
+    float x = 1, y;
+    if (braidAllReduce(&x, &y, 1, braidFloat32, braidSum, comm) != braidSuccess) return 1;
+    if (rank != 0) return 0;
+    raise(SIGUSR1);
+    const std::string path = std::string(dir) + "/log.0";
+    auto until = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    while (std::chrono::steady_clock::now() < until) {
+      std::ifstream f(path);
+      std::stringstream ss;
+      ss << f.rdbuf();
+      if (Has(ss.str(), "braid state of rank 0/2") && Has(ss.str(), "last completed #0")) return 0;
+      std::this_thread::yield();
+    }
+    std::fprintf(stderr, "no report in %s\n", path.c_str());
+    return 2;
+  });
+  EXPECT_TRUE(AllSucceeded(out)) << DescribeOutcomes(out);
+  std::string rm = std::string("rm -rf '") + dir + "'";
+  EXPECT_EQ(std::system(rm.c_str()), 0);
+}
+
+INSTANTIATE_TEST_SUITE_P(Fault, HangReport, ::testing::Values("shm", "tcp"));
+
+TEST(HangReportConfig, UnknownSignalIsRejectedAtInit) {
+  JobOptions opt;
+  opt.nranks = 1;
+  opt.timeout_s = 30;
+  opt.init = false;
+  auto out = RunJob(opt, [](braidComm_t, int rank, int n, const braidUniqueId& id) {
+    setenv("BRAID_DUMP_SIGNAL", "KILL", 1);
+    braidComm_t comm = nullptr;
+    braidResult_t rc = braidCommInitRank(&comm, n, id, rank);
+    if (rc != braidErrInvalidArgument || !Has(braidGetLastError(nullptr), "BRAID_DUMP_SIGNAL")) {
+      std::fprintf(stderr, "rc=%d: %s\n", rc, braidGetLastError(nullptr));
+      return 1;
+    }
+    return 0;
+  });
+  EXPECT_TRUE(AllSucceeded(out)) << DescribeOutcomes(out);
+}
+
+}  // namespace
+}  // namespace braid_test
