@@ -224,9 +224,9 @@ ncclResult_t ncclCommAbort(ncclComm_t comm);
 ncclResult_t pncclCommAbort(ncclComm_t comm);
 
 /**
- * Revokes `comm`: accepted for compatibility (`revokeFlags` must be NCCL_REVOKE_DEFAULT). braid's
- * host operations have completed when their call returns, so nothing is left in flight; use
- * ncclCommAbort() or ncclCommShrink(NCCL_SHRINK_ABORT) to stop a call blocked in another thread.
+ * Revokes `comm` (`revokeFlags` must be NCCL_REVOKE_DEFAULT): operations in flight fail, later
+ * ones fail at once, and peers blocked on this rank fail within milliseconds; the communicator can
+ * still be shrunk or destroyed (see braidCommRevoke).
  */
 ncclResult_t ncclCommRevoke(ncclComm_t comm, int revokeFlags);
 ncclResult_t pncclCommRevoke(ncclComm_t comm, int revokeFlags);

@@ -183,6 +183,13 @@ BRAID_API braidResult_t braidCommSplit(braidComm_t comm, int color, int key, bra
  * same list; it works when `comm` is in an error state. `flags`: 0 = wait for pending
  * operations of `comm` first, 1 = abort them first (NCCL_SHRINK_ABORT).
  */
+/**
+ * Revokes `comm` (local, any thread, returns at once): operations in flight fail with
+ * ::braidErrAborted, later ones fail at once, and peers blocked on this rank fail within
+ * milliseconds. The communicator can still be shrunk (braidCommShrink) or destroyed.
+ */
+BRAID_API braidResult_t braidCommRevoke(braidComm_t comm);
+
 BRAID_API braidResult_t braidCommShrink(braidComm_t comm, const int* excludeRanks, int excludeCount,
                                         braidComm_t* newcomm, const braidConfig_t* config,
                                         int flags);

@@ -203,10 +203,7 @@ NCCL_API_EXPORT ncclResult_t pncclCommRevoke(ncclComm_t comm, int revokeFlags) {
     return Fail(ncclInvalidArgument, std::string(func) + ": invalid revokeFlags " +
                                          std::to_string(revokeFlags) +
                                          " (must be NCCL_REVOKE_DEFAULT)");
-  // braid has no revoke: a host call has completed when it returns, so nothing issued by this
-  // thread is in flight, and a call blocked in another thread ends at its deadline (or at once
-  // with ncclCommAbort / ncclCommShrink(NCCL_SHRINK_ABORT)).
-  return ncclSuccess;
+  return FromBraid(braidCommRevoke(B(comm)), func);
 }
 NCCL_WEAK_ALIAS(ncclResult_t, ncclCommRevoke, (ncclComm_t comm, int revokeFlags))
 

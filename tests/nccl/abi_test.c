@@ -1057,8 +1057,13 @@ static int rank_main(int rank) {
     NCCL_OK(ncclCommDestroy(shrunk));
   }
   quick_allreduce(comm, "main comm after shrink");
+  /* Revoke: later operations fail at once (with the revoke named), destroy still works. */
   NCCL_OK(ncclCommRevoke(comm, NCCL_REVOKE_DEFAULT));
-  NCCL_OK(ncclCommFinalize(comm));
+  int32_t after = 1;
+  EXPECT(ncclAllReduce(&after, &after, 1, ncclInt32, ncclSum, comm, NULL) != ncclSuccess,
+         "an all-reduce on a revoked communicator succeeded");
+  EXPECT(strstr(ncclGetLastError(comm), "revoked") != NULL, "last error: %s",
+         ncclGetLastError(comm));
   NCCL_OK(ncclCommDestroy(comm));
   return g_fail ? 1 : 0;
 }
