@@ -53,8 +53,8 @@ RankSchedule Ordered(const CollArgs& a, int r) {
         AppendSends(gather, to, in.first, in.second + rc.off, rc.len, chunk);
       }
       if (holds_result)
-        AppendRecvs(gather, from, kScratchBuf, static_cast<uint64_t>(from) * count + rc.off,
-                    rc.len, chunk);
+        AppendRecvs(gather, from, kScratchBuf, static_cast<uint64_t>(from) * count + rc.off, rc.len,
+                    chunk);
     }
     if (holds_result) {
       const auto own = input(r);

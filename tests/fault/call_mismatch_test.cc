@@ -96,8 +96,7 @@ TEST_P(CallMismatch, BroadcastRootsDifferSmallAndLarge) {
       const int root = rank == 0 ? 0 : 1;
       if (rank == root) std::fill(buf.begin(), buf.end(), 1.0f + rank);
       auto t0 = Clock::now();
-      braidResult_t rc =
-          braidBroadcast(buf.data(), buf.data(), count, braidFloat32, root, comm);
+      braidResult_t rc = braidBroadcast(buf.data(), buf.data(), count, braidFloat32, root, comm);
       // The root's buffer is its input: unchanged, like every other rank's (sentinel).
       std::vector<float> expect_untouched;
       if (rank != root) expect_untouched = buf;
@@ -133,10 +132,9 @@ TEST_P(CallMismatch, ReduceRootsDiffer) {
   auto out = RunJob(Options(), [](braidComm_t comm, int rank, int n, const braidUniqueId&) {
     std::vector<float> in(5000, 2.0f), recv(5000, kSentinel);
     auto t0 = Clock::now();
-    braidResult_t rc = braidReduce(in.data(), recv.data(), in.size(), braidFloat32, braidSum,
-                                   rank % 2, comm);
-    if (int e = ExpectMismatch(rc, comm, rank, t0, {"reduce(", "root=0", "root=1"}, recv))
-      return e;
+    braidResult_t rc =
+        braidReduce(in.data(), recv.data(), in.size(), braidFloat32, braidSum, rank % 2, comm);
+    if (int e = ExpectMismatch(rc, comm, rank, t0, {"reduce(", "root=0", "root=1"}, recv)) return e;
     return StillUsable(comm, rank, n);
   });
   EXPECT_TRUE(AllSucceeded(out)) << DescribeOutcomes(out);
@@ -150,22 +148,23 @@ TEST_P(CallMismatch, OneRankDiffersInCountTypeOrOp) {
     const bool odd = rank == n - 1;
     std::vector<float> in(2048, 1.0f), recv(2048, kSentinel);
     auto t0 = Clock::now();
-    braidResult_t rc = braidAllReduce(in.data(), recv.data(), odd ? 2048 : 1024, braidFloat32,
-                                      braidSum, comm);
+    braidResult_t rc =
+        braidAllReduce(in.data(), recv.data(), odd ? 2048 : 1024, braidFloat32, braidSum, comm);
     if (int e = ExpectMismatch(rc, comm, rank, t0, {"count=1024", "count=2048", "#0"}, recv))
       return e;
     t0 = Clock::now();
     rc = braidAllReduce(in.data(), recv.data(), 1024, odd ? braidInt32 : braidFloat32, braidSum,
                         comm);
-    if (int e = ExpectMismatch(rc, comm, rank, t0, {"int32, sum", "float, sum", "#1"}, recv)) return e;
+    if (int e = ExpectMismatch(rc, comm, rank, t0, {"int32, sum", "float, sum", "#1"}, recv))
+      return e;
     t0 = Clock::now();
-    rc = braidAllReduce(in.data(), recv.data(), 1024, braidFloat32, odd ? braidMax : braidSum,
-                        comm);
+    rc =
+        braidAllReduce(in.data(), recv.data(), 1024, braidFloat32, odd ? braidMax : braidSum, comm);
     if (int e = ExpectMismatch(rc, comm, rank, t0, {"max", "sum", "#2"}, recv)) return e;
     t0 = Clock::now();
     rc = braidAllGather(in.data(), recv.data(), odd ? 3 : 2, braidFloat32, comm);
-    if (int e = ExpectMismatch(rc, comm, rank, t0, {"allgather(count=3", "allgather(count=2"},
-                               recv))
+    if (int e =
+            ExpectMismatch(rc, comm, rank, t0, {"allgather(count=3", "allgather(count=2"}, recv))
       return e;
     return StillUsable(comm, rank, n);
   });

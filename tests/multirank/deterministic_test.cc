@@ -33,8 +33,9 @@ int Mismatch(const char* what, int rank, size_t i, float got, float want) {
   uint32_t g, w;
   std::memcpy(&g, &got, 4);
   std::memcpy(&w, &want, 4);
-  std::fprintf(stderr, "[rank %d] %s: element %zu is %.9g (0x%08x), rank-order fold %.9g (0x%08x)\n",
-               rank, what, i, got, g, want, w);
+  std::fprintf(stderr,
+               "[rank %d] %s: element %zu is %.9g (0x%08x), rank-order fold %.9g (0x%08x)\n", rank,
+               what, i, got, g, want, w);
   return 1;
 }
 

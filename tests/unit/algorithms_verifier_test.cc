@@ -151,9 +151,8 @@ INSTANTIATE_TEST_SUITE_P(Builtin, AlgorithmVerify, ::testing::ValuesIn(kCases), 
 TEST(AlgorithmRegistry, NamesAndLookup) {
   std::vector<std::string> names;
   for (const Algorithm* a : AllAlgorithms()) names.push_back(a->name());
-  EXPECT_EQ(names,
-            (std::vector<std::string>{"ring", "rd", "tree", "bruck", "pairwise", "dissemination",
-                                      "ordered"}));
+  EXPECT_EQ(names, (std::vector<std::string>{"ring", "rd", "tree", "bruck", "pairwise",
+                                             "dissemination", "ordered"}));
   EXPECT_EQ(FindAlgorithm("ring"), AllAlgorithms()[0]);
   EXPECT_EQ(FindAlgorithm("nope"), nullptr);
   EXPECT_STREQ(CollKindName(CollKind::kReduceScatter), "reducescatter");
