@@ -90,7 +90,8 @@ braidResult_t braidCommInitRankConfig(braidComm_t* comm, int nranks, braidUnique
     braidComm* raw = ref.get();
     UniqueIdData data = *id;
     CommOptions o = *opts;
-    // The thread only touches the communicator, which joins it on destruction.
+    // The thread only touches the communicator, which joins it on destruction. Abort and destroy
+    // stop it first (braidComm::abortInit), so joining it takes milliseconds, not the deadline.
     raw->initThread() = std::thread([raw, data, rank, nranks, o] {
       Status st = raw->init(data, rank, nranks, o);
       if (st.ok()) {
@@ -128,6 +129,9 @@ braidResult_t braidCommDestroy(braidComm_t comm) {
   if (!ref)
     return Fail(
         InvalidUsage("braidCommDestroy: the communicator handle is not live (destroyed twice?)"));
+  // A pending init is stopped rather than waited for: destroy returns within 2 s from any state,
+  // and the communicator is released either way. (An init past its last wait completes.)
+  if (ref->state() == braidComm::State::kInitializing) ref->abortInit();
   if (ref->initThread().joinable()) ref->initThread().join();
   Status st;
   if (ref->state() == braidComm::State::kReady) {
@@ -145,9 +149,14 @@ braidResult_t braidCommAbort(braidComm_t comm) {
   if (!comm) return Fail(InvalidArgument("braidCommAbort: comm is NULL"));
   CommRef ref = UnregisterComm(comm);
   if (!ref) return Fail(InvalidUsage("braidCommAbort: the communicator handle is not live"));
+  // A pending non-blocking init stops waiting within kAbortCheckMs of abortInit(); joined here, so
+  // that its thread, sockets and segments are gone when we return (and before abort() reads
+  // what the init wrote). An init that completed meanwhile has its engine stopped by abort().
+  ref->abortInit();
+  if (ref->initThread().joinable()) ref->initThread().join();
   ref->abort();
-  // A concurrent non-blocking init is bounded by its own deadline; the communicator (and the
-  // join) is released by whoever drops the last reference.
+  // Released now, unless a concurrent call (braidCommGetAsyncError ...) still holds a reference.
+  ref.reset();
   return braidSuccess;
 }
 

@@ -33,6 +33,24 @@ int64_t MsSince(Clock::time_point t) {
   return std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t).count();
 }
 
+// A wait that ended because its deadline was aborted (braidCommAbort or braidCommDestroy of a
+// pending init) reports kTimeout from the socket layer; it is an abort.
+Status AbortedIf(const Deadline& deadline, Status st) {
+  if (!st.ok() && st.cls() == ErrorClass::kTimeout && deadline.aborted())
+    return AbortedError(st.message());
+  return st;
+}
+
+// Sleeps until `until`, or until `deadline` expires or is aborted, whichever comes first.
+void SleepUntil(Clock::time_point until, const Deadline& deadline) {
+  while (!deadline.expired()) {
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - Clock::now()).count();
+    if (left <= 0) return;
+    std::this_thread::sleep_for(
+        std::chrono::milliseconds(std::min<int64_t>(left, deadline.remainingMs())));
+  }
+}
+
 ErrorClass ClassFromWire(uint32_t v) {
   switch (v) {
     case static_cast<uint32_t>(ErrorClass::kSystem):
@@ -66,12 +84,12 @@ class BootstrapImpl final : public Bootstrap {
     auto start = Clock::now();
     uint32_t wait_ms = wire::kWaitForever;
     if (deadline.at() != Clock::time_point::max())
-      wait_ms = static_cast<uint32_t>(deadline.remainingMs(static_cast<int>(1u << 30)));
+      wait_ms = static_cast<uint32_t>(deadline.msLeft(static_cast<int>(1u << 30)));
     std::string frame = wire::MakeFrame(wire::kGather, wait_ms, std::string(mine));
     Status st = SendAll(fd_.get(), frame.data(), frame.size(), deadline);
-    if (!st.ok()) return Broken(st, start);
+    if (!st.ok()) return Broken(AbortedIf(deadline, st), start);
     auto reply = ReadFrame(deadline);
-    if (!reply.ok()) return Broken(reply.status(), start);
+    if (!reply.ok()) return Broken(AbortedIf(deadline, reply.status()), start);
     const wire::Header& h = reply->first;
     const std::string& payload = reply->second;
     if (h.tag != wire::kReply || h.arg != static_cast<uint32_t>(nranks_))
@@ -147,6 +165,11 @@ class BootstrapImpl final : public Bootstrap {
     if (!st.message().empty() && st.message()[0] == '\x01') {
       // The root's message already names the problem ("bootstrap: nranks mismatch ...").
       broken_ = Status::Error(st.cls(), st.message().substr(1));
+    } else if (st.cls() == ErrorClass::kAborted) {
+      // Not the root's fault: this rank stopped waiting for it (and so for the other ranks).
+      broken_ = AbortedError(who + "allGather round " + std::to_string(round_) + " aborted after " +
+                             SecondsText(MsSince(start)) + " of waiting for the root at " + root_ +
+                             " (and so for the other ranks)");
     } else if (st.cls() == ErrorClass::kTimeout) {
       broken_ =
           TimeoutError(who + "allGather round " + std::to_string(round_) + " timed out after " +
@@ -198,15 +221,14 @@ Result<std::unique_ptr<Bootstrap>> Bootstrap::Connect(const UniqueIdData& id, in
   Status last = RemoteError("no attempt");
   while (!deadline.expired()) {
     // One attempt is bounded too, so a root that comes up late is found soon after.
-    Deadline attempt = Deadline::After(std::min(2000, deadline.remainingMs()));
-    if (attempt.at() > deadline.at()) attempt = deadline;
+    Deadline attempt = deadline.within(2000);
     auto fd = ConnectWithDeadline(id.root, attempt);
     if (fd.ok()) {
-      Status hs = HandshakeClient(fd->get(), secret, hello, deadline);
+      Status hs = AbortedIf(deadline, HandshakeClient(fd->get(), secret, hello, deadline));
       if (hs.ok()) {
         auto impl = std::make_unique<BootstrapImpl>(std::move(*fd), rank, nranks, root, id.nonce);
         auto reg = impl->ReadFrame(deadline);
-        if (!reg.ok()) return impl->Broken(reg.status(), start);
+        if (!reg.ok()) return impl->Broken(AbortedIf(deadline, reg.status()), start);
         if (reg->first.tag != wire::kRegistered || reg->second.size() != 16 ||
             reg->first.arg != static_cast<uint32_t>(nranks))
           return RemoteError(who + "unexpected answer from the root at " + root);
@@ -217,6 +239,8 @@ Result<std::unique_ptr<Bootstrap>> Bootstrap::Connect(const UniqueIdData& id, in
         return std::unique_ptr<Bootstrap>(std::move(impl));
       }
       if (hs.cls() != ErrorClass::kRemote || ++handshake_failures > kMaxHandshakeRetries) {
+        if (hs.cls() == ErrorClass::kAborted)
+          return AbortedError(who + "aborted while authenticating with the root at " + root);
         if (hs.cls() == ErrorClass::kTimeout)
           return TimeoutError(who + "the root at " + root + " did not complete authentication " +
                               "within the deadline");
@@ -230,10 +254,13 @@ Result<std::unique_ptr<Bootstrap>> Bootstrap::Connect(const UniqueIdData& id, in
       last = fd.status();
       if (last.cls() == ErrorClass::kSystem) return Status(last).prepend(who);
     }
-    int sleep_ms = std::min(backoff_ms, deadline.remainingMs());
-    if (sleep_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(sleep_ms));
+    SleepUntil(Clock::now() + std::chrono::milliseconds(backoff_ms), deadline);
     backoff_ms = std::min(backoff_ms * 2, 500);
   }
+  if (deadline.aborted())
+    return AbortedError(who + "aborted after " + SecondsText(MsSince(start)) +
+                        " of trying to reach the root at " + root +
+                        " (last error: " + last.message() + ")");
   return TimeoutError(who + "root " + root + " unreachable for " + SecondsText(MsSince(start)) +
                       " (last error: " + last.message() +
                       "): is the process that called braidGetUniqueId running, and is that "

@@ -51,7 +51,9 @@ std::array<uint8_t, 32> DeriveSecret(const std::vector<uint8_t>& configured);
 // checks: a service ends once all its ranks closed, or at its deadline).
 int RendezvousServicesRunning();
 
-// A rank's side of the rendezvous.
+// A rank's side of the rendezvous. Every call waits at most until its deadline; when that
+// deadline is aborted (Deadline::abortableBy), the call returns an Aborted status within
+// kAbortCheckMs and the object is broken for good.
 class Bootstrap {
  public:
   // Connects (retrying until `deadline` while the service is not up yet), authenticates, and

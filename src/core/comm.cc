@@ -122,6 +122,9 @@ using namespace braid;
 braidComm::braidComm() = default;
 
 braidComm::~braidComm() {
+  // Nobody can use this communicator any more: a pending init stops instead of running out its
+  // deadline.
+  abortInit();
   if (init_thread_.joinable()) init_thread_.join();
   engine_.reset();     // joins the progress thread before the endpoints it uses go away
   endpoints_.clear();  // before the transports that made them
@@ -138,16 +141,27 @@ Status braidComm::init(const UniqueIdData& id, int rank, int nranks, const CommO
     loopback_root_ = (ntohl(in->sin_addr.s_addr) >> 24) == 127;
   }
   SetLogRank(rank);
-  Deadline deadline = Deadline::After(opts_.config.timeout_ms);
+  // Abortable: braidCommAbort / braidCommDestroy of a pending init end every wait below within
+  // kAbortCheckMs instead of the BRAID_TIMEOUT the deadline allows.
+  Deadline deadline = Deadline::After(opts_.config.timeout_ms).abortableBy(&init_aborted_);
+  // Once the init was aborted, whatever wait ended did so because of it (a wait that is not
+  // abortable reports a timeout or the peer's reaction).
+  auto failed = [this](Status st) {
+    if (!init_aborted_.load(std::memory_order_acquire) || st.cls() == ErrorClass::kAborted)
+      return st;
+    return AbortedError(st.message() +
+                        " (the init was aborted by braidCommAbort or braidCommDestroy)");
+  };
   auto bs = Bootstrap::Connect(id, rank, nranks, deadline);
   if (!bs.ok())
-    return Status(bs.status())
-        .prepend("rank " + std::to_string(rank) + "/" + std::to_string(nranks) + ": init: ");
+    return failed(
+        Status(bs.status())
+            .prepend("rank " + std::to_string(rank) + "/" + std::to_string(nranks) + ": init: "));
   // The service's nonce names this communicator (ids built from the environment carry none).
   tag_ = HexOf((*bs)->commNonce().data(), 8);
   Status st = exchangeRankInfo(**bs, deadline);
   if (st.ok()) st = connectTransports(**bs, deadline);
-  if (!st.ok()) return st.prepend(where() + ": init: ");
+  if (!st.ok()) return failed(st.prepend(where() + ": init: "));
 
   auto tuner = Tuner::Create(opts_.config.algo, nranks_, LinkModel{}, &layout_);
   if (!tuner.ok()) return Status(tuner.status()).prepend(where() + ": BRAID_ALGO: ");
@@ -354,6 +368,10 @@ bool braidComm::runInline(Operation& op) {
   return engine_->tryRunInline(op);
 }
 
+bool braidComm::runInline(const std::vector<std::shared_ptr<Operation>>& ops) {
+  return engine_->tryRunInline(ops);
+}
+
 std::string braidComm::debugState(Deadline deadline) const {
   if (!engine_) return where() + ": not initialised\n";
   return engine_->debugState(deadline);
@@ -383,6 +401,13 @@ void braidComm::abortOperations(const Status& reason) {
 }
 
 void braidComm::abort() {
+  abortInit();
+  // During the init its thread owns the members (where() reads them) and there is no engine
+  // to stop yet: record the abort only. kReady is stored after the engine exists.
+  if (state() == State::kInitializing) {
+    setAsyncError(AbortedError("communicator aborted (braidCommAbort) during its init"));
+    return;
+  }
   Status reason = AbortedError("communicator aborted (braidCommAbort) on " + where());
   setAsyncError(reason);
   if (engine_) engine_->abort(reason);

@@ -78,13 +78,20 @@ struct braidComm {
   void submit(std::shared_ptr<braid::Operation> op);
   // Runs `op` now on this thread if the engine is idle (see Engine::tryRunInline).
   bool runInline(braid::Operation& op);
+  // The same for a batch of operations that run at once (see Engine::tryRunInline).
+  bool runInline(const std::vector<std::shared_ptr<braid::Operation>>& ops);
   // Waits for every submitted operation (bounded by the communicator's timeout); returns the
   // sticky error, if any.
   Status finalize();
   // Waits for every submitted operation; a Timeout status only when they did not finish.
   Status drain();
-  // Stops everything now (any thread).
+  // Stops everything now (any thread). During an init it only stops the init's waits (see
+  // abortInit) and records the abort; the caller then joins the init thread, if any.
   void abort();
+  // Stops a pending init from any thread: every wait of init() is bounded by a deadline bound to
+  // this flag (Deadline::abortableBy), so init() fails with braidErrAborted within about
+  // kAbortCheckMs and its thread can be joined at once (braidCommAbort / braidCommDestroy).
+  void abortInit() { init_aborted_.store(true, std::memory_order_release); }
 
   // Pre-multiplied sum operators.
   int addPreMulOp(const braid::PreMulOp& op);
@@ -127,6 +134,7 @@ struct braidComm {
 
   std::atomic<State> state_{State::kInitializing};
   std::thread init_thread_;
+  std::atomic<bool> init_aborted_{false};  // see abortInit()
   int rank_ = -1;
   int nranks_ = 0;
   int nchannels_ = 1;

@@ -70,11 +70,15 @@ HandshakeListener::~HandshakeListener() {
 
 Result<HandshakeListener::Connection> HandshakeListener::next(Deadline deadline) {
   std::unique_lock<std::mutex> lock(mu_);
-  auto have = [&] { return !ready_.empty(); };
-  if (deadline.at() == Clock::time_point::max())
-    ready_cv_.wait(lock, have);
-  else if (!ready_cv_.wait_until(lock, deadline.at(), have))
-    return TimeoutError(name_ + ": no authenticated connection arrived before the deadline");
+  while (ready_.empty()) {
+    if (deadline.aborted())
+      return AbortedError(name_ + ": aborted while waiting for an authenticated connection");
+    if (deadline.expired())
+      return TimeoutError(name_ + ": no authenticated connection arrived before the deadline");
+    // In slices of remainingMs(), so that an abortable deadline is seen within kAbortCheckMs;
+    // +1 so that a deadline due in under 1 ms does not spin.
+    ready_cv_.wait_for(lock, std::chrono::milliseconds(deadline.remainingMs() + 1));
+  }
   Connection c = std::move(ready_.front());
   ready_.pop_front();
   return c;

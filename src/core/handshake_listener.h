@@ -55,7 +55,7 @@ class HandshakeListener {
 
   const sockaddr_storage& address() const { return address_; }
   // The oldest authenticated connection not yet taken, waiting for one until `deadline`
-  // (TimeoutError then).
+  // (TimeoutError then; AbortedError within kAbortCheckMs once an abortable deadline is aborted).
   Result<Connection> next(Deadline deadline);
   // Connections dropped without being handed out (strangers, refused checks), for tests.
   uint64_t dropped() const { return dropped_.load(); }

@@ -398,11 +398,13 @@ Status TcpInstance::connect(const std::vector<int>& peers, const std::vector<std
           add("from " + peerName(peers[i]) + " channel " + std::to_string(c) +
               " (it never connected)");
       if (listed > 8) missing += "; and " + std::to_string(listed - 8) + " more";
-      return TimeoutError(
-          who + "connections not established within " +
-          SecondsText(
-              std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start).count()) +
-          ": " + missing);
+      const std::string waited = SecondsText(
+          std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start).count());
+      // braidCommAbort or braidCommDestroy of the pending init, not a peer's fault.
+      if (deadline.aborted())
+        return AbortedError(who + "connect aborted after " + waited +
+                            ", still waiting for: " + missing);
+      return TimeoutError(who + "connections not established within " + waited + ": " + missing);
     }
     auto now = Clock::now();
     Clock::time_point wake = std::min(deadline.at(), now + std::chrono::milliseconds(1000));
@@ -442,6 +444,9 @@ Status TcpInstance::connect(const std::vector<int>& peers, const std::vector<std
     }
     auto wait_ms = std::chrono::duration_cast<std::chrono::milliseconds>(wake - now).count();
     int timeout = static_cast<int>(std::clamp<int64_t>(wait_ms + 1, 0, 1000));
+    // An abortable deadline (a pending init that braidCommAbort may stop) is looked at again
+    // within kAbortCheckMs.
+    timeout = std::min(timeout, deadline.remainingMs(timeout) + 1);
     int n = ::poll(fds.data(), fds.size(), timeout);
     if (n < 0 && errno != EINTR) return SystemError(ErrnoMessage(who + "poll", errno));
     for (size_t k = 0; n > 0 && k < fds.size(); ++k) {
