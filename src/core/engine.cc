@@ -79,15 +79,14 @@ bool Engine::drain(Deadline deadline) {
                                 [&] { return queue_.empty() && !driving_ && !inline_busy_; });
 }
 
-bool Engine::tryRunInline(Operation& op) {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (inline_busy_ || driving_ || !queue_.empty() || stop_) return false;
-    inline_busy_ = true;
-  }
-  submitted_.fetch_add(1, std::memory_order_relaxed);
-  activate(&op, nullptr);
-  driveUntilIdle(false);
+bool Engine::beginInline() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (inline_busy_ || driving_ || !queue_.empty() || stop_) return false;
+  inline_busy_ = true;
+  return true;
+}
+
+void Engine::endInline() {
   {
     std::lock_guard<std::mutex> lock(mu_);
     inline_busy_ = false;
@@ -95,6 +94,23 @@ bool Engine::tryRunInline(Operation& op) {
   }
   report_cv_.notify_all();
   cv_.notify_one();  // operations queued meanwhile (non-blocking calls from another thread)
+}
+
+bool Engine::tryRunInline(Operation& op) {
+  if (!beginInline()) return false;
+  submitted_.fetch_add(1, std::memory_order_relaxed);
+  activate(&op, nullptr);
+  driveUntilIdle(false);
+  endInline();
+  return true;
+}
+
+bool Engine::tryRunInline(const std::vector<std::shared_ptr<Operation>>& ops) {
+  if (ops.size() > window_ || !beginInline()) return false;
+  submitted_.fetch_add(ops.size(), std::memory_order_relaxed);
+  for (const auto& op : ops) activate(op.get(), op);
+  driveUntilIdle(false);
+  endInline();
   return true;
 }
 

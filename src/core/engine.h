@@ -42,6 +42,9 @@ class Engine {
   // Runs `op` on the calling thread when nothing else is queued or running, and returns true
   // (the op is then complete).
   bool tryRunInline(Operation& op);
+  // The same for a batch that all runs at once (a group's operations, at most the window): on an
+  // idle engine the caller drives them all, in order, and returns true when all are complete.
+  bool tryRunInline(const std::vector<std::shared_ptr<Operation>>& ops);
   // Makes the running and all queued operations fail with `reason` as soon as possible.
   void abort(const Status& reason);
   // Blocks until every submitted operation has completed or `deadline`; true when all done.
@@ -54,6 +57,9 @@ class Engine {
 
  private:
   void threadMain();
+  // Claims the driver for a caller (false when the engine is busy), and gives it back.
+  bool beginInline();
+  void endInline();
   // Drives the active operations until none is left (admitting queued ones when `admit`).
   void driveUntilIdle(bool admit);
   // Moves queued operations into the window.
