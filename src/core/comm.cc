@@ -224,7 +224,8 @@ Status braidComm::exchangeRankInfo(Bootstrap& bs, Deadline deadline) {
   // ranks is common and harmless once it is reconciled).
   // Bounded as the configuration table bounds them (a corrupt or hostile field must not make
   // this rank open thousands of streams or use absurd chunks).
-  nchannels_ = static_cast<int>(std::clamp(std::strtol(fields[0][4].c_str(), nullptr, 10), 1L, 16L));
+  nchannels_ =
+      static_cast<int>(std::clamp(std::strtol(fields[0][4].c_str(), nullptr, 10), 1L, 16L));
   uint64_t chunk = std::strtoull(fields[0][5].c_str(), nullptr, 10);
   if (chunk < (4u << 10) || chunk > (64u << 20)) chunk = 0;  // out of range: use our own
   if (nchannels_ != c.nchannels || chunk != c.chunk_bytes || fields[0][6] != c.algo)
