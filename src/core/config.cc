@@ -23,7 +23,8 @@ const std::vector<ConfigVar>& ConfigTable() {
       {"BRAID_NCHANNELS", nullptr, "int", "2", "concurrent channels (streams per peer), 1..16"},
       {"BRAID_CHUNK_BYTES", nullptr, "bytes", "512K", "pipelining chunk size, 4K..64M"},
       {"BRAID_SHM_RING_BYTES", "NCCL_BUFFSIZE", "bytes", "1M",
-       "shared-memory ring per peer, channel and direction, 64K..256M"},
+       "largest shared-memory ring per peer, channel and direction, 64K..256M (an upper bound: "
+       "with many local ranks rings shrink, docs/scale.md)"},
       {"BRAID_HOSTID", nullptr, "string", "",
        "node identity override (emulated clusters); default hostname+boot id+netns"},
       {"BRAID_COMM_ID", "NCCL_COMM_ID", "string", "",

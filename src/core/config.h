@@ -21,7 +21,7 @@ struct Config {
   std::string debug_file;             // BRAID_DEBUG_FILE / NCCL_DEBUG_FILE
   int nchannels = 2;                  // BRAID_NCHANNELS
   uint64_t chunk_bytes = 512 * 1024;  // BRAID_CHUNK_BYTES
-  uint64_t shm_ring_bytes = 1 << 20;  // BRAID_SHM_RING_BYTES / NCCL_BUFFSIZE
+  uint64_t shm_ring_bytes = 1 << 20;  // BRAID_SHM_RING_BYTES / NCCL_BUFFSIZE (upper bound)
   std::string host_id;                // BRAID_HOSTID
   std::string comm_id;                // BRAID_COMM_ID / NCCL_COMM_ID
   std::string secret;                 // BRAID_SECRET

@@ -49,7 +49,7 @@ struct TransportContext {
   std::vector<uint8_t> secret;         // 32 bytes; authenticates every data connection
   std::string socket_ifname;           // BRAID_SOCKET_IFNAME ("" = automatic)
   bool all_on_one_host = false;        // then TCP may use loopback
-  size_t shm_ring_bytes = 1 << 20;     // BRAID_SHM_RING_BYTES: per endpoint, per direction
+  size_t shm_ring_bytes = 1 << 20;     // BRAID_SHM_RING_BYTES: upper bound per ring (shm_sizing.h)
   int tcp_sockets_per_channel = 1;     // reserved
   std::string doorbell_name;           // this rank's doorbell (see Doorbell in core/doorbell.h)
   std::vector<std::string> doorbells;  // every rank's doorbell name, indexed by rank

@@ -1,5 +1,5 @@
-// The shm transport's life around the endpoints: which peers it accepts, what it leaves in
-// /dev/shm, how it sizes segments against free space, and its blob format.
+// The shm transport's life around the endpoints: which peers it accepts, that it never names
+// anything in /dev/shm, how it sizes segments (budget, free space), and its blob format.
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/mman.h>
@@ -8,6 +8,8 @@
 
 #include <random>
 
+#include "transport/shm/shm_arena.h"
+#include "transport/shm/shm_sizing.h"
 #include "transport/shm/shm_transport.h"
 #include "transport_shm_harness.h"
 
@@ -21,14 +23,24 @@ TEST_F(ShmLifecycleTest, FactoryNameAndPriority) {
   EXPECT_EQ(ShmTransportFactory()->priority(), 200);
 }
 
-TEST_F(ShmLifecycleTest, NothingLeftInDevShmAfterFinishConnect) {
+TEST_F(ShmLifecycleTest, SegmentsAreNeverNamedInDevShm) {
   Group g;
   ASSERT_TRUE(CreateGroup({"A", "A", "A"}, 2, 64 << 10, &g).ok());
-  EXPECT_EQ(ShmEntries(g.tag).size(), 3u) << "one segment per rank";
-  ASSERT_TRUE(ConnectGroup(&g, /*finish=*/false).ok());
-  EXPECT_EQ(ShmEntries(g.tag).size(), 3u);
-  for (auto& i : g.inst) ASSERT_TRUE(i->finishConnect().ok());
   EXPECT_TRUE(ShmEntries(g.tag).empty()) << "a rank killed from now on leaves nothing behind";
+  for (int r = 0; r < 3; ++r) {
+    const std::string loc = shm::DecodeBlob(g.blobs[static_cast<size_t>(r)]).segment;
+    EXPECT_TRUE(shm::IsSegmentLocatorOf(loc, getpid())) << loc;
+    // The file lives in /dev/shm's file system (its size limit applies) without a name there.
+    struct stat by_loc, dir;
+    ASSERT_EQ(stat(loc.c_str(), &by_loc), 0) << loc;
+    ASSERT_EQ(stat("/dev/shm", &dir), 0);
+    EXPECT_EQ(by_loc.st_dev, dir.st_dev);
+    EXPECT_EQ(by_loc.st_nlink, 0u);
+  }
+  ASSERT_TRUE(ConnectGroup(&g, /*finish=*/false).ok());
+  EXPECT_TRUE(ShmEntries(g.tag).empty());
+  for (auto& i : g.inst) ASSERT_TRUE(i->finishConnect().ok());
+  EXPECT_TRUE(ShmEntries(g.tag).empty());
   // The mappings outlive the names.
   uint64_t v = 0x1234;
   ASSERT_EQ(*g.ep(2, 0, 1)->send(&v, sizeof(v)), sizeof(v));
@@ -41,39 +53,39 @@ TEST_F(ShmLifecycleTest, NothingLeftInDevShmAfterFinishConnect) {
   ASSERT_EQ(*g.ep(0, 1)->recv(&v, sizeof(v)), sizeof(v));
 }
 
-TEST_F(ShmLifecycleTest, NothingLeftWhenInitStopsBeforeFinishConnect) {
-  std::string tag;
-  {
-    Group g;
-    ASSERT_TRUE(CreateGroup({"A", "A"}, 1, 64 << 10, &g).ok());
-    tag = g.tag;
-    ASSERT_EQ(ShmEntries(tag).size(), 2u);
-    ASSERT_TRUE(ConnectGroup(&g, /*finish=*/false).ok());
+TEST_F(ShmLifecycleTest, SegmentsAreReservedUpFront) {
+  // Every page is allocated at create (a full /dev/shm fails init, never SIGBUS later).
+  Group g;
+  ASSERT_TRUE(CreateGroup({"A", "A", "A"}, 2, 1 << 20, &g).ok());
+  const shm::SegmentLayout l = shm::PlanSegment(1 << 20, 3, 2, uint64_t{1} << 40).layout;
+  for (const auto& blob : g.blobs) {
+    struct stat st;
+    ASSERT_EQ(stat(shm::DecodeBlob(blob).segment.c_str(), &st), 0);
+    EXPECT_EQ(static_cast<uint64_t>(st.st_size), l.totalBytes());
+    EXPECT_GE(static_cast<uint64_t>(st.st_blocks) * 512, l.totalBytes());
   }
-  EXPECT_TRUE(ShmEntries(tag).empty());
 }
 
 TEST_F(ShmLifecycleTest, SegmentIsPrivateToTheUser) {
   Group g;
   ASSERT_TRUE(CreateGroup({"A", "A"}, 1, 64 << 10, &g).ok());
-  auto names = ShmEntries(g.tag);
-  ASSERT_FALSE(names.empty());
   struct stat st;
-  ASSERT_EQ(stat(("/dev/shm/" + names[0]).c_str(), &st), 0);
+  ASSERT_EQ(stat(shm::DecodeBlob(g.blobs[0]).segment.c_str(), &st), 0);
   EXPECT_EQ(st.st_mode & 0777, 0600u);
   EXPECT_EQ(st.st_uid, geteuid());
 }
 
 TEST_F(ShmLifecycleTest, InsufficientSpaceIsSystemErrorWithRemedy) {
-  // 4 local ranks x 3 peers x 2 channels x (64 KiB + control) is ~1.6 MiB even at the minimum.
-  shm::SetShmFreeBytesForTesting(1 << 20);
+  // 4 local ranks x 3 peers x 2 channels: a page of header and controls and 2 pages for 6 rings
+  // of 1 KiB each, 48 KiB for the host even at the minimum.
+  shm::SetShmFreeBytesForTesting(16 << 10);
   Group g;
   Status st = CreateGroup({"A", "A", "A", "A"}, 2, 1 << 20, &g);
   ASSERT_FALSE(st.ok());
   EXPECT_EQ(st.cls(), ErrorClass::kSystem);
   const std::string& m = st.message();
   EXPECT_NE(m.find("rank 0"), std::string::npos) << m;
-  EXPECT_NE(m.find("/dev/shm has 1 MiB free, needs 2 MiB"), std::string::npos) << m;
+  EXPECT_NE(m.find("/dev/shm has 16 KiB free, needs 48 KiB"), std::string::npos) << m;
   EXPECT_NE(m.find("docker --shm-size"), std::string::npos) << m;
   EXPECT_NE(m.find("BRAID_NCHANNELS"), std::string::npos) << m;
   EXPECT_TRUE(ShmEntries(g.tag).empty());
@@ -106,17 +118,106 @@ TEST_F(ShmLifecycleTest, RingBytesRoundDownToPowerOfTwoWithinLimits) {
   Group g;
   ASSERT_TRUE(CreateGroup({"A", "A"}, 1, 100000, &g).ok());
   EXPECT_EQ(shm::DecodeBlob(g.blobs[0]).ring_bytes, 65536u);
-  Group h;
-  ASSERT_TRUE(CreateGroup({"A", "A"}, 1, 1000, &h).ok());
-  EXPECT_EQ(shm::DecodeBlob(h.blobs[0]).ring_bytes, 65536u) << "64 KiB minimum";
+  EXPECT_EQ(shm::RequestedRingBytes(1000), shm::kMinRingBytes);
+  EXPECT_EQ(shm::RequestedRingBytes(uint64_t{1} << 40), shm::kMaxRingBytes);
 }
 
-TEST_F(ShmLifecycleTest, FitRingBytes) {
-  EXPECT_EQ(shm::FitRingBytes(1 << 20, 1, 1, 100 << 20), 1u << 20);
-  EXPECT_EQ(shm::FitRingBytes((1 << 20) + 5, 1, 1, 100 << 20), 1u << 20);
-  EXPECT_EQ(shm::FitRingBytes(1 << 20, 1, 1, 1 << 20), 512u << 10);
-  EXPECT_EQ(shm::FitRingBytes(1 << 20, 7, 4, 1 << 20), 0u);
-  EXPECT_EQ(shm::FitRingBytes(uint64_t{1} << 40, 1, 1, uint64_t{1} << 40), shm::kMaxRingBytes);
+constexpr uint64_t kLots = uint64_t{1} << 40;  // free space that never limits
+
+TEST_F(ShmLifecycleTest, SmallJobsKeepTheRequestedRingForEveryPair) {
+  // 18 ranks x 17 peers x 3 lanes x 1 MiB = 918 MiB: within the budget, so uniform rings.
+  for (uint32_t n : {2u, 8u, 18u}) {
+    const shm::SegmentPlan p = shm::PlanSegment(1 << 20, n, 3, kLots);
+    EXPECT_EQ(p.layout.ring_bytes, 1u << 20) << n;
+    EXPECT_EQ(p.layout.arena_bytes, uint64_t{n - 1} * 3 * (1 << 20)) << n;
+    EXPECT_FALSE(p.below_request);
+  }
+}
+
+TEST_F(ShmLifecycleTest, ManyRanksShareTheHostBudget) {
+  for (uint32_t n : {19u, 32u, 64u, 128u, 256u}) {
+    const shm::SegmentPlan p = shm::PlanSegment(1 << 20, n, 3, kLots);
+    const shm::SegmentLayout& l = p.layout;
+    EXPECT_TRUE(p.below_request) << n;
+    EXPECT_FALSE(p.short_of_space) << n;
+    EXPECT_LE(n * l.totalBytes(), shm::kHostSegmentBudgetBytes) << n;
+    EXPECT_GT(n * l.totalBytes(), shm::kHostSegmentBudgetBytes - n * shm::kPageBytes) << n;
+    EXPECT_EQ(l.totalBytes() % shm::kPageBytes, 0u) << "tmpfs counts whole pages";
+    // Every ring can get the minimum, and kFullSizeRings of them the full ring size.
+    EXPECT_GE(l.arena_bytes, l.nrings() * l.min_ring_bytes +
+                                 shm::kFullSizeRings * (l.ring_bytes - l.min_ring_bytes))
+        << n;
+    // About half of the arena for the minimum.
+    EXPECT_LE(2 * l.nrings() * l.min_ring_bytes, l.arena_bytes) << n;
+    EXPECT_GT(4 * l.nrings() * l.min_ring_bytes, l.arena_bytes) << n;
+    EXPECT_LE(l.ring_bytes, 1u << 20);
+  }
+  EXPECT_EQ(shm::PlanSegment(1 << 20, 32, 3, kLots).layout.ring_bytes, 1u << 20);
+  EXPECT_EQ(shm::PlanSegment(1 << 20, 256, 3, kLots).layout.ring_bytes, 128u << 10);
+  EXPECT_EQ(shm::PlanSegment(1 << 20, 256, 3, kLots).layout.min_ring_bytes, 2u << 10);
+}
+
+TEST_F(ShmLifecycleTest, HostBoundHoldsAtAnyScaleAndFreeSpaceIsHard) {
+  for (uint32_t n = 2; n <= 1024; n = n * 3 / 2 + 1)
+    for (uint32_t lanes : {1u, 3u, 17u}) {
+      const shm::SegmentPlan p = shm::PlanSegment(1 << 20, n, lanes, kLots);
+      ASSERT_NE(p.layout.nslots, 0u);
+      EXPECT_LE(n * p.layout.totalBytes(), shm::HostSegmentBytesBound(n, lanes)) << n;
+    }
+  // At 2048 ranks the minimum rings alone exceed the budget: the bound says by how much.
+  EXPECT_GT(shm::HostSegmentBytesBound(2048, 3), shm::kHostSegmentBudgetBytes);
+  // Free space shrinks what the budget would give, down to nothing.
+  const shm::SegmentPlan p = shm::PlanSegment(1 << 20, 8, 3, 64 << 20);
+  EXPECT_TRUE(p.short_of_space);
+  EXPECT_LE(8 * p.layout.totalBytes(), uint64_t{64} << 20);
+  EXPECT_EQ(shm::PlanSegment(1 << 20, 8, 3, 64 << 10).layout.nslots, 0u);
+}
+
+TEST_F(ShmLifecycleTest, ArenaClaimsGiveTheFirstRingsTheFullSizeAndEveryRingTheMinimum) {
+  {
+    // A minimum of 2 units: 6 rings, 24 units, full 8: 8, 8 (then 8 left, owed to the 4 others),
+    // then 2 each.
+    shm::SegmentLayout l{6, 1, 8 * shm::kMinRingBytes, 24 * shm::kMinRingBytes,
+                         2 * shm::kMinRingBytes};
+    shm::ArenaControl arena;
+    arena.state.store(shm::ArenaInitialState(l.nrings()));
+    std::vector<uint64_t> got;
+    for (int i = 0; i < 6; ++i) {
+      auto a = shm::ClaimRingArea(&arena, l);
+      ASSERT_TRUE(a.ok()) << i;
+      got.push_back(a->bytes / shm::kMinRingBytes);
+    }
+    EXPECT_EQ(got, (std::vector<uint64_t>{8, 8, 2, 2, 2, 2}));
+    EXPECT_FALSE(shm::IsValidRingArea({l.arenaOffset(), shm::kMinRingBytes}, l)) << "below min";
+  }
+  // 10 rings, an arena of 40 units, full rings of 8: after 4 full rings (32 units) the other 6
+  // are owed one unit each, so the fifth may take 3 (rounded down to 2), the sixth 2, the rest 1.
+  shm::SegmentLayout l{10, 1, 8 * shm::kMinRingBytes, 40 * shm::kMinRingBytes};
+  shm::ArenaControl arena;
+  arena.state.store(shm::ArenaInitialState(l.nrings()));
+  std::vector<uint64_t> got;
+  uint64_t next = l.arenaOffset();
+  for (int i = 0; i < 10; ++i) {
+    auto a = shm::ClaimRingArea(&arena, l);
+    ASSERT_TRUE(a.ok()) << i << ": " << a.status().message();
+    EXPECT_EQ(a->offset, next);
+    EXPECT_TRUE(shm::IsValidRingArea(*a, l));
+    next += a->bytes;
+    got.push_back(a->bytes / shm::kMinRingBytes);
+  }
+  EXPECT_EQ(got, (std::vector<uint64_t>{8, 8, 8, 8, 2, 2, 1, 1, 1, 1}));
+  EXPECT_EQ(next, l.totalBytes());
+  auto extra = shm::ClaimRingArea(&arena, l);
+  ASSERT_FALSE(extra.ok()) << "more claims than rings: corrupt";
+  // Areas a writer could publish that a reader must refuse.
+  EXPECT_FALSE(shm::IsValidRingArea({l.arenaOffset(), 16 * shm::kMinRingBytes}, l));
+  EXPECT_FALSE(shm::IsValidRingArea({l.arenaOffset() + 8, shm::kMinRingBytes}, l));
+  EXPECT_FALSE(shm::IsValidRingArea({l.arenaOffset(), 3 * shm::kMinRingBytes}, l));
+  EXPECT_FALSE(shm::IsValidRingArea({0, shm::kMinRingBytes}, l));
+  EXPECT_FALSE(shm::IsValidRingArea({l.totalBytes(), shm::kMinRingBytes}, l));
+  EXPECT_FALSE(
+      shm::IsValidRingArea({l.totalBytes() - shm::kMinRingBytes, 2 * shm::kMinRingBytes}, l));
+  EXPECT_TRUE(shm::IsValidRingArea({l.totalBytes() - shm::kMinRingBytes, shm::kMinRingBytes}, l));
 }
 
 TEST_F(ShmLifecycleTest, CanConnectOnlyOnTheSameHost) {
@@ -144,7 +245,8 @@ TEST_F(ShmLifecycleTest, CanConnectOnlyOnTheSameHost) {
 TEST_F(ShmLifecycleTest, LoneRankCreatesNoSegment) {
   Group g;
   ASSERT_TRUE(CreateGroup({"A", "A", "B"}, 1, 64 << 10, &g).ok());
-  EXPECT_EQ(ShmEntries(g.tag).size(), 2u);
+  EXPECT_FALSE(shm::DecodeBlob(g.blobs[0]).segment.empty());
+  EXPECT_FALSE(shm::DecodeBlob(g.blobs[1]).segment.empty());
   EXPECT_TRUE(shm::DecodeBlob(g.blobs[2]).valid);
   EXPECT_TRUE(shm::DecodeBlob(g.blobs[2]).segment.empty());
   for (int p : {0, 1}) {
@@ -181,7 +283,7 @@ TEST_F(ShmLifecycleTest, CanConnectNeedsMatchingNamespacesAndValidBlobs) {
 TEST_F(ShmLifecycleTest, BlobRoundTripAndMalformedInput) {
   shm::ShmBlob b;
   b.valid = true;
-  b.segment = "/braid-x-r1-p2-n3";
+  b.segment = "/proc/4242/fd/7";
   b.ring_bytes = 1 << 20;
   b.pid = 4242;
   b.host_id = "host:with:colons;and\nnewline";
@@ -240,14 +342,50 @@ TEST_F(ShmLifecycleTest, StaleSegmentsOfDeadProcessesAreRemoved) {
 TEST_F(ShmLifecycleTest, ConnectReportsAVanishedSegment) {
   Group g;
   ASSERT_TRUE(CreateGroup({"A", "A"}, 1, 64 << 10, &g).ok());
-  // Rank 1's segment disappears before rank 0 maps it (e.g. rank 1 already failed init).
-  shm_unlink(shm::DecodeBlob(g.blobs[1]).segment.c_str());
+  // Rank 1 closes the descriptor behind its locator before rank 0 maps it (e.g. rank 1 already
+  // failed init).
+  g.inst[1].reset();
   std::vector<std::vector<std::unique_ptr<Endpoint>>> out;
   Status st = g.inst[0]->connect({1}, g.blobs, Deadline::After(5000), &out);
   ASSERT_FALSE(st.ok());
   EXPECT_EQ(st.cls(), ErrorClass::kSystem);
   EXPECT_NE(st.message().find("rank 1"), std::string::npos) << st.message();
   EXPECT_TRUE(out.empty());
+}
+
+TEST_F(ShmLifecycleTest, ConnectOpensOnlyTheSegmentOfThePeerItNames) {
+  Group g, other;
+  ASSERT_TRUE(CreateGroup({"A", "A"}, 1, 64 << 10, &g).ok());
+  ASSERT_TRUE(CreateGroup({"A", "A"}, 1, 64 << 10, &other).ok());
+  auto connect_with = [&](const std::string& blob1) {
+    auto blobs = g.blobs;
+    blobs[1] = blob1;
+    std::vector<std::vector<std::unique_ptr<Endpoint>>> out;
+    return g.inst[0]->connect({1}, blobs, Deadline::After(5000), &out);
+  };
+  // Only /proc/<its pid>/fd/<n> is ever opened on a peer's word.
+  for (const char* bad : {"/etc/passwd", "/proc/1/fd/0", "/proc/self/fd/3"}) {
+    shm::ShmBlob b = shm::DecodeBlob(g.blobs[1]);
+    b.segment = bad;
+    Status st = connect_with(shm::EncodeBlob(b));
+    ASSERT_FALSE(st.ok()) << bad;
+    EXPECT_EQ(st.cls(), ErrorClass::kRemote) << st.message();
+  }
+  {
+    shm::ShmBlob b = shm::DecodeBlob(g.blobs[1]);
+    b.segment = "/proc/" + std::to_string(getpid()) + "/fd/007";
+    EXPECT_FALSE(connect_with(shm::EncodeBlob(b)).ok()) << "one spelling per descriptor";
+  }
+  // A segment of this process, but of another communicator, or of another rank.
+  Status st = connect_with(other.blobs[1]);
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("not rank 1's segment of this communicator"), std::string::npos)
+      << st.message();
+  shm::ShmBlob b = shm::DecodeBlob(g.blobs[1]);
+  b.segment = shm::DecodeBlob(g.blobs[0]).segment;
+  st = connect_with(shm::EncodeBlob(b));
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("not rank 1's segment"), std::string::npos) << st.message();
 }
 
 }  // namespace

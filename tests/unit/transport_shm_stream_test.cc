@@ -5,6 +5,8 @@
 #include <thread>
 #include <vector>
 
+#include "transport/shm/shm_sizing.h"
+#include "transport/shm/shm_transport.h"
 #include "transport_shm_harness.h"
 
 namespace braid::shm_test {
@@ -265,30 +267,28 @@ TEST_F(ShmStreamTest, SixtyFourMiBThroughSmallRingWithSleepingSides) {
   EXPECT_EQ(timeouts.load(), 0);
 }
 
-TEST_F(ShmStreamTest, BothDirectionsConcurrentlyOnManyChannels) {
-  Group g;
-  ASSERT_TRUE(BuildGroup({"A", "A", "A"}, 2, kRing, &g).ok());
-  // Six independent streams (every ordered pair, channel 1), each its own writer and reader
-  // threads, spinning with yields (arm/disarm of one endpoint are not shared across threads).
+// Every ordered pair of `n` ranks streams `total` bytes on `channel` at once, each stream with its
+// own writer and reader threads, spinning with yields (arm/disarm of one endpoint are not shared
+// across threads). Returns the number of streams that failed.
+int AllPairsConcurrently(Group& g, int n, int channel, uint64_t total) {
   std::vector<std::thread> threads;
   std::atomic<int> errors{0};
-  const uint64_t total = 8 << 20;
-  for (int a = 0; a < 3; ++a)
-    for (int b = 0; b < 3; ++b) {
+  for (int a = 0; a < n; ++a)
+    for (int b = 0; b < n; ++b) {
       if (a == b) continue;
-      Endpoint* tx = g.ep(a, b, 1);
-      Endpoint* rx = g.ep(b, a, 1);
+      Endpoint* tx = g.ep(a, b, channel);
+      Endpoint* rx = g.ep(b, a, channel);
       threads.emplace_back([&, a, b, tx] {
         std::vector<std::byte> buf(7777);
         uint64_t sent = 0;
         auto deadline = steady_clock::now() + std::chrono::seconds(60);
         while (sent < total && steady_clock::now() < deadline) {
           size_t want = std::min<uint64_t>(buf.size(), total - sent);
-          for (size_t i = 0; i < want; ++i) buf[i] = PatternByte(sent + i, uint64_t(a * 3 + b));
-          auto n = tx->send(buf.data(), want);
-          if (!n.ok()) break;
-          sent += *n;
-          if (*n == 0) std::this_thread::yield();
+          for (size_t i = 0; i < want; ++i) buf[i] = PatternByte(sent + i, uint64_t(a * n + b));
+          auto k = tx->send(buf.data(), want);
+          if (!k.ok()) break;
+          sent += *k;
+          if (*k == 0) std::this_thread::yield();
         }
         if (sent != total) ++errors;
       });
@@ -297,21 +297,52 @@ TEST_F(ShmStreamTest, BothDirectionsConcurrentlyOnManyChannels) {
         uint64_t got = 0;
         auto deadline = steady_clock::now() + std::chrono::seconds(60);
         while (got < total && steady_clock::now() < deadline) {
-          auto n = rx->recv(buf.data(), buf.size());
-          if (!n.ok()) break;
-          for (size_t i = 0; i < *n; ++i)
-            if (buf[i] != PatternByte(got + i, uint64_t(a * 3 + b))) {
+          auto k = rx->recv(buf.data(), buf.size());
+          if (!k.ok()) break;
+          for (size_t i = 0; i < *k; ++i)
+            if (buf[i] != PatternByte(got + i, uint64_t(a * n + b))) {
               ++errors;
               return;
             }
-          got += *n;
-          if (*n == 0) std::this_thread::yield();
+          got += *k;
+          if (*k == 0) std::this_thread::yield();
         }
         if (got != total) ++errors;
       });
     }
   for (auto& t : threads) t.join();
-  EXPECT_EQ(errors.load(), 0);
+  return errors.load();
+}
+
+TEST_F(ShmStreamTest, BothDirectionsConcurrentlyOnManyChannels) {
+  Group g;
+  ASSERT_TRUE(BuildGroup({"A", "A", "A"}, 2, kRing, &g).ok());
+  EXPECT_EQ(AllPairsConcurrently(g, 3, 1, 8 << 20), 0);
+}
+
+TEST_F(ShmStreamTest, MinimumRingsCarryOddSizesBothWays) {
+  // Free space for minimum rings only: every ring claims 1 KiB, so data wraps constantly.
+  shm::SetShmFreeBytesForTesting(static_cast<int64_t>(3 * shm::MinimumSegmentBytes(3, 2)));
+  Group g;
+  ASSERT_TRUE(BuildGroup({"A", "A", "A"}, 2, 1 << 20, &g).ok());
+  for (auto& b : g.blobs) EXPECT_EQ(shm::DecodeBlob(b).ring_bytes, shm::kMinRingBytes);
+  PumpOddSizes(g.ep(0, 2, 1), g.ep(2, 0, 1), 200000, 11);
+  PumpOddSizes(g.ep(2, 0, 1), g.ep(0, 2, 1), 200000, 12);
+  std::vector<std::byte> big(8192);
+  auto n = g.ep(1, 0, 0)->send(big.data(), big.size());
+  ASSERT_TRUE(n.ok());
+  EXPECT_EQ(*n, shm::kMinRingBytes);
+}
+
+TEST_F(ShmStreamTest, RingsClaimedConcurrentlyFromSharedArenas) {
+  // Arenas sized by free space (rings of 32 KiB): 3 writer threads claim from each reader's arena
+  // at once, on both channels.
+  const uint64_t seg = shm::MinimumSegmentBytes(4, 2) + 3 * (64 << 10);
+  shm::SetShmFreeBytesForTesting(static_cast<int64_t>(4 * seg));
+  Group g;
+  ASSERT_TRUE(BuildGroup({"A", "A", "A", "A"}, 2, 1 << 20, &g).ok());
+  EXPECT_EQ(AllPairsConcurrently(g, 4, 0, 2 << 20), 0);
+  EXPECT_EQ(AllPairsConcurrently(g, 4, 1, 2 << 20), 0);
 }
 
 TEST_F(ShmStreamTest, SleepingReaderIsWokenByWriter) {

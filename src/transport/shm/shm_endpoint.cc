@@ -2,6 +2,7 @@
 
 #include <poll.h>
 #include <signal.h>
+#include <sys/mman.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -12,6 +13,7 @@
 
 #include "core/clock.h"
 #include "core/doorbell.h"
+#include "transport/shm/shm_arena.h"
 
 namespace braid::shm {
 namespace {
@@ -80,13 +82,8 @@ Status PeerLink::deathError() const {
 
 // ------------------------------------------------------------------------------- ShmEndpoint
 
-ShmEndpoint::ShmEndpoint(std::shared_ptr<PeerLink> peer, std::shared_ptr<Mapping> tx_map,
-                         RingRef tx, std::shared_ptr<Mapping> rx_map, RingRef rx)
-    : peer_(std::move(peer)),
-      tx_map_(std::move(tx_map)),
-      rx_map_(std::move(rx_map)),
-      tx_(tx),
-      rx_(rx) {
+ShmEndpoint::ShmEndpoint(std::shared_ptr<PeerLink> peer, RingRef tx, RingRef rx)
+    : peer_(std::move(peer)), tx_(std::move(tx)), rx_(std::move(rx)) {
   tx_head_ = tx_.ctl->head.load(std::memory_order_relaxed);
   tx_tail_cache_ = tx_.ctl->tail.load(std::memory_order_acquire);
   rx_tail_ = rx_.ctl->tail.load(std::memory_order_relaxed);
@@ -102,6 +99,26 @@ Status ShmEndpoint::corruptError(const char* which, uint64_t used, uint64_t size
                      std::to_string(size));
 }
 
+Status ShmEndpoint::claimTx() {
+  auto* arena = reinterpret_cast<ArenaControl*>(tx_.map->base() + tx_.layout.arenaControlOffset());
+  auto area = ClaimRingArea(arena, tx_.layout);
+  if (!area.ok())
+    return RemoteError("shm segment of rank " + std::to_string(peer_->rank()) + " (pid " +
+                       std::to_string(peer_->pid()) + "): " + area.status().message());
+  // Published to the reader by the release store of head that follows the first bytes.
+  tx_.ctl->data_offset.store(area->offset, std::memory_order_relaxed);
+  tx_.ctl->data_bytes.store(area->bytes, std::memory_order_relaxed);
+  tx_.data = tx_.map->base() + area->offset;
+  tx_.size = area->bytes;
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23  // Linux 5.14; older kernels answer EINVAL and fault lazily
+#endif
+  // The pages are reserved by the reader already: map them in one call rather than fault each.
+  const uint64_t begin = area->offset / kPageBytes * kPageBytes;
+  (void)madvise(tx_.map->base() + begin, area->offset + area->bytes - begin, MADV_POPULATE_WRITE);
+  return Status::Ok();
+}
+
 Result<size_t> ShmEndpoint::send(const void* data, size_t len) {
   // A dead reader will never consume: fail now rather than when the ring fills. A peer that shut
   // the stream down before it exited failed first on its own: say so (the truer cause) rather
@@ -110,6 +127,7 @@ Result<size_t> ShmEndpoint::send(const void* data, size_t len) {
     return tx_.ctl->reader_closed.load(std::memory_order_acquire) ? closedError()
                                                                   : peer_->deathError();
   if (len == 0) return size_t{0};
+  if (!tx_.data) BRAID_RETURN_IF_ERROR(claimTx());
   uint64_t used = tx_head_ - tx_tail_cache_;
   if (tx_.size - used < len) {
     tx_tail_cache_ = tx_.ctl->tail.load(std::memory_order_acquire);
@@ -135,6 +153,19 @@ Result<size_t> ShmEndpoint::send(const void* data, size_t len) {
 
 bool ShmEndpoint::refreshHead() {
   rx_head_cache_ = rx_.ctl->head.load(std::memory_order_acquire);
+  return checkHead();
+}
+
+bool ShmEndpoint::checkHead() {
+  if (rx_head_cache_ == rx_tail_) return true;
+  if (!rx_.data) {
+    // The first bytes: the writer claimed the area before it published them (shm_arena.h).
+    const RingArea area{rx_.ctl->data_offset.load(std::memory_order_relaxed),
+                        rx_.ctl->data_bytes.load(std::memory_order_relaxed)};
+    if (!IsValidRingArea(area, rx_.layout)) return false;
+    rx_.data = rx_.map->base() + area.offset;
+    rx_.size = area.bytes;
+  }
   return rx_head_cache_ - rx_tail_ <= rx_.size;
 }
 
@@ -174,9 +205,19 @@ void ShmEndpoint::advanceTail(uint64_t n) {
     Doorbell::Ring(peer_->doorbell());
 }
 
+Result<bool> ShmEndpoint::firstBytes() {
+  if (!refreshHead()) return corruptError("from", rx_head_cache_ - rx_tail_, rx_.size);
+  if (!rx_.data) BRAID_RETURN_IF_ERROR(emptyStatus());
+  return rx_.data != nullptr;
+}
+
 Result<size_t> ShmEndpoint::recv(void* data, size_t len) {
   peek_len_ = 0;
   if (len == 0) return size_t{0};
+  if (!rx_.data) {
+    BRAID_ASSIGN_OR_RETURN(const bool arrived, firstBytes());
+    if (!arrived) return size_t{0};
+  }
   uint64_t avail = rx_head_cache_ - rx_tail_;
   if (avail < len) {
     if (!refreshHead()) return corruptError("from", rx_head_cache_ - rx_tail_, rx_.size);
@@ -196,6 +237,10 @@ Result<size_t> ShmEndpoint::recv(void* data, size_t len) {
 Result<std::span<const std::byte>> ShmEndpoint::peek(size_t max) {
   peek_len_ = 0;
   if (max == 0) return std::span<const std::byte>();
+  if (!rx_.data) {
+    BRAID_ASSIGN_OR_RETURN(const bool arrived, firstBytes());
+    if (!arrived) return std::span<const std::byte>();
+  }
   uint64_t avail = rx_head_cache_ - rx_tail_;
   const uint64_t off = rx_tail_ & (rx_.size - 1);
   if (avail < std::min<uint64_t>(max, rx_.size - off)) {
@@ -235,15 +280,17 @@ bool ShmEndpoint::arm(bool want_send, bool want_recv, std::vector<pollfd>& fds) 
     armed_recv_ = true;
     rx_.ctl->reader_sleeping.store(1, std::memory_order_relaxed);
     std::atomic_thread_fence(std::memory_order_seq_cst);
-    rx_head_cache_ = rx_.ctl->head.load(std::memory_order_acquire);
-    if (rx_head_cache_ != rx_tail_) ready = true;
+    // recv() / peek() refresh the cached head themselves (attaching the data area on the first
+    // bytes, reporting an impossible counter).
+    if (rx_.ctl->head.load(std::memory_order_acquire) != rx_tail_) ready = true;
   }
   if (want_send) {
     armed_send_ = true;
     tx_.ctl->writer_sleeping.store(1, std::memory_order_relaxed);
     std::atomic_thread_fence(std::memory_order_seq_cst);
     tx_tail_cache_ = tx_.ctl->tail.load(std::memory_order_acquire);
-    if (tx_head_ - tx_tail_cache_ < tx_.size) ready = true;
+    // An unclaimed ring always has room: the claim never fails on a sound segment.
+    if (!tx_.data || tx_head_ - tx_tail_cache_ < tx_.size) ready = true;
   }
   // A dead peer is progress too: the next call reports it.
   if ((want_send || want_recv) && peer_->dead()) ready = true;

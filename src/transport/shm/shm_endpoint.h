@@ -49,26 +49,30 @@ class PeerLink {
   std::atomic<int64_t> next_check_us_{0};
 };
 
-// One ring as seen from one side.
+// One ring as seen from one side, and the segment that holds it.
 struct RingRef {
   RingControl* ctl = nullptr;
+  std::shared_ptr<Mapping> map;  // keeps the segment mapped
+  SegmentLayout layout;
+  // The data area (shm_arena.h): null until the writer claims it (writer side) or until bytes
+  // first show (reader side).
   std::byte* data = nullptr;
   uint64_t size = 0;  // power of two
 };
 
 // Sends go into the peer's segment (`tx`: its inbound ring for us), receives come from ours
 // (`rx`). send() may run on one thread while recv()/peek()/consume() run on another; arm() and
-// disarm() must not overlap either.
+// disarm() must not overlap either. The first send claims the ring's data area from the peer's
+// arena; the reader finds it with the first bytes.
 //
 // peek() relies on the engine's framing for speed but not for correctness: the engine pads every
-// message to a multiple of 8 bytes and ring sizes are powers of two >= 64 KiB, so an 8-aligned
+// message to a multiple of 8 bytes and ring sizes are powers of two >= 1 KiB, so an 8-aligned
 // read position always has >= 8 contiguous bytes before the wrap point and the view is always
 // in place. If a reader consumes odd amounts and a short run is split by the wrap, peek() copies
 // up to 8 bytes across it into a small bounce buffer, keeping Endpoint's >= min(max, 8) promise.
 class ShmEndpoint final : public Endpoint {
  public:
-  ShmEndpoint(std::shared_ptr<PeerLink> peer, std::shared_ptr<Mapping> tx_map, RingRef tx,
-              std::shared_ptr<Mapping> rx_map, RingRef rx);
+  ShmEndpoint(std::shared_ptr<PeerLink> peer, RingRef tx, RingRef rx);
   ~ShmEndpoint() override;
 
   Result<size_t> send(const void* data, size_t len) override;
@@ -81,8 +85,15 @@ class ShmEndpoint final : public Endpoint {
   std::string describe() const override;
 
  private:
-  // Refreshes rx_head_cache_; false when the peer's counter is impossible.
+  // Refreshes rx_head_cache_ (and attaches the data area when bytes first show); false when the
+  // peer's counter or area is impossible.
   bool refreshHead();
+  bool checkHead();
+  // Before any byte arrived the ring has no data area: looks again; true once bytes are there
+  // (and the area attached), an error for a dead peer, a closed stream or a bad area.
+  Result<bool> firstBytes();
+  // Claims the data area of the ring we write (once, before the first byte).
+  Status claimTx();
   // Outcome of a read that found the ring empty: 0 bytes, or the peer's death once the ring is
   // drained for good.
   Status emptyStatus();
@@ -92,8 +103,6 @@ class ShmEndpoint final : public Endpoint {
   void advanceTail(uint64_t n);
 
   std::shared_ptr<PeerLink> peer_;
-  std::shared_ptr<Mapping> tx_map_;  // keeps the peer's segment mapped
-  std::shared_ptr<Mapping> rx_map_;  // keeps our segment mapped
   RingRef tx_;
   RingRef rx_;
   // Writer side (send thread).

@@ -1,9 +1,16 @@
-// Memory layout of one rank's shared-memory segment: a header, then one single-producer
-// single-consumer byte ring per (writer rank, channel). The segment holds the owner's *inbound*
-// rings; a writer maps its reader's segment and writes into the slot named after itself.
+// Memory layout of one rank's shared-memory segment: a header, one control block per single-
+// producer single-consumer byte ring (writer rank, lane), and an arena that holds the rings' data.
+// The segment holds the owner's *inbound* rings; a writer maps its reader's segment and writes
+// into the rings of the slot named after itself.
 //
-//   [SegmentHeader | writer rank table]  padded to a page
-//   [RingControl (256 B) | data (ring_bytes)]  x nslots x nchannels, slot-major
+//   [SegmentHeader | writer rank table]                  padded to 256 bytes
+//   [ArenaControl (256 B)]
+//   [RingControl (256 B)] x nslots x nchannels, slot-major  padded to a page
+//   [arena (arena_bytes)]
+//
+// A ring gets its data area from the arena when its writer first sends (shm_arena.h): the arena
+// is sized for the host (shm_sizing.h), not for every pair, and the rings that schedules use get
+// the room.
 //
 // Everything here lives in memory shared between processes, so it holds only plain integers and
 // lock-free (hence address-free) atomics, never pointers.
@@ -16,8 +23,9 @@
 namespace braid::shm {
 
 inline constexpr uint64_t kSegmentMagic = 0x6d68736469617262ULL;  // "braidshm"
-inline constexpr uint32_t kSegmentVersion = 1;
-inline constexpr uint64_t kMinRingBytes = 64 << 10;
+inline constexpr uint32_t kSegmentVersion = 2;
+// The smallest ring any segment may promise (its min_ring_bytes), and the arena's unit.
+inline constexpr uint64_t kMinRingBytes = 1 << 10;
 inline constexpr uint64_t kMaxRingBytes = 256 << 20;
 inline constexpr uint64_t kPageBytes = 4096;
 
@@ -35,6 +43,11 @@ struct RingControl {
   std::atomic<uint32_t> writer_sleeping;
   // Set by the writer when it shuts the stream down (Endpoint::shutdown).
   std::atomic<uint32_t> writer_closed;
+  // The ring's data area, offset from the segment's start and size (a power of two): 0 until the
+  // writer claims it, before its first byte. The reader reads them once it sees head move (the
+  // release store of head publishes them).
+  std::atomic<uint64_t> data_offset;
+  std::atomic<uint64_t> data_bytes;
   // Reader's block.
   alignas(128) std::atomic<uint64_t> tail;  // bytes consumed
   // Set by the reader before it sleeps on an empty ring; cleared by the writer when it rings.
@@ -45,15 +58,28 @@ struct RingControl {
 static_assert(sizeof(RingControl) == 256);
 inline constexpr uint64_t kRingControlBytes = sizeof(RingControl);
 
+// The arena's allocation state, one word so that a claim is one compare-and-swap: the low 40 bits
+// count the bytes handed out in kMinRingBytes units, the high 24 bits the rings not yet claimed.
+struct ArenaControl {
+  alignas(256) std::atomic<uint64_t> state;
+};
+static_assert(sizeof(ArenaControl) == 256);
+
 // First bytes of the segment; written once by the creator before its blob is published.
+inline constexpr size_t kHeaderTagBytes = 64;
 struct SegmentHeader {
   uint64_t magic;
   uint32_t version;
   uint32_t nchannels;
-  uint64_t ring_bytes;
+  uint64_t ring_bytes;      // the size a ring is given while the arena has room for it
+  uint64_t min_ring_bytes;  // the size every ring is sure to get
+  uint64_t arena_bytes;     // a multiple of kMinRingBytes
   uint64_t total_bytes;
   int32_t owner_rank;
   uint32_t nslots;
+  // The communicator's tag (NUL-padded, truncated): a peer checks that the file it opened through
+  // the creator's /proc/<pid>/fd entry belongs to this communicator and rank.
+  char comm_tag[kHeaderTagBytes];
   // Followed by `nslots` int32 writer ranks: slot s holds the rings written by that rank.
 };
 
@@ -62,19 +88,25 @@ struct SegmentLayout {
   uint32_t nslots = 0;
   uint32_t nchannels = 0;
   uint64_t ring_bytes = 0;
+  uint64_t arena_bytes = 0;
+  uint64_t min_ring_bytes = kMinRingBytes;
 
+  uint64_t nrings() const { return uint64_t{nslots} * nchannels; }
   uint64_t headerBytes() const {
     uint64_t raw = sizeof(SegmentHeader) + uint64_t{nslots} * sizeof(int32_t);
-    return (raw + kPageBytes - 1) / kPageBytes * kPageBytes;
+    return (raw + 255) / 256 * 256;
   }
-  uint64_t ringStride() const { return kRingControlBytes + ring_bytes; }
-  uint64_t totalBytes() const {
-    return headerBytes() + uint64_t{nslots} * nchannels * ringStride();
+  uint64_t arenaControlOffset() const { return headerBytes(); }
+  // Offset of the control block of ring (slot, channel).
+  uint64_t controlOffset(uint32_t slot, uint32_t channel) const {
+    return headerBytes() + sizeof(ArenaControl) +
+           (uint64_t{slot} * nchannels + channel) * kRingControlBytes;
   }
-  // Offset of the control block of ring (slot, channel); its data follows it.
-  uint64_t ringOffset(uint32_t slot, uint32_t channel) const {
-    return headerBytes() + (uint64_t{slot} * nchannels + channel) * ringStride();
+  uint64_t arenaOffset() const {
+    uint64_t end = headerBytes() + sizeof(ArenaControl) + nrings() * kRingControlBytes;
+    return (end + kPageBytes - 1) / kPageBytes * kPageBytes;
   }
+  uint64_t totalBytes() const { return arenaOffset() + arena_bytes; }
 };
 
 }  // namespace braid::shm

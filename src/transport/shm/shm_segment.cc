@@ -15,6 +15,7 @@
 #include <new>
 
 #include "core/log.h"
+#include "transport/shm/shm_arena.h"
 
 namespace braid::shm {
 namespace {
@@ -57,12 +58,19 @@ bool ParseDigits(const std::string& s, size_t pos, size_t end, uint64_t* out) {
 bool HeaderMatches(const SegmentHeader& h, uint64_t file_bytes, SegmentLayout* layout) {
   if (h.magic != kSegmentMagic || h.version != kSegmentVersion) return false;
   if (h.nchannels == 0 || h.nchannels > 1024 || h.nslots == 0 || h.nslots > (1 << 20)) return false;
-  uint64_t r = h.ring_bytes;
+  const uint64_t r = h.ring_bytes;
   if (r < kMinRingBytes || r > kMaxRingBytes || (r & (r - 1)) != 0) return false;
   layout->nslots = h.nslots;
   layout->nchannels = h.nchannels;
   layout->ring_bytes = r;
-  return layout->totalBytes() == h.total_bytes && h.total_bytes <= file_bytes;
+  layout->arena_bytes = h.arena_bytes;
+  const uint64_t m = h.min_ring_bytes;
+  if (m < kMinRingBytes || m > r || (m & (m - 1)) != 0) return false;
+  layout->min_ring_bytes = m;
+  // Every ring can always claim the minimum (shm_arena.h), and the file holds the whole arena.
+  return layout->nrings() <= kMaxArenaRings && h.arena_bytes % kMinRingBytes == 0 &&
+         h.arena_bytes / m >= layout->nrings() && h.arena_bytes <= file_bytes &&
+         layout->totalBytes() == h.total_bytes && h.total_bytes <= file_bytes;
 }
 
 }  // namespace
@@ -84,13 +92,12 @@ Mapping::~Mapping() {
   if (base_) munmap(base_, len_);
 }
 
-void SegmentView::prefault(uint32_t slot) const {
+void SegmentView::prefault(uint64_t offset, uint64_t bytes) const {
 #ifndef MADV_POPULATE_WRITE
 #define MADV_POPULATE_WRITE 23  // Linux 5.14; older kernels answer EINVAL and fault lazily
 #endif
-  const uint64_t begin = layout.ringOffset(slot, 0) / kPageBytes * kPageBytes;
-  const uint64_t end = layout.ringOffset(slot, layout.nchannels - 1) + layout.ringStride();
-  (void)madvise(mapping->base() + begin, end - begin, MADV_POPULATE_WRITE);
+  const uint64_t begin = offset / kPageBytes * kPageBytes;
+  (void)madvise(mapping->base() + begin, offset + bytes - begin, MADV_POPULATE_WRITE);
 }
 
 int SegmentView::slotOf(int writer) const {
@@ -99,45 +106,79 @@ int SegmentView::slotOf(int writer) const {
   return -1;
 }
 
-Result<std::unique_ptr<OwnedSegment>> OwnedSegment::Create(const std::string& name,
-                                                           const SegmentLayout& layout,
-                                                           int owner_rank,
-                                                           const std::vector<int>& writers) {
-  if (writers.size() != layout.nslots) return InternalError("shm: slot table size mismatch");
-  const uint64_t total = layout.totalBytes();
-  int fd = shm_open(name.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+namespace {
+
+// The tag as the header holds it: truncated so that a NUL always ends it.
+std::string HeaderTag(const std::string& comm_tag) {
+  return comm_tag.substr(0, kHeaderTagBytes - 1);
+}
+
+// An unnamed file in /dev/shm. Without O_TMPFILE there (kernels before 3.11, file systems that
+// lack it) the name exists only between the two calls below; RemoveStaleSegments() covers a kill
+// in that instant.
+Result<OwnedFd> CreateUnnamedFile(const std::string& fallback_name) {
+  int fd = open(kShmDir, O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+  if (fd >= 0) return OwnedFd(fd);
+  if (errno != EOPNOTSUPP && errno != EISDIR && errno != EINVAL)
+    return SystemError(ErrnoMessage(std::string("open(") + kShmDir + ", O_TMPFILE)", errno));
+  fd = shm_open(fallback_name.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
   if (fd < 0 && errno == EEXIST) {
     // The name carries our own pid and rank, so an existing one was left by a dead process that
     // had our pid: stale.
-    shm_unlink(name.c_str());
-    fd = shm_open(name.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    shm_unlink(fallback_name.c_str());
+    fd = shm_open(fallback_name.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
   }
-  if (fd < 0) return SystemError(ErrnoMessage("shm_open(" + name + ")", errno));
-  OwnedFd owned(fd);
+  if (fd < 0) return SystemError(ErrnoMessage("shm_open(" + fallback_name + ")", errno));
+  shm_unlink(fallback_name.c_str());
+  return OwnedFd(fd);
+}
+
+}  // namespace
+
+Result<std::unique_ptr<OwnedSegment>> OwnedSegment::Create(const SegmentLayout& layout,
+                                                           int owner_rank,
+                                                           const std::vector<int>& writers,
+                                                           const std::string& comm_tag,
+                                                           const std::string& fallback_name) {
+  if (writers.size() != layout.nslots || layout.nrings() > kMaxArenaRings)
+    return InternalError("shm: slot table size mismatch or too many rings");
+  const uint64_t total = layout.totalBytes();
   std::unique_ptr<OwnedSegment> seg(new (std::nothrow) OwnedSegment());
-  if (!seg) {
-    shm_unlink(name.c_str());
-    return SystemError("shm: out of memory");
-  }
-  seg->name_ = name;
-  seg->linked_ = true;  // from here on the destructor unlinks
+  if (!seg) return SystemError("shm: out of memory");
+  BRAID_ASSIGN_OR_RETURN(seg->fd_, CreateUnnamedFile(fallback_name));
+  const int fd = seg->fd_.get();
+  seg->locator_ = SegmentLocator(static_cast<int>(getpid()), fd);
 
   // Reserve every page now: tmpfs allocates lazily, and a page it cannot allocate on first
   // touch is a SIGBUS in the middle of a collective.
   int rc = posix_fallocate(fd, 0, static_cast<off_t>(total));
   if (rc == ENOSPC) {
     auto free_bytes = ShmFreeBytes();
-    return SystemError("shm: reserving " + FormatBytes(total, true) + " for " + name + ": " +
-                       NoSpaceMessage(free_bytes.ok() ? *free_bytes : 0, total));
+    return SystemError("shm: reserving " + FormatBytes(total, true) + " for rank " +
+                       std::to_string(owner_rank) +
+                       "'s segment: " + NoSpaceMessage(free_bytes.ok() ? *free_bytes : 0, total));
   }
-  if (rc != 0) return SystemError(ErrnoMessage("posix_fallocate(" + name + ")", rc));
+  if (rc != 0)
+    return SystemError(ErrnoMessage("posix_fallocate(" + std::string(kShmDir) + ")", rc));
 
   struct stat st;
-  if (fstat(fd, &st) != 0) return SystemError(ErrnoMessage("fstat(" + name + ")", errno));
+  if (fstat(fd, &st) != 0) return SystemError(ErrnoMessage("fstat(shm segment)", errno));
   seg->device_ = static_cast<uint64_t>(st.st_dev);
+  // Peers reach the file only through the locator: make sure it works here (it needs /proc of
+  // our pid namespace) rather than fail on every peer.
+  {
+    OwnedFd again(open(seg->locator_.c_str(), O_RDWR | O_CLOEXEC));
+    struct stat st2;
+    if (!again.valid() || fstat(again.get(), &st2) != 0 || st2.st_ino != st.st_ino ||
+        st2.st_dev != st.st_dev)
+      return SystemError("shm: cannot reopen this rank's segment through " + seg->locator_ +
+                         " (is /proc mounted for this pid namespace?)");
+  }
 
+  // The pages are allocated and zeroed already; populating the page table saves the first
+  // collective the faults (segments are small: see shm_sizing.h).
   void* base = mmap(nullptr, total, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
-  if (base == MAP_FAILED) return SystemError(ErrnoMessage("mmap(" + name + ")", errno));
+  if (base == MAP_FAILED) return SystemError(ErrnoMessage("mmap(shm segment)", errno));
   auto mapping = std::shared_ptr<Mapping>(new (std::nothrow) Mapping(base, total));
   if (!mapping) {
     munmap(base, total);
@@ -150,11 +191,17 @@ Result<std::unique_ptr<OwnedSegment>> OwnedSegment::Create(const std::string& na
   h->version = kSegmentVersion;
   h->nchannels = layout.nchannels;
   h->ring_bytes = layout.ring_bytes;
+  h->arena_bytes = layout.arena_bytes;
+  h->min_ring_bytes = layout.min_ring_bytes;
   h->total_bytes = total;
   h->owner_rank = owner_rank;
   h->nslots = layout.nslots;
+  const std::string tag = HeaderTag(comm_tag);
+  std::memcpy(h->comm_tag, tag.data(), tag.size());
   auto* table = reinterpret_cast<int32_t*>(static_cast<std::byte*>(base) + sizeof(SegmentHeader));
   for (uint32_t s = 0; s < layout.nslots; ++s) table[s] = writers[s];
+  reinterpret_cast<ArenaControl*>(static_cast<std::byte*>(base) + layout.arenaControlOffset())
+      ->state.store(ArenaInitialState(layout.nrings()), std::memory_order_relaxed);
 
   seg->view_.mapping = std::move(mapping);
   seg->view_.layout = layout;
@@ -163,25 +210,34 @@ Result<std::unique_ptr<OwnedSegment>> OwnedSegment::Create(const std::string& na
   return seg;
 }
 
-void OwnedSegment::unlink() {
-  if (!linked_) return;
-  linked_ = false;
-  if (shm_unlink(name_.c_str()) != 0 && errno != ENOENT)
-    BRAID_WARN("shm: shm_unlink(%s): %s", name_.c_str(), std::strerror(errno));
+std::string SegmentLocator(int pid, int fd) {
+  return "/proc/" + std::to_string(pid) + "/fd/" + std::to_string(fd);
 }
 
-Result<SegmentView> OpenSegment(const std::string& name) {
-  int fd = shm_open(name.c_str(), O_RDWR | O_CLOEXEC, 0);
-  if (fd < 0) return SystemError(ErrnoMessage("shm_open(" + name + ")", errno));
+bool IsSegmentLocatorOf(const std::string& locator, int pid) {
+  const std::string prefix = "/proc/" + std::to_string(pid) + "/fd/";
+  uint64_t fd = 0;
+  return locator.size() > prefix.size() && locator.compare(0, prefix.size(), prefix) == 0 &&
+         ParseDigits(locator, prefix.size(), locator.size(), &fd) && fd <= INT32_MAX &&
+         locator == prefix + std::to_string(fd);  // no leading zeros: one spelling per fd
+}
+
+Result<SegmentView> OpenSegment(const std::string& locator, const std::string& comm_tag,
+                                int owner_rank) {
+  // Opening the creator's /proc entry reopens its file with our own access check (same user,
+  // mode 0600); it fails with ENOENT once the creator is gone.
+  int fd = open(locator.c_str(), O_RDWR | O_CLOEXEC);
+  if (fd < 0) return SystemError(ErrnoMessage("open(" + locator + ")", errno));
   OwnedFd owned(fd);
   struct stat st;
-  if (fstat(fd, &st) != 0) return SystemError(ErrnoMessage("fstat(" + name + ")", errno));
+  if (fstat(fd, &st) != 0) return SystemError(ErrnoMessage("fstat(" + locator + ")", errno));
+  if (!S_ISREG(st.st_mode)) return SystemError("shm: " + locator + " is not a segment");
   const auto file_bytes = static_cast<uint64_t>(st.st_size);
-  if (file_bytes < kPageBytes) return SystemError("shm: segment " + name + " is truncated");
+  if (file_bytes < kPageBytes) return SystemError("shm: segment " + locator + " is truncated");
   // No MAP_POPULATE: a peer's segment holds the rings of all its local peers, and we touch
   // only ours (see SegmentView::prefault).
   void* base = mmap(nullptr, file_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  if (base == MAP_FAILED) return SystemError(ErrnoMessage("mmap(" + name + ")", errno));
+  if (base == MAP_FAILED) return SystemError(ErrnoMessage("mmap(" + locator + ")", errno));
   SegmentView view;
   view.mapping = std::shared_ptr<Mapping>(new (std::nothrow) Mapping(base, file_bytes));
   if (!view.mapping) {
@@ -191,7 +247,12 @@ Result<SegmentView> OpenSegment(const std::string& name) {
   SegmentHeader h;
   std::memcpy(&h, base, sizeof(h));
   if (!HeaderMatches(h, file_bytes, &view.layout) || view.layout.headerBytes() > file_bytes)
-    return SystemError("shm: segment " + name + " has an invalid header");
+    return SystemError("shm: segment " + locator + " has an invalid header");
+  const std::string tag(h.comm_tag, strnlen(h.comm_tag, sizeof(h.comm_tag)));
+  if (tag != HeaderTag(comm_tag) || h.owner_rank != owner_rank)
+    return SystemError("shm: " + locator + " is not rank " + std::to_string(owner_rank) +
+                       "'s segment of this communicator (it belongs to rank " +
+                       std::to_string(h.owner_rank) + " of communicator " + tag + ")");
   view.owner_rank = h.owner_rank;
   view.writers.resize(h.nslots);
   std::memcpy(view.writers.data(), static_cast<std::byte*>(base) + sizeof(SegmentHeader),
@@ -240,16 +301,6 @@ Result<uint64_t> ShmFreeBytes() {
 
 void SetShmFreeBytesForTesting(int64_t bytes) {
   g_free_bytes_override.store(bytes, std::memory_order_relaxed);
-}
-
-uint64_t FitRingBytes(uint64_t requested, uint32_t nslots, uint32_t nchannels, uint64_t budget) {
-  uint64_t ring = kMinRingBytes;
-  while (ring * 2 <= requested && ring * 2 <= kMaxRingBytes) ring *= 2;
-  for (; ring >= kMinRingBytes; ring /= 2) {
-    SegmentLayout l{nslots, nchannels, ring};
-    if (l.totalBytes() <= budget) return ring;
-  }
-  return 0;
 }
 
 std::string NoSpaceMessage(uint64_t free_bytes, uint64_t needed_bytes, bool rings_at_minimum,

@@ -1,6 +1,6 @@
-// POSIX shared-memory segments for the shm transport: creating this rank's segment (sized
-// against free /dev/shm space and reserved up front), mapping a peer's, naming, and removing
-// segments left behind by dead processes.
+// Shared-memory segments for the shm transport: creating this rank's segment (an unnamed file in
+// /dev/shm, reserved up front), mapping a peer's through the creator's /proc/<pid>/fd entry, and
+// removing named segments left behind by dead processes of older versions.
 #pragma once
 
 #include <cstddef>
@@ -56,51 +56,67 @@ struct SegmentView {
 
   // The slot holding the rings written by `writer`, or -1.
   int slotOf(int writer) const;
-  // Best effort: maps the pages of one slot's rings now, so that the first collective does not
-  // pay the page faults.
-  void prefault(uint32_t slot) const;
   RingControl* control(uint32_t slot, uint32_t channel) const {
-    return reinterpret_cast<RingControl*>(mapping->base() + layout.ringOffset(slot, channel));
+    return reinterpret_cast<RingControl*>(mapping->base() + layout.controlOffset(slot, channel));
   }
-  std::byte* data(uint32_t slot, uint32_t channel) const {
-    return mapping->base() + layout.ringOffset(slot, channel) + kRingControlBytes;
+  ArenaControl* arena() const {
+    return reinterpret_cast<ArenaControl*>(mapping->base() + layout.arenaControlOffset());
   }
+  // Best effort: maps the pages of [offset, offset + bytes) now (they are reserved already), so
+  // that the first transfers do not pay the page faults.
+  void prefault(uint64_t offset, uint64_t bytes) const;
 };
 
-// The segment this rank creates. Owns its name: unlinked by unlink() or on destruction, so a
-// failed init leaves nothing behind.
+// The segment this rank creates. It never has a name in /dev/shm (spec/reliability.md check 11):
+// it is an O_TMPFILE file there, so its pages count against /dev/shm's size like any segment, but
+// the kernel frees them when the last process that maps it exits, however every rank dies. Peers
+// open it through this process's descriptor, /proc/<pid>/fd/<fd> (locator()), while it is open.
 class OwnedSegment {
  public:
-  // Creates `name` (O_EXCL, mode 0600), reserves its pages with posix_fallocate (a full /dev/shm
-  // is ENOSPC here, never SIGBUS later), maps it and writes the header.
-  static Result<std::unique_ptr<OwnedSegment>> Create(const std::string& name,
-                                                      const SegmentLayout& layout, int owner_rank,
-                                                      const std::vector<int>& writers);
+  // Creates the file (mode 0600), reserves its pages with posix_fallocate (a full /dev/shm is
+  // ENOSPC here, never SIGBUS later), maps it, writes the header and checks that the locator
+  // reopens it (it does not without /proc: then the transport is unavailable). Where /dev/shm
+  // has no O_TMPFILE, the file is created as `fallback_name` and unlinked at once.
+  static Result<std::unique_ptr<OwnedSegment>> Create(const SegmentLayout& layout, int owner_rank,
+                                                      const std::vector<int>& writers,
+                                                      const std::string& comm_tag,
+                                                      const std::string& fallback_name);
   OwnedSegment(const OwnedSegment&) = delete;
   OwnedSegment& operator=(const OwnedSegment&) = delete;
-  ~OwnedSegment() { unlink(); }
+  ~OwnedSegment() = default;
 
-  // Removes the name (the mapping stays valid). Idempotent.
-  void unlink();
-  bool linked() const { return linked_; }
-  const std::string& name() const { return name_; }
+  // "/proc/<pid>/fd/<fd>": valid until retire().
+  const std::string& locator() const { return locator_; }
+  // Closes the descriptor behind the locator, once every peer has mapped the segment (the
+  // mappings keep it alive). Idempotent.
+  void retire() { fd_ = OwnedFd(); }
+  bool retired() const { return !fd_.valid(); }
   const SegmentView& view() const { return view_; }
   // st_dev of the file system holding the segment: equal only when two processes share /dev/shm.
   uint64_t device() const { return device_; }
 
  private:
   OwnedSegment() = default;
-  std::string name_;
-  bool linked_ = false;
+  OwnedFd fd_;
+  std::string locator_;
   uint64_t device_ = 0;
   SegmentView view_;
 };
 
-// Maps the segment called `name` (created by another rank) and validates its header.
-Result<SegmentView> OpenSegment(const std::string& name);
+// "/proc/<pid>/fd/<fd>".
+std::string SegmentLocator(int pid, int fd);
+// Whether `locator` is exactly SegmentLocator(pid, fd) for some fd: blobs come from other ranks,
+// and only such a path may be opened on their word.
+bool IsSegmentLocatorOf(const std::string& locator, int pid);
+
+// Maps the segment at `locator` (created by another rank) and validates its header. `comm_tag`
+// and `owner_rank` must match it.
+Result<SegmentView> OpenSegment(const std::string& locator, const std::string& comm_tag,
+                                int owner_rank);
 
 // "/braid-<tag>-r<rank>-p<pid>-n<pid namespace>": unique per communicator and rank; the pid and
-// namespace let RemoveStaleSegments() tell a dead creator's segment from a live one.
+// namespace let RemoveStaleSegments() tell a dead creator's segment from a live one. Only used
+// for the instant between create and unlink where /dev/shm has no O_TMPFILE.
 std::string SegmentName(const std::string& comm_tag, int rank, int pid, uint64_t pidns);
 // Inode of this process's pid namespace (0 when /proc is unavailable).
 uint64_t PidNamespaceId();
@@ -112,10 +128,6 @@ Result<uint64_t> ShmFreeBytes();
 // Test hook: pretend /dev/shm has `bytes` free (< 0 restores the real value).
 void SetShmFreeBytesForTesting(int64_t bytes);
 
-// The largest power of two <= `requested` and >= kMinRingBytes for which a segment of `nslots` x
-// `nchannels` rings fits in `budget` bytes; 0 when not even kMinRingBytes fits.
-uint64_t FitRingBytes(uint64_t requested, uint32_t nslots, uint32_t nchannels, uint64_t budget);
-
 // "/dev/shm has 12 MiB free, needs 112 MiB: enlarge it (docker --shm-size) or set
 // BRAID_SHM_RING_BYTES lower". With `rings_at_minimum`, lowering the ring size cannot help and
 // the remedy names BRAID_NCHANNELS instead.
@@ -124,7 +136,8 @@ std::string NoSpaceMessage(uint64_t free_bytes, uint64_t needed_bytes,
                            bool rings_at_minimum = false, const std::string& needed_for = "");
 
 // Best effort: unlinks braid segments of this user and pid namespace whose creator no longer
-// exists. Returns how many were removed.
+// exists (left by older versions, or by a kill between create and unlink without O_TMPFILE).
+// Returns how many were removed.
 int RemoveStaleSegments();
 
 }  // namespace braid::shm

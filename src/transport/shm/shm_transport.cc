@@ -1,8 +1,10 @@
 #include "transport/shm/shm_transport.h"
 
+#include <poll.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <charconv>
 #include <map>
 #include <new>
@@ -10,6 +12,7 @@
 #include "core/log.h"
 #include "transport/shm/shm_endpoint.h"
 #include "transport/shm/shm_segment.h"
+#include "transport/shm/shm_sizing.h"
 #include "transport/transport.h"
 
 namespace braid {
@@ -38,16 +41,15 @@ std::string HostName(const TransportContext& ctx, int rank) {
   return r.hostname.empty() ? r.host_id : r.hostname;
 }
 
-// Largest power of two within [kMinRingBytes, kMaxRingBytes] not above `bytes`.
-uint64_t RingBytesFor(uint64_t bytes) {
-  uint64_t ring = kMinRingBytes;
-  while (ring * 2 <= bytes && ring * 2 <= kMaxRingBytes) ring *= 2;
-  return ring;
-}
-
-// Ring sizes are powers of two >= 64 KiB, so this is exact.
+// Ring sizes are powers of two >= 4 KiB, so this is exact.
 std::string RingSize(uint64_t b) {
   return b >= (1 << 20) ? std::to_string(b >> 20) + " MiB" : std::to_string(b >> 10) + " KiB";
+}
+
+std::atomic<InitHook> g_init_hook{nullptr};
+
+void AtInitPoint(InitPoint point, const std::string& comm_tag) {
+  if (InitHook hook = g_init_hook.load(std::memory_order_acquire)) hook(point, comm_tag);
 }
 
 }  // namespace
@@ -108,9 +110,10 @@ class ShmTransport final : public TransportInstance {
   Status connect(const std::vector<int>& peers, const std::vector<std::string>& blobs,
                  Deadline deadline,
                  std::vector<std::vector<std::unique_ptr<Endpoint>>>* out) override;
-  // Every rank has mapped our segment by now: drop the name so that nothing outlives us.
+  // Every rank has mapped our segment by now: the locator has served.
   Status finishConnect() override {
-    if (segment_) segment_->unlink();
+    if (segment_) segment_->retire();
+    AtInitPoint(InitPoint::kFinished, ctx_.comm_tag);
     return Status::Ok();
   }
 
@@ -152,37 +155,49 @@ Result<std::unique_ptr<TransportInstance>> ShmTransport::Create(const TransportC
 
   const auto nslots = static_cast<uint32_t>(writers.size());
   const auto nch = static_cast<uint32_t>(ctx.nchannels);
-  const uint64_t requested = RingBytesFor(ctx.shm_ring_bytes);
+  const uint32_t nlocal = nslots + 1;
   auto free_res = ShmFreeBytes();
   if (!free_res.ok()) return Status(free_res.status()).prepend(t->who());
   const uint64_t free_bytes = *free_res;
-  // Every local rank allocates its segment at about the same moment: each may take its share.
-  const uint64_t nlocal = writers.size() + 1;
-  const uint64_t ring = FitRingBytes(requested, nslots, nch, free_bytes / nlocal);
-  if (ring == 0) {
-    const uint64_t need = nlocal * SegmentLayout{nslots, nch, kMinRingBytes}.totalBytes();
+  const SegmentPlan plan = PlanSegment(ctx.shm_ring_bytes, nlocal, nch, free_bytes);
+  if (plan.layout.nslots == 0) {
     return SystemError(t->who() +
-                       NoSpaceMessage(free_bytes, need, /*rings_at_minimum=*/true,
+                       NoSpaceMessage(free_bytes, nlocal * plan.minimum_bytes,
+                                      /*rings_at_minimum=*/true,
                                       "for " + std::to_string(nlocal) + " local ranks x " +
                                           std::to_string(nslots) + " peers x " +
                                           std::to_string(nch) + " channels"));
   }
-  if (ring < requested)
+  const SegmentLayout& layout = plan.layout;
+  // One line per host, not per rank (quiet logs at 256 ranks): the lowest local rank speaks.
+  const bool speaker = writers.front() > ctx.rank;
+  const std::string requested = RingSize(RequestedRingBytes(ctx.shm_ring_bytes));
+  const std::string size_text = RingSize(layout.ring_bytes);
+  const auto host_mib = static_cast<unsigned long long>(nlocal * layout.totalBytes() >> 20);
+  if (speaker && plan.short_of_space)
     BRAID_WARN(
-        "shm: /dev/shm has %llu MiB free for %llu local ranks: rings shrunk from %s to %s "
-        "(enlarge /dev/shm, e.g. docker --shm-size, to keep BRAID_SHM_RING_BYTES)",
-        static_cast<unsigned long long>(free_bytes >> 20), static_cast<unsigned long long>(nlocal),
-        RingSize(requested).c_str(), RingSize(ring).c_str());
+        "shm: /dev/shm has %llu MiB free for %u local ranks: segments of %llu MiB in all, rings "
+        "of at most %s instead of %s (enlarge /dev/shm, e.g. docker --shm-size, to keep "
+        "BRAID_SHM_RING_BYTES)",
+        static_cast<unsigned long long>(free_bytes >> 20), nlocal, host_mib, size_text.c_str(),
+        requested.c_str());
+  else if (speaker && plan.below_request)
+    BRAID_INFO(
+        "shm: %u local ranks x %u peers x %u lanes share %llu MiB of segments: the first %llu "
+        "rings used per rank get %s, later ones less (docs/scale.md)",
+        nlocal, nslots, nch, host_mib, static_cast<unsigned long long>(kFullSizeRings),
+        size_text.c_str());
 
-  const SegmentLayout layout{nslots, nch, ring};
-  const std::string name = SegmentName(ctx.comm_tag, ctx.rank, t->blob_.pid, t->blob_.pidns);
-  auto seg = OwnedSegment::Create(name, layout, ctx.rank, writers);
+  auto seg =
+      OwnedSegment::Create(layout, ctx.rank, writers, ctx.comm_tag,
+                           SegmentName(ctx.comm_tag, ctx.rank, t->blob_.pid, t->blob_.pidns));
   if (!seg.ok()) return Status(seg.status()).prepend(t->who());
   t->segment_ = std::move(seg.value());
-  t->blob_.segment = name;
-  t->blob_.ring_bytes = ring;
+  t->blob_.segment = t->segment_->locator();
+  t->blob_.ring_bytes = layout.ring_bytes;
   // The file system we actually created in, should /dev/shm be a link.
   t->blob_.shm_dev = t->segment_->device();
+  AtInitPoint(InitPoint::kSegmentCreated, ctx.comm_tag);
   return std::unique_ptr<TransportInstance>(std::move(t));
 }
 
@@ -203,29 +218,41 @@ Status ShmTransport::connectPeer(int peer, const std::string& blob_text,
   const ShmBlob b = DecodeBlob(blob_text);
   if (!b.valid || b.segment.empty() || !segment_)
     return InternalError("no shm segment on one side (canConnect was false)");
+  if (!IsSegmentLocatorOf(b.segment, b.pid))
+    return RemoteError("its shm blob names " + b.segment + ", not a segment of its own process");
   const SegmentView& mine = segment_->view();
   const int rx_slot = mine.slotOf(peer);
   if (rx_slot < 0) return InternalError("not a local peer of this rank's segment");
-  BRAID_ASSIGN_OR_RETURN(SegmentView theirs, OpenSegment(b.segment));
-  const int tx_slot = theirs.slotOf(ctx_.rank);
-  if (theirs.owner_rank != peer || tx_slot < 0 ||
-      theirs.layout.nchannels != static_cast<uint32_t>(ctx_.nchannels))
-    return InternalError("segment " + b.segment + " does not match (owner " +
-                         std::to_string(theirs.owner_rank) + ", " +
-                         std::to_string(theirs.layout.nchannels) + " channels)");
-  theirs.prefault(static_cast<uint32_t>(tx_slot));
   std::string bell = b.doorbell;
   if (static_cast<size_t>(peer) < ctx_.doorbells.size() &&
       !ctx_.doorbells[static_cast<size_t>(peer)].empty())
     bell = ctx_.doorbells[static_cast<size_t>(peer)];
+  // The link first: a peer that died since it published its blob is named as such.
   BRAID_ASSIGN_OR_RETURN(auto link, PeerLink::Open(peer, b.pid, HostName(ctx_, peer), bell));
+  auto opened = OpenSegment(b.segment, ctx_.comm_tag, peer);
+  if (!opened.ok()) {
+    // A peer killed meanwhile loses its descriptors before its pidfd reports the exit: wait a
+    // moment (on this error path only) so that it is named as what it is.
+    if (link->pidfd() >= 0) {
+      pollfd p{link->pidfd(), POLLIN, 0};
+      (void)poll(&p, 1, 100);
+    }
+    return link->dead() ? link->deathError() : opened.status();
+  }
+  const SegmentView& theirs = *opened;
+  const int tx_slot = theirs.slotOf(ctx_.rank);
+  if (tx_slot < 0 || theirs.layout.nchannels != static_cast<uint32_t>(ctx_.nchannels) ||
+      theirs.layout.ring_bytes != b.ring_bytes)
+    return InternalError("segment " + b.segment + " does not match (" +
+                         std::to_string(theirs.layout.nchannels) + " channels, rings of " +
+                         std::to_string(theirs.layout.ring_bytes) + " bytes)");
   for (uint32_t c = 0; c < static_cast<uint32_t>(ctx_.nchannels); ++c) {
     const auto ts = static_cast<uint32_t>(tx_slot);
     const auto rs = static_cast<uint32_t>(rx_slot);
-    RingRef tx{theirs.control(ts, c), theirs.data(ts, c), theirs.layout.ring_bytes};
-    RingRef rx{mine.control(rs, c), mine.data(rs, c), mine.layout.ring_bytes};
+    RingRef tx{theirs.control(ts, c), theirs.mapping, theirs.layout};
+    RingRef rx{mine.control(rs, c), mine.mapping, mine.layout};
     std::unique_ptr<Endpoint> ep(new (std::nothrow)
-                                     ShmEndpoint(link, theirs.mapping, tx, mine.mapping, rx));
+                                     ShmEndpoint(link, std::move(tx), std::move(rx)));
     if (!ep) return SystemError("out of memory");
     channels->push_back(std::move(ep));
   }
@@ -235,6 +262,7 @@ Status ShmTransport::connectPeer(int peer, const std::string& blob_text,
 Status ShmTransport::connect(const std::vector<int>& peers, const std::vector<std::string>& blobs,
                              Deadline deadline,
                              std::vector<std::vector<std::unique_ptr<Endpoint>>>* out) {
+  AtInitPoint(InitPoint::kConnecting, ctx_.comm_tag);
   out->clear();
   out->resize(peers.size());
   // Nothing here waits on the peer (its segment exists since its blob was published), so the
@@ -253,6 +281,7 @@ Status ShmTransport::connect(const std::vector<int>& peers, const std::vector<st
       return st.prepend(who() + "connect to rank " + std::to_string(peer) + ": ");
     }
   }
+  AtInitPoint(InitPoint::kConnected, ctx_.comm_tag);
   return Status::Ok();
 }
 
@@ -266,6 +295,11 @@ class ShmFactory final : public TransportFactory {
 };
 
 }  // namespace
+
+void SetInitHookForTesting(InitHook hook) {
+  g_init_hook.store(hook, std::memory_order_release);
+}
+
 }  // namespace shm
 
 TransportFactory* ShmTransportFactory() {
