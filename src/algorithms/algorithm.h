@@ -29,7 +29,7 @@ class Algorithm {
 
 // All built-in algorithms, in a stable order.
 const std::vector<const Algorithm*>& AllAlgorithms();
-// The algorithm called `name`, or nullptr.
+// The algorithm called `name` (the tuner's or a testing one, builtin_algorithms.h), or nullptr.
 const Algorithm* FindAlgorithm(const std::string& name);
 
 }  // namespace braid

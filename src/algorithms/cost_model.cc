@@ -1,4 +1,5 @@
 #include "algorithms/cost_model.h"
+#include "algorithms/lowering.h"
 
 #include <algorithm>
 #include <limits>
@@ -44,9 +45,8 @@ int FloorLog2(int n) {
 
 double EstimateFromRankSchedule(const Algorithm& algo, const CollArgs& args,
                                 const LinkModel& model) {
-  auto sched = algo.build(args, 0);
+  auto sched = BuildSchedule(algo, args, 0);
   if (!sched.ok()) return std::numeric_limits<double>::infinity();
-  const uint64_t esize = DataTypeSize(args.dtype);
   // Busy time per port over the whole schedule: [class][0] send, [class][1] receive.
   double port_total[kNumLinkClasses][2] = {};
   double longest_channel = 0;
@@ -59,9 +59,10 @@ double EstimateFromRankSchedule(const Algorithm& algo, const CollArgs& args,
         if (!send && op.kind != StepOpKind::kRecv && op.kind != StepOpKind::kRecvReduce) continue;
         const LinkClass c = LinkClassBetween(args.layout, 0, op.peer);
         const LinkParams& l = model.of(c);
-        const uint64_t count = send ? op.src.count : op.dst.count;
+        const Slice& sl = send ? op.src : op.dst;
+        const uint64_t bytes = sl.count * DataTypeSize(sched->buffers[sl.buffer].dtype);
         port[static_cast<int>(c)][send ? 0 : 1] +=
-            l.alpha_s + static_cast<double>(count * esize) / l.beta_bytes_s;
+            l.alpha_s + static_cast<double>(bytes) / l.beta_bytes_s;
       }
       double step = 0;
       for (int c = 0; c < kNumLinkClasses; ++c)

@@ -19,9 +19,15 @@ const std::vector<const Algorithm*>& AllAlgorithms() {
   return all;
 }
 
+const std::vector<const Algorithm*>& TestingAlgorithms() {
+  static const std::vector<const Algorithm*> testing = {&TestCodecAllReduceAlgorithm()};
+  return testing;
+}
+
 const Algorithm* FindAlgorithm(const std::string& name) {
-  for (const Algorithm* a : AllAlgorithms())
-    if (name == a->name()) return a;
+  for (const auto* list : {&AllAlgorithms(), &TestingAlgorithms()})
+    for (const Algorithm* a : *list)
+      if (name == a->name()) return a;
   return nullptr;
 }
 
@@ -59,6 +65,28 @@ const char* StepOpKindName(StepOpKind k) {
       return "copy";
     case StepOpKind::kReduce:
       return "reduce";
+    case StepOpKind::kScale:
+      return "scale";
+    case StepOpKind::kDivide:
+      return "divide";
+    case StepOpKind::kQuantize:
+      return "quantize";
+    case StepOpKind::kDequantize:
+      return "dequantize";
+    case StepOpKind::kDequantizeReduce:
+      return "dequantize-reduce";
+  }
+  return "?";
+}
+
+const char* MemoryTypeName(MemoryType m) {
+  switch (m) {
+    case MemoryType::kHost:
+      return "host";
+    case MemoryType::kCuda:
+      return "cuda";
+    case MemoryType::kHip:
+      return "hip";
   }
   return "?";
 }

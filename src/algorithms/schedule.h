@@ -2,20 +2,28 @@
 //
 // An algorithm is a pure function (CollArgs, rank) -> RankSchedule. The engine executes it over
 // transports, the simulator predicts its time, the verifier proves it correct, all from the
-// same data (DESIGN.md 2.1).
+// same data (DESIGN.md 2.1). Algorithms build the data movement; BuildSchedule (lowering.h)
+// completes what every schedule needs the same way (the buffer table, the pre-multiplied sum's
+// scaling, AVG's division), so the three consumers read one lowered schedule, nothing on the side.
 //
 // Execution model (what the engine guarantees and what builders may rely on):
-// - A rank's channels run concurrently; the steps of one channel run one after another.
+// - A rank's channels run concurrently; the steps of one channel run one after another. A step
+//   with `deps` starts only once each named step (of another channel of the same rank) has
+//   completed: the only synchronisation between channels. Memory that two channels touch, with a
+//   write among the accesses, must be ordered by these edges (the verifier proves it).
 // - All ops of a step are posted together and the step completes when all of them have; ops of
 //   one step that use the same (peer, direction) are performed in the order listed.
 // - Channel c of rank a and channel c of rank b are joined by one FIFO stream in each direction:
 //   the k-th send from a to b on channel c is received by the k-th receive (kRecv or
-//   kRecvReduce) of b from a on channel c, and both must have the same element count.
-// - Slices are in elements of CollArgs::dtype. A channel index must be < CollArgs::nchannels.
+//   kRecvReduce) of b from a on channel c, and both must have the same byte count.
+// - Buffers are named by their index in RankSchedule::buffers; a slice counts elements of its
+//   buffer's type (bytes for the kUint8 buffers that hold encoded data). A channel index must be
+//   < CollArgs::nchannels.
 #pragma once
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/datatype.h"
@@ -35,10 +43,31 @@ enum class CollKind : uint8_t {
 inline constexpr int kNumCollKinds = 8;
 const char* CollKindName(CollKind k);  // "allreduce", "reducescatter", ... (tuner grammar names)
 
-// Buffers a schedule refers to. kSendBuf / kRecvBuf are the user's; kScratchBuf is engine-owned
-// memory of RankSchedule::scratch_count elements. Slots >= kFirstUserBuf are extra user buffers
-// (grouped point-to-point operations).
+// Where a buffer's memory lives; a transport declares which kinds it can read and write.
+enum class MemoryType : uint8_t { kHost = 0, kCuda, kHip };
+const char* MemoryTypeName(MemoryType m);
+
+// Whose a buffer is: the user's (the collective's send and receive buffers, or one buffer per
+// call of a point-to-point group) or engine memory the schedule needs (scratch).
+enum class BufferRole : uint8_t { kUserSend, kUserRecv, kScratch, kUserP2P };
+
+struct BufferDesc {
+  BufferRole role = BufferRole::kScratch;
+  DataType dtype = DataType::kFloat32;  // what a slice of it counts
+  uint64_t count = 0;                   // elements of dtype (scratch: what the engine allocates)
+  MemoryType memory = MemoryType::kHost;
+};
+
+// The first slots of every collective schedule's buffer table. Builders use them directly and
+// may add scratch buffers of other types (AddBuffer, lowering.h); kScratchBuf has
+// RankSchedule::scratch_count elements of the collective's type. A point-to-point group's table
+// holds one kUserP2P buffer per call instead, in call order.
 enum BufferSlot : uint16_t { kSendBuf = 0, kRecvBuf = 1, kScratchBuf = 2, kFirstUserBuf = 3 };
+
+// Block codecs for quantized transfers. Encoded data lives in kUint8 buffers; its size is
+// EncodedBytes (codec.h). kTest is lossless and self-checking, for proving the IR, engine,
+// verifier and simulator; the block INT8/INT4 codecs arrive with quantized collectives.
+enum class CodecId : uint8_t { kNone = 0, kTest = 1 };
 
 struct Slice {
   uint16_t buffer = kSendBuf;
@@ -52,18 +81,38 @@ enum class StepOpKind : uint8_t {
   kRecvReduce,  // dst = reduce(src, incoming from `peer`); src and dst may be the same slice
   kCopy,        // dst = src (local; src and dst do not overlap unless identical)
   kReduce,      // dst = reduce(src, dst) (local)
+  kScale,       // dst = src * the call's scalar (the pre-multiplied sum's prologue)
+  kDivide,      // dst = dst / nranks (AVG's epilogue; src unused)
+  // Quantized transfers. `codec` names the codec; the typed side counts elements, the encoded
+  // side bytes (EncodedBytes of the typed count).
+  kQuantize,          // dst (encoded) = encode(src)
+  kDequantize,        // dst = decode(src (encoded))
+  kDequantizeReduce,  // dst = reduce(dst, decode(src (encoded)))
 };
+inline constexpr int kNumStepOpKinds = 10;
 const char* StepOpKindName(StepOpKind k);
 
 struct StepOp {
   StepOpKind kind;
   int32_t peer = -1;  // kSend / kRecv / kRecvReduce
-  Slice src;          // kSend, kRecvReduce (local operand), kCopy, kReduce
-  Slice dst;          // kRecv, kRecvReduce, kCopy, kReduce
+  Slice src;          // kSend, kRecvReduce (local operand), kCopy, kReduce, kScale, quantize kinds
+  Slice dst;          // all but kSend
+  CodecId codec = CodecId::kNone;  // quantize kinds
+};
+
+// A step of another channel of the same rank that must complete before a step starts.
+struct StepRef {
+  uint16_t channel = 0;
+  uint32_t step = 0;
+  bool operator==(const StepRef&) const = default;
 };
 
 struct Step {
+  Step() = default;
+  Step(std::vector<StepOp> o, std::vector<StepRef> d = {})
+      : ops(std::move(o)), deps(std::move(d)) {}
   std::vector<StepOp> ops;
+  std::vector<StepRef> deps;  // cross-channel edges (see the execution model above)
 };
 
 struct Channel {
@@ -72,7 +121,10 @@ struct Channel {
 
 struct RankSchedule {
   std::vector<Channel> channels;
-  uint64_t scratch_count = 0;  // elements of scratch this rank needs
+  uint64_t scratch_count = 0;  // elements of kScratchBuf (a builder's view; lowering fills buffers)
+  // The buffer table, indexed by Slice::buffer. Builders leave it empty or append scratch
+  // buffers beyond kScratchBuf with AddBuffer; BuildSchedule completes it.
+  std::vector<BufferDesc> buffers;
 };
 
 // How ranks sit on nodes, for hierarchical algorithms (unused by the flat ones).
@@ -97,8 +149,13 @@ struct CollArgs {
   // through the aliases that exist (e.g. for all-gather, the rank's own block of kRecvBuf is
   // its input and kSendBuf must not be referenced).
   bool in_place = false;
-  int nchannels = 1;                  // maximum channels the engine can run (streams per peer)
-  uint64_t chunk_bytes = 512 * 1024;  // pipelining granularity
+  // Reductions the IR lowers: a pre-multiplied sum scales each rank's input by the call's scalar
+  // first (op must be kSum), AVG divides the sum by nranks on the ranks that hold a result.
+  bool premul = false;
+  bool avg = false;
+  MemoryType memory = MemoryType::kHost;  // where the user's buffers live
+  int nchannels = 1;                      // maximum channels the engine can run (streams per peer)
+  uint64_t chunk_bytes = 512 * 1024;      // pipelining granularity
   const GroupLayout* layout = nullptr;
 };
 

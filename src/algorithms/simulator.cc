@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "algorithms/cost_model.h"
+#include "algorithms/lowering.h"
 #include "algorithms/simulator.h"
 
 namespace braid {
@@ -24,23 +25,36 @@ namespace {
 // simulation walks flat arrays rather than every rank's step vectors.
 struct Xfer {
   uint32_t stream;
-  uint32_t step : 30;  // index of its step in the channel (for error messages)
-  uint32_t send : 1;
-  uint32_t last : 1;  // last transfer of its step
-  uint64_t count;     // elements
+  uint32_t send;   // 1: a send, 0: a receive
+  uint64_t bytes;  // element count times its buffer's element size
+};
+
+// One step in compiled form: its transfers and its dependency edges (local ops cost nothing).
+struct CStep {
+  size_t xfer_begin;
+  uint32_t nxfers;
+  uint32_t ndeps;
+  size_t dep_begin;
+};
+
+// A dependency edge: the lane (of the same rank) and the step of it that must complete first.
+struct Dep {
+  uint32_t lane;
+  uint32_t step;
 };
 
 struct Lane {
   int rank = 0;
   int channel = 0;
-  size_t pos = 0, end = 0;  // the lane's current step starts at xfers_[pos]; done at end
+  size_t first = 0, end = 0;  // the lane's steps are steps_[first, end)
+  size_t step = 0;            // the current step, relative to first (= steps completed)
   int pending = 0;
   bool finished = false;
 };
 
 struct Posted {
   int lane;
-  uint64_t count;
+  uint64_t bytes;
   double t;
 };
 
@@ -133,13 +147,16 @@ class Simulation {
 
   Result<double> Run(const Algorithm& algo) {
     for (int r = 0; r < n_; ++r) {
-      auto s = algo.build(a_, r);
+      auto s = BuildSchedule(algo, a_, r);
       if (!s.ok()) return s.status();
       BRAID_RETURN_IF_ERROR(Compile(r, *s));
-      // Ranks' schedules are usually alike: size the transfer table once from rank 0's.
-      if (r == 0) xfers_.reserve(xfers_.size() * static_cast<size_t>(n_) + 1);
+      // Ranks' schedules are usually alike: size the tables once from rank 0's.
+      if (r == 0) {
+        xfers_.reserve(xfers_.size() * static_cast<size_t>(n_) + 1);
+        steps_.reserve(steps_.size() * static_cast<size_t>(n_) + 1);
+      }
     }
-    esize_ = static_cast<double>(DataTypeSize(a_.dtype));
+    if (!deps_.empty()) parked_.resize(lanes_.size());
     send_free_.assign(static_cast<size_t>(n_) * kNumLinkClasses, 0);
     recv_free_.assign(static_cast<size_t>(n_) * kNumLinkClasses, 0);
     for (size_t l = 0; l < lanes_.size(); ++l) BRAID_RETURN_IF_ERROR(Enter(static_cast<int>(l), 0));
@@ -175,25 +192,29 @@ class Simulation {
       const int lanes[2] = {msgs_[e.msg].src_lane, msgs_[e.msg].dst_lane};
       free_msgs_.push_back(e.msg);
       for (int l : lanes)
-        if (--lanes_[l].pending == 0) BRAID_RETURN_IF_ERROR(Enter(l, e.t));
+        if (--lanes_[l].pending == 0) {
+          ++lanes_[l].step;
+          BRAID_RETURN_IF_ERROR(Wake(l, e.t));
+          BRAID_RETURN_IF_ERROR(Enter(l, e.t));
+        }
     }
     for (const Lane& l : lanes_)
       if (!l.finished)
         return InternalError("simulate " + std::string(algo.name()) + " " + CollKindName(a_.kind) +
                              ": rank " + std::to_string(l.rank) + " channel " +
                              std::to_string(l.channel) + " deadlocks at step " +
-                             std::to_string(xfers_[l.pos].step));
+                             std::to_string(l.step));
     return end_;
   }
 
  private:
-  // Appends rank's channels as lanes of compiled transfers. Steps with local ops only cost
-  // nothing and are left out.
+  // Appends rank's channels as lanes of compiled steps.
   Status Compile(int rank, const RankSchedule& s) {
     if (s.channels.size() > static_cast<size_t>(kMaxChannels))
       return InternalError("simulate: rank " + std::to_string(rank) + " has " +
                            std::to_string(s.channels.size()) + " channels, more than " +
                            std::to_string(kMaxChannels));
+    const auto lane_base = static_cast<uint32_t>(lanes_.size());
     for (size_t c = 0; c < s.channels.size(); ++c) {
       const auto& steps = s.channels[c].steps;
       if (steps.size() > kMaxSteps)
@@ -202,9 +223,11 @@ class Simulation {
       Lane lane;
       lane.rank = rank;
       lane.channel = static_cast<int>(c);
-      lane.pos = xfers_.size();
+      lane.first = steps_.size();
       for (size_t k = 0; k < steps.size(); ++k) {
-        const size_t first = xfers_.size();
+        CStep cs{xfers_.size(), 0, 0, deps_.size()};
+        for (const StepRef& d : steps[k].deps) deps_.push_back({lane_base + d.channel, d.step});
+        cs.ndeps = static_cast<uint32_t>(steps[k].deps.size());
         for (const StepOp& op : steps[k].ops) {
           const bool send = op.kind == StepOpKind::kSend;
           if (!send && op.kind != StepOpKind::kRecv && op.kind != StepOpKind::kRecvReduce) continue;
@@ -213,18 +236,18 @@ class Simulation {
                                  std::to_string(c) + " step " + std::to_string(k) + " names peer " +
                                  std::to_string(op.peer) + " outside [0, " + std::to_string(n_) +
                                  ")");
+          const Slice& sl = send ? op.src : op.dst;
           Xfer x;
           x.stream = streams_.Find(send ? Key(rank, op.peer, lane.channel)
                                         : Key(op.peer, rank, lane.channel));
-          x.step = static_cast<uint32_t>(k);
           x.send = send;
-          x.last = 0;
-          x.count = send ? op.src.count : op.dst.count;
+          x.bytes = sl.count * DataTypeSize(s.buffers[sl.buffer].dtype);
           xfers_.push_back(x);
+          ++cs.nxfers;
         }
-        if (xfers_.size() > first) xfers_.back().last = 1;
+        steps_.push_back(cs);
       }
-      lane.end = xfers_.size();
+      lane.end = steps_.size();
       lanes_.push_back(lane);
     }
     return Status::Ok();
@@ -234,26 +257,47 @@ class Simulation {
     return static_cast<size_t>(rank) * kNumLinkClasses + static_cast<size_t>(c);
   }
 
-  // Posts the lane's next step at time t (or finishes the lane).
+  // Posts the lane's current step at time t, once its edges allow (else parks the lane on the
+  // lane it waits for); steps without transfers complete at once.
   Status Enter(int lane, double t) {
-    Lane& l = lanes_[lane];
-    if (l.pos >= l.end) {
-      l.finished = true;
-      end_ = std::max(end_, t);
+    for (;;) {
+      Lane& l = lanes_[lane];
+      if (l.first + l.step >= l.end) {
+        l.finished = true;
+        end_ = std::max(end_, t);
+        return Status::Ok();
+      }
+      const CStep& cs = steps_[l.first + l.step];
+      for (uint32_t i = 0; i < cs.ndeps; ++i) {
+        const Dep& d = deps_[cs.dep_begin + i];
+        if (lanes_[d.lane].step <= d.step) {
+          parked_[d.lane].push_back(lane);
+          return Status::Ok();
+        }
+      }
+      if (cs.nxfers == 0) {
+        ++l.step;
+        BRAID_RETURN_IF_ERROR(Wake(lane, t));
+        continue;
+      }
+      for (uint32_t i = 0; i < cs.nxfers; ++i) {
+        const Xfer& x = xfers_[cs.xfer_begin + i];
+        Stream& s = streams_[x.stream];
+        (x.send ? s.sends : s.recvs).push_back({lane, x.bytes, t});
+      }
+      l.pending = static_cast<int>(cs.nxfers);
+      for (uint32_t i = 0; i < cs.nxfers; ++i)
+        BRAID_RETURN_IF_ERROR(Match(xfers_[cs.xfer_begin + i].stream));
       return Status::Ok();
     }
-    const size_t first = l.pos;
-    for (;;) {
-      const Xfer& x = xfers_[l.pos++];
-      Stream& s = streams_[x.stream];
-      (x.send ? s.sends : s.recvs).push_back({lane, x.count, t});
-      if (x.last) break;
-    }
-    l.pending = static_cast<int>(l.pos - first);
-    // The lane's next step is read when this one ends, after every other lane has moved: fetch
-    // it now, or the walk over the lanes misses the cache at every step.
-    if (l.pos < l.end) __builtin_prefetch(&xfers_[l.pos]);
-    for (size_t i = first; i < l.pos; ++i) BRAID_RETURN_IF_ERROR(Match(xfers_[i].stream));
+  }
+
+  // Lane `lane` completed a step at time t: the lanes parked on it try again.
+  Status Wake(int lane, double t) {
+    if (parked_.empty() || parked_[lane].empty()) return Status::Ok();
+    std::vector<int> waiting;
+    waiting.swap(parked_[lane]);
+    for (int w : waiting) BRAID_RETURN_IF_ERROR(Enter(w, t));
     return Status::Ok();
   }
 
@@ -262,11 +306,11 @@ class Simulation {
     while (s.sh < s.sends.size() && s.rh < s.recvs.size()) {
       const Posted& snd = s.sends[s.sh++];
       const Posted& rcv = s.recvs[s.rh++];
-      if (snd.count != rcv.count)
+      if (snd.bytes != rcv.bytes)
         return InternalError("simulate: rank " + std::to_string(lanes_[snd.lane].rank) + " sends " +
-                             std::to_string(snd.count) + " elements to rank " +
+                             std::to_string(snd.bytes) + " bytes to rank " +
                              std::to_string(lanes_[rcv.lane].rank) + " which receives " +
-                             std::to_string(rcv.count) + " on channel " +
+                             std::to_string(rcv.bytes) + " on channel " +
                              std::to_string(lanes_[snd.lane].channel));
       const int src = lanes_[snd.lane].rank, dst = lanes_[rcv.lane].rank;
       const Msg msg{snd.lane,
@@ -274,7 +318,7 @@ class Simulation {
                     src,
                     dst,
                     LinkClassBetween(a_.layout, src, dst),
-                    static_cast<double>(snd.count) * esize_};
+                    static_cast<double>(snd.bytes)};
       uint32_t slot;
       if (free_msgs_.empty()) {
         slot = static_cast<uint32_t>(msgs_.size());
@@ -306,9 +350,11 @@ class Simulation {
   const CollArgs a_;
   const LinkModel m_;
   const int n_;
-  double esize_ = 1;
   std::vector<Lane> lanes_;
-  std::vector<Xfer> xfers_;                    // every lane's transfers, lane after lane
+  std::vector<CStep> steps_;                   // every lane's steps, lane after lane
+  std::vector<Xfer> xfers_;                    // every step's transfers, in step order
+  std::vector<Dep> deps_;                      // every step's edges, in step order
+  std::vector<std::vector<int>> parked_;       // per lane: lanes waiting for its next step
   std::vector<double> send_free_, recv_free_;  // per (rank, link class): when the port frees
   StreamTable streams_;
   std::vector<Msg> msgs_;

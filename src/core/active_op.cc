@@ -5,7 +5,9 @@
 
 #include "algorithms/algorithm.h"
 #include "algorithms/builtin_algorithms.h"
+#include "algorithms/lowering.h"
 #include "core/comm.h"
+#include "device/cpu/codec_kernels.h"
 #include "device/cpu/reduce_kernels.h"
 
 namespace braid {
@@ -35,7 +37,9 @@ CollArgs CollArgsFor(const braidComm& comm, const OpDesc& d) {
   a.count = d.count;
   a.root = d.root;
   a.nranks = comm.nranks();
-  a.in_place = d.in_place && !d.premul;
+  a.in_place = d.in_place;
+  a.premul = d.premul;
+  a.avg = d.avg;
   a.nchannels = comm.nchannels();
   a.chunk_bytes = comm.config().chunk_bytes;
   a.layout = &comm.layout();
@@ -64,47 +68,19 @@ std::string ActiveOp::context() const {
 Result<RankSchedule> ActiveOp::buildSchedule(CollArgs* args) {
   const int rank = comm_->rank();
   if (is_p2p_) {
-    // One step on channel 0 with every call in order: the engine posts them together, so any
-    // pattern of matching sends and receives completes (NCCL's fused group semantics).
-    RankSchedule s;
-    s.channels.resize(1);
-    s.channels[0].steps.resize(1);
-    auto& ops = s.channels[0].steps[0].ops;
-    std::vector<size_t> self_sends, self_recvs;
-    for (size_t i = 0; i < d_.p2p.size(); ++i) {
-      const P2PCall& c = d_.p2p[i];
-      Slice sl{static_cast<uint16_t>(kFirstUserBuf + i), 0, c.count * DataTypeSize(c.dtype)};
-      if (c.peer == rank) {
-        (c.is_send ? self_sends : self_recvs).push_back(i);
-        continue;
-      }
-      StepOp op;
-      op.kind = c.is_send ? StepOpKind::kSend : StepOpKind::kRecv;
-      op.peer = c.peer;
-      (c.is_send ? op.src : op.dst) = sl;
-      ops.push_back(op);
-    }
-    // braidGroupEnd validated the pairing (CheckSelfPairs): k-th send to self, k-th receive.
-    if (self_sends.size() != self_recvs.size())
-      return InternalError("unpaired send/receive to self reached the engine");
-    for (size_t k = 0; k < self_sends.size(); ++k) {
-      const P2PCall& s = d_.p2p[self_sends[k]];
-      const uint64_t sb = s.count * DataTypeSize(s.dtype);
-      StepOp op;
-      op.kind = StepOpKind::kCopy;
-      op.src = {static_cast<uint16_t>(kFirstUserBuf + self_sends[k]), 0, sb};
-      op.dst = {static_cast<uint16_t>(kFirstUserBuf + self_recvs[k]), 0, sb};
-      ops.push_back(op);
-    }
+    std::vector<P2PSpec> calls;
+    calls.reserve(d_.p2p.size());
+    for (const P2PCall& c : d_.p2p)
+      calls.push_back({c.peer, c.is_send, c.count * DataTypeSize(c.dtype)});
     algo_name_ = "p2p";
     args->dtype = DataType::kUint8;
-    return s;
+    return BuildPointToPointSchedule(calls, rank, comm_->nranks());
   }
   *args = CollArgsFor(*comm_, d_);
   const Algorithm* algo = AlgorithmFor(*comm_, d_, *args);
   if (!algo) return InternalError(std::string("no algorithm can serve ") + DescribeCall(d_));
   algo_name_ = algo->name();
-  auto sched = algo->build(*args, rank);
+  auto sched = BuildSchedule(*algo, *args, rank);
   if (!sched.ok()) return sched.status();
   if (static_cast<int>(sched->channels.size()) > args->nchannels)
     return InternalError(std::string("algorithm ") + algo->name() + " built " +
@@ -127,16 +103,6 @@ std::vector<ActiveOp::ChannelState> ActiveOp::StatesFor(const RankSchedule& s, i
 Status ActiveOp::prepare(uint64_t coll_seq, std::vector<uint64_t>& p2p_send_seq,
                          std::vector<uint64_t>& p2p_recv_seq) {
   const int nranks = comm_->nranks();
-  // Pre-multiplied sum: scale this rank's input once into engine memory, then sum. Running the
-  // schedule out of place keeps the user's send buffer untouched (in-place callers included).
-  if (d_.premul) {
-    uint64_t n = d_.kind == CollKind::kReduceScatter ? d_.count * nranks : d_.count;
-    size_t bytes = n * DataTypeSize(d_.dtype);
-    if (premul.size() < bytes) premul.resize(bytes);
-    ScaleKernel(d_.dtype, d_.sendbuf, premul.data(), n, d_.scalar);
-    d_.sendbuf = premul.data();
-    d_.in_place = false;
-  }
   if (!is_p2p_) seq_ = coll_seq;
   auto sched = buildSchedule(&args_);
   if (!sched.ok()) {
@@ -174,15 +140,9 @@ Status ActiveOp::prepare(uint64_t coll_seq, std::vector<uint64_t>& p2p_send_seq,
   const bool small = !is_p2p_ && LargestBufferBytes(d_, nranks) <= kExpressBytes;
   data_chans_ = small ? StatesFor(data_sched_, express, true) : StatesFor(data_sched_, 0, false);
 
-  bufs_.elsize = DataTypeSize(args_.dtype);
-  bufs_.base[kSendBuf] = const_cast<std::byte*>(static_cast<const std::byte*>(d_.sendbuf));
-  bufs_.base[kRecvBuf] = static_cast<std::byte*>(d_.recvbuf);
-  size_t scratch_bytes = data_sched_.scratch_count * bufs_.elsize;
-  if (scratch.size() < scratch_bytes) scratch.resize(scratch_bytes);
-  bufs_.base[kScratchBuf] = scratch.data();
-  for (const auto& c : d_.p2p) bufs_.user.push_back(static_cast<std::byte*>(c.buf));
+  BRAID_RETURN_IF_ERROR(bindBuffers().prepend(context()));
 
-  if (is_p2p_) {
+  if (is_p2p_ && !data_sched_.channels.empty()) {
     const auto& ops = data_sched_.channels[0].steps[0].ops;
     p2p_seq_.resize(ops.size());
     for (size_t i = 0; i < ops.size(); ++i) {
@@ -208,6 +168,53 @@ Status ActiveOp::prepare(uint64_t coll_seq, std::vector<uint64_t>& p2p_send_seq,
     i = j;
   }
   if (agree_chans_.empty() && data_chans_.empty()) stage_ = Stage::kFinished;
+  return Status::Ok();
+}
+
+Status ActiveOp::bindBuffers() {
+  const auto& table = data_sched_.buffers;
+  bufs_.base.assign(table.size(), nullptr);
+  bufs_.elsize.assign(table.size(), 1);
+  // Scratch buffers share one allocation from the engine's pool, each at a 64-byte boundary.
+  uint64_t scratch_bytes = 0;
+  std::vector<uint64_t> offset(table.size(), 0);
+  uint64_t codec_elems = 0;
+  for (size_t i = 0; i < table.size(); ++i) {
+    const BufferDesc& b = table[i];
+    if (b.memory != MemoryType::kHost)
+      return InvalidArgument(std::string("buffer in ") + MemoryTypeName(b.memory) +
+                             " memory: this build moves host memory only");
+    bufs_.elsize[i] = DataTypeSize(b.dtype);
+    if (b.role == BufferRole::kScratch) {
+      offset[i] = scratch_bytes;
+      scratch_bytes += (b.count * bufs_.elsize[i] + 63) / 64 * 64;
+    }
+  }
+  for (const auto& ch : data_sched_.channels)
+    for (const auto& st : ch.steps)
+      for (const auto& op : st.ops)
+        if (op.kind == StepOpKind::kDequantizeReduce)
+          codec_elems = std::max(codec_elems, op.dst.count);
+  if (scratch.size() < scratch_bytes) scratch.resize(scratch_bytes);
+  for (size_t i = 0; i < table.size(); ++i) {
+    switch (table[i].role) {
+      case BufferRole::kUserSend:
+        bufs_.base[i] = const_cast<std::byte*>(static_cast<const std::byte*>(d_.sendbuf));
+        break;
+      case BufferRole::kUserRecv:
+        bufs_.base[i] = static_cast<std::byte*>(d_.recvbuf);
+        break;
+      case BufferRole::kScratch:
+        bufs_.base[i] = scratch.data() + offset[i];
+        break;
+      case BufferRole::kUserP2P:
+        if (i >= d_.p2p.size()) return InternalError("point-to-point buffer without its call");
+        bufs_.base[i] = static_cast<std::byte*>(d_.p2p[i].buf);
+        break;
+    }
+  }
+  // The decoder of a dequantize-reduce needs room for one decoded slice.
+  if (codec_elems) codec_tmp_.resize(codec_elems * DataTypeSize(args_.dtype));
   return Status::Ok();
 }
 
@@ -250,7 +257,12 @@ Result<bool> ActiveOp::advanceStage(std::vector<ChannelState>& chans, StreamGate
   bool all_done = true;
   for (auto& cs : chans) {
     while (!cs.finished()) {
-      const auto& ops = cs.ch->steps[cs.step].ops;
+      const Step& step = cs.ch->steps[cs.step];
+      // A step with edges waits for the steps of other channels it names.
+      if (!std::all_of(step.deps.begin(), step.deps.end(),
+                       [&](const StepRef& d) { return chans[d.channel].step > d.step; }))
+        break;
+      const auto& ops = step.ops;
       bool step_done = true;
       for (size_t i = 0; i < ops.size(); ++i) {
         OpProgress& pr = cs.progress[i];
@@ -348,18 +360,9 @@ Status ActiveOp::advanceAgreement(ChannelState& cs, size_t i, bool* moved) {
 Status ActiveOp::advanceData(ChannelState& cs, size_t i, bool* moved) {
   const StepOp& sop = cs.ch->steps[cs.step].ops[i];
   OpProgress& pr = cs.progress[i];
-  if (sop.kind == StepOpKind::kCopy) {
-    std::byte* dst = bufs_.at(sop.dst);
-    const std::byte* src = bufs_.at(sop.src);
-    if (dst != src) std::memmove(dst, src, sop.src.count * bufs_.elsize);
-    budget_ -= static_cast<int64_t>(sop.src.count * bufs_.elsize);
-    pr.phase = kDone;
-    *moved = true;
-    return Status::Ok();
-  }
-  if (sop.kind == StepOpKind::kReduce) {
-    std::byte* dst = bufs_.at(sop.dst);
-    ReduceKernel(args_.dtype, args_.op, bufs_.at(sop.src), dst, dst, sop.src.count);
+  if (!IsTransfer(sop.kind)) {
+    BRAID_RETURN_IF_ERROR(runLocal(sop));
+    budget_ -= static_cast<int64_t>(bufs_.bytes(sop.dst));
     pr.phase = kDone;
     *moved = true;
     return Status::Ok();
@@ -369,9 +372,9 @@ Status ActiveOp::advanceData(ChannelState& cs, size_t i, bool* moved) {
   if (sop.kind == StepOpKind::kSend) {
     if (pr.phase == kHeader && pr.done == 0) {
       pr.hdr = proto_;
-      pr.hdr.payload = sop.src.count * bufs_.elsize;
+      pr.hdr.payload = bufs_.bytes(sop.src);
       if (is_p2p_) {
-        const P2PCall& c = d_.p2p[sop.src.buffer - kFirstUserBuf];
+        const P2PCall& c = d_.p2p[sop.src.buffer];
         pr.hdr.seq = p2p_seq_[i];
         pr.hdr.dtype = static_cast<uint8_t>(c.dtype);
         pr.hdr.count = c.count;
@@ -381,7 +384,8 @@ Status ActiveOp::advanceData(ChannelState& cs, size_t i, bool* moved) {
   }
   // Receives.
   const Slice& dst_slice = sop.dst;
-  const uint64_t expect = dst_slice.count * bufs_.elsize;
+  const uint64_t expect = bufs_.bytes(dst_slice);
+  const size_t elsize = bufs_.elsize[dst_slice.buffer];
   if (pr.phase == kHeader) {
     auto got = RecvHeader(ep, sop.peer, pr, moved);
     if (!got.ok()) return got.status();
@@ -433,11 +437,11 @@ Status ActiveOp::advanceData(ChannelState& cs, size_t i, bool* moved) {
     // kRecvReduce: combine straight out of the transport's buffer (no staging copy).
     auto view = ep->peek(expect - pr.done);
     if (!view.ok()) return view.status();
-    size_t n = view->size() / bufs_.elsize;
+    size_t n = view->size() / elsize;
     if (n == 0) return Status::Ok();
-    size_t bytes = n * bufs_.elsize;
-    ReduceKernel(args_.dtype, args_.op, bufs_.at(sop.src) + pr.done, view->data(),
-                 bufs_.at(dst_slice) + pr.done, n);
+    size_t bytes = n * elsize;
+    ReduceKernel(data_sched_.buffers[dst_slice.buffer].dtype, args_.op, bufs_.at(sop.src) + pr.done,
+                 view->data(), bufs_.at(dst_slice) + pr.done, n);
     ep->consume(bytes);
     pr.done += bytes;
     budget_ -= static_cast<int64_t>(bytes);
@@ -450,12 +454,35 @@ Status ActiveOp::advanceData(ChannelState& cs, size_t i, bool* moved) {
   return RecvPadding(ep, pr, moved);
 }
 
-void ActiveOp::epilogue() {
-  // Avg = sum / nranks on the ranks that hold a result.
-  if (!d_.avg) return;
-  if (d_.kind == CollKind::kAllReduce || d_.kind == CollKind::kReduceScatter ||
-      (d_.kind == CollKind::kReduce && comm_->rank() == d_.root))
-    DivideKernel(d_.dtype, d_.recvbuf, d_.count, static_cast<uint64_t>(comm_->nranks()));
+Status ActiveOp::runLocal(const StepOp& sop) {
+  const DataType dst_type = data_sched_.buffers[sop.dst.buffer].dtype;
+  std::byte* dst = bufs_.at(sop.dst);
+  switch (sop.kind) {
+    case StepOpKind::kCopy: {
+      const std::byte* src = bufs_.at(sop.src);
+      if (dst != src) std::memmove(dst, src, bufs_.bytes(sop.src));
+      return Status::Ok();
+    }
+    case StepOpKind::kReduce:
+      ReduceKernel(dst_type, args_.op, bufs_.at(sop.src), dst, dst, sop.src.count);
+      return Status::Ok();
+    case StepOpKind::kScale:
+      ScaleKernel(dst_type, bufs_.at(sop.src), dst, sop.src.count, d_.scalar);
+      return Status::Ok();
+    case StepOpKind::kDivide:
+      DivideKernel(dst_type, dst, sop.dst.count, static_cast<uint64_t>(comm_->nranks()));
+      return Status::Ok();
+    case StepOpKind::kQuantize:
+      return EncodeKernel(sop.codec, data_sched_.buffers[sop.src.buffer].dtype, bufs_.at(sop.src),
+                          sop.src.count, dst);
+    case StepOpKind::kDequantize:
+      return DecodeKernel(sop.codec, dst_type, bufs_.at(sop.src), sop.dst.count, dst);
+    case StepOpKind::kDequantizeReduce:
+      return DecodeReduceKernel(sop.codec, dst_type, args_.op, bufs_.at(sop.src), sop.dst.count,
+                                dst, codec_tmp_.data());
+    default:
+      return InternalError(std::string("not a local op: ") + StepOpKindName(sop.kind));
+  }
 }
 
 void ActiveOp::collectWaits(const StreamGate& gate, std::vector<TransferWait>& out) const {

@@ -5,10 +5,10 @@
 // An operation runs in stages:
 //   agreement  the call agreement of a collective (see CallConflict in wire_header.h), always on
 //              the express lane, so that it never waits behind another operation's bulk data;
-//   data       the algorithm's schedule; collectives of at most kExpressBytes run on the
-//              express lane too (one channel), larger ones on lanes 0..nchannels-1, point-to-
-//              point groups on lane 0;
-//   epilogue   local work after the data (AVG's division).
+//   data       the lowered schedule (lowering.h: the algorithm's data movement plus the pre-
+//              multiplied sum's scaling and AVG's division); collectives of at most
+//              kExpressBytes run on the express lane too (one channel), larger ones on lanes
+//              0..nchannels-1, point-to-point groups on lane 0.
 // The schedules of both stages are built when the operation becomes active, so its stream claims
 // are known before it moves a byte.
 #pragma once
@@ -61,8 +61,8 @@ class ActiveOp {
 
   // Builds the schedules and the stream claims. `coll_seq` is the communicator's collective
   // number (ignored for point-to-point); `p2p_send_seq` / `p2p_recv_seq` number the point-to-
-  // point messages per peer and are advanced. Scratch comes from `scratch` / `premul` (buffers
-  // the engine recycles; grown here as needed).
+  // point messages per peer and are advanced. Scratch buffers come from `scratch` (a buffer the
+  // engine recycles; grown here as needed).
   Status prepare(uint64_t coll_seq, std::vector<uint64_t>& p2p_send_seq,
                  std::vector<uint64_t>& p2p_recv_seq);
 
@@ -72,8 +72,6 @@ class ActiveOp {
   Status advance(StreamGate& gate, bool* moved);
   bool finished() const { return stage_ == Stage::kFinished; }
   bool cleanFailure() const { return clean_failure_; }
-  // Local work after the data; call once finished().
-  void epilogue();
 
   void collectWaits(const StreamGate& gate, std::vector<TransferWait>& out) const;
   // "receiving from rank 3 (host h, pid 42) on lane 1, step 2/6; ..." for timeout messages.
@@ -95,7 +93,6 @@ class ActiveOp {
 
   // Recycled by the engine between operations (they only grow).
   std::vector<std::byte> scratch;
-  std::vector<std::byte> premul;
 
  private:
   enum class Stage { kAgreement, kData, kFinished };
@@ -109,17 +106,19 @@ class ActiveOp {
       if (!finished()) progress.assign(ch->steps[step].ops.size(), OpProgress{});
     }
   };
+  // The schedule's buffer table bound to memory: a base and an element size per slot.
   struct Buffers {
-    std::byte* base[kFirstUserBuf] = {};
-    std::vector<std::byte*> user;  // slots >= kFirstUserBuf
-    size_t elsize = 1;
-    std::byte* at(const Slice& s) const {
-      std::byte* b = s.buffer < kFirstUserBuf ? base[s.buffer] : user[s.buffer - kFirstUserBuf];
-      return b + s.offset * elsize;
-    }
+    std::vector<std::byte*> base;
+    std::vector<size_t> elsize;
+    std::byte* at(const Slice& s) const { return base[s.buffer] + s.offset * elsize[s.buffer]; }
+    uint64_t bytes(const Slice& s) const { return s.count * elsize[s.buffer]; }
   };
 
   Result<RankSchedule> buildSchedule(CollArgs* args);
+  // Points every slot of the data schedule's buffer table at memory (user buffers, scratch).
+  Status bindBuffers();
+  // Runs a local op (copy, reduce, scale, divide, the codecs).
+  Status runLocal(const StepOp& sop);
   static std::vector<ChannelState> StatesFor(const RankSchedule& s, int lane_base, bool one_lane);
   uint32_t streamOf(const StreamGate& gate, const ChannelState& cs, const StepOp& sop) const;
   // Runs the steps of `chans` as far as possible; true when every channel is finished.
@@ -146,7 +145,8 @@ class ActiveOp {
   RankSchedule agree_sched_, data_sched_;
   std::vector<ChannelState> agree_chans_, data_chans_;
   Buffers bufs_;
-  std::vector<uint64_t> p2p_seq_;  // per op of the point-to-point step
+  std::vector<std::byte> codec_tmp_;  // one decoded slice of a dequantize-reduce
+  std::vector<uint64_t> p2p_seq_;     // per op of the point-to-point step
   std::vector<std::pair<uint32_t, uint32_t>> claims_;
 
   // Call agreement state.

@@ -158,10 +158,6 @@ void Engine::activate(Operation* op, std::shared_ptr<Operation> keep) {
     a->scratch = std::move(pool_.back());
     pool_.pop_back();
   }
-  if (op->desc().premul && !pool_.empty()) {
-    a->premul = std::move(pool_.back());
-    pool_.pop_back();
-  }
   Status st;
   try {
     st = a->prepare(coll_seq_, p2p_send_seq_, p2p_recv_seq_);
@@ -183,8 +179,8 @@ void Engine::retire(size_t i, const Status& st) {
   std::unique_ptr<ActiveOp> a = std::move(active_[i]);
   active_.erase(active_.begin() + static_cast<ptrdiff_t>(i));
   gate_.releaseAll(a->id(), a->claims());
-  for (auto* buf : {&a->scratch, &a->premul})
-    if (buf->capacity() > 0 && pool_.size() < 2 * window_) pool_.push_back(std::move(*buf));
+  if (a->scratch.capacity() > 0 && pool_.size() < 2 * window_)
+    pool_.push_back(std::move(a->scratch));
   if (a->isCollective())
     last_coll_completed_.store(static_cast<int64_t>(a->seq()), std::memory_order_relaxed);
   completed_.fetch_add(1, std::memory_order_relaxed);
@@ -249,7 +245,6 @@ bool Engine::sweep() {
       return true;
     }
     if (a.finished()) {
-      a.epilogue();
       retire(i, Status::Ok());
       any = true;
       continue;

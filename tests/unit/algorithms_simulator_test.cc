@@ -9,6 +9,8 @@
 #include <gtest/gtest.h>
 
 #include "algorithms/algorithm.h"
+#include "algorithms/codec.h"
+#include "algorithms/lowering.h"
 #include "algorithms/simulator.h"
 #include "algorithms/tuner.h"
 
@@ -54,12 +56,17 @@ class FixedAlgorithm : public Algorithm {
   }
   Result<RankSchedule> build(const CollArgs&, int rank) const override { return s_[rank]; }
 
-  // Appends a step of `ops` to `rank`'s channel `ch`.
-  void Step(int rank, int ch, std::vector<StepOp> ops) {
+  // Appends a step of `ops` to `rank`'s channel `ch` (they move scratch, sized to fit), after
+  // the steps `deps` of other channels.
+  void Step(int rank, int ch, std::vector<StepOp> ops, std::vector<StepRef> deps = {}) {
     auto& chans = s_[rank].channels;
     if (static_cast<int>(chans.size()) <= ch) chans.resize(ch + 1);
-    chans[ch].steps.push_back({std::move(ops)});
+    for (const StepOp& op : ops)
+      s_[rank].scratch_count = std::max(
+          {s_[rank].scratch_count, op.src.offset + op.src.count, op.dst.offset + op.dst.count});
+    chans[ch].steps.push_back({std::move(ops), std::move(deps)});
   }
+  RankSchedule& schedule(int rank) { return s_[rank]; }
 
  private:
   std::vector<RankSchedule> s_;
@@ -69,7 +76,7 @@ StepOp Send(int peer, uint64_t count) {
   StepOp op{};
   op.kind = StepOpKind::kSend;
   op.peer = peer;
-  op.src = {kSendBuf, 0, count};
+  op.src = {kScratchBuf, 0, count};
   return op;
 }
 
@@ -77,7 +84,7 @@ StepOp Recv(int peer, uint64_t count) {
   StepOp op{};
   op.kind = StepOpKind::kRecv;
   op.peer = peer;
-  op.dst = {kRecvBuf, 0, count};
+  op.dst = {kScratchBuf, 0, count};
   return op;
 }
 
@@ -355,6 +362,52 @@ TEST(Simulator, RingAllReduceAt1024Ranks) {
   a.layout = &nodes;
   EXPECT_CLOSE(Simulate("ring", a, m),
                2 * (n - 1) * (m.inter.alpha_s + shard / m.inter.beta_bytes_s));
+}
+
+// Issue 8: a dependency edge between the two channels orders transfers the link classes would
+// otherwise overlap: the prediction becomes their sum.
+TEST(SimulatorDependencies, AnEdgeSerialisesIndependentTransfers) {
+  const LinkModel m;
+  const GroupLayout layout = Nodes(4, 2);
+  const uint64_t intra_count = 1 << 20, inter_count = 1 << 18;
+  FixedAlgorithm algo(4);
+  for (int r = 0; r < 4; ++r) {
+    const int intra_peer = r ^ 1, inter_peer = (r + 2) % 4;
+    algo.Step(r, 0, {Send(intra_peer, intra_count), Recv(intra_peer, intra_count)});
+    algo.Step(r, 1, {Send(inter_peer, inter_count), Recv(inter_peer, inter_count)}, {{0, 0}});
+  }
+  CollArgs a = Args(CollKind::kAllReduce, 4, 0);
+  a.layout = &layout;
+  auto t = SimulateSeconds(algo, a, m);
+  ASSERT_TRUE(t.ok()) << t.status().message();
+  const double intra = Msg(m.intra, intra_count), inter = Msg(m.inter, inter_count);
+  EXPECT_NEAR(*t, intra + inter, 1e-9 * (intra + inter));
+}
+
+// Quantized transfers cost what travels: the encoded bytes of a kUint8 buffer, not the elements
+// of the collective's type. Local steps (quantize, dequantize-reduce) cost nothing and do not
+// stall their channel.
+TEST(SimulatorDependencies, EncodedTransfersCostTheirBytes) {
+  const LinkModel m;
+  const uint64_t count = 1 << 20;
+  const uint64_t enc = EncodedBytes(CodecId::kTest, DataType::kFloat32, count);
+  FixedAlgorithm algo(2);
+  for (int r = 0; r < 2; ++r) {
+    const uint16_t out = AddBuffer(algo.schedule(r), DataType::kUint8, enc);
+    const uint16_t in = AddBuffer(algo.schedule(r), DataType::kUint8, enc);
+    StepOp q{StepOpKind::kQuantize, -1, {kScratchBuf, 0, count}, {out, 0, enc}, CodecId::kTest};
+    StepOp send{StepOpKind::kSend, 1 - r, {out, 0, enc}, {}};
+    StepOp recv{StepOpKind::kRecv, 1 - r, {}, {in, 0, enc}};
+    StepOp dq{
+        StepOpKind::kDequantizeReduce, -1, {in, 0, enc}, {kScratchBuf, 0, count}, CodecId::kTest};
+    algo.Step(r, 0, {q});
+    algo.Step(r, 0, {send, recv});
+    algo.Step(r, 0, {dq});
+  }
+  auto t = SimulateSeconds(algo, Args(CollKind::kAllReduce, 2, 0), m);
+  ASSERT_TRUE(t.ok()) << t.status().message();
+  const double expected = m.intra.alpha_s + static_cast<double>(enc) / m.intra.beta_bytes_s;
+  EXPECT_NEAR(*t, expected, 1e-9 * expected);
 }
 
 }  // namespace

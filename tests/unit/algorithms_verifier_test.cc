@@ -8,6 +8,8 @@
 #include <gtest/gtest.h>
 
 #include "algorithms/algorithm.h"
+#include "algorithms/codec.h"
+#include "algorithms/lowering.h"
 #include "algorithms/verifier.h"
 
 namespace braid {
@@ -24,7 +26,7 @@ const Case kCases[] = {
     {"ring", CollKind::kReduce},           {"rd", CollKind::kAllReduce},
     {"tree", CollKind::kBroadcast},        {"tree", CollKind::kReduce},
     {"bruck", CollKind::kAllGather},       {"pairwise", CollKind::kAllToAll},
-    {"dissemination", CollKind::kBarrier},
+    {"dissemination", CollKind::kBarrier}, {"qtest", CollKind::kAllReduce},
 };
 
 constexpr DataType kTypes[] = {DataType::kInt8, DataType::kFloat32, DataType::kFloat64};
@@ -61,16 +63,17 @@ class AlgorithmVerify : public ::testing::TestWithParam<Case> {
     const Status st = VerifySchedule(*algo_, a);
     ASSERT_TRUE(st.ok()) << st.message();
     if (n > 8 && count > 8) return;  // the shape lint is cheap but not free; small cases suffice
-    const uint64_t chunk_elems = std::max<uint64_t>(chunk / DataTypeSize(dt), 1);
     for (int r = 0; r < n; ++r) {
-      auto s = algo_->build(a, r);
+      auto s = BuildSchedule(*algo_, a, r);
       ASSERT_TRUE(s.ok());
       ASSERT_LE(static_cast<int>(s->channels.size()), nch);
       for (const Channel& ch : s->channels)
         for (const Step& step : ch.steps)
           for (const StepOp& op : step.ops) {
             if (op.kind != StepOpKind::kSend) continue;
-            ASSERT_LE(op.src.count, chunk_elems) << "rank " << r << " sends more than a chunk";
+            const uint64_t elsize = DataTypeSize(s->buffers[op.src.buffer].dtype);
+            ASSERT_LE(op.src.count, std::max<uint64_t>(chunk / elsize, 1))
+                << "rank " << r << " sends more than a chunk";
             if (a.kind != CollKind::kBarrier) {
               ASSERT_GT(op.src.count, 0u) << "zero-count send on rank " << r;
             }
@@ -146,7 +149,45 @@ TEST_P(AlgorithmVerify, LargerCountsSampledRankCounts) {
   EXPECT_GT(verified_, 0);
 }
 
+// The reductions lowered with a pre-multiplied sum (a scale step first, which every other
+// channel's first step waits on) and with AVG (a divide step after every channel's last step),
+// in and out of place, over 1..4 channels: the edges are what makes them race-free.
+class LoweredReductionVerify : public AlgorithmVerify {};
+
+TEST_P(LoweredReductionVerify, PreMultipliedSumAndAvg) {
+  const CollKind kind = GetParam().kind;
+  for (int n : {1, 2, 3, 5, 8, 13})
+    for (uint64_t count : {uint64_t{0}, uint64_t{1}, uint64_t{7}, uint64_t{100}})
+      for (bool in_place : {false, true})
+        for (int nch : kChannels)
+          for (int variant = 0; variant < 2; ++variant) {
+            CollArgs a;
+            a.kind = kind;
+            a.dtype = DataType::kFloat32;
+            a.count = count;
+            a.root = static_cast<int>(count % n);
+            a.nranks = n;
+            a.in_place = in_place;
+            a.nchannels = nch;
+            a.chunk_bytes = kSmallChunk;
+            (variant == 0 ? a.premul : a.avg) = true;
+            if (!algo_->supports(a)) continue;
+            const Status st = VerifySchedule(*algo_, a);
+            ASSERT_TRUE(st.ok()) << st.message();
+          }
+}
+
 INSTANTIATE_TEST_SUITE_P(Builtin, AlgorithmVerify, ::testing::ValuesIn(kCases), CaseName);
+
+const Case kReductionCases[] = {
+    {"ring", CollKind::kAllReduce},        {"ring", CollKind::kReduceScatter},
+    {"ring", CollKind::kReduce},           {"rd", CollKind::kAllReduce},
+    {"tree", CollKind::kReduce},           {"ordered", CollKind::kAllReduce},
+    {"ordered", CollKind::kReduceScatter}, {"ordered", CollKind::kReduce},
+    {"qtest", CollKind::kAllReduce},
+};
+INSTANTIATE_TEST_SUITE_P(Builtin, LoweredReductionVerify, ::testing::ValuesIn(kReductionCases),
+                         CaseName);
 
 TEST(AlgorithmRegistry, NamesAndLookup) {
   std::vector<std::string> names;
@@ -233,7 +274,7 @@ StepOp LocalReduce(Slice src, Slice dst) {
 RankSchedule OneChannel(std::vector<std::vector<StepOp>> steps, uint64_t scratch = 0) {
   RankSchedule s;
   s.channels.resize(1);
-  for (auto& ops : steps) s.channels[0].steps.push_back(Step{std::move(ops)});
+  for (auto& ops : steps) s.channels[0].steps.push_back(Step{std::move(ops), {}});
   s.scratch_count = scratch;
   return s;
 }
@@ -445,6 +486,330 @@ TEST(VerifierRejects, MisalignedReduction) {
                                        RecvReduce(1 - r, {kSendBuf, 0, 1}, {kRecvBuf, 1, 1})}});
                  },
                  {"combines input element 1 with element 0", "misaligned"});
+}
+
+// ------------------------------------------------------------------ IR v2: mutations
+// Each test takes a correct lowered schedule, checks that the verifier accepts it, then breaks it
+// one way and expects a rejection naming the defect.
+
+// Every rank's lowered schedule of `algo` for `args`, mutated by `mutate` (rank, schedule).
+ScheduleSource Mutated(const Algorithm& algo, const CollArgs& args,
+                       std::function<void(int, RankSchedule&)> mutate) {
+  return [&algo, args, mutate](int r) -> Result<RankSchedule> {
+    auto s = BuildSchedule(algo, args, r);
+    if (s.ok() && mutate) mutate(r, *s);
+    return s;
+  };
+}
+
+void ExpectLoweredRejected(const CollArgs& args, const ScheduleSource& source,
+                           std::vector<std::string> needles) {
+  const Status st = VerifyLoweredSchedules(args, "mutated", source);
+  ASSERT_FALSE(st.ok()) << "verifier accepted a broken schedule";
+  for (const auto& n : needles) EXPECT_NE(st.message().find(n), std::string::npos) << st.message();
+}
+
+CollArgs Reduction(CollKind kind, int n, uint64_t count, int nch, bool premul, bool avg) {
+  CollArgs a = Args(kind, n, count, false, nch);
+  a.chunk_bytes = 8;
+  a.premul = premul;
+  a.avg = avg;
+  return a;
+}
+
+TEST(VerifierIrV2, PreMultipliedSumWithoutItsScaleStep) {
+  const Algorithm& ring = *FindAlgorithm("ring");
+  const CollArgs a = Reduction(CollKind::kAllReduce, 4, 16, 2, true, false);
+  ASSERT_TRUE(VerifySchedule(ring, a).ok());
+  // Channel 0's first step is the scale; turn it into a plain copy.
+  ExpectLoweredRejected(
+      a,
+      Mutated(ring, a,
+              [](int, RankSchedule& s) { s.channels[0].steps[0].ops[0].kind = StepOpKind::kCopy; }),
+      {"wrong result", "each pre-multiplied once"});
+}
+
+TEST(VerifierIrV2, ScaleTwice) {
+  const Algorithm& ring = *FindAlgorithm("ring");
+  const CollArgs a = Reduction(CollKind::kAllReduce, 3, 9, 1, true, false);
+  ExpectLoweredRejected(
+      a,
+      Mutated(ring, a,
+              [](int, RankSchedule& s) {
+                StepOp again = s.channels[0].steps[0].ops[0];
+                again.src = again.dst;
+                s.channels[0].steps.insert(s.channels[0].steps.begin() + 1, Step{{again}, {}});
+              }),
+      {"pre-multiplies", "twice"});
+}
+
+TEST(VerifierIrV2, ScaleOutsideAPreMultipliedSum) {
+  const Algorithm& ring = *FindAlgorithm("ring");
+  const CollArgs premul = Reduction(CollKind::kAllReduce, 2, 4, 1, true, false);
+  CollArgs plain = premul;
+  plain.premul = false;
+  ExpectLoweredRejected(plain, Mutated(ring, premul, nullptr),
+                        {"scales data, but the call is not a pre-multiplied sum"});
+}
+
+TEST(VerifierIrV2, MissingEdgeAfterTheScaleIsARace) {
+  const Algorithm& ring = *FindAlgorithm("ring");
+  const CollArgs a = Reduction(CollKind::kAllReduce, 3, 30, 2, true, false);
+  ExpectLoweredRejected(a,
+                        Mutated(ring, a,
+                                [](int, RankSchedule& s) {
+                                  for (auto& st : s.channels[1].steps) st.deps.clear();
+                                }),
+                        {"channel 1", "channel 0 also uses with no dependency edge", "race"});
+}
+
+TEST(VerifierIrV2, AvgWithoutItsDivideStep) {
+  const Algorithm& ring = *FindAlgorithm("ring");
+  const CollArgs a = Reduction(CollKind::kReduceScatter, 4, 5, 2, false, true);
+  ASSERT_TRUE(VerifySchedule(ring, a).ok());
+  ExpectLoweredRejected(
+      a, Mutated(ring, a, [](int, RankSchedule& s) { s.channels[0].steps.pop_back(); }),
+      {"wrong result", "divided once"});
+}
+
+TEST(VerifierIrV2, AvgDividingBeforeTheSumIsComplete) {
+  CollArgs a = Args(CollKind::kAllReduce, 2, 1);
+  a.avg = true;
+  const ScheduleSource early = [](int r) -> Result<RankSchedule> {
+    RankSchedule s = GoodPairAllReduce(r);
+    s.buffers = {{BufferRole::kUserSend, DataType::kFloat32, 1},
+                 {BufferRole::kUserRecv, DataType::kFloat32, 1},
+                 {BufferRole::kScratch, DataType::kFloat32, 0}};
+    // Copy the own input, divide it, then fold the peer's in.
+    auto& steps = s.channels[0].steps;
+    steps.insert(steps.begin(), {{Copy({kSendBuf, 0, 1}, {kRecvBuf, 0, 1})}});
+    steps.insert(steps.begin() + 1, {{StepOp{StepOpKind::kDivide, -1, {}, {kRecvBuf, 0, 1}}}});
+    steps[2].ops[1].src = {kRecvBuf, 0, 1};
+    return s;
+  };
+  ExpectLoweredRejected(a, early, {"divides recvbuf[0] before the sum is complete"});
+}
+
+TEST(VerifierIrV2, AvgDividingWhileAnotherChannelStillWrites) {
+  const Algorithm& ring = *FindAlgorithm("ring");
+  const CollArgs a = Reduction(CollKind::kAllReduce, 2, 64, 2, false, true);
+  ExpectLoweredRejected(
+      a, Mutated(ring, a, [](int, RankSchedule& s) { s.channels[0].steps.back().deps.clear(); }),
+      {"race"});
+}
+
+TEST(VerifierIrV2, DependencyCycleIsRejected) {
+  const Algorithm& ring = *FindAlgorithm("ring");
+  const CollArgs a = Reduction(CollKind::kAllReduce, 2, 64, 2, false, false);
+  ExpectLoweredRejected(a,
+                        Mutated(ring, a,
+                                [](int r, RankSchedule& s) {
+                                  if (r != 1) return;
+                                  s.channels[0].steps[0].deps.push_back({1, 1});
+                                  s.channels[1].steps[1].deps.push_back({0, 0});
+                                }),
+                        {"rank 1 channel", "dependency cycle"});
+}
+
+TEST(VerifierIrV2, EdgeToAStepThatDoesNotExist) {
+  const Algorithm& ring = *FindAlgorithm("ring");
+  const CollArgs a = Reduction(CollKind::kAllReduce, 2, 64, 2, false, false);
+  ExpectLoweredRejected(a,
+                        Mutated(ring, a,
+                                [](int, RankSchedule& s) {
+                                  s.channels[1].steps[0].deps.push_back({0, 100000});
+                                }),
+                        {"dependency on channel 0 step 100000", "does not exist"});
+}
+
+// An edge that waits for a step of another channel that itself waits on a transfer the peer
+// only posts after its own edge: a deadlock across ranks, found by the run.
+TEST(VerifierIrV2, EdgesThatDeadlockAcrossRanks) {
+  const Algorithm& ring = *FindAlgorithm("ring");
+  const CollArgs a = Reduction(CollKind::kAllReduce, 2, 64, 2, false, false);
+  ExpectLoweredRejected(
+      a,
+      Mutated(ring, a,
+              [](int, RankSchedule& s) {
+                // Channel 0 cannot start before channel 1 ends, and the
+                // reverse on the peer: both ranks wait.
+                const auto last1 = static_cast<uint32_t>(s.channels[1].steps.size() - 1);
+                s.channels[0].steps[0].deps.push_back({1, last1});
+                const auto last0 = static_cast<uint32_t>(s.channels[0].steps.size() - 1);
+                s.channels[1].steps[0].deps.push_back({0, last0});
+              }),
+      {"dependency cycle"});
+}
+
+// A hand-made quantized all-reduce of 2 ranks: each encodes its input, sends the encoding,
+// decodes what it receives and reduces it into its own copy.
+RankSchedule QuantizedPair(int r, uint64_t count, DataType dt) {
+  RankSchedule s;
+  s.channels.resize(1);
+  const uint64_t enc = EncodedBytes(CodecId::kTest, dt, count);
+  const uint16_t out = AddBuffer(s, DataType::kUint8, enc);
+  const uint16_t in = AddBuffer(s, DataType::kUint8, enc);
+  s.buffers[kSendBuf] = {BufferRole::kUserSend, dt, count};
+  s.buffers[kRecvBuf] = {BufferRole::kUserRecv, dt, count};
+  s.buffers[kScratchBuf] = {BufferRole::kScratch, dt, 0};
+  auto& steps = s.channels[0].steps;
+  steps.push_back(
+      {{StepOp{StepOpKind::kQuantize, -1, {kSendBuf, 0, count}, {out, 0, enc}, CodecId::kTest},
+        Copy({kSendBuf, 0, count}, {kRecvBuf, 0, count})}});
+  steps.push_back({{Send(1 - r, out, 0, enc), Recv(1 - r, in, 0, enc)}});
+  steps.push_back({{StepOp{
+      StepOpKind::kDequantizeReduce, -1, {in, 0, enc}, {kRecvBuf, 0, count}, CodecId::kTest}}});
+  return s;
+}
+
+ScheduleSource QuantizedSource(uint64_t count, std::function<void(int, RankSchedule&)> mutate) {
+  return [count, mutate](int r) -> Result<RankSchedule> {
+    RankSchedule s = QuantizedPair(r, count, DataType::kFloat32);
+    if (mutate) mutate(r, s);
+    return s;
+  };
+}
+
+TEST(VerifierIrV2, QuantizedExchangeIsAccepted) {
+  const CollArgs a = Args(CollKind::kAllReduce, 2, 6);
+  const Status st = VerifyLoweredSchedules(a, "qpair", QuantizedSource(6, nullptr));
+  EXPECT_TRUE(st.ok()) << st.message();
+}
+
+TEST(VerifierIrV2, DecodingPartOfAnEncoding) {
+  const CollArgs a = Args(CollKind::kAllReduce, 2, 6);
+  ExpectLoweredRejected(a,
+                        QuantizedSource(6,
+                                        [](int, RankSchedule& s) {
+                                          // Decode 5 elements from the first bytes of the frame.
+                                          StepOp& dq = s.channels[0].steps[2].ops[0];
+                                          dq.dst.count = 5;
+                                          dq.src.count =
+                                              EncodedBytes(CodecId::kTest, DataType::kFloat32, 5);
+                                        }),
+                        {"not one whole encoding"});
+}
+
+TEST(VerifierIrV2, CombiningEncodedBytesAsValues) {
+  const CollArgs a = Args(CollKind::kAllReduce, 2, 6);
+  ExpectLoweredRejected(a,
+                        QuantizedSource(6,
+                                        [](int, RankSchedule& s) {
+                                          // Add the peer's frame to the own one, byte-wise.
+                                          StepOp& dq = s.channels[0].steps[2].ops[0];
+                                          const Slice in = dq.src;
+                                          const Slice out = s.channels[0].steps[1].ops[0].src;
+                                          dq = LocalReduce(in, out);
+                                        }),
+                        {"encoded bytes"});
+}
+
+TEST(VerifierIrV2, DecodingBytesNothingEncoded) {
+  const CollArgs a = Args(CollKind::kAllReduce, 2, 6);
+  ExpectLoweredRejected(a,
+                        QuantizedSource(6,
+                                        [](int, RankSchedule& s) {
+                                          // Decode our own (never written) inbound buffer
+                                          // before the exchange.
+                                          std::swap(s.channels[0].steps[1], s.channels[0].steps[2]);
+                                        }),
+                        {"which nothing has written"});
+}
+
+TEST(VerifierIrV2, SendingValuesIntoAnEncodedBuffer) {
+  const CollArgs a = Args(CollKind::kAllReduce, 2, 6);
+  ExpectLoweredRejected(a,
+                        QuantizedSource(6,
+                                        [](int, RankSchedule& s) {
+                                          // Send the raw floats instead of the frame: the
+                                          // receiver's slice is bytes.
+                                          StepOp& send = s.channels[0].steps[1].ops[0];
+                                          send.src = {kSendBuf, 0, send.src.count};
+                                        }),
+                        {"slice [0, 40) of sendbuf is out of bounds"});
+}
+
+TEST(VerifierIrV2, TypeMismatchOnTheWire) {
+  const CollArgs a = Args(CollKind::kAllReduce, 2, 64);
+  ExpectLoweredRejected(a,
+                        QuantizedSource(6,
+                                        [](int, RankSchedule& s) {
+                                          // 24 float elements of sendbuf, received as 24 bytes.
+                                          s.buffers[kSendBuf].count = 64;
+                                          s.buffers[kRecvBuf].count = 64;
+                                          StepOp& send = s.channels[0].steps[1].ops[0];
+                                          send.src = {kSendBuf, 0, send.src.count};
+                                        }),
+                        {"type mismatch", "float"});
+}
+
+TEST(VerifierIrV2, QuantizeWithTheWrongFrameSize) {
+  const CollArgs a = Args(CollKind::kAllReduce, 2, 6);
+  ExpectLoweredRejected(
+      a,
+      QuantizedSource(6,
+                      [](int, RankSchedule& s) { s.channels[0].steps[0].ops[0].dst.count -= 1; }),
+      {"encodes 6 float", "needs"});
+}
+
+// ------------------------------------------------------------------ point-to-point
+TEST(VerifierIrV2, PointToPointGroupsAreProven) {
+  // Rank 0 sends two messages to 1 and one to itself; rank 1 receives in order and sends back;
+  // rank 2 exchanges with 1 in the other order.
+  std::vector<std::vector<P2PSpec>> calls = {
+      {{1, true, 5}, {0, true, 3}, {1, true, 7}, {0, false, 3}, {1, false, 4}},
+      {{0, false, 5}, {0, false, 7}, {0, true, 4}, {2, false, 2}, {2, true, 9}},
+      {{1, false, 9}, {1, true, 2}},
+  };
+  const Status st = VerifyPointToPoint(calls);
+  EXPECT_TRUE(st.ok()) << st.message();
+}
+
+TEST(VerifierIrV2, PointToPointMutations) {
+  std::vector<std::vector<P2PSpec>> calls = {
+      {{1, true, 5}, {1, true, 5}},
+      {{0, false, 5}, {0, false, 5}},
+  };
+  ASSERT_TRUE(VerifyPointToPoint(calls).ok());
+  // The receiver's two receives swapped in the schedule: the bytes land in the wrong call.
+  auto swapped = [&](int r) -> Result<RankSchedule> {
+    auto s = BuildPointToPointSchedule(calls[r], r, 2);
+    if (s.ok() && r == 1) std::swap(s->channels[0].steps[0].ops[0], s->channels[0].steps[0].ops[1]);
+    return s;
+  };
+  Status st = VerifyPointToPoint(calls, swapped);
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("wrong result on rank 1"), std::string::npos) << st.message();
+  // A receive dropped: the send is never matched.
+  auto dropped = [&](int r) -> Result<RankSchedule> {
+    auto s = BuildPointToPointSchedule(calls[r], r, 2);
+    if (s.ok() && r == 1) s->channels[0].steps[0].ops.pop_back();
+    return s;
+  };
+  st = VerifyPointToPoint(calls, dropped);
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("never matched"), std::string::npos) << st.message();
+  // A schedule that writes a send buffer.
+  auto writes_send = [&](int r) -> Result<RankSchedule> {
+    auto s = BuildPointToPointSchedule(calls[r], r, 2);
+    if (s.ok() && r == 0) s->channels[0].steps.push_back({{Copy({0, 0, 5}, {1, 0, 5})}});
+    return s;
+  };
+  st = VerifyPointToPoint(calls, writes_send);
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("writes call1, which is a send buffer"), std::string::npos)
+      << st.message();
+}
+
+TEST(VerifierIrV2, PointToPointGroupsThatDoNotPair) {
+  std::vector<std::vector<P2PSpec>> calls = {{{1, true, 5}}, {{0, false, 6}}};
+  const Status st = VerifyPointToPoint(calls);
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("do not pair"), std::string::npos) << st.message();
+  // Unpaired sends to self are refused by the builder.
+  auto self = BuildPointToPointSchedule({{0, true, 4}}, 0, 1);
+  ASSERT_FALSE(self.ok());
+  EXPECT_NE(self.status().message().find("sends to self"), std::string::npos);
 }
 
 }  // namespace

@@ -1,0 +1,66 @@
+#include "device/cpu/codec_kernels.h"
+
+#include <cstring>
+#include <string>
+
+#include "algorithms/codec.h"
+#include "device/cpu/reduce_kernels.h"
+
+namespace braid {
+namespace {
+
+struct TestFrameHeader {
+  uint32_t magic;
+  uint8_t dtype;
+  uint8_t pad[3];
+  uint64_t count;
+};
+static_assert(sizeof(TestFrameHeader) == kTestCodecHeaderBytes);
+
+Status Unsupported(CodecId codec, DataType type) {
+  return InvalidArgument(std::string("codec ") + CodecName(codec) + " cannot encode " +
+                         DataTypeName(type));
+}
+
+}  // namespace
+
+Status EncodeKernel(CodecId codec, DataType type, const void* src, size_t n, void* dst) {
+  if (!CodecSupports(codec, type)) return Unsupported(codec, type);
+  if (n == 0) return Status::Ok();
+  TestFrameHeader h{kTestCodecMagic, static_cast<uint8_t>(type), {}, n};
+  std::memcpy(dst, &h, sizeof(h));
+  const auto* in = static_cast<const uint8_t*>(src);
+  auto* out = static_cast<uint8_t*>(dst) + sizeof(h);
+  const size_t bytes = n * DataTypeSize(type);
+  for (size_t i = 0; i < bytes; ++i) out[i] = in[i] ^ kTestCodecMask;
+  return Status::Ok();
+}
+
+Status DecodeKernel(CodecId codec, DataType type, const void* src, size_t n, void* dst) {
+  if (!CodecSupports(codec, type)) return Unsupported(codec, type);
+  if (n == 0) return Status::Ok();
+  TestFrameHeader h;
+  std::memcpy(&h, src, sizeof(h));
+  if (h.magic != kTestCodecMagic || h.dtype != static_cast<uint8_t>(type) || h.count != n)
+    return InternalError(
+        std::string("test codec: the frame holds ") +
+        (h.magic == kTestCodecMagic
+             ? std::to_string(h.count) + " elements of type " + std::to_string(h.dtype)
+             : "no frame") +
+        ", expected " + std::to_string(n) + " " + DataTypeName(type) +
+        " elements (wrong bytes handed to the decoder)");
+  const auto* in = static_cast<const uint8_t*>(src) + sizeof(h);
+  auto* out = static_cast<uint8_t*>(dst);
+  const size_t bytes = n * DataTypeSize(type);
+  for (size_t i = 0; i < bytes; ++i) out[i] = in[i] ^ kTestCodecMask;
+  return Status::Ok();
+}
+
+Status DecodeReduceKernel(CodecId codec, DataType type, ReduceOp op, const void* src, size_t n,
+                          void* dst, void* scratch) {
+  BRAID_RETURN_IF_ERROR(DecodeKernel(codec, type, src, n, scratch));
+  if (n) ReduceKernel(type, op, dst, scratch, dst, n);
+  return Status::Ok();
+}
+
+}  // namespace braid
