@@ -218,7 +218,8 @@ Status ShmTransport::connectPeer(int peer, const std::string& blob_text,
   if (static_cast<size_t>(peer) < ctx_.doorbells.size() &&
       !ctx_.doorbells[static_cast<size_t>(peer)].empty())
     bell = ctx_.doorbells[static_cast<size_t>(peer)];
-  BRAID_ASSIGN_OR_RETURN(auto link, PeerLink::Open(peer, b.pid, HostName(ctx_, peer), bell));
+  BRAID_ASSIGN_OR_RETURN(auto link,
+                         PeerLink::Open(peer, b.pid, HostName(ctx_, peer), bell, ctx_.causes));
   for (uint32_t c = 0; c < static_cast<uint32_t>(ctx_.nchannels); ++c) {
     const auto ts = static_cast<uint32_t>(tx_slot);
     const auto rs = static_cast<uint32_t>(rx_slot);
