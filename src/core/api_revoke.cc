@@ -24,6 +24,11 @@ extern "C" braidResult_t braidCommRevoke(braidComm_t comm) {
                                      "(braidCommRevoke): shrink it or destroy it");
   ref->setAsyncError(reason);
   ref->abortOperations(reason);
+  // The peers that fail because of this revoke name it (unless the communicator had failed
+  // already: then that cause stands).
+  ref->causes().offer(ref->selfCause(FailureCause::Reason::kRevoked, ""));
+  ref->causes().complete(ref->rank(), false, "", 0);
+  (void)ref->announceFailure();
   ref->shutdownEndpoints();
   return braidSuccess;
 }

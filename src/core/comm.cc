@@ -188,8 +188,13 @@ Status braidComm::exchangeRankInfo(Bootstrap& bs, Deadline deadline) {
   // survivors take the leader's connection from it.
   const std::string control_name =
       "rank " + std::to_string(rank_) + "/" + std::to_string(nranks_) + " control listener";
-  BRAID_ASSIGN_OR_RETURN(control_,
-                         HandshakeListener::Start(ifa.addr, secret_, nullptr, control_name));
+  // Failure notices and liveness probes are answered on the listener's thread (a stopped or
+  // busy engine must not delay them); other purposes (a shrink) wait for next().
+  auto serve = [this](const HandshakeHello& h, int fd) {
+    return ServeFailureControl(h, fd, nranks_, &causes_);
+  };
+  BRAID_ASSIGN_OR_RETURN(control_, HandshakeListener::Start(ifa.addr, secret_, nullptr,
+                                                            control_name, std::move(serve)));
   sockaddr_storage control_addr = control_->address();
   std::string mine;
   PutField(&mine, BRAID_VERSION_STRING);
@@ -268,6 +273,7 @@ Status braidComm::connectTransports(Bootstrap& bs, Deadline deadline) {
   ctx.socket_ifname = opts_.config.socket_ifname;
   ctx.all_on_one_host = layout_.nnodes == 1;
   ctx.shm_ring_bytes = opts_.config.shm_ring_bytes;
+  ctx.causes = &causes_;
   for (int r = 0; r < nranks_; ++r)
     ctx.doorbells.push_back("braid-" + tag_ + "-" + std::to_string(r));
   ctx.doorbell_name = ctx.doorbells[rank_];
@@ -395,6 +401,39 @@ void braidComm::shutdownEndpoints() {
   for (auto& peer : endpoints_)
     for (auto& ep : peer)
       if (ep) ep->shutdown();
+}
+
+ControlPeers braidComm::controlPeers() const {
+  ControlPeers p;
+  p.addrs = &control_addrs_;
+  p.secret = &secret_;
+  p.rank = rank_;
+  p.nranks = nranks_;
+  return p;
+}
+
+FailureCause braidComm::selfCause(FailureCause::Reason reason, std::string detail) const {
+  FailureCause c;
+  c.reason = reason;
+  c.rank = rank_;
+  c.observer = rank_;
+  c.pid = static_cast<int32_t>(getpid());
+  c.host = hostname();
+  c.detail = std::move(detail);
+  return c;
+}
+
+FailureCause braidComm::announceFailure() {
+  if (!causes_.first()) causes_.offer(selfCause(FailureCause::Reason::kOwnFailure, ""));
+  FailureCause kept = *causes_.first();
+  // Only the rank that saw the failure itself speaks for it; a weak cause names nothing new.
+  if (kept.weak() || kept.observer != rank_ || !causes_.claimBroadcast()) return kept;
+  if (static_cast<int>(control_addrs_.size()) != nranks_) return kept;
+  // Not to the failed rank: dead, or stopped (it would cost the whole deadline).
+  std::vector<bool> skip(nranks_, false);
+  if (kept.rank != rank_) skip[kept.rank] = true;
+  SendFailureNotices(controlPeers(), kept, skip, Deadline::After(kFailureNoticeMs));
+  return kept;
 }
 
 void braidComm::abortOperations(const Status& reason) {

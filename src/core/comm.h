@@ -15,6 +15,8 @@
 #include "core/bootstrap.h"
 #include "core/config.h"
 #include "core/doorbell.h"
+#include "core/failure_cause.h"
+#include "core/failure_notice.h"
 #include "core/handshake_listener.h"
 #include "core/operation.h"
 #include "core/socket.h"
@@ -128,6 +130,19 @@ struct braidComm {
   // Aborts the running operations without marking the communicator failed for good.
   void abortOperations(const Status& reason);
 
+  // Root causes (failure_cause.h): what this rank learned first about a failure, from its own
+  // transports, its engine, or another rank's notice on the control listener.
+  braid::CauseBoard& causes() { return causes_; }
+  // The control listeners of every rank, for notices and probes (failure_notice.h).
+  braid::ControlPeers controlPeers() const;
+  // The cause this rank names for its failure (the board's first; filled in beforehand with
+  // causes().offer / complete). When this rank observed that cause itself, it first sends it to
+  // every other rank (once, bounded by kFailureNoticeMs), so that the ranks that fail after this
+  // one can name it. Call before shutdownEndpoints().
+  braid::FailureCause announceFailure();
+  // This rank as a FailureCause of `reason` (its own failure, a revoke).
+  braid::FailureCause selfCause(braid::FailureCause::Reason reason, std::string detail) const;
+
  private:
   Status exchangeRankInfo(braid::Bootstrap& bs, braid::Deadline deadline);
   Status connectTransports(braid::Bootstrap& bs, braid::Deadline deadline);
@@ -149,6 +164,8 @@ struct braidComm {
   std::vector<std::vector<std::unique_ptr<braid::Endpoint>>> endpoints_;  // [peer][channel]
   std::unique_ptr<braid::Tuner> tuner_;
   std::unique_ptr<braid::Engine> engine_;
+  // Before control_: its thread writes here until the listener is destroyed.
+  braid::CauseBoard causes_;
   std::unique_ptr<braid::HandshakeListener> control_;
   std::vector<sockaddr_storage> control_addrs_;
   bool loopback_root_ = false;

@@ -9,12 +9,18 @@
 #include <string>
 
 #include "core/comm.h"
+#include "core/failure_notice.h"
 #include "core/hang_report.h"
 #include "core/log.h"
 
 namespace braid {
 
 namespace {
+
+// After a stalled operation's peer answers a liveness probe, how long this rank waits for the
+// notice of the rank that finds the stopped one (it times out at about the same moment, then
+// probes for up to kLivenessProbeMs) before it blames the peer itself.
+constexpr int64_t kStallGraceMs = 600;
 
 Status OutOfMemory(const std::string& context) {
   // Engine memory (scratch, the pre-multiplied input) grows with the message; an exception must
@@ -187,15 +193,40 @@ void Engine::retire(size_t i, const Status& st) {
   a->operation().complete(st);
 }
 
-void Engine::failAll(size_t i, const Status& st) {
-  BRAID_WARN("%s", st.message().c_str());
-  comm_->setAsyncError(st);
+void Engine::failAll(size_t i, const Status& st, const std::optional<FailureCause>& local) {
+  ActiveOp& failed = *active_[i];
+  CauseBoard& board = comm_->causes();
+  const std::string ctx = failed.context();
+  std::string seen = st.message();
+  if (seen.compare(0, ctx.size(), ctx) == 0) seen.erase(0, ctx.size());
+  if (local) board.offer(*local);
+  // Only a neighbour's shut-down stream so far: whoever saw the failure itself told every rank
+  // before that neighbour could shut anything down, but the neighbour may have learned it
+  // from that rank's notice while the notice to this rank was still on its way (bounded by the
+  // sender's deadline).
+  if (auto f = board.first(); f && f->weak())
+    (void)board.waitStrong(Deadline::After(kFailureNoticeMs));
+  // Nothing else explains it: this rank's own failure, which the others are told about.
+  if (!board.first()) board.offer(comm_->selfCause(FailureCause::Reason::kOwnFailure, seen));
+  const std::string coll = CollKindName(failed.operation().desc().kind);
+  const uint64_t seq = failed.isCollective() ? failed.seq() : FailureCause::kNoSeq;
+  board.complete(comm_->rank(), true, coll, seq);
+  // Before the streams close: the ranks that fail because of that learn the cause first.
+  const FailureCause cause = comm_->announceFailure();
+  Status final = st;
+  if (cause.rank != comm_->rank() || cause.reason == FailureCause::Reason::kRevoked) {
+    // Another rank's failure: name it first, then what this rank saw of it.
+    final =
+        Status::Error(cause.errorClass(), ctx + cause.describe() + " (seen here: " + seen + ")");
+  }
+  BRAID_WARN("%s", final.message().c_str());
+  comm_->setAsyncError(final);
   // The streams may now be mid-message: close them so peers fail at once instead of waiting for
   // their timeout (errors propagate through the communicator).
   comm_->shutdownEndpoints();
   std::vector<Status> outcome(active_.size());
   for (size_t j = 0; j < active_.size(); ++j) {
-    outcome[j] = st;
+    outcome[j] = final;
     if (j != i)
       outcome[j].prepend(active_[j]->context() + "not completed, another operation failed: ");
   }
@@ -262,14 +293,63 @@ void Engine::failStalled(int64_t now_us) {
     ActiveOp& a = *active_[i];
     const int64_t since = std::max(a.last_progress_us, older);
     if (now_us - since > timeout_us) {
-      failAll(i,
-              TimeoutError(a.context() + "no progress for " + std::to_string(timeout_us / 1000000) +
-                           " s (BRAID_TIMEOUT) " + a.pendingDescription(gate_) +
-                           "; that rank may be stopped, hung, or not calling this operation"));
+      handleStall(i, since);
       return;
     }
     older = std::max(older, a.last_progress_us);
   }
+}
+
+std::vector<int> Engine::stalledPeers(const ActiveOp& a) {
+  std::vector<int> peers = a.waitingOn(gate_);
+  waits_.clear();
+  a.collectWaits(gate_, waits_);
+  for (const auto& w : waits_)
+    for (int p = 0; p < comm_->nranks(); ++p)
+      for (int lane = 0; p != comm_->rank() && lane < comm_->nlanes(); ++lane)
+        if (comm_->endpoint(p, lane) == w.ep &&
+            std::find(peers.begin(), peers.end(), p) == peers.end())
+          peers.push_back(p);
+  return peers;
+}
+
+void Engine::handleStall(size_t i, int64_t since_us) {
+  ActiveOp& a = *active_[i];
+  const int64_t timeout_s = comm_->config().timeout_ms / 1000;
+  const Status st = TimeoutError(a.context() + "no progress for " + std::to_string(timeout_s) +
+                                 " s (BRAID_TIMEOUT) " + a.pendingDescription(gate_) +
+                                 "; that rank may be stopped, hung, or not calling this operation");
+  // Another rank already named the cause (its notice arrived while this one waited).
+  if (comm_->causes().hasStrong()) return failAll(i, st);
+  const std::vector<int> peers = stalledPeers(a);
+  auto cause_for = [&](int peer, FailureCause::Reason reason) {
+    const RankInfo& info = comm_->rankInfos()[peer];
+    FailureCause c;
+    c.reason = reason;
+    c.rank = peer;
+    c.pid = info.pid;
+    c.host = info.hostname;
+    c.seconds = static_cast<uint32_t>(timeout_s);
+    return c;
+  };
+  if (peers.empty())
+    return failAll(i, st,
+                   comm_->selfCause(FailureCause::Reason::kOwnFailure,
+                                    "no progress for " + std::to_string(timeout_s) + " s"));
+  if (stall_op_ != a.id() || stall_since_us_ != since_us) {
+    // A new stall: is one of the peers stopped itself?
+    stall_op_ = a.id();
+    stall_since_us_ = since_us;
+    for (int peer : peers)
+      if (!ProbeAlive(comm_->controlPeers(), peer, Deadline::After(kLivenessProbeMs)))
+        return failAll(i, st, cause_for(peer, FailureCause::Reason::kStalled));
+    // They run, so they wait on someone too: the neighbour of the stopped rank names it soon.
+    stall_grace_until_us_ = NowMicros() + kStallGraceMs * 1000;
+    return;
+  }
+  if (NowMicros() < stall_grace_until_us_) return;
+  // Nobody named a cause: the peer is alive but stuck, or not calling this operation.
+  failAll(i, st, cause_for(peers.front(), FailureCause::Reason::kNoProgress));
 }
 
 void Engine::driveUntilIdle(bool admit_queued) {

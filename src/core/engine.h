@@ -19,11 +19,13 @@
 #include <deque>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <thread>
 #include <vector>
 
 #include "core/active_op.h"
 #include "core/clock.h"
+#include "core/failure_cause.h"
 #include "core/operation.h"
 #include "core/status.h"
 #include "core/stream_gate.h"
@@ -71,9 +73,17 @@ class Engine {
   // Completes active_[i] with `st` and removes it.
   void retire(size_t i, const Status& st);
   // active_[i] failed with `st`, tearing streams: the communicator fails, and every active
-  // operation with it.
-  void failAll(size_t i, const Status& st);
+  // operation with it. Every error names the root cause (failure_cause.h): the first this rank
+  // learned of, else `local` (what the engine itself found), else a failure of this rank.
+  void failAll(size_t i, const Status& st, const std::optional<FailureCause>& local = {});
   void failStalled(int64_t now_us);
+  // active_[i] made no progress for BRAID_TIMEOUT. The rank it waits on may be the stopped one,
+  // or be waiting itself on a stopped rank further on (then all of them time out at about the
+  // same moment): a liveness probe tells which, so that only a neighbour of the stopped rank
+  // names it, and the others wait a little for its notice instead of blaming each other.
+  void handleStall(size_t i, int64_t since_us);
+  // The ranks `a` waits on: pending receives first, then pending sends.
+  std::vector<int> stalledPeers(const ActiveOp& a);
   void sleepUntilProgress(int64_t budget_ms);
   // The first lines of every report (counters; safe from any thread).
   std::string reportHeader();
@@ -117,6 +127,11 @@ class Engine {
   std::vector<uint64_t> p2p_send_seq_;
   std::vector<uint64_t> p2p_recv_seq_;
   std::vector<TransferWait> waits_;  // reused by sleepUntilProgress
+  // The stall being looked at (handleStall): which operation, since when, and until when this
+  // rank waits for another rank's notice after the peer answered a probe.
+  uint64_t stall_op_ = ~uint64_t{0};
+  int64_t stall_since_us_ = -1;
+  int64_t stall_grace_until_us_ = 0;
   std::vector<pollfd> fds_;
 };
 

@@ -33,13 +33,18 @@ struct HandshakeListener::Pending {
   bool done = false;  // handed to the owner or dropped
 };
 
-HandshakeListener::HandshakeListener(std::vector<uint8_t> secret, Check check, std::string name)
-    : secret_(std::move(secret)), check_(std::move(check)), name_(std::move(name)) {}
+HandshakeListener::HandshakeListener(std::vector<uint8_t> secret, Check check, std::string name,
+                                     Serve serve)
+    : secret_(std::move(secret)),
+      check_(std::move(check)),
+      serve_(std::move(serve)),
+      name_(std::move(name)) {}
 
 Result<std::unique_ptr<HandshakeListener>> HandshakeListener::Start(
-    const sockaddr_storage& addr, const std::vector<uint8_t>& secret, Check check,
-    std::string name) {
-  std::unique_ptr<HandshakeListener> l(new HandshakeListener(secret, std::move(check), name));
+    const sockaddr_storage& addr, const std::vector<uint8_t>& secret, Check check, std::string name,
+    Serve serve) {
+  std::unique_ptr<HandshakeListener> l(
+      new HandshakeListener(secret, std::move(check), name, std::move(serve)));
   auto listener = ListenOn(addr, SOMAXCONN);
   if (!listener.ok()) return Status(listener.status()).prepend(name + ": ");
   l->listener_ = std::move(*listener);
@@ -108,6 +113,12 @@ void HandshakeListener::Drive(Pending& p) {
   }
   if (s == HandshakeState::kFailed) return Drop(p, p.hs->error().message());
   if (s != HandshakeState::kDone) return;
+  if (serve_ && serve_(p.hs->hello(), p.fd.get())) {
+    HangUp(p.fd.get());
+    p.fd = Fd();
+    p.done = true;
+    return;
+  }
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (ready_.size() < kMaxReady) {

@@ -42,12 +42,18 @@ class HandshakeListener {
   // Decides on an authenticated hello, on the listener's thread: "" accepts the connection,
   // anything else is why it is refused (logged; the connection is closed).
   using Check = std::function<std::string(const HandshakeHello&)>;
+  // Serves a short exchange itself, on the listener's thread, right after the handshake (e.g. a
+  // failure notice: a fixed-size record and a one-byte answer). Returns true when it handled
+  // the connection, which is then closed; false queues it for next() as usual. It must bound
+  // its own waits (the listener serves nothing else meanwhile).
+  using Serve = std::function<bool(const HandshakeHello&, int fd)>;
 
   // Listens on `addr` (port 0 = ephemeral; never the wildcard) and starts serving. `name` starts
   // every log line ("rank 3/8 control listener").
   static Result<std::unique_ptr<HandshakeListener>> Start(const sockaddr_storage& addr,
                                                           const std::vector<uint8_t>& secret,
-                                                          Check check, std::string name);
+                                                          Check check, std::string name,
+                                                          Serve serve = nullptr);
   // Stops the thread and closes the listener and every connection it still holds.
   ~HandshakeListener();
   HandshakeListener(const HandshakeListener&) = delete;
@@ -62,7 +68,7 @@ class HandshakeListener {
 
  private:
   struct Pending;
-  HandshakeListener(std::vector<uint8_t> secret, Check check, std::string name);
+  HandshakeListener(std::vector<uint8_t> secret, Check check, std::string name, Serve serve);
   void Run();
   void AcceptNew(std::vector<Pending>& pending);
   void Drive(Pending& p);
@@ -70,6 +76,7 @@ class HandshakeListener {
 
   std::vector<uint8_t> secret_;
   Check check_;
+  Serve serve_;
   std::string name_;
   Fd listener_;
   sockaddr_storage address_{};

@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "core/clock.h"
+#include "core/failure_cause.h"
 #include "core/status.h"
 
 namespace braid {
@@ -53,6 +54,10 @@ struct TransportContext {
   int tcp_sockets_per_channel = 1;     // reserved
   std::string doorbell_name;           // this rank's doorbell (see Doorbell in core/doorbell.h)
   std::vector<std::string> doorbells;  // every rank's doorbell name, indexed by rank
+  // Where endpoints report what they see of a peer's failure (a death, a shut-down stream), so
+  // that the engine can name the root cause; owned by the communicator, which outlives every
+  // endpoint. May be null (tests of a transport alone).
+  CauseBoard* causes = nullptr;
 };
 
 // One reliable FIFO byte stream to one peer, both directions. Non-blocking: every call returns

@@ -420,9 +420,10 @@ TEST(TcpEndpoint, BlockedSenderWakesAndFailsWhenThePeerShutsDown) {
     }
     tx->disarm(fds);
     r = tx->send(chunk.data(), chunk.size());
-    if (saw_hangup)
+    if (saw_hangup) {
       ASSERT_FALSE(r.ok()) << "poll() saw the FIN (revents " << fds[0].revents
                            << ") but the next send accepted " << *r << " bytes";
+    }
   }
   t.join();
   EXPECT_EQ(r.status().cls(), ErrorClass::kRemote);

@@ -37,13 +37,14 @@ void CopyOut(const RingRef& r, uint64_t pos, std::byte* dst, size_t n) {
 // ---------------------------------------------------------------------------------- PeerLink
 
 Result<std::shared_ptr<PeerLink>> PeerLink::Open(int rank, int pid, std::string host,
-                                                 std::string doorbell) {
+                                                 std::string doorbell, CauseBoard* causes) {
   std::shared_ptr<PeerLink> p(new (std::nothrow) PeerLink());
   if (!p) return SystemError("shm: out of memory");
   p->rank_ = rank;
   p->pid_ = pid;
   p->host_ = std::move(host);
   p->doorbell_ = std::move(doorbell);
+  p->causes_ = causes;
 #ifdef SYS_pidfd_open
   long fd = syscall(SYS_pidfd_open, static_cast<pid_t>(pid), 0);
   if (fd >= 0) {
@@ -75,7 +76,18 @@ bool PeerLink::dead() {
   return gone;
 }
 
+void PeerLink::report(FailureCause::Reason reason) const {
+  if (!causes_) return;
+  FailureCause c;
+  c.reason = reason;
+  c.rank = rank_;
+  c.pid = pid_;
+  c.host = host_;
+  causes_->offer(c);  // the engine fills in the observer and the operation
+}
+
 Status PeerLink::deathError() const {
+  report(FailureCause::Reason::kDied);
   return RemoteError("rank " + std::to_string(rank_) + " (pid " + std::to_string(pid_) +
                      ") on host " + host_ + " exited during the operation");
 }
@@ -93,6 +105,7 @@ ShmEndpoint::ShmEndpoint(std::shared_ptr<PeerLink> peer, RingRef tx, RingRef rx)
 ShmEndpoint::~ShmEndpoint() = default;
 
 Status ShmEndpoint::corruptError(const char* which, uint64_t used, uint64_t size) const {
+  peer_->report(FailureCause::Reason::kCorrupt);
   return RemoteError("shm ring " + std::string(which) + " rank " + std::to_string(peer_->rank()) +
                      " (pid " + std::to_string(peer_->pid()) +
                      ") is corrupt: " + std::to_string(used) + " bytes in flight in a ring of " +
@@ -170,6 +183,8 @@ bool ShmEndpoint::checkHead() {
 }
 
 Status ShmEndpoint::closedError() const {
+  // Weak: the peer's own notice (failure_notice.h), when it sent one, names the real cause.
+  peer_->report(FailureCause::Reason::kShutDown);
   return RemoteError("rank " + std::to_string(peer_->rank()) + " (pid " +
                      std::to_string(peer_->pid()) + ") on host " + peer_->host() +
                      " shut the stream down after a failure of its own operation");

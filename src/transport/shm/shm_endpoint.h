@@ -19,17 +19,20 @@ namespace braid::shm {
 class PeerLink {
  public:
   // Opens a pidfd on `pid` (Linux >= 5.3; without one, death is polled with kill(pid, 0)).
-  // A peer that is already gone is a RemoteError.
+  // A peer that is already gone is a RemoteError. `causes` (may be null) hears of the peer's
+  // death and of streams it shuts down (see TransportContext::causes).
   static Result<std::shared_ptr<PeerLink>> Open(int rank, int pid, std::string host,
-                                                std::string doorbell);
+                                                std::string doorbell, CauseBoard* causes);
   PeerLink(const PeerLink&) = delete;
   PeerLink& operator=(const PeerLink&) = delete;
 
   // Whether the peer process has exited. Asks the kernel at most once per kCheckIntervalUs
   // (hot paths call this), then remembers a death for good.
   bool dead();
-  // "rank 3 (pid 1234) on host h1 exited during the operation".
+  // "rank 3 (pid 1234) on host h1 exited during the operation"; reports the death as a cause.
   Status deathError() const;
+  // Reports a failure of `reason` of this peer as a cause (no-op without a board).
+  void report(FailureCause::Reason reason) const;
   int pidfd() const { return pidfd_.get(); }
   int rank() const { return rank_; }
   int pid() const { return pid_; }
@@ -44,6 +47,7 @@ class PeerLink {
   int pid_ = 0;
   std::string host_;
   std::string doorbell_;
+  CauseBoard* causes_ = nullptr;
   OwnedFd pidfd_;
   std::atomic<bool> dead_{false};
   std::atomic<int64_t> next_check_us_{0};

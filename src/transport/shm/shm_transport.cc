@@ -228,7 +228,8 @@ Status ShmTransport::connectPeer(int peer, const std::string& blob_text,
       !ctx_.doorbells[static_cast<size_t>(peer)].empty())
     bell = ctx_.doorbells[static_cast<size_t>(peer)];
   // The link first: a peer that died since it published its blob is named as such.
-  BRAID_ASSIGN_OR_RETURN(auto link, PeerLink::Open(peer, b.pid, HostName(ctx_, peer), bell));
+  BRAID_ASSIGN_OR_RETURN(auto link,
+                         PeerLink::Open(peer, b.pid, HostName(ctx_, peer), bell, ctx_.causes));
   auto opened = OpenSegment(b.segment, ctx_.comm_tag, peer);
   if (!opened.ok()) {
     // A peer killed meanwhile loses its descriptors before its pidfd reports the exit: wait a

@@ -47,15 +47,31 @@ bool TcpEndpoint::peerShutDown() {
   return marker_seen_;
 }
 
+void TcpEndpoint::report(FailureCause::Reason reason) const {
+  if (!peer_.causes) return;
+  FailureCause c;
+  c.reason = reason;
+  c.rank = peer_.rank;
+  c.pid = peer_.pid;
+  c.host = peer_.host;
+  peer_.causes->offer(c);  // the engine fills in the observer and the operation
+}
+
 Status TcpEndpoint::peerError(int err, const char* op) {
   if (err == 0 || err == ECONNRESET || err == EPIPE) {
-    if (peerShutDown())
+    if (peerShutDown()) {
+      // Weak: the peer's own notice (failure_notice.h), when it sent one, names the real cause.
+      report(FailureCause::Reason::kShutDown);
       return RemoteError(peerName() + " shut the stream down after a failure of its own operation");
+    }
+    report(FailureCause::Reason::kDied);
     return RemoteError(peerName() + " closed the connection: it probably exited or crashed");
   }
-  if (err == ETIMEDOUT || err == EHOSTUNREACH || err == ENETUNREACH)
+  if (err == ETIMEDOUT || err == EHOSTUNREACH || err == ENETUNREACH) {
+    report(FailureCause::Reason::kUnreachable);
     return RemoteError(ErrnoMessage("tcp " + std::string(op) + " with " + peerName(), err) +
                        ": the peer's host is unreachable (host down or link cut?)");
+  }
   return SystemError(ErrnoMessage("tcp " + std::string(op) + " with " + peerName(), err));
 }
 

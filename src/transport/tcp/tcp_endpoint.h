@@ -20,6 +20,8 @@ struct TcpPeer {
   std::string host;     // hostname, "" when unknown
   std::string address;  // the peer's listening address "10.0.0.2:5123"
   int channel = 0;
+  int pid = 0;
+  CauseBoard* causes = nullptr;  // hears of the peer's failures (TransportContext::causes)
 };
 
 class TcpEndpoint final : public Endpoint {
@@ -46,8 +48,10 @@ class TcpEndpoint final : public Endpoint {
  private:
   // "rank 3 on host h2 (10.0.0.2:5123)"
   std::string peerName() const;
-  // The error for a peer that hung up (err = 0 for EOF) or failed otherwise.
+  // The error for a peer that hung up (err = 0 for EOF) or failed otherwise; reports what it
+  // shows of the peer's failure as a cause.
   Status peerError(int err, const char* op);
+  void report(FailureCause::Reason reason) const;
   // Whether the peer's shutdown marker arrived (cached once seen).
   bool peerShutDown();
   // Reads what the socket has into the buffer (at most to its end).

@@ -137,7 +137,11 @@ class TcpInstance final : public TransportInstance {
     TcpPeer p;
     p.rank = rank;
     p.channel = channel;
-    if (static_cast<size_t>(rank) < ctx_.ranks.size()) p.host = ctx_.ranks[rank].hostname;
+    if (static_cast<size_t>(rank) < ctx_.ranks.size()) {
+      p.host = ctx_.ranks[rank].hostname;
+      p.pid = ctx_.ranks[rank].pid;
+    }
+    p.causes = ctx_.causes;
     if (static_cast<size_t>(rank) < blobs.size() && blobs[rank].rfind(kBlobPrefix, 0) == 0)
       p.address = blobs[rank].substr(std::strlen(kBlobPrefix));
     return p;

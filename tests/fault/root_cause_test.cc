@@ -1,0 +1,225 @@
+// Failures name their cause everywhere (issue 8): when a rank dies or stops, every survivor's
+// error names that rank (host, pid) and the operation it failed in ("allreduce #3"), however far
+// it is from the failed rank, not the neighbour that shut a stream down after it; with two
+// independent failures each survivor names one of the two. Order comes from pipes, never from
+// sleeps; the harness's wall-clock guard bounds every job.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "multirank/harness.h"
+
+namespace braid_test {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double SecondsSince(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+std::string Hostname() {
+  char host[256] = {0};
+  gethostname(host, sizeof(host) - 1);
+  return host;
+}
+
+// "rank 2 (host h, pid 42) died during allreduce #3": the cause as every survivor must name it.
+std::string Cause(int rank, pid_t pid, const std::string& what, int seq) {
+  return "rank " + std::to_string(rank) + " (host " + Hostname() + ", pid " + std::to_string(pid) +
+         ") " + what + " during allreduce #" + std::to_string(seq);
+}
+
+// A pipe that carries one pid to each reader: the writer writes it `copies` times (4-byte
+// writes to a pipe are atomic), so every reader blocks until the victim has written.
+struct PidPipe {
+  int fd[2] = {-1, -1};
+  PidPipe() { EXPECT_EQ(pipe(fd), 0); }
+  ~PidPipe() {
+    close(fd[0]);
+    close(fd[1]);
+  }
+  bool publish(int copies) const {
+    const pid_t me = getpid();
+    for (int i = 0; i < copies; ++i)
+      if (write(fd[1], &me, sizeof(me)) != static_cast<ssize_t>(sizeof(me))) return false;
+    return true;
+  }
+  pid_t take() const {
+    pid_t p = -1;
+    return read(fd[0], &p, sizeof(p)) == static_cast<ssize_t>(sizeof(p)) ? p : -1;
+  }
+};
+
+using Param = std::tuple<int, std::string>;
+class RootCause : public ::testing::TestWithParam<Param> {};
+
+std::string ParamName(const ::testing::TestParamInfo<Param>& info) {
+  return "n" + std::to_string(std::get<0>(info.param)) + "_" + std::get<1>(info.param);
+}
+
+INSTANTIATE_TEST_SUITE_P(Fault, RootCause,
+                         ::testing::Combine(::testing::Values(4, 8),
+                                            ::testing::Values("shm", "tcp")),
+                         ParamName);
+
+// A rank in the middle SIGKILLs itself before all-reduce #3: every survivor (neighbour or not)
+// fails within 1 s naming it, its pid and "allreduce #3", and so does its next call.
+TEST_P(RootCause, KilledRankIsNamedByEverySurvivor) {
+  auto [n, transport] = GetParam();
+  PidPipe victim_pid;
+  JobOptions opt;
+  opt.nranks = n;
+  opt.timeout_s = 90;
+  opt.env = {{"BRAID_TRANSPORTS", transport}, {"BRAID_TIMEOUT", "20"}};
+  const int victim = n / 2;
+  auto out = RunJob(opt, [&](braidComm_t comm, int rank, int nranks, const braidUniqueId&) {
+    pid_t vpid = -1;
+    if (rank == victim) {
+      if (!victim_pid.publish(nranks - 1)) return 5;
+    } else if ((vpid = victim_pid.take()) <= 0) {
+      return 6;
+    }
+    std::vector<float> buf(1 << 18, 1.0f);
+    for (int it = 0; it < 100; ++it) {
+      if (rank == victim && it == 3) raise(SIGKILL);
+      const auto t0 = Clock::now();
+      braidResult_t rc =
+          braidAllReduce(buf.data(), buf.data(), buf.size(), braidFloat32, braidSum, comm);
+      if (rc == braidSuccess) continue;
+      const double dt = SecondsSince(t0);
+      const std::string msg = braidGetLastError(comm);
+      const std::string want = Cause(victim, vpid, "died", 3);
+      if (it != 3 || rc != braidErrRemote || dt > 1.0 || msg.find(want) == std::string::npos) {
+        std::fprintf(stderr, "[rank %d] call %d: rc=%d after %.2fs: %s\n  (want: %s)\n", rank, it,
+                     rc, dt, msg.c_str(), want.c_str());
+        return 1;
+      }
+      const auto t1 = Clock::now();
+      rc = braidAllReduce(buf.data(), buf.data(), 16, braidFloat32, braidSum, comm);
+      const std::string next = braidGetLastError(comm);
+      if (rc == braidSuccess || SecondsSince(t1) > 1.0 || next.find(want) == std::string::npos) {
+        std::fprintf(stderr, "[rank %d] the next call: rc=%d: %s\n", rank, rc, next.c_str());
+        return 2;
+      }
+      return 0;
+    }
+    std::fprintf(stderr, "[rank %d] never saw the failure\n", rank);
+    return 3;
+  });
+  for (int r = 0; r < n; ++r)
+    EXPECT_EQ(out[r].exit_code, r == victim ? 128 + SIGKILL : 0) << DescribeOutcomes(out);
+}
+
+// A rank in the middle stops (SIGSTOP) before all-reduce #1: every survivor times out within
+// BRAID_TIMEOUT + 1 s naming it as stopped, not the live neighbour it was itself waiting on.
+TEST_P(RootCause, StoppedRankIsNamedByEverySurvivor) {
+  auto [n, transport] = GetParam();
+  PidPipe victim_pid;
+  int done[2];
+  ASSERT_EQ(pipe(done), 0);
+  JobOptions opt;
+  opt.nranks = n;
+  opt.timeout_s = 90;
+  constexpr int kTimeoutS = 3;
+  opt.env = {{"BRAID_TRANSPORTS", transport}, {"BRAID_TIMEOUT", std::to_string(kTimeoutS)}};
+  const int victim = n / 2;
+  auto out = RunJob(opt, [&](braidComm_t comm, int rank, int nranks, const braidUniqueId&) {
+    std::vector<float> buf(1 << 16, 1.0f);
+    if (braidAllReduce(buf.data(), buf.data(), buf.size(), braidFloat32, braidSum, comm) !=
+        braidSuccess)
+      return 4;
+    if (rank == victim) {
+      if (!victim_pid.publish(nranks - 1)) return 5;
+      raise(SIGSTOP);
+      return 0;
+    }
+    const pid_t vpid = victim_pid.take();
+    if (vpid <= 0) return 6;
+    // Taken before the victim stops (it may still be on its way to raise()): a later stop only
+    // makes the bound easier.
+    const auto t0 = Clock::now();
+    braidResult_t rc =
+        braidAllReduce(buf.data(), buf.data(), buf.size(), braidFloat32, braidSum, comm);
+    const double dt = SecondsSince(t0);
+    const std::string msg = braidGetLastError(comm);
+    const std::string want =
+        Cause(victim, vpid, "stopped responding for " + std::to_string(kTimeoutS) + " s", 1);
+    int code = 0;
+    if (rc != braidErrTimeout || dt > kTimeoutS + 1.0 || msg.find(want) == std::string::npos) {
+      std::fprintf(stderr, "[rank %d] rc=%d after %.2fs: %s\n  (want: %s)\n", rank, rc, dt,
+                   msg.c_str(), want.c_str());
+      code = 1;
+    }
+    // The victim goes only once every survivor has its error (a death must not be what a slower
+    // survivor reports).
+    const int first = victim == 0 ? 1 : 0;
+    char c = 1;
+    if (rank != first) {
+      if (write(done[1], &c, 1) != 1) return 7;
+    } else {
+      for (int k = 0; k < nranks - 2; ++k)
+        if (read(done[0], &c, 1) != 1) return 8;
+      kill(vpid, SIGKILL);
+    }
+    return code;
+  });
+  close(done[0]);
+  close(done[1]);
+  for (int r = 0; r < n; ++r)
+    EXPECT_EQ(out[r].exit_code, r == victim ? 128 + SIGKILL : 0) << DescribeOutcomes(out);
+}
+
+// Two ranks die at once, independently: each survivor names one of them (with its pid and the
+// operation), never a live rank and never an unnamed failure.
+TEST_P(RootCause, TwoIndependentDeathsEachSurvivorNamesOne) {
+  auto [n, transport] = GetParam();
+  PidPipe pid_a, pid_b;
+  JobOptions opt;
+  opt.nranks = n;
+  opt.timeout_s = 90;
+  opt.env = {{"BRAID_TRANSPORTS", transport}, {"BRAID_TIMEOUT", "20"}};
+  const int a = 1, b = n - 1;
+  auto out = RunJob(opt, [&](braidComm_t comm, int rank, int nranks, const braidUniqueId&) {
+    pid_t apid = -1, bpid = -1;
+    if (rank == a) {
+      if (!pid_a.publish(nranks - 1)) return 5;
+      if ((bpid = pid_b.take()) <= 0) return 6;
+    } else if (rank == b) {
+      if (!pid_b.publish(nranks - 1)) return 5;
+      if ((apid = pid_a.take()) <= 0) return 6;
+    } else if ((apid = pid_a.take()) <= 0 || (bpid = pid_b.take()) <= 0) {
+      return 6;
+    }
+    std::vector<float> buf(1 << 18, 1.0f);
+    for (int it = 0; it < 100; ++it) {
+      if ((rank == a || rank == b) && it == 3) raise(SIGKILL);
+      const auto t0 = Clock::now();
+      braidResult_t rc =
+          braidAllReduce(buf.data(), buf.data(), buf.size(), braidFloat32, braidSum, comm);
+      if (rc == braidSuccess) continue;
+      const double dt = SecondsSince(t0);
+      const std::string msg = braidGetLastError(comm);
+      const bool names_a = msg.find(Cause(a, apid, "died", 3)) != std::string::npos;
+      const bool names_b = msg.find(Cause(b, bpid, "died", 3)) != std::string::npos;
+      if (it != 3 || rc != braidErrRemote || dt > 1.0 || !(names_a || names_b)) {
+        std::fprintf(stderr, "[rank %d] call %d: rc=%d after %.2fs: %s\n", rank, it, rc, dt,
+                     msg.c_str());
+        return 1;
+      }
+      return 0;
+    }
+    return 3;
+  });
+  for (int r = 0; r < n; ++r)
+    EXPECT_EQ(out[r].exit_code, r == a || r == b ? 128 + SIGKILL : 0) << DescribeOutcomes(out);
+}
+
+}  // namespace
+}  // namespace braid_test
