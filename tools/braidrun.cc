@@ -30,9 +30,9 @@
 #include <string>
 #include <vector>
 
-#include "core/bootstrap.h"
-#include "core/config.h"
-#include "core/unique_id.h"
+#include "core/net/bootstrap.h"
+#include "core/base/config.h"
+#include "core/net/unique_id.h"
 
 extern char** environ;
 

@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "core/datatype.h"
+#include "core/base/datatype.h"
 #include "device/cpu/kernel_isa.h"
 #include "device/cpu/reduce_kernels.h"
 

@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "algorithms/schedule.h"
-#include "core/status.h"
+#include "core/base/status.h"
 
 namespace braid {
 

@@ -5,7 +5,7 @@
 #include <cstdint>
 
 #include "algorithms/schedule.h"
-#include "core/datatype.h"
+#include "core/base/datatype.h"
 
 namespace braid {
 

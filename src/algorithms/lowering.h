@@ -23,7 +23,7 @@
 
 #include "algorithms/algorithm.h"
 #include "algorithms/schedule.h"
-#include "core/status.h"
+#include "core/base/status.h"
 
 namespace braid {
 

@@ -26,7 +26,7 @@
 #include <utility>
 #include <vector>
 
-#include "core/datatype.h"
+#include "core/base/datatype.h"
 
 namespace braid {
 

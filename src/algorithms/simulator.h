@@ -29,7 +29,7 @@
 
 #include "algorithms/algorithm.h"
 #include "algorithms/tuner.h"
-#include "core/status.h"
+#include "core/base/status.h"
 
 namespace braid {
 

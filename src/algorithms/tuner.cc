@@ -8,7 +8,7 @@
 #include <limits>
 #include <string_view>
 
-#include "core/log.h"
+#include "core/base/log.h"
 
 namespace braid {
 namespace {

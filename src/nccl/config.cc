@@ -109,7 +109,7 @@ ncclResult_t TranslateConfig(const ncclConfig_t* config, const char* func, braid
 
 namespace {
 
-// NCCL_* names braid's configuration table (src/core/config.cc) does not alias itself. The
+// NCCL_* names braid's configuration table (src/core/base/config.cc) does not alias itself. The
 // BRAID_* name wins when both are set.
 struct EnvAlias {
   const char* nccl;

@@ -24,9 +24,9 @@
 #include <string>
 #include <vector>
 
-#include "core/clock.h"
-#include "core/failure_cause.h"
-#include "core/status.h"
+#include "core/base/clock.h"
+#include "core/base/failure_cause.h"
+#include "core/base/status.h"
 
 namespace braid {
 

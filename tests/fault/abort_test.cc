@@ -29,11 +29,11 @@
 #include <vector>
 
 #include "build_info.h"
-#include "core/bootstrap.h"
-#include "core/config.h"
-#include "core/handshake.h"
-#include "core/socket.h"
-#include "core/unique_id.h"
+#include "core/net/bootstrap.h"
+#include "core/base/config.h"
+#include "core/net/handshake.h"
+#include "core/net/socket.h"
+#include "core/net/unique_id.h"
 #include "multirank/harness.h"
 
 namespace braid_test {

@@ -24,9 +24,9 @@
 #include <vector>
 
 #include "braid/braid.h"
-#include "core/bootstrap.h"
-#include "core/socket.h"
-#include "core/unique_id.h"
+#include "core/net/bootstrap.h"
+#include "core/net/socket.h"
+#include "core/net/unique_id.h"
 
 namespace braid_test {
 namespace {

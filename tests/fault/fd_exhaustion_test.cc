@@ -15,9 +15,9 @@
 #include <string>
 
 #include "braid/braid.h"
-#include "core/bootstrap.h"
-#include "core/socket.h"
-#include "core/unique_id.h"
+#include "core/net/bootstrap.h"
+#include "core/net/socket.h"
+#include "core/net/unique_id.h"
 
 namespace braid_test {
 namespace {

@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "core/unique_id.h"
+#include "core/net/unique_id.h"
 #include "multirank/harness.h"
 
 namespace braid_test {

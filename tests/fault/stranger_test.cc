@@ -23,8 +23,10 @@
 #include <utility>
 #include <vector>
 
-#include "core/api_support.h"
-#include "core/unique_id.h"
+#include "core/runtime/api_errors.h"
+#include "core/runtime/api_submit.h"
+#include "core/runtime/comm_registry.h"
+#include "core/net/unique_id.h"
 #include "multirank/harness.h"
 
 namespace braid_test {

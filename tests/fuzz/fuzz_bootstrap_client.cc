@@ -1,4 +1,4 @@
-// Fuzzes a rank's side of the rendezvous (src/core/bootstrap.cc): everything Bootstrap::Connect
+// Fuzzes a rank's side of the rendezvous (src/core/net/bootstrap.cc): everything Bootstrap::Connect
 // and Bootstrap::allGather decode from the root's frames (bootstrap_wire.h). The decoding lives
 // inside the real socket code, so the real functions run against a fake root on loopback: it
 // completes the authenticated handshake (so the rank gets past it, as from a real root) and then
@@ -23,10 +23,10 @@
 #include <thread>
 #include <vector>
 
-#include "core/bootstrap.h"
-#include "core/bootstrap_wire.h"
-#include "core/handshake.h"
-#include "core/socket.h"
+#include "core/net/bootstrap.h"
+#include "core/net/bootstrap_wire.h"
+#include "core/net/handshake.h"
+#include "core/net/socket.h"
 
 using namespace braid;
 namespace wire = bootstrap_wire;

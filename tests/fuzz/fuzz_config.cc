@@ -1,5 +1,5 @@
 // Fuzzes braid's configuration parsing: the BRAID_* table and its NCCL_* aliases as
-// LoadConfigFromEnv reads them (src/core/config.cc), and the value grammars behind them:
+// LoadConfigFromEnv reads them (src/core/base/config.cc), and the value grammars behind them:
 // sizes (ParseByteSize), interface selection (BRAID_SOCKET_IFNAME / NCCL_SOCKET_IFNAME:
 // InterfaceMatchesSpec, ChooseInterface), "host:port" (BRAID_COMM_ID / NCCL_COMM_ID:
 // ParseHostPort) and transport lists (BRAID_TRANSPORTS: SelectTransports).
@@ -25,9 +25,9 @@
 #include <string>
 #include <vector>
 
-#include "core/config.h"
-#include "core/socket.h"
-#include "core/unique_id.h"
+#include "core/base/config.h"
+#include "core/net/socket.h"
+#include "core/net/unique_id.h"
 #include "transport/transport.h"
 
 using namespace braid;

@@ -1,4 +1,4 @@
-// Fuzzes the authenticated handshake (src/core/handshake.cc), the first bytes every braid TCP
+// Fuzzes the authenticated handshake (src/core/net/handshake.cc), the first bytes every braid TCP
 // listener reads from anyone who connects (spec/reliability.md items 4 and 5).
 //
 // Input: byte 0 picks a mode, byte 1 a chunk size (how the bytes are cut into reads), the rest is
@@ -22,8 +22,8 @@
 #include <cstring>
 #include <vector>
 
-#include "core/handshake.h"
-#include "core/socket.h"
+#include "core/net/handshake.h"
+#include "core/net/socket.h"
 
 using namespace braid;
 

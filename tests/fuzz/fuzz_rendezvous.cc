@@ -1,4 +1,4 @@
-// Fuzzes the rendezvous service (src/core/rendezvous.cc), the root's side of the bootstrap: the
+// Fuzzes the rendezvous service (src/core/net/rendezvous.cc), the root's side of the bootstrap: the
 // hello a rank authenticates with and every frame a rank sends afterwards (bootstrap_wire.h).
 // The frame parser is inside the service's poll loop, so the real service runs (StartRendezvous
 // on loopback) and a client that knows the secret authenticates with a fuzzed hello, sends the
@@ -25,10 +25,10 @@
 #include <thread>
 #include <vector>
 
-#include "core/bootstrap.h"
-#include "core/bootstrap_wire.h"
-#include "core/handshake.h"
-#include "core/socket.h"
+#include "core/net/bootstrap.h"
+#include "core/net/bootstrap_wire.h"
+#include "core/net/handshake.h"
+#include "core/net/socket.h"
 
 using namespace braid;
 namespace wire = bootstrap_wire;

@@ -1,4 +1,4 @@
-// Fuzzes DecodeUniqueId (src/core/unique_id.cc): the 128-byte id every rank receives from the
+// Fuzzes DecodeUniqueId (src/core/net/unique_id.cc): the 128-byte id every rank receives from the
 // user (ncclCommInitRank, braidCommInitRank, braidCommSplit), so any bytes can reach it.
 //
 // Input: up to 128 bytes, zero-padded to the id's size (the seeds are whole ids).
@@ -9,7 +9,7 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "core/unique_id.h"
+#include "core/net/unique_id.h"
 
 using namespace braid;
 

@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "braid/braid.h"
-#include "core/datatype.h"
+#include "core/base/datatype.h"
 #include "device/cpu/reduce_kernels.h"
 
 namespace braid_test {

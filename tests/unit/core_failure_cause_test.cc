@@ -1,6 +1,6 @@
 // FailureCause's wire form comes from another process: a record survives a round trip, and any
 // record with a field out of range, unterminated or unprintable text, or stray bytes is refused.
-#include "core/failure_cause.h"
+#include "core/base/failure_cause.h"
 
 #include <gtest/gtest.h>
 

@@ -18,9 +18,9 @@
 #include <thread>
 #include <vector>
 
-#include "core/bootstrap.h"
-#include "core/handshake.h"
-#include "core/socket.h"
+#include "core/net/bootstrap.h"
+#include "core/net/handshake.h"
+#include "core/net/socket.h"
 
 namespace braid {
 namespace {

@@ -12,9 +12,9 @@
 #include <thread>
 #include <vector>
 
-#include "core/bootstrap.h"
-#include "core/handshake.h"
-#include "core/socket.h"
+#include "core/net/bootstrap.h"
+#include "core/net/handshake.h"
+#include "core/net/socket.h"
 
 namespace braid {
 namespace {
@@ -126,7 +126,9 @@ TEST(Bootstrap, MissingRankIsNamedWithinTheRanksDeadline) {
     EXPECT_EQ(results[r].cls(), ErrorClass::kTimeout) << results[r].message();
     EXPECT_NE(results[r].message().find("rank 2 never connected"), std::string::npos)
         << results[r].message();
-    EXPECT_LE(took[r], 3500) << "rank " << r;
+    // Within the rank's 3 s deadline, not the service's 60 s: the bound is far from both so that
+    // a loaded machine (sanitizers, parallel builds) cannot make it flaky.
+    EXPECT_LE(took[r], 15000) << "rank " << r;
   }
 }
 

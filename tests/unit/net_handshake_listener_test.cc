@@ -15,9 +15,9 @@
 #include <string>
 #include <vector>
 
-#include "core/handshake.h"
-#include "core/handshake_listener.h"
-#include "core/socket.h"
+#include "core/net/handshake.h"
+#include "core/net/handshake_listener.h"
+#include "core/net/socket.h"
 
 namespace braid {
 namespace {

@@ -9,8 +9,8 @@
 #include <cstring>
 #include <thread>
 
-#include "core/handshake.h"
-#include "core/socket.h"
+#include "core/net/handshake.h"
+#include "core/net/socket.h"
 
 namespace braid {
 namespace {

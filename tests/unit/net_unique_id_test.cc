@@ -5,8 +5,8 @@
 #include <cstring>
 #include <random>
 
-#include "core/socket.h"
-#include "core/unique_id.h"
+#include "core/net/socket.h"
+#include "core/net/unique_id.h"
 
 namespace braid {
 namespace {

@@ -15,7 +15,7 @@
 
 #include <gtest/gtest.h>
 
-#include "core/doorbell.h"
+#include "core/net/doorbell.h"
 #include "transport/shm/shm_segment.h"
 #include "transport/transport.h"
 

@@ -13,9 +13,10 @@
 #include <thread>
 #include <vector>
 
-#include "core/handshake.h"
-#include "core/socket.h"
+#include "core/net/handshake.h"
+#include "core/net/socket.h"
 #include "transport/tcp/tcp_endpoint.h"
+#include "transport/tcp/tcp_transport.h"
 #include "transport/transport.h"
 
 namespace braid {
@@ -211,6 +212,22 @@ bool WaitFor(Endpoint* e, Pred pred, int ms = 5000) {
     e->disarm(fds);
   }
   return true;
+}
+
+// The blob a rank publishes: its listener's address behind a versioned prefix; anything else
+// (another transport's blob, garbage, a bad port) is refused, never half-parsed.
+TEST(TcpBlob, RoundTripAndGarbage) {
+  const std::string blob = tcp::EncodeBlob("127.0.0.1:4242");
+  EXPECT_EQ(blob, "tcp1 127.0.0.1:4242");
+  auto addr = tcp::DecodeBlob(blob);
+  ASSERT_TRUE(addr.ok()) << addr.status().message();
+  EXPECT_EQ(addr->ss_family, AF_INET);
+  EXPECT_EQ(tcp::BlobAddress(blob), "127.0.0.1:4242");
+  for (const char* bad : {"", "tcp1", "tcp1 ", "shm1 127.0.0.1:4242", "tcp1 127.0.0.1:99999",
+                          "tcp1 127.0.0.1", "TCP1 127.0.0.1:1", "tcp1 \xff\xfe:1"}) {
+    EXPECT_FALSE(tcp::DecodeBlob(bad).ok()) << bad;
+  }
+  EXPECT_EQ(tcp::BlobAddress("shm1 x"), "");
 }
 
 TEST(TcpEndpoint, PeekKeepsEightByteElementsWhole) {

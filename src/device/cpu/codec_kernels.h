@@ -6,8 +6,8 @@
 #include <cstdint>
 
 #include "algorithms/schedule.h"
-#include "core/datatype.h"
-#include "core/status.h"
+#include "core/base/datatype.h"
+#include "core/base/status.h"
 
 namespace braid {
 

@@ -14,7 +14,7 @@
 #include <cstdint>
 #include <type_traits>
 
-#include "core/datatype.h"
+#include "core/base/datatype.h"
 #include "device/cpu/kernel_isa.h"
 
 namespace braid::cpu {

@@ -5,7 +5,7 @@
 
 #include <cstdint>
 
-#include "core/datatype.h"
+#include "core/base/datatype.h"
 #include "device/cpu/kernel_isa.h"
 #include "device/cpu/narrow_float.h"
 

@@ -7,7 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "core/datatype.h"
+#include "core/base/datatype.h"
 
 // Helpers used inside kernels must be inlined into the per-tier entry points: a helper compiled
 // out of line would exist once, for the baseline target, and the AVX2 tier would call it.

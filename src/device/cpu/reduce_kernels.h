@@ -7,7 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "core/datatype.h"
+#include "core/base/datatype.h"
 
 namespace braid {
 

@@ -9,7 +9,7 @@
 
 #include <cstdint>
 
-#include "core/status.h"
+#include "core/base/status.h"
 #include "transport/shm/shm_layout.h"
 
 namespace braid::shm {

@@ -11,8 +11,8 @@
 #include <cstring>
 #include <new>
 
-#include "core/clock.h"
-#include "core/doorbell.h"
+#include "core/base/clock.h"
+#include "core/net/doorbell.h"
 #include "transport/shm/shm_arena.h"
 
 namespace braid::shm {

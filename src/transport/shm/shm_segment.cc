@@ -14,7 +14,7 @@
 #include <cstring>
 #include <new>
 
-#include "core/log.h"
+#include "core/base/log.h"
 #include "transport/shm/shm_arena.h"
 
 namespace braid::shm {

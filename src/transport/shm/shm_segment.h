@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "core/status.h"
+#include "core/base/status.h"
 #include "transport/shm/shm_layout.h"
 
 namespace braid::shm {

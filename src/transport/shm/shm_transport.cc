@@ -9,7 +9,7 @@
 #include <map>
 #include <new>
 
-#include "core/log.h"
+#include "core/base/log.h"
 #include "transport/shm/shm_endpoint.h"
 #include "transport/shm/shm_segment.h"
 #include "transport/shm/shm_sizing.h"

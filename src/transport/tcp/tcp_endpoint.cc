@@ -7,7 +7,7 @@
 #include <cerrno>
 #include <cstring>
 
-#include "core/clock.h"
+#include "core/base/clock.h"
 
 namespace braid {
 namespace {

@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
-#include "core/socket.h"
-#include "core/status.h"
+#include "core/net/socket.h"
+#include "core/base/status.h"
 #include "transport/transport.h"
 
 namespace braid {

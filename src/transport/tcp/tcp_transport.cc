@@ -1,7 +1,5 @@
-// The TCP transport: one listener per communicator on the selected interface, `nchannels`
-// authenticated sockets per peer. The lower rank of a pair connects, the higher accepts; one
-// poll loop drives every connect, accept and handshake at once, so a stranger at the listener
-// (garbage, slow, idle) is dropped within a second without delaying the real connections.
+#include "transport/tcp/tcp_transport.h"
+
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <openssl/sha.h>
@@ -17,10 +15,10 @@
 #include <utility>
 #include <vector>
 
-#include "core/handshake.h"
-#include "core/log.h"
-#include "core/socket.h"
-#include "core/unique_id.h"
+#include "core/net/handshake.h"
+#include "core/base/log.h"
+#include "core/net/socket.h"
+#include "core/net/unique_id.h"
 #include "transport/tcp/tcp_endpoint.h"
 #include "transport/transport.h"
 
@@ -58,8 +56,7 @@ void SetLiveness(int fd) {
 }
 
 Result<sockaddr_storage> ParseBlob(const std::string& blob) {
-  if (blob.rfind(kBlobPrefix, 0) != 0) return InvalidArgument("not a tcp transport address");
-  return ParseHostPort(blob.substr(std::strlen(kBlobPrefix)));
+  return tcp::DecodeBlob(blob);
 }
 
 class TcpInstance final : public TransportInstance {
@@ -80,7 +77,7 @@ class TcpInstance final : public TransportInstance {
     std::memcpy(nonce_, digest, sizeof(nonce_));
   }
 
-  std::string localBlob() const override { return kBlobPrefix + address_; }
+  std::string localBlob() const override { return tcp::EncodeBlob(address_); }
 
   bool canConnect(int peer, const std::vector<std::string>& blobs) const override {
     if (peer < 0 || static_cast<size_t>(peer) >= blobs.size() ||
@@ -142,8 +139,7 @@ class TcpInstance final : public TransportInstance {
       p.pid = ctx_.ranks[rank].pid;
     }
     p.causes = ctx_.causes;
-    if (static_cast<size_t>(rank) < blobs.size() && blobs[rank].rfind(kBlobPrefix, 0) == 0)
-      p.address = blobs[rank].substr(std::strlen(kBlobPrefix));
+    if (static_cast<size_t>(rank) < blobs.size()) p.address = tcp::BlobAddress(blobs[rank]);
     return p;
   }
   std::string peerName(int rank) const {
@@ -527,4 +523,20 @@ TransportFactory* TcpTransportFactory() {
   return &factory;
 }
 
+namespace tcp {
+
+std::string EncodeBlob(const std::string& host_port) {
+  return kBlobPrefix + host_port;
+}
+
+Result<sockaddr_storage> DecodeBlob(const std::string& text) {
+  if (text.rfind(kBlobPrefix, 0) != 0) return InvalidArgument("not a tcp transport address");
+  return ParseHostPort(text.substr(std::strlen(kBlobPrefix)));
+}
+
+std::string BlobAddress(const std::string& text) {
+  return text.rfind(kBlobPrefix, 0) == 0 ? text.substr(std::strlen(kBlobPrefix)) : std::string();
+}
+
+}  // namespace tcp
 }  // namespace braid

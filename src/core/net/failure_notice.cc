@@ -1,0 +1,133 @@
+#include "core/net/failure_notice.h"
+
+#include <poll.h>
+
+#include <cerrno>
+#include <memory>
+
+#include "core/base/log.h"
+#include "core/net/socket.h"
+
+namespace braid {
+namespace {
+
+// One conversation with one rank's control listener, driven without blocking so that all of
+// them run at once: a stopped rank costs the deadline once, not once per rank.
+struct Call {
+  int rank = -1;
+  Fd fd;
+  std::unique_ptr<ClientHandshake> hs;
+  enum class Stage { kHandshake, kAnswer, kDone } stage = Stage::kHandshake;
+  bool answered = false;
+};
+
+// Runs `calls` until each is done or `deadline`: the handshake, then `payload` (may be empty),
+// then the one-byte answer.
+void RunCalls(std::vector<Call>& calls, const uint8_t* payload, size_t payload_len,
+              Deadline deadline) {
+  std::vector<pollfd> fds;
+  std::vector<size_t> index;
+  for (;;) {
+    fds.clear();
+    index.clear();
+    for (size_t i = 0; i < calls.size(); ++i) {
+      Call& c = calls[i];
+      if (c.stage == Call::Stage::kDone) continue;
+      short ev = c.stage == Call::Stage::kHandshake ? c.hs->pollEvents() : POLLIN;
+      fds.push_back({c.fd.get(), ev, 0});
+      index.push_back(i);
+    }
+    if (fds.empty() || deadline.expired()) return;
+    int n = ::poll(fds.data(), fds.size(), deadline.remainingMs());
+    if (n < 0 && errno != EINTR) return;
+    for (size_t k = 0; n > 0 && k < fds.size(); ++k) {
+      if (!fds[k].revents) continue;
+      Call& c = calls[index[k]];
+      if (c.stage == Call::Stage::kHandshake) {
+        HandshakeState s = c.hs->drive(c.fd.get());
+        if (s == HandshakeState::kFailed) c.stage = Call::Stage::kDone;
+        if (s != HandshakeState::kDone) continue;
+        // A fresh connection's send buffer takes the whole record at once.
+        if (payload_len > 0 &&
+            ::send(c.fd.get(), payload, payload_len, MSG_NOSIGNAL | MSG_DONTWAIT) !=
+                static_cast<ssize_t>(payload_len)) {
+          c.stage = Call::Stage::kDone;
+          continue;
+        }
+        c.stage = Call::Stage::kAnswer;
+        continue;
+      }
+      uint8_t ack = 0;
+      ssize_t r = ::recv(c.fd.get(), &ack, 1, MSG_DONTWAIT);
+      if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) continue;
+      c.answered = r == 1 && ack == 1;
+      c.stage = Call::Stage::kDone;
+    }
+  }
+}
+
+Call StartCall(const ControlPeers& peers, int rank, uint32_t purpose) {
+  Call c;
+  c.rank = rank;
+  auto fd = StartConnect((*peers.addrs)[rank]);
+  if (!fd.ok()) {
+    c.stage = Call::Stage::kDone;  // refused: nobody listens there any more
+    return c;
+  }
+  c.fd = std::move(*fd);
+  HandshakeHello hello;
+  hello.purpose = purpose;
+  hello.rank = peers.rank;
+  hello.nranks = peers.nranks;
+  c.hs = std::make_unique<ClientHandshake>(*peers.secret, hello);
+  return c;
+}
+
+}  // namespace
+
+void SendFailureNotices(const ControlPeers& peers, const FailureCause& cause,
+                        const std::vector<bool>& skip, Deadline deadline) {
+  uint8_t record[FailureCause::kWireBytes];
+  cause.encode(record);
+  std::vector<Call> calls;
+  for (int r = 0; r < peers.nranks; ++r) {
+    if (r == peers.rank || (static_cast<size_t>(r) < skip.size() && skip[r])) continue;
+    calls.push_back(StartCall(peers, r, kFailureNoticePurpose));
+  }
+  RunCalls(calls, record, sizeof(record), deadline);
+  for (const Call& c : calls)
+    if (!c.answered)
+      BRAID_INFO("rank %d: rank %d did not take the failure notice in time", peers.rank, c.rank);
+}
+
+bool ProbeAlive(const ControlPeers& peers, int rank, Deadline deadline) {
+  if (rank < 0 || rank >= peers.nranks || rank == peers.rank) return false;
+  std::vector<Call> calls;
+  calls.push_back(StartCall(peers, rank, kLivenessProbePurpose));
+  RunCalls(calls, nullptr, 0, deadline);
+  return calls[0].answered;
+}
+
+bool ServeFailureControl(const HandshakeHello& hello, int fd, int nranks, CauseBoard* board) {
+  const uint8_t ack = 1;
+  const Deadline deadline = Deadline::After(kFailureNoticeMs);
+  if (hello.purpose == kLivenessProbePurpose) {
+    (void)SendAll(fd, &ack, 1, deadline);
+    return true;
+  }
+  if (hello.purpose != kFailureNoticePurpose) return false;
+  // The sender writes the record right after its handshake: it is here, or nearly.
+  uint8_t record[FailureCause::kWireBytes];
+  if (!RecvAll(fd, record, sizeof(record), deadline).ok()) return true;
+  auto cause = FailureCause::Decode(record, nranks);
+  // A notice speaks for its sender only: the observer must be the authenticated rank.
+  if (!cause || cause->observer != hello.rank || cause->weak()) {
+    BRAID_WARN("control listener: dropped a malformed failure notice from rank %d", hello.rank);
+    return true;
+  }
+  if (board) board->offer(*cause);
+  (void)SendAll(fd, &ack, 1, deadline);
+  return true;
+}
+
+}  // namespace braid

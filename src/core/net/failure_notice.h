@@ -1,0 +1,59 @@
+// What the control plane says about failures: failure notices and liveness probes.
+//
+// Both travel over the ranks' control listeners (authenticated with the communicator's secret,
+// served from init to destroy; see comm.h), never over the data streams: a failed operation can
+// leave a stream mid-payload, where a peer could not tell a cause from data, and a TCP stream
+// can only flag its end with one urgent byte.
+//
+//   notice  client: handshake (purpose kFailureNoticePurpose), FailureCause::kWireBytes record
+//           server: stores the record in its CauseBoard if valid, answers one byte (1)
+//   probe   client: handshake (purpose kLivenessProbePurpose)
+//           server: answers one byte (1)
+//
+// A rank that observed a failure itself sends its notice to every other rank and waits for the
+// answers (bounded) before it shuts its streams down: a rank that then fails because a stream
+// was shut down already holds the cause, whichever rank shut it. A probe tells a stopped rank
+// (SIGSTOP: the kernel accepts the connection, but nobody answers) from a live one that is
+// itself waiting on someone else.
+#pragma once
+
+#include <sys/socket.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "core/base/clock.h"
+#include "core/base/failure_cause.h"
+#include "core/net/handshake.h"
+
+namespace braid {
+
+inline constexpr uint32_t kFailureNoticePurpose = 4;
+inline constexpr uint32_t kLivenessProbePurpose = 5;
+// How long a notice or a probe may take. A live listener answers in milliseconds; this bounds
+// the wait on a stopped or unreachable one.
+inline constexpr int64_t kFailureNoticeMs = 300;
+inline constexpr int64_t kLivenessProbeMs = 250;
+
+// Who to talk to: every rank's control listener, and this rank's identity in the handshake.
+struct ControlPeers {
+  const std::vector<sockaddr_storage>* addrs = nullptr;  // indexed by rank
+  const std::vector<uint8_t>* secret = nullptr;
+  int rank = -1;
+  int nranks = 0;
+};
+
+// Sends `cause` to every rank r with !skip[r] (and r != self) at once, and returns when each has
+// answered, failed, or `deadline` passed. Failures are not errors: the notice is best effort, a
+// rank that missed it names the neighbour that shut its stream down instead.
+void SendFailureNotices(const ControlPeers& peers, const FailureCause& cause,
+                        const std::vector<bool>& skip, Deadline deadline);
+
+// Whether `rank`'s process answers on its control listener before `deadline`.
+bool ProbeAlive(const ControlPeers& peers, int rank, Deadline deadline);
+
+// The control listener's side (HandshakeListener::Serve): serves notices and probes; false for
+// any other purpose (the connection then goes to whoever takes connections, e.g. a shrink).
+bool ServeFailureControl(const HandshakeHello& hello, int fd, int nranks, CauseBoard* board);
+
+}  // namespace braid

@@ -1,0 +1,582 @@
+#include "core/runtime/active_op.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "algorithms/algorithm.h"
+#include "algorithms/builtin_algorithms.h"
+#include "algorithms/lowering.h"
+#include "core/runtime/comm.h"
+#include "device/cpu/codec_kernels.h"
+#include "device/cpu/reduce_kernels.h"
+
+namespace braid {
+
+namespace {
+
+// Bytes of the largest buffer a collective touches on one rank (what decides its lane).
+uint64_t LargestBufferBytes(const OpDesc& d, int nranks) {
+  const uint64_t b = d.count * DataTypeSize(d.dtype);
+  switch (d.kind) {
+    case CollKind::kAllGather:
+    case CollKind::kReduceScatter:
+    case CollKind::kAllToAll:
+      return b * static_cast<uint64_t>(nranks);
+    default:
+      return b;
+  }
+}
+
+}  // namespace
+
+CollArgs CollArgsFor(const braidComm& comm, const OpDesc& d) {
+  CollArgs a;
+  a.kind = d.kind;
+  a.dtype = d.dtype;
+  a.op = d.base_op;
+  a.count = d.count;
+  a.root = d.root;
+  a.nranks = comm.nranks();
+  a.in_place = d.in_place;
+  a.premul = d.premul;
+  a.avg = d.avg;
+  a.nchannels = comm.nchannels();
+  a.chunk_bytes = comm.config().chunk_bytes;
+  a.layout = &comm.layout();
+  if (LargestBufferBytes(d, comm.nranks()) <= kExpressBytes) a.nchannels = 1;  // express lane
+  return a;
+}
+
+const Algorithm* AlgorithmFor(const braidComm& comm, const OpDesc& d, const CollArgs& args) {
+  const bool reduction = d.kind == CollKind::kAllReduce || d.kind == CollKind::kReduceScatter ||
+                         d.kind == CollKind::kReduce;
+  // Deterministic mode: one fixed reduction order whatever the tuner or BRAID_ALGO would pick.
+  if (comm.config().deterministic && reduction) return &OrderedReductionAlgorithm();
+  return comm.tuner().choose(args);
+}
+
+ActiveOp::ActiveOp(braidComm* comm, Operation* op, std::shared_ptr<Operation> keep, uint64_t id)
+    : comm_(comm), op_(op), keep_(std::move(keep)), id_(id), d_(op->desc()) {
+  is_p2p_ = d_.kind == CollKind::kSendRecv;
+}
+
+std::string ActiveOp::context() const {
+  return comm_->where() + ": " + DescribeCall(d_) + (is_p2p_ ? "" : " #" + std::to_string(seq_)) +
+         " [" + algo_name_ + "]: ";
+}
+
+Result<RankSchedule> ActiveOp::buildSchedule(CollArgs* args) {
+  const int rank = comm_->rank();
+  if (is_p2p_) {
+    std::vector<P2PSpec> calls;
+    calls.reserve(d_.p2p.size());
+    for (const P2PCall& c : d_.p2p)
+      calls.push_back({c.peer, c.is_send, c.count * DataTypeSize(c.dtype)});
+    algo_name_ = "p2p";
+    args->dtype = DataType::kUint8;
+    return BuildPointToPointSchedule(calls, rank, comm_->nranks());
+  }
+  *args = CollArgsFor(*comm_, d_);
+  const Algorithm* algo = AlgorithmFor(*comm_, d_, *args);
+  if (!algo) return InternalError(std::string("no algorithm can serve ") + DescribeCall(d_));
+  algo_name_ = algo->name();
+  auto sched = BuildSchedule(*algo, *args, rank);
+  if (!sched.ok()) return sched.status();
+  if (static_cast<int>(sched->channels.size()) > args->nchannels)
+    return InternalError(std::string("algorithm ") + algo->name() + " built " +
+                         std::to_string(sched->channels.size()) + " channels, more than the " +
+                         std::to_string(args->nchannels) + " it was given");
+  return sched;
+}
+
+std::vector<ActiveOp::ChannelState> ActiveOp::StatesFor(const RankSchedule& s, int lane_base,
+                                                        bool one_lane) {
+  std::vector<ChannelState> chans(s.channels.size());
+  for (size_t c = 0; c < chans.size(); ++c) {
+    chans[c].ch = &s.channels[c];
+    chans[c].lane = one_lane ? lane_base : lane_base + static_cast<int>(c);
+    chans[c].enterStep();
+  }
+  return chans;
+}
+
+Status ActiveOp::prepare(uint64_t coll_seq, std::vector<uint64_t>& p2p_send_seq,
+                         std::vector<uint64_t>& p2p_recv_seq) {
+  const int nranks = comm_->nranks();
+  if (!is_p2p_) seq_ = coll_seq;
+  auto sched = buildSchedule(&args_);
+  if (!sched.ok()) {
+    Status st = sched.status();
+    return st.prepend(context());
+  }
+  data_sched_ = std::move(*sched);
+
+  proto_.coll = static_cast<uint8_t>(d_.kind);
+  proto_.dtype = static_cast<uint8_t>(op_->desc().dtype);
+  proto_.op = WireOp(d_);
+  proto_.seq = seq_;
+  proto_.count = d_.count;
+  proto_.root = d_.root;
+
+  const int express = comm_->expressLane();
+  stage_ = Stage::kData;
+  if (!is_p2p_ && comm_->config().verify_calls && nranks > 1) {
+    CollArgs bargs;
+    bargs.kind = CollKind::kBarrier;
+    bargs.nranks = nranks;
+    bargs.dtype = DataType::kUint8;
+    auto agree = DisseminationAlgorithm().build(bargs, comm_->rank());
+    if (!agree.ok()) {
+      Status st = agree.status();
+      return st.prepend(context());
+    }
+    agree_sched_ = std::move(*agree);
+    agree_chans_ = StatesFor(agree_sched_, express, true);
+    sent_.resize(agree_sched_.channels.empty() ? 0 : agree_sched_.channels[0].steps.size());
+    stage_ = Stage::kAgreement;
+    // The agreement is a dissemination barrier: a barrier needs nothing more.
+    if (d_.kind == CollKind::kBarrier) data_sched_ = RankSchedule{};
+  }
+  const bool small = !is_p2p_ && LargestBufferBytes(d_, nranks) <= kExpressBytes;
+  data_chans_ = small ? StatesFor(data_sched_, express, true) : StatesFor(data_sched_, 0, false);
+
+  BRAID_RETURN_IF_ERROR(bindBuffers().prepend(context()));
+
+  if (is_p2p_ && !data_sched_.channels.empty()) {
+    const auto& ops = data_sched_.channels[0].steps[0].ops;
+    p2p_seq_.resize(ops.size());
+    for (size_t i = 0; i < ops.size(); ++i) {
+      if (ops[i].kind == StepOpKind::kSend) p2p_seq_[i] = p2p_send_seq[ops[i].peer]++;
+      if (ops[i].kind == StepOpKind::kRecv) p2p_seq_[i] = p2p_recv_seq[ops[i].peer]++;
+    }
+  }
+
+  // Stream claims: every transfer of both stages, counted per stream.
+  StreamGate probe;
+  probe.reset(nranks, comm_->nlanes());
+  std::vector<uint32_t> streams;
+  for (const auto* chans : {&agree_chans_, &data_chans_})
+    for (const auto& cs : *chans)
+      for (const auto& step : cs.ch->steps)
+        for (const auto& sop : step.ops)
+          if (IsTransfer(sop.kind)) streams.push_back(streamOf(probe, cs, sop));
+  std::sort(streams.begin(), streams.end());
+  for (size_t i = 0; i < streams.size();) {
+    size_t j = i;
+    while (j < streams.size() && streams[j] == streams[i]) ++j;
+    claims_.push_back({streams[i], static_cast<uint32_t>(j - i)});
+    i = j;
+  }
+  if (agree_chans_.empty() && data_chans_.empty()) stage_ = Stage::kFinished;
+  return Status::Ok();
+}
+
+Status ActiveOp::bindBuffers() {
+  const auto& table = data_sched_.buffers;
+  bufs_.base.assign(table.size(), nullptr);
+  bufs_.elsize.assign(table.size(), 1);
+  // Scratch buffers share one allocation from the engine's pool, each at a 64-byte boundary.
+  uint64_t scratch_bytes = 0;
+  std::vector<uint64_t> offset(table.size(), 0);
+  uint64_t codec_elems = 0;
+  for (size_t i = 0; i < table.size(); ++i) {
+    const BufferDesc& b = table[i];
+    if (b.memory != MemoryType::kHost)
+      return InvalidArgument(std::string("buffer in ") + MemoryTypeName(b.memory) +
+                             " memory: this build moves host memory only");
+    bufs_.elsize[i] = DataTypeSize(b.dtype);
+    if (b.role == BufferRole::kScratch) {
+      offset[i] = scratch_bytes;
+      scratch_bytes += (b.count * bufs_.elsize[i] + 63) / 64 * 64;
+    }
+  }
+  for (const auto& ch : data_sched_.channels)
+    for (const auto& st : ch.steps)
+      for (const auto& op : st.ops)
+        if (op.kind == StepOpKind::kDequantizeReduce)
+          codec_elems = std::max(codec_elems, op.dst.count);
+  if (scratch.size() < scratch_bytes) scratch.resize(scratch_bytes);
+  for (size_t i = 0; i < table.size(); ++i) {
+    switch (table[i].role) {
+      case BufferRole::kUserSend:
+        bufs_.base[i] = const_cast<std::byte*>(static_cast<const std::byte*>(d_.sendbuf));
+        break;
+      case BufferRole::kUserRecv:
+        bufs_.base[i] = static_cast<std::byte*>(d_.recvbuf);
+        break;
+      case BufferRole::kScratch:
+        bufs_.base[i] = scratch.data() + offset[i];
+        break;
+      case BufferRole::kUserP2P:
+        if (i >= d_.p2p.size()) return InternalError("point-to-point buffer without its call");
+        bufs_.base[i] = static_cast<std::byte*>(d_.p2p[i].buf);
+        break;
+    }
+  }
+  // The decoder of a dequantize-reduce needs room for one decoded slice.
+  if (codec_elems) codec_tmp_.resize(codec_elems * DataTypeSize(args_.dtype));
+  return Status::Ok();
+}
+
+uint32_t ActiveOp::streamOf(const StreamGate& gate, const ChannelState& cs,
+                            const StepOp& sop) const {
+  return gate.stream(sop.peer, cs.lane, IsRecv(sop.kind));
+}
+
+Status ActiveOp::advance(StreamGate& gate, bool* moved) {
+  budget_ = kSweepBudgetBytes;
+  if (stage_ == Stage::kAgreement) {
+    auto done = advanceStage(agree_chans_, gate, moved);
+    if (!done.ok()) return done.status();
+    if (!*done) return Status::Ok();
+    if (have_conflict_) {
+      // Every rank holds a conflict now (see CallConflict) and none moved data: fail cleanly.
+      clean_failure_ = true;
+      return InvalidUsage(context() + "call mismatch: rank " + std::to_string(conflict_.rank_a) +
+                          " called " + DescribeSignature(conflict_.a) + ", rank " +
+                          std::to_string(conflict_.rank_b) + " called " +
+                          DescribeSignature(conflict_.b) +
+                          "; every rank must issue the same collectives in the same order with "
+                          "the same count, type, op and root. No data moved; the communicator is "
+                          "still usable");
+    }
+    stage_ = Stage::kData;
+    *moved = true;
+  }
+  if (stage_ == Stage::kData) {
+    auto done = advanceStage(data_chans_, gate, moved);
+    if (!done.ok()) return done.status();
+    if (*done) stage_ = Stage::kFinished;
+  }
+  return Status::Ok();
+}
+
+Result<bool> ActiveOp::advanceStage(std::vector<ChannelState>& chans, StreamGate& gate,
+                                    bool* moved) {
+  const bool agreement = stage_ == Stage::kAgreement;
+  bool all_done = true;
+  for (auto& cs : chans) {
+    while (!cs.finished()) {
+      const Step& step = cs.ch->steps[cs.step];
+      // A step with edges waits for the steps of other channels it names.
+      if (!std::all_of(step.deps.begin(), step.deps.end(),
+                       [&](const StepRef& d) { return chans[d.channel].step > d.step; }))
+        break;
+      const auto& ops = step.ops;
+      bool step_done = true;
+      for (size_t i = 0; i < ops.size(); ++i) {
+        OpProgress& pr = cs.progress[i];
+        if (pr.phase == kDone) continue;
+        const StepOp& sop = ops[i];
+        const bool transfer = IsTransfer(sop.kind);
+        // Transfers of one step on the same (peer, direction) go in the order listed.
+        bool blocked = false;
+        for (size_t j = 0; transfer && j < i && !blocked; ++j)
+          blocked = cs.progress[j].phase != kDone && IsTransfer(ops[j].kind) &&
+                    ops[j].peer == sop.peer && IsRecv(ops[j].kind) == IsRecv(sop.kind);
+        const uint32_t s = transfer ? streamOf(gate, cs, sop) : 0;
+        if (blocked || (transfer && !gate.owns(id_, s))) {
+          step_done = false;
+          continue;
+        }
+        Status st = agreement ? advanceAgreement(cs, i, moved) : advanceData(cs, i, moved);
+        if (!st.ok()) return st.prepend(context());
+        if (pr.phase != kDone) {
+          step_done = false;
+        } else if (transfer) {
+          gate.release(id_, s);
+        }
+      }
+      if (!step_done || budget_ <= 0) {
+        if (step_done) {  // out of budget at a step boundary: enter the next step next pass
+          ++cs.step;
+          cs.enterStep();
+          *moved = true;
+        }
+        break;
+      }
+      ++cs.step;
+      cs.enterStep();
+      *moved = true;
+    }
+    if (!cs.finished()) all_done = false;
+  }
+  return all_done;
+}
+
+Status ActiveOp::advanceAgreement(ChannelState& cs, size_t i, bool* moved) {
+  const StepOp& sop = cs.ch->steps[cs.step].ops[i];
+  OpProgress& pr = cs.progress[i];
+  Endpoint* ep = comm_->endpoint(sop.peer, cs.lane);
+  if (!ep) return InternalError("no endpoint to rank " + std::to_string(sop.peer));
+  if (sop.kind == StepOpKind::kSend) {
+    if (pr.phase == kHeader && pr.done == 0) {
+      pr.hdr = proto_;
+      pr.hdr.flags = kWireAgreement;
+      pr.hdr.payload = have_conflict_ ? sizeof(CallConflict) : 0;
+      sent_[cs.step] = conflict_;
+    }
+    return SendFramed(ep, pr, reinterpret_cast<const std::byte*>(&sent_[cs.step]), &budget_, moved);
+  }
+  if (pr.phase == kHeader) {
+    auto got = RecvHeader(ep, sop.peer, pr, moved);
+    if (!got.ok()) return got.status();
+    if (!*got) return Status::Ok();
+    const WireHeader& h = pr.hdr;
+    if (!(h.flags & kWireAgreement))
+      return InvalidUsage("mismatch with rank " + std::to_string(sop.peer) + ": it sent " +
+                          DescribeHeader(h) + " #" + std::to_string(h.seq) +
+                          " without call verification while this rank verifies its calls "
+                          "(set BRAID_VERIFY_CALLS alike on every rank)");
+    if (h.payload != 0 && h.payload != sizeof(CallConflict))
+      return RemoteError("rank " + std::to_string(sop.peer) + " sent a call-agreement message of " +
+                         std::to_string(h.payload) + " bytes: the stream is corrupt");
+    if (!have_conflict_ && !(SignatureOf(h) == SignatureOf(proto_))) {
+      conflict_ = {comm_->rank(), sop.peer, SignatureOf(proto_), SignatureOf(h)};
+      have_conflict_ = true;
+    }
+    pr.phase = kPayload;
+    pr.done = 0;
+  }
+  auto* in = reinterpret_cast<std::byte*>(&incoming_);
+  while (pr.phase == kPayload && pr.done < pr.hdr.payload) {
+    auto r = ep->recv(in + pr.done, pr.hdr.payload - pr.done);
+    if (!r.ok()) return r.status();
+    if (*r == 0) return Status::Ok();
+    pr.done += *r;
+    *moved = true;
+  }
+  if (pr.phase == kPayload) {
+    if (pr.hdr.payload && !have_conflict_) {
+      conflict_ = incoming_;
+      have_conflict_ = true;
+    }
+    pr.phase = kPadding;
+    pr.done = 0;
+  }
+  return RecvPadding(ep, pr, moved);
+}
+
+Status ActiveOp::advanceData(ChannelState& cs, size_t i, bool* moved) {
+  const StepOp& sop = cs.ch->steps[cs.step].ops[i];
+  OpProgress& pr = cs.progress[i];
+  if (!IsTransfer(sop.kind)) {
+    BRAID_RETURN_IF_ERROR(runLocal(sop));
+    budget_ -= static_cast<int64_t>(bufs_.bytes(sop.dst));
+    pr.phase = kDone;
+    *moved = true;
+    return Status::Ok();
+  }
+  Endpoint* ep = comm_->endpoint(sop.peer, cs.lane);
+  if (!ep) return InternalError("no endpoint to rank " + std::to_string(sop.peer));
+  if (sop.kind == StepOpKind::kSend) {
+    if (pr.phase == kHeader && pr.done == 0) {
+      pr.hdr = proto_;
+      pr.hdr.payload = bufs_.bytes(sop.src);
+      if (is_p2p_) {
+        const P2PCall& c = d_.p2p[sop.src.buffer];
+        pr.hdr.seq = p2p_seq_[i];
+        pr.hdr.dtype = static_cast<uint8_t>(c.dtype);
+        pr.hdr.count = c.count;
+      }
+    }
+    return SendFramed(ep, pr, bufs_.at(sop.src), &budget_, moved);
+  }
+  // Receives.
+  const Slice& dst_slice = sop.dst;
+  const uint64_t expect = bufs_.bytes(dst_slice);
+  const size_t elsize = bufs_.elsize[dst_slice.buffer];
+  if (pr.phase == kHeader) {
+    auto got = RecvHeader(ep, sop.peer, pr, moved);
+    if (!got.ok()) return got.status();
+    if (!*got) return Status::Ok();
+    const WireHeader& h = pr.hdr;
+    if (is_p2p_) {
+      if (h.coll != static_cast<uint8_t>(CollKind::kSendRecv) || h.seq != p2p_seq_[i])
+        return InvalidUsage("receive #" + std::to_string(p2p_seq_[i]) + " from rank " +
+                            std::to_string(sop.peer) + " met " +
+                            (h.coll == static_cast<uint8_t>(CollKind::kSendRecv)
+                                 ? "its send #" + std::to_string(h.seq)
+                                 : DescribeHeader(h) + " #" + std::to_string(h.seq)) +
+                            ": the ranks' calls do not match");
+      if (h.payload != expect)
+        return InvalidUsage("receive of " + std::to_string(expect) + " bytes from rank " +
+                            std::to_string(sop.peer) + " met " + DescribeHeader(h) +
+                            ": send and receive sizes must match");
+    } else if (h.flags != 0 || !(SignatureOf(h) == SignatureOf(proto_))) {
+      return InvalidUsage(
+          "mismatch with rank " + std::to_string(sop.peer) + ": this rank called " +
+          DescribeCall(op_->desc()) + " #" + std::to_string(proto_.seq) + ", rank " +
+          std::to_string(sop.peer) + " called " +
+          (h.flags & kWireAgreement ? "with call verification on (" : "") + DescribeHeader(h) +
+          " #" + std::to_string(h.seq) +
+          (h.flags & kWireAgreement ? "; set BRAID_VERIFY_CALLS alike)" : "") +
+          "; every rank must issue the same collectives in the same order with the same count, "
+          "type, op and root");
+    } else if (h.payload != expect) {
+      return InternalError("schedule mismatch with rank " + std::to_string(sop.peer) +
+                           ": expected " + std::to_string(expect) + " bytes, peer sent " +
+                           std::to_string(h.payload) +
+                           " (ranks configured differently? check "
+                           "BRAID_NCHANNELS/BRAID_CHUNK_BYTES/BRAID_ALGO)");
+    }
+    pr.phase = kPayload;
+    pr.done = 0;
+  }
+  while (pr.phase == kPayload && pr.done < expect) {
+    if (budget_ <= 0) return Status::Ok();
+    if (sop.kind == StepOpKind::kRecv) {
+      auto r = ep->recv(bufs_.at(dst_slice) + pr.done, expect - pr.done);
+      if (!r.ok()) return r.status();
+      if (*r == 0) return Status::Ok();
+      pr.done += *r;
+      budget_ -= static_cast<int64_t>(*r);
+      *moved = true;
+      continue;
+    }
+    // kRecvReduce: combine straight out of the transport's buffer (no staging copy).
+    auto view = ep->peek(expect - pr.done);
+    if (!view.ok()) return view.status();
+    size_t n = view->size() / elsize;
+    if (n == 0) return Status::Ok();
+    size_t bytes = n * elsize;
+    ReduceKernel(data_sched_.buffers[dst_slice.buffer].dtype, args_.op, bufs_.at(sop.src) + pr.done,
+                 view->data(), bufs_.at(dst_slice) + pr.done, n);
+    ep->consume(bytes);
+    pr.done += bytes;
+    budget_ -= static_cast<int64_t>(bytes);
+    *moved = true;
+  }
+  if (pr.phase == kPayload) {
+    pr.phase = kPadding;
+    pr.done = 0;
+  }
+  return RecvPadding(ep, pr, moved);
+}
+
+Status ActiveOp::runLocal(const StepOp& sop) {
+  const DataType dst_type = data_sched_.buffers[sop.dst.buffer].dtype;
+  std::byte* dst = bufs_.at(sop.dst);
+  switch (sop.kind) {
+    case StepOpKind::kCopy: {
+      const std::byte* src = bufs_.at(sop.src);
+      if (dst != src) std::memmove(dst, src, bufs_.bytes(sop.src));
+      return Status::Ok();
+    }
+    case StepOpKind::kReduce:
+      ReduceKernel(dst_type, args_.op, bufs_.at(sop.src), dst, dst, sop.src.count);
+      return Status::Ok();
+    case StepOpKind::kScale:
+      ScaleKernel(dst_type, bufs_.at(sop.src), dst, sop.src.count, d_.scalar);
+      return Status::Ok();
+    case StepOpKind::kDivide:
+      DivideKernel(dst_type, dst, sop.dst.count, static_cast<uint64_t>(comm_->nranks()));
+      return Status::Ok();
+    case StepOpKind::kQuantize:
+      return EncodeKernel(sop.codec, data_sched_.buffers[sop.src.buffer].dtype, bufs_.at(sop.src),
+                          sop.src.count, dst);
+    case StepOpKind::kDequantize:
+      return DecodeKernel(sop.codec, dst_type, bufs_.at(sop.src), sop.dst.count, dst);
+    case StepOpKind::kDequantizeReduce:
+      return DecodeReduceKernel(sop.codec, dst_type, args_.op, bufs_.at(sop.src), sop.dst.count,
+                                dst, codec_tmp_.data());
+    default:
+      return InternalError(std::string("not a local op: ") + StepOpKindName(sop.kind));
+  }
+}
+
+void ActiveOp::collectWaits(const StreamGate& gate, std::vector<TransferWait>& out) const {
+  for (const auto& cs : currentChannels()) {
+    if (cs.finished()) continue;
+    const auto& ops = cs.ch->steps[cs.step].ops;
+    for (size_t i = 0; i < ops.size(); ++i) {
+      if (cs.progress[i].phase == kDone || !IsTransfer(ops[i].kind)) continue;
+      if (!gate.owns(id_, streamOf(gate, cs, ops[i]))) continue;
+      Endpoint* ep = comm_->endpoint(ops[i].peer, cs.lane);
+      const bool recv = IsRecv(ops[i].kind);
+      auto it =
+          std::find_if(out.begin(), out.end(), [&](const TransferWait& w) { return w.ep == ep; });
+      if (it == out.end())
+        out.push_back({ep, !recv, recv});
+      else
+        (recv ? it->recv : it->send) = true;
+    }
+  }
+}
+
+std::string ActiveOp::pendingDescription(const StreamGate& gate) const {
+  std::string s;
+  int listed = 0;
+  for (const auto& cs : currentChannels()) {
+    if (cs.finished()) continue;
+    const auto& ops = cs.ch->steps[cs.step].ops;
+    for (size_t i = 0; i < ops.size() && listed < 3; ++i) {
+      if (cs.progress[i].phase == kDone || !IsTransfer(ops[i].kind)) continue;
+      const auto& info = comm_->rankInfos()[ops[i].peer];
+      s += std::string(listed ? "; " : "") +
+           (IsRecv(ops[i].kind) ? "receiving from" : "sending to") + " rank " +
+           std::to_string(ops[i].peer) + " (host " + info.hostname + ", pid " +
+           std::to_string(info.pid) + ") on lane " + std::to_string(cs.lane) + ", " +
+           (stage_ == Stage::kAgreement ? "call agreement " : "") + "step " +
+           std::to_string(cs.step + 1) + "/" + std::to_string(cs.ch->steps.size()) +
+           (gate.owns(id_, streamOf(gate, cs, ops[i])) ? "" : " (behind an earlier operation)");
+      ++listed;
+    }
+  }
+  return s;
+}
+
+std::vector<int> ActiveOp::waitingOn(const StreamGate& gate) const {
+  std::vector<int> peers;
+  for (const auto& cs : currentChannels()) {
+    if (cs.finished()) continue;
+    const auto& ops = cs.ch->steps[cs.step].ops;
+    for (size_t i = 0; i < ops.size(); ++i)
+      if (cs.progress[i].phase != kDone && IsRecv(ops[i].kind) &&
+          gate.owns(id_, streamOf(gate, cs, ops[i])))
+        peers.push_back(ops[i].peer);
+  }
+  std::sort(peers.begin(), peers.end());
+  peers.erase(std::unique(peers.begin(), peers.end()), peers.end());
+  return peers;
+}
+
+std::string ActiveOp::progressReport(const StreamGate& gate) const {
+  std::string s = "  " + DescribeCall(d_) + (is_p2p_ ? "" : " #" + std::to_string(seq_)) + " [" +
+                  algo_name_ + "] " +
+                  (stage_ == Stage::kAgreement ? "call agreement"
+                   : stage_ == Stage::kData    ? "data"
+                                               : "finished") +
+                  "\n";
+  for (const auto& cs : currentChannels()) {
+    s += "    lane " + std::to_string(cs.lane) + ": ";
+    if (cs.finished()) {
+      s += "done\n";
+      continue;
+    }
+    s += "step " + std::to_string(cs.step + 1) + "/" + std::to_string(cs.ch->steps.size());
+    const auto& ops = cs.ch->steps[cs.step].ops;
+    for (size_t i = 0; i < ops.size(); ++i) {
+      const OpProgress& pr = cs.progress[i];
+      if (pr.phase == kDone || !IsTransfer(ops[i].kind)) continue;
+      s += std::string(", ") + (IsRecv(ops[i].kind) ? "recv from " : "send to ") +
+           std::to_string(ops[i].peer) + " " +
+           (pr.phase == kHeader    ? "header"
+            : pr.phase == kPayload ? "payload"
+                                   : "padding") +
+           " " + std::to_string(pr.done) + " B" +
+           (gate.owns(id_, streamOf(gate, cs, ops[i])) ? "" : " (queued behind an earlier op)");
+    }
+    s += "\n";
+  }
+  const auto peers = waitingOn(gate);
+  if (!peers.empty()) {
+    s += "    waiting on rank";
+    s += peers.size() > 1 ? "s" : "";
+    for (size_t i = 0; i < peers.size(); ++i) s += (i ? ", " : " ") + std::to_string(peers[i]);
+    s += " (not there yet, or stuck on an earlier operation)\n";
+  }
+  return s;
+}
+
+}  // namespace braid

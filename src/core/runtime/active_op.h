@@ -1,0 +1,160 @@
+// One operation while the engine runs it: its schedules, per-channel progress, scratch, and the
+// code that moves its transfers. Many are in flight at once on one communicator (the engine
+// drives a window of them); a StreamGate orders their use of shared streams.
+//
+// An operation runs in stages:
+//   agreement  the call agreement of a collective (see CallConflict in wire_header.h), always on
+//              the express lane, so that it never waits behind another operation's bulk data;
+//   data       the lowered schedule (lowering.h: the algorithm's data movement plus the pre-
+//              multiplied sum's scaling and AVG's division); collectives of at most
+//              kExpressBytes run on the express lane too (one channel), larger ones on lanes
+//              0..nchannels-1, point-to-point groups on lane 0.
+// The schedules of both stages are built when the operation becomes active, so its stream claims
+// are known before it moves a byte.
+#pragma once
+
+#include <sys/poll.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "algorithms/algorithm.h"
+#include "algorithms/schedule.h"
+#include "core/runtime/operation.h"
+#include "core/base/status.h"
+#include "core/runtime/stream_gate.h"
+#include "core/runtime/wire_protocol.h"
+
+struct braidComm;
+
+namespace braid {
+
+// Collectives whose largest buffer is at most this many bytes use the express lane.
+inline constexpr uint64_t kExpressBytes = 64 * 1024;
+// Bytes one operation may move per pass of the progress loop. Without a bound, a large transfer
+// whose peer keeps up would hold the loop until it ends, and a small operation issued meanwhile
+// would wait for it (head-of-line blocking in time, though not on the wire).
+inline constexpr int64_t kSweepBudgetBytes = 1 << 20;
+
+// The request an algorithm is asked to build for collective `d` on `comm` (express-lane calls get
+// one channel; a pre-multiplied sum runs out of place), and the algorithm that serves it (the
+// tuner's choice, or "ordered" for reductions under BRAID_DETERMINISTIC). Shared by the engine
+// and braidGroupSimulateEnd so that an estimate prices what would run.
+CollArgs CollArgsFor(const braidComm& comm, const OpDesc& d);
+const Algorithm* AlgorithmFor(const braidComm& comm, const OpDesc& d, const CollArgs& args);
+
+// What an operation waits on when nothing can move (for the engine's poll()).
+struct TransferWait {
+  Endpoint* ep;
+  bool send, recv;
+};
+
+class ActiveOp {
+ public:
+  // `op` is the caller's operation; `keep` owns it when the caller does not wait on the stack
+  // (null for inline runs). `id` orders the operation in the StreamGate.
+  ActiveOp(braidComm* comm, Operation* op, std::shared_ptr<Operation> keep, uint64_t id);
+
+  // Builds the schedules and the stream claims. `coll_seq` is the communicator's collective
+  // number (ignored for point-to-point); `p2p_send_seq` / `p2p_recv_seq` number the point-to-
+  // point messages per peer and are advanced. Scratch buffers come from `scratch` (a buffer the
+  // engine recycles; grown here as needed).
+  Status prepare(uint64_t coll_seq, std::vector<uint64_t>& p2p_send_seq,
+                 std::vector<uint64_t>& p2p_recv_seq);
+
+  // Moves whatever the transports and the gate allow now; sets *moved when anything moved.
+  // An error leaves the operation unfinished; cleanFailure() then tells whether the streams are
+  // still at message boundaries (a call-agreement conflict) or torn.
+  Status advance(StreamGate& gate, bool* moved);
+  bool finished() const { return stage_ == Stage::kFinished; }
+  bool cleanFailure() const { return clean_failure_; }
+
+  void collectWaits(const StreamGate& gate, std::vector<TransferWait>& out) const;
+  // "receiving from rank 3 (host h, pid 42) on lane 1, step 2/6; ..." for timeout messages.
+  std::string pendingDescription(const StreamGate& gate) const;
+  // Hang localisation (braidCommDebugState): the call, its stage, per lane the step it is at and
+  // what it waits for, and the ranks it is waiting on, one line per lane.
+  std::string progressReport(const StreamGate& gate) const;
+  // Ranks this operation waits to hear from now (receives pending on streams it owns).
+  std::vector<int> waitingOn(const StreamGate& gate) const;
+  // "rank 0/4 on host h: allreduce(count=4, float, sum) #3 [ring]: " for error messages.
+  std::string context() const;
+
+  Operation& operation() { return *op_; }
+  bool isCollective() const { return !is_p2p_; }
+  uint64_t seq() const { return seq_; }
+  uint64_t id() const { return id_; }
+  const std::vector<std::pair<uint32_t, uint32_t>>& claims() const { return claims_; }
+  int64_t last_progress_us = 0;
+
+  // Recycled by the engine between operations (they only grow).
+  std::vector<std::byte> scratch;
+
+ private:
+  enum class Stage { kAgreement, kData, kFinished };
+  struct ChannelState {
+    const Channel* ch = nullptr;
+    int lane = 0;
+    size_t step = 0;
+    std::vector<OpProgress> progress;
+    bool finished() const { return step >= ch->steps.size(); }
+    void enterStep() {
+      if (!finished()) progress.assign(ch->steps[step].ops.size(), OpProgress{});
+    }
+  };
+  // The schedule's buffer table bound to memory: a base and an element size per slot.
+  struct Buffers {
+    std::vector<std::byte*> base;
+    std::vector<size_t> elsize;
+    std::byte* at(const Slice& s) const { return base[s.buffer] + s.offset * elsize[s.buffer]; }
+    uint64_t bytes(const Slice& s) const { return s.count * elsize[s.buffer]; }
+  };
+
+  Result<RankSchedule> buildSchedule(CollArgs* args);
+  // Points every slot of the data schedule's buffer table at memory (user buffers, scratch).
+  Status bindBuffers();
+  // Runs a local op (copy, reduce, scale, divide, the codecs).
+  Status runLocal(const StepOp& sop);
+  static std::vector<ChannelState> StatesFor(const RankSchedule& s, int lane_base, bool one_lane);
+  uint32_t streamOf(const StreamGate& gate, const ChannelState& cs, const StepOp& sop) const;
+  // Runs the steps of `chans` as far as possible; true when every channel is finished.
+  Result<bool> advanceStage(std::vector<ChannelState>& chans, StreamGate& gate, bool* moved);
+  Status advanceAgreement(ChannelState& cs, size_t i, bool* moved);
+  Status advanceData(ChannelState& cs, size_t i, bool* moved);
+  const std::vector<ChannelState>& currentChannels() const {
+    return stage_ == Stage::kAgreement ? agree_chans_ : data_chans_;
+  }
+
+  braidComm* comm_;
+  Operation* op_;
+  std::shared_ptr<Operation> keep_;
+  uint64_t id_;
+  OpDesc d_;  // the call; the prologue may redirect its input
+  bool is_p2p_ = false;
+  uint64_t seq_ = 0;
+  std::string algo_name_;
+  CollArgs args_;
+  WireHeader proto_;  // wire identity of this call
+  Stage stage_ = Stage::kData;
+  bool clean_failure_ = false;
+
+  RankSchedule agree_sched_, data_sched_;
+  std::vector<ChannelState> agree_chans_, data_chans_;
+  Buffers bufs_;
+  std::vector<std::byte> codec_tmp_;  // one decoded slice of a dequantize-reduce
+  std::vector<uint64_t> p2p_seq_;     // per op of the point-to-point step
+  std::vector<std::pair<uint32_t, uint32_t>> claims_;
+
+  // Call agreement state.
+  CallConflict conflict_;
+  bool have_conflict_ = false;
+  std::vector<CallConflict> sent_;  // per agreement step: the record its send carries
+  CallConflict incoming_;
+  int64_t budget_ = 0;  // bytes left in this pass (kSweepBudgetBytes at the start of advance())
+};
+
+}  // namespace braid

@@ -1,0 +1,53 @@
+#include "core/runtime/api_submit.h"
+
+#include <string>
+
+#include "core/runtime/api_errors.h"
+#include "core/runtime/group.h"
+
+namespace braid {
+
+braidResult_t RunOperation(const CommRef& comm, std::shared_ptr<Operation> op,
+                           braidRequest_t* request) {
+  if (InGroup()) {
+    GroupAddCollective(comm, op, request == nullptr);
+    if (request) *request = new braidRequest{op};
+    return braidSuccess;
+  }
+  if (request) {
+    comm->submit(op);
+    *request = new braidRequest{std::move(op)};
+    return braidSuccess;
+  }
+  if (!comm->config().inline_blocking || !comm->runInline(*op)) {
+    comm->submit(op);
+    op->wait(Deadline::Never(), comm->config().spin_us);
+  }
+  if (!op->status().ok()) return Fail(comm.get(), op->status());
+  return braidSuccess;
+}
+
+braidResult_t InitChildComm(const braidComm& parent, braidComm_t* child, int nranks,
+                            const braidUniqueId& id, int rank, const braidConfig_t* config) {
+  braidConfig_t inherited = BRAID_CONFIG_INITIALIZER;
+  const std::string& transports = parent.config().transports;
+  const std::string& algo = parent.config().algo;
+  if (!config) {
+    inherited.timeout_ms = parent.config().timeout_ms;
+    inherited.transports = transports.empty() ? nullptr : transports.c_str();
+    inherited.algorithms = algo.empty() ? nullptr : algo.c_str();
+    config = &inherited;
+  }
+  return braidCommInitRankConfig(child, nranks, id, rank, config);
+}
+
+Status RunInternal(const CommRef& comm, OpDesc desc) {
+  auto op = std::make_shared<Operation>(std::move(desc));
+  if (!comm->runInline(*op)) {
+    comm->submit(op);
+    op->wait(Deadline::Never(), comm->config().spin_us);
+  }
+  return op->status();
+}
+
+}  // namespace braid

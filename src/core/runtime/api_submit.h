@@ -1,0 +1,32 @@
+// Running operations for the C API: blocking, non-blocking (a request) or deferred by an open
+// group; internal collectives (split's exchange); joining a child communicator.
+#pragma once
+
+#include <memory>
+
+#include "braid/braid.h"
+#include "core/base/status.h"
+#include "core/runtime/comm_registry.h"
+#include "core/runtime/operation.h"
+
+// The C request handle: the operation it stands for (filled at braidGroupEnd for calls made
+// inside a group).
+struct braidRequest {
+  std::shared_ptr<braid::Operation> op;
+};
+
+namespace braid {
+
+// Submits `op` on `comm`, or records it when a group is open; blocks until done unless
+// `request` is non-null (then *request receives a handle).
+braidResult_t RunOperation(const CommRef& comm, std::shared_ptr<Operation> op,
+                           braidRequest_t* request);
+// Joins the child communicator of `parent` (split, shrink) as `rank` of `nranks`. Without a
+// `config`, the child inherits the parent's timeout, transports and algorithms.
+braidResult_t InitChildComm(const braidComm& parent, braidComm_t* child, int nranks,
+                            const braidUniqueId& id, int rank, const braidConfig_t* config);
+
+// Submits and waits, bypassing groups (internal collectives such as split's exchange).
+Status RunInternal(const CommRef& comm, OpDesc desc);
+
+}  // namespace braid

@@ -1,0 +1,492 @@
+#include "core/runtime/comm.h"
+
+#include <arpa/inet.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstddef>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+#include "build_info.h"
+#include "core/net/bootstrap.h"
+#include "core/runtime/engine.h"
+#include "core/base/log.h"
+
+namespace braid {
+
+Status ValidateCommOptions(CommOptions& o);
+
+Result<CommOptions> MakeCommOptions(const braidConfig_t* config) {
+  CommOptions o;
+  BRAID_ASSIGN_OR_RETURN(o.config, LoadConfigFromEnv());
+  if (!config) {
+    BRAID_RETURN_IF_ERROR(ValidateCommOptions(o));
+    return o;
+  }
+  // Fields only grow at the end: read those the caller's struct has.
+  auto has = [&](size_t end) { return config->size >= end; };
+  if (config->size < offsetof(braidConfig_t, blocking) + sizeof(int))
+    return InvalidArgument("braidConfig_t.size is " + std::to_string(config->size) +
+                           ": initialise the struct with BRAID_CONFIG_INITIALIZER");
+  if (config->blocking != 0 && config->blocking != 1)
+    return InvalidArgument("braidConfig_t.blocking must be 0 or 1, not " +
+                           std::to_string(config->blocking));
+  o.blocking = config->blocking != 0;
+  if (has(offsetof(braidConfig_t, timeout_ms) + sizeof(int64_t))) {
+    if (config->timeout_ms < 0)
+      return InvalidArgument("braidConfig_t.timeout_ms must be >= 0 (0 = BRAID_TIMEOUT), not " +
+                             std::to_string(config->timeout_ms));
+    if (config->timeout_ms > 0) o.config.timeout_ms = config->timeout_ms;
+  }
+  if (has(offsetof(braidConfig_t, transports) + sizeof(char*)) && config->transports)
+    o.config.transports = config->transports;
+  if (has(offsetof(braidConfig_t, algorithms) + sizeof(char*)) && config->algorithms) {
+    o.config.algo = config->algorithms;
+    o.config.algo_from_nccl = false;
+  }
+  BRAID_RETURN_IF_ERROR(ValidateCommOptions(o));
+  return o;
+}
+
+Status ValidateCommOptions(CommOptions& o) {
+  // Checked before the rendezvous so a typo fails at once instead of consuming the unique id.
+  auto transports = SelectTransports(o.config.transports);
+  if (!transports.ok()) return transports.status();
+  if (!o.config.algo.empty()) {
+    auto rules = ParseTunerOverride(o.config.algo);
+    if (!rules.ok()) {
+      // Clusters set NCCL_ALGO for NVIDIA's library ("^NVLS", "CollnetDirect"): braid must not
+      // refuse to start over a setting that was never meant for it. BRAID_ALGO stays strict.
+      if (!o.config.algo_from_nccl) return Status(rules.status()).prepend("BRAID_ALGO: ");
+      BRAID_WARN("ignoring NCCL_ALGO='%s' (%s); set BRAID_ALGO to choose braid's algorithms",
+                 o.config.algo.c_str(), rules.status().message().c_str());
+      o.config.algo.clear();
+      o.config.algo_from_nccl = false;
+    }
+  }
+  return Status::Ok();
+}
+
+namespace {
+
+std::string ReadFirstLine(const char* path) {
+  std::ifstream f(path);
+  std::string line;
+  std::getline(f, line);
+  return line;
+}
+
+// Node identity: BRAID_HOSTID, else hostname + boot id + network namespace. Two ranks with the
+// same id share /dev/shm and loopback; containers on one host with their own network namespaces
+// get different ids and so never use shared memory with each other by mistake.
+std::string HostId(const Config& cfg, const std::string& hostname) {
+  if (!cfg.host_id.empty()) return cfg.host_id;
+  struct stat st {};
+  std::string netns = stat("/proc/self/ns/net", &st) == 0 ? std::to_string(st.st_ino) : "?";
+  return hostname + "/" + ReadFirstLine("/proc/sys/kernel/random/boot_id") + "/" + netns;
+}
+
+// Length-prefixed fields, so values may hold any byte.
+void PutField(std::string* out, const std::string& v) {
+  uint32_t n = static_cast<uint32_t>(v.size());
+  out->append(reinterpret_cast<const char*>(&n), sizeof(n));
+  out->append(v);
+}
+
+Result<std::vector<std::string>> SplitFields(const std::string& in, int peer) {
+  std::vector<std::string> out;
+  size_t pos = 0;
+  while (pos < in.size()) {
+    uint32_t n;
+    if (in.size() - pos < sizeof(n))
+      return RemoteError("malformed init message from rank " + std::to_string(peer));
+    std::memcpy(&n, in.data() + pos, sizeof(n));
+    pos += sizeof(n);
+    if (n > in.size() - pos)
+      return RemoteError("malformed init message from rank " + std::to_string(peer));
+    out.emplace_back(in.substr(pos, n));
+    pos += n;
+  }
+  return out;
+}
+
+}  // namespace
+
+}  // namespace braid
+
+using namespace braid;
+
+braidComm::braidComm() = default;
+
+braidComm::~braidComm() {
+  // Nobody can use this communicator any more: a pending init stops instead of running out its
+  // deadline.
+  abortInit();
+  if (init_thread_.joinable()) init_thread_.join();
+  engine_.reset();     // joins the progress thread before the endpoints it uses go away
+  endpoints_.clear();  // before the transports that made them
+  transports_.clear();
+}
+
+Status braidComm::init(const UniqueIdData& id, int rank, int nranks, const CommOptions& opts) {
+  opts_ = opts;
+  rank_ = rank;
+  nranks_ = nranks;
+  secret_.assign(id.secret.begin(), id.secret.end());
+  if (id.root.ss_family == AF_INET) {
+    auto* in = reinterpret_cast<const sockaddr_in*>(&id.root);
+    loopback_root_ = (ntohl(in->sin_addr.s_addr) >> 24) == 127;
+  }
+  SetLogRank(rank);
+  // Abortable: braidCommAbort / braidCommDestroy of a pending init end every wait below within
+  // kAbortCheckMs instead of the BRAID_TIMEOUT the deadline allows.
+  Deadline deadline = Deadline::After(opts_.config.timeout_ms).abortableBy(&init_aborted_);
+  // Once the init was aborted, whatever wait ended did so because of it (a wait that is not
+  // abortable reports a timeout or the peer's reaction).
+  auto failed = [this](Status st) {
+    if (!init_aborted_.load(std::memory_order_acquire) || st.cls() == ErrorClass::kAborted)
+      return st;
+    return AbortedError(st.message() +
+                        " (the init was aborted by braidCommAbort or braidCommDestroy)");
+  };
+  auto bs = Bootstrap::Connect(id, rank, nranks, deadline);
+  if (!bs.ok())
+    return failed(
+        Status(bs.status())
+            .prepend("rank " + std::to_string(rank) + "/" + std::to_string(nranks) + ": init: "));
+  // The service's nonce names this communicator (ids built from the environment carry none).
+  tag_ = HexOf((*bs)->commNonce().data(), 8);
+  Status st = exchangeRankInfo(**bs, deadline);
+  if (st.ok()) st = connectTransports(**bs, deadline);
+  if (!st.ok()) return failed(st.prepend(where() + ": init: "));
+
+  auto tuner = Tuner::Create(opts_.config.algo, nranks_, LinkModel{}, &layout_);
+  if (!tuner.ok()) return Status(tuner.status()).prepend(where() + ": BRAID_ALGO: ");
+  tuner_ = std::make_unique<Tuner>(std::move(*tuner));
+  engine_ = std::make_unique<Engine>(this);
+  if (rank_ == 0) BRAID_INFO("%s", describe().c_str());
+  return Status::Ok();
+}
+
+Status braidComm::exchangeRankInfo(Bootstrap& bs, Deadline deadline) {
+  char host[256] = {0};
+  gethostname(host, sizeof(host) - 1);
+  const Config& c = opts_.config;
+  // The control listener binds where the rendezvous root lives: loopback for a loopback root,
+  // else the selected interface (never the wildcard).
+  InterfaceAddress ifa = LoopbackInterface();
+  if (!loopback_root_) {
+    auto sel = SelectInterface(c.socket_ifname);
+    if (!sel.ok()) return sel.status();
+    ifa = *sel;
+  }
+  SetAddressPort(&ifa.addr, 0);
+  // Served from now until destroy (strangers on it go within a second); braidCommShrink's
+  // survivors take the leader's connection from it.
+  const std::string control_name =
+      "rank " + std::to_string(rank_) + "/" + std::to_string(nranks_) + " control listener";
+  // Failure notices and liveness probes are answered on the listener's thread (a stopped or
+  // busy engine must not delay them); other purposes (a shrink) wait for next().
+  auto serve = [this](const HandshakeHello& h, int fd) {
+    return ServeFailureControl(h, fd, nranks_, &causes_);
+  };
+  BRAID_ASSIGN_OR_RETURN(control_, HandshakeListener::Start(ifa.addr, secret_, nullptr,
+                                                            control_name, std::move(serve)));
+  sockaddr_storage control_addr = control_->address();
+  std::string mine;
+  PutField(&mine, BRAID_VERSION_STRING);
+  PutField(&mine, std::to_string(getpid()));
+  PutField(&mine, host);
+  PutField(&mine, HostId(c, host));
+  PutField(&mine, std::to_string(c.nchannels));
+  PutField(&mine, std::to_string(c.chunk_bytes));
+  PutField(&mine, c.algo);
+  PutField(&mine, std::string(reinterpret_cast<const char*>(&control_addr), sizeof(control_addr)));
+  BRAID_ASSIGN_OR_RETURN(auto all, bs.allGather(mine, deadline));
+  infos_.resize(nranks_);
+  std::vector<std::vector<std::string>> fields(nranks_);
+  for (int r = 0; r < nranks_; ++r) {
+    BRAID_ASSIGN_OR_RETURN(fields[r], SplitFields(all[r], r));
+    if (fields[r].size() < 8 || fields[r][7].size() != sizeof(sockaddr_storage))
+      return RemoteError("malformed init message from rank " + std::to_string(r));
+    if (fields[r][0] != BRAID_VERSION_STRING)
+      return InvalidUsage("rank " + std::to_string(r) + " (host " + fields[r][2] + ") runs braid " +
+                          fields[r][0] +
+                          " but this rank runs braid " BRAID_VERSION_STRING
+                          ": all ranks must use the same library version");
+    infos_[r].rank = r;
+    infos_[r].pid = std::atoi(fields[r][1].c_str());
+    infos_[r].hostname = fields[r][2];
+    infos_[r].host_id = fields[r][3];
+  }
+  control_addrs_.resize(nranks_);
+  for (int r = 0; r < nranks_; ++r)
+    std::memcpy(&control_addrs_[r], fields[r][7].data(), sizeof(sockaddr_storage));
+  // Parameters that shape schedules must agree; rank 0's win (a differing environment on some
+  // ranks is common and harmless once it is reconciled).
+  // Bounded as the configuration table bounds them (a corrupt or hostile field must not make
+  // this rank open thousands of streams or use absurd chunks).
+  nchannels_ =
+      static_cast<int>(std::clamp(std::strtol(fields[0][4].c_str(), nullptr, 10), 1L, 16L));
+  uint64_t chunk = std::strtoull(fields[0][5].c_str(), nullptr, 10);
+  if (chunk < (4u << 10) || chunk > (64u << 20)) chunk = 0;  // out of range: use our own
+  if (nchannels_ != c.nchannels || chunk != c.chunk_bytes || fields[0][6] != c.algo)
+    BRAID_WARN(
+        "rank %d: BRAID_NCHANNELS/BRAID_CHUNK_BYTES/BRAID_ALGO differ from rank 0's; using rank "
+        "0's",
+        rank_);
+  opts_.config.nchannels = nchannels_;
+  opts_.config.chunk_bytes = chunk ? chunk : c.chunk_bytes;
+  opts_.config.algo = fields[0][6];
+
+  // Layout: nodes in order of first appearance.
+  std::vector<std::string> nodes;
+  layout_.node_of.assign(nranks_, 0);
+  layout_.local_rank.assign(nranks_, 0);
+  std::vector<int> count;
+  for (int r = 0; r < nranks_; ++r) {
+    auto it = std::find(nodes.begin(), nodes.end(), infos_[r].host_id);
+    int n = static_cast<int>(it - nodes.begin());
+    if (it == nodes.end()) {
+      nodes.push_back(infos_[r].host_id);
+      count.push_back(0);
+    }
+    layout_.node_of[r] = n;
+    layout_.local_rank[r] = count[n]++;
+  }
+  layout_.nnodes = static_cast<int>(nodes.size());
+  return Status::Ok();
+}
+
+Status braidComm::connectTransports(Bootstrap& bs, Deadline deadline) {
+  BRAID_ASSIGN_OR_RETURN(auto factories, SelectTransports(opts_.config.transports));
+  TransportContext ctx;
+  ctx.rank = rank_;
+  ctx.nranks = nranks_;
+  ctx.nchannels = nlanes();
+  ctx.ranks = infos_;
+  ctx.comm_tag = tag_;
+  ctx.secret = secret_;
+  ctx.socket_ifname = opts_.config.socket_ifname;
+  ctx.all_on_one_host = layout_.nnodes == 1;
+  ctx.shm_ring_bytes = opts_.config.shm_ring_bytes;
+  ctx.causes = &causes_;
+  for (int r = 0; r < nranks_; ++r)
+    ctx.doorbells.push_back("braid-" + tag_ + "-" + std::to_string(r));
+  ctx.doorbell_name = ctx.doorbells[rank_];
+  BRAID_ASSIGN_OR_RETURN(doorbell_, Doorbell::Bind(ctx.doorbell_name));
+
+  std::vector<std::string> names;
+  std::string mine;
+  for (auto* f : factories) {
+    auto inst = f->create(ctx);
+    if (!inst.ok()) {
+      BRAID_WARN("rank %d: transport %s unavailable: %s", rank_, f->name(),
+                 inst.status().message().c_str());
+      continue;
+    }
+    PutField(&mine, f->name());
+    PutField(&mine, (*inst)->localBlob());
+    names.push_back(f->name());
+    transports_.push_back(std::move(*inst));
+  }
+  BRAID_ASSIGN_OR_RETURN(auto all, bs.allGather(mine, deadline));
+
+  // blobs[t][r]: rank r's blob for this rank's transport t ("" when r has none).
+  std::vector<std::vector<std::string>> blobs(transports_.size(),
+                                              std::vector<std::string>(nranks_));
+  for (int r = 0; r < nranks_; ++r) {
+    BRAID_ASSIGN_OR_RETURN(auto f, SplitFields(all[r], r));
+    if (f.size() % 2) return RemoteError("malformed transport list from rank " + std::to_string(r));
+    for (size_t i = 0; i + 1 < f.size(); i += 2)
+      for (size_t t = 0; t < names.size(); ++t)
+        if (names[t] == f[i]) blobs[t][r] = f[i + 1];
+  }
+
+  transport_of_.assign(nranks_, "");
+  std::vector<std::vector<int>> peers_of(transports_.size());
+  for (int p = 0; p < nranks_; ++p) {
+    if (p == rank_) continue;
+    bool found = false;
+    for (size_t t = 0; t < transports_.size() && !found; ++t) {
+      if (blobs[t][p].empty() || blobs[t][rank_].empty()) continue;
+      if (!transports_[t]->canConnect(p, blobs[t])) continue;
+      peers_of[t].push_back(p);
+      transport_of_[p] = names[t];
+      found = true;
+    }
+    if (!found)
+      return SystemError("no transport connects this rank with rank " + std::to_string(p) +
+                         " (host " + infos_[p].hostname + "); transports enabled here: " +
+                         (opts_.config.transports.empty() ? "all" : opts_.config.transports) +
+                         " (check BRAID_TRANSPORTS on both ranks)");
+  }
+
+  endpoints_.resize(nranks_);
+  for (size_t t = 0; t < transports_.size(); ++t) {
+    std::vector<std::vector<std::unique_ptr<Endpoint>>> out;
+    Status st = transports_[t]->connect(peers_of[t], blobs[t], deadline, &out);
+    if (!st.ok()) return st.prepend(names[t] + " connect: ");
+    if (out.size() != peers_of[t].size())
+      return InternalError(names[t] + " connect returned the wrong number of peers");
+    for (size_t i = 0; i < out.size(); ++i) {
+      if (static_cast<int>(out[i].size()) != nlanes())
+        return InternalError(names[t] + " connect returned the wrong number of channels");
+      endpoints_[peers_of[t][i]] = std::move(out[i]);
+    }
+  }
+  // Every rank has mapped / connected: transports may now drop names and listeners.
+  BRAID_RETURN_IF_ERROR(bs.barrier(deadline));
+  for (auto& t : transports_) BRAID_RETURN_IF_ERROR(t->finishConnect());
+  return Status::Ok();
+}
+
+void braidComm::setAsyncError(const Status& st) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (async_code_.load() != braidSuccess) return;  // the first error is the cause
+  async_message_ = st.message();
+  async_code_.store(st.code(), std::memory_order_release);
+}
+
+Status braidComm::asyncError() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (async_code_.load() == braidSuccess) return Status::Ok();
+  return Status::Error(static_cast<ErrorClass>(async_code_.load()), async_message_);
+}
+
+void braidComm::setLastError(const std::string& msg) {
+  std::lock_guard<std::mutex> lock(mu_);
+  last_error_ = msg;
+}
+
+std::string braidComm::lastError() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return last_error_;
+}
+
+void braidComm::submit(std::shared_ptr<Operation> op) {
+  engine_->submit(std::move(op));
+}
+
+bool braidComm::runInline(Operation& op) {
+  return engine_->tryRunInline(op);
+}
+
+bool braidComm::runInline(const std::vector<std::shared_ptr<Operation>>& ops) {
+  return engine_->tryRunInline(ops);
+}
+
+std::string braidComm::debugState(Deadline deadline) const {
+  if (!engine_) return where() + ": not initialised\n";
+  return engine_->debugState(deadline);
+}
+
+Status braidComm::drain() {
+  if (!engine_) return Status::Ok();
+  if (!engine_->drain(Deadline::After(opts_.config.timeout_ms)))
+    return TimeoutError(where() + ": operations still running after " +
+                        std::to_string(opts_.config.timeout_ms / 1000) + " s (BRAID_TIMEOUT)");
+  return Status::Ok();
+}
+
+Status braidComm::finalize() {
+  BRAID_RETURN_IF_ERROR(drain());
+  return asyncError();
+}
+
+void braidComm::shutdownEndpoints() {
+  for (auto& peer : endpoints_)
+    for (auto& ep : peer)
+      if (ep) ep->shutdown();
+}
+
+ControlPeers braidComm::controlPeers() const {
+  ControlPeers p;
+  p.addrs = &control_addrs_;
+  p.secret = &secret_;
+  p.rank = rank_;
+  p.nranks = nranks_;
+  return p;
+}
+
+FailureCause braidComm::selfCause(FailureCause::Reason reason, std::string detail) const {
+  FailureCause c;
+  c.reason = reason;
+  c.rank = rank_;
+  c.observer = rank_;
+  c.pid = static_cast<int32_t>(getpid());
+  c.host = hostname();
+  c.detail = std::move(detail);
+  return c;
+}
+
+FailureCause braidComm::announceFailure() {
+  if (!causes_.first()) causes_.offer(selfCause(FailureCause::Reason::kOwnFailure, ""));
+  FailureCause kept = *causes_.first();
+  // Only the rank that saw the failure itself speaks for it; a weak cause names nothing new.
+  if (kept.weak() || kept.observer != rank_ || !causes_.claimBroadcast()) return kept;
+  if (static_cast<int>(control_addrs_.size()) != nranks_) return kept;
+  // Not to the failed rank: dead, or stopped (it would cost the whole deadline).
+  std::vector<bool> skip(nranks_, false);
+  if (kept.rank != rank_) skip[kept.rank] = true;
+  SendFailureNotices(controlPeers(), kept, skip, Deadline::After(kFailureNoticeMs));
+  return kept;
+}
+
+void braidComm::abortOperations(const Status& reason) {
+  if (engine_) engine_->abort(reason);
+}
+
+void braidComm::abort() {
+  abortInit();
+  // During the init its thread owns the members (where() reads them) and there is no engine
+  // to stop yet: record the abort only. kReady is stored after the engine exists.
+  if (state() == State::kInitializing) {
+    setAsyncError(AbortedError("communicator aborted (braidCommAbort) during its init"));
+    return;
+  }
+  Status reason = AbortedError("communicator aborted (braidCommAbort) on " + where());
+  setAsyncError(reason);
+  if (engine_) engine_->abort(reason);
+}
+
+int braidComm::addPreMulOp(const PreMulOp& op) {
+  std::lock_guard<std::mutex> lock(mu_);
+  int id = next_premul_id_++;
+  premul_ops_[id] = op;
+  return id;
+}
+
+bool braidComm::removePreMulOp(int id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  return premul_ops_.erase(id) > 0;
+}
+
+bool braidComm::findPreMulOp(int id, PreMulOp* out) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = premul_ops_.find(id);
+  if (it == premul_ops_.end()) return false;
+  *out = it->second;
+  return true;
+}
+
+std::string braidComm::where() const {
+  std::string host =
+      rank_ >= 0 && rank_ < static_cast<int>(infos_.size()) ? infos_[rank_].hostname : "?";
+  return "rank " + std::to_string(rank_) + "/" + std::to_string(nranks_) + " on host " + host;
+}
+
+std::string braidComm::describe() const {
+  std::map<std::string, int> n;
+  for (int p = 0; p < nranks_; ++p)
+    if (p != rank_) n[transport_of_.empty() ? "?" : transport_of_[p]]++;
+  std::ostringstream s;
+  s << where() << " pid " << getpid() << " nodes " << layout_.nnodes << " channels " << nchannels_
+    << " transports";
+  if (n.empty()) s << " none";
+  for (auto& [name, k] : n) s << " " << name << ":" << k;
+  return s.str();
+}

@@ -1,0 +1,179 @@
+// The communicator: who the ranks are, how each peer is reached, and the engine that runs this
+// rank's operations. `struct braidComm` (the C handle) is this class.
+#pragma once
+
+#include <atomic>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "algorithms/tuner.h"
+#include "braid/braid.h"
+#include "core/net/bootstrap.h"
+#include "core/base/config.h"
+#include "core/net/doorbell.h"
+#include "core/base/failure_cause.h"
+#include "core/net/failure_notice.h"
+#include "core/net/handshake_listener.h"
+#include "core/runtime/operation.h"
+#include "core/net/socket.h"
+#include "core/base/status.h"
+#include "core/net/unique_id.h"
+#include "transport/transport.h"
+
+namespace braid {
+
+class Engine;
+
+// A pre-multiplied sum operator created by braidRedOpCreatePreMulSum.
+struct PreMulOp {
+  DataType dtype;
+  uint8_t scalar[8];
+};
+
+// Options a communicator is created with: the environment's Config plus braidConfig_t.
+struct CommOptions {
+  Config config;
+  bool blocking = true;
+};
+
+Result<CommOptions> MakeCommOptions(const braidConfig_t* config);
+
+}  // namespace braid
+
+struct braidComm {
+ public:
+  using Status = braid::Status;
+
+  braidComm();
+  ~braidComm();
+
+  // Joins the communicator (collective). Called on a fresh object; on failure the object is
+  // left in the failed state and must still be destroyed.
+  Status init(const braid::UniqueIdData& id, int rank, int nranks, const braid::CommOptions& opts);
+
+  int rank() const { return rank_; }
+  int nranks() const { return nranks_; }
+  const braid::Config& config() const { return opts_.config; }
+  const std::string& hostname() const { return infos_[rank_].hostname; }
+  const std::vector<braid::RankInfo>& rankInfos() const { return infos_; }
+
+  // Init state for non-blocking communicators.
+  enum class State { kInitializing, kReady, kFailed, kDestroyed };
+  State state() const { return state_.load(std::memory_order_acquire); }
+  void setState(State s) { state_.store(s, std::memory_order_release); }
+  std::thread& initThread() { return init_thread_; }
+
+  // Sticky error: once set, every later operation fails with it.
+  void setAsyncError(const Status& st);
+  braidResult_t asyncErrorCode() const { return async_code_.load(std::memory_order_acquire); }
+  Status asyncError() const;
+
+  // Last error message for braidGetLastError(comm).
+  void setLastError(const std::string& msg);
+  std::string lastError() const;
+
+  // Submits an operation; the engine runs operations in submission order.
+  void submit(std::shared_ptr<braid::Operation> op);
+  // Runs `op` now on this thread if the engine is idle (see Engine::tryRunInline).
+  bool runInline(braid::Operation& op);
+  // The same for a batch of operations that run at once (see Engine::tryRunInline).
+  bool runInline(const std::vector<std::shared_ptr<braid::Operation>>& ops);
+  // Waits for every submitted operation (bounded by the communicator's timeout); returns the
+  // sticky error, if any.
+  Status finalize();
+  // Waits for every submitted operation; a Timeout status only when they did not finish.
+  Status drain();
+  // Stops everything now (any thread). During an init it only stops the init's waits (see
+  // abortInit) and records the abort; the caller then joins the init thread, if any.
+  void abort();
+  // Stops a pending init from any thread: every wait of init() is bounded by a deadline bound to
+  // this flag (Deadline::abortableBy), so init() fails with braidErrAborted within about
+  // kAbortCheckMs and its thread can be joined at once (braidCommAbort / braidCommDestroy).
+  void abortInit() { init_aborted_.store(true, std::memory_order_release); }
+
+  // Pre-multiplied sum operators.
+  int addPreMulOp(const braid::PreMulOp& op);
+  bool removePreMulOp(int id);
+  bool findPreMulOp(int id, braid::PreMulOp* out) const;
+
+  std::string describe() const;
+  // Hang localisation report (see Engine::debugState); bounded by `deadline`.
+  std::string debugState(braid::Deadline deadline) const;
+  std::string where() const;  // "rank 2/4 on host h1"
+
+  // For the engine.
+  // Streams per peer: the schedules' channels 0..nchannels-1 on lanes of the same index, plus
+  // the express lane (index nchannels) for call agreements and small collectives.
+  braid::Endpoint* endpoint(int peer, int lane) const { return endpoints_[peer][lane].get(); }
+  int nchannels() const { return nchannels_; }
+  int nlanes() const { return nchannels_ + 1; }
+  int expressLane() const { return nchannels_; }
+  const braid::Tuner& tuner() const { return *tuner_; }
+  const braid::GroupLayout& layout() const { return layout_; }
+  braid::Doorbell& doorbell() { return doorbell_; }
+  const std::string& transportOf(int peer) const { return transport_of_[peer]; }
+
+  // Recovery (braidCommShrink): each rank keeps an authenticated listener for the lifetime of
+  // the communicator, so survivors can exchange a new unique id without the data streams,
+  // which a failed operation may have left mid-message. It is served all along (strangers on it
+  // are dropped within a second, whenever they come).
+  braid::HandshakeListener& control() { return *control_; }
+  const sockaddr_storage& controlAddress(int rank) const { return control_addrs_[rank]; }
+  const std::vector<uint8_t>& secret() const { return secret_; }
+  // Shuts every stream down so that peers fail at once (the engine calls it when an operation
+  // of this rank fails; see Endpoint::shutdown).
+  void shutdownEndpoints();
+  // Aborts the running operations without marking the communicator failed for good.
+  void abortOperations(const Status& reason);
+
+  // Root causes (failure_cause.h): what this rank learned first about a failure, from its own
+  // transports, its engine, or another rank's notice on the control listener.
+  braid::CauseBoard& causes() { return causes_; }
+  // The control listeners of every rank, for notices and probes (failure_notice.h).
+  braid::ControlPeers controlPeers() const;
+  // The cause this rank names for its failure (the board's first; filled in beforehand with
+  // causes().offer / complete). When this rank observed that cause itself, it first sends it to
+  // every other rank (once, bounded by kFailureNoticeMs), so that the ranks that fail after this
+  // one can name it. Call before shutdownEndpoints().
+  braid::FailureCause announceFailure();
+  // This rank as a FailureCause of `reason` (its own failure, a revoke).
+  braid::FailureCause selfCause(braid::FailureCause::Reason reason, std::string detail) const;
+
+ private:
+  Status exchangeRankInfo(braid::Bootstrap& bs, braid::Deadline deadline);
+  Status connectTransports(braid::Bootstrap& bs, braid::Deadline deadline);
+
+  std::atomic<State> state_{State::kInitializing};
+  std::thread init_thread_;
+  std::atomic<bool> init_aborted_{false};  // see abortInit()
+  int rank_ = -1;
+  int nranks_ = 0;
+  int nchannels_ = 1;
+  braid::CommOptions opts_;
+  std::string tag_;
+  std::vector<uint8_t> secret_;
+  std::vector<braid::RankInfo> infos_;
+  braid::GroupLayout layout_;
+  braid::Doorbell doorbell_;
+  std::vector<std::unique_ptr<braid::TransportInstance>> transports_;
+  std::vector<std::string> transport_of_;                                 // per peer
+  std::vector<std::vector<std::unique_ptr<braid::Endpoint>>> endpoints_;  // [peer][channel]
+  std::unique_ptr<braid::Tuner> tuner_;
+  std::unique_ptr<braid::Engine> engine_;
+  // Before control_: its thread writes here until the listener is destroyed.
+  braid::CauseBoard causes_;
+  std::unique_ptr<braid::HandshakeListener> control_;
+  std::vector<sockaddr_storage> control_addrs_;
+  bool loopback_root_ = false;
+
+  std::atomic<braidResult_t> async_code_{braidSuccess};
+  mutable std::mutex mu_;  // guards the strings and the op table below
+  std::string async_message_;
+  std::string last_error_;
+  std::map<int, braid::PreMulOp> premul_ops_;
+  int next_premul_id_ = braidNumOps;
+};

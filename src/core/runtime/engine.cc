@@ -1,0 +1,464 @@
+#include "core/runtime/engine.h"
+
+#include <poll.h>
+#include <sched.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <new>
+#include <string>
+
+#include "core/runtime/comm.h"
+#include "core/net/failure_notice.h"
+#include "core/runtime/hang_report.h"
+#include "core/base/log.h"
+
+namespace braid {
+
+namespace {
+
+// After a stalled operation's peer answers a liveness probe, how long this rank waits for the
+// notice of the rank that finds the stopped one (it times out at about the same moment, then
+// probes for up to kLivenessProbeMs) before it blames the peer itself.
+constexpr int64_t kStallGraceMs = 600;
+
+Status OutOfMemory(const std::string& context) {
+  // Engine memory (scratch, the pre-multiplied input) grows with the message; an exception must
+  // not leave the progress thread (std::terminate) or cross the C API.
+  return SystemError(context +
+                     "out of memory for the engine's buffers (about the message size in scratch): "
+                     "free memory or raise the limit (ulimit -v), or split the call");
+}
+
+}  // namespace
+
+Engine::Engine(braidComm* comm)
+    : comm_(comm), window_(static_cast<size_t>(std::max<int64_t>(1, comm->config().max_inflight))) {
+  wake_fd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  (void)InstallDumpSignal(comm->config().dump_signal);  // validated with the configuration
+  gate_.reset(comm->nranks(), comm->nlanes());
+  p2p_send_seq_.assign(comm->nranks(), 0);
+  p2p_recv_seq_.assign(comm->nranks(), 0);
+  thread_ = std::thread([this] { threadMain(); });
+}
+
+Engine::~Engine() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  abort(AbortedError("communicator destroyed"));
+  if (thread_.joinable()) thread_.join();
+  if (wake_fd_ >= 0) close(wake_fd_);
+}
+
+void Engine::submit(std::shared_ptr<Operation> op) {
+  submitted_.fetch_add(1, std::memory_order_relaxed);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    queue_.push_back(std::move(op));
+    queued_.fetch_add(1);
+  }
+  cv_.notify_one();
+  // Pairs with the driver's sleeping_ store and queued_ load (both seq_cst): either the driver
+  // sees the new operation before it polls, or we see it sleeping and wake it.
+  uint64_t one = 1;
+  if (sleeping_.load() && wake_fd_ >= 0) (void)!write(wake_fd_, &one, sizeof(one));
+}
+
+void Engine::abort(const Status& reason) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (aborted_.load()) return;
+    abort_reason_ = reason;
+    aborted_.store(true, std::memory_order_release);
+  }
+  uint64_t one = 1;
+  if (wake_fd_ >= 0) (void)!write(wake_fd_, &one, sizeof(one));
+  cv_.notify_all();
+}
+
+bool Engine::drain(Deadline deadline) {
+  std::unique_lock<std::mutex> lock(mu_);
+  return drained_cv_.wait_until(lock, deadline.at(),
+                                [&] { return queue_.empty() && !driving_ && !inline_busy_; });
+}
+
+bool Engine::beginInline() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (inline_busy_ || driving_ || !queue_.empty() || stop_) return false;
+  inline_busy_ = true;
+  return true;
+}
+
+void Engine::endInline() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    inline_busy_ = false;
+    if (queue_.empty()) drained_cv_.notify_all();
+  }
+  report_cv_.notify_all();
+  cv_.notify_one();  // operations queued meanwhile (non-blocking calls from another thread)
+}
+
+bool Engine::tryRunInline(Operation& op) {
+  if (!beginInline()) return false;
+  submitted_.fetch_add(1, std::memory_order_relaxed);
+  activate(&op, nullptr);
+  driveUntilIdle(false);
+  endInline();
+  return true;
+}
+
+bool Engine::tryRunInline(const std::vector<std::shared_ptr<Operation>>& ops) {
+  if (ops.size() > window_ || !beginInline()) return false;
+  submitted_.fetch_add(ops.size(), std::memory_order_relaxed);
+  for (const auto& op : ops) activate(op.get(), op);
+  driveUntilIdle(false);
+  endInline();
+  return true;
+}
+
+void Engine::threadMain() {
+  for (;;) {
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      // Wait while idle, and while a caller runs an operation inline.
+      cv_.wait(lock, [&] { return !inline_busy_ && (stop_ || !queue_.empty()); });
+      if (queue_.empty()) break;  // stop_ and nothing left
+      driving_ = true;
+    }
+    driveUntilIdle(true);
+  }
+}
+
+void Engine::admit() {
+  std::vector<std::shared_ptr<Operation>> batch;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    while (!queue_.empty() && active_.size() + batch.size() < window_) {
+      batch.push_back(std::move(queue_.front()));
+      queue_.pop_front();
+      queued_.fetch_sub(1);
+    }
+  }
+  for (auto& op : batch) activate(op.get(), op);
+}
+
+void Engine::activate(Operation* op, std::shared_ptr<Operation> keep) {
+  if (aborted_.load(std::memory_order_acquire)) {
+    std::lock_guard<std::mutex> lock(mu_);
+    completed_.fetch_add(1, std::memory_order_relaxed);
+    op->complete(abort_reason_);
+    return;
+  }
+  if (comm_->asyncErrorCode() != braidSuccess) {
+    Status st = comm_->asyncError();
+    completed_.fetch_add(1, std::memory_order_relaxed);
+    op->complete(st.prepend("not run because the communicator failed earlier: "));
+    return;
+  }
+  auto a = std::make_unique<ActiveOp>(comm_, op, std::move(keep), next_id_++);
+  if (!pool_.empty()) {
+    a->scratch = std::move(pool_.back());
+    pool_.pop_back();
+  }
+  Status st;
+  try {
+    st = a->prepare(coll_seq_, p2p_send_seq_, p2p_recv_seq_);
+  } catch (const std::bad_alloc&) {
+    st = OutOfMemory(comm_->where() + ": " + DescribeCall(op->desc()) + ": ");
+  }
+  // Every rank numbers the same collectives alike, whatever happened to this one.
+  if (op->desc().kind != CollKind::kSendRecv) {
+    ++coll_seq_;
+    colls_issued_.store(coll_seq_, std::memory_order_relaxed);
+  }
+  a->last_progress_us = NowMicros();
+  gate_.claim(a->id(), a->claims());
+  active_.push_back(std::move(a));
+  if (!st.ok()) failAll(active_.size() - 1, st);
+}
+
+void Engine::retire(size_t i, const Status& st) {
+  std::unique_ptr<ActiveOp> a = std::move(active_[i]);
+  active_.erase(active_.begin() + static_cast<ptrdiff_t>(i));
+  gate_.releaseAll(a->id(), a->claims());
+  if (a->scratch.capacity() > 0 && pool_.size() < 2 * window_)
+    pool_.push_back(std::move(a->scratch));
+  if (a->isCollective())
+    last_coll_completed_.store(static_cast<int64_t>(a->seq()), std::memory_order_relaxed);
+  completed_.fetch_add(1, std::memory_order_relaxed);
+  a->operation().complete(st);
+}
+
+void Engine::failAll(size_t i, const Status& st, const std::optional<FailureCause>& local) {
+  ActiveOp& failed = *active_[i];
+  CauseBoard& board = comm_->causes();
+  const std::string ctx = failed.context();
+  std::string seen = st.message();
+  if (seen.compare(0, ctx.size(), ctx) == 0) seen.erase(0, ctx.size());
+  if (local) board.offer(*local);
+  // Only a neighbour's shut-down stream so far: whoever saw the failure itself told every rank
+  // before that neighbour could shut anything down, but the neighbour may have learned it
+  // from that rank's notice while the notice to this rank was still on its way (bounded by the
+  // sender's deadline).
+  if (auto f = board.first(); f && f->weak())
+    (void)board.waitStrong(Deadline::After(kFailureNoticeMs));
+  // Nothing else explains it: this rank's own failure, which the others are told about.
+  if (!board.first()) board.offer(comm_->selfCause(FailureCause::Reason::kOwnFailure, seen));
+  const std::string coll = CollKindName(failed.operation().desc().kind);
+  const uint64_t seq = failed.isCollective() ? failed.seq() : FailureCause::kNoSeq;
+  board.complete(comm_->rank(), true, coll, seq);
+  // Before the streams close: the ranks that fail because of that learn the cause first.
+  const FailureCause cause = comm_->announceFailure();
+  Status final = st;
+  if (cause.rank != comm_->rank() || cause.reason == FailureCause::Reason::kRevoked) {
+    // Another rank's failure: name it first, then what this rank saw of it.
+    final =
+        Status::Error(cause.errorClass(), ctx + cause.describe() + " (seen here: " + seen + ")");
+  }
+  BRAID_WARN("%s", final.message().c_str());
+  comm_->setAsyncError(final);
+  // The streams may now be mid-message: close them so peers fail at once instead of waiting for
+  // their timeout (errors propagate through the communicator).
+  comm_->shutdownEndpoints();
+  std::vector<Status> outcome(active_.size());
+  for (size_t j = 0; j < active_.size(); ++j) {
+    outcome[j] = final;
+    if (j != i)
+      outcome[j].prepend(active_[j]->context() + "not completed, another operation failed: ");
+  }
+  while (!active_.empty()) {
+    const size_t last = active_.size() - 1;
+    retire(last, outcome[last]);
+  }
+}
+
+bool Engine::sweep() {
+  if (aborted_.load(std::memory_order_acquire)) {
+    Status reason;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      reason = abort_reason_;
+    }
+    while (!active_.empty()) {
+      Status st = reason;
+      retire(active_.size() - 1, st.prepend(active_.back()->context()));
+    }
+    return true;
+  }
+  bool any = false;
+  for (size_t i = 0; i < active_.size();) {
+    ActiveOp& a = *active_[i];
+    bool moved = false;
+    Status st;
+    try {
+      st = a.advance(gate_, &moved);
+    } catch (const std::bad_alloc&) {
+      st = OutOfMemory(a.context());
+    }
+    if (moved) {
+      a.last_progress_us = NowMicros();
+      any = true;
+    }
+    if (!st.ok()) {
+      any = true;
+      if (a.cleanFailure()) {
+        // Found before any data moved (the call agreement): every rank reports it and the
+        // communicator stays usable.
+        BRAID_WARN("%s", st.message().c_str());
+        retire(i, st);
+        continue;
+      }
+      failAll(i, st);
+      return true;
+    }
+    if (a.finished()) {
+      retire(i, Status::Ok());
+      any = true;
+      continue;
+    }
+    ++i;
+  }
+  return any;
+}
+
+void Engine::failStalled(int64_t now_us) {
+  const int64_t timeout_us = comm_->config().timeout_ms * 1000;
+  // An operation waiting behind an older one that still moves is not stalled.
+  int64_t older = 0;
+  for (size_t i = 0; i < active_.size(); ++i) {
+    ActiveOp& a = *active_[i];
+    const int64_t since = std::max(a.last_progress_us, older);
+    if (now_us - since > timeout_us) {
+      handleStall(i, since);
+      return;
+    }
+    older = std::max(older, a.last_progress_us);
+  }
+}
+
+std::vector<int> Engine::stalledPeers(const ActiveOp& a) {
+  std::vector<int> peers = a.waitingOn(gate_);
+  waits_.clear();
+  a.collectWaits(gate_, waits_);
+  for (const auto& w : waits_)
+    for (int p = 0; p < comm_->nranks(); ++p)
+      for (int lane = 0; p != comm_->rank() && lane < comm_->nlanes(); ++lane)
+        if (comm_->endpoint(p, lane) == w.ep &&
+            std::find(peers.begin(), peers.end(), p) == peers.end())
+          peers.push_back(p);
+  return peers;
+}
+
+void Engine::handleStall(size_t i, int64_t since_us) {
+  ActiveOp& a = *active_[i];
+  const int64_t timeout_s = comm_->config().timeout_ms / 1000;
+  const Status st = TimeoutError(a.context() + "no progress for " + std::to_string(timeout_s) +
+                                 " s (BRAID_TIMEOUT) " + a.pendingDescription(gate_) +
+                                 "; that rank may be stopped, hung, or not calling this operation");
+  // Another rank already named the cause (its notice arrived while this one waited).
+  if (comm_->causes().hasStrong()) return failAll(i, st);
+  const std::vector<int> peers = stalledPeers(a);
+  auto cause_for = [&](int peer, FailureCause::Reason reason) {
+    const RankInfo& info = comm_->rankInfos()[peer];
+    FailureCause c;
+    c.reason = reason;
+    c.rank = peer;
+    c.pid = info.pid;
+    c.host = info.hostname;
+    c.seconds = static_cast<uint32_t>(timeout_s);
+    return c;
+  };
+  if (peers.empty())
+    return failAll(i, st,
+                   comm_->selfCause(FailureCause::Reason::kOwnFailure,
+                                    "no progress for " + std::to_string(timeout_s) + " s"));
+  if (stall_op_ != a.id() || stall_since_us_ != since_us) {
+    // A new stall: is one of the peers stopped itself?
+    stall_op_ = a.id();
+    stall_since_us_ = since_us;
+    for (int peer : peers)
+      if (!ProbeAlive(comm_->controlPeers(), peer, Deadline::After(kLivenessProbeMs)))
+        return failAll(i, st, cause_for(peer, FailureCause::Reason::kStalled));
+    // They run, so they wait on someone too: the neighbour of the stopped rank names it soon.
+    stall_grace_until_us_ = NowMicros() + kStallGraceMs * 1000;
+    return;
+  }
+  if (NowMicros() < stall_grace_until_us_) return;
+  // Nobody named a cause: the peer is alive but stuck, or not calling this operation.
+  failAll(i, st, cause_for(peers.front(), FailureCause::Reason::kNoProgress));
+}
+
+void Engine::driveUntilIdle(bool admit_queued) {
+  const int64_t spin_us = comm_->config().spin_us;
+  int64_t last_progress = NowMicros();
+  int idle_iterations = 0;
+  for (;;) {
+    if (report_requested_.load(std::memory_order_relaxed)) answerReport();
+    if (admit_queued && queued_.load() > 0 && active_.size() < window_) admit();
+    if (active_.empty()) {
+      if (!admit_queued) return;
+      std::lock_guard<std::mutex> lock(mu_);
+      if (queue_.empty()) {
+        driving_ = false;
+        drained_cv_.notify_all();
+        report_cv_.notify_all();
+        return;
+      }
+      continue;
+    }
+    const bool progressed = sweep();
+    const int64_t now = NowMicros();
+    if (progressed) {
+      last_progress = now;
+      idle_iterations = 0;
+      continue;
+    }
+    failStalled(now);
+    if (active_.empty()) continue;
+    if (++idle_iterations < 64) continue;  // tight poll: the peer is usually microseconds away
+    if (now - last_progress < spin_us) {
+      sched_yield();  // let co-located ranks run (more ranks than cores is the normal case)
+      continue;
+    }
+    sleepUntilProgress(100);  // bounded, so that stall deadlines are checked
+  }
+}
+
+std::string Engine::reportHeader() {
+  const int64_t last = last_coll_completed_.load(std::memory_order_relaxed);
+  const uint64_t issued = colls_issued_.load(std::memory_order_relaxed);
+  return "braid state of " + comm_->where() + " (pid " + std::to_string(getpid()) + ")\n" +
+         "  operations: submitted " + std::to_string(submitted_.load()) + ", completed " +
+         std::to_string(completed_.load()) + ", queued " + std::to_string(queued_.load()) +
+         " (window " + std::to_string(window_) + ")\n" + "  collectives: issued " +
+         std::to_string(issued) + (issued ? " (last #" + std::to_string(issued - 1) + ")" : "") +
+         ", last completed " + (last < 0 ? std::string("none") : "#" + std::to_string(last)) + "\n";
+}
+
+void Engine::answerReport() {
+  std::string s = reportHeader();
+  s += active_.empty() ? "  nothing in flight\n"
+                       : "  in flight (" + std::to_string(active_.size()) + "):\n";
+  for (const auto& a : active_) s += a->progressReport(gate_);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    report_ = std::move(s);
+    ++report_gen_;
+    report_requested_.store(false, std::memory_order_relaxed);
+  }
+  report_cv_.notify_all();
+}
+
+std::string Engine::debugState(Deadline deadline) {
+  std::unique_lock<std::mutex> lock(mu_);
+  if (driving_ || inline_busy_) {
+    const uint64_t gen = report_gen_;
+    report_requested_.store(true, std::memory_order_relaxed);
+    lock.unlock();
+    uint64_t one = 1;
+    if (wake_fd_ >= 0) (void)!write(wake_fd_, &one, sizeof(one));
+    lock.lock();
+    const bool answered = report_cv_.wait_until(
+        lock, deadline.at(), [&] { return report_gen_ != gen || (!driving_ && !inline_busy_); });
+    if (answered && report_gen_ != gen) return report_;
+    if (!answered)
+      return reportHeader() +
+             "  an operation is in flight, but the progress loop did not answer in time (it is "
+             "inside a transport call or a reduction)\n";
+  }
+  return reportHeader() + "  nothing in flight\n";
+}
+
+void Engine::sleepUntilProgress(int64_t budget_ms) {
+  waits_.clear();
+  for (const auto& a : active_) a->collectWaits(gate_, waits_);
+  fds_.clear();
+  fds_.push_back({comm_->doorbell().fd(), POLLIN, 0});
+  fds_.push_back({wake_fd_, POLLIN, 0});
+  bool ready = false;
+  size_t armed = 0;
+  for (; armed < waits_.size(); ++armed) {
+    if (waits_[armed].ep->arm(waits_[armed].send, waits_[armed].recv, fds_)) {
+      ready = true;
+      ++armed;
+      break;
+    }
+  }
+  sleeping_.store(true);
+  const bool new_work = driving_ && queued_.load() > 0 && active_.size() < window_;
+  if (!ready && !new_work && !aborted_.load()) {
+    int rc = poll(fds_.data(), fds_.size(), static_cast<int>(budget_ms));
+    (void)rc;  // EINTR or timeout: the caller re-checks everything anyway
+  }
+  sleeping_.store(false);
+  for (size_t i = 0; i < armed; ++i) waits_[i].ep->disarm(fds_);
+  comm_->doorbell().drain();
+  uint64_t v;
+  if (wake_fd_ >= 0) (void)!read(wake_fd_, &v, sizeof(v));
+}
+
+}  // namespace braid

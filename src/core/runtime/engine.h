@@ -1,0 +1,138 @@
+// The progress engine (DESIGN.md 2.2): one per communicator. It keeps a window of active
+// operations (BRAID_MAX_INFLIGHT) and drives them all from one loop: operations submitted
+// without waiting overlap, a small collective is not stuck behind a large one (express lane, see
+// active_op.h), and the order of messages on shared streams comes from a StreamGate.
+//
+// Who drives: a progress thread per communicator; or, when the engine is idle, the caller of a
+// blocking operation on its own thread (saves two thread hand-offs per call, which dominate
+// small-message latency when ranks outnumber cores). Only one of them drives at a time.
+// Waiting spins briefly, then yields, then sleeps in poll() on the transports' fds, the doorbell
+// and an eventfd (abort, new work), so eight ranks on two cores do not starve each other and an
+// idle communicator uses no CPU.
+#pragma once
+
+#include <sys/eventfd.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <cstddef>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <thread>
+#include <vector>
+
+#include "core/runtime/active_op.h"
+#include "core/base/clock.h"
+#include "core/base/failure_cause.h"
+#include "core/runtime/operation.h"
+#include "core/base/status.h"
+#include "core/runtime/stream_gate.h"
+
+struct braidComm;
+
+namespace braid {
+
+class Engine {
+ public:
+  // `comm` is a non-owning back-pointer; the communicator owns the engine and outlives it.
+  explicit Engine(braidComm* comm);
+  ~Engine();  // stops the thread; pending operations complete with an aborted error
+
+  void submit(std::shared_ptr<Operation> op);
+  // Runs `op` on the calling thread when nothing else is queued or running, and returns true
+  // (the op is then complete).
+  bool tryRunInline(Operation& op);
+  // The same for a batch that all runs at once (a group's operations, at most the window): on an
+  // idle engine the caller drives them all, in order, and returns true when all are complete.
+  bool tryRunInline(const std::vector<std::shared_ptr<Operation>>& ops);
+  // Makes the running and all queued operations fail with `reason` as soon as possible.
+  void abort(const Status& reason);
+  // Blocks until every submitted operation has completed or `deadline`; true when all done.
+  bool drain(Deadline deadline);
+  // Hang localisation (spec/reliability.md check 8), callable from any thread: operation
+  // counters, the last issued and completed collective numbers, and for each operation in flight
+  // its algorithm, stage, per-lane progress and the ranks it waits on. While a loop is driving,
+  // it writes the report itself at its next pass (within ~100 ms); `deadline` bounds the wait.
+  std::string debugState(Deadline deadline);
+
+ private:
+  void threadMain();
+  // Claims the driver for a caller (false when the engine is busy), and gives it back.
+  bool beginInline();
+  void endInline();
+  // Drives the active operations until none is left (admitting queued ones when `admit`).
+  void driveUntilIdle(bool admit);
+  // Moves queued operations into the window.
+  void admit();
+  // Makes `op` active: checks, builds its schedules, claims its streams.
+  void activate(Operation* op, std::shared_ptr<Operation> keep);
+  // One pass over the active operations; true when anything moved.
+  bool sweep();
+  // Completes active_[i] with `st` and removes it.
+  void retire(size_t i, const Status& st);
+  // active_[i] failed with `st`, tearing streams: the communicator fails, and every active
+  // operation with it. Every error names the root cause (failure_cause.h): the first this rank
+  // learned of, else `local` (what the engine itself found), else a failure of this rank.
+  void failAll(size_t i, const Status& st, const std::optional<FailureCause>& local = {});
+  void failStalled(int64_t now_us);
+  // active_[i] made no progress for BRAID_TIMEOUT. The rank it waits on may be the stopped one,
+  // or be waiting itself on a stopped rank further on (then all of them time out at about the
+  // same moment): a liveness probe tells which, so that only a neighbour of the stopped rank
+  // names it, and the others wait a little for its notice instead of blaming each other.
+  void handleStall(size_t i, int64_t since_us);
+  // The ranks `a` waits on: pending receives first, then pending sends.
+  std::vector<int> stalledPeers(const ActiveOp& a);
+  void sleepUntilProgress(int64_t budget_ms);
+  // The first lines of every report (counters; safe from any thread).
+  std::string reportHeader();
+  // The driver answers a pending debugState() request.
+  void answerReport();
+
+  braidComm* comm_;
+  const size_t window_;
+  std::thread thread_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::condition_variable drained_cv_;
+  // Guarded by mu_.
+  std::deque<std::shared_ptr<Operation>> queue_;
+  bool driving_ = false;      // the progress thread owns the driver state below
+  bool inline_busy_ = false;  // a caller runs an operation inline
+  bool stop_ = false;
+  std::atomic<size_t> queued_{0};  // queue_.size(), readable without the lock
+  std::atomic<bool> sleeping_{false};
+  std::atomic<bool> aborted_{false};
+  Status abort_reason_;
+  int wake_fd_ = -1;  // eventfd: abort(), submit() and debugState() wake a sleeping driver
+
+  // Counters for debugState().
+  std::atomic<uint64_t> submitted_{0};
+  std::atomic<uint64_t> completed_{0};
+  std::atomic<uint64_t> colls_issued_{0};
+  std::atomic<int64_t> last_coll_completed_{-1};
+  std::atomic<bool> report_requested_{false};
+  std::condition_variable report_cv_;
+  std::string report_;       // guarded by mu_
+  uint64_t report_gen_ = 0;  // guarded by mu_; bumped per answered request
+
+  // Driver state: touched only by whoever drives (the thread while driving_, a caller while
+  // inline_busy_).
+  std::vector<std::unique_ptr<ActiveOp>> active_;
+  StreamGate gate_;
+  std::vector<std::vector<std::byte>> pool_;  // recycled scratch buffers
+  uint64_t next_id_ = 0;
+  uint64_t coll_seq_ = 0;
+  std::vector<uint64_t> p2p_send_seq_;
+  std::vector<uint64_t> p2p_recv_seq_;
+  std::vector<TransferWait> waits_;  // reused by sleepUntilProgress
+  // The stall being looked at (handleStall): which operation, since when, and until when this
+  // rank waits for another rank's notice after the peer answered a probe.
+  uint64_t stall_op_ = ~uint64_t{0};
+  int64_t stall_since_us_ = -1;
+  int64_t stall_grace_until_us_ = 0;
+  std::vector<pollfd> fds_;
+};
+
+}  // namespace braid

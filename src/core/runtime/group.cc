@@ -1,0 +1,323 @@
+#include "core/runtime/group.h"
+
+#include <algorithm>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "algorithms/algorithm.h"
+#include "algorithms/builtin_algorithms.h"
+#include "algorithms/cost_model.h"
+#include "algorithms/simulator.h"
+#include "core/runtime/active_op.h"
+#include "core/base/log.h"
+
+namespace braid {
+namespace {
+
+struct PendingInit {
+  CommRef comm;
+  UniqueIdData id;
+  int rank, nranks;
+  CommOptions opts;
+};
+
+struct PendingCollective {
+  CommRef comm;
+  std::shared_ptr<Operation> op;
+  bool blocking;
+};
+
+struct PendingP2P {
+  CommRef comm;
+  std::vector<P2PCall> calls;
+  std::vector<braidRequest*> requests;  // filled with the fused operation
+};
+
+struct GroupState {
+  int depth = 0;
+  std::vector<PendingInit> inits;
+  std::vector<PendingCollective> collectives;
+  std::vector<PendingP2P> p2p;  // one entry per communicator, in first-use order
+};
+
+thread_local GroupState t_group;
+
+// Each send to self must meet a receive from self of the same size, in order.
+Status CheckSelfPairs(const std::vector<P2PCall>& calls, int rank) {
+  std::vector<uint64_t> sends, recvs;
+  for (const auto& c : calls)
+    if (c.peer == rank) (c.is_send ? sends : recvs).push_back(c.count * DataTypeSize(c.dtype));
+  if (sends.size() != recvs.size())
+    return InvalidUsage(
+        std::to_string(sends.size()) + " send(s) to self but " + std::to_string(recvs.size()) +
+        " receive(s) from self in one group: each send to self needs a matching receive in the "
+        "same group");
+  for (size_t i = 0; i < sends.size(); ++i)
+    if (sends[i] != recvs[i])
+      return InvalidUsage("send to self of " + std::to_string(sends[i]) +
+                          " bytes matched with a receive of " + std::to_string(recvs[i]) +
+                          " bytes");
+  return Status::Ok();
+}
+
+// Predicted seconds of collective `d` on `comm`: the simulator's time for the algorithm the
+// tuner would choose, on the tuner's link model, after the call agreement the engine runs first
+// when BRAID_VERIFY_CALLS is on (a dissemination barrier, which is all a barrier then runs).
+Result<double> CollectiveSeconds(const braidComm& comm, const OpDesc& d) {
+  const LinkModel& model = comm.tuner().model();
+  double seconds = 0;
+  const bool agreement = comm.config().verify_calls && comm.nranks() > 1;
+  if (agreement) {
+    CollArgs b;
+    b.kind = CollKind::kBarrier;
+    b.dtype = DataType::kUint8;
+    b.nranks = comm.nranks();
+    b.layout = &comm.layout();
+    BRAID_ASSIGN_OR_RETURN(seconds, SimulateSeconds(DisseminationAlgorithm(), b, model));
+    if (d.kind == CollKind::kBarrier) return seconds;
+  }
+  const CollArgs a = CollArgsFor(comm, d);
+  const Algorithm* algo = AlgorithmFor(comm, d, a);
+  if (!algo) return InternalError("no algorithm can serve " + DescribeCall(d));
+  double data = 0;
+  BRAID_ASSIGN_OR_RETURN(data, SimulateSeconds(*algo, a, model));
+  return seconds + data;
+}
+
+// Predicted seconds of one rank's fused point-to-point calls: alpha + bytes / beta per message
+// on the link class to its peer. The engine posts them all at once, so messages on different
+// ports (send or receive, per link class) overlap and those on one port serialise, as in the
+// simulator; sends and receives to self are local copies and cost nothing.
+double P2PSeconds(const braidComm& comm, const std::vector<P2PCall>& calls) {
+  const LinkModel& model = comm.tuner().model();
+  double port[kNumLinkClasses][2] = {};
+  for (const P2PCall& c : calls) {
+    if (c.peer == comm.rank()) continue;
+    const LinkClass cls = LinkClassBetween(&comm.layout(), comm.rank(), c.peer);
+    const LinkParams& link = model.of(cls);
+    port[static_cast<int>(cls)][c.is_send ? 0 : 1] +=
+        link.alpha_s + static_cast<double>(c.count * DataTypeSize(c.dtype)) / link.beta_bytes_s;
+  }
+  double busiest = 0;
+  for (const auto& p : port) busiest = std::max({busiest, p[0], p[1]});
+  return busiest;
+}
+
+// Closes one level of the calling thread's group. Returns true and moves the recorded calls to
+// *out when it was the outermost level.
+bool CloseLevel(GroupState* out) {
+  if (--t_group.depth > 0) return false;
+  *out = std::move(t_group);
+  t_group = GroupState{};
+  return true;
+}
+
+// Runs the group's communicator inits, concurrently: one thread may be initialising several
+// ranks of one communicator, and each needs the others to make progress.
+template <typename Note>
+void RunInits(std::vector<PendingInit>& inits, Note&& note) {
+  if (inits.empty()) return;
+  std::vector<Status> results(inits.size());
+  std::vector<std::thread> threads;
+  for (size_t i = 0; i < inits.size(); ++i)
+    threads.emplace_back([&, i] {
+      auto& in = inits[i];
+      results[i] = in.comm->init(in.id, in.rank, in.nranks, in.opts);
+      if (results[i].ok()) {
+        in.comm->setState(braidComm::State::kReady);
+      } else {
+        in.comm->setAsyncError(results[i]);
+        in.comm->setState(braidComm::State::kFailed);
+      }
+    });
+  for (auto& t : threads) t.join();
+  for (size_t i = 0; i < inits.size(); ++i) note(inits[i].comm.get(), results[i]);
+}
+
+}  // namespace
+
+bool InGroup() {
+  return t_group.depth > 0;
+}
+
+void GroupAddCollective(const CommRef& comm, std::shared_ptr<Operation> op, bool blocking) {
+  t_group.collectives.push_back({comm, std::move(op), blocking});
+}
+
+void GroupAddP2P(const CommRef& comm, const P2PCall& call, braidRequest* request) {
+  for (auto& p : t_group.p2p) {
+    if (p.comm == comm) {
+      p.calls.push_back(call);
+      if (request) p.requests.push_back(request);
+      return;
+    }
+  }
+  PendingP2P p{comm, {call}, {}};
+  if (request) p.requests.push_back(request);
+  t_group.p2p.push_back(std::move(p));
+}
+
+void GroupAddInit(const CommRef& comm, const UniqueIdData& id, int rank, int nranks,
+                  const CommOptions& opts) {
+  t_group.inits.push_back({comm, id, rank, nranks, opts});
+}
+
+}  // namespace braid
+
+using namespace braid;
+
+// braidGroupEnd's fast path: true when it ran the group (every operation is then complete).
+template <typename Note>
+bool RunInlineIfAlone(GroupState& g, Note& note) {
+  if (g.collectives.empty() && g.p2p.empty()) return false;
+  const CommRef& comm = g.collectives.empty() ? g.p2p[0].comm : g.collectives[0].comm;
+  if (comm->state() != braidComm::State::kReady || g.p2p.size() > 1) return false;
+  for (const auto& c : g.collectives)
+    if (c.comm != comm || !c.blocking) return false;
+  if (!g.p2p.empty()) {
+    const auto& p = g.p2p[0];
+    if (p.comm != comm || !p.requests.empty() || !CheckSelfPairs(p.calls, comm->rank()).ok())
+      return false;
+  }
+  std::vector<std::shared_ptr<Operation>> ops;
+  for (const auto& c : g.collectives) ops.push_back(c.op);
+  if (!g.p2p.empty()) {
+    OpDesc d;
+    d.kind = CollKind::kSendRecv;
+    d.dtype = DataType::kUint8;
+    d.p2p = g.p2p[0].calls;
+    ops.push_back(std::make_shared<Operation>(std::move(d)));
+  }
+  if (!comm->runInline(ops)) return false;
+  for (const auto& op : ops) note(comm.get(), op->status());
+  return true;
+}
+
+extern "C" braidResult_t braidGroupStart(void) {
+  ++t_group.depth;
+  return braidSuccess;
+}
+
+extern "C" braidResult_t braidGroupEnd(void) {
+  if (t_group.depth == 0)
+    return Fail(InvalidUsage("braidGroupEnd without a matching braidGroupStart"));
+  GroupState g;
+  if (!CloseLevel(&g)) return braidSuccess;
+
+  Status first;
+  auto note = [&](braidComm* comm, const Status& st) {
+    if (!st.ok() && first.ok()) {
+      first = st;
+      Fail(comm, st);
+    }
+  };
+  RunInits(g.inits, note);
+
+  // One communicator, every call blocking, nothing else running: the caller drives the whole
+  // group itself, all operations in flight at once (no hand-off to the progress thread and back,
+  // which costs more than a small collective on a busy machine).
+  if (RunInlineIfAlone(g, note)) return first.ok() ? braidSuccess : first.code();
+
+  // Collectives in call order, then each communicator's sends and receives as one operation.
+  std::vector<std::pair<CommRef, std::shared_ptr<Operation>>> to_wait;
+  for (auto& c : g.collectives) {
+    if (c.comm->state() != braidComm::State::kReady) {
+      c.op->complete(InvalidUsage(c.comm->where() + ": communicator not ready"));
+      continue;
+    }
+    c.comm->submit(c.op);
+    if (c.blocking) to_wait.emplace_back(c.comm, c.op);
+  }
+  for (auto& p : g.p2p) {
+    // Usage errors of the group itself fail here, before anything runs, and leave the
+    // communicator healthy.
+    Status usage = CheckSelfPairs(p.calls, p.comm->rank());
+    if (!usage.ok()) {
+      usage.prepend(p.comm->where() + ": ");
+      for (auto* r : p.requests) {
+        r->op = std::make_shared<Operation>(OpDesc{});
+        r->op->complete(usage);
+      }
+      note(p.comm.get(), usage);
+      continue;
+    }
+    OpDesc d;
+    d.kind = CollKind::kSendRecv;
+    d.dtype = DataType::kUint8;
+    d.p2p = std::move(p.calls);
+    auto op = std::make_shared<Operation>(std::move(d));
+    for (auto* r : p.requests) r->op = op;
+    if (p.comm->state() != braidComm::State::kReady) {
+      op->complete(InvalidUsage(p.comm->where() + ": communicator not ready"));
+    } else {
+      p.comm->submit(op);
+    }
+    to_wait.emplace_back(p.comm, op);
+  }
+  for (auto& [comm, op] : to_wait) {
+    op->wait(Deadline::Never(), comm->config().spin_us);
+    note(comm.get(), op->status());
+  }
+  return first.ok() ? braidSuccess : first.code();
+}
+
+extern "C" braidResult_t braidGroupSimulateEnd(double* seconds) {
+  if (!seconds) return Fail(InvalidArgument("braidGroupSimulateEnd: seconds is NULL"));
+  if (t_group.depth == 0)
+    return Fail(InvalidUsage("braidGroupSimulateEnd without a matching braidGroupStart"));
+  *seconds = 0;
+  GroupState g;
+  if (!CloseLevel(&g)) return braidSuccess;
+
+  Status first;
+  auto note = [&](braidComm* comm, const Status& st) {
+    if (!st.ok() && first.ok()) {
+      first = st;
+      Fail(comm, st);
+    }
+  };
+  // Inits are not simulated: the communicators they create must exist afterwards (and the
+  // group's collectives are estimated on them).
+  RunInits(g.inits, note);
+
+  // Nothing else runs: each recorded operation is estimated, then completed unrun, so that a
+  // request the caller holds reports it instead of waiting forever.
+  auto discard = [](const CommRef& comm) {
+    return InvalidUsage(comm->where() +
+                        ": not run: its group ended with braidGroupSimulateEnd, which only "
+                        "estimates the group's time");
+  };
+  double total = 0;
+  for (auto& c : g.collectives) {
+    if (c.comm->state() != braidComm::State::kReady) {
+      Status st = InvalidUsage(c.comm->where() + ": communicator not ready");
+      c.op->complete(st);
+      note(c.comm.get(), st);
+      continue;
+    }
+    auto t = CollectiveSeconds(*c.comm, c.op->desc());
+    c.op->complete(discard(c.comm));
+    if (!t.ok()) {
+      Status st = t.status();
+      note(c.comm.get(), st.prepend(c.comm->where() + ": braidGroupSimulateEnd: "));
+      continue;
+    }
+    total += *t;
+  }
+  for (auto& p : g.p2p) {
+    Status st = CheckSelfPairs(p.calls, p.comm->rank());
+    if (st.ok() && p.comm->state() != braidComm::State::kReady)
+      st = InvalidUsage(p.comm->where() + ": communicator not ready");
+    else if (st.ok())
+      total += P2PSeconds(*p.comm, p.calls);
+    else
+      st.prepend(p.comm->where() + ": ");
+    auto op = std::make_shared<Operation>(OpDesc{});
+    op->complete(st.ok() ? discard(p.comm) : st);
+    for (auto* r : p.requests) r->op = op;
+    note(p.comm.get(), st);
+  }
+  *seconds = total;
+  return first.ok() ? braidSuccess : first.code();
+}

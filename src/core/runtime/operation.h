@@ -1,0 +1,67 @@
+// One call of the API as the engine sees it: what was asked, and how it ended.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "algorithms/schedule.h"
+#include "core/base/clock.h"
+#include "core/base/datatype.h"
+#include "core/base/status.h"
+
+namespace braid {
+
+// One send or receive of a group of point-to-point calls.
+struct P2PCall {
+  bool is_send = false;
+  void* buf = nullptr;  // const for sends
+  uint64_t count = 0;   // elements
+  DataType dtype = DataType::kUint8;
+  int peer = -1;
+};
+
+struct OpDesc {
+  CollKind kind = CollKind::kAllReduce;
+  DataType dtype = DataType::kFloat32;
+  int user_op = braidSum;  // braidRedOp_t as called (premul ops keep their id for messages)
+  ReduceOp base_op = ReduceOp::kSum;
+  bool avg = false;     // divide by nranks after the sum
+  bool premul = false;  // multiply each input by `scalar` first
+  uint8_t scalar[8] = {};
+  const void* sendbuf = nullptr;
+  void* recvbuf = nullptr;
+  uint64_t count = 0;
+  int root = -1;
+  bool in_place = false;
+  std::vector<P2PCall> p2p;  // kSendRecv only
+};
+
+// "allreduce(count=1024, float, sum)"
+std::string DescribeCall(const OpDesc& d);
+
+class Operation {
+ public:
+  explicit Operation(OpDesc desc) : desc_(std::move(desc)) {}
+  const OpDesc& desc() const { return desc_; }
+
+  void complete(Status status);
+  bool done() const { return done_.load(std::memory_order_acquire); }
+  // Waits until done or `deadline`; returns true when done. Spins `spin_us` first.
+  bool wait(Deadline deadline, int64_t spin_us);
+  // Valid once done().
+  const Status& status() const { return status_; }
+
+ private:
+  OpDesc desc_;
+  std::atomic<bool> done_{false};
+  Status status_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+};
+
+}  // namespace braid

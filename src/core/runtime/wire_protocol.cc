@@ -1,0 +1,100 @@
+#include "core/runtime/wire_protocol.h"
+
+namespace braid {
+
+uint8_t WireOp(const OpDesc& d) {
+  return d.premul ? static_cast<uint8_t>(braidNumOps) : static_cast<uint8_t>(d.user_op);
+}
+
+std::string DescribeHeader(const WireHeader& h) {
+  OpDesc d;
+  d.kind = static_cast<CollKind>(h.coll < kNumCollKinds ? h.coll : 0);
+  d.dtype = static_cast<DataType>(h.dtype < kNumDataTypes ? h.dtype : 0);
+  d.count = h.count;
+  d.root = h.root;
+  d.avg = h.op == braidAvg;
+  d.premul = h.op == braidNumOps;
+  d.base_op = static_cast<ReduceOp>(h.op < kNumReduceOps ? h.op : 0);
+  if (d.kind == CollKind::kSendRecv)
+    return "a send of " + std::to_string(h.payload) + " bytes (" + std::to_string(h.count) + " x " +
+           DataTypeName(d.dtype) + ")";
+  return DescribeCall(d);
+}
+
+Status SendFramed(Endpoint* ep, OpProgress& pr, const std::byte* payload, int64_t* budget,
+                  bool* moved) {
+  static const std::byte kZeros[8] = {};
+  const uint64_t payload_len = pr.hdr.payload;
+  for (;;) {
+    const std::byte* p;
+    uint64_t len;
+    if (pr.phase == kHeader) {
+      p = reinterpret_cast<const std::byte*>(&pr.hdr) + pr.done;
+      len = sizeof(WireHeader) - pr.done;
+    } else if (pr.phase == kPayload) {
+      p = payload + pr.done;
+      len = payload_len - pr.done;
+    } else if (pr.phase == kPadding) {
+      p = kZeros;
+      len = PaddedSize(payload_len) - payload_len - pr.done;
+    } else {
+      return Status::Ok();
+    }
+    if (len == 0) {
+      pr.phase = static_cast<Phase>(pr.phase + 1);
+      pr.done = 0;
+      *moved = true;
+      continue;
+    }
+    if (*budget <= 0) return Status::Ok();
+    auto r = ep->send(p, len);
+    if (!r.ok()) return r.status();
+    if (*r == 0) return Status::Ok();
+    pr.done += *r;
+    *budget -= static_cast<int64_t>(*r);
+    *moved = true;
+  }
+}
+
+Result<bool> RecvHeader(Endpoint* ep, int peer, OpProgress& pr, bool* moved) {
+  while (pr.done < sizeof(WireHeader)) {
+    auto r =
+        ep->recv(reinterpret_cast<std::byte*>(&pr.hdr) + pr.done, sizeof(WireHeader) - pr.done);
+    if (!r.ok()) return r.status();
+    if (*r == 0) return false;
+    pr.done += *r;
+    *moved = true;
+  }
+  if (pr.hdr.magic != kWireMagic)
+    return RemoteError("rank " + std::to_string(peer) +
+                       " sent bytes that are not a braid message (bad magic): the stream is "
+                       "corrupt or the peer runs another protocol");
+  return true;
+}
+
+Status RecvPadding(Endpoint* ep, OpProgress& pr, bool* moved) {
+  std::byte trash[8];
+  const uint64_t pad = PaddedSize(pr.hdr.payload) - pr.hdr.payload;
+  while (pr.done < pad) {
+    auto r = ep->recv(trash, pad - pr.done);
+    if (!r.ok()) return r.status();
+    if (*r == 0) return Status::Ok();
+    pr.done += *r;
+    *moved = true;
+  }
+  pr.phase = kDone;
+  *moved = true;
+  return Status::Ok();
+}
+
+std::string DescribeSignature(const CallSignature& s) {
+  WireHeader h;
+  h.coll = s.coll;
+  h.dtype = s.dtype;
+  h.op = s.op;
+  h.root = s.root;
+  h.count = s.count;
+  return DescribeHeader(h) + " #" + std::to_string(s.seq);
+}
+
+}  // namespace braid

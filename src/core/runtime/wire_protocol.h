@@ -1,0 +1,52 @@
+// The engine's wire protocol: how one schedule transfer travels as a framed message (a 40-byte
+// WireHeader naming the call, the payload, zero padding to a multiple of 8 bytes) and the helpers
+// that move a frame over a non-blocking Endpoint a piece at a time. Matching needs no tags: on
+// every directed stream (peer, lane, direction) messages follow the order in which the ranks
+// issued their operations (see StreamGate), and every rank issues collectives in the same order.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "algorithms/schedule.h"
+#include "core/runtime/operation.h"
+#include "core/base/status.h"
+#include "core/runtime/wire_header.h"
+#include "transport/transport.h"
+
+namespace braid {
+
+enum Phase : uint8_t { kHeader = 0, kPayload = 1, kPadding = 2, kDone = 3 };
+
+// Progress of one transfer of the current step of a channel.
+struct OpProgress {
+  Phase phase = kHeader;
+  uint64_t done = 0;  // bytes of the current phase
+  WireHeader hdr;
+};
+
+inline bool IsTransfer(StepOpKind k) {
+  return k == StepOpKind::kSend || k == StepOpKind::kRecv || k == StepOpKind::kRecvReduce;
+}
+inline bool IsRecv(StepOpKind k) {
+  return k == StepOpKind::kRecv || k == StepOpKind::kRecvReduce;
+}
+
+// The op id a header carries (pre-multiplied sums travel as braidNumOps).
+uint8_t WireOp(const OpDesc& d);
+// What the peer called, reconstructed from its header, for mismatch messages.
+std::string DescribeHeader(const WireHeader& h);
+// "allreduce(count=4, float, sum) #3" from a signature.
+std::string DescribeSignature(const CallSignature& s);
+
+// Sends one framed message as far as the stream allows, and at most about `*budget` bytes
+// (decremented; a fair share of the progress loop, see ActiveOp). `pr.hdr` (with `payload` set)
+// is filled by the caller before the first call; `payload` points at pr.hdr.payload bytes.
+Status SendFramed(Endpoint* ep, OpProgress& pr, const std::byte* payload, int64_t* budget,
+                  bool* moved);
+// Reads the rest of an incoming header into `pr.hdr`; true once it is complete and valid.
+Result<bool> RecvHeader(Endpoint* ep, int peer, OpProgress& pr, bool* moved);
+// Skips the padding after a payload; marks the transfer done at its end.
+Status RecvPadding(Endpoint* ep, OpProgress& pr, bool* moved);
+
+}  // namespace braid
