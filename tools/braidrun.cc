@@ -1,6 +1,12 @@
 // braidrun: launches N local ranks of a braid program (spec/nccl-compat.md section 2).
 //
 //   braidrun -n N [--prefix-output] [--timeout SECONDS] [--] cmd args...
+//   braidrun --emulate GxM [--link RATE[,DELAY[,LOSS]]] [...] [--] cmd args...
+//
+// With --emulate, the ranks run in an emulated cluster of G nodes with M ranks each
+// (emulated_cluster.h, tools/emucluster): rank r in node r / M's network namespace with
+// BRAID_HOSTID naming its node and BRAID_LOCAL_RANK/SIZE its place there, so ranks of one node
+// use shm and ranks of different nodes TCP over the (optionally shaped) links.
 //
 // braidrun serves the rendezvous itself (a thread of this process), so the ranks only need the
 // id: each child gets BRAID_UNIQUE_ID (256 hex chars), BRAID_RANK, BRAID_WORLD_SIZE,
@@ -15,6 +21,7 @@
 // own process group so that a rank that is a script takes its children down with it.
 #include <fcntl.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/epoll.h>
 #include <sys/prctl.h>
@@ -31,6 +38,7 @@
 #include <vector>
 
 #include "core/net/bootstrap.h"
+#include "emulated_cluster.h"
 #include "core/base/config.h"
 #include "core/net/unique_id.h"
 
@@ -48,7 +56,12 @@ void PrintUsage(FILE* out) {
   std::fprintf(
       out,
       "usage: braidrun -n N [--prefix-output] [--timeout SECONDS] [--] cmd [args...]\n"
+      "       braidrun --emulate GxM [--link RATE[,DELAY[,LOSS]]] [options] [--] cmd [args...]\n"
       "  -n, --np N          number of ranks to start on this host (1..%d)\n"
+      "  --emulate GxM       run G x M ranks in an emulated cluster of G nodes (network\n"
+      "                      namespaces, root only), M ranks per node; removed at the end\n"
+      "  --link SPEC         shape every node link: RATE (tbf), or RATE,DELAY[,LOSS] (netem),\n"
+      "                      e.g. 1gbit or 1gbit,100us,0.1%%\n"
       "  --prefix-output     prefix every output line with '[rank] '\n"
       "  --timeout SECONDS   kill all ranks after SECONDS and exit %d\n"
       "  -h, --help          this text\n"
@@ -79,6 +92,7 @@ bool ParseInt(const char* s, long lo, long hi, long* out) {
 
 struct Options {
   int nranks = 0;
+  braidrun::EmulationSpec emulate;
   bool prefix_output = false;
   double timeout_s = 0;  // 0 = none
   std::vector<std::string> cmd;
@@ -113,6 +127,14 @@ Options ParseArgs(int argc, char** argv) {
       o.nranks = static_cast<int>(n);
     } else if (a == "--prefix-output") {
       o.prefix_output = true;
+    } else if (a == "--emulate") {
+      const char* v = value(a);
+      if (!braidrun::ParseEmulation(v, &o.emulate))
+        UsageError(std::string("--emulate '") + v +
+                   "': expected GxM, G nodes (1..200) of M ranks (1..256), e.g. 2x4");
+    } else if (a == "--link") {
+      o.emulate.link = value(a);
+      if (o.emulate.link.empty()) UsageError("--link needs RATE[,DELAY[,LOSS]]");
     } else if (a == "--timeout") {
       const char* v = value(a);
       char* end = nullptr;
@@ -128,6 +150,16 @@ Options ParseArgs(int argc, char** argv) {
     }
   }
   for (; i < argc; ++i) o.cmd.push_back(argv[i]);
+  if (o.emulate.nodes > 0) {
+    const int total = o.emulate.nodes * o.emulate.ranks_per_node;
+    if (o.nranks != 0 && o.nranks != total)
+      UsageError("-n " + std::to_string(o.nranks) + " does not match --emulate " +
+                 std::to_string(o.emulate.nodes) + "x" + std::to_string(o.emulate.ranks_per_node) +
+                 " (" + std::to_string(total) + " ranks)");
+    o.nranks = total;
+  } else if (!o.emulate.link.empty()) {
+    UsageError("--link shapes the links of --emulate; it needs --emulate GxM");
+  }
   if (o.nranks == 0) UsageError("missing -n N (the number of ranks)");
   if (o.cmd.empty()) UsageError("missing the command to run");
   return o;
@@ -296,16 +328,30 @@ std::vector<std::string> RankEnvironment(int rank, int nranks, const std::string
                                          const std::string& secret) {
   static const char* kOwned[] = {"BRAID_RANK=",       "BRAID_WORLD_SIZE=", "BRAID_LOCAL_RANK=",
                                  "BRAID_LOCAL_SIZE=", "BRAID_UNIQUE_ID=",  "BRAID_SECRET="};
+  // In an emulated cluster the node identity and the interface are ours to set too.
+  static const char* kEmulationOwned[] = {"BRAID_HOSTID=", "BRAID_SOCKET_IFNAME="};
+  const bool emulated = braidrun::EmulatedCluster::active();
   std::vector<std::string> env;
   for (char** e = environ; *e; ++e) {
     bool owned = false;
     for (const char* k : kOwned) owned |= std::strncmp(*e, k, std::strlen(k)) == 0;
+    for (const char* k : kEmulationOwned)
+      owned |= emulated && std::strncmp(*e, k, std::strlen(k)) == 0;
     if (!owned) env.emplace_back(*e);
+  }
+  int local_rank = rank, local_size = nranks;
+  if (emulated) {
+    const int m = braidrun::EmulatedCluster::spec().ranks_per_node;
+    const int node = braidrun::EmulatedCluster::NodeOf(rank);
+    local_rank = rank % m;
+    local_size = m;
+    env.push_back("BRAID_HOSTID=" + braidrun::EmulatedCluster::HostId(node));
+    env.push_back("BRAID_SOCKET_IFNAME=eth0");
   }
   env.push_back("BRAID_RANK=" + std::to_string(rank));
   env.push_back("BRAID_WORLD_SIZE=" + std::to_string(nranks));
-  env.push_back("BRAID_LOCAL_RANK=" + std::to_string(rank));
-  env.push_back("BRAID_LOCAL_SIZE=" + std::to_string(nranks));
+  env.push_back("BRAID_LOCAL_RANK=" + std::to_string(local_rank));
+  env.push_back("BRAID_LOCAL_SIZE=" + std::to_string(local_size));
   env.push_back("BRAID_UNIQUE_ID=" + id_hex);
   env.push_back("BRAID_SECRET=" + secret);
   return env;
@@ -324,6 +370,11 @@ Rank SpawnRank(int rank, const Options& o, const std::string& id_hex, const std:
   argv.push_back(nullptr);
   std::string exec_error =
       "braidrun: rank " + std::to_string(rank) + ": cannot execute '" + o.cmd[0] + "': ";
+  const int netns =
+      braidrun::EmulatedCluster::active()
+          ? braidrun::EmulatedCluster::NamespaceFd(braidrun::EmulatedCluster::NodeOf(rank))
+          : -1;
+  static const char kSetnsError[] = "braidrun: cannot enter the rank's emulated node (setns)\n";
 
   int out_pipe[2] = {-1, -1}, err_pipe[2] = {-1, -1};
   if (o.prefix_output && (pipe2(out_pipe, O_CLOEXEC) != 0 || pipe2(err_pipe, O_CLOEXEC) != 0)) {
@@ -362,6 +413,10 @@ Rank SpawnRank(int rank, const Options& o, const std::string& id_hex, const std:
     sigaction(SIGCHLD, &dfl, nullptr);
     sigaction(SIGPIPE, &dfl, nullptr);
     sigprocmask(SIG_SETMASK, &old_mask, nullptr);
+    if (netns >= 0 && setns(netns, CLONE_NEWNET) != 0) {
+      WriteAll(2, kSetnsError, sizeof kSetnsError - 1);
+      _exit(kExecFailed);
+    }
     execvpe(argv[0], argv.data(), envp.data());
     int err = errno;
     const char* why = strerror(err);
@@ -405,7 +460,17 @@ int main(int argc, char** argv) {
   braid::RendezvousOptions ropts;
   ropts.ifname = config->socket_ifname;
   ropts.timeout_ms = config->timeout_ms;
-  auto id = braid::StartRendezvous(ropts);
+  std::fflush(nullptr);  // the cluster script writes to our stdout too
+  if (o.emulate.nodes > 0) {
+    braidrun::EmulatedCluster::Start(o.emulate);
+    ropts.ifname = "eth0";
+  }
+  // The rendezvous serves from node 0 when emulating: its socket is made in that namespace,
+  // where every node can reach it.
+  auto id =
+      o.emulate.nodes > 0
+          ? braidrun::EmulatedCluster::InNodeZero([&] { return braid::StartRendezvous(ropts); })
+          : braid::StartRendezvous(ropts);
   if (!id.ok()) {
     std::fprintf(stderr, "braidrun: cannot start the rendezvous service: %s\n",
                  id.status().message().c_str());

@@ -223,6 +223,16 @@ BRAID_API braidResult_t braidCommDescribe(braidComm_t comm, char* buf, size_t le
  * BRAID_DUMP_SIGNAL (e.g. USR1).
  */
 BRAID_API braidResult_t braidCommDebugState(braidComm_t comm, char* buf, size_t len);
+/**
+ * Traffic counters, kept by the transports: the bytes this rank has sent to and received from
+ * `peer` on `comm` since init (payload and message framing, every lane), and the name of the
+ * transport that carries them ("shm", "tcp"; "self" when `peer` is this rank, with zero counts),
+ * written to `transport` (at most `len` bytes including the NUL; `transport` may be NULL).
+ * `sent` and `received` may be NULL. Shows, e.g., which traffic of a multi-node job crossed the
+ * network.
+ */
+BRAID_API braidResult_t braidCommPeerTraffic(braidComm_t comm, int peer, uint64_t* sent,
+                                             uint64_t* received, char* transport, size_t len);
 
 /* ------------------------------------------------------------------ reduction operators */
 

@@ -18,6 +18,7 @@
 #include <poll.h>
 
 #include <cstddef>
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -98,6 +99,19 @@ class Endpoint {
 
   // "shm to rank 3 (host a, pid 42)" — for messages.
   virtual std::string describe() const = 0;
+
+  // Traffic counters (bytes accepted by send() and handed out by recv()/consume() since the
+  // endpoint was made). Written by the thread that moves data, readable from any thread.
+  uint64_t bytesSent() const { return sent_bytes_.load(std::memory_order_relaxed); }
+  uint64_t bytesReceived() const { return received_bytes_.load(std::memory_order_relaxed); }
+
+ protected:
+  void countSent(uint64_t n) { sent_bytes_.fetch_add(n, std::memory_order_relaxed); }
+  void countReceived(uint64_t n) { received_bytes_.fetch_add(n, std::memory_order_relaxed); }
+
+ private:
+  std::atomic<uint64_t> sent_bytes_{0};
+  std::atomic<uint64_t> received_bytes_{0};
 };
 
 // One transport inside one communicator.

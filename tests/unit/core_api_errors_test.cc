@@ -52,6 +52,31 @@ TEST_F(ApiErrors, NullBuffers) {
   ExpectHealthy();
 }
 
+TEST_F(ApiErrors, PeerTrafficArguments) {
+  uint64_t sent = 7, received = 7;
+  char name[8];
+  EXPECT_EQ(braidCommPeerTraffic(nullptr, 0, &sent, &received, name, sizeof name),
+            braidErrInvalidArgument);
+  EXPECT_EQ(braidCommPeerTraffic(comm_, 1, &sent, &received, name, sizeof name),
+            braidErrInvalidArgument);
+  EXPECT_NE(last().find("peer 1 is not a rank of this communicator (0..0)"), std::string::npos)
+      << last();
+  EXPECT_EQ(braidCommPeerTraffic(comm_, -1, &sent, &received, nullptr, 0),
+            braidErrInvalidArgument);
+  EXPECT_EQ(braidCommPeerTraffic(comm_, 0, &sent, &received, name, 0), braidErrInvalidArgument);
+  // This rank itself: "self", nothing moved; every output is optional; the name is truncated
+  // to the buffer.
+  ASSERT_EQ(braidCommPeerTraffic(comm_, 0, &sent, &received, name, sizeof name), braidSuccess);
+  EXPECT_STREQ(name, "self");
+  EXPECT_EQ(sent, 0u);
+  EXPECT_EQ(received, 0u);
+  EXPECT_EQ(braidCommPeerTraffic(comm_, 0, nullptr, nullptr, nullptr, 0), braidSuccess);
+  char tiny[3];
+  ASSERT_EQ(braidCommPeerTraffic(comm_, 0, nullptr, nullptr, tiny, sizeof tiny), braidSuccess);
+  EXPECT_STREQ(tiny, "se");
+  ExpectHealthy();
+}
+
 TEST_F(ApiErrors, UnknownTypeAndOp) {
   float x[4] = {};
   EXPECT_EQ(braidAllReduce(x, x, 4, static_cast<braidDataType_t>(12), braidSum, comm_),

@@ -202,6 +202,37 @@ braidResult_t braidCommDescribe(braidComm_t comm, char* buf, size_t len) {
   return braidSuccess;
 }
 
+braidResult_t braidCommPeerTraffic(braidComm_t comm, int peer, uint64_t* sent,
+                                   uint64_t* received, char* transport, size_t len) {
+  auto ref = UsableComm(comm);
+  if (!ref.ok()) return Fail(Status(ref.status()).prepend("braidCommPeerTraffic: "));
+  const braidComm& c = **ref;
+  if (peer < 0 || peer >= c.nranks())
+    return Fail(ref->get(), InvalidArgument("braidCommPeerTraffic: peer " + std::to_string(peer) +
+                                            " is not a rank of this communicator (0.." +
+                                            std::to_string(c.nranks() - 1) + ")"));
+  if (transport && len == 0)
+    return Fail(ref->get(), InvalidArgument("braidCommPeerTraffic: len is 0"));
+  uint64_t out = 0, in = 0;
+  std::string name = "self";
+  if (peer != c.rank()) {
+    name = c.transportOf(peer);
+    for (int lane = 0; lane < c.nlanes(); ++lane)
+      if (const Endpoint* ep = c.endpoint(peer, lane)) {
+        out += ep->bytesSent();
+        in += ep->bytesReceived();
+      }
+  }
+  if (sent) *sent = out;
+  if (received) *received = in;
+  if (transport) {
+    const size_t n = std::min(len - 1, name.size());
+    std::memcpy(transport, name.data(), n);
+    transport[n] = '\0';
+  }
+  return braidSuccess;
+}
+
 braidResult_t braidRedOpCreatePreMulSum(braidRedOp_t* op, const void* scalar,
                                         braidDataType_t datatype, braidComm_t comm) {
   auto ref = UsableComm(comm);

@@ -214,7 +214,11 @@ void Engine::failAll(size_t i, const Status& st, const std::optional<FailureCaus
   // Before the streams close: the ranks that fail because of that learn the cause first.
   const FailureCause cause = comm_->announceFailure();
   Status final = st;
-  if (cause.rank != comm_->rank() || cause.reason == FailureCause::Reason::kRevoked) {
+  // A mismatch this rank found itself (the ranks' calls or configurations differ) is a usage
+  // error of the program, whichever rank reported first: its own message names both sides.
+  const bool own_usage_error = st.cls() == ErrorClass::kInvalidUsage;
+  if (!own_usage_error &&
+      (cause.rank != comm_->rank() || cause.reason == FailureCause::Reason::kRevoked)) {
     // Another rank's failure: name it first, then what this rank saw of it.
     final =
         Status::Error(cause.errorClass(), ctx + cause.describe() + " (seen here: " + seen + ")");

@@ -155,6 +155,7 @@ Result<size_t> ShmEndpoint::send(const void* data, size_t len) {
                                                                   : size_t{0};
   CopyIn(tx_, tx_head_, static_cast<const std::byte*>(data), n);
   tx_head_ += n;
+  countSent(n);
   tx_.ctl->head.store(tx_head_, std::memory_order_release);
   // Pairs with the fence in arm(): either we see reader_sleeping, or the reader sees our head.
   std::atomic_thread_fence(std::memory_order_seq_cst);
@@ -212,6 +213,7 @@ Status ShmEndpoint::emptyStatus() {
 
 void ShmEndpoint::advanceTail(uint64_t n) {
   rx_tail_ += n;
+  countReceived(n);
   rx_.ctl->tail.store(rx_tail_, std::memory_order_release);
   // Pairs with the fence in arm() on the writer's side.
   std::atomic_thread_fence(std::memory_order_seq_cst);

@@ -114,7 +114,10 @@ Result<size_t> TcpEndpoint::send(const void* data, size_t len) {
   if (len == 0) return size_t{0};
   for (;;) {
     ssize_t n = ::send(fd_.get(), data, len, MSG_NOSIGNAL | MSG_DONTWAIT);
-    if (n >= 0) return static_cast<size_t>(n);
+    if (n >= 0) {
+      countSent(static_cast<uint64_t>(n));
+      return static_cast<size_t>(n);
+    }
     if (errno == EINTR) continue;
     if (errno == EAGAIN || errno == EWOULDBLOCK) {
       // A full buffer toward a peer that hung up never drains: fail now, not at the timeout.
@@ -169,6 +172,7 @@ Result<std::span<const std::byte>> TcpEndpoint::peek(size_t max) {
 }
 
 void TcpEndpoint::consume(size_t len) {
+  countReceived(std::min(len, last_peek_));
   head_ += std::min(len, last_peek_);
   last_peek_ = 0;
   if (head_ == tail_) head_ = tail_ = 0;
@@ -199,6 +203,7 @@ Result<size_t> TcpEndpoint::recv(void* data, size_t len) {
   }
   // Bytes that arrived before an error are delivered first; the error comes on the next call.
   if (got == 0 && !rx_error_.ok() && len > 0) return rx_error_;
+  countReceived(got);
   return got;
 }
 
