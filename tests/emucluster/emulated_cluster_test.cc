@@ -165,6 +165,50 @@ TEST_F(EmulatedCluster, InterruptRemovesTheCluster) {
   EXPECT_EQ(NamespacesOf(r.pid), std::vector<std::string>{});
 }
 
+// Open MPI across emulated nodes (issue 9): mpirun runs inside node 0 with the nodes' addresses
+// as hosts and `emucluster rsh` as its launch agent; braid bootstraps from Open MPI's
+// environment with BRAID_COMM_ID on node 0. all_reduce_perf must report no wrong element, each
+// rank with one shm peer and two TCP peers.
+TEST_F(EmulatedCluster, MpirunAcrossTwoNodes) {
+  if (std::system("command -v mpirun >/dev/null 2>&1") != 0) GTEST_SKIP() << "no mpirun";
+  const std::string name = "emt" + std::to_string(getpid());
+  const std::string e = EMUCLUSTER_PATH;
+  const std::string log = Log();
+  // The job as a script (one quoting level): the cluster goes away on every exit path.
+  const std::string script_path = log + ".sh";
+  {
+    std::ofstream script(script_path);
+    script << "set -e\nE=" << e << "\ntrap '\"$E\" down " << name << " >/dev/null 2>&1' EXIT\n"
+           << "\"$E\" up " << name << " 2 >/dev/null\n"
+           << "timeout 240 \"$E\" exec " << name << " 0 -- mpirun --allow-run-as-root -np 4"
+           << " --host 198.18.0.1:2,198.18.0.2:2 --mca plm_rsh_agent \"$E rsh " << name << "\""
+           << " --mca oob_tcp_if_include eth0 --mca btl self,tcp --mca btl_tcp_if_include eth0"
+           << " -x BRAID_COMM_ID=198.18.0.1:29500 -x BRAID_SECRET=emulated-test-secret"
+           << " -x BRAID_SOCKET_IFNAME=eth0 " << ALL_REDUCE_PERF_PATH
+           << " -b 8 -e 1M -f 32 -n 3 -w 1 > " << log << " 2>&1\n";
+  }
+  const int rc = std::system(("bash " + script_path).c_str());
+  std::remove(script_path.c_str());
+  std::ifstream in(log);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  const std::string out = ss.str();
+  std::remove(log.c_str());
+  EXPECT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find("# Out of bounds values : 0 OK"), std::string::npos) << out;
+  int ranks_seen = 0;
+  for (size_t pos = 0; (pos = out.find("transports shm:1 tcp:2", pos)) != std::string::npos; ++pos)
+    ++ranks_seen;
+  EXPECT_EQ(ranks_seen, 4) << out;
+  FILE* p = popen(("ip netns list 2>/dev/null | grep -c '^" + name + "-' || true").c_str(), "r");
+  char buf[16] = {};
+  if (p) {
+    fgets(buf, sizeof buf, p);
+    pclose(p);
+  }
+  EXPECT_EQ(std::atoi(buf), 0) << "namespaces left behind";
+}
+
 TEST_F(EmulatedCluster, BadArgumentsAreRefused) {
   for (const auto& args :
        std::vector<std::vector<std::string>>{{"--emulate", "2x", "--", "true"},
