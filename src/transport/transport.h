@@ -53,7 +53,7 @@ struct TransportContext {
   bool all_on_one_host = false;        // then TCP may use loopback
   size_t shm_ring_bytes = 1 << 20;     // BRAID_SHM_RING_BYTES: upper bound per ring (shm_sizing.h)
   int tcp_sockets_per_channel = 1;     // reserved
-  std::string doorbell_name;           // this rank's doorbell (see Doorbell in core/doorbell.h)
+  std::string doorbell_name;           // this rank's doorbell (see Doorbell in core/net/doorbell.h)
   std::vector<std::string> doorbells;  // every rank's doorbell name, indexed by rank
   // Where endpoints report what they see of a peer's failure (a death, a shut-down stream), so
   // that the engine can name the root cause; owned by the communicator, which outlives every
