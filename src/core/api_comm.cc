@@ -66,6 +66,15 @@ braidResult_t braidGetUniqueId(braidUniqueId* uniqueId) {
 
 braidResult_t braidCommInitRankConfig(braidComm_t* comm, int nranks, braidUniqueId uniqueId,
                                       int rank, const braidConfig_t* config) {
+  return InitComm(comm, nranks, uniqueId, rank, config, nullptr);
+}
+
+}  // extern "C"
+
+namespace braid {
+
+braidResult_t InitComm(braidComm_t* comm, int nranks, const braidUniqueId& uniqueId, int rank,
+                       const braidConfig_t* config, const LinkModel* inherited_links) {
   if (!comm) return Fail(InvalidArgument("braidCommInitRank: comm is NULL"));
   *comm = nullptr;
   if (nranks < 1)
@@ -78,6 +87,7 @@ braidResult_t braidCommInitRankConfig(braidComm_t* comm, int nranks, braidUnique
   if (!id.ok()) return Fail(Status(id.status()).prepend("braidCommInitRank: "));
   auto opts = MakeCommOptions(config);
   if (!opts.ok()) return Fail(Status(opts.status()).prepend("braidCommInitRank: "));
+  if (inherited_links) opts->inherited_links = *inherited_links;
 
   auto ref = std::make_shared<braidComm>();
   if (InGroup()) {
@@ -111,6 +121,10 @@ braidResult_t braidCommInitRankConfig(braidComm_t* comm, int nranks, braidUnique
   *comm = RegisterComm(ref);
   return braidSuccess;
 }
+
+}  // namespace braid
+
+extern "C" {
 
 braidResult_t braidCommInitRank(braidComm_t* comm, int nranks, braidUniqueId uniqueId, int rank) {
   return braidCommInitRankConfig(comm, nranks, uniqueId, rank, nullptr);
