@@ -8,6 +8,7 @@
 #include <limits>
 #include <string_view>
 
+#include "algorithms/link_profile.h"
 #include "core/base/log.h"
 
 namespace braid {
@@ -234,6 +235,10 @@ std::string Tuner::describe() const {
       "algorithm table for " + std::to_string(nranks_) + " ranks" +
       (layout_ && layout_->nnodes > 1 ? " on " + std::to_string(layout_->nnodes) + " nodes" : "") +
       " (first matching line wins; sizes are the collective's total bytes):\n";
+  // The model the table was computed with: a calibrated model changes the table, so whoever
+  // reads the table must see which one it was.
+  s += "  link model: " + DescribeLinkParams(LinkClass::kIntraNode, model_.intra) + ", " +
+       DescribeLinkParams(LinkClass::kInterNode, model_.inter) + "\n";
   auto line = [&](const char* origin, const TunerRule& r) {
     char buf[160];
     const std::string range = FormatSize(r.min_bytes) + "-" + FormatSize(r.max_bytes);

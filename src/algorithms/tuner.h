@@ -64,7 +64,8 @@ class Tuner {
   // The algorithm to run `args` with: the override's choice when it supports the request, else
   // the model's best among those that do. Never null for a valid request.
   const Algorithm* choose(const CollArgs& args) const;
-  // The table, one line per rule, for braid-info and debug logs.
+  // The link model it was computed with, then the table, one line per rule, for braid-info and
+  // debug logs.
   std::string describe() const;
   // The link model the table was computed with (what the simulator should cost requests on).
   const LinkModel& model() const { return model_; }

@@ -292,6 +292,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     CheckString(env, "BRAID_DEBUG", c.debug);
     CheckString(env, "BRAID_COMM_ID", c.comm_id);
     CheckString(env, "BRAID_SECRET", c.secret);
+    CheckString(env, "BRAID_LINK_PROFILE", c.link_profile);
     auto braid_algo = env.find("BRAID_ALGO");
     const bool from_nccl =
         !c.algo.empty() && (braid_algo == env.end() || braid_algo->second.empty());

@@ -44,6 +44,8 @@ TEST_F(ConfigEnvTest, DefaultsMatchTheTable) {
   EXPECT_EQ(c->chunk_bytes, 512u * 1024);
   EXPECT_EQ(c->shm_ring_bytes, 1u << 20);
   EXPECT_TRUE(c->inline_blocking);
+  EXPECT_TRUE(c->link_calibration);
+  EXPECT_EQ(c->link_profile, "");
   for (const auto& v : ConfigTable()) {
     EXPECT_TRUE(std::string(v.name).rfind("BRAID_", 0) == 0) << v.name;
     EXPECT_NE(std::string(v.doc), "") << v.name;
@@ -58,6 +60,8 @@ TEST_F(ConfigEnvTest, ValuesAndAliases) {
   setenv("NCCL_SOCKET_IFNAME", "eth", 1);
   setenv("BRAID_SOCKET_IFNAME", "=lo", 1);  // BRAID_* wins over the alias
   setenv("NCCL_ALGO", "ring", 1);
+  setenv("BRAID_LINK_CALIBRATION", "0", 1);
+  setenv("BRAID_LINK_PROFILE", "/tmp/links.profile", 1);
   auto c = LoadConfigFromEnv();
   ASSERT_TRUE(c.ok()) << c.status().message();
   EXPECT_EQ(c->timeout_ms, 7000);
@@ -67,6 +71,8 @@ TEST_F(ConfigEnvTest, ValuesAndAliases) {
   EXPECT_EQ(c->socket_ifname, "=lo");
   EXPECT_EQ(c->algo, "ring");
   EXPECT_TRUE(c->algo_from_nccl);
+  EXPECT_FALSE(c->link_calibration);
+  EXPECT_EQ(c->link_profile, "/tmp/links.profile");
   setenv("BRAID_ALGO", "allreduce:rd", 1);
   c = LoadConfigFromEnv();
   ASSERT_TRUE(c.ok());
@@ -90,6 +96,8 @@ TEST_F(ConfigEnvTest, BadValuesNameTheVariable) {
       {"NCCL_BUFFSIZE", "12X", "unknown size suffix"},
       {"BRAID_SPIN_US", "-1", "out of range"},
       {"BRAID_INLINE", "yes", "not an integer"},
+      {"BRAID_LINK_CALIBRATION", "2", "out of range"},
+      {"BRAID_LINK_CALIBRATION", "off", "not an integer"},
   };
   for (const auto& k : cases) {
     Clear();

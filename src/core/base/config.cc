@@ -53,6 +53,14 @@ const std::vector<ConfigVar>& ConfigTable() {
       {"BRAID_DUMP_SIGNAL", nullptr, "string", "",
        "USR1, USR2 or QUIT: on that signal, write every communicator's state (operations in "
        "flight, their progress, the ranks they wait on) to the log; default: no handler"},
+      {"BRAID_LINK_CALIBRATION", nullptr, "int", "1",
+       "1: at init, a few ping-pongs between one pair of ranks per link class (intra-node, "
+       "inter-node) measure the latency and bandwidth the tuner's cost model uses (a few ms); 0: "
+       "the constant defaults (intra 2 us 8 GB/s, inter 25 us 1.2 GB/s). Rank 0's setting wins"},
+      {"BRAID_LINK_PROFILE", nullptr, "string", "",
+       "file caching the measured link model: read at init instead of measuring when it exists "
+       "and parses, else measured and written (by rank 0, atomically); delete it to measure "
+       "again"},
   };
   return table;
 }
@@ -177,6 +185,10 @@ Result<Config> LoadConfigFromEnv() {
   BRAID_RETURN_IF_ERROR(ReadInt("BRAID_DETERMINISTIC", 0, 1, &deterministic));
   c.deterministic = deterministic != 0;
   ReadString("BRAID_DUMP_SIGNAL", &c.dump_signal);
+  int64_t link_calibration = 1;
+  BRAID_RETURN_IF_ERROR(ReadInt("BRAID_LINK_CALIBRATION", 0, 1, &link_calibration));
+  c.link_calibration = link_calibration != 0;
+  ReadString("BRAID_LINK_PROFILE", &c.link_profile);
   if (!c.dump_signal.empty() && DumpSignalNumber(c.dump_signal) == 0)
     return InvalidArgument("BRAID_DUMP_SIGNAL='" + c.dump_signal +
                            "' is not a signal braid can use: USR1, USR2 or QUIT");

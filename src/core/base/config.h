@@ -31,6 +31,8 @@ struct Config {
   int64_t max_inflight = 16;          // BRAID_MAX_INFLIGHT
   bool deterministic = false;         // BRAID_DETERMINISTIC
   std::string dump_signal;            // BRAID_DUMP_SIGNAL
+  bool link_calibration = true;       // BRAID_LINK_CALIBRATION
+  std::string link_profile;           // BRAID_LINK_PROFILE
 };
 
 struct ConfigVar {

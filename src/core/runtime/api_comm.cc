@@ -68,6 +68,15 @@ braidResult_t braidGetUniqueId(braidUniqueId* uniqueId) {
 
 braidResult_t braidCommInitRankConfig(braidComm_t* comm, int nranks, braidUniqueId uniqueId,
                                       int rank, const braidConfig_t* config) {
+  return InitComm(comm, nranks, uniqueId, rank, config, nullptr);
+}
+
+}  // extern "C"
+
+namespace braid {
+
+braidResult_t InitComm(braidComm_t* comm, int nranks, const braidUniqueId& uniqueId, int rank,
+                       const braidConfig_t* config, const LinkModel* inherited_links) {
   if (!comm) return Fail(InvalidArgument("braidCommInitRank: comm is NULL"));
   *comm = nullptr;
   if (nranks < 1)
@@ -80,6 +89,7 @@ braidResult_t braidCommInitRankConfig(braidComm_t* comm, int nranks, braidUnique
   if (!id.ok()) return Fail(Status(id.status()).prepend("braidCommInitRank: "));
   auto opts = MakeCommOptions(config);
   if (!opts.ok()) return Fail(Status(opts.status()).prepend("braidCommInitRank: "));
+  if (inherited_links) opts->inherited_links = *inherited_links;
 
   auto ref = std::make_shared<braidComm>();
   if (InGroup()) {
@@ -113,6 +123,10 @@ braidResult_t braidCommInitRankConfig(braidComm_t* comm, int nranks, braidUnique
   *comm = RegisterComm(ref);
   return braidSuccess;
 }
+
+}  // namespace braid
+
+extern "C" {
 
 braidResult_t braidCommInitRank(braidComm_t* comm, int nranks, braidUniqueId uniqueId, int rank) {
   return braidCommInitRankConfig(comm, nranks, uniqueId, rank, nullptr);
@@ -202,8 +216,8 @@ braidResult_t braidCommDescribe(braidComm_t comm, char* buf, size_t len) {
   return braidSuccess;
 }
 
-braidResult_t braidCommPeerTraffic(braidComm_t comm, int peer, uint64_t* sent,
-                                   uint64_t* received, char* transport, size_t len) {
+braidResult_t braidCommPeerTraffic(braidComm_t comm, int peer, uint64_t* sent, uint64_t* received,
+                                   char* transport, size_t len) {
   auto ref = UsableComm(comm);
   if (!ref.ok()) return Fail(Status(ref.status()).prepend("braidCommPeerTraffic: "));
   const braidComm& c = **ref;

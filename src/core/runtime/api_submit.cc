@@ -38,7 +38,7 @@ braidResult_t InitChildComm(const braidComm& parent, braidComm_t* child, int nra
     inherited.algorithms = algo.empty() ? nullptr : algo.c_str();
     config = &inherited;
   }
-  return braidCommInitRankConfig(child, nranks, id, rank, config);
+  return InitComm(child, nranks, id, rank, config, &parent.tuner().model());
 }
 
 Status RunInternal(const CommRef& comm, OpDesc desc) {

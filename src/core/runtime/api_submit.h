@@ -21,8 +21,13 @@ namespace braid {
 // `request` is non-null (then *request receives a handle).
 braidResult_t RunOperation(const CommRef& comm, std::shared_ptr<Operation> op,
                            braidRequest_t* request);
+// braidCommInitRankConfig, with the link model of a parent communicator when there is one
+// (then the child does not measure its links again; see link_calibration.h).
+braidResult_t InitComm(braidComm_t* comm, int nranks, const braidUniqueId& uniqueId, int rank,
+                       const braidConfig_t* config, const LinkModel* inherited_links);
 // Joins the child communicator of `parent` (split, shrink) as `rank` of `nranks`. Without a
-// `config`, the child inherits the parent's timeout, transports and algorithms.
+// `config`, the child inherits the parent's timeout, transports and algorithms; it always
+// inherits the parent's link model.
 braidResult_t InitChildComm(const braidComm& parent, braidComm_t* child, int nranks,
                             const braidUniqueId& id, int rank, const braidConfig_t* config);
 

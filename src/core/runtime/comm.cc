@@ -161,9 +161,10 @@ Status braidComm::init(const UniqueIdData& id, int rank, int nranks, const CommO
   tag_ = HexOf((*bs)->commNonce().data(), 8);
   Status st = exchangeRankInfo(**bs, deadline);
   if (st.ok()) st = connectTransports(**bs, deadline);
+  if (st.ok()) st = calibrateLinks(**bs, deadline);
   if (!st.ok()) return failed(st.prepend(where() + ": init: "));
 
-  auto tuner = Tuner::Create(opts_.config.algo, nranks_, LinkModel{}, &layout_);
+  auto tuner = Tuner::Create(opts_.config.algo, nranks_, links_.model, &layout_);
   if (!tuner.ok()) return Status(tuner.status()).prepend(where() + ": BRAID_ALGO: ");
   tuner_ = std::make_unique<Tuner>(std::move(*tuner));
   engine_ = std::make_unique<Engine>(this);
@@ -341,6 +342,22 @@ Status braidComm::connectTransports(Bootstrap& bs, Deadline deadline) {
   // Every rank has mapped / connected: transports may now drop names and listeners.
   BRAID_RETURN_IF_ERROR(bs.barrier(deadline));
   for (auto& t : transports_) BRAID_RETURN_IF_ERROR(t->finishConnect());
+  return Status::Ok();
+}
+
+Status braidComm::calibrateLinks(Bootstrap& bs, Deadline deadline) {
+  LinkCalibrationSetup s;
+  s.rank = rank_;
+  s.nranks = nranks_;
+  s.layout = &layout_;
+  s.endpoint = [this](int peer) { return endpoints_[peer].empty() ? nullptr : endpoint(peer, 0); };
+  s.doorbell = &doorbell_;
+  s.spin_us = opts_.config.spin_us;
+  s.enabled = opts_.config.link_calibration;
+  s.profile_path = opts_.config.link_profile;
+  s.inherited = opts_.inherited_links;
+  s.where = where();
+  BRAID_ASSIGN_OR_RETURN(links_, CalibrateLinks(bs, s, deadline));
   return Status::Ok();
 }
 

@@ -6,6 +6,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -18,6 +19,7 @@
 #include "core/base/failure_cause.h"
 #include "core/net/failure_notice.h"
 #include "core/net/handshake_listener.h"
+#include "core/runtime/link_calibration.h"
 #include "core/runtime/operation.h"
 #include "core/net/socket.h"
 #include "core/base/status.h"
@@ -38,6 +40,9 @@ struct PreMulOp {
 struct CommOptions {
   Config config;
   bool blocking = true;
+  // A parent communicator's link model (split, shrink): the child takes it instead of measuring
+  // again, so that creating communicators often stays cheap.
+  std::optional<LinkModel> inherited_links;
 };
 
 Result<CommOptions> MakeCommOptions(const braidConfig_t* config);
@@ -113,6 +118,8 @@ struct braidComm {
   int nlanes() const { return nchannels_ + 1; }
   int expressLane() const { return nchannels_; }
   const braid::Tuner& tuner() const { return *tuner_; }
+  // The link model the tuner was built with, and where it came from (link_calibration.h).
+  const braid::CalibratedLinks& links() const { return links_; }
   const braid::GroupLayout& layout() const { return layout_; }
   braid::Doorbell& doorbell() { return doorbell_; }
   const std::string& transportOf(int peer) const { return transport_of_[peer]; }
@@ -146,6 +153,7 @@ struct braidComm {
  private:
   Status exchangeRankInfo(braid::Bootstrap& bs, braid::Deadline deadline);
   Status connectTransports(braid::Bootstrap& bs, braid::Deadline deadline);
+  Status calibrateLinks(braid::Bootstrap& bs, braid::Deadline deadline);
 
   std::atomic<State> state_{State::kInitializing};
   std::thread init_thread_;
@@ -162,6 +170,7 @@ struct braidComm {
   std::vector<std::unique_ptr<braid::TransportInstance>> transports_;
   std::vector<std::string> transport_of_;                                 // per peer
   std::vector<std::vector<std::unique_ptr<braid::Endpoint>>> endpoints_;  // [peer][channel]
+  braid::CalibratedLinks links_;
   std::unique_ptr<braid::Tuner> tuner_;
   std::unique_ptr<braid::Engine> engine_;
   // Before control_: its thread writes here until the listener is destroyed.
