@@ -369,9 +369,10 @@ int PerfMain(int argc, char** argv, const CollTest& test) {
     return kExitRuntime;
   s.world = s.launch.nprocs * s.launch.nthreads;
   if (test.has_root && o.root >= s.world) {
-    if (s.launch.proc_rank == 0)
-      std::fprintf(stderr, "%s: -r %d: the root must be a rank in 0..%d\n", test.binary, o.root,
-                   s.world - 1);
+    // Every process says it: the launcher stops the others as soon as one exits, so a message
+    // left to rank 0 alone could be lost when another rank exits first.
+    std::fprintf(stderr, "%s: -r %d: the root must be a rank in 0..%d\n", test.binary, o.root,
+                 s.world - 1);
     DestroyCommunicators(&s.launch);
     return kExitUsage;
   }

@@ -145,8 +145,10 @@ Result<std::optional<LinkParams>> MeasurePair(LinkClass c, const Pair& pair,
   if (!pinger) return std::optional<LinkParams>();
   LinkParams p;
   p.alpha_s = lat;
-  // The large message's time less one message latency is what the bytes themselves took.
-  const double transfer = big - lat;
+  // The large message's time less one message latency is what the bytes themselves took. On a
+  // loaded machine the small messages' median can come out as large as the big one's (a
+  // descheduled echo): then the whole time is the honest bound, not a negative difference.
+  const double transfer = big - lat >= big / 2 ? big - lat : big;
   p.beta_bytes_s = transfer > 0 ? static_cast<double>(kBandwidthBytes) / transfer : -1;
   Status ok = CheckLinkParams(p);
   if (!ok.ok()) {
