@@ -70,16 +70,23 @@ Status CheckLink(const std::optional<Link>& l, const std::string& what) {
   return Status::Ok();
 }
 
-// The chain of switch domains from `s` up to the cluster (s first). Assumes no cycle.
-std::vector<std::string> Ancestry(const Topology& t, const std::string& s) {
+// Each switch domain's parent, by name.
+std::map<std::string, std::string> Parents(const Topology& t) {
+  std::map<std::string, std::string> parents;
+  for (const SwitchDomain& d : t.switches) parents.emplace(d.name, d.parent);
+  return parents;
+}
+
+// The chain of switch domains from `s` up to the cluster (s first). Stops after as many steps as
+// there are switches, so a cycle (which Validate refuses) cannot loop.
+std::vector<std::string> Ancestry(const std::map<std::string, std::string>& parents,
+                                  const std::string& s) {
   std::vector<std::string> chain;
   std::string cur = s;
-  while (!cur.empty() && chain.size() <= t.switches.size()) {
+  while (!cur.empty() && chain.size() <= parents.size()) {
     chain.push_back(cur);
-    std::string next;
-    for (const SwitchDomain& d : t.switches)
-      if (d.name == cur) next = d.parent;
-    cur = next;
+    auto it = parents.find(cur);
+    cur = it == parents.end() ? std::string() : it->second;
   }
   return chain;
 }
@@ -93,15 +100,45 @@ const SwitchDomain* FindSwitch(const Topology& t, const std::string& name) {
 // The lowest switch domain both chains pass through, or empty.
 std::string CommonSwitch(const Topology& t, const Node& a, const Node& b) {
   if (a.switch_domain.empty() || b.switch_domain.empty()) return {};
-  std::vector<std::string> ca = Ancestry(t, a.switch_domain);
-  std::vector<std::string> cb = Ancestry(t, b.switch_domain);
+  const auto parents = Parents(t);
+  const std::vector<std::string> ca = Ancestry(parents, a.switch_domain);
+  const std::vector<std::string> cb = Ancestry(parents, b.switch_domain);
+  const std::set<std::string> in_b(cb.begin(), cb.end());
   for (const std::string& s : ca)
-    for (const std::string& u : cb)
-      if (s == u) return s;
+    if (in_b.count(s)) return s;
   return {};
 }
 
 }  // namespace
+
+std::string SwitchCycle(const Topology& t) {
+  const auto parents = Parents(t);
+  // Walk up from every switch; a walk that meets a switch it passed itself found a cycle, one
+  // that meets a switch an earlier walk cleared stops there. Linear in the number of switches.
+  std::map<std::string, int> walk_of;  // switch -> the walk that first passed it
+  int walk = 0;
+  for (const SwitchDomain& s : t.switches) {
+    ++walk;
+    std::vector<std::string> path;
+    for (std::string cur = s.name; !cur.empty();) {
+      auto [it, fresh] = walk_of.emplace(cur, walk);
+      if (!fresh) {
+        if (it->second != walk) break;  // joins a chain already known to end
+        std::string text;
+        bool in_cycle = false;
+        for (const std::string& p : path) {
+          in_cycle = in_cycle || p == cur;
+          if (in_cycle) text += p + " -> ";
+        }
+        return text + cur;
+      }
+      path.push_back(cur);
+      auto parent = parents.find(cur);
+      cur = parent == parents.end() ? std::string() : parent->second;
+    }
+  }
+  return {};
+}
 
 Status Validate(const Topology& t) {
   for (int l = 0; l < kNumLevels; ++l)
@@ -114,17 +151,11 @@ Status Validate(const Topology& t) {
       return InvalidArgument("switch '" + s.name + "' is defined twice");
     BRAID_RETURN_IF_ERROR(CheckLink(s.link, "switch '" + s.name + "'"));
   }
-  for (const SwitchDomain& s : t.switches) {
+  for (const SwitchDomain& s : t.switches)
     if (!s.parent.empty() && !switches.count(s.parent))
       return InvalidArgument("switch '" + s.name + "': parent '" + s.parent + "' is not defined");
-    // Walk up: more steps than there are switches means a cycle.
-    std::string cur = s.parent;
-    for (size_t steps = 0; !cur.empty(); ++steps) {
-      if (steps > t.switches.size() || cur == s.name)
-        return InvalidArgument("switch '" + s.name + "': its parent chain is a cycle");
-      cur = FindSwitch(t, cur)->parent;
-    }
-  }
+  if (std::string cycle = SwitchCycle(t); !cycle.empty())
+    return InvalidArgument("switch domains form a cycle: " + cycle);
   std::set<std::string> nodes;
   for (const Node& n : t.nodes) {
     const std::string where = "node '" + n.name + "'";

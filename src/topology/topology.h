@@ -117,6 +117,10 @@ struct Topology {
 // own; discovery and hand-built models use this.
 Status Validate(const Topology& t);
 
+// The switch domains on a cycle of parent links, as "a -> b -> a"; empty when there is none.
+// Parents that name no switch end a chain (Validate reports those separately).
+std::string SwitchCycle(const Topology& t);
+
 // The link between device `dev_a` of node `a` and device `dev_b` of node `b` (dev = -1: the node
 // itself, for CPU-only nodes): the override or level link where the two first meet. nullopt when
 // that level has no link in the model (a discovered single node has none: nothing measured).

@@ -448,24 +448,13 @@ Status Parser::Statement(const Line& l) {
 // References may point forward (a switch's parent defined later), so they are checked once the
 // whole file is read, each with the line that made it.
 Status Parser::Resolve() {
-  for (const SwitchDomain& s : t_.switches) {
-    const size_t line = switch_line_.at(s.name);
-    if (s.parent.empty()) continue;
-    if (!switch_line_.count(s.parent))
-      return Error(line,
+  for (const SwitchDomain& s : t_.switches)
+    if (!s.parent.empty() && !switch_line_.count(s.parent))
+      return Error(switch_line_.at(s.name),
                    "switch " + Quote(s.name) + ": parent " + Quote(s.parent) + " is not defined");
-    std::string cur = s.parent;
-    std::string path = s.name;
-    for (size_t steps = 0; !cur.empty(); ++steps) {
-      path += " -> " + cur;
-      if (cur == s.name || steps > t_.switches.size())
-        return Error(line, "switch domains form a cycle: " + path);
-      std::string next;
-      for (const SwitchDomain& u : t_.switches)
-        if (u.name == cur) next = u.parent;
-      cur = next;
-    }
-  }
+  if (std::string cycle = SwitchCycle(t_); !cycle.empty())
+    return Error(switch_line_.at(cycle.substr(0, cycle.find(' '))),
+                 "switch domains form a cycle: " + cycle);
   for (size_t i = 0; i < t_.nodes.size(); ++i) {
     const Node& n = t_.nodes[i];
     if (!n.switch_domain.empty() && !switch_line_.count(n.switch_domain))
