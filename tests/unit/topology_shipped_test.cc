@@ -2,10 +2,15 @@
 // CPU layout its comments cite, survives the round trip, and yields the groups the hierarchical
 // algorithms and the fabric split need.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <string>
 
+#include <cstdlib>
+
+#include "core/base/config.h"
 #include "topology/groups.h"
+#include "topology/local_topology.h"
 #include "topology/topology_file.h"
 
 namespace braid::topo {
@@ -159,6 +164,44 @@ TEST(DerivedGroups, UnevenAndCpuOnlyNodes) {
                 {NicType::kInfiniBand, {0}}, {NicType::kRoCE, {1}}, {NicType::kEthernet, {2, 3}}}));
   // No links in the model: nothing to report.
   EXPECT_EQ(LinkBetween(t, 0, 0, 1, -1), std::nullopt);
+}
+
+// BRAID_TOPO_FILE replaces discovery; a file that does not load is an error naming its line, not
+// a fallback; NCCL_TOPO_FILE (NCCL's XML) is not read, and says so.
+TEST(LocalTopologySource, BraidTopoFileAndNcclTopoFile) {
+  const std::string mixed = std::string(BRAID_TOPOLOGIES_DIR) + "/mixed-ib-roce.topo";
+  setenv("BRAID_TOPO_FILE", mixed.c_str(), 1);
+  auto config = LoadConfigFromEnv();
+  ASSERT_TRUE(config.ok());
+  EXPECT_EQ(config->topo_file, mixed);
+  auto local = LoadLocalTopology();
+  ASSERT_TRUE(local.ok()) << local.status().message();
+  EXPECT_EQ(local->source, "file " + mixed);
+  EXPECT_EQ(local->topology.nodes.size(), 4u);
+
+  char path[] = "/tmp/braid_topo_env_XXXXXX";
+  const int fd = mkstemp(path);
+  ASSERT_GE(fd, 0);
+  const std::string bad = "braid-topology 1\nnode n\n  nic x type=ib speed=fast\n";
+  ASSERT_EQ(write(fd, bad.data(), bad.size()), static_cast<ssize_t>(bad.size()));
+  close(fd);
+  setenv("BRAID_TOPO_FILE", path, 1);
+  auto refused = LoadLocalTopology();
+  unlink(path);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().message().rfind("BRAID_TOPO_FILE: " + std::string(path) + ":3: ", 0),
+            0u)
+      << refused.status().message();
+
+  unsetenv("BRAID_TOPO_FILE");
+  setenv("NCCL_TOPO_FILE", "/etc/nccl-topo.xml", 1);
+  auto discovered = LoadLocalTopology();
+  unsetenv("NCCL_TOPO_FILE");
+  ASSERT_TRUE(discovered.ok()) << discovered.status().message();
+  EXPECT_EQ(discovered->source.rfind("discovered", 0), 0u);
+  ASSERT_FALSE(discovered->notes.empty());
+  EXPECT_NE(discovered->notes[0].find("NCCL_TOPO_FILE=/etc/nccl-topo.xml is not read"),
+            std::string::npos);
 }
 
 }  // namespace
