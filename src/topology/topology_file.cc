@@ -475,7 +475,7 @@ Status Parser::Resolve() {
 
 Result<Topology> Parser::Run(std::string_view text) {
   if (text.size() > kMaxFileBytes)
-    return InvalidArgument(origin_ + ": " + std::to_string(text.size()) +
+    return InvalidArgument(origin_ + ": the text is " + std::to_string(text.size()) +
                            " bytes; a topology file is at most " + std::to_string(kMaxFileBytes));
   size_t number = 0, pos = 0;
   while (pos < text.size()) {
