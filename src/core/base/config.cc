@@ -27,6 +27,9 @@ const std::vector<ConfigVar>& ConfigTable() {
        "with many local ranks rings shrink, docs/scale.md)"},
       {"BRAID_HOSTID", nullptr, "string", "",
        "node identity override (emulated clusters); default hostname+boot id+netns"},
+      {"BRAID_TOPO_FILE", nullptr, "string", "",
+       "topology file to use instead of discovery (docs/topology.md; NCCL_TOPO_FILE's XML is "
+       "not read)"},
       {"BRAID_COMM_ID", "NCCL_COMM_ID", "string", "",
        "host:port where rank 0 serves the rendezvous for braidInitFromEnv"},
       {"BRAID_SECRET", nullptr, "string", "",
@@ -171,6 +174,7 @@ Result<Config> LoadConfigFromEnv() {
   BRAID_RETURN_IF_ERROR(ReadBytes("BRAID_CHUNK_BYTES", 4 << 10, 64 << 20, &c.chunk_bytes));
   BRAID_RETURN_IF_ERROR(ReadBytes("BRAID_SHM_RING_BYTES", 64 << 10, 256 << 20, &c.shm_ring_bytes));
   ReadString("BRAID_HOSTID", &c.host_id);
+  ReadString("BRAID_TOPO_FILE", &c.topo_file);
   ReadString("BRAID_COMM_ID", &c.comm_id);
   ReadString("BRAID_SECRET", &c.secret);
   BRAID_RETURN_IF_ERROR(ReadInt("BRAID_SPIN_US", 0, 10000, &c.spin_us));

@@ -23,6 +23,7 @@ struct Config {
   uint64_t chunk_bytes = 512 * 1024;  // BRAID_CHUNK_BYTES
   uint64_t shm_ring_bytes = 1 << 20;  // BRAID_SHM_RING_BYTES / NCCL_BUFFSIZE (upper bound)
   std::string host_id;                // BRAID_HOSTID
+  std::string topo_file;              // BRAID_TOPO_FILE
   std::string comm_id;                // BRAID_COMM_ID / NCCL_COMM_ID
   std::string secret;                 // BRAID_SECRET
   int64_t spin_us = 50;               // BRAID_SPIN_US
