@@ -79,16 +79,4 @@ const char* StepOpKindName(StepOpKind k) {
   return "?";
 }
 
-const char* MemoryTypeName(MemoryType m) {
-  switch (m) {
-    case MemoryType::kHost:
-      return "host";
-    case MemoryType::kCuda:
-      return "cuda";
-    case MemoryType::kHip:
-      return "hip";
-  }
-  return "?";
-}
-
 }  // namespace braid

@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "core/base/datatype.h"
+#include "core/base/memory_type.h"  // MemoryType: where a buffer lives
 
 namespace braid {
 
@@ -42,10 +43,6 @@ enum class CollKind : uint8_t {
 };
 inline constexpr int kNumCollKinds = 8;
 const char* CollKindName(CollKind k);  // "allreduce", "reducescatter", ... (tuner grammar names)
-
-// Where a buffer's memory lives; a transport declares which kinds it can read and write.
-enum class MemoryType : uint8_t { kHost = 0, kCuda, kHip };
-const char* MemoryTypeName(MemoryType m);
 
 // Whose a buffer is: the user's (the collective's send and receive buffers, or one buffer per
 // call of a point-to-point group) or engine memory the schedule needs (scratch).

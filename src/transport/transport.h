@@ -4,6 +4,13 @@
 // `nchannels` Endpoints; each is a reliable FIFO byte stream in both directions. The engine
 // frames messages itself (header + payload), so a transport knows nothing about collectives.
 //
+// Besides the stream, every endpoint offers a message interface: post the send or receive of a
+// whole message in memory registered with the transport, then test for completion. That is the
+// native shape of RDMA (verbs work requests, UCX tagged operations), so those transports plug in
+// without emulating a stream; shm and tcp carry messages over their streams (stream_messages.h).
+// A transport also declares which memory types (host, CUDA, HIP) it can read and write, and
+// refuses to register the others.
+//
 // Lifecycle inside one communicator's init:
 //   1. factory->create(ctx)              : listeners / segments are prepared, nothing connects
 //   2. instance->localBlob()             : published to every rank through the bootstrap
@@ -21,15 +28,21 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
 
 #include "core/base/clock.h"
 #include "core/base/failure_cause.h"
+#include "core/base/memory_type.h"
 #include "core/base/status.h"
+#include "transport/memory_registration.h"
 
 namespace braid {
+
+class StreamMessages;
+class TransportInstance;
 
 // What the communicator knows about each rank after the first bootstrap round.
 struct RankInfo {
@@ -66,7 +79,8 @@ struct TransportContext {
 // SystemError for local failures.
 class Endpoint {
  public:
-  virtual ~Endpoint() = default;
+  Endpoint();
+  virtual ~Endpoint();
 
   // Writes up to `len` bytes; returns how many were accepted (0 when the stream is full).
   virtual Result<size_t> send(const void* data, size_t len) = 0;
@@ -100,6 +114,26 @@ class Endpoint {
   // "shm to rank 3 (host a, pid 42)" — for messages.
   virtual std::string describe() const = 0;
 
+  // Message interface. postSend / postRecv name `len` bytes at `offset` of memory registered
+  // with this endpoint's transport and return an id at once; test(id) moves what can move and
+  // returns the message's byte count once it has completed (reported once; nullopt while
+  // pending). Messages match in FIFO order per endpoint and direction: the k-th send is received
+  // by the peer's k-th posted receive, which must be at least as large (a larger message fails
+  // both the receive and the endpoint's later messages: the pair is out of step). The memory must
+  // stay valid and untouched until completion. A send completes when its memory may be reused,
+  // not when the peer has it. Bad arguments (a slice outside the registration, memory of another
+  // transport, an unknown id) are InvalidArgument and change nothing. One thread per endpoint,
+  // and no stream use of the endpoint while messages are pending. The default carries messages
+  // over this endpoint's stream (stream_messages.h); RDMA transports override all four.
+  virtual Result<uint64_t> postSend(const MemoryRegistration& mem, size_t offset, size_t len);
+  virtual Result<uint64_t> postRecv(const MemoryRegistration& mem, size_t offset, size_t len);
+  virtual Result<std::optional<size_t>> test(uint64_t id);
+  // What pending messages wait for: pass them to arm() to sleep until they can progress.
+  virtual void messageWants(bool* want_send, bool* want_recv) const;
+  // The transport that made this endpoint (its registrations are the ones the endpoint takes).
+  void setTransport(const TransportInstance* t) { transport_ = t; }
+  const TransportInstance* transport() const { return transport_; }
+
   // Traffic counters (bytes accepted by send() and handed out by recv()/consume() since the
   // endpoint was made). Written by the thread that moves data, readable from any thread.
   uint64_t bytesSent() const { return sent_bytes_.load(std::memory_order_relaxed); }
@@ -110,8 +144,15 @@ class Endpoint {
   void countReceived(uint64_t n) { received_bytes_.fetch_add(n, std::memory_order_relaxed); }
 
  private:
+  // InvalidArgument unless `mem` belongs to this endpoint's transport and holds the slice.
+  Status checkMemory(const MemoryRegistration& mem, size_t offset, size_t len,
+                     const char* what) const;
+  StreamMessages& messages();
+
   std::atomic<uint64_t> sent_bytes_{0};
   std::atomic<uint64_t> received_bytes_{0};
+  const TransportInstance* transport_ = nullptr;
+  std::unique_ptr<StreamMessages> messages_;  // made on first use
 };
 
 // One transport inside one communicator.
@@ -130,6 +171,17 @@ class TransportInstance {
                          std::vector<std::vector<std::unique_ptr<Endpoint>>>* out) = 0;
   // After every rank of the communicator has connected (a bootstrap barrier separates the two).
   virtual Status finishConnect() { return Status::Ok(); }
+
+  // The factory's name ("shm", "tcp"), for messages.
+  virtual const char* name() const { return "transport"; }
+  // Memory types this transport's endpoints can read and write.
+  virtual MemoryTypeMask memoryTypes() const { return MemoryTypeBit(MemoryType::kHost); }
+  // Registers `bytes` bytes at `base` (of type `type`) for the message interface of this
+  // instance's endpoints. InvalidArgument for a type outside memoryTypes() or a null base with
+  // a non-zero size. The default records the range (stream transports need nothing more); RDMA
+  // transports pin and register it with the device.
+  virtual Result<std::unique_ptr<MemoryRegistration>> registerMemory(void* base, size_t bytes,
+                                                                     MemoryType type);
 };
 
 class TransportFactory {

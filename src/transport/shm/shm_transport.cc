@@ -116,6 +116,7 @@ class ShmTransport final : public TransportInstance {
     AtInitPoint(InitPoint::kFinished, ctx_.comm_tag);
     return Status::Ok();
   }
+  const char* name() const override { return "shm"; }
 
  private:
   explicit ShmTransport(const TransportContext& ctx) : ctx_(ctx) {}
@@ -255,6 +256,7 @@ Status ShmTransport::connectPeer(int peer, const std::string& blob_text,
     std::unique_ptr<Endpoint> ep(new (std::nothrow)
                                      ShmEndpoint(link, std::move(tx), std::move(rx)));
     if (!ep) return SystemError("out of memory");
+    ep->setTransport(this);
     channels->push_back(std::move(ep));
   }
   return Status::Ok();

@@ -78,6 +78,7 @@ class TcpInstance final : public TransportInstance {
   }
 
   std::string localBlob() const override { return tcp::EncodeBlob(address_); }
+  const char* name() const override { return "tcp"; }
 
   bool canConnect(int peer, const std::vector<std::string>& blobs) const override {
     if (peer < 0 || static_cast<size_t>(peer) >= blobs.size() ||
@@ -479,6 +480,9 @@ Status TcpInstance::connect(const std::vector<int>& peers, const std::vector<std
     stash_.erase(it);
     taken_.emplace_back(peers[i], c);
   }
+  for (auto& per_peer : *out)
+    for (auto& ep : per_peer)
+      if (ep) ep->setTransport(this);
   BRAID_INFO(
       "tcp: rank %d: connected to %zu peers x %d channels in %s", ctx_.rank, peers.size(),
       ctx_.nchannels,
