@@ -120,10 +120,15 @@ typedef struct {
   int64_t timeout_ms;     /**< per-operation stall deadline; 0 = BRAID_TIMEOUT (default 300 s) */
   const char* transports; /**< e.g. "tcp" or "shm,tcp"; NULL = BRAID_TRANSPORTS or automatic */
   const char* algorithms; /**< tuner override, e.g. "allreduce:ring"; NULL = BRAID_ALGO */
+  /** braidCommSplit only: 1 = the new communicator is a view on the parent's connections (no
+   *  rendezvous, no new socket, segment or thread; the parent and its views must be called in
+   *  the same order on every rank, and a failure of one stops all); 0 = a new, independent
+   *  communicator; -1 (default) = BRAID_SPLIT_SHARE (default 1). */
+  int splitShare;
 } braidConfig_t;
 
 #define BRAID_CONFIG_INITIALIZER \
-  { sizeof(braidConfig_t), 1, 0, NULL, NULL }
+  { sizeof(braidConfig_t), 1, 0, NULL, NULL, -1 }
 
 /* ------------------------------------------------------------------ version and errors */
 

@@ -103,6 +103,8 @@ ncclResult_t TranslateConfig(const ncclConfig_t* config, const char* func, braid
 
   braidConfig_t b = BRAID_CONFIG_INITIALIZER;
   b.blocking = blocking;
+  // Undefined: braid's default (BRAID_SPLIT_SHARE, or NCCL_COMM_SPLIT_SHARE_RESOURCES).
+  if (c.splitShare != undef) b.splitShare = c.splitShare;
   *out = b;
   return ncclSuccess;
 }

@@ -56,6 +56,11 @@ const std::vector<ConfigVar>& ConfigTable() {
       {"BRAID_DUMP_SIGNAL", nullptr, "string", "",
        "USR1, USR2 or QUIT: on that signal, write every communicator's state (operations in "
        "flight, their progress, the ranks they wait on) to the log; default: no handler"},
+      {"BRAID_SPLIT_SHARE", "NCCL_COMM_SPLIT_SHARE_RESOURCES", "int", "1",
+       "1: braidCommSplit makes views that run on the parent's connections (no rendezvous, no "
+       "new socket, segment or thread; the parent and its views must then be called in the same "
+       "order on every rank, and a failure of one stops all); 0: each split is a new, "
+       "independent communicator. braidConfig_t.splitShare overrides it per split"},
       {"BRAID_LINK_CALIBRATION", nullptr, "int", "1",
        "1: at init, a few ping-pongs between one pair of ranks per link class (intra-node, "
        "inter-node) measure the latency and bandwidth the tuner's cost model uses (a few ms); 0: "
@@ -193,6 +198,9 @@ Result<Config> LoadConfigFromEnv() {
   BRAID_RETURN_IF_ERROR(ReadInt("BRAID_LINK_CALIBRATION", 0, 1, &link_calibration));
   c.link_calibration = link_calibration != 0;
   ReadString("BRAID_LINK_PROFILE", &c.link_profile);
+  int64_t split_share = 1;
+  BRAID_RETURN_IF_ERROR(ReadInt("BRAID_SPLIT_SHARE", 0, 1, &split_share));
+  c.split_share = split_share != 0;
   if (!c.dump_signal.empty() && DumpSignalNumber(c.dump_signal) == 0)
     return InvalidArgument("BRAID_DUMP_SIGNAL='" + c.dump_signal +
                            "' is not a signal braid can use: USR1, USR2 or QUIT");

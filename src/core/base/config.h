@@ -34,6 +34,7 @@ struct Config {
   std::string dump_signal;            // BRAID_DUMP_SIGNAL
   bool link_calibration = true;       // BRAID_LINK_CALIBRATION
   std::string link_profile;           // BRAID_LINK_PROFILE
+  bool split_share = true;            // BRAID_SPLIT_SHARE
 };
 
 struct ConfigVar {

@@ -28,6 +28,10 @@ int SenderSocket() {
 }  // namespace
 
 Result<Doorbell> Doorbell::Bind(const std::string& name) {
+  // A process that can be rung rings others too: make the sender now, not at the first ring
+  // somewhere inside an operation (a descriptor opened mid-run looks like a leak to a caller
+  // that counts them, and its failure would surface far from here).
+  if (SenderSocket() < 0) return SystemError(ErrnoMessage("doorbell sender socket()", errno));
   Doorbell d;
   d.fd_ = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
   if (d.fd_ < 0) return SystemError(ErrnoMessage("doorbell socket()", errno));

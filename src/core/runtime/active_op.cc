@@ -1,6 +1,7 @@
 #include "core/runtime/active_op.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
 
 #include "algorithms/algorithm.h"
@@ -117,6 +118,7 @@ Status ActiveOp::prepare(uint64_t coll_seq, std::vector<uint64_t>& p2p_send_seq,
   proto_.seq = seq_;
   proto_.count = d_.count;
   proto_.root = d_.root;
+  proto_.comm = comm_->commId();
 
   const int express = comm_->expressLane();
   stage_ = Stage::kData;
@@ -153,7 +155,7 @@ Status ActiveOp::prepare(uint64_t coll_seq, std::vector<uint64_t>& p2p_send_seq,
 
   // Stream claims: every transfer of both stages, counted per stream.
   StreamGate probe;
-  probe.reset(nranks, comm_->nlanes());
+  probe.reset(comm_->rootNranks(), comm_->nlanes());
   std::vector<uint32_t> streams;
   for (const auto* chans : {&agree_chans_, &data_chans_})
     for (const auto& cs : *chans)
@@ -220,7 +222,8 @@ Status ActiveOp::bindBuffers() {
 
 uint32_t ActiveOp::streamOf(const StreamGate& gate, const ChannelState& cs,
                             const StepOp& sop) const {
-  return gate.stream(sop.peer, cs.lane, IsRecv(sop.kind));
+  // The gate orders the root's streams, which a root and its split views share.
+  return gate.stream(comm_->rootRank(sop.peer), cs.lane, IsRecv(sop.kind));
 }
 
 Status ActiveOp::advance(StreamGate& gate, bool* moved) {
@@ -279,7 +282,12 @@ Result<bool> ActiveOp::advanceStage(std::vector<ChannelState>& chans, StreamGate
           step_done = false;
           continue;
         }
-        Status st = agreement ? advanceAgreement(cs, i, moved) : advanceData(cs, i, moved);
+        bool m = false;
+        Status st = agreement ? advanceAgreement(cs, i, &m) : advanceData(cs, i, &m);
+        if (m) {
+          *moved = true;
+          if (transfer) touched_ = true;
+        }
         if (!st.ok()) return st.prepend(context());
         if (pr.phase != kDone) {
           step_done = false;
@@ -302,6 +310,24 @@ Result<bool> ActiveOp::advanceStage(std::vector<ChannelState>& chans, StreamGate
     if (!cs.finished()) all_done = false;
   }
   return all_done;
+}
+
+Status ActiveOp::OtherCommunicator(int peer, const WireHeader& h) const {
+  char theirs[48], mine[48];
+  auto name = [](char* out, uint32_t id) {
+    if (id)
+      std::snprintf(out, 48, "split communicator %08x", id);
+    else
+      std::snprintf(out, 48, "the communicator it was split from");
+  };
+  name(theirs, h.comm);
+  name(mine, proto_.comm);
+  return InvalidUsage("rank " + std::to_string(peer) + " sent " + DescribeHeader(h) + " #" +
+                      std::to_string(h.seq) + " of " + theirs + " while this rank runs " +
+                      DescribeCall(op_->desc()) + " #" + std::to_string(proto_.seq) + " of " +
+                      (proto_.comm ? std::string(mine) : std::string("its root communicator")) +
+                      ": a communicator and its split views share connections, so every rank "
+                      "must call them in the same order (or split with BRAID_SPLIT_SHARE=0)");
 }
 
 Status ActiveOp::advanceAgreement(ChannelState& cs, size_t i, bool* moved) {
@@ -331,6 +357,7 @@ Status ActiveOp::advanceAgreement(ChannelState& cs, size_t i, bool* moved) {
     if (h.payload != 0 && h.payload != sizeof(CallConflict))
       return RemoteError("rank " + std::to_string(sop.peer) + " sent a call-agreement message of " +
                          std::to_string(h.payload) + " bytes: the stream is corrupt");
+    if (h.comm != proto_.comm) return OtherCommunicator(sop.peer, h);
     if (!have_conflict_ && !(SignatureOf(h) == SignatureOf(proto_))) {
       conflict_ = {comm_->rank(), sop.peer, SignatureOf(proto_), SignatureOf(h)};
       have_conflict_ = true;
@@ -391,6 +418,9 @@ Status ActiveOp::advanceData(ChannelState& cs, size_t i, bool* moved) {
     if (!got.ok()) return got.status();
     if (!*got) return Status::Ok();
     const WireHeader& h = pr.hdr;
+    // A message of another communicator sharing the streams (a split view or its root): the
+    // ranks issued their calls in different orders and the streams are out of step.
+    if (h.comm != proto_.comm) return OtherCommunicator(sop.peer, h);
     if (is_p2p_) {
       if (h.coll != static_cast<uint8_t>(CollKind::kSendRecv) || h.seq != p2p_seq_[i])
         return InvalidUsage("receive #" + std::to_string(p2p_seq_[i]) + " from rank " +

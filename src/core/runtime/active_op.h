@@ -56,7 +56,10 @@ struct TransferWait {
 class ActiveOp {
  public:
   // `op` is the caller's operation; `keep` owns it when the caller does not wait on the stack
-  // (null for inline runs). `id` orders the operation in the StreamGate.
+  // (null for inline runs). `id` orders the operation in the StreamGate. `comm` is the
+  // communicator the call was made on (a root, or a split view of the engine's communicator):
+  // the operation works in its ranks; streams are looked up through it and the gate is keyed in
+  // root ranks.
   ActiveOp(braidComm* comm, Operation* op, std::shared_ptr<Operation> keep, uint64_t id);
 
   // Builds the schedules and the stream claims. `coll_seq` is the communicator's collective
@@ -71,6 +74,9 @@ class ActiveOp {
   // still at message boundaries (a call-agreement conflict) or torn.
   Status advance(StreamGate& gate, bool* moved);
   bool finished() const { return stage_ == Stage::kFinished; }
+  // Whether any byte of this operation went onto or came off a stream: until then it can be
+  // dropped without putting the streams out of step (aborting one split view leaves the others).
+  bool touchedStreams() const { return touched_; }
   bool cleanFailure() const { return clean_failure_; }
 
   void collectWaits(const StreamGate& gate, std::vector<TransferWait>& out) const;
@@ -79,12 +85,15 @@ class ActiveOp {
   // Hang localisation (braidCommDebugState): the call, its stage, per lane the step it is at and
   // what it waits for, and the ranks it is waiting on, one line per lane.
   std::string progressReport(const StreamGate& gate) const;
-  // Ranks this operation waits to hear from now (receives pending on streams it owns).
+  // Ranks this operation waits to hear from now (receives pending on streams it owns), in its
+  // communicator's numbering.
   std::vector<int> waitingOn(const StreamGate& gate) const;
   // "rank 0/4 on host h: allreduce(count=4, float, sum) #3 [ring]: " for error messages.
   std::string context() const;
 
   Operation& operation() { return *op_; }
+  braidComm& owner() const { return *comm_; }
+  std::shared_ptr<Operation> releaseKeep() { return std::move(keep_); }
   bool isCollective() const { return !is_p2p_; }
   uint64_t seq() const { return seq_; }
   uint64_t id() const { return id_; }
@@ -124,6 +133,8 @@ class ActiveOp {
   // Runs the steps of `chans` as far as possible; true when every channel is finished.
   Result<bool> advanceStage(std::vector<ChannelState>& chans, StreamGate& gate, bool* moved);
   Status advanceAgreement(ChannelState& cs, size_t i, bool* moved);
+  // The error for a message of another communicator where this operation expected its own.
+  Status OtherCommunicator(int peer, const WireHeader& h) const;
   Status advanceData(ChannelState& cs, size_t i, bool* moved);
   const std::vector<ChannelState>& currentChannels() const {
     return stage_ == Stage::kAgreement ? agree_chans_ : data_chans_;
@@ -141,6 +152,7 @@ class ActiveOp {
   WireHeader proto_;  // wire identity of this call
   Stage stage_ = Stage::kData;
   bool clean_failure_ = false;
+  bool touched_ = false;
 
   RankSchedule agree_sched_, data_sched_;
   std::vector<ChannelState> agree_chans_, data_chans_;

@@ -5,6 +5,7 @@
 // braidErrAborted naming the revoke, later ones fail at once, and the streams are shut down so
 // that peers blocked on this rank fail in milliseconds instead of at their timeout. The control
 // plane (each rank's authenticated listener) is untouched, which is what braidCommShrink uses.
+// Revoking a split view is local to the view (see below).
 #include <string>
 
 #include "braid/braid.h"
@@ -26,6 +27,11 @@ extern "C" braidResult_t braidCommRevoke(braidComm_t comm) {
                                      "(braidCommRevoke): shrink it or destroy it");
   ref->setAsyncError(reason);
   ref->abortOperations(reason);
+  // A split view shares its root's streams and control plane: shutting them down or announcing
+  // a failure would stop the root and every other view. Its own operations fail (those that had
+  // not touched a stream alone; see Engine::dropAbortedView) and its peers' pending calls on it
+  // end at their timeout.
+  if (ref->isView()) return braidSuccess;
   // The peers that fail because of this revoke name it (unless the communicator had failed
   // already: then that cause stands).
   ref->causes().offer(ref->selfCause(FailureCause::Reason::kRevoked, ""));

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <sstream>
@@ -46,6 +47,13 @@ Result<CommOptions> MakeCommOptions(const braidConfig_t* config) {
   if (has(offsetof(braidConfig_t, algorithms) + sizeof(char*)) && config->algorithms) {
     o.config.algo = config->algorithms;
     o.config.algo_from_nccl = false;
+  }
+  if (has(offsetof(braidConfig_t, splitShare) + sizeof(int))) {
+    if (config->splitShare < -1 || config->splitShare > 1)
+      return InvalidArgument(
+          "braidConfig_t.splitShare must be -1 (BRAID_SPLIT_SHARE), 0 or 1, not " +
+          std::to_string(config->splitShare));
+    if (config->splitShare >= 0) o.config.split_share = config->splitShare == 1;
   }
   BRAID_RETURN_IF_ERROR(ValidateCommOptions(o));
   return o;
@@ -126,6 +134,16 @@ braidComm::~braidComm() {
   // deadline.
   abortInit();
   if (init_thread_.joinable()) init_thread_.join();
+  if (root_) {
+    // The root's engine may still hold operations of this view (after an abort they complete
+    // within a sweep); they point at this object, so it must outlive them.
+    abortOperations(AbortedError("split communicator destroyed on " + where()));
+    while (!waitOwnOps(Deadline::After(opts_.config.timeout_ms)))
+      BRAID_WARN("%s: waiting for operations of a destroyed split communicator to end",
+                 where().c_str());
+    root_.reset();  // may release the root (and join its engine) on this thread
+    return;
+  }
   engine_.reset();     // joins the progress thread before the endpoints it uses go away
   endpoints_.clear();  // before the transports that made them
   transports_.clear();
@@ -167,6 +185,8 @@ Status braidComm::init(const UniqueIdData& id, int rank, int nranks, const CommO
   auto tuner = Tuner::Create(opts_.config.algo, nranks_, links_.model, &layout_);
   if (!tuner.ok()) return Status(tuner.status()).prepend(where() + ": BRAID_ALGO: ");
   tuner_ = std::make_unique<Tuner>(std::move(*tuner));
+  numbers_.p2p_send.assign(nranks_, 0);
+  numbers_.p2p_recv.assign(nranks_, 0);
   engine_ = std::make_unique<Engine>(this);
   if (rank_ == 0) BRAID_INFO("%s", describe().c_str());
   return Status::Ok();
@@ -243,7 +263,12 @@ Status braidComm::exchangeRankInfo(Bootstrap& bs, Deadline deadline) {
   opts_.config.chunk_bytes = chunk ? chunk : c.chunk_bytes;
   opts_.config.algo = fields[0][6];
 
-  // Layout: nodes in order of first appearance.
+  buildLayout();
+  return Status::Ok();
+}
+
+void braidComm::buildLayout() {
+  // Nodes in order of first appearance.
   std::vector<std::string> nodes;
   layout_.node_of.assign(nranks_, 0);
   layout_.local_rank.assign(nranks_, 0);
@@ -259,7 +284,60 @@ Status braidComm::exchangeRankInfo(Bootstrap& bs, Deadline deadline) {
     layout_.local_rank[r] = count[n]++;
   }
   layout_.nnodes = static_cast<int>(nodes.size());
+}
+
+Status braidComm::initView(std::shared_ptr<braidComm> parent, const std::vector<int>& members,
+                           int rank, uint32_t id, const CommOptions& opts) {
+  std::shared_ptr<braidComm> root = parent->root_ ? parent->root_ : parent;
+  opts_ = opts;
+  // What shapes the streams is the root's: the same lanes, chunking agreed at its init.
+  opts_.config.nchannels = root->opts_.config.nchannels;
+  opts_.config.chunk_bytes = root->opts_.config.chunk_bytes;
+  if (opts_.config.algo.empty()) opts_.config.algo = parent->opts_.config.algo;
+  rank_ = rank;
+  nranks_ = static_cast<int>(members.size());
+  nchannels_ = root->nchannels_;
+  comm_id_ = id;
+  secret_ = root->secret_;
+  loopback_root_ = root->loopback_root_;
+  char hex[16];
+  std::snprintf(hex, sizeof(hex), ".%08x", id);
+  tag_ = root->tag_ + hex;
+  root_rank_of_.resize(members.size());
+  infos_.resize(members.size());
+  for (size_t i = 0; i < members.size(); ++i) {
+    root_rank_of_[i] = parent->rootRank(members[i]);
+    infos_[i] = parent->infos_[members[i]];
+    infos_[i].rank = static_cast<int>(i);
+  }
+  buildLayout();
+  links_ = parent->links_;
+  for (auto& o : links_.origin) o = LinkOrigin::kInherited;
+  auto tuner = Tuner::Create(opts_.config.algo, nranks_, links_.model, &layout_);
+  if (!tuner.ok()) return Status(tuner.status()).prepend(where() + ": BRAID_ALGO: ");
+  tuner_ = std::make_unique<Tuner>(std::move(*tuner));
+  numbers_.p2p_send.assign(nranks_, 0);
+  numbers_.p2p_recv.assign(nranks_, 0);
+  root_ = std::move(root);
+  SetLogRank(rank_);
   return Status::Ok();
+}
+
+uint32_t braidComm::nextSplitId(int color) {
+  // FNV-1a over (this communicator's id, the split's index, the colour). A collision between two
+  // live views of one root would only weaken the wire check that catches calls issued out of
+  // order; it cannot mix data, which the issue order decides.
+  uint32_t h = 2166136261u;
+  auto mix = [&](uint32_t v) {
+    for (int i = 0; i < 4; ++i) {
+      h ^= (v >> (8 * i)) & 0xff;
+      h *= 16777619u;
+    }
+  };
+  mix(comm_id_);
+  mix(splits_++);
+  mix(static_cast<uint32_t>(color));
+  return h ? h : 1;
 }
 
 Status braidComm::connectTransports(Bootstrap& bs, Deadline deadline) {
@@ -385,25 +463,63 @@ std::string braidComm::lastError() const {
 }
 
 void braidComm::submit(std::shared_ptr<Operation> op) {
-  engine_->submit(std::move(op));
+  op->setOwner(this);
+  {
+    std::lock_guard<std::mutex> lock(own_mu_);
+    ++own_inflight_;
+  }
+  engine()->submit(std::move(op));
 }
 
 bool braidComm::runInline(Operation& op) {
-  return engine_->tryRunInline(op);
+  op.setOwner(this);
+  {
+    std::lock_guard<std::mutex> lock(own_mu_);
+    ++own_inflight_;
+  }
+  if (engine()->tryRunInline(op)) return true;
+  opDone();  // not taken: the caller submits it instead
+  return false;
 }
 
 bool braidComm::runInline(const std::vector<std::shared_ptr<Operation>>& ops) {
-  return engine_->tryRunInline(ops);
+  for (const auto& op : ops) op->setOwner(this);
+  {
+    std::lock_guard<std::mutex> lock(own_mu_);
+    own_inflight_ += ops.size();
+  }
+  if (engine()->tryRunInline(ops)) return true;
+  {
+    std::lock_guard<std::mutex> lock(own_mu_);
+    own_inflight_ -= ops.size();
+  }
+  own_cv_.notify_all();
+  return false;
+}
+
+void braidComm::opDone() {
+  {
+    std::lock_guard<std::mutex> lock(own_mu_);
+    --own_inflight_;
+  }
+  own_cv_.notify_all();
+}
+
+bool braidComm::waitOwnOps(Deadline deadline) {
+  std::unique_lock<std::mutex> lock(own_mu_);
+  return own_cv_.wait_until(lock, deadline.at(), [&] { return own_inflight_ == 0; });
 }
 
 std::string braidComm::debugState(Deadline deadline) const {
-  if (!engine_) return where() + ": not initialised\n";
-  return engine_->debugState(deadline);
+  if (!engine()) return where() + ": not initialised\n";
+  return engine()->debugState(deadline);
 }
 
 Status braidComm::drain() {
-  if (!engine_) return Status::Ok();
-  if (!engine_->drain(Deadline::After(opts_.config.timeout_ms)))
+  if (!engine()) return Status::Ok();
+  // This communicator's own operations: a root does not wait for its views' work, nor a view
+  // for its root's.
+  if (!waitOwnOps(Deadline::After(opts_.config.timeout_ms)))
     return TimeoutError(where() + ": operations still running after " +
                         std::to_string(opts_.config.timeout_ms / 1000) + " s (BRAID_TIMEOUT)");
   return Status::Ok();
@@ -415,12 +531,14 @@ Status braidComm::finalize() {
 }
 
 void braidComm::shutdownEndpoints() {
+  if (root_) return root_->shutdownEndpoints();
   for (auto& peer : endpoints_)
     for (auto& ep : peer)
       if (ep) ep->shutdown();
 }
 
 ControlPeers braidComm::controlPeers() const {
+  if (root_) return root_->controlPeers();
   ControlPeers p;
   p.addrs = &control_addrs_;
   p.secret = &secret_;
@@ -430,6 +548,7 @@ ControlPeers braidComm::controlPeers() const {
 }
 
 FailureCause braidComm::selfCause(FailureCause::Reason reason, std::string detail) const {
+  if (root_) return root_->selfCause(reason, std::move(detail));  // causes name root ranks
   FailureCause c;
   c.reason = reason;
   c.rank = rank_;
@@ -441,6 +560,7 @@ FailureCause braidComm::selfCause(FailureCause::Reason reason, std::string detai
 }
 
 FailureCause braidComm::announceFailure() {
+  if (root_) return root_->announceFailure();
   if (!causes_.first()) causes_.offer(selfCause(FailureCause::Reason::kOwnFailure, ""));
   FailureCause kept = *causes_.first();
   // Only the rank that saw the failure itself speaks for it; a weak cause names nothing new.
@@ -453,8 +573,23 @@ FailureCause braidComm::announceFailure() {
   return kept;
 }
 
+Status braidComm::viewAbortReason() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return view_abort_reason_;
+}
+
 void braidComm::abortOperations(const Status& reason) {
-  if (engine_) engine_->abort(reason);
+  if (root_) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (view_aborted_.load()) return;
+      view_abort_reason_ = reason;
+    }
+    view_aborted_.store(true, std::memory_order_release);
+    engine()->wake();
+    return;
+  }
+  if (engine()) engine()->abort(reason);
 }
 
 void braidComm::abort() {
@@ -467,7 +602,7 @@ void braidComm::abort() {
   }
   Status reason = AbortedError("communicator aborted (braidCommAbort) on " + where());
   setAsyncError(reason);
-  if (engine_) engine_->abort(reason);
+  abortOperations(reason);
 }
 
 int braidComm::addPreMulOp(const PreMulOp& op) {
@@ -501,8 +636,12 @@ std::string braidComm::describe() const {
   for (int p = 0; p < nranks_; ++p)
     if (p != rank_) n[transport_of_.empty() ? "?" : transport_of_[p]]++;
   std::ostringstream s;
-  s << where() << " pid " << getpid() << " nodes " << layout_.nnodes << " channels " << nchannels_
-    << " transports";
+  s << where() << " pid " << getpid() << " nodes " << layout_.nnodes << " channels " << nchannels_;
+  if (root_) {
+    s << " split view " << std::hex << comm_id_ << std::dec << " of " << root_->where();
+    return s.str();
+  }
+  s << " transports";
   if (n.empty()) s << " none";
   for (auto& [name, k] : n) s << " " << name << ":" << k;
   return s.str();

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <atomic>
+#include <condition_variable>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -60,6 +61,44 @@ struct braidComm {
   // left in the failed state and must still be destroyed.
   Status init(const braid::UniqueIdData& id, int rank, int nranks, const braid::CommOptions& opts);
 
+  // Split views (braidCommSplit, comm_split.cc). A view holds some of its root communicator's
+  // ranks and runs on the root's connections: its operations go to the root's engine, carry the
+  // view's id on the wire, and share the root's streams in issue order. Making one needs no
+  // rendezvous, socket, shm segment or thread. The price (the same as NCCL's for communicators
+  // that share resources): a rank that belongs to a root and its views must call them in the
+  // same order as every other rank of those communicators, and a failure, abort or revoke of
+  // one stops all of them. A view of a view is a view of the same root.
+  //
+  // Makes this fresh object a view of `parent` (a root or a view) holding the parent's ranks
+  // `members`, in the view's rank order; this rank is members[rank]. `id` is non-zero and the
+  // same on every member (nextSplitId).
+  Status initView(std::shared_ptr<braidComm> parent, const std::vector<int>& members, int rank,
+                  uint32_t id, const braid::CommOptions& opts);
+  bool isView() const { return root_ != nullptr; }
+  // The root's rank of this communicator's rank `r`.
+  int rootRank(int r) const { return root_ ? root_rank_of_[r] : r; }
+  int rootNranks() const { return root_ ? root_->nranks() : nranks_; }
+  // 0 for a root; the view's id otherwise (WireHeader::comm).
+  uint32_t commId() const { return comm_id_; }
+  // The id of this communicator's next split view with `color`: every rank calls splits in the
+  // same order, so every member computes the same id.
+  uint32_t nextSplitId(int color);
+
+  // How this communicator numbers its calls (the wire's sequence numbers), advanced by the engine
+  // as it activates operations; a view numbers its own calls.
+  struct CallNumbers {
+    uint64_t coll = 0;               // collectives
+    std::vector<uint64_t> p2p_send;  // point-to-point messages per peer
+    std::vector<uint64_t> p2p_recv;
+  };
+  CallNumbers& callNumbers() { return numbers_; }
+  // The engine calls it once an operation of this communicator has completed.
+  void opDone();
+  // A split view aborted or revoked: its operations fail (Engine::dropAbortedView), its root
+  // and sibling views go on unless one was in the middle of a transfer.
+  bool viewAborted() const { return view_aborted_.load(std::memory_order_acquire); }
+  Status viewAbortReason() const;
+
   int rank() const { return rank_; }
   int nranks() const { return nranks_; }
   const braid::Config& config() const { return opts_.config; }
@@ -113,7 +152,9 @@ struct braidComm {
   // For the engine.
   // Streams per peer: the schedules' channels 0..nchannels-1 on lanes of the same index, plus
   // the express lane (index nchannels) for call agreements and small collectives.
-  braid::Endpoint* endpoint(int peer, int lane) const { return endpoints_[peer][lane].get(); }
+  braid::Endpoint* endpoint(int peer, int lane) const {
+    return root_ ? root_->endpoint(root_rank_of_[peer], lane) : endpoints_[peer][lane].get();
+  }
   int nchannels() const { return nchannels_; }
   int nlanes() const { return nchannels_ + 1; }
   int expressLane() const { return nchannels_; }
@@ -121,15 +162,19 @@ struct braidComm {
   // The link model the tuner was built with, and where it came from (link_calibration.h).
   const braid::CalibratedLinks& links() const { return links_; }
   const braid::GroupLayout& layout() const { return layout_; }
-  braid::Doorbell& doorbell() { return doorbell_; }
-  const std::string& transportOf(int peer) const { return transport_of_[peer]; }
+  braid::Doorbell& doorbell() { return root_ ? root_->doorbell() : doorbell_; }
+  const std::string& transportOf(int peer) const {
+    return root_ ? root_->transportOf(root_rank_of_[peer]) : transport_of_[peer];
+  }
 
   // Recovery (braidCommShrink): each rank keeps an authenticated listener for the lifetime of
   // the communicator, so survivors can exchange a new unique id without the data streams,
   // which a failed operation may have left mid-message. It is served all along (strangers on it
   // are dropped within a second, whenever they come).
-  braid::HandshakeListener& control() { return *control_; }
-  const sockaddr_storage& controlAddress(int rank) const { return control_addrs_[rank]; }
+  braid::HandshakeListener& control() { return root_ ? root_->control() : *control_; }
+  const sockaddr_storage& controlAddress(int rank) const {
+    return root_ ? root_->controlAddress(root_rank_of_[rank]) : control_addrs_[rank];
+  }
   const std::vector<uint8_t>& secret() const { return secret_; }
   // Shuts every stream down so that peers fail at once (the engine calls it when an operation
   // of this rank fails; see Endpoint::shutdown).
@@ -139,7 +184,7 @@ struct braidComm {
 
   // Root causes (failure_cause.h): what this rank learned first about a failure, from its own
   // transports, its engine, or another rank's notice on the control listener.
-  braid::CauseBoard& causes() { return causes_; }
+  braid::CauseBoard& causes() { return root_ ? root_->causes() : causes_; }
   // The control listeners of every rank, for notices and probes (failure_notice.h).
   braid::ControlPeers controlPeers() const;
   // The cause this rank names for its failure (the board's first; filled in beforehand with
@@ -151,6 +196,12 @@ struct braidComm {
   braid::FailureCause selfCause(braid::FailureCause::Reason reason, std::string detail) const;
 
  private:
+  // The engine that runs this communicator's operations: its own, or its root's.
+  braid::Engine* engine() const { return root_ ? root_->engine() : engine_.get(); }
+  // node_of / local_rank from infos_ (nodes in order of first appearance).
+  void buildLayout();
+  // Waits (bounded) until every operation submitted on this communicator has completed.
+  bool waitOwnOps(braid::Deadline deadline);
   Status exchangeRankInfo(braid::Bootstrap& bs, braid::Deadline deadline);
   Status connectTransports(braid::Bootstrap& bs, braid::Deadline deadline);
   Status calibrateLinks(braid::Bootstrap& bs, braid::Deadline deadline);
@@ -185,4 +236,17 @@ struct braidComm {
   std::string last_error_;
   std::map<int, braid::PreMulOp> premul_ops_;
   int next_premul_id_ = braidNumOps;
+
+  // Views (see initView).
+  std::shared_ptr<braidComm> root_;  // null for a root
+  std::vector<int> root_rank_of_;    // per rank of this view
+  uint32_t comm_id_ = 0;
+  uint32_t splits_ = 0;  // splits made of this communicator, for nextSplitId
+  CallNumbers numbers_;  // touched by the engine's driver only
+  // Operations submitted and not completed; guarded by own_mu_.
+  std::mutex own_mu_;
+  std::condition_variable own_cv_;
+  uint64_t own_inflight_ = 0;
+  std::atomic<bool> view_aborted_{false};
+  braid::Status view_abort_reason_;  // guarded by mu_
 };

@@ -37,8 +37,6 @@ Engine::Engine(braidComm* comm)
   wake_fd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   (void)InstallDumpSignal(comm->config().dump_signal);  // validated with the configuration
   gate_.reset(comm->nranks(), comm->nlanes());
-  p2p_send_seq_.assign(comm->nranks(), 0);
-  p2p_recv_seq_.assign(comm->nranks(), 0);
   thread_ = std::thread([this] { threadMain(); });
 }
 
@@ -74,6 +72,12 @@ void Engine::abort(const Status& reason) {
     abort_reason_ = reason;
     aborted_.store(true, std::memory_order_release);
   }
+  uint64_t one = 1;
+  if (wake_fd_ >= 0) (void)!write(wake_fd_, &one, sizeof(one));
+  cv_.notify_all();
+}
+
+void Engine::wake() {
   uint64_t one = 1;
   if (wake_fd_ >= 0) (void)!write(wake_fd_, &one, sizeof(one));
   cv_.notify_all();
@@ -146,34 +150,47 @@ void Engine::admit() {
   for (auto& op : batch) activate(op.get(), op);
 }
 
+void Engine::finish(Operation* op, const Status& st) {
+  braidComm* owner = op->owner() ? op->owner() : comm_;
+  completed_.fetch_add(1, std::memory_order_relaxed);
+  op->complete(st);
+  owner->opDone();  // the last touch of the owner: a view may go away after it
+}
+
 void Engine::activate(Operation* op, std::shared_ptr<Operation> keep) {
   if (aborted_.load(std::memory_order_acquire)) {
-    std::lock_guard<std::mutex> lock(mu_);
-    completed_.fetch_add(1, std::memory_order_relaxed);
-    op->complete(abort_reason_);
-    return;
+    Status reason;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      reason = abort_reason_;
+    }
+    return finish(op, reason);
   }
-  if (comm_->asyncErrorCode() != braidSuccess) {
-    Status st = comm_->asyncError();
-    completed_.fetch_add(1, std::memory_order_relaxed);
-    op->complete(st.prepend("not run because the communicator failed earlier: "));
-    return;
+  // The communicator the call was made on: this engine's, or a split view of it.
+  braidComm* owner = op->owner() ? op->owner() : comm_;
+  if (owner != comm_ && owner->viewAborted()) return finish(op, owner->viewAbortReason());
+  for (braidComm* c : {comm_, owner}) {
+    if (c->asyncErrorCode() != braidSuccess) {
+      Status st = c->asyncError();
+      return finish(op, st.prepend("not run because the communicator failed earlier: "));
+    }
   }
-  auto a = std::make_unique<ActiveOp>(comm_, op, std::move(keep), next_id_++);
+  auto a = std::make_unique<ActiveOp>(owner, op, std::move(keep), next_id_++);
   if (!pool_.empty()) {
     a->scratch = std::move(pool_.back());
     pool_.pop_back();
   }
   Status st;
+  braidComm::CallNumbers& numbers = owner->callNumbers();
   try {
-    st = a->prepare(coll_seq_, p2p_send_seq_, p2p_recv_seq_);
+    st = a->prepare(numbers.coll, numbers.p2p_send, numbers.p2p_recv);
   } catch (const std::bad_alloc&) {
-    st = OutOfMemory(comm_->where() + ": " + DescribeCall(op->desc()) + ": ");
+    st = OutOfMemory(owner->where() + ": " + DescribeCall(op->desc()) + ": ");
   }
   // Every rank numbers the same collectives alike, whatever happened to this one.
   if (op->desc().kind != CollKind::kSendRecv) {
-    ++coll_seq_;
-    colls_issued_.store(coll_seq_, std::memory_order_relaxed);
+    ++numbers.coll;
+    if (owner == comm_) colls_issued_.store(numbers.coll, std::memory_order_relaxed);
   }
   a->last_progress_us = NowMicros();
   gate_.claim(a->id(), a->claims());
@@ -187,10 +204,12 @@ void Engine::retire(size_t i, const Status& st) {
   gate_.releaseAll(a->id(), a->claims());
   if (a->scratch.capacity() > 0 && pool_.size() < 2 * window_)
     pool_.push_back(std::move(a->scratch));
-  if (a->isCollective())
+  if (a->isCollective() && &a->owner() == comm_)
     last_coll_completed_.store(static_cast<int64_t>(a->seq()), std::memory_order_relaxed);
-  completed_.fetch_add(1, std::memory_order_relaxed);
-  a->operation().complete(st);
+  Operation* op = &a->operation();
+  std::shared_ptr<Operation> keep = a->releaseKeep();
+  a.reset();  // holds the owner's address: gone before the owner may be
+  finish(op, st);
 }
 
 void Engine::failAll(size_t i, const Status& st, const std::optional<FailureCause>& local) {
@@ -225,6 +244,7 @@ void Engine::failAll(size_t i, const Status& st, const std::optional<FailureCaus
   }
   BRAID_WARN("%s", final.message().c_str());
   comm_->setAsyncError(final);
+  for (const auto& a : active_) a->owner().setAsyncError(final);  // views: their sticky error
   // The streams may now be mid-message: close them so peers fail at once instead of waiting for
   // their timeout (errors propagate through the communicator).
   comm_->shutdownEndpoints();
@@ -256,6 +276,11 @@ bool Engine::sweep() {
   bool any = false;
   for (size_t i = 0; i < active_.size();) {
     ActiveOp& a = *active_[i];
+    if (&a.owner() != comm_ && a.owner().viewAborted()) {
+      if (!dropAbortedView(i)) return true;  // it failed everything
+      any = true;
+      continue;
+    }
     bool moved = false;
     Status st;
     try {
@@ -289,6 +314,19 @@ bool Engine::sweep() {
   return any;
 }
 
+bool Engine::dropAbortedView(size_t i) {
+  ActiveOp& a = *active_[i];
+  Status reason = a.owner().viewAbortReason();
+  if (!a.touchedStreams()) {
+    retire(i, reason.prepend(a.context()));
+    return true;
+  }
+  failAll(i, AbortedError(a.context() + reason.message() +
+                          "; it was aborted in the middle of a transfer on connections it shares "
+                          "with the communicator it was split from, which fails with it"));
+  return false;
+}
+
 void Engine::failStalled(int64_t now_us) {
   const int64_t timeout_us = comm_->config().timeout_ms * 1000;
   // An operation waiting behind an older one that still moves is not stalled.
@@ -305,7 +343,9 @@ void Engine::failStalled(int64_t now_us) {
 }
 
 std::vector<int> Engine::stalledPeers(const ActiveOp& a) {
+  // In this engine's (the root's) numbering, like the control plane and the causes.
   std::vector<int> peers = a.waitingOn(gate_);
+  for (int& p : peers) p = a.owner().rootRank(p);
   waits_.clear();
   a.collectWaits(gate_, waits_);
   for (const auto& w : waits_)

@@ -36,7 +36,10 @@ namespace braid {
 
 class Engine {
  public:
-  // `comm` is a non-owning back-pointer; the communicator owns the engine and outlives it.
+  // `comm` is a non-owning back-pointer; the communicator owns the engine and outlives it. The
+  // engine also runs the operations of comm's split views (braidComm::initView): each operation
+  // names its communicator (Operation::owner), which gives its ranks, numbering and algorithms;
+  // streams, the gate, the control plane and failure causes are comm's, in comm's numbering.
   explicit Engine(braidComm* comm);
   ~Engine();  // stops the thread; pending operations complete with an aborted error
 
@@ -49,6 +52,8 @@ class Engine {
   bool tryRunInline(const std::vector<std::shared_ptr<Operation>>& ops);
   // Makes the running and all queued operations fail with `reason` as soon as possible.
   void abort(const Status& reason);
+  // Wakes the driver (a split view was aborted: braidComm::viewAborted).
+  void wake();
   // Blocks until every submitted operation has completed or `deadline`; true when all done.
   bool drain(Deadline deadline);
   // Hang localisation (spec/reliability.md check 8), callable from any thread: operation
@@ -70,8 +75,13 @@ class Engine {
   void activate(Operation* op, std::shared_ptr<Operation> keep);
   // One pass over the active operations; true when anything moved.
   bool sweep();
+  // active_[i] belongs to an aborted split view: dropped alone when it has not touched a stream,
+  // else it fails the whole engine (the streams it shares are mid-message). True when removed.
+  bool dropAbortedView(size_t i);
   // Completes active_[i] with `st` and removes it.
   void retire(size_t i, const Status& st);
+  // Completes `op` with `st` and tells its communicator.
+  void finish(Operation* op, const Status& st);
   // active_[i] failed with `st`, tearing streams: the communicator fails, and every active
   // operation with it. Every error names the root cause (failure_cause.h): the first this rank
   // learned of, else `local` (what the engine itself found), else a failure of this rank.
@@ -123,9 +133,6 @@ class Engine {
   StreamGate gate_;
   std::vector<std::vector<std::byte>> pool_;  // recycled scratch buffers
   uint64_t next_id_ = 0;
-  uint64_t coll_seq_ = 0;
-  std::vector<uint64_t> p2p_send_seq_;
-  std::vector<uint64_t> p2p_recv_seq_;
   std::vector<TransferWait> waits_;  // reused by sleepUntilProgress
   // The stall being looked at (handleStall): which operation, since when, and until when this
   // rank waits for another rank's notice after the peer answered a probe.

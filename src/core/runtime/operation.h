@@ -14,6 +14,8 @@
 #include "core/base/datatype.h"
 #include "core/base/status.h"
 
+struct braidComm;
+
 namespace braid {
 
 // One send or receive of a group of point-to-point calls.
@@ -48,6 +50,11 @@ class Operation {
  public:
   explicit Operation(OpDesc desc) : desc_(std::move(desc)) {}
   const OpDesc& desc() const { return desc_; }
+  // The communicator the call was made on (set by braidComm::submit / runInline). A split view
+  // runs its operations on its root's engine; the engine reads ranks, numbering and algorithms
+  // from the owner. The owner outlives the operation (braidComm waits for its operations).
+  braidComm* owner() const { return owner_; }
+  void setOwner(braidComm* c) { owner_ = c; }
 
   void complete(Status status);
   bool done() const { return done_.load(std::memory_order_acquire); }
@@ -58,6 +65,7 @@ class Operation {
 
  private:
   OpDesc desc_;
+  braidComm* owner_ = nullptr;
   std::atomic<bool> done_{false};
   Status status_;
   std::mutex mu_;

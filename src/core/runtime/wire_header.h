@@ -25,7 +25,9 @@ struct WireHeader {
   uint64_t seq = 0;    // collectives: the communicator's collective number; p2p: per-peer number
   uint64_t count = 0;  // the user's count
   int32_t root = -1;
-  uint32_t reserved = 0;
+  // The communicator the call belongs to: 0 for a communicator made by init, a split view's id
+  // otherwise (views share their root's streams, see braidComm::initView).
+  uint32_t comm = 0;
   uint64_t payload = 0;  // bytes that follow (before padding)
 };
 static_assert(sizeof(WireHeader) == 40, "wire header layout is part of the protocol");
@@ -36,9 +38,11 @@ struct CallSignature {
   int32_t root = -1;
   uint64_t seq = 0;
   uint64_t count = 0;
+  uint32_t comm = 0;
+  uint32_t pad2 = 0;
   bool operator==(const CallSignature&) const = default;
 };
-static_assert(sizeof(CallSignature) == 24);
+static_assert(sizeof(CallSignature) == 32);
 
 inline CallSignature SignatureOf(const WireHeader& h) {
   CallSignature s;
@@ -48,6 +52,7 @@ inline CallSignature SignatureOf(const WireHeader& h) {
   s.root = h.root;
   s.seq = h.seq;
   s.count = h.count;
+  s.comm = h.comm;
   return s;
 }
 
@@ -62,7 +67,7 @@ struct CallConflict {
   int32_t rank_b = -1;  // the rank whose call differed
   CallSignature a, b;
 };
-static_assert(sizeof(CallConflict) == 56, "part of the protocol; a multiple of 8");
+static_assert(sizeof(CallConflict) == 72, "part of the protocol; a multiple of 8");
 
 inline constexpr uint64_t PaddedSize(uint64_t bytes) {
   return (bytes + 7) & ~uint64_t{7};

@@ -1,5 +1,7 @@
 #include "core/runtime/wire_protocol.h"
 
+#include <cstdio>
+
 namespace braid {
 
 uint8_t WireOp(const OpDesc& d) {
@@ -94,7 +96,9 @@ std::string DescribeSignature(const CallSignature& s) {
   h.op = s.op;
   h.root = s.root;
   h.count = s.count;
-  return DescribeHeader(h) + " #" + std::to_string(s.seq);
+  char comm[32] = "";
+  if (s.comm) std::snprintf(comm, sizeof(comm), " of split communicator %08x", s.comm);
+  return DescribeHeader(h) + " #" + std::to_string(s.seq) + comm;
 }
 
 }  // namespace braid

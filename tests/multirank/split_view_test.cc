@@ -1,0 +1,346 @@
+// Split views (issue 8): braidCommSplit children run on the parent's connections. A split opens
+// no socket, shm segment or thread; views and their root interleave non-blocking operations
+// bit-exactly when every rank issues them in the same order; a different order is a clear error
+// on every rank, never a hang or wrong data; aborting, revoking or destroying one view, or
+// destroying the root first, leaves the others working.
+#include <dirent.h>
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <tuple>
+#include <vector>
+
+#include "multirank/harness.h"
+
+namespace braid_test {
+namespace {
+
+#define CHECK_OR_FAIL(cond, ...)                                   \
+  do {                                                             \
+    if (!(cond)) {                                                 \
+      std::fprintf(stderr, "[rank %d] %s: ", rank, #cond);         \
+      std::fprintf(stderr, __VA_ARGS__);                           \
+      std::fprintf(stderr, " (%s)\n", braidGetLastError(nullptr)); \
+      return 1;                                                    \
+    }                                                              \
+  } while (0)
+
+int CountEntries(const char* dir) {
+  int n = 0;
+  if (DIR* d = opendir(dir)) {
+    while (dirent* e = readdir(d))
+      if (e->d_name[0] != '.') ++n;
+    closedir(d);
+  }
+  return n;
+}
+
+// Rank r's input element i of call k: small integers, so every sum is exact in float.
+float In(int k, int r, size_t i) {
+  return static_cast<float>(static_cast<int>((r * 5 + i * 11 + k * 7) % 999) - 499);
+}
+
+// An all-reduce of `count` floats on `comm` (rank `me` of `n`, whose members are `global` ranks,
+// listed in the comm's rank order), checked bit for bit. 0 on success.
+int CheckedAllReduce(braidComm_t comm, int k, const std::vector<int>& global, int me,
+                     size_t count) {
+  const int rank = global[me];
+  std::vector<float> send(count), recv(count, -1.0f);
+  for (size_t i = 0; i < count; ++i) send[i] = In(k, rank, i);
+  CHECK_OR_FAIL(
+      braidAllReduce(send.data(), recv.data(), count, braidFloat32, braidSum, comm) == braidSuccess,
+      "allreduce %d: %s", k, braidGetLastError(comm));
+  for (size_t i = 0; i < count; ++i) {
+    float want = 0;
+    for (int g : global) want += In(k, g, i);
+    CHECK_OR_FAIL(recv[i] == want, "allreduce %d element %zu is %g, want %g", k, i, recv[i], want);
+  }
+  return 0;
+}
+
+std::vector<int> Members(int n, int color_of_rank(int, int), int color) {
+  std::vector<int> m;
+  for (int r = 0; r < n; ++r)
+    if (color_of_rank(r, n) == color) m.push_back(r);
+  return m;
+}
+
+int Half(int r, int) {
+  return r % 2;
+}
+
+using Param = std::tuple<int, std::string>;  // ranks, transport
+class SplitView : public ::testing::TestWithParam<Param> {
+ protected:
+  JobOptions Options(std::vector<std::pair<std::string, std::string>> extra = {}) const {
+    JobOptions opt;
+    opt.nranks = std::get<0>(GetParam());
+    opt.timeout_s = 240;
+    opt.env = {{"BRAID_TRANSPORTS", std::get<1>(GetParam())}, {"BRAID_TIMEOUT", "30"}};
+    for (auto& e : extra) opt.env.push_back(e);
+    return opt;
+  }
+};
+
+// The counters: a split into two halves opens no file descriptor (socket, shm segment, eventfd)
+// and starts no thread; the views' collectives are bit-exact and the parent keeps working.
+// Rank 0 prints the split's time and descriptor counts (docs/performance.md quotes them).
+TEST_P(SplitView, OpensNoSocketSegmentOrThread) {
+  auto out = RunJob(Options(), [](braidComm_t comm, int rank, int n, const braidUniqueId&) {
+    CHECK_OR_FAIL(CheckedAllReduce(comm, 0,
+                                   Members(
+                                       n, [](int, int) { return 0; }, 0),
+                                   rank, 1000) == 0,
+                  "parent before");
+    const int fds = CountEntries("/proc/self/fd"), threads = CountEntries("/proc/self/task");
+    braidComm_t half = nullptr;
+    auto t0 = std::chrono::steady_clock::now();
+    CHECK_OR_FAIL(braidCommSplit(comm, rank % 2, rank, &half, nullptr) == braidSuccess, "split");
+    auto us =
+        std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - t0)
+            .count();
+    const int fds_after = CountEntries("/proc/self/fd");
+    const int threads_after = CountEntries("/proc/self/task");
+    if (rank == 0)
+      std::fprintf(stderr, "[rank 0] view split: %lld us, fds %d -> %d, threads %d -> %d\n",
+                   static_cast<long long>(us), fds, fds_after, threads, threads_after);
+    CHECK_OR_FAIL(fds_after == fds, "the split opened %d descriptors", fds_after - fds);
+    CHECK_OR_FAIL(threads_after == threads, "the split started %d threads",
+                  threads_after - threads);
+    int hrank = -1, hn = 0;
+    CHECK_OR_FAIL(braidCommUserRank(half, &hrank) == braidSuccess && hrank == rank / 2, "rank %d",
+                  hrank);
+    CHECK_OR_FAIL(braidCommCount(half, &hn) == braidSuccess && hn == (n + 1 - rank % 2) / 2,
+                  "count %d", hn);
+    const auto mine = Members(n, Half, rank % 2);
+    for (size_t count : {size_t{1}, size_t{777}, size_t{300000}})
+      CHECK_OR_FAIL(CheckedAllReduce(half, 1, mine, hrank, count) == 0, "view count %zu", count);
+    CHECK_OR_FAIL(CheckedAllReduce(comm, 2,
+                                   Members(
+                                       n, [](int, int) { return 0; }, 0),
+                                   rank, 5000) == 0,
+                  "parent after");
+    CHECK_OR_FAIL(braidCommDestroy(half) == braidSuccess, "destroy view");
+    CHECK_OR_FAIL(CountEntries("/proc/self/fd") == fds, "descriptors after destroy");
+    CHECK_OR_FAIL(CheckedAllReduce(comm, 3,
+                                   Members(
+                                       n, [](int, int) { return 0; }, 0),
+                                   rank, 9) == 0,
+                  "parent after the view's destroy");
+    return 0;
+  });
+  EXPECT_TRUE(AllSucceeded(out)) << DescribeOutcomes(out);
+}
+
+// The same counters with BRAID_SPLIT_SHARE=0 (an independent communicator per split) do see new
+// descriptors: the check above can fail.
+TEST_P(SplitView, IndependentSplitOpensItsOwnConnections) {
+  auto out = RunJob(Options({{"BRAID_SPLIT_SHARE", "0"}}), [](braidComm_t comm, int rank, int n,
+                                                              const braidUniqueId&) {
+    const int fds = CountEntries("/proc/self/fd");
+    braidComm_t half = nullptr;
+    auto t0 = std::chrono::steady_clock::now();
+    CHECK_OR_FAIL(braidCommSplit(comm, rank % 2, rank, &half, nullptr) == braidSuccess, "split");
+    auto us =
+        std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - t0)
+            .count();
+    const int fds_after = CountEntries("/proc/self/fd");
+    if (rank == 0)
+      std::fprintf(stderr, "[rank 0] independent split: %lld us, fds %d -> %d\n",
+                   static_cast<long long>(us), fds, fds_after);
+    CHECK_OR_FAIL(fds_after > fds, "no new descriptor (%d)", fds_after);
+    int hrank = -1;
+    CHECK_OR_FAIL(braidCommUserRank(half, &hrank) == braidSuccess, "rank");
+    CHECK_OR_FAIL(CheckedAllReduce(half, 1, Members(n, Half, rank % 2), hrank, 777) == 0,
+                  "independent child");
+    CHECK_OR_FAIL(braidCommDestroy(half) == braidSuccess, "destroy");
+    return 0;
+  });
+  EXPECT_TRUE(AllSucceeded(out)) << DescribeOutcomes(out);
+}
+
+// A root, two levels of views and point-to-point on a view, all non-blocking and interleaved in
+// the same order on every rank, waited for in reverse: every result bit-exact.
+TEST_P(SplitView, RootAndNestedViewsInterleaveNonBlocking) {
+  auto out = RunJob(Options(), [](braidComm_t comm, int rank, int n, const braidUniqueId&) {
+    braidComm_t half = nullptr, quarter = nullptr;
+    CHECK_OR_FAIL(braidCommSplit(comm, rank % 2, rank, &half, nullptr) == braidSuccess, "split");
+    int hrank = -1, hn = 0;
+    braidCommUserRank(half, &hrank);
+    braidCommCount(half, &hn);
+    // Within the half, a reversed order by key: the view's rank order is not the parent's.
+    CHECK_OR_FAIL(braidCommSplit(half, hrank % 2, -hrank, &quarter, nullptr) == braidSuccess,
+                  "nested split");
+    int qrank = -1, qn = 0;
+    braidCommUserRank(quarter, &qrank);
+    braidCommCount(quarter, &qn);
+    // Global ranks of each communicator, in its rank order.
+    std::vector<int> all, halfg, quarterg;
+    for (int r = 0; r < n; ++r) all.push_back(r);
+    for (int r = 0; r < n; ++r)
+      if (r % 2 == rank % 2) halfg.push_back(r);
+    for (int i = static_cast<int>(halfg.size()) - 1; i >= 0; --i)
+      if (i % 2 == hrank % 2) quarterg.push_back(halfg[i]);
+    CHECK_OR_FAIL(static_cast<int>(quarterg.size()) == qn && quarterg[qrank] == rank,
+                  "quarter layout");
+
+    struct Pending {
+      braidRequest_t req = nullptr;
+      std::vector<float> send, recv;
+      std::vector<float> want;
+    };
+    std::vector<Pending> ops;
+    auto allreduce = [&](braidComm_t c, const std::vector<int>& g, int k, size_t count) {
+      Pending p;
+      p.send.resize(count);
+      p.recv.assign(count, -1.0f);
+      p.want.assign(count, 0.0f);
+      for (size_t i = 0; i < count; ++i) {
+        p.send[i] = In(k, rank, i);
+        for (int x : g) p.want[i] += In(k, x, i);
+      }
+      ops.push_back(std::move(p));
+      Pending& q = ops.back();
+      return braidIallReduce(q.send.data(), q.recv.data(), count, braidFloat32, braidSum, c,
+                             &q.req);
+    };
+    auto allgather = [&](braidComm_t c, const std::vector<int>& g, int k, size_t count) {
+      Pending p;
+      p.send.resize(count);
+      for (size_t i = 0; i < count; ++i) p.send[i] = In(k, rank, i);
+      p.recv.assign(count * g.size(), -1.0f);
+      for (int x : g)
+        for (size_t i = 0; i < count; ++i) p.want.push_back(In(k, x, i));
+      ops.push_back(std::move(p));
+      Pending& q = ops.back();
+      return braidIallGather(q.send.data(), q.recv.data(), count, braidFloat32, c, &q.req);
+    };
+    ops.reserve(64);
+    int k = 0;
+    for (int round = 0; round < 3; ++round) {
+      const size_t big = 40000 + 1000 * round, small = 3 + round;
+      CHECK_OR_FAIL(allreduce(comm, all, k++, big) == braidSuccess, "issue");
+      CHECK_OR_FAIL(allgather(half, halfg, k++, small) == braidSuccess, "issue");
+      CHECK_OR_FAIL(allreduce(quarter, quarterg, k++, small) == braidSuccess, "issue");
+      CHECK_OR_FAIL(allgather(comm, all, k++, small) == braidSuccess, "issue");
+      CHECK_OR_FAIL(allreduce(half, halfg, k++, big) == braidSuccess, "issue");
+      // A ring of sends on the half, receive first.
+      {
+        const int right = (hrank + 1) % hn, left = (hrank + hn - 1) % hn;
+        Pending r, s;
+        r.recv.assign(small, -1.0f);
+        for (size_t i = 0; i < small; ++i) r.want.push_back(In(k, halfg[left], i));
+        s.send.resize(small);
+        for (size_t i = 0; i < small; ++i) s.send[i] = In(k, rank, i);
+        ops.push_back(std::move(r));
+        CHECK_OR_FAIL(braidIrecv(ops.back().recv.data(), small, braidFloat32, left, half,
+                                 &ops.back().req) == braidSuccess,
+                      "irecv");
+        ops.push_back(std::move(s));
+        CHECK_OR_FAIL(braidIsend(ops.back().send.data(), small, braidFloat32, right, half,
+                                 &ops.back().req) == braidSuccess,
+                      "isend");
+        ++k;
+      }
+    }
+    for (int i = static_cast<int>(ops.size()) - 1; i >= 0; --i)
+      CHECK_OR_FAIL(braidWait(&ops[i].req, -1) == braidSuccess, "wait %d: %s", i,
+                    braidGetLastError(nullptr));
+    for (size_t i = 0; i < ops.size(); ++i)
+      CHECK_OR_FAIL(ops[i].recv == ops[i].want, "operation %zu differs", i);
+    CHECK_OR_FAIL(braidCommDestroy(quarter) == braidSuccess, "destroy");
+    CHECK_OR_FAIL(braidCommDestroy(half) == braidSuccess, "destroy");
+    return 0;
+  });
+  EXPECT_TRUE(AllSucceeded(out)) << DescribeOutcomes(out);
+}
+
+// Rank 0 calls the view first and the root second, the others the other way round: every rank
+// fails, naming the cause, within the guard (the streams the two share are out of step).
+TEST_P(SplitView, CallsOutOfOrderAcrossAViewAndItsRootFailClearly) {
+  auto out = RunJob(Options(), [](braidComm_t comm, int rank, int n, const braidUniqueId&) {
+    braidComm_t view = nullptr;
+    CHECK_OR_FAIL(braidCommSplit(comm, 0, rank, &view, nullptr) == braidSuccess, "split");
+    std::vector<float> a(16, 1.0f), b(16, 0.0f);
+    braidComm_t first = rank == 0 ? view : comm, second = rank == 0 ? comm : view;
+    auto t0 = std::chrono::steady_clock::now();
+    braidResult_t r1 = braidAllReduce(a.data(), b.data(), 16, braidFloat32, braidSum, first);
+    std::string m1 = braidGetLastError(nullptr);
+    braidResult_t r2 = braidAllReduce(a.data(), b.data(), 16, braidFloat32, braidSum, second);
+    double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    CHECK_OR_FAIL(r1 != braidSuccess, "the out-of-order call succeeded");
+    CHECK_OR_FAIL(r2 != braidSuccess, "the second call succeeded on a torn communicator");
+    CHECK_OR_FAIL(s < 20, "took %.1f s (BRAID_TIMEOUT is 30)", s);
+    if (m1.find("share connections") == std::string::npos &&
+        m1.find("failed first") == std::string::npos && m1.find("rank ") == std::string::npos)
+      CHECK_OR_FAIL(false, "message names no cause: %s", m1.c_str());
+    std::fprintf(stderr, "[rank %d] %s\n", rank, m1.c_str());
+    (void)n;
+    braidCommAbort(view);
+    return 0;
+  });
+  EXPECT_TRUE(AllSucceeded(out)) << DescribeOutcomes(out);
+}
+
+// A view whose receive can never complete is aborted from another thread: the receive fails,
+// the root and the other view go on, bit-exact; revoking a view fails its calls only; a view
+// outlives the root it was split from.
+TEST_P(SplitView, AbortRevokeAndDestroyOrderLeaveTheOthersWorking) {
+  JobOptions opt = Options();
+  opt.init = false;  // the body destroys its root itself
+  auto out = RunJob(opt, [](braidComm_t, int rank, int n, const braidUniqueId& id) {
+    braidComm_t comm = nullptr;
+    CHECK_OR_FAIL(braidCommInitRank(&comm, n, id, rank) == braidSuccess, "init");
+    std::vector<int> all;
+    for (int r = 0; r < n; ++r) all.push_back(r);
+    braidComm_t half = nullptr, spare = nullptr;
+    CHECK_OR_FAIL(braidCommSplit(comm, rank % 2, rank, &half, nullptr) == braidSuccess, "split");
+    CHECK_OR_FAIL(braidCommSplit(comm, 0, rank, &spare, nullptr) == braidSuccess, "split");
+    int hrank = -1;
+    braidCommUserRank(half, &hrank);
+    if (rank == 0) {
+      // Its peer (global rank 2) never sends on this view.
+      std::thread aborter([&] {
+        std::this_thread::sleep_for(std::chrono::milliseconds(200));
+        braidCommAbort(half);
+      });
+      float buf[8];
+      braidResult_t r = braidRecv(buf, 8, braidFloat32, 1, half);
+      aborter.join();
+      CHECK_OR_FAIL(r != braidSuccess, "a receive on an aborted view succeeded");
+    }
+    CHECK_OR_FAIL(CheckedAllReduce(comm, 10, all, rank, 4096) == 0, "root after the abort");
+    // Revoke: every member revokes the spare view; its calls fail, the root's do not.
+    CHECK_OR_FAIL(braidCommRevoke(spare) == braidSuccess, "revoke");
+    float x = 1, y = 0;
+    CHECK_OR_FAIL(braidAllReduce(&x, &y, 1, braidFloat32, braidSum, spare) != braidSuccess,
+                  "a revoked view ran a call");
+    CHECK_OR_FAIL(braidCommDestroy(spare) == braidSuccess, "destroy revoked view");
+    CHECK_OR_FAIL(CheckedAllReduce(comm, 11, all, rank, 100) == 0, "root after the revoke");
+    // The root goes first; the views keep its connections alive.
+    braidComm_t last = nullptr;
+    CHECK_OR_FAIL(braidCommSplit(comm, 0, n - rank, &last, nullptr) == braidSuccess, "split");
+    CHECK_OR_FAIL(braidCommDestroy(comm) == braidSuccess, "destroy root");
+    std::vector<int> reversed(all.rbegin(), all.rend());
+    CHECK_OR_FAIL(CheckedAllReduce(last, 12, reversed, n - 1 - rank, 20000) == 0,
+                  "view after its root");
+    CHECK_OR_FAIL(braidCommDestroy(last) == braidSuccess, "destroy view");
+    if (rank != 0) CHECK_OR_FAIL(braidCommDestroy(half) == braidSuccess, "destroy half");
+    return 0;
+  });
+  EXPECT_TRUE(AllSucceeded(out)) << DescribeOutcomes(out);
+}
+
+std::string CaseName(const ::testing::TestParamInfo<Param>& info) {
+  return std::to_string(std::get<0>(info.param)) + "ranks_" + std::get<1>(info.param);
+}
+
+INSTANTIATE_TEST_SUITE_P(Ranks, SplitView,
+                         ::testing::Values(Param{4, "shm"}, Param{4, "tcp"}, Param{8, "shm"}),
+                         CaseName);
+
+}  // namespace
+}  // namespace braid_test
