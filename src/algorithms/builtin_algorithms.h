@@ -15,8 +15,19 @@ const Algorithm& BruckAlgorithm();              // bruck.cc: "bruck"
 const Algorithm& PairwiseAlgorithm();           // pairwise.cc: "pairwise"
 const Algorithm& DisseminationAlgorithm();      // dissemination.cc: "dissemination"
 const Algorithm& OrderedReductionAlgorithm();   // ordered.cc: "ordered" (deterministic mode)
+// Hierarchical algorithms (spec/algorithms.md section 2), groups from CollArgs::layout.
+const Algorithm& HierRingAlgorithm();    // hier_ring.cc: "hring"
+const Algorithm& HoRingAlgorithm();      // ho_ring.cc: "ho_ring"
+const Algorithm& Torus2dAlgorithm();     // torus2d.cc: "torus2d"
+const Algorithm& HierLeaderAlgorithm();  // hier_leader.cc: "hier_leader"
 // test_codec_allreduce.cc: "qtest", by name only (TestingAlgorithms()).
 const Algorithm& TestCodecAllReduceAlgorithm();
+
+// The hierarchical algorithms: FindAlgorithm knows them (BRAID_ALGO), and the tuner ranks them
+// beside AllAlgorithms() for communicators that span several nodes in groups of equal size.
+// They stay out of AllAlgorithms() so that one-node communicators (and the tests that force
+// every flat algorithm) see the flat set only.
+const std::vector<const Algorithm*>& HierarchicalAlgorithms();
 
 // Algorithms FindAlgorithm knows but the tuner never ranks: proof vehicles for the IR.
 const std::vector<const Algorithm*>& TestingAlgorithms();

@@ -8,6 +8,7 @@
 #include <limits>
 #include <string_view>
 
+#include "algorithms/builtin_algorithms.h"
 #include "algorithms/link_profile.h"
 #include "core/base/log.h"
 
@@ -18,6 +19,9 @@ namespace {
 constexpr CollKind kTunable[] = {
     CollKind::kAllReduce, CollKind::kReduceScatter, CollKind::kAllGather, CollKind::kBroadcast,
     CollKind::kReduce,    CollKind::kAllToAll,      CollKind::kBarrier};
+
+// Channels the default table assumes.
+constexpr int kTableChannels = 2;
 
 // Size points the default table is evaluated at: 2^0 .. 2^kMaxLog2 bytes.
 constexpr int kMaxLog2 = 40;
@@ -99,7 +103,8 @@ Result<std::vector<CollKind>> ParseColl(std::string_view tok) {
 
 std::string KnownAlgorithms() {
   std::string s;
-  for (const Algorithm* a : AllAlgorithms()) s += std::string(s.empty() ? "" : ", ") + a->name();
+  for (const auto* list : {&AllAlgorithms(), &HierarchicalAlgorithms()})
+    for (const Algorithm* a : *list) s += std::string(s.empty() ? "" : ", ") + a->name();
   return s;
 }
 
@@ -113,18 +118,31 @@ std::string FormatSize(uint64_t b) {
   return std::to_string(b);
 }
 
-// The fastest algorithm for `args` by the cost model (first in registry order on ties).
+// Whether the hierarchical algorithms compete for `args`: a layout of several nodes. (Each one's
+// supports() then refuses uneven groups itself.) On one node they would be the flat ring under
+// another name.
+bool SpansNodes(const CollArgs& args) {
+  const GroupLayout* l = args.layout;
+  return l && l->nnodes > 1 && static_cast<int>(l->node_of.size()) == args.nranks;
+}
+
+// The fastest algorithm for `args` by the cost model (first in registry order on ties: the flat
+// algorithms before the hierarchical ones).
 const Algorithm* BestByModel(const CollArgs& args, const LinkModel& model) {
   const Algorithm* best = nullptr;
   double best_t = std::numeric_limits<double>::infinity();
-  for (const Algorithm* a : AllAlgorithms()) {
-    if (!a->supports(args)) continue;
-    const double t = a->estimate_seconds(args, model);
-    if (!best || t < best_t) {
-      best = a;
-      best_t = t;
+  auto consider = [&](const std::vector<const Algorithm*>& list) {
+    for (const Algorithm* a : list) {
+      if (!a->supports(args)) continue;
+      const double t = a->estimate_seconds(args, model);
+      if (!best || t < best_t) {
+        best = a;
+        best_t = t;
+      }
     }
-  }
+  };
+  consider(AllAlgorithms());
+  if (SpansNodes(args)) consider(HierarchicalAlgorithms());
   return best;
 }
 
@@ -192,6 +210,10 @@ Result<Tuner> Tuner::Create(const std::string& override_spec, int nranks, const 
       args.dtype = DataType::kInt8;
       args.nranks = nranks;
       args.layout = layout;
+      // The table assumes the default two channels (BRAID_NCHANNELS), what HO-Ring needs; a
+      // request with fewer (the express lane, BRAID_NCHANNELS=1) that the table's pick cannot
+      // serve is ranked afresh by choose().
+      args.nchannels = kTableChannels;
       const bool per_rank = kind == CollKind::kAllGather || kind == CollKind::kReduceScatter ||
                             kind == CollKind::kAllToAll;
       args.count =

@@ -12,6 +12,9 @@
 // e.g. "allreduce:ring@0-64K,rd@64K-inf;allgather:ring". An entry without a range covers every
 // size. A forced algorithm that cannot serve a request falls back to the default choice for it
 // (with a debug line), never to an error.
+//
+// The model ranks AllAlgorithms() and, for a layout that spans several nodes, the hierarchical
+// algorithms too (HierarchicalAlgorithms(), builtin_algorithms.h; each refuses uneven groups).
 #pragma once
 
 #include <cstdint>

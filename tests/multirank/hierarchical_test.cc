@@ -1,0 +1,187 @@
+// The hierarchical algorithms over real processes and real transports: ranks are given emulated
+// hosts (BRAID_HOSTID per rank) so the communicator's layout has g nodes of M ranks, each
+// algorithm is forced with BRAID_ALGO, and every all-gather, reduce-scatter and all-reduce is
+// checked bit-exactly against the reference computed in the test (reference.h). Counts include
+// ones above the express-lane limit, so that the schedules run on two channels and HO-Ring's
+// cross-channel edges are executed by the engine. An uneven layout (2 + 1) forced to HO-Ring
+// falls back to a flat algorithm and stays exact.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "algorithms/algorithm.h"
+#include "core/runtime/comm.h"
+#include "core/runtime/comm_registry.h"
+#include "multirank/collective_cases.h"
+#include "multirank/harness.h"
+
+namespace braid_test {
+namespace {
+
+struct Shape {
+  int g, m;
+  bool interleaved;         // node of rank r: r % g (else r / m)
+  std::vector<int> uneven;  // node sizes, when not a grid
+  int nranks() const {
+    if (uneven.empty()) return g * m;
+    int n = 0;
+    for (int s : uneven) n += s;
+    return n;
+  }
+  int node(int r) const {
+    if (!uneven.empty()) {
+      for (int i = 0, end = 0;; ++i) {
+        end += uneven[i];
+        if (r < end) return i;
+      }
+    }
+    return interleaved ? r % g : r / m;
+  }
+  std::string name() const {
+    if (!uneven.empty()) {
+      std::string s = "uneven";
+      for (int x : uneven) s += "_" + std::to_string(x);
+      return s;
+    }
+    return std::to_string(g) + "x" + std::to_string(m) + (interleaved ? "_interleaved" : "");
+  }
+};
+
+// 40000 elements: above the 64 KiB express lane for every type below but int8, so these calls
+// get BRAID_NCHANNELS (2) channels.
+constexpr uint64_t kLargeCount = 40000;
+
+std::vector<Case> Cases(bool allreduce_only) {
+  const DataType types[] = {DataType::kInt32, DataType::kFloat32, DataType::kBfloat16,
+                            DataType::kFloat64};
+  const int ops[] = {braidSum, braidMax, braidAvg, kPreMul};
+  std::vector<Case> cases;
+  for (uint64_t count : {uint64_t{0}, uint64_t{1}, uint64_t{7}, uint64_t{1000}, kLargeCount})
+    for (CollKind k : {CollKind::kAllReduce, CollKind::kReduceScatter, CollKind::kAllGather}) {
+      if (allreduce_only && k != CollKind::kAllReduce) continue;
+      for (DataType t : types)
+        for (int op : (Reduces(k) ? std::vector<int>(std::begin(ops), std::end(ops))
+                                  : std::vector<int>{braidSum}))
+          for (bool in_place : {false, true}) cases.push_back({k, t, op, count, in_place});
+    }
+  return cases;
+}
+
+bool ServesAllReduceOnly(const std::string& algo) {
+  return algo == "torus2d" || algo == "hier_leader";
+}
+
+// Fails (returns 1) unless the communicator sees `shape`'s nodes and the tuner hands a large
+// request of each collective the algorithm forces serves to `algo` itself (not a fallback).
+int CheckForcedAlgorithm(braidComm_t handle, int rank, const Shape& shape,
+                         const std::string& algo) {
+  auto comm = braid::LookupComm(handle);
+  if (!comm) return 1;
+  const int want_nodes = shape.uneven.empty() ? shape.g : static_cast<int>(shape.uneven.size());
+  if (comm->layout().nnodes != want_nodes) {
+    std::fprintf(stderr, "[rank %d] layout has %d nodes, expected %d\n", rank,
+                 comm->layout().nnodes, want_nodes);
+    return 1;
+  }
+  for (CollKind k : {CollKind::kAllReduce, CollKind::kReduceScatter, CollKind::kAllGather}) {
+    if (ServesAllReduceOnly(algo) && k != CollKind::kAllReduce) continue;
+    braid::CollArgs a;
+    a.kind = k;
+    a.dtype = DataType::kFloat32;
+    a.count = kLargeCount;
+    a.nranks = comm->nranks();
+    a.nchannels = comm->nchannels();
+    a.chunk_bytes = comm->config().chunk_bytes;
+    a.layout = &comm->layout();
+    const braid::Algorithm* chosen = comm->tuner().choose(a);
+    const bool grid = shape.uneven.empty();
+    const bool is_forced = chosen && algo == chosen->name();
+    if (grid != is_forced) {
+      std::fprintf(stderr, "[rank %d] %s of %llu floats runs %s (forced %s, %s layout)\n", rank,
+                   braid::CollKindName(k), static_cast<unsigned long long>(kLargeCount),
+                   chosen ? chosen->name() : "nothing", algo.c_str(),
+                   grid ? "a grid" : "an uneven");
+      return 1;
+    }
+  }
+  return 0;
+}
+
+using Param = std::tuple<Shape, std::string, std::string>;  // shape, transports, algorithm
+
+class HierarchicalCollectives : public ::testing::TestWithParam<Param> {};
+
+TEST_P(HierarchicalCollectives, ForcedAlgorithmIsBitExact) {
+  const auto& [shape, transports, algo] = GetParam();
+  JobOptions opt;
+  opt.nranks = shape.nranks();
+  opt.timeout_s = 300;
+  opt.init = false;  // each rank sets its emulated host first
+  opt.env = {{"BRAID_TRANSPORTS", transports},
+             {"BRAID_TIMEOUT", "60"},
+             {"BRAID_NCHANNELS", "2"},
+             // The forced algorithm does not depend on the link model; skip measuring it.
+             {"BRAID_LINK_CALIBRATION", "0"},
+             {"BRAID_ALGO", algo == "default" ? "" : "all:" + algo}};
+  const std::vector<Case> cases = Cases(ServesAllReduceOnly(algo));
+  auto out = RunJob(opt, [&](braidComm_t, int rank, int nranks, const braidUniqueId& id) {
+    const std::string host = "hier-node-" + std::to_string(shape.node(rank));
+    setenv("BRAID_HOSTID", host.c_str(), 1);
+    braidComm_t comm = nullptr;
+    if (braidCommInitRank(&comm, nranks, id, rank) != braidSuccess) {
+      std::fprintf(stderr, "[rank %d] init: %s\n", rank, braidGetLastError(nullptr));
+      return 90;
+    }
+    // "default": whatever the tuner's model picks on these nodes (hierarchical for large calls).
+    int code = algo == "default" ? 0 : CheckForcedAlgorithm(comm, rank, shape, algo);
+    uint64_t wrong = 0;
+    for (const Case& c : cases) wrong += RunCase(comm, rank, nranks, c);
+    if (wrong) code = 1;
+    if (braidCommDestroy(comm) != braidSuccess && code == 0) code = 91;
+    return code;
+  });
+  EXPECT_TRUE(AllSucceeded(out)) << DescribeOutcomes(out);
+}
+
+std::string ParamName(const ::testing::TestParamInfo<Param>& info) {
+  std::string t = std::get<1>(info.param);
+  for (char& c : t)
+    if (c == ',') c = '_';
+  return std::get<0>(info.param).name() + "_" + t + "_" + std::get<2>(info.param);
+}
+
+const std::vector<std::string> kAlgorithms = {"hring", "ho_ring", "torus2d", "hier_leader",
+                                              "default"};
+
+// 2x2 over shm inside a node and tcp between nodes, and over tcp alone; 2x3; 2x2 with the nodes
+// interleaved (ranks 0 and 2 on one host).
+INSTANTIATE_TEST_SUITE_P(
+    Grids, HierarchicalCollectives,
+    ::testing::Combine(::testing::Values(Shape{2, 2, false, {}}, Shape{2, 3, false, {}}),
+                       ::testing::Values(std::string("shm,tcp")), ::testing::ValuesIn(kAlgorithms)),
+    ParamName);
+INSTANTIATE_TEST_SUITE_P(TcpOnly, HierarchicalCollectives,
+                         ::testing::Combine(::testing::Values(Shape{2, 2, false, {}}),
+                                            ::testing::Values(std::string("tcp")),
+                                            ::testing::ValuesIn(kAlgorithms)),
+                         ParamName);
+INSTANTIATE_TEST_SUITE_P(Interleaved, HierarchicalCollectives,
+                         ::testing::Combine(::testing::Values(Shape{2, 2, true, {}}),
+                                            ::testing::Values(std::string("shm,tcp")),
+                                            ::testing::Values(std::string("ho_ring"),
+                                                              std::string("torus2d"))),
+                         ParamName);
+// Nodes of 2 and 1 ranks: no grid, so the forced algorithm falls back to a flat one.
+INSTANTIATE_TEST_SUITE_P(Uneven, HierarchicalCollectives,
+                         ::testing::Combine(::testing::Values(Shape{0, 0, false, {2, 1}}),
+                                            ::testing::Values(std::string("shm,tcp")),
+                                            ::testing::Values(std::string("ho_ring"),
+                                                              std::string("hier_leader"))),
+                         ParamName);
+
+}  // namespace
+}  // namespace braid_test
