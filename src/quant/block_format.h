@@ -45,8 +45,10 @@ struct BlockFormat {
   uint8_t bits = 8;       // 8 or 4
   bool symmetric = true;  // false: min/max (asymmetric)
   uint32_t block = 32;    // G, elements per block, >= 1
-  bool operator==(const BlockFormat&) const = default;
 };
+inline constexpr bool operator==(const BlockFormat& a, const BlockFormat& b) {
+  return a.bits == b.bits && a.symmetric == b.symmetric && a.block == b.block;
+}
 
 inline constexpr uint32_t kMaxBlock = 1u << 24;
 inline constexpr uint64_t kEncodingAlignment = 16;

@@ -6,13 +6,13 @@
 // explicitly rather than produced by arithmetic (x86 and CUDA produce different NaN bits).
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 
 #if defined(__CUDACC__)
 #define BRAID_QUANT_HD __host__ __device__ __forceinline__
 #else
-#include <cmath>
 #define BRAID_QUANT_HD inline
 #endif
 
