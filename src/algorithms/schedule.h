@@ -61,10 +61,30 @@ struct BufferDesc {
 // holds one kUserP2P buffer per call instead, in call order.
 enum BufferSlot : uint16_t { kSendBuf = 0, kRecvBuf = 1, kScratchBuf = 2, kFirstUserBuf = 3 };
 
-// Block codecs for quantized transfers. Encoded data lives in kUint8 buffers; its size is
-// EncodedBytes (codec.h). kTest is lossless and self-checking, for proving the IR, engine,
-// verifier and simulator; the block INT8/INT4 codecs arrive with quantized collectives.
-enum class CodecId : uint8_t { kNone = 0, kTest = 1 };
+// Codecs of quantized transfers. Encoded data lives in kUint8 buffers; its size is EncodedBytes
+// (codec.h). kTest is lossless and self-checking, for proving the IR, engine, verifier and
+// simulator. The block codecs are src/quant's (spec/algorithms.md section 3, layout in
+// quant/block_format.h): symmetric (absmax) or asymmetric (min/max) INT8 and INT4, lossy.
+enum class CodecId : uint8_t {
+  kNone = 0,
+  kTest = 1,
+  kInt8 = 2,      // symmetric INT8, one fp32 scale per block
+  kInt4 = 3,      // symmetric INT4, one fp32 scale per block
+  kInt8Asym = 4,  // asymmetric INT8, fp32 scale and min per block
+  kInt4Asym = 5,  // asymmetric INT4, fp32 scale and min per block
+};
+
+// What a quantize-kind op names: the codec and its block size G (elements per block; block
+// codecs only, 0 otherwise). Each op carries its own, so the engine, the simulator and the
+// verifier read one value; an encoding must be decoded with the codec and block it was made
+// with (the verifier proves it). Converts from a bare CodecId (block 0) for kNone and kTest.
+struct Codec {
+  constexpr Codec() = default;
+  constexpr Codec(CodecId i, uint32_t b = 0) : id(i), block(b) {}  // NOLINT: implicit on purpose
+  bool operator==(const Codec&) const = default;
+  CodecId id = CodecId::kNone;
+  uint32_t block = 0;
+};
 
 struct Slice {
   uint16_t buffer = kSendBuf;
@@ -94,7 +114,7 @@ struct StepOp {
   int32_t peer = -1;  // kSend / kRecv / kRecvReduce
   Slice src;          // kSend, kRecvReduce (local operand), kCopy, kReduce, kScale, quantize kinds
   Slice dst;          // all but kSend
-  CodecId codec = CodecId::kNone;  // quantize kinds
+  Codec codec = CodecId::kNone;  // quantize kinds (and the block size of block codecs)
 };
 
 // A step of another channel of the same rank that must complete before a step starts.

@@ -6,6 +6,12 @@
 //   at each node, so a+b and b+a hash alike but (a+b)+c and a+(b+c) do not). Equal hashes on all
 //   ranks mean bitwise-identical results. A byte of encoded data holds (encoding, byte index);
 //   the encoding remembers the symbols it was made from.
+// - Lossy codecs (the block codecs): values are not checked, contributions are. A decoded
+//   element keeps its contributions but gets a new tree hash that covers the codec, its block
+//   size, every symbol of its block (a block's scale depends on all of them) and its position in
+//   the block. So an all-reduce whose ranks mix quantized and unquantized data, or quantize with
+//   other block sizes or block boundaries, fails the bitwise-identity check across ranks, while
+//   ranks that fold the same encodings in the same order pass it.
 // - Memory is laid out per rank with the C API's in-place aliasing, so a write through kRecvBuf
 //   is seen through kSendBuf where the two overlap; every scratch buffer is memory of its own.
 // - Each (rank, channel) is a thread that runs its steps in order; a step with dependency edges
@@ -44,7 +50,7 @@ struct Sym {
 };
 
 struct Encoding {
-  CodecId codec;
+  Codec codec;
   DataType dtype;
   std::vector<Sym> syms;
 };
@@ -63,6 +69,24 @@ uint64_t LeafTree(int rank) {
 uint64_t CombineTree(uint64_t a, uint64_t b) {
   const uint64_t lo = std::min(a, b), hi = std::max(a, b);
   return Mix(lo ^ Mix(hi + 0x1234567ull));
+}
+
+// Everything that determines a value symbol's value.
+uint64_t ValueHash(const Sym& s) {
+  return Mix(s.tree ^ Mix(s.mask ^ Mix(s.scaled ^ Mix((uint64_t{s.elem} << 1) | s.divided))));
+}
+
+// Trees of the elements decoded from a lossy encoding (see the model above).
+std::vector<uint64_t> LossyTrees(const Codec& codec, const std::vector<Sym>& syms) {
+  std::vector<uint64_t> trees(syms.size());
+  const uint64_t g = std::max<uint64_t>(codec.block, 1);
+  for (uint64_t b0 = 0; b0 < syms.size(); b0 += g) {
+    const uint64_t b1 = std::min<uint64_t>(syms.size(), b0 + g);
+    uint64_t h = Mix(0x10551ull ^ (static_cast<uint64_t>(codec.id) << 32) ^ g);
+    for (uint64_t k = b0; k < b1; ++k) h = Mix(h ^ ValueHash(syms[k]));
+    for (uint64_t k = b0; k < b1; ++k) trees[k] = Mix(h + k - b0);
+  }
+  return trees;
 }
 
 std::string RankList(uint64_t mask) {
@@ -130,7 +154,7 @@ struct ROp {  // an op of the current step, slices resolved to physical offsets
   uint64_t src = 0, dst = 0;
   uint64_t scount = 0, dcount = 0;
   uint16_t sbuf = 0, dbuf = 0;
-  CodecId codec = CodecId::kNone;
+  Codec codec;
   bool done = false;
 };
 
@@ -652,9 +676,13 @@ class SymbolicRun {
                           std::to_string(o.dcount) + " " + DataTypeName(TypeOf(th.r, o.dbuf)) +
                           " an encoding made by " + CodecName(e->codec) + " of " +
                           std::to_string(e->syms.size()) + " " + DataTypeName(e->dtype));
+        const bool lossy = CodecIsLossy(e->codec);
+        const std::vector<uint64_t> trees =
+            lossy ? LossyTrees(e->codec, e->syms) : std::vector<uint64_t>{};
         for (uint64_t k = 0; k < o.dcount; ++k) {
           Sym& y = m[o.dst + k];
-          const Sym& x = e->syms[k];
+          Sym x = e->syms[k];
+          if (lossy) x.tree = trees[k];
           if (o.kind == StepOpKind::kDequantize) {
             y = x;
             continue;
@@ -931,8 +959,9 @@ class SymbolicRun {
                 mem_[0][views_[0][kRecvBuf].base + i].tree)
               return InternalError(prefix_ + "ranks 0 and " + std::to_string(r) +
                                    " compute recvbuf[" + std::to_string(i) +
-                                   "] with different association orders: results would not be "
-                                   "bitwise identical across ranks");
+                                   "] with different association orders (or through different "
+                                   "quantizations): results would not be bitwise identical "
+                                   "across ranks");
         break;
       case CollKind::kReduceScatter:
         for (int r = 0; r < n_; ++r)

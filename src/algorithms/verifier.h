@@ -11,7 +11,11 @@
 // encoding of its codec and type, and at the end every rank's output holds exactly the
 // contributions the collective defines (all-reduce: every rank's element i, each scaled once for
 // a pre-multiplied sum, divided once for AVG; all-gather: block r = rank r's input; ...). Quantized
-// transfers are proven for their contributions, not their values: the codecs may be lossy.
+// transfers are proven for their contributions, not their values: the codecs may be lossy. For a
+// lossy (block) codec the verifier also proves that decoders use the encoding's own codec and
+// block size, and that an all-reduce's ranks pass the same data through the same quantizations
+// (same codec, block size and block boundaries) and combine them in the same order, so that their
+// results are bitwise identical; it cannot bound the quantization error (tests do, in numbers).
 #pragma once
 
 #include <functional>

@@ -5,6 +5,7 @@
 
 #include "algorithms/codec.h"
 #include "device/cpu/reduce_kernels.h"
+#include "quant/block_codec.h"
 
 namespace braid {
 namespace {
@@ -17,16 +18,17 @@ struct TestFrameHeader {
 };
 static_assert(sizeof(TestFrameHeader) == kTestCodecHeaderBytes);
 
-Status Unsupported(CodecId codec, DataType type) {
+Status Unsupported(const Codec& codec, DataType type) {
   return InvalidArgument(std::string("codec ") + CodecName(codec) + " cannot encode " +
                          DataTypeName(type));
 }
 
 }  // namespace
 
-Status EncodeKernel(CodecId codec, DataType type, const void* src, size_t n, void* dst) {
+Status EncodeKernel(const Codec& codec, DataType type, const void* src, size_t n, void* dst) {
   if (!CodecSupports(codec, type)) return Unsupported(codec, type);
   if (n == 0) return Status::Ok();
+  if (const auto f = BlockFormatOf(codec)) return quant::Quantize(*f, type, src, n, dst);
   TestFrameHeader h{kTestCodecMagic, static_cast<uint8_t>(type), {}, n};
   std::memcpy(dst, &h, sizeof(h));
   const auto* in = static_cast<const uint8_t*>(src);
@@ -36,9 +38,12 @@ Status EncodeKernel(CodecId codec, DataType type, const void* src, size_t n, voi
   return Status::Ok();
 }
 
-Status DecodeKernel(CodecId codec, DataType type, const void* src, size_t n, void* dst) {
+Status DecodeKernel(const Codec& codec, DataType type, const void* src, size_t n, void* dst) {
   if (!CodecSupports(codec, type)) return Unsupported(codec, type);
   if (n == 0) return Status::Ok();
+  // A block encoding has no header to check: the verifier proves that decoders get whole
+  // encodings of their codec and block size.
+  if (const auto f = BlockFormatOf(codec)) return quant::Dequantize(*f, type, src, n, dst);
   TestFrameHeader h;
   std::memcpy(&h, src, sizeof(h));
   if (h.magic != kTestCodecMagic || h.dtype != static_cast<uint8_t>(type) || h.count != n)
@@ -56,8 +61,10 @@ Status DecodeKernel(CodecId codec, DataType type, const void* src, size_t n, voi
   return Status::Ok();
 }
 
-Status DecodeReduceKernel(CodecId codec, DataType type, ReduceOp op, const void* src, size_t n,
+Status DecodeReduceKernel(const Codec& codec, DataType type, ReduceOp op, const void* src, size_t n,
                           void* dst, void* scratch) {
+  if (const auto f = BlockFormatOf(codec); f && op == ReduceOp::kSum && CodecSupports(codec, type))
+    return quant::DequantizeReduce(*f, type, src, n, dst);
   BRAID_RETURN_IF_ERROR(DecodeKernel(codec, type, src, n, scratch));
   if (n) ReduceKernel(type, op, dst, scratch, dst, n);
   return Status::Ok();

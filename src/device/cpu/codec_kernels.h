@@ -1,5 +1,6 @@
 // CPU kernels of the quantized transfers' codecs (algorithms/codec.h): encode a typed slice into
-// its frame, decode a frame into a typed slice or reduce it into one.
+// its frame, decode a frame into a typed slice or reduce it into one. The block codecs are
+// src/quant's kernels (vectorised, runtime-dispatched); the test codec is implemented here.
 #pragma once
 
 #include <cstddef>
@@ -12,12 +13,14 @@
 namespace braid {
 
 // dst (EncodedBytes(codec, type, n) bytes) = encode(src[0..n)).
-Status EncodeKernel(CodecId codec, DataType type, const void* src, size_t n, void* dst);
+Status EncodeKernel(const Codec& codec, DataType type, const void* src, size_t n, void* dst);
 // dst[0..n) = decode(src). An error when the frame does not hold n elements of `type` (a
 // schedule or a peer handed the decoder the wrong bytes).
-Status DecodeKernel(CodecId codec, DataType type, const void* src, size_t n, void* dst);
-// dst[0..n) = dst (op) decode(src); `scratch` holds at least n elements of `type`.
-Status DecodeReduceKernel(CodecId codec, DataType type, ReduceOp op, const void* src, size_t n,
+Status DecodeKernel(const Codec& codec, DataType type, const void* src, size_t n, void* dst);
+// dst[0..n) = dst (op) decode(src); `scratch` holds at least n elements of `type`. A block codec's
+// sum is fused (decoded and added in fp32, rounded once; scratch unused); other ops decode into
+// scratch and reduce.
+Status DecodeReduceKernel(const Codec& codec, DataType type, ReduceOp op, const void* src, size_t n,
                           void* dst, void* scratch);
 
 }  // namespace braid
