@@ -3,6 +3,8 @@
 // Built only when CMake finds nvcc (target braid_quant_cuda).
 //
 // Pointers are device pointers; `stream` is a cudaStream_t (nullptr: the legacy default stream).
+// Encodings must start 4-byte aligned (the kernels read the fp32 parameters as words):
+// cudaMalloc'd memory and offsets that are multiples of EncodedBytes (16-byte rounded) are.
 // The calls enqueue the kernels and return: an OK status means the launch succeeded, not that
 // the kernels have run. Errors are InvalidArgument (format, type) or SystemError (a CUDA error,
 // named).
