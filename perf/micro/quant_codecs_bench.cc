@@ -99,7 +99,7 @@ const bool kRegistered = [] {
   for (const auto& [op, opname] : ops)
     for (const Codec& c : codecs)
       for (DataType type : {DataType::kFloat32, DataType::kBfloat16})
-        for (Isa isa : {Isa::kAvx2, Isa::kScalar}) {
+        for (Isa isa : {Isa::kAvx512, Isa::kAvx2, Isa::kScalar}) {
           // The scalar reference only for the headline case: it is the fallback, not a target.
           if (isa == Isa::kScalar &&
               (type != DataType::kFloat32 || c.f.block != 32 || !c.f.symmetric || c.f.bits != 8))

@@ -87,6 +87,18 @@ void DequantizeScalar(const BlockFormat& f, DataType type, const uint8_t* src, u
 
 namespace {
 
+bool DetectAvx2F16c();
+
+bool DetectAvx512() {
+#if defined(__x86_64__)
+  __builtin_cpu_init();
+  // GCC's check of "avx512f" includes the OS's saving of the ZMM state (XGETBV).
+  return __builtin_cpu_supports("avx512f") && DetectAvx2F16c();
+#else
+  return false;
+#endif
+}
+
 bool DetectAvx2F16c() {
 #if defined(__x86_64__)
   __builtin_cpu_init();
@@ -119,17 +131,22 @@ Isa Effective(Isa isa) {
 
 bool CpuSupports(Isa isa) {
   static const bool avx2 = DetectAvx2F16c();
+  static const bool avx512 = DetectAvx512();
   switch (isa) {
     case Isa::kScalar:
       return true;
     case Isa::kAvx2:
       return avx2;
+    case Isa::kAvx512:
+      return avx512;
   }
   return false;
 }
 
 Isa BestIsa() {
-  static const Isa best = CpuSupports(Isa::kAvx2) ? Isa::kAvx2 : Isa::kScalar;
+  static const Isa best = CpuSupports(Isa::kAvx512) ? Isa::kAvx512
+                          : CpuSupports(Isa::kAvx2) ? Isa::kAvx2
+                                                    : Isa::kScalar;
   return best;
 }
 
@@ -139,6 +156,8 @@ const char* IsaName(Isa isa) {
       return "scalar";
     case Isa::kAvx2:
       return "avx2+f16c";
+    case Isa::kAvx512:
+      return "avx512";
   }
   return "?";
 }
@@ -149,6 +168,10 @@ Status QuantizeWithIsa(Isa isa, const BlockFormat& f, DataType type, const void*
   if (n == 0) return Status::Ok();
   auto* out = static_cast<uint8_t*>(dst);
 #if defined(__x86_64__)
+  if (Effective(isa) == Isa::kAvx512) {
+    detail::QuantizeAvx512(f, type, src, n, out);
+    return Status::Ok();
+  }
   if (Effective(isa) == Isa::kAvx2) {
     detail::QuantizeAvx2(f, type, src, n, out);
     return Status::Ok();
@@ -165,6 +188,10 @@ Status DequantizeImpl(Isa isa, const BlockFormat& f, DataType type, const void* 
   if (n == 0) return Status::Ok();
   const auto* in = static_cast<const uint8_t*>(src);
 #if defined(__x86_64__)
+  if (Effective(isa) == Isa::kAvx512) {
+    detail::DequantizeAvx512(f, type, in, n, dst, reduce);
+    return Status::Ok();
+  }
   if (Effective(isa) == Isa::kAvx2) {
     detail::DequantizeAvx2(f, type, in, n, dst, reduce);
     return Status::Ok();

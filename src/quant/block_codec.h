@@ -2,10 +2,10 @@
 // or decode and add it into an accumulator in fp32 (dst = dst + decode(src), rounded once to the
 // destination type).
 //
-// Each kernel exists as a scalar reference and as an AVX2 + F16C tier, picked at run time from
-// what the CPU supports; every tier produces the same bytes as the reference
-// (tests/unit/quant_cpu_test.cc). The *WithIsa variants run a given tier, for tests and benchmarks.
-// Buffers need no particular alignment; src and dst must not overlap.
+// Each kernel exists as a scalar reference and as AVX2 + F16C and AVX-512 tiers, the best one
+// picked at run time from what the CPU supports; every tier produces the same bytes as the
+// reference (tests/unit/quant_cpu_test.cc). The *WithIsa variants run a given tier, for tests and
+// benchmarks. Buffers need no particular alignment; src and dst must not overlap.
 #pragma once
 
 #include <cstdint>
@@ -21,8 +21,9 @@ inline constexpr bool SupportsType(DataType t) {
   return t == DataType::kFloat32 || t == DataType::kFloat16 || t == DataType::kBfloat16;
 }
 
-enum class Isa : uint8_t { kScalar = 0, kAvx2 = 1 };  // kAvx2: AVX2 + F16C
-inline constexpr int kNumIsas = 2;
+// kAvx2: AVX2 + F16C; kAvx512: AVX-512F (+ AVX2, F16C).
+enum class Isa : uint8_t { kScalar = 0, kAvx2 = 1, kAvx512 = 2 };
+inline constexpr int kNumIsas = 3;
 bool CpuSupports(Isa isa);
 Isa BestIsa();
 const char* IsaName(Isa isa);

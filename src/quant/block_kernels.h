@@ -18,6 +18,9 @@ void DequantizeScalar(const BlockFormat& f, DataType type, const uint8_t* src, u
 void QuantizeAvx2(const BlockFormat& f, DataType type, const void* src, uint64_t n, uint8_t* dst);
 void DequantizeAvx2(const BlockFormat& f, DataType type, const uint8_t* src, uint64_t n, void* dst,
                     bool reduce);
+void QuantizeAvx512(const BlockFormat& f, DataType type, const void* src, uint64_t n, uint8_t* dst);
+void DequantizeAvx512(const BlockFormat& f, DataType type, const uint8_t* src, uint64_t n,
+                      void* dst, bool reduce);
 #endif
 
 // ---------------------------------------------------------------- helpers shared by the tiers

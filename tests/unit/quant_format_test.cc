@@ -22,6 +22,7 @@ namespace {
 std::vector<Isa> Tiers() {
   std::vector<Isa> t{Isa::kScalar};
   if (CpuSupports(Isa::kAvx2)) t.push_back(Isa::kAvx2);
+  if (CpuSupports(Isa::kAvx512)) t.push_back(Isa::kAvx512);
   return t;
 }
 

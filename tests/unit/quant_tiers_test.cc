@@ -1,4 +1,5 @@
-// The vector tiers of the block codecs against the scalar reference, byte for byte: every format
+// The vector tiers (AVX2, AVX-512) of the block codecs against the scalar reference, byte for
+// byte: every format
 // (INT8/INT4, symmetric/asymmetric), every type (fp32, fp16, bf16), block sizes below, at and
 // around the 8- and 16-element vector widths (odd ones put INT4 blocks across byte boundaries)
 // and counts that end mid-block and mid-vector. Data: Gaussian values with a magnitude per
@@ -132,10 +133,20 @@ TEST(QuantTiers, Avx2MatchesScalarReferenceWithNaNAndInf) {
   CompareTier(Isa::kAvx2, true);
 }
 
+TEST(QuantTiers, Avx512MatchesScalarReference) {
+  if (!CpuSupports(Isa::kAvx512)) GTEST_SKIP() << "this CPU has no AVX-512F: nothing to compare";
+  CompareTier(Isa::kAvx512, false);
+}
+
+TEST(QuantTiers, Avx512MatchesScalarReferenceWithNaNAndInf) {
+  if (!CpuSupports(Isa::kAvx512)) GTEST_SKIP() << "this CPU has no AVX-512F: nothing to compare";
+  CompareTier(Isa::kAvx512, true);
+}
+
 // The encoding does not depend on the input type: fp16 and bf16 data encode exactly as their
 // (exact) fp32 widening does.
 TEST(QuantTiers, NarrowInputsEncodeAsTheirWidening) {
-  for (Isa isa : {Isa::kScalar, BestIsa()})
+  for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512})
     for (DataType t : {DataType::kFloat16, DataType::kBfloat16})
       for (const BlockFormat& f : {BlockFormat{8, true, 32}, BlockFormat{4, false, 17}}) {
         const uint64_t n = 1001;
@@ -151,7 +162,7 @@ TEST(QuantTiers, NarrowInputsEncodeAsTheirWidening) {
 // dst + decode(src), summed in fp32 and rounded once, computed here from the fp32 decode.
 TEST(QuantTiers, DequantizeReduceAddsTheFp32DecodeAndRoundsOnce) {
   const uint64_t n = 777;
-  for (Isa isa : {Isa::kScalar, BestIsa()})
+  for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512})
     for (DataType t : kTypes)
       for (const BlockFormat& f : {BlockFormat{8, true, 32}, BlockFormat{4, true, 5},
                                    BlockFormat{8, false, 64}, BlockFormat{4, false, 32}}) {
