@@ -3,7 +3,6 @@
 // with its elements' block parameters, so an INT4 byte shared by two blocks (odd G) has a single
 // writer. Decode is one thread per code byte. All arithmetic is block_math.h's, compiled with
 // --fmad=false and IEEE division, so the bytes equal the CPU reference's.
-#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <string>
