@@ -96,6 +96,19 @@ TEST(QuantFormat, ZeroBlockHasScaleOne) {
   }
 }
 
+TEST(QuantFormat, UnderflowingScaleIsOne) {
+  // absmax 2^-143: d = 2^-150 rounds to 0, so d = 1 and the block decodes to zeros. absmax 2^-142
+  // still gives d = 2^-149 (the smallest subnormal): codes +-127/128 -> 127, -128.
+  const BlockFormat f{8, true, 2};
+  const float tiny = std::ldexp(1.0f, -143), small = std::ldexp(1.0f, -142);
+  for (Isa isa : Tiers()) {
+    EXPECT_EQ(Encode(isa, f, {tiny, -tiny}), Layout(FloatBytes({1.0f}), {0, 0})) << IsaName(isa);
+    EXPECT_EQ(Encode(isa, f, {small, -small}),
+              Layout(FloatBytes({std::ldexp(1.0f, -149)}), {127, 0x80}))
+        << IsaName(isa);
+  }
+}
+
 TEST(QuantFormat, ShortLastBlockHasItsOwnScale) {
   // Block 0: absmax 4, d = 4/128; block 1 (one element): absmax 6, d = 6/128.
   const BlockFormat f{8, true, 4};
