@@ -182,6 +182,32 @@ BRAID_API braidResult_t braidInitFromEnv(braidComm_t* comm);
 BRAID_API braidResult_t braidCommSplit(braidComm_t comm, int color, int key, braidComm_t* newcomm,
                                        const braidConfig_t* config);
 
+/** Topology levels for braidCommSplitLevel(). */
+typedef enum {
+  braidLevelNode = 0,          /**< the ranks on this rank's node */
+  braidLevelSameLocalRank = 1, /**< the ranks with this rank's local rank, one per node */
+} braidLevel_t;
+
+/**
+ * A view of `comm` (docs/split-views.md) holding the ranks that share this rank's level: its
+ * node, or its local rank across nodes (nodes as BRAID_HOSTID, else hostname + boot id + network
+ * namespace, identify them), in `comm`'s rank order. Local: no communication, microseconds; every
+ * rank of the new communicator must make it too before using it, and destroy it when done.
+ */
+BRAID_API braidResult_t braidCommSplitLevel(braidComm_t comm, braidLevel_t level,
+                                            braidComm_t* newcomm);
+
+/**
+ * The fabric split (issue 9, the Holmes scheme): a view of `comm` holding the ranks whose nodes
+ * prefer the same NIC type (their best RDMA type: InfiniBand, then Slingshot, then RoCE; else
+ * Ethernet), so that, e.g., data-parallel groups run over one homogeneous RDMA fabric. NIC types
+ * come from BRAID_TOPO_FILE (the node named by BRAID_HOSTID or the hostname) or from discovery.
+ * `fabric` (may be NULL) receives the type's name ("ib", "roce", "slingshot", "ethernet"). Local
+ * like braidCommSplitLevel.
+ */
+BRAID_API braidResult_t braidCommSplitByFabric(braidComm_t comm, braidComm_t* newcomm,
+                                               const char** fabric);
+
 /**
  * Creates a communicator of the ranks of `comm` not listed in `excludeRanks` (ordered as in
  * `comm`), for recovery after ranks have died. Only the surviving ranks call it, all with the

@@ -52,6 +52,11 @@ struct RankInfo {
   // Identity of the node for "same host" decisions: BRAID_HOSTID if set, else
   // hostname + boot id + network namespace inode. Equal ids share /dev/shm and loopback.
   std::string host_id;
+  // Its node's NICs (core/runtime/placement.h): a bit per topo::NicType (0 = not known), and
+  // the type the node prefers (its best RDMA type, else Ethernet; -1 = not known). A transport
+  // picks, per peer pair, a NIC type both ends have.
+  uint8_t nic_types = 0;
+  int8_t fabric = -1;
 };
 
 // What a transport needs from the communicator.

@@ -14,6 +14,7 @@
 #include "build_info.h"
 #include "core/net/bootstrap.h"
 #include "core/runtime/engine.h"
+#include "core/runtime/placement.h"
 #include "core/base/log.h"
 
 namespace braid {
@@ -217,6 +218,10 @@ Status braidComm::exchangeRankInfo(Bootstrap& bs, Deadline deadline) {
   BRAID_ASSIGN_OR_RETURN(control_, HandshakeListener::Start(ifa.addr, secret_, nullptr,
                                                             control_name, std::move(serve)));
   sockaddr_storage control_addr = control_->address();
+  // Where this rank sits on the topology (BRAID_TOPO_FILE or discovery): its node's NICs.
+  // A rank that cannot place itself still takes part in the exchange, with its error, so that
+  // every rank fails alike instead of waiting for it.
+  auto placement = LocalPlacement(c.host_id, host);
   std::string mine;
   PutField(&mine, BRAID_VERSION_STRING);
   PutField(&mine, std::to_string(getpid()));
@@ -226,12 +231,15 @@ Status braidComm::exchangeRankInfo(Bootstrap& bs, Deadline deadline) {
   PutField(&mine, std::to_string(c.chunk_bytes));
   PutField(&mine, c.algo);
   PutField(&mine, std::string(reinterpret_cast<const char*>(&control_addr), sizeof(control_addr)));
+  PutField(&mine, placement.ok() ? std::to_string(placement->nic_types) + "," +
+                                       std::to_string(placement->fabric)
+                                 : "error:" + placement.status().message());
   BRAID_ASSIGN_OR_RETURN(auto all, bs.allGather(mine, deadline));
   infos_.resize(nranks_);
   std::vector<std::vector<std::string>> fields(nranks_);
   for (int r = 0; r < nranks_; ++r) {
     BRAID_ASSIGN_OR_RETURN(fields[r], SplitFields(all[r], r));
-    if (fields[r].size() < 8 || fields[r][7].size() != sizeof(sockaddr_storage))
+    if (fields[r].size() < 9 || fields[r][7].size() != sizeof(sockaddr_storage))
       return RemoteError("malformed init message from rank " + std::to_string(r));
     if (fields[r][0] != BRAID_VERSION_STRING)
       return InvalidUsage("rank " + std::to_string(r) + " (host " + fields[r][2] + ") runs braid " +
@@ -242,6 +250,17 @@ Status braidComm::exchangeRankInfo(Bootstrap& bs, Deadline deadline) {
     infos_[r].pid = std::atoi(fields[r][1].c_str());
     infos_[r].hostname = fields[r][2];
     infos_[r].host_id = fields[r][3];
+    if (fields[r][8].rfind("error:", 0) == 0)
+      return InvalidArgument(r == rank_ ? fields[r][8].substr(6)
+                                        : "rank " + std::to_string(r) + " (host " + fields[r][2] +
+                                              "): " + fields[r][8].substr(6));
+    unsigned types = 0;
+    int fabric = -1;
+    if (std::sscanf(fields[r][8].c_str(), "%u,%d", &types, &fabric) != 2 || types > 0xff ||
+        fabric < -1 || fabric > 3)
+      return RemoteError("malformed placement in the init message from rank " + std::to_string(r));
+    infos_[r].nic_types = static_cast<uint8_t>(types);
+    infos_[r].fabric = static_cast<int8_t>(fabric);
   }
   control_addrs_.resize(nranks_);
   for (int r = 0; r < nranks_; ++r)
@@ -644,5 +663,7 @@ std::string braidComm::describe() const {
   s << " transports";
   if (n.empty()) s << " none";
   for (auto& [name, k] : n) s << " " << name << ":" << k;
+  if (rank_ >= 0 && rank_ < static_cast<int>(infos_.size()))
+    s << " fabric " << FabricName(infos_[rank_].fabric);
   return s.str();
 }

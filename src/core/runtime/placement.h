@@ -1,0 +1,30 @@
+// Where a rank sits on the topology (issue 9): the NICs of its node, as BRAID_TOPO_FILE or
+// discovery (src/topology) describes them. Each rank computes its own at init and the
+// communicator exchanges them (RankInfo::nic_types, RankInfo::fabric), so every rank knows every
+// rank's fabric: the fabric split (braidCommSplitByFabric) and, once RDMA transports exist, the
+// per-pair NIC choice read it from there.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "core/base/status.h"
+
+namespace braid {
+
+struct NodePlacement {
+  std::string node;       // the topology node this rank runs on
+  uint8_t nic_types = 0;  // a bit per topo::NicType among the node's NICs
+  int8_t fabric = -1;     // topo::NicType the node prefers (best RDMA type, else Ethernet)
+};
+
+// This rank's node in the local topology: the node named `host_id` (BRAID_HOSTID) or
+// `hostname`, or the only node of a one-node topology. A BRAID_TOPO_FILE that does not load, or
+// that describes several nodes and none of these names, is an error naming the file. Loaded
+// once per process.
+Result<NodePlacement> LocalPlacement(const std::string& host_id, const std::string& hostname);
+
+// "ib", "roce", "slingshot", "ethernet"; "unknown" for -1.
+const char* FabricName(int fabric);
+
+}  // namespace braid
