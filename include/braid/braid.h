@@ -276,6 +276,49 @@ BRAID_API braidResult_t braidRedOpCreatePreMulSum(braidRedOp_t* op, const void* 
                                                   braidDataType_t datatype, braidComm_t comm);
 BRAID_API braidResult_t braidRedOpDestroy(braidRedOp_t op, braidComm_t comm);
 
+/* ------------------------------------------------------------------ quantized collectives */
+
+/**
+ * Block quantization of a quantized collective (docs/quantization.md, the ZeRO++ format): blocks
+ * of `blockSize` consecutive elements, each encoded with its own fp32 scale (and, asymmetric, its
+ * minimum) in `bits` (8 or 4) bits per element.
+ */
+typedef struct {
+  int bits;      /**< 8 or 4 */
+  int blockSize; /**< elements per block, 1 .. 2^20 (ZeRO++ uses 2048-8192 for weights) */
+  int symmetric; /**< 1: absmax scale; 0: min/max */
+} braidQuantConfig_t;
+
+/**
+ * qwZ: an all-gather whose data travels block-quantized. Each rank encodes its shard once, the
+ * encodings are all-gathered, and every rank decodes all of them (its own included), so every
+ * rank's result is bit-identical. float32, float16, bfloat16; any count (a short last block).
+ * In place as braidAllGather.
+ */
+BRAID_API braidResult_t braidAllGatherQuantized(const void* sendbuff, void* recvbuff,
+                                                size_t sendcount, braidDataType_t datatype,
+                                                const braidQuantConfig_t* quant, braidComm_t comm);
+/**
+ * qgZ: a reduce-scatter whose contributions travel block-quantized and are summed after decoding
+ * (never re-encoded hop by hop as in a ring). On nodes of equal size it takes two all-to-all hops,
+ * within the node first, so each block crosses the network once, quantized; otherwise one.
+ * `op`: braidSum, or braidAvg (the sum divided by the number of ranks). Hop sums are in fp32.
+ */
+BRAID_API braidResult_t braidReduceScatterQuantized(const void* sendbuff, void* recvbuff,
+                                                    size_t recvcount, braidDataType_t datatype,
+                                                    braidRedOp_t op,
+                                                    const braidQuantConfig_t* quant,
+                                                    braidComm_t comm);
+BRAID_API braidResult_t braidIallGatherQuantized(const void* sendbuff, void* recvbuff,
+                                                 size_t sendcount, braidDataType_t datatype,
+                                                 const braidQuantConfig_t* quant, braidComm_t comm,
+                                                 braidRequest_t* request);
+BRAID_API braidResult_t braidIreduceScatterQuantized(const void* sendbuff, void* recvbuff,
+                                                     size_t recvcount, braidDataType_t datatype,
+                                                     braidRedOp_t op,
+                                                     const braidQuantConfig_t* quant,
+                                                     braidComm_t comm, braidRequest_t* request);
+
 /* ------------------------------------------------------------------ collectives
  * In-place forms: all-reduce, reduce, broadcast: sendbuff == recvbuff;
  * all-gather: sendbuff == recvbuff + rank * sendcount; reduce-scatter:

@@ -20,6 +20,10 @@ const Algorithm& HierRingAlgorithm();    // hier_ring.cc: "hring"
 const Algorithm& HoRingAlgorithm();      // ho_ring.cc: "ho_ring"
 const Algorithm& Torus2dAlgorithm();     // torus2d.cc: "torus2d"
 const Algorithm& HierLeaderAlgorithm();  // hier_leader.cc: "hier_leader"
+// Quantized collectives (spec/algorithms.md section 3): they serve only requests that name a
+// block codec (CollArgs::codec), which the engine routes to them (QuantizedAlgorithmFor).
+const Algorithm& QuantizedAllGatherAlgorithm();      // quantized.cc: "qwz"
+const Algorithm& QuantizedReduceScatterAlgorithm();  // quantized.cc: "qgz"
 // test_codec_allreduce.cc: "qtest", by name only (TestingAlgorithms()).
 const Algorithm& TestCodecAllReduceAlgorithm();
 
@@ -28,6 +32,9 @@ const Algorithm& TestCodecAllReduceAlgorithm();
 // They stay out of AllAlgorithms() so that one-node communicators (and the tests that force
 // every flat algorithm) see the flat set only.
 const std::vector<const Algorithm*>& HierarchicalAlgorithms();
+
+// The algorithm that serves a quantized request of kind `kind` (qwz, qgz), or nullptr.
+const Algorithm* QuantizedAlgorithmFor(CollKind kind);
 
 // Algorithms FindAlgorithm knows but the tuner never ranks: proof vehicles for the IR.
 const std::vector<const Algorithm*>& TestingAlgorithms();

@@ -30,6 +30,17 @@ const std::vector<const Algorithm*>& HierarchicalAlgorithms() {
   return hier;
 }
 
+const Algorithm* QuantizedAlgorithmFor(CollKind kind) {
+  switch (kind) {
+    case CollKind::kAllGather:
+      return &QuantizedAllGatherAlgorithm();
+    case CollKind::kReduceScatter:
+      return &QuantizedReduceScatterAlgorithm();
+    default:
+      return nullptr;
+  }
+}
+
 const std::vector<const Algorithm*>& TestingAlgorithms() {
   static const std::vector<const Algorithm*> testing = {&TestCodecAllReduceAlgorithm()};
   return testing;
@@ -39,6 +50,8 @@ const Algorithm* FindAlgorithm(const std::string& name) {
   for (const auto* list : {&AllAlgorithms(), &HierarchicalAlgorithms(), &TestingAlgorithms()})
     for (const Algorithm* a : *list)
       if (name == a->name()) return a;
+  for (CollKind k : {CollKind::kAllGather, CollKind::kReduceScatter})
+    if (name == QuantizedAlgorithmFor(k)->name()) return QuantizedAlgorithmFor(k);
   return nullptr;
 }
 

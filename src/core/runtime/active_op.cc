@@ -44,11 +44,17 @@ CollArgs CollArgsFor(const braidComm& comm, const OpDesc& d) {
   a.nchannels = comm.nchannels();
   a.chunk_bytes = comm.config().chunk_bytes;
   a.layout = &comm.layout();
+  a.codec = d.codec;
   if (LargestBufferBytes(d, comm.nranks()) <= kExpressBytes) a.nchannels = 1;  // express lane
   return a;
 }
 
 const Algorithm* AlgorithmFor(const braidComm& comm, const OpDesc& d, const CollArgs& args) {
+  // A quantized call runs the quantized builder of its kind, whatever the tuner would pick.
+  if (d.codec.id != CodecId::kNone) {
+    const Algorithm* q = QuantizedAlgorithmFor(d.kind);
+    return q && q->supports(args) ? q : nullptr;
+  }
   const bool reduction = d.kind == CollKind::kAllReduce || d.kind == CollKind::kReduceScatter ||
                          d.kind == CollKind::kReduce;
   // Deterministic mode: one fixed reduction order whatever the tuner or BRAID_ALGO would pick.
@@ -119,6 +125,7 @@ Status ActiveOp::prepare(uint64_t coll_seq, std::vector<uint64_t>& p2p_send_seq,
   proto_.count = d_.count;
   proto_.root = d_.root;
   proto_.comm = comm_->commId();
+  proto_.codec = PackCodec(d_.codec);
 
   const int express = comm_->expressLane();
   stage_ = Stage::kData;

@@ -3,6 +3,7 @@
 #include <cstring>
 #include <new>
 
+#include "algorithms/codec.h"
 #include "core/runtime/api_errors.h"
 #include "core/runtime/api_submit.h"
 #include "core/runtime/comm_registry.h"
@@ -12,14 +13,18 @@ using namespace braid;
 
 namespace {
 
+// The largest block a quantized call may name: WireHeader::codec carries it in 24 bits.
+constexpr int kMaxQuantBlock = 1 << 20;
+
 struct Call {
   CollKind kind;
   const void* sendbuf;
   void* recvbuf;
   size_t count;
   braidDataType_t datatype;
-  braidRedOp_t op;  // ignored by non-reducing collectives
-  int root;         // broadcast, reduce
+  braidRedOp_t op;                            // ignored by non-reducing collectives
+  int root;                                   // broadcast, reduce
+  const braidQuantConfig_t* quant = nullptr;  // the quantized collectives
 };
 
 bool Reduces(CollKind k) {
@@ -46,6 +51,26 @@ Status Describe(const braidComm& comm, const Call& c, OpDesc* d) {
   d->count = c.count;
   d->root = -1;
   const int n = comm.nranks(), rank = comm.rank();
+  if (c.quant) {
+    const braidQuantConfig_t& q = *c.quant;
+    if (q.bits != 8 && q.bits != 4)
+      return bad("quantization bits must be 8 or 4, not " + std::to_string(q.bits));
+    if (q.blockSize < 1 || q.blockSize > kMaxQuantBlock)
+      return bad("quantization blockSize must be in [1, " + std::to_string(kMaxQuantBlock) +
+                 "], not " + std::to_string(q.blockSize));
+    if (q.symmetric != 0 && q.symmetric != 1)
+      return bad("quantization symmetric must be 0 or 1, not " + std::to_string(q.symmetric));
+    const CodecId id = q.bits == 8 ? (q.symmetric ? CodecId::kInt8 : CodecId::kInt8Asym)
+                                   : (q.symmetric ? CodecId::kInt4 : CodecId::kInt4Asym);
+    d->codec = Codec(id, static_cast<uint32_t>(q.blockSize));
+    if (!CodecSupports(d->codec, d->dtype))
+      return bad(std::string("quantized collectives take float32, float16 or bfloat16, not ") +
+                 DataTypeName(d->dtype));
+    if (c.kind == CollKind::kReduceScatter && c.op != braidSum && c.op != braidAvg)
+      return bad(
+          "a quantized reduce-scatter sums: op must be braidSum or braidAvg (AVG divides "
+          "the sum by the number of ranks)");
+  }
   if (Reduces(c.kind)) {
     int op = static_cast<int>(c.op);
     if (op >= 0 && op < braidNumOps) {
@@ -233,6 +258,31 @@ braidResult_t braidReduce(const void* s, void* r, size_t count, braidDataType_t 
 braidResult_t braidAllToAll(const void* s, void* r, size_t count, braidDataType_t t,
                             braidComm_t comm) {
   return Collective({CollKind::kAllToAll, s, r, count, t, braidSum, -1}, comm, nullptr);
+}
+braidResult_t braidAllGatherQuantized(const void* s, void* r, size_t count, braidDataType_t t,
+                                      const braidQuantConfig_t* quant, braidComm_t comm) {
+  if (!quant) return Fail(InvalidArgument("braidAllGatherQuantized: quant is NULL"));
+  return Collective({CollKind::kAllGather, s, r, count, t, braidSum, -1, quant}, comm, nullptr);
+}
+braidResult_t braidReduceScatterQuantized(const void* s, void* r, size_t count, braidDataType_t t,
+                                          braidRedOp_t op, const braidQuantConfig_t* quant,
+                                          braidComm_t comm) {
+  if (!quant) return Fail(InvalidArgument("braidReduceScatterQuantized: quant is NULL"));
+  return Collective({CollKind::kReduceScatter, s, r, count, t, op, -1, quant}, comm, nullptr);
+}
+braidResult_t braidIallGatherQuantized(const void* s, void* r, size_t count, braidDataType_t t,
+                                       const braidQuantConfig_t* quant, braidComm_t comm,
+                                       braidRequest_t* req) {
+  if (!quant) return Fail(InvalidArgument("braidIallGatherQuantized: quant is NULL"));
+  if (!req) return Fail(InvalidArgument("braidIallGatherQuantized: request is NULL"));
+  return Collective({CollKind::kAllGather, s, r, count, t, braidSum, -1, quant}, comm, req);
+}
+braidResult_t braidIreduceScatterQuantized(const void* s, void* r, size_t count, braidDataType_t t,
+                                           braidRedOp_t op, const braidQuantConfig_t* quant,
+                                           braidComm_t comm, braidRequest_t* req) {
+  if (!quant) return Fail(InvalidArgument("braidIreduceScatterQuantized: quant is NULL"));
+  if (!req) return Fail(InvalidArgument("braidIreduceScatterQuantized: request is NULL"));
+  return Collective({CollKind::kReduceScatter, s, r, count, t, op, -1, quant}, comm, req);
 }
 braidResult_t braidBarrier(braidComm_t comm) {
   return Collective({CollKind::kBarrier, nullptr, nullptr, 0, braidUint8, braidSum, -1}, comm,

@@ -1,5 +1,7 @@
 #include "core/runtime/operation.h"
 
+#include "algorithms/codec.h"
+
 #include <sched.h>
 
 namespace braid {
@@ -26,6 +28,7 @@ std::string DescribeCall(const OpDesc& d) {
   }
   if (d.kind == CollKind::kBroadcast || d.kind == CollKind::kReduce)
     s += ", root=" + std::to_string(d.root);
+  if (d.codec.id != CodecId::kNone) s += ", quantized " + CodecName(d.codec);
   return s + ")";
 }
 

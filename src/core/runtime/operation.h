@@ -41,6 +41,7 @@ struct OpDesc {
   int root = -1;
   bool in_place = false;
   std::vector<P2PCall> p2p;  // kSendRecv only
+  Codec codec;               // quantized collectives: the block codec (CollArgs::codec)
 };
 
 // "allreduce(count=1024, float, sum)"

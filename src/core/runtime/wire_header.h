@@ -29,8 +29,12 @@ struct WireHeader {
   // otherwise (views share their root's streams, see braidComm::initView).
   uint32_t comm = 0;
   uint64_t payload = 0;  // bytes that follow (before padding)
+  // A quantized collective's codec: CodecId | block size << 8 (0 for every other call), so that
+  // ranks that quantize differently fail the call agreement instead of misreading encodings.
+  uint32_t codec = 0;
+  uint32_t reserved = 0;
 };
-static_assert(sizeof(WireHeader) == 40, "wire header layout is part of the protocol");
+static_assert(sizeof(WireHeader) == 48, "wire header layout is part of the protocol");
 
 // What one rank called, as carried in a header; compared field by field.
 struct CallSignature {
@@ -39,7 +43,7 @@ struct CallSignature {
   uint64_t seq = 0;
   uint64_t count = 0;
   uint32_t comm = 0;
-  uint32_t pad2 = 0;
+  uint32_t codec = 0;
   bool operator==(const CallSignature&) const = default;
 };
 static_assert(sizeof(CallSignature) == 32);
@@ -53,6 +57,7 @@ inline CallSignature SignatureOf(const WireHeader& h) {
   s.seq = h.seq;
   s.count = h.count;
   s.comm = h.comm;
+  s.codec = h.codec;
   return s;
 }
 

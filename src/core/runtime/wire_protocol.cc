@@ -17,6 +17,7 @@ std::string DescribeHeader(const WireHeader& h) {
   d.avg = h.op == braidAvg;
   d.premul = h.op == braidNumOps;
   d.base_op = static_cast<ReduceOp>(h.op < kNumReduceOps ? h.op : 0);
+  d.codec = UnpackCodec(h.codec);
   if (d.kind == CollKind::kSendRecv)
     return "a send of " + std::to_string(h.payload) + " bytes (" + std::to_string(h.count) + " x " +
            DataTypeName(d.dtype) + ")";
@@ -96,6 +97,7 @@ std::string DescribeSignature(const CallSignature& s) {
   h.op = s.op;
   h.root = s.root;
   h.count = s.count;
+  h.codec = s.codec;
   char comm[32] = "";
   if (s.comm) std::snprintf(comm, sizeof(comm), " of split communicator %08x", s.comm);
   return DescribeHeader(h) + " #" + std::to_string(s.seq) + comm;

@@ -1,4 +1,4 @@
-// The engine's wire protocol: how one schedule transfer travels as a framed message (a 40-byte
+// The engine's wire protocol: how one schedule transfer travels as a framed message (a 48-byte
 // WireHeader naming the call, the payload, zero padding to a multiple of 8 bytes) and the helpers
 // that move a frame over a non-blocking Endpoint a piece at a time. Matching needs no tags: on
 // every directed stream (peer, lane, direction) messages follow the order in which the ranks
@@ -34,6 +34,16 @@ inline bool IsRecv(StepOpKind k) {
 
 // The op id a header carries (pre-multiplied sums travel as braidNumOps).
 uint8_t WireOp(const OpDesc& d);
+// A quantized call's codec as WireHeader::codec carries it, and back (an unknown id reads as
+// kNone: it only names the peer's call in a message).
+inline uint32_t PackCodec(const Codec& c) {
+  return static_cast<uint32_t>(c.id) | (c.block << 8);
+}
+inline Codec UnpackCodec(uint32_t v) {
+  const uint32_t id = v & 0xff;
+  return id <= static_cast<uint32_t>(CodecId::kInt4Asym) ? Codec(static_cast<CodecId>(id), v >> 8)
+                                                         : Codec();
+}
 // What the peer called, reconstructed from its header, for mismatch messages.
 std::string DescribeHeader(const WireHeader& h);
 // "allreduce(count=4, float, sum) #3" from a signature.
