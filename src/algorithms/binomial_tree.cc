@@ -155,7 +155,7 @@ class BinomialTree final : public Algorithm {
   // this is the classic depth * (alpha + S/beta)).
   double estimate_seconds(const CollArgs& a, const LinkModel& m) const override {
     if (a.nranks <= 1) return 0;
-    const LinkParams& l = FlatLink(a, m);
+    const LinkParams l = FlatLink(a, m);
     const uint64_t bytes = a.count * DataTypeSize(a.dtype);
     const uint64_t chunk = std::max<uint64_t>(a.chunk_bytes, 1);
     const uint64_t ns = std::max<uint64_t>((bytes + chunk - 1) / chunk, 1);

@@ -82,7 +82,7 @@ class Bruck final : public Algorithm {
   double estimate_seconds(const CollArgs& a, const LinkModel& m) const override {
     const int n = a.nranks;
     if (n <= 1) return 0;
-    const LinkParams& l = FlatLink(a, m);
+    const LinkParams l = FlatLink(a, m);
     const uint64_t block = a.count * DataTypeSize(a.dtype);
     // A run of m >= 2 blocks wraps around the end of recvbuf on some rank: two messages.
     double t = 0;
