@@ -20,6 +20,7 @@ const Algorithm& HierRingAlgorithm();    // hier_ring.cc: "hring"
 const Algorithm& HoRingAlgorithm();      // ho_ring.cc: "ho_ring"
 const Algorithm& Torus2dAlgorithm();     // torus2d.cc: "torus2d"
 const Algorithm& HierLeaderAlgorithm();  // hier_leader.cc: "hier_leader"
+const Algorithm& HierTreeAlgorithm();    // hier_tree.cc: "hier_tree" (broadcast, reduce)
 // test_codec_allreduce.cc: "qtest", by name only (TestingAlgorithms()).
 const Algorithm& TestCodecAllReduceAlgorithm();
 

@@ -22,10 +22,8 @@ const std::vector<const Algorithm*>& AllAlgorithms() {
 const std::vector<const Algorithm*>& HierarchicalAlgorithms() {
   // HO-Ring first: it wins ties with H-Ring (it is never slower where it applies).
   static const std::vector<const Algorithm*> hier = {
-      &HoRingAlgorithm(),
-      &HierRingAlgorithm(),
-      &Torus2dAlgorithm(),
-      &HierLeaderAlgorithm(),
+      &HoRingAlgorithm(),     &HierRingAlgorithm(), &Torus2dAlgorithm(),
+      &HierLeaderAlgorithm(), &HierTreeAlgorithm(),
   };
   return hier;
 }

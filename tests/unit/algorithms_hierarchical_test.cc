@@ -56,6 +56,7 @@ const Case kCases[] = {
     {"hring", CollKind::kAllReduce},       {"ho_ring", CollKind::kAllGather},
     {"ho_ring", CollKind::kReduceScatter}, {"ho_ring", CollKind::kAllReduce},
     {"torus2d", CollKind::kAllReduce},     {"hier_leader", CollKind::kAllReduce},
+    {"hier_tree", CollKind::kBroadcast},   {"hier_tree", CollKind::kReduce},
 };
 
 std::string CaseName(const ::testing::TestParamInfo<Case>& info) {
@@ -92,8 +93,16 @@ class HierarchicalVerify : public ::testing::TestWithParam<Case> {
     ASSERT_TRUE(algo_->supports(a))
         << "g x M layouts are always served (nchannels " << a.nchannels << ")";
     ++verified_;
-    const Status st = VerifySchedule(*algo_, a);
-    ASSERT_TRUE(st.ok()) << st.message();
+    // Rooted collectives: the root on the first node, in the middle (another node and local
+    // rank whenever the shape has them) and last, since the tree is built around it.
+    const bool rooted = a.kind == CollKind::kBroadcast || a.kind == CollKind::kReduce;
+    for (int root : {0, a.nranks / 2 + (a.nranks > 3 ? 1 : 0), a.nranks - 1}) {
+      if (!rooted && root != 0) continue;
+      CollArgs b = a;
+      b.root = rooted ? root % a.nranks : a.root;
+      const Status st = VerifySchedule(*algo_, b);
+      ASSERT_TRUE(st.ok()) << "root " << b.root << ": " << st.message();
+    }
     if (a.nranks > 16) return;  // the lint is cheap but not free; the smaller shapes suffice
     for (int r = 0; r < a.nranks; ++r) {
       auto s = BuildSchedule(*algo_, a, r);
@@ -214,12 +223,13 @@ const Case kReductionCases[] = {
     {"hring", CollKind::kReduceScatter},   {"hring", CollKind::kAllReduce},
     {"ho_ring", CollKind::kReduceScatter}, {"ho_ring", CollKind::kAllReduce},
     {"torus2d", CollKind::kAllReduce},     {"hier_leader", CollKind::kAllReduce},
+    {"hier_tree", CollKind::kReduce},
 };
 INSTANTIATE_TEST_SUITE_P(Hierarchical, HierarchicalReductionVerify,
                          ::testing::ValuesIn(kReductionCases), CaseName);
 
 TEST(HierarchicalRegistry, NamesAndRequirements) {
-  for (const char* name : {"hring", "ho_ring", "torus2d", "hier_leader"}) {
+  for (const char* name : {"hring", "ho_ring", "torus2d", "hier_leader", "hier_tree"}) {
     const Algorithm* a = FindAlgorithm(name);
     ASSERT_NE(a, nullptr) << name;
     EXPECT_NE(std::find(HierarchicalAlgorithms().begin(), HierarchicalAlgorithms().end(), a),
@@ -239,14 +249,17 @@ TEST(HierarchicalRegistry, NamesAndRequirements) {
   EXPECT_TRUE(FindAlgorithm("hring")->supports(a));
   a.nchannels = 2;
   EXPECT_TRUE(FindAlgorithm("ho_ring")->supports(a));
-  // Collectives they do not serve.
+  // Collectives they do not serve: only hier_tree roots a broadcast or reduce.
   for (CollKind k : {CollKind::kBroadcast, CollKind::kReduce, CollKind::kAllToAll}) {
     a.kind = k;
-    for (const Algorithm* algo : HierarchicalAlgorithms()) EXPECT_FALSE(algo->supports(a));
+    for (const Algorithm* algo : HierarchicalAlgorithms())
+      EXPECT_EQ(algo->supports(a), k != CollKind::kAllToAll && algo == FindAlgorithm("hier_tree"))
+          << algo->name() << " " << CollKindName(k);
   }
   a.kind = CollKind::kAllGather;
   EXPECT_FALSE(FindAlgorithm("torus2d")->supports(a));
   EXPECT_FALSE(FindAlgorithm("hier_leader")->supports(a));
+  EXPECT_FALSE(FindAlgorithm("hier_tree")->supports(a));
 }
 
 // HO-Ring's intra and inter rings run on separate channels joined by edges (spec section 2):
@@ -368,6 +381,46 @@ TEST(HoRingMutations, EdgeToTheWrongInterStep) {
                  {"rank 2", "race"});
 }
 
+// hier_tree's reduce staggers a leader's folds: the inter child's slice t is folded one step
+// after the intra child's. Folding both into the slice's partial in one step is a race (two
+// concurrent writes of one slot), and a leader that skips its inter child loses a node's sum.
+TEST(HierTreeMutations, TwoFoldsOfOneSliceInOneStepIsARace) {
+  const GroupLayout layout = Grid(3, 2);
+  CollArgs a = HoArgs(CollKind::kReduce, layout, 37);
+  a.nchannels = 1;
+  a.chunk_bytes = 16;
+  const Algorithm& tree = *FindAlgorithm("hier_tree");
+  ASSERT_TRUE(VerifySchedule(tree, a).ok());
+  // Root 0 = (0, 0): intra child 1 = (0, 1), inter child 2 = (1, 0).
+  ExpectRejected(a,
+                 Mutated(tree, a,
+                         [](int r, RankSchedule& s) {
+                           if (r != 0) return;
+                           auto& steps = s.channels[0].steps;
+                           for (size_t u = 1; u < steps.size(); ++u) {
+                             auto& ops = steps[u].ops;
+                             for (size_t i = 0; i < ops.size();)
+                               if (ops[i].peer == 2) {
+                                 steps[u - 1].ops.push_back(ops[i]);
+                                 ops.erase(ops.begin() + static_cast<long>(i));
+                               } else {
+                                 ++i;
+                               }
+                           }
+                         }),
+                 {"rank 0"});
+  ExpectRejected(a,
+                 Mutated(tree, a,
+                         [](int r, RankSchedule& s) {
+                           if (r != 2) return;  // leader of node 1 stops folding node 2's sums
+                           for (auto& st : s.channels[0].steps)
+                             for (auto& op : st.ops)
+                               if (op.kind == StepOpKind::kRecvReduce && op.peer == 4)
+                                 op.kind = StepOpKind::kRecv;
+                         }),
+                 {});
+}
+
 // ------------------------------------------------------------------ simulator
 
 double Simulate(const char* algo, const CollArgs& a, const LinkModel& m) {
@@ -468,6 +521,10 @@ TEST(HierarchicalSimulator, ClosedFormEstimatesAgree) {
       {"hier_leader", CollKind::kAllReduce, 2, 4, 1 << 20},
       {"hring", CollKind::kAllGather, 1, 4, 1 << 18},
       {"ho_ring", CollKind::kAllGather, 4, 1, 1 << 18},
+      {"hier_tree", CollKind::kBroadcast, 2, 4, 1 << 20},
+      {"hier_tree", CollKind::kReduce, 4, 2, 1 << 20},
+      {"hier_tree", CollKind::kBroadcast, 8, 4, 1 << 18},
+      {"hier_tree", CollKind::kReduce, 3, 3, 1 << 20},
   };
   for (const C& c : cases) {
     const GroupLayout layout = Grid(c.g, c.M);
@@ -578,6 +635,31 @@ TEST(HierarchicalTuner, RanksHierarchicalAlgorithmsAcrossNodes) {
   EXPECT_EQ(std::find(HierarchicalAlgorithms().begin(), HierarchicalAlgorithms().end(), chosen),
             HierarchicalAlgorithms().end())
       << chosen->name();
+}
+
+// Broadcast and reduce across many nodes: the flat ring's chain has N-1 hops, (g-1) across nodes
+// and g (M-1) inside them; hier_tree's deepest path has the same (g-1) inter hops but only M-1
+// intra ones, since the node chains run side by side. The tuner ranks it (with the root
+// anywhere) and picks it for a 1 MiB broadcast or reduce on 8 nodes x 4 ranks.
+TEST(HierarchicalTuner, PicksTheTreeForRootedCollectivesAcrossNodes) {
+  const LinkModel m = TenToOne();
+  const GroupLayout layout = Grid(8, 4);
+  auto t = Tuner::Create("", 32, m, &layout);
+  ASSERT_TRUE(t.ok()) << t.status().message();
+  for (CollKind k : {CollKind::kBroadcast, CollKind::kReduce}) {
+    CollArgs a;
+    a.kind = k;
+    a.dtype = DataType::kFloat32;
+    a.count = 1 << 18;
+    a.nranks = 32;
+    a.nchannels = 2;
+    a.layout = &layout;
+    for (int root : {0, 13, 31}) {
+      a.root = root;
+      EXPECT_STREQ(t->choose(a)->name(), "hier_tree") << CollKindName(k) << "\n" << t->describe();
+      EXPECT_LT(Simulate("hier_tree", a, m), Simulate("ring", a, m)) << CollKindName(k);
+    }
+  }
 }
 
 // The override grammar knows the names; a forced hierarchical algorithm that cannot serve a
