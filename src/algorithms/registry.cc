@@ -34,6 +34,8 @@ const std::vector<const Algorithm*>& TestingAlgorithms() {
 }
 
 const Algorithm* FindAlgorithm(const std::string& name) {
+  // Issue 10's short name for the leader-based all-reduce (BRAID_ALGO="allreduce:leader").
+  if (name == "leader") return &HierLeaderAlgorithm();
   for (const auto* list : {&AllAlgorithms(), &HierarchicalAlgorithms(), &TestingAlgorithms()})
     for (const Algorithm* a : *list)
       if (name == a->name()) return a;

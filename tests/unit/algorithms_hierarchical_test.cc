@@ -669,6 +669,20 @@ TEST(HierarchicalTuner, OverridesAndFallbacks) {
   ASSERT_TRUE(ParseTunerOverride("allgather:ho_ring;reducescatter:hring;allreduce:torus2d@0-1M,"
                                  "hier_leader@1M-inf")
                   .ok());
+  // `leader`, issue 10's name, is hier_leader.
+  EXPECT_EQ(FindAlgorithm("leader"), FindAlgorithm("hier_leader"));
+  {
+    const GroupLayout grid = Grid(2, 2);
+    auto alias = Tuner::Create("allreduce:leader", 4, m, &grid);
+    ASSERT_TRUE(alias.ok()) << alias.status().message();
+    CollArgs a;
+    a.kind = CollKind::kAllReduce;
+    a.count = 1000;
+    a.nranks = 4;
+    a.layout = &grid;
+    EXPECT_STREQ(alias->choose(a)->name(), "hier_leader");
+    EXPECT_NE(alias->describe().find("leader"), std::string::npos);
+  }
   const GroupLayout layout = Grid(2, 2);
   auto t = Tuner::Create("allreduce:hier_leader;allgather:ho_ring;broadcast:hring", 4, m, &layout);
   ASSERT_TRUE(t.ok()) << t.status().message();
