@@ -8,7 +8,8 @@
 #                         [--iters N]
 #
 # Per repetition, in this order: for all-gather, reduce-scatter and all-reduce, braid's perf
-# binary under `braidrun --emulate GxM --link RATE` with each algorithm forced (-A), then Open
+# binary under `braidrun --emulate GxM --link RATE` with each algorithm forced (-A) and with the
+# tuner's choice (row `tuner`), then Open
 # MPI's MPI_Allgather / MPI_Reduce_scatter_block / MPI_Allreduce (perf/peers/mpi_coll_perf.c)
 # launched into the nodes of one cluster this script keeps up, with ranks mapped by slot and by
 # node (btl self,tcp: vader cannot run across the emulated nodes, whose hosts share one name and
@@ -45,8 +46,10 @@ tools/emucluster up "$emu" "$g" --link "$link" >/dev/null
 declare -A times
 braid_row() {  # coll binary algo
   local out t
+  local force=(-A "$3")
+  [[ $3 == tuner ]] && force=()  # the tuner's own choice (its calibrated model)
   out=$("$build/tools/braidrun" --emulate "$shape" --link "$link" -- \
-    "$build/perf/$2" -b "$size" -e "$size" -n "$iters" -w 1 -A "$3" 2>&1) || {
+    "$build/perf/$2" -b "$size" -e "$size" -n "$iters" -w 1 "${force[@]}" 2>&1) || {
     echo "$out" >&2
     echo "braid $1 $3 failed" >&2
     exit 1
@@ -69,8 +72,8 @@ mpi_row() {  # coll mapping
   printf '  %-14s ompi  by-%-9s %9s us\n' "$1" "$2" "$t"
 }
 
-declare -A algos=([allgather]="ring hring ho_ring" [reducescatter]="ring hring ho_ring"
-  [allreduce]="ring hring ho_ring torus2d hier_leader")
+declare -A algos=([allgather]="ring hring ho_ring tuner" [reducescatter]="ring hring ho_ring tuner"
+  [allreduce]="ring hring ho_ring torus2d hier_leader tuner")
 declare -A bins=([allgather]=all_gather_perf [reducescatter]=reduce_scatter_perf
   [allreduce]=all_reduce_perf)
 echo "# $shape nodes, link $link, $size bytes, $reps repetitions, $iters iterations; $(date -u +%FT%TZ)"

@@ -662,6 +662,34 @@ TEST(HierarchicalTuner, PicksTheTreeForRootedCollectivesAcrossNodes) {
   }
 }
 
+// On the emulated 2x2 cluster of docs/hierarchical.md the tuner's own pick for 64 MiB is
+// HO-Ring for all three collectives, with the nominal link (1 Gbit/s) and with what link
+// calibration measured there (inter 12 us, 0.24 GB/s: the tbf burst lets a 512 KiB probe through
+// faster than the rate), so the table's `tuner` rows run HO-Ring.
+TEST(HierarchicalTuner, PicksHoRingOnTheEmulatedTwoByTwo) {
+  LinkModel nominal;
+  nominal.intra = {2e-6, 10e9};
+  nominal.inter = {50e-6, 125e6};
+  LinkModel calibrated;
+  calibrated.intra = {1.7e-6, 8e9};
+  calibrated.inter = {12e-6, 0.24e9};
+  const GroupLayout layout = Grid(2, 2);
+  for (const LinkModel& m : {nominal, calibrated}) {
+    auto t = Tuner::Create("", 4, m, &layout);
+    ASSERT_TRUE(t.ok()) << t.status().message();
+    for (CollKind k : {CollKind::kAllGather, CollKind::kReduceScatter, CollKind::kAllReduce}) {
+      CollArgs a;
+      a.kind = k;
+      a.dtype = DataType::kFloat32;
+      a.nranks = 4;
+      a.count = k == CollKind::kAllReduce ? 16 << 20 : 4 << 20;  // 64 MiB in all
+      a.nchannels = 2;
+      a.layout = &layout;
+      EXPECT_STREQ(t->choose(a)->name(), "ho_ring") << CollKindName(k) << "\n" << t->describe();
+    }
+  }
+}
+
 // The override grammar knows the names; a forced hierarchical algorithm that cannot serve a
 // request (uneven groups, one channel, a collective it lacks) falls back to a flat one.
 TEST(HierarchicalTuner, OverridesAndFallbacks) {
