@@ -57,6 +57,23 @@ int RingNicLoad(const CollArgs& args) {
   return most;
 }
 
+LinkParams PartnerLink(const CollArgs& args, const LinkModel& model,
+                       int64_t (*partner)(int64_t r, int64_t d, int64_t n), int64_t d) {
+  if (!PlacesOnNodes(args)) return model.intra;
+  const auto& node_of = args.layout->node_of;
+  const int nodes = args.layout->nnodes, n = args.nranks;
+  std::vector<int> out(static_cast<size_t>(nodes), 0), in(out);
+  int most = 0;
+  for (int r = 0; r < n; ++r) {
+    const int64_t p = partner(r, d, n);
+    if (p < 0 || p >= n) continue;  // no partner in this step (XOR beyond N)
+    const int a = node_of[r], b = node_of[static_cast<size_t>(p)];
+    if (a == b || a < 0 || b < 0 || a >= nodes || b >= nodes) continue;
+    most = std::max({most, ++out[a], ++in[b]});
+  }
+  return most > 0 ? SharedLink(model.inter, most) : model.intra;
+}
+
 LinkParams FlatLink(const CollArgs& args, const LinkModel& model) {
   const GroupLayout* l = args.layout;
   if (!l || l->nnodes <= 1) return model.intra;

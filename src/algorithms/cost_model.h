@@ -32,6 +32,24 @@ int RanksPerNic(const CollArgs& args);
 // interleave). 0 when the ring never leaves a node.
 int RingNicLoad(const CollArgs& args);
 
+// The link of one step in which every rank r sends to partner(r) (mod N): intra-node when no
+// rank's partner is on another node, else the inter-node link shared by the most such transfers
+// that leave or enter one node. For the per-step closed forms of recursive doubling, Bruck,
+// dissemination and the binomial tree, whose early steps stay inside contiguous nodes.
+LinkParams PartnerLink(const CollArgs& args, const LinkModel& model,
+                       int64_t (*partner)(int64_t r, int64_t d, int64_t n), int64_t d);
+// r ^ d (-1: none, beyond N), and r + d mod N.
+inline int64_t XorPartner(int64_t r, int64_t d, int64_t n) {
+  return (r ^ d) < n ? r ^ d : -1;
+}
+inline int64_t ShiftPartner(int64_t r, int64_t d, int64_t n) {
+  return ((r + d) % n + n) % n;
+}
+// A binomial tree's level d (root 0): the d ranks that hold the data send to r + d.
+inline int64_t TreePartner(int64_t r, int64_t d, int64_t n) {
+  return r < d && r + d < n ? r + d : -1;
+}
+
 // The link a flat algorithm's critical path runs on: a flat algorithm's steps are as slow as
 // their slowest link, which is the inter-node one as soon as the group spans nodes, shared by
 // RanksPerNic(args) transfers (the worst step of a tree, recursive doubling or pairwise exchange

@@ -366,6 +366,42 @@ TEST(SimulatorLinkClasses, FlatRingOverInterleavedNodesSharesTheNic) {
   EXPECT_CLOSE(FindAlgorithm("ring")->estimate_seconds(a, m), 7 * 4 * step);
 }
 
+// The latency algorithms across nodes: their closed forms charge each step at its own link
+// (PartnerLink: recursive doubling's and Bruck's short distances stay inside a contiguous node,
+// the long ones send every rank of a node through its NIC), as the simulator does; and the
+// tuner does not pick the ring's 30 steps for a small all-reduce on 2 nodes x 8 ranks.
+TEST(SimulatorLinkClasses, LatencyAlgorithmsAcrossNodesAgreeWithTheirClosedForms) {
+  const LinkModel m;
+  const GroupLayout layout = Nodes(16, 8);
+  struct C {
+    const char* algo;
+    CollKind kind;
+    uint64_t count;
+  };
+  const C cases[] = {{"rd", CollKind::kAllReduce, 256},
+                     {"bruck", CollKind::kAllGather, 1000},
+                     {"tree", CollKind::kBroadcast, 100},
+                     {"dissemination", CollKind::kBarrier, 0}};
+  for (const C& c : cases) {
+    CollArgs a = Args(c.kind, 16, c.count, 512 * 1024);
+    a.layout = &layout;
+    const double est = FindAlgorithm(c.algo)->estimate_seconds(a, m);
+    // Within 25 %: a step's crossings are charged as if they all started together, while in
+    // the simulation some start after others.
+    EXPECT_NEAR(Simulate(c.algo, a, m), est, 0.25 * est) << c.algo;
+  }
+  auto t = Tuner::Create("", 16, m, &layout);
+  ASSERT_TRUE(t.ok()) << t.status().message();
+  CollArgs a = Args(CollKind::kAllReduce, 16, 2);
+  a.layout = &layout;
+  a.nchannels = 2;
+  // Not the ring (30 steps, 15 of them across the node link); with every rank of a node sharing
+  // its NIC, the leader-based all-reduce (2 crossings per node) beats recursive doubling (8).
+  EXPECT_STREQ(t->choose(a)->name(), "hier_leader") << t->describe();
+  EXPECT_LT(FindAlgorithm("rd")->estimate_seconds(a, m),
+            FindAlgorithm("ring")->estimate_seconds(a, m));
+}
+
 // On one node every link is intra-node, so ports per class reduce to the former one send and
 // one receive port per rank: every flat algorithm's prediction is what that model gave (values
 // recorded from it), with no layout and with a one-node layout alike.
