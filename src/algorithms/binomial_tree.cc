@@ -155,12 +155,19 @@ class BinomialTree final : public Algorithm {
   // this is the classic depth * (alpha + S/beta)).
   double estimate_seconds(const CollArgs& a, const LinkModel& m) const override {
     if (a.nranks <= 1) return 0;
-    const LinkParams& l = FlatLink(a, m);
     const uint64_t bytes = a.count * DataTypeSize(a.dtype);
     const uint64_t chunk = std::max<uint64_t>(a.chunk_bytes, 1);
     const uint64_t ns = std::max<uint64_t>((bytes + chunk - 1) / chunk, 1);
     const double slice = static_cast<double>(bytes) / static_cast<double>(ns);
-    return static_cast<double>(ns) * CeilLog2(a.nranks) * (l.alpha_s + slice / l.beta_bytes_s);
+    // Level d's transfers go from the d ranks that hold the data to those d further on: inside
+    // a node while d is short, else through the NICs, shared by the level's crossings (counted
+    // for root 0; the pipelined slices keep every level busy at once).
+    double level_sum = 0;
+    for (int64_t d = 1; d < a.nranks; d *= 2) {
+      const LinkParams l = PartnerLink(a, m, TreePartner, d);
+      level_sum += l.alpha_s + slice / l.beta_bytes_s;
+    }
+    return static_cast<double>(ns) * level_sum;
   }
 };
 

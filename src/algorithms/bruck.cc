@@ -82,11 +82,11 @@ class Bruck final : public Algorithm {
   double estimate_seconds(const CollArgs& a, const LinkModel& m) const override {
     const int n = a.nranks;
     if (n <= 1) return 0;
-    const LinkParams& l = FlatLink(a, m);
     const uint64_t block = a.count * DataTypeSize(a.dtype);
     // A run of m >= 2 blocks wraps around the end of recvbuf on some rank: two messages.
     double t = 0;
     for (int64_t d = 1; d < n; d *= 2) {
+      const LinkParams l = PartnerLink(a, m, ShiftPartner, -d);  // round k: r sends to r - d
       const uint64_t m = static_cast<uint64_t>(std::min<int64_t>(d, n - d));
       t += m == 1 ? TransferSeconds(block, a.chunk_bytes, l)
                   : TransferSeconds(block, a.chunk_bytes, l) +

@@ -20,6 +20,7 @@ const Algorithm& HierRingAlgorithm();    // hier_ring.cc: "hring"
 const Algorithm& HoRingAlgorithm();      // ho_ring.cc: "ho_ring"
 const Algorithm& Torus2dAlgorithm();     // torus2d.cc: "torus2d"
 const Algorithm& HierLeaderAlgorithm();  // hier_leader.cc: "hier_leader"
+const Algorithm& HierTreeAlgorithm();    // hier_tree.cc: "hier_tree" (broadcast, reduce)
 // Quantized collectives (spec/algorithms.md section 3): they serve only requests that name a
 // block codec (CollArgs::codec), which the engine routes to them (QuantizedAlgorithmFor).
 const Algorithm& QuantizedAllGatherAlgorithm();      // quantized.cc: "qwz"

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <vector>
 
 namespace braid {
 
@@ -17,12 +18,74 @@ const LinkParams& LinkBetween(const CollArgs& args, const LinkModel& model, int 
   return model.of(LinkClassBetween(args.layout, a, b));
 }
 
-const LinkParams& FlatLink(const CollArgs& args, const LinkModel& model) {
+LinkParams SharedLink(const LinkParams& link, int k) {
+  if (k <= 1) return link;
+  return {link.alpha_s * k, link.beta_bytes_s / k};
+}
+
+namespace {
+
+// Whether args.layout places every rank on one of several nodes.
+bool PlacesOnNodes(const CollArgs& args) {
+  const GroupLayout* l = args.layout;
+  return l && l->nnodes > 1 && static_cast<int>(l->node_of.size()) >= args.nranks;
+}
+
+}  // namespace
+
+int RanksPerNic(const CollArgs& args) {
+  if (!PlacesOnNodes(args)) return 1;
+  std::vector<int> count(static_cast<size_t>(args.layout->nnodes), 0);
+  int most = 1;
+  for (int r = 0; r < args.nranks; ++r) {
+    const int node = args.layout->node_of[r];
+    if (node >= 0 && node < args.layout->nnodes) most = std::max(most, ++count[node]);
+  }
+  return most;
+}
+
+int RingNicLoad(const CollArgs& args) {
+  if (!PlacesOnNodes(args)) return 0;
+  const auto& node_of = args.layout->node_of;
+  std::vector<int> out(static_cast<size_t>(args.layout->nnodes), 0), in(out);
+  int most = 0;
+  for (int r = 0; r < args.nranks; ++r) {
+    const int a = node_of[r], b = node_of[(r + 1) % args.nranks];
+    if (a == b || a < 0 || b < 0 || a >= args.layout->nnodes || b >= args.layout->nnodes) continue;
+    most = std::max({most, ++out[a], ++in[b]});
+  }
+  return most;
+}
+
+LinkParams PartnerLink(const CollArgs& args, const LinkModel& model,
+                       int64_t (*partner)(int64_t r, int64_t d, int64_t n), int64_t d) {
+  if (!PlacesOnNodes(args)) return model.intra;
+  const auto& node_of = args.layout->node_of;
+  const int nodes = args.layout->nnodes, n = args.nranks;
+  std::vector<int> out(static_cast<size_t>(nodes), 0), in(out);
+  int most = 0;
+  for (int r = 0; r < n; ++r) {
+    const int64_t p = partner(r, d, n);
+    if (p < 0 || p >= n) continue;  // no partner in this step (XOR beyond N)
+    const int a = node_of[r], b = node_of[static_cast<size_t>(p)];
+    if (a == b || a < 0 || b < 0 || a >= nodes || b >= nodes) continue;
+    most = std::max({most, ++out[a], ++in[b]});
+  }
+  return most > 0 ? SharedLink(model.inter, most) : model.intra;
+}
+
+LinkParams FlatLink(const CollArgs& args, const LinkModel& model) {
   const GroupLayout* l = args.layout;
   if (!l || l->nnodes <= 1) return model.intra;
   for (size_t i = 1; i < l->node_of.size(); ++i)
-    if (l->node_of[i] != l->node_of[0]) return model.inter;
+    if (l->node_of[i] != l->node_of[0]) return SharedLink(model.inter, RanksPerNic(args));
   return model.intra;
+}
+
+LinkParams FlatRingLink(const CollArgs& args, const LinkModel& model) {
+  const int load = RingNicLoad(args);
+  if (load > 0) return SharedLink(model.inter, load);
+  return FlatLink(args, model);
 }
 
 double TransferSeconds(uint64_t bytes, uint64_t chunk_bytes, const LinkParams& link) {
@@ -49,6 +112,7 @@ double EstimateFromRankSchedule(const Algorithm& algo, const CollArgs& args,
   if (!sched.ok()) return std::numeric_limits<double>::infinity();
   // Busy time per port over the whole schedule: [class][0] send, [class][1] receive.
   double port_total[kNumLinkClasses][2] = {};
+  const int nic_share = RanksPerNic(args);
   double longest_channel = 0;
   for (const Channel& ch : sched->channels) {
     double t = 0;
@@ -58,7 +122,8 @@ double EstimateFromRankSchedule(const Algorithm& algo, const CollArgs& args,
         const bool send = op.kind == StepOpKind::kSend;
         if (!send && op.kind != StepOpKind::kRecv && op.kind != StepOpKind::kRecvReduce) continue;
         const LinkClass c = LinkClassBetween(args.layout, 0, op.peer);
-        const LinkParams& l = model.of(c);
+        const LinkParams l =
+            c == LinkClass::kInterNode ? SharedLink(model.of(c), nic_share) : model.of(c);
         const Slice& sl = send ? op.src : op.dst;
         const uint64_t bytes = sl.count * DataTypeSize(sched->buffers[sl.buffer].dtype);
         port[static_cast<int>(c)][send ? 0 : 1] +=

@@ -19,9 +19,44 @@ LinkClass LinkClassBetween(const GroupLayout* layout, int a, int b);
 // The parameters of that link on `model`.
 const LinkParams& LinkBetween(const CollArgs& args, const LinkModel& model, int a, int b);
 
-// The link class a flat algorithm's critical path runs on: a flat algorithm's steps are as slow
-// as their slowest link, which is the inter-node one as soon as the group spans nodes.
-const LinkParams& FlatLink(const CollArgs& args, const LinkModel& model);
+// A node's NIC shared by k transfers at once (simulator.h: a node's ranks share its inter-node
+// ports, so k transfers take k times one): alpha and 1/beta times k. k <= 1 gives `link`.
+LinkParams SharedLink(const LinkParams& link, int k);
+
+// The most ranks any node of args.layout holds: how many of a node's ranks can cross to other
+// nodes at once (1 without a layout that spans nodes).
+int RanksPerNic(const CollArgs& args);
+
+// The most edges r -> r+1 (mod N) of the flat ring that leave one node, or enter one: how many
+// ring transfers share a node's NIC in one step (1 for contiguous nodes, M when the nodes
+// interleave). 0 when the ring never leaves a node.
+int RingNicLoad(const CollArgs& args);
+
+// The link of one step in which every rank r sends to partner(r) (mod N): intra-node when no
+// rank's partner is on another node, else the inter-node link shared by the most such transfers
+// that leave or enter one node. For the per-step closed forms of recursive doubling, Bruck,
+// dissemination and the binomial tree, whose early steps stay inside contiguous nodes.
+LinkParams PartnerLink(const CollArgs& args, const LinkModel& model,
+                       int64_t (*partner)(int64_t r, int64_t d, int64_t n), int64_t d);
+// r ^ d (-1: none, beyond N), and r + d mod N.
+inline int64_t XorPartner(int64_t r, int64_t d, int64_t n) {
+  return (r ^ d) < n ? r ^ d : -1;
+}
+inline int64_t ShiftPartner(int64_t r, int64_t d, int64_t n) {
+  return ((r + d) % n + n) % n;
+}
+// A binomial tree's level d (root 0): the d ranks that hold the data send to r + d.
+inline int64_t TreePartner(int64_t r, int64_t d, int64_t n) {
+  return r < d && r + d < n ? r + d : -1;
+}
+
+// The link a flat algorithm's critical path runs on: a flat algorithm's steps are as slow as
+// their slowest link, which is the inter-node one as soon as the group spans nodes, shared by
+// RanksPerNic(args) transfers (the worst step of a tree, recursive doubling or pairwise exchange
+// has every rank of a node talking across nodes at once).
+LinkParams FlatLink(const CollArgs& args, const LinkModel& model);
+// The same for the flat ring: the inter-node link shared by RingNicLoad(args) transfers.
+LinkParams FlatRingLink(const CollArgs& args, const LinkModel& model);
 
 // Seconds to move `bytes` as consecutive messages of at most chunk_bytes over `link` (at least
 // one message, so zero bytes still cost one alpha).
@@ -34,7 +69,9 @@ int FloorLog2(int n);
 
 // The default estimate for algorithms without a closed form: rank 0's schedule walked step by
 // step, each step costing its busiest port (one send and one receive port per link class, as in
-// the simulator).
+// the simulator). Rank 0's inter-node transfers are charged as shared with RanksPerNic(args)
+// ranks of its node doing alike (the schedules are symmetric), as the simulator's shared NIC
+// would serialise them.
 double EstimateFromRankSchedule(const Algorithm& algo, const CollArgs& args,
                                 const LinkModel& model);
 

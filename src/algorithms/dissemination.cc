@@ -34,7 +34,9 @@ class Dissemination final : public Algorithm {
   }
 
   double estimate_seconds(const CollArgs& a, const LinkModel& m) const override {
-    return CeilLog2(a.nranks) * FlatLink(a, m).alpha_s;
+    double t = 0;  // round k: r signals r + 2^k
+    for (int64_t d = 1; d < a.nranks; d *= 2) t += PartnerLink(a, m, ShiftPartner, d).alpha_s;
+    return t;
   }
 };
 

@@ -283,7 +283,9 @@ double HierRingSeconds(const CollArgs& a, const GroupGrid& grid, const LinkModel
       a.kind == CollKind::kAllReduce ? (a.count + n - 1) / n * esize : a.count * esize;
   const double intra = columns ? RingPhaseSeconds(M - 1, 1, s * g, a.chunk_bytes, model.intra)
                                : RingPhaseSeconds(M - 1, g, s, a.chunk_bytes, model.intra);
-  const double inter = RingPhaseSeconds(g - 1, 1, s, a.chunk_bytes, model.inter);
+  // The M inter rings run at once through each node's one NIC (simulator.h): M transfers share
+  // it in every inter step.
+  const double inter = RingPhaseSeconds(g - 1, 1, s, a.chunk_bytes, SharedLink(model.inter, M));
   const double one = intra + inter;
   return a.kind == CollKind::kAllReduce ? 2 * one : one;
 }

@@ -269,8 +269,10 @@ class HoRing final : public Algorithm {
     const uint64_t c = RoundChunks(elems, ChunkElems(a));
     const uint64_t sc = (elems + c - 1) / c * esize;  // one chunk of a block
     const double x = TransferSeconds(sc, a.chunk_bytes, model.intra);
-    const double y = TransferSeconds(sc, a.chunk_bytes, model.inter);
-    // spec: max(g(M-1)(a1 + s/B1), (g-1)(a2 + s/B2) + (M-1)(a1 + s/B1)), with chunked rounds:
+    // The node's M inter channels send through its one NIC (simulator.h): M chunks share it.
+    const double y = TransferSeconds(sc, a.chunk_bytes, SharedLink(model.inter, M));
+    // spec: max(g(M-1)(a1 + s/B1), (g-1)(a2 + s/B2) + (M-1)(a1 + s/B1)), with chunked rounds
+    // and B2 the node link shared by M ranks:
     // the intra channel's g(M-1)c chunk steps, or the inter channel's (g-1)c chunk steps plus
     // the one chunk-round that cannot overlap them.
     const double intra = static_cast<double>(g) * (M - 1) * c * x;

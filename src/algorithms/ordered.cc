@@ -98,7 +98,7 @@ class OrderedReduction final : public Algorithm {
   // transfers through one port, plus the N-1 local reductions.
   double estimate_seconds(const CollArgs& a, const LinkModel& m) const override {
     if (a.nranks <= 1) return 0;
-    const LinkParams& l = FlatLink(a, m);
+    const LinkParams l = FlatLink(a, m);
     const uint64_t bytes = a.count * DataTypeSize(a.dtype);
     return (a.nranks - 1) * (TransferSeconds(bytes, a.chunk_bytes, l) + bytes / l.beta_bytes_s);
   }

@@ -118,8 +118,14 @@ class RecursiveDoubling final : public Algorithm {
     const int n = a.nranks;
     if (n <= 1) return 0;
     const int levels = FloorLog2(n);
-    const int rounds = levels + ((1 << levels) != n ? 2 : 0);
-    return rounds * TransferSeconds(a.count * DataTypeSize(a.dtype), a.chunk_bytes, FlatLink(a, m));
+    const uint64_t bytes = a.count * DataTypeSize(a.dtype);
+    // Exchange k pairs r with r ^ 2^k: inside a node for small distances, else every rank of a
+    // node through its NIC at once (PartnerLink). The fold steps of a non-power-of-two N are
+    // charged at the flat link.
+    double t = (1 << levels) != n ? 2 * TransferSeconds(bytes, a.chunk_bytes, FlatLink(a, m)) : 0;
+    for (int k = 0; k < levels; ++k)
+      t += TransferSeconds(bytes, a.chunk_bytes, PartnerLink(a, m, XorPartner, int64_t{1} << k));
+    return t;
   }
 };
 

@@ -22,10 +22,8 @@ const std::vector<const Algorithm*>& AllAlgorithms() {
 const std::vector<const Algorithm*>& HierarchicalAlgorithms() {
   // HO-Ring first: it wins ties with H-Ring (it is never slower where it applies).
   static const std::vector<const Algorithm*> hier = {
-      &HoRingAlgorithm(),
-      &HierRingAlgorithm(),
-      &Torus2dAlgorithm(),
-      &HierLeaderAlgorithm(),
+      &HoRingAlgorithm(),     &HierRingAlgorithm(), &Torus2dAlgorithm(),
+      &HierLeaderAlgorithm(), &HierTreeAlgorithm(),
   };
   return hier;
 }
@@ -47,6 +45,8 @@ const std::vector<const Algorithm*>& TestingAlgorithms() {
 }
 
 const Algorithm* FindAlgorithm(const std::string& name) {
+  // Issue 10's short name for the leader-based all-reduce (BRAID_ALGO="allreduce:leader").
+  if (name == "leader") return &HierLeaderAlgorithm();
   for (const auto* list : {&AllAlgorithms(), &HierarchicalAlgorithms(), &TestingAlgorithms()})
     for (const Algorithm* a : *list)
       if (name == a->name()) return a;

@@ -278,7 +278,7 @@ class Ring final : public Algorithm {
   double estimate_seconds(const CollArgs& a, const LinkModel& m) const override {
     const int n = a.nranks;
     if (n <= 1) return 0;
-    const LinkParams& l = FlatLink(a, m);
+    const LinkParams l = FlatRingLink(a, m);
     const uint64_t esize = DataTypeSize(a.dtype);
     switch (a.kind) {
       case CollKind::kAllReduce: {

@@ -157,8 +157,9 @@ class Simulation {
       }
     }
     if (!deps_.empty()) parked_.resize(lanes_.size());
-    send_free_.assign(static_cast<size_t>(n_) * kNumLinkClasses, 0);
-    recv_free_.assign(static_cast<size_t>(n_) * kNumLinkClasses, 0);
+    AssignPorts();
+    send_free_.assign(nports_, 0);
+    recv_free_.assign(nports_, 0);
     for (size_t l = 0; l < lanes_.size(); ++l) BRAID_RETURN_IF_ERROR(Enter(static_cast<int>(l), 0));
     for (;;) {
       // Transfers become ready at the time their second end is posted, which is always the
@@ -253,8 +254,26 @@ class Simulation {
     return Status::Ok();
   }
 
+  // Port owners (simulator.h): every rank owns its intra-node ports; the inter-node ports belong
+  // to the rank's node (its NIC), shared by the node's ranks. A rank the layout does not place
+  // is a node of its own.
+  void AssignPorts() {
+    const GroupLayout* l = a_.layout;
+    const bool placed = l && l->nnodes > 1;
+    const int nodes = placed ? l->nnodes : 0;
+    nic_of_.resize(static_cast<size_t>(n_));
+    for (int r = 0; r < n_; ++r) {
+      const int node = placed && static_cast<size_t>(r) < l->node_of.size() ? l->node_of[r] : -1;
+      nic_of_[r] = node >= 0 && node < nodes ? node : nodes + r;
+    }
+    nports_ = static_cast<size_t>(n_ + nodes + n_) * kNumLinkClasses;
+  }
+
   size_t Port(int rank, LinkClass c) const {
-    return static_cast<size_t>(rank) * kNumLinkClasses + static_cast<size_t>(c);
+    const size_t owner = c == LinkClass::kIntraNode
+                             ? static_cast<size_t>(rank)
+                             : static_cast<size_t>(n_) + static_cast<size_t>(nic_of_[rank]);
+    return owner * kNumLinkClasses + static_cast<size_t>(c);
   }
 
   // Posts the lane's current step at time t, once its edges allow (else parks the lane on the
@@ -355,7 +374,9 @@ class Simulation {
   std::vector<Xfer> xfers_;                    // every step's transfers, in step order
   std::vector<Dep> deps_;                      // every step's edges, in step order
   std::vector<std::vector<int>> parked_;       // per lane: lanes waiting for its next step
-  std::vector<double> send_free_, recv_free_;  // per (rank, link class): when the port frees
+  std::vector<double> send_free_, recv_free_;  // per (port owner, link class): when it frees
+  std::vector<int> nic_of_;                    // per rank: its node's NIC (inter-node ports)
+  size_t nports_ = 0;
   StreamTable streams_;
   std::vector<Msg> msgs_;
   std::vector<uint32_t> free_msgs_;  // slots of msgs_ whose transfer ended

@@ -12,16 +12,25 @@
 // - Link classes. A transfer runs on the class LinkClassBetween(layout, src, dst) (cost_model.h:
 //   intra-node or inter-node today; the topology issue's levels join as more classes). A
 //   message of b bytes on class c costs model.of(c).alpha_s + b / model.of(c).beta_bytes_s.
-// - Ports. Every rank has one send port and one receive port per link class. A ready transfer
-//   holds its sender's send port and its receiver's receive port of its class for its whole
-//   cost, starting once both are free; ready transfers take the ports first come, first served
-//   (ties in the order they became ready).
+// - Ports. Every rank has one send port and one receive port for intra-node transfers. Inter-node
+//   transfers go through the node's NIC: one send port and one receive port per node (the
+//   layout's node_of; a rank the layout does not place is a node of its own), shared by all the
+//   node's ranks. A ready transfer holds its sender's send port and its receiver's receive port
+//   of its class for its whole cost, starting once both are free; ready transfers take the ports
+//   first come, first served (ties in the order they became ready).
+// - What the inter-node parameters mean. model.inter is one node's link: alpha and beta of one
+//   transfer that has the NIC to itself, which is what link calibration measures (one pair of
+//   ranks on two nodes, link_calibration.h) and what a shaped link of an emulated cluster
+//   (docs/emulated-cluster.md: one tbf per node link and direction) gives. M ranks of a node
+//   sending across nodes at once take M times as long, as on that cluster; a node with one NIC
+//   per GPU would be described with M times the beta (or, later, a level per NIC).
 // So transfers on different classes overlap (an intra-node ring and an inter-node ring run side
-// by side, which is what HO-Ring needs), while one rank's transfers on one class serialise,
-// whatever channel they are on: a rank's channels to peers of one class share one link (the shm
-// copy path, the NIC), and the engine's channels add concurrency, not bandwidth. Serialising
-// rather than sharing bandwidth gives the same finish time for the last of a set of transfers
-// and keeps every message at alpha + b / beta, as the closed forms in cost_model.h assume.
+// by side, which is what HO-Ring needs), while transfers on one port serialise, whatever channel
+// they are on: a rank's channels to peers on its node share one link (the shm copy path), a
+// node's ranks share its NIC, and the engine's channels add concurrency, not bandwidth.
+// Serialising rather than sharing bandwidth gives the same finish time for the last of a set of
+// transfers and keeps every message at alpha + b / beta, as the closed forms in cost_model.h
+// assume (they charge k transfers sharing one NIC k times).
 //
 // Cost: O(messages x log(transfers in flight)) time, memory for every rank's schedule plus the
 // posts in flight; a 1024-rank ring all-reduce (2 million messages) takes well under a second.

@@ -105,7 +105,7 @@ std::string KnownAlgorithms() {
   std::string s;
   for (const auto* list : {&AllAlgorithms(), &HierarchicalAlgorithms()})
     for (const Algorithm* a : *list) s += std::string(s.empty() ? "" : ", ") + a->name();
-  return s;
+  return s + " (leader = hier_leader)";
 }
 
 std::string FormatSize(uint64_t b) {

@@ -35,16 +35,17 @@ struct LinkParams {
 
 // Link classes, innermost first. A transfer between two ranks runs on the innermost level the
 // two share (LinkClassBetween in cost_model.h); the simulator gives every rank one send and one
-// receive port per class. The topology issue inserts levels (device pair < node < switch domain
-// < cluster): a level is an enumerator here, a field and a case in LinkModel::of, and a rule in
-// LinkClassBetween; the simulator sizes its ports by kNumLinkClasses.
+// receive port for intra-node transfers and every node one pair of ports (its NIC) for
+// inter-node ones, shared by its ranks (simulator.h). The topology issue inserts levels (device
+// pair < node < switch domain < cluster): a level is an enumerator here, a field and a case in
+// LinkModel::of, and a rule in LinkClassBetween; the simulator sizes its ports by kNumLinkClasses.
 enum class LinkClass : uint8_t { kIntraNode = 0, kInterNode = 1 };
 inline constexpr int kNumLinkClasses = 2;
 
 // The cost model's view of a machine: alpha-beta parameters per link class.
 struct LinkModel {
   LinkParams intra{2e-6, 8e9};     // LinkClass::kIntraNode
-  LinkParams inter{25e-6, 1.2e9};  // LinkClass::kInterNode
+  LinkParams inter{25e-6, 1.2e9};  // LinkClass::kInterNode: one node's link (its NIC), per node
   const LinkParams& of(LinkClass c) const { return c == LinkClass::kIntraNode ? intra : inter; }
 };
 

@@ -1,10 +1,11 @@
 // The hierarchical algorithms over real processes and real transports: ranks are given emulated
 // hosts (BRAID_HOSTID per rank) so the communicator's layout has g nodes of M ranks, each
-// algorithm is forced with BRAID_ALGO, and every all-gather, reduce-scatter and all-reduce is
-// checked bit-exactly against the reference computed in the test (reference.h). Counts include
-// ones above the express-lane limit, so that the schedules run on two channels and HO-Ring's
-// cross-channel edges are executed by the engine. An uneven layout (2 + 1) forced to HO-Ring
-// falls back to a flat algorithm and stays exact.
+// algorithm is forced with BRAID_ALGO, and every all-gather, reduce-scatter and all-reduce (and
+// broadcast and reduce, hier_tree's, with roots on every node) is checked bit-exactly against the
+// reference computed in the test (reference.h). Counts include ones above the express-lane limit,
+// so that the schedules run on two channels and HO-Ring's cross-channel edges are executed by the
+// engine. An uneven layout (2 + 1) forced to HO-Ring falls back to a flat algorithm and stays
+// exact.
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -55,24 +56,31 @@ struct Shape {
 // get BRAID_NCHANNELS (2) channels.
 constexpr uint64_t kLargeCount = 40000;
 
-std::vector<Case> Cases(bool allreduce_only) {
+// The collectives `algo` serves ("default": the three the tuner ranks hierarchical ones for).
+std::vector<CollKind> KindsOf(const std::string& algo) {
+  if (algo == "torus2d" || algo == "hier_leader") return {CollKind::kAllReduce};
+  if (algo == "hier_tree") return {CollKind::kBroadcast, CollKind::kReduce};
+  if (algo == "default")
+    return {CollKind::kAllReduce, CollKind::kReduceScatter, CollKind::kAllGather,
+            CollKind::kBroadcast, CollKind::kReduce};
+  return {CollKind::kAllReduce, CollKind::kReduceScatter, CollKind::kAllGather};
+}
+
+// Rooted collectives vary the root with the count (collective_cases.h: (count + 1) % N), so the
+// counts below put it on either node and on local ranks 0 and 1.
+std::vector<Case> Cases(const std::vector<CollKind>& kinds) {
   const DataType types[] = {DataType::kInt32, DataType::kFloat32, DataType::kBfloat16,
                             DataType::kFloat64};
   const int ops[] = {braidSum, braidMax, braidAvg, kPreMul};
   std::vector<Case> cases;
   for (uint64_t count : {uint64_t{0}, uint64_t{1}, uint64_t{7}, uint64_t{1000}, kLargeCount})
-    for (CollKind k : {CollKind::kAllReduce, CollKind::kReduceScatter, CollKind::kAllGather}) {
-      if (allreduce_only && k != CollKind::kAllReduce) continue;
+    for (CollKind k : kinds) {
       for (DataType t : types)
         for (int op : (Reduces(k) ? std::vector<int>(std::begin(ops), std::end(ops))
                                   : std::vector<int>{braidSum}))
           for (bool in_place : {false, true}) cases.push_back({k, t, op, count, in_place});
     }
   return cases;
-}
-
-bool ServesAllReduceOnly(const std::string& algo) {
-  return algo == "torus2d" || algo == "hier_leader";
 }
 
 // Fails (returns 1) unless the communicator sees `shape`'s nodes and the tuner hands a large
@@ -87,8 +95,7 @@ int CheckForcedAlgorithm(braidComm_t handle, int rank, const Shape& shape,
                  comm->layout().nnodes, want_nodes);
     return 1;
   }
-  for (CollKind k : {CollKind::kAllReduce, CollKind::kReduceScatter, CollKind::kAllGather}) {
-    if (ServesAllReduceOnly(algo) && k != CollKind::kAllReduce) continue;
+  for (CollKind k : KindsOf(algo)) {
     braid::CollArgs a;
     a.kind = k;
     a.dtype = DataType::kFloat32;
@@ -127,7 +134,7 @@ TEST_P(HierarchicalCollectives, ForcedAlgorithmIsBitExact) {
              // The forced algorithm does not depend on the link model; skip measuring it.
              {"BRAID_LINK_CALIBRATION", "0"},
              {"BRAID_ALGO", algo == "default" ? "" : "all:" + algo}};
-  const std::vector<Case> cases = Cases(ServesAllReduceOnly(algo));
+  const std::vector<Case> cases = Cases(KindsOf(algo));
   auto out = RunJob(opt, [&](braidComm_t, int rank, int nranks, const braidUniqueId& id) {
     const std::string host = "hier-node-" + std::to_string(shape.node(rank));
     setenv("BRAID_HOSTID", host.c_str(), 1);
@@ -154,8 +161,8 @@ std::string ParamName(const ::testing::TestParamInfo<Param>& info) {
   return std::get<0>(info.param).name() + "_" + t + "_" + std::get<2>(info.param);
 }
 
-const std::vector<std::string> kAlgorithms = {"hring", "ho_ring", "torus2d", "hier_leader",
-                                              "default"};
+const std::vector<std::string> kAlgorithms = {"hring",       "ho_ring",   "torus2d",
+                                              "hier_leader", "hier_tree", "default"};
 
 // 2x2 over shm inside a node and tcp between nodes, and over tcp alone; 2x3; 2x2 with the nodes
 // interleaved (ranks 0 and 2 on one host).
@@ -173,14 +180,16 @@ INSTANTIATE_TEST_SUITE_P(Interleaved, HierarchicalCollectives,
                          ::testing::Combine(::testing::Values(Shape{2, 2, true, {}}),
                                             ::testing::Values(std::string("shm,tcp")),
                                             ::testing::Values(std::string("ho_ring"),
-                                                              std::string("torus2d"))),
+                                                              std::string("torus2d"),
+                                                              std::string("hier_tree"))),
                          ParamName);
 // Nodes of 2 and 1 ranks: no grid, so the forced algorithm falls back to a flat one.
 INSTANTIATE_TEST_SUITE_P(Uneven, HierarchicalCollectives,
                          ::testing::Combine(::testing::Values(Shape{0, 0, false, {2, 1}}),
                                             ::testing::Values(std::string("shm,tcp")),
                                             ::testing::Values(std::string("ho_ring"),
-                                                              std::string("hier_leader"))),
+                                                              std::string("hier_leader"),
+                                                              std::string("hier_tree"))),
                          ParamName);
 
 }  // namespace
