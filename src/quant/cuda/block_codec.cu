@@ -354,10 +354,11 @@ __device__ __forceinline__ uint32_t CodeBits(float x, float d, float m) {
 template <int Bits, bool Sym>
 __device__ __forceinline__ void StoreCodes(const float (&v)[kChunk], float d, float m,
                                            uint64_t e0, uint64_t n, uint8_t* __restrict__ codes) {
-  uint32_t c[kChunk];
-  const bool poisoned = Poisoned(d);
+  uint32_t c[kChunk] = {};
+  if (!Poisoned(d)) {  // a poisoned block's codes are all 0
 #pragma unroll
-  for (unsigned j = 0; j < kChunk; ++j) c[j] = poisoned ? 0u : CodeBits<Bits, Sym>(v[j], d, m);
+    for (unsigned j = 0; j < kChunk; ++j) c[j] = CodeBits<Bits, Sym>(v[j], d, m);
+  }
   const bool full = e0 + kChunk <= n;
   if (!full) {
 #pragma unroll
