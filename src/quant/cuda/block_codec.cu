@@ -515,10 +515,17 @@ __global__ void __launch_bounds__(Threads) QuantizeBlocks(const BlockFormat f,
   }
 }
 
-// Values of one chunk's codes as floats (exact small integers), from its INT8 code word pair or
-// INT4 code word; magic-number conversion (kIntMagic) instead of I2F.
-template <int Bits, bool Sym>
-__device__ __forceinline__ void CodeValues(uint32_t w0, uint32_t w1, float (&q)[kChunk]) {
+// Decode works on units of E = 16 / sizeof(T) elements (fp32: 4, fp16/bf16: 8): one 16-byte
+// store per unit, so consecutive lanes write consecutive 16-byte pieces and every warp store
+// covers whole 32-byte sectors. (Chunks of 8 fp32, two float4 stores a lane, left each store
+// instruction half of every sector: fp32 dequantize reached 0.62-0.69 of memcpy on an H100.)
+template <DataType T>
+constexpr unsigned kUnit = T == DataType::kFloat32 ? 4 : 8;
+
+// Values of one unit's codes as floats (exact small integers), from its INT8 code bytes (w0, then
+// w1 for bytes 4-7) or INT4 code bytes (w0); magic-number conversion (kIntMagic) instead of I2F.
+template <int Bits, bool Sym, unsigned E>
+__device__ __forceinline__ void CodeValues(uint32_t w0, uint32_t w1, float (&q)[E]) {
   if (Bits == 8) {
     // Symmetric codes are two's complement: flipping the sign bit biases them by 128.
     const uint32_t flip = Sym ? 0x80808080u : 0u;
@@ -526,49 +533,72 @@ __device__ __forceinline__ void CodeValues(uint32_t w0, uint32_t w1, float (&q)[
     w0 ^= flip;
     w1 ^= flip;
 #pragma unroll
-    for (unsigned j = 0; j < 4; ++j) {
-      // bytes (j, zero, zero, 0x4B): 0x4B0000xx
-      q[j] = __fsub_rn(__uint_as_float(__byte_perm(w0, kIntMagicBits >> 16, 0x5440 | j)), bias);
-      q[4 + j] = __fsub_rn(__uint_as_float(__byte_perm(w1, kIntMagicBits >> 16, 0x5440 | j)), bias);
+    for (unsigned j = 0; j < E; ++j) {
+      // bytes (code, 0, 0, 0x4B): 0x4B0000xx
+      const uint32_t w = j < 4 ? w0 : w1;
+      q[j] = __fsub_rn(__uint_as_float(__byte_perm(w, kIntMagicBits >> 16, 0x5440 | (j & 3))), bias);
     }
   } else {
     const uint32_t flip = Sym ? 0x88888888u : 0u;
     const float bias = Sym ? kIntMagic + 8.0f : kIntMagic;
     w0 ^= flip;
 #pragma unroll
-    for (unsigned k = 0; k < 4; ++k) {
+    for (unsigned k = 0; k < E / 2; ++k) {
       q[2 * k] = __fsub_rn(__uint_as_float(((w0 >> (8 * k + 4)) & 0xFu) | kIntMagicBits), bias);
       q[2 * k + 1] = __fsub_rn(__uint_as_float(((w0 >> (8 * k)) & 0xFu) | kIntMagicBits), bias);
     }
   }
 }
 
-// Decode: a thread per chunk (any G % 8 == 0: a chunk has one block), grid-stride; kDecodeUnroll
-// chunks per thread per round, all loads issued before the first use.
+// Elements [e0, e0 + E) of a typed buffer (16 bytes), widened; past n, copies of v[0].
+template <DataType T, unsigned E>
+__device__ __forceinline__ void LoadUnit(const void* __restrict__ p, uint64_t e0, uint64_t n,
+                                         float (&v)[E]) {
+  if (e0 + E <= n) {
+    if constexpr (T == DataType::kFloat32) {
+      const float4 a = *reinterpret_cast<const float4*>(static_cast<const float*>(p) + e0);
+      v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w;
+    } else {
+      const uint4 w = *reinterpret_cast<const uint4*>(static_cast<const uint16_t*>(p) + e0);
+      Widen2<T>(w.x, v[0], v[1]);
+      Widen2<T>(w.y, v[2], v[3]);
+      Widen2<T>(w.z, v[4], v[5]);
+      Widen2<T>(w.w, v[6], v[7]);
+    }
+  } else {
+    v[0] = Load<T>(p, e0);
+#pragma unroll
+    for (unsigned j = 1; j < E; ++j) v[j] = e0 + j < n ? Load<T>(p, e0 + j) : v[0];
+  }
+}
+
+// Decode: a thread per unit (any G % 8 == 0: a unit has one block), grid-stride; kDecodeUnroll
+// units per thread per round, all loads issued before the first use.
 // (H100: 4 was no faster for fp32 and 10-20% slower for 16-bit dequantize-reduce; streaming
 // stores, __stcs, changed nothing.)
 constexpr unsigned kDecodeUnroll = 2;
 
 template <DataType T, int Bits, bool Sym, bool Reduce>
-__global__ void __launch_bounds__(kThreads) DecodeChunks(const BlockFormat f,
-                                                         const uint8_t* __restrict__ enc,
-                                                         uint64_t n, void* __restrict__ dst) {
+__global__ void __launch_bounds__(kThreads) DecodeUnits(const BlockFormat f,
+                                                        const uint8_t* __restrict__ enc,
+                                                        uint64_t n, void* __restrict__ dst) {
+  constexpr unsigned E = kUnit<T>;
   const uint8_t* codes = enc + CodesOffset(f, n);
-  const uint32_t cpb = f.block / kChunk;
-  const uint32_t nchunks = static_cast<uint32_t>((n + kChunk - 1) / kChunk);
+  const uint32_t upb = f.block / E;
+  const uint32_t nunits = static_cast<uint32_t>((n + E - 1) / E);
   const uint32_t stride = gridDim.x * blockDim.x;
-  for (uint32_t c0 = blockIdx.x * blockDim.x + threadIdx.x; c0 < nchunks;
+  for (uint32_t c0 = blockIdx.x * blockDim.x + threadIdx.x; c0 < nunits;
        c0 += kDecodeUnroll * stride) {
     uint32_t w[kDecodeUnroll][2];
     float d[kDecodeUnroll], m[kDecodeUnroll];
-    float acc[kDecodeUnroll][kChunk];
+    float acc[kDecodeUnroll][E];
 #pragma unroll
     for (unsigned u = 0; u < kDecodeUnroll; ++u) {
       const uint32_t c = c0 + u * stride;
-      if (c >= nchunks) break;
-      const uint64_t e0 = static_cast<uint64_t>(c) * kChunk;
-      const bool full = e0 + kChunk <= n;
-      const uint32_t b = c / cpb;
+      if (c >= nunits) break;
+      const uint64_t e0 = static_cast<uint64_t>(c) * E;
+      const bool full = e0 + E <= n;
+      const uint32_t b = c / upb;
       if (Sym) {
         d[u] = reinterpret_cast<const float*>(enc)[b];
         m[u] = 0.0f;
@@ -577,54 +607,49 @@ __global__ void __launch_bounds__(kThreads) DecodeChunks(const BlockFormat f,
         d[u] = p.x;
         m[u] = p.y;
       }
-      if (Bits == 8) {
-        if (full) {
+      w[u][0] = w[u][1] = 0;
+      if (full) {
+        if (Bits == 8 && E == 8) {
           const uint2 x = *reinterpret_cast<const uint2*>(codes + e0);
           w[u][0] = x.x, w[u][1] = x.y;
-        } else {
-          uint64_t x = 0;
-#pragma unroll
-          for (unsigned j = 0; j < kChunk; ++j)
-            if (e0 + j < n) x |= static_cast<uint64_t>(codes[e0 + j]) << (8 * j);
-          w[u][0] = static_cast<uint32_t>(x), w[u][1] = static_cast<uint32_t>(x >> 32);
+        } else if (Bits == 8 || E == 8) {  // 4 code bytes
+          w[u][0] = *reinterpret_cast<const uint32_t*>(codes + e0 * Bits / 8);
+        } else {  // INT4, 4 elements: 2 code bytes
+          w[u][0] = *reinterpret_cast<const uint16_t*>(codes + e0 / 2);
         }
+      } else if (Bits == 8) {
+#pragma unroll
+        for (unsigned j = 0; j < E; ++j)
+          if (e0 + j < n) w[u][j / 4] |= static_cast<uint32_t>(codes[e0 + j]) << (8 * (j & 3));
       } else {
-        if (full) {
-          w[u][0] = *reinterpret_cast<const uint32_t*>(codes + e0 / 2);
-        } else {
-          uint32_t x = 0;
 #pragma unroll
-          for (unsigned k = 0; k < kChunk / 2; ++k)
-            if (e0 + 2 * k < n) x |= static_cast<uint32_t>(codes[e0 / 2 + k]) << (8 * k);
-          w[u][0] = x;
-        }
-        w[u][1] = 0;
+        for (unsigned k = 0; k < E / 2; ++k)
+          if (e0 + 2 * k < n) w[u][0] |= static_cast<uint32_t>(codes[e0 / 2 + k]) << (8 * k);
       }
-      if (Reduce) LoadChunk<T>(dst, e0, n, acc[u]);
+      if (Reduce) LoadUnit<T, E>(dst, e0, n, acc[u]);
     }
 #pragma unroll
     for (unsigned u = 0; u < kDecodeUnroll; ++u) {
       const uint32_t c = c0 + u * stride;
-      if (c >= nchunks) break;
-      const uint64_t e0 = static_cast<uint64_t>(c) * kChunk;
-      float v[kChunk];
+      if (c >= nunits) break;
+      const uint64_t e0 = static_cast<uint64_t>(c) * E;
+      float v[E];
       if (Poisoned(d[u])) {
 #pragma unroll
-        for (unsigned j = 0; j < kChunk; ++j) v[j] = __uint_as_float(kNanBitsF32);
+        for (unsigned j = 0; j < E; ++j) v[j] = __uint_as_float(kNanBitsF32);
       } else {
-        float q[kChunk];
-        CodeValues<Bits, Sym>(w[u][0], w[u][1], q);
+        float q[E];
+        CodeValues<Bits, Sym, E>(w[u][0], w[u][1], q);
 #pragma unroll
-        for (unsigned j = 0; j < kChunk; ++j) {
+        for (unsigned j = 0; j < E; ++j) {
           v[j] = Sym ? __fmul_rn(q[j], d[u]) : __fadd_rn(m[u], __fmul_rn(q[j], d[u]));
           if (Reduce) v[j] = __fadd_rn(acc[u][j], v[j]);
         }
       }
-      if (e0 + kChunk <= n) {
+      if (e0 + E <= n) {
         if constexpr (T == DataType::kFloat32) {
-          float4* p = reinterpret_cast<float4*>(static_cast<float*>(dst) + e0);
-          p[0] = make_float4(v[0], v[1], v[2], v[3]);
-          p[1] = make_float4(v[4], v[5], v[6], v[7]);
+          *reinterpret_cast<float4*>(static_cast<float*>(dst) + e0) =
+              make_float4(v[0], v[1], v[2], v[3]);
         } else if (Poisoned(d[u])) {
           const uint32_t nan = T == DataType::kFloat16 ? kNanBitsF16 * 0x10001u : kNanBitsBf16 * 0x10001u;
           *reinterpret_cast<uint4*>(static_cast<uint16_t*>(dst) + e0) = make_uint4(nan, nan, nan, nan);
@@ -635,7 +660,7 @@ __global__ void __launch_bounds__(kThreads) DecodeChunks(const BlockFormat f,
         }
       } else {
 #pragma unroll
-        for (unsigned j = 0; j < kChunk; ++j) {
+        for (unsigned j = 0; j < E; ++j) {
           if (e0 + j >= n) break;
           if (Poisoned(d[u]))
             StoreNan<T>(dst, e0 + j);
@@ -687,10 +712,10 @@ unsigned FullGrid(Kernel kernel, uint64_t work_threads, unsigned threads = kThre
 }
 
 // Whether the fast kernels apply: chunks of 8 inside one block, 16-byte aligned typed buffer and
-// encoding (vector accesses), and chunk indices that fit 32 bits (2^35 elements).
+// encoding (vector accesses), and chunk and unit indices that fit 32 bits (n < 2^34).
 bool Fast(const BlockFormat& f, const void* typed, const void* enc, uint64_t n) {
   return f.block % kChunk == 0 && reinterpret_cast<uintptr_t>(typed) % 16 == 0 &&
-         reinterpret_cast<uintptr_t>(enc) % 16 == 0 && (n + kChunk - 1) / kChunk < (1ull << 32);
+         reinterpret_cast<uintptr_t>(enc) % 16 == 0 && n < (1ull << 34);
 }
 
 template <DataType T, int Bits, bool Sym>
@@ -731,8 +756,8 @@ void LaunchQuantize(const BlockFormat& f, const void* src, uint64_t n, uint8_t* 
 template <DataType T, int Bits, bool Sym>
 void LaunchDecodeFast(const BlockFormat& f, const uint8_t* src, uint64_t n, void* dst, bool reduce,
                       cudaStream_t s) {
-  auto* k = reduce ? DecodeChunks<T, Bits, Sym, true> : DecodeChunks<T, Bits, Sym, false>;
-  k<<<FullGrid(k, (n + kChunk - 1) / kChunk), kThreads, 0, s>>>(f, src, n, dst);
+  auto* k = reduce ? DecodeUnits<T, Bits, Sym, true> : DecodeUnits<T, Bits, Sym, false>;
+  k<<<FullGrid(k, (n + kUnit<T> - 1) / kUnit<T>), kThreads, 0, s>>>(f, src, n, dst);
 }
 
 template <DataType T>
