@@ -723,11 +723,13 @@ void LaunchQuantizeFast(const BlockFormat& f, const void* src, uint64_t n, uint8
                         cudaStream_t s) {
   const uint64_t nb = NumBlocks(f, n);
   const uint32_t cpb = f.block / kChunk;
-  // Bytes in flight: a 16-bit chunk is half an fp32 one, so 16-bit types give each thread two
-  // chunks (half the lanes per block; half the threads per thread block) where fp32 gives one
-  // or two. H100, G = 32 bf16 quantize: one chunk per lane reached 0.42-0.58 of memcpy, two
-  // 0.54-0.71.
-  const uint32_t per_thread = T == DataType::kFloat32 ? 1 : 2;
+  // Two chunks per lane where the block has them (G = 32: two lanes per block, 16 blocks per
+  // warp): more independent loads and divisions per thread, half the shuffles. H100, G = 32
+  // quantize: one chunk per lane reached 0.42-0.58 of memcpy for bf16 and 0.72-0.89 for fp32,
+  // two 0.56-0.78 and 0.82-0.87; four (16-bit) helped INT4 and slowed INT8, kept at two.
+  // The thread-block kernel gives 16-bit types half the threads for the same reason (a 16-bit
+  // chunk is half the bytes of an fp32 one).
+  const uint32_t per_thread = 2;
   if (cpb <= 256) {
     unsigned log2 = 0;
     while (log2 < 5 && (2u << log2) * per_thread <= cpb) ++log2;
