@@ -1,8 +1,13 @@
-// CUDA kernels of the block codecs. Two passes per encode: one warp per block computes its
-// parameters (and thread 0 writes the layout's padding), then one thread per code byte quantizes
-// with its elements' block parameters, so an INT4 byte shared by two blocks (odd G) has a single
-// writer. Decode is one thread per code byte. All arithmetic is block_math.h's, compiled with
-// --fmad=false and IEEE division, so the bytes equal the CPU reference's.
+// CUDA kernels of the block codecs. Two families:
+// - the fast path (G a multiple of 8, 16-byte aligned buffers: what cudaMalloc'd memory and whole
+//   encodings give): one-pass encode, a lane group or a thread block per block of G, and a
+//   thread-per-16-bytes decode (see "fast path" below; docs/quantization.md has the H100 numbers);
+// - the general kernels for every other G or alignment: two passes per encode, one warp per block
+//   computing its parameters (and thread 0 writing the layout's padding), then one thread per code
+//   byte quantizing with its elements' block parameters, so an INT4 byte shared by two blocks
+//   (odd G) has a single writer; decode one thread per code byte.
+// Both compute what block_math.h computes, compiled with --fmad=false and IEEE division, so the
+// bytes equal the CPU reference's (tests/unit/quant_cuda_compare.h checks both families).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
