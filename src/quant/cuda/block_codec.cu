@@ -186,7 +186,8 @@ constexpr unsigned kThreads = 256;
 constexpr unsigned kChunk = 8;  // elements per chunk
 // Chunks a thread keeps in registers between the statistics and the codes; further chunks of the
 // same block are read again (from L1/L2: the block was just read). 2 in the lane-group kernel
-// (no re-read up to G = 512), 4 in the thread-block kernel (none up to G = 8192).
+// (no re-read up to G = 512), 4 in the thread-block kernel (none up to G = 8192 for fp32 with 256
+// threads, G = 4096 for fp16/bf16 with 128).
 constexpr unsigned kLaneCache = 2;
 constexpr unsigned kBlockCache = 4;
 
@@ -411,10 +412,11 @@ __device__ __forceinline__ void ZeroPadding(const BlockFormat f, uint64_t n, uin
   for (uint64_t k = codes_end; k < total; ++k) enc[k] = 0;
 }
 
-// G <= 2048: a group of `lanes` (a power of two <= 32, <= G / 8) consecutive lanes of a warp per
-// block, so a warp covers 32 / lanes blocks at once and the statistics are a few shuffles (G = 32:
-// 4 lanes, 8 blocks per warp, 2 shuffle rounds). Lane `sub` of a group takes the block's chunks
-// sub, sub + lanes, ...: the warp's accesses stay contiguous.
+// G <= 2048: a group of `lanes` (a power of two <= 32, <= G / 16 where G allows) consecutive
+// lanes of a warp per block, so a warp covers 32 / lanes blocks at once and the statistics are a
+// few shuffles (G = 32: 2 lanes of 2 chunks, 16 blocks per warp, 1 shuffle round). Lane `sub` of a
+// group takes the block's chunks sub, sub + lanes, ...: each load instruction of the warp covers
+// whole 32-byte sectors.
 template <DataType T, int Bits, bool Sym>
 __global__ void __launch_bounds__(kThreads) QuantizeLanes(const BlockFormat f,
                                                           const void* __restrict__ src, uint64_t n,
