@@ -415,8 +415,8 @@ __device__ __forceinline__ void ZeroPadding(const BlockFormat f, uint64_t n, uin
 // G <= 2048: a group of `lanes` (a power of two <= 32, <= G / 16 where G allows) consecutive
 // lanes of a warp per block, so a warp covers 32 / lanes blocks at once and the statistics are a
 // few shuffles (G = 32: 2 lanes of 2 chunks, 16 blocks per warp, 1 shuffle round). Lane `sub` of a
-// group takes the block's chunks sub, sub + lanes, ...: each load instruction of the warp covers
-// whole 32-byte sectors.
+// group takes the block's chunks sub, sub + lanes, ...: together the warp's loads read one
+// contiguous span (each instruction alone covers only part of it; the L1 serves the rest).
 template <DataType T, int Bits, bool Sym>
 __global__ void __launch_bounds__(kThreads) QuantizeLanes(const BlockFormat f,
                                                           const void* __restrict__ src, uint64_t n,
