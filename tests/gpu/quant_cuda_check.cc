@@ -1,7 +1,7 @@
 // Standalone GPU check of the CUDA block codecs, for machines that have nvcc and a GPU but not
 // braid's other dependencies (GoogleTest, OpenSSL ...): tools/quant-cuda-check builds it with
 // nvcc alone. 1. The byte-for-byte comparison of quant_cuda_test (quant_cuda_compare.h).
-// 2. Throughput on 256 MiB of fp32 (and bf16) against a device-to-device cudaMemcpy of the same
+// 2. Throughput on 256 MiB of fp32, bf16 and fp16 against a device-to-device cudaMemcpy of the same
 // bytes in the same run, timed with CUDA events: "traffic" counts every byte the kernels must
 // read and write at least once (typed side + encoded side, + the accumulator for a reduce),
 // memcpy's counts read + write; the ratio is the share of the copy's bandwidth reached.
@@ -48,11 +48,11 @@ void Throughput() {
     const char* name;
     BlockFormat f;
   };
-  const Codec codecs[] = {{"int8-G32", {8, true, 32}},
-                          {"int4-G32", {4, true, 32}},
-                          {"int8asym-G32", {8, false, 32}},
-                          {"int8-G4096", {8, true, 4096}}};
-  for (DataType t : {DataType::kFloat32, DataType::kBfloat16})
+  const Codec codecs[] = {{"int8-G32", {8, true, 32}},         {"int4-G32", {4, true, 32}},
+                          {"int8asym-G32", {8, false, 32}},    {"int4asym-G32", {4, false, 32}},
+                          {"int8-G4096", {8, true, 4096}},     {"int4-G4096", {4, true, 4096}},
+                          {"int8asym-G4096", {8, false, 4096}}, {"int4asym-G4096", {4, false, 4096}}};
+  for (DataType t : {DataType::kFloat32, DataType::kBfloat16, DataType::kFloat16})
     for (const Codec& c : codecs) {
       const uint64_t n = bytes / cuda_check::TypeSize(t);
       const double eb = static_cast<double>(EncodedBytes(c.f, n));
@@ -63,7 +63,7 @@ void Throughput() {
       const double gq = (bytes + eb) / (q * 1e-3) / 1e9, gd = (bytes + eb) / (d * 1e-3) / 1e9,
                    gr = (2.0 * bytes + eb) / (r * 1e-3) / 1e9;
       std::printf(
-          "%-13s %-8s quantize %.3f ms %5.0f GB/s (%.2f of memcpy) | dequantize %.3f ms %5.0f "
+          "%-15s %-8s quantize %.3f ms %5.0f GB/s (%.2f of memcpy) | dequantize %.3f ms %5.0f "
           "GB/s (%.2f) | dequantize-reduce %.3f ms %5.0f GB/s (%.2f)\n",
           c.name, DataTypeName(t), q, gq, gq / copy_gbs, d, gd, gd / copy_gbs, r, gr,
           gr / copy_gbs);
