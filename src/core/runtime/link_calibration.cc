@@ -21,8 +21,13 @@ namespace {
 // cores on small machines).
 constexpr int kLatencyRounds = 9;
 constexpr size_t kLatencyBytes = 8;
-constexpr int kBandwidthRounds = 5;
-constexpr size_t kBandwidthBytes = 512 << 10;
+// The bandwidth probe streams this many bytes one way and gets an 8-byte answer. Several MiB,
+// not one message of a few hundred KiB: a shaped or policed link (tc tbf, a switch's burst
+// allowance) lets a burst of about a few ms of traffic through at line rate, and a probe that
+// fits in it measures the line, not the link (a 512 KiB probe read a 1 Gbit/s tbf link, burst
+// 500 KB, as 2 Gbit/s). With 4 MiB a 500 KB burst inflates the estimate by at most 1.14x.
+constexpr int kBandwidthRounds = 3;
+constexpr size_t kBandwidthBytes = 4 << 20;
 
 std::atomic<int> g_measurements{0};
 
@@ -107,25 +112,25 @@ double Median(std::vector<double> v) {
   return v[v.size() / 2];  // odd sizes only
 }
 
-// Rounds of `bytes` there and back, as `a` (timing) or `b` (echoing); returns the median one-way
-// time in seconds on `a`, 0 on `b`.
-Result<double> PingPong(Endpoint& ep, bool pinger, size_t bytes, int rounds,
+// Rounds of `bytes` from `a` to `b` answered by `answer` bytes back, as `a` (timing) or `b`
+// (echoing); returns the median round time in seconds on `a`, 0 on `b`.
+Result<double> PingPong(Endpoint& ep, bool pinger, size_t bytes, size_t answer, int rounds,
                         std::vector<std::byte>& buf, const LinkCalibrationSetup& s,
                         const Deadline& deadline) {
-  std::vector<double> one_way;
+  std::vector<double> round_s;
   for (int i = 0; i <= rounds; ++i) {  // round 0 warms up
     if (pinger) {
       const auto t0 = Clock::now();
       BRAID_RETURN_IF_ERROR(MoveExactly(ep, true, buf.data(), bytes, s, deadline));
-      BRAID_RETURN_IF_ERROR(MoveExactly(ep, false, buf.data(), bytes, s, deadline));
+      BRAID_RETURN_IF_ERROR(MoveExactly(ep, false, buf.data(), answer, s, deadline));
       const double rtt = std::chrono::duration<double>(Clock::now() - t0).count();
-      if (i > 0) one_way.push_back(rtt / 2);
+      if (i > 0) round_s.push_back(rtt);
     } else {
       BRAID_RETURN_IF_ERROR(MoveExactly(ep, false, buf.data(), bytes, s, deadline));
-      BRAID_RETURN_IF_ERROR(MoveExactly(ep, true, buf.data(), bytes, s, deadline));
+      BRAID_RETURN_IF_ERROR(MoveExactly(ep, true, buf.data(), answer, s, deadline));
     }
   }
-  return pinger ? Median(std::move(one_way)) : 0.0;
+  return pinger ? Median(std::move(round_s)) : 0.0;
 }
 
 // This rank's side of one pair's measurement. On the pinger: the measured parameters, or
@@ -138,17 +143,17 @@ Result<std::optional<LinkParams>> MeasurePair(LinkClass c, const Pair& pair,
   if (!ep) return InternalError("link calibration: no stream to the peer");
   g_measurements.fetch_add(1, std::memory_order_relaxed);
   std::vector<std::byte> buf(kBandwidthBytes, std::byte{0});
-  BRAID_ASSIGN_OR_RETURN(double lat,
-                         PingPong(*ep, pinger, kLatencyBytes, kLatencyRounds, buf, s, deadline));
-  BRAID_ASSIGN_OR_RETURN(
-      double big, PingPong(*ep, pinger, kBandwidthBytes, kBandwidthRounds, buf, s, deadline));
+  BRAID_ASSIGN_OR_RETURN(double small_rtt, PingPong(*ep, pinger, kLatencyBytes, kLatencyBytes,
+                                                     kLatencyRounds, buf, s, deadline));
+  BRAID_ASSIGN_OR_RETURN(double big, PingPong(*ep, pinger, kBandwidthBytes, kLatencyBytes,
+                                              kBandwidthRounds, buf, s, deadline));
   if (!pinger) return std::optional<LinkParams>();
   LinkParams p;
-  p.alpha_s = lat;
-  // The large message's time less one message latency is what the bytes themselves took. On a
-  // loaded machine the small messages' median can come out as large as the big one's (a
-  // descheduled echo): then the whole time is the honest bound, not a negative difference.
-  const double transfer = big - lat >= big / 2 ? big - lat : big;
+  p.alpha_s = small_rtt / 2;
+  // The stream's round less a small round trip is what the bytes themselves took. On a loaded
+  // machine the small round can come out as large as the big one (a descheduled echo): then the
+  // whole time is the honest bound, not a negative difference.
+  const double transfer = big - small_rtt >= big / 2 ? big - small_rtt : big;
   p.beta_bytes_s = transfer > 0 ? static_cast<double>(kBandwidthBytes) / transfer : -1;
   Status ok = CheckLinkParams(p);
   if (!ok.ok()) {
