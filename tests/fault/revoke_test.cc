@@ -72,6 +72,34 @@ TEST_P(Revoke, PendingAndLaterOperationsFailAndPeersFailFast) {
   EXPECT_TRUE(AllSucceeded(out)) << DescribeOutcomes(out);
 }
 
+// braidCommAbort on one rank: a peer waiting on it (or calling later) fails at once, naming the
+// abort as the cause, not "a stream was shut down".
+TEST_P(Revoke, AbortIsNamedByThePeers) {
+  JobOptions opt;
+  opt.nranks = 3;
+  opt.timeout_s = 90;
+  opt.init = false;  // rank 2 aborts its communicator itself
+  opt.env = {{"BRAID_TRANSPORTS", GetParam()}, {"BRAID_TIMEOUT", "60"}};
+  auto out = RunJob(opt, [&](braidComm_t, int rank, int n, const braidUniqueId& id) {
+    braidComm_t comm = nullptr;
+    if (braidCommInitRank(&comm, n, id, rank) != braidSuccess) return 1;
+    std::vector<float> a(1000, 1.0f), b(1000);
+    if (rank == 2) return braidCommAbort(comm) == braidSuccess ? 0 : 2;
+    auto t0 = Clock::now();
+    braidResult_t rc = braidAllReduce(a.data(), b.data(), a.size(), braidFloat32, braidSum, comm);
+    const double s = SecondsSince(t0);
+    if (rc == braidSuccess || s > 5 || !Has(braidGetLastError(comm), "rank 2") ||
+        !Has(braidGetLastError(comm), "aborted the communicator")) {
+      std::fprintf(stderr, "[rank %d] rc=%d after %.1fs: %s\n", rank, rc, s,
+                   braidGetLastError(comm));
+      return 3;
+    }
+    braidCommDestroy(comm);
+    return 0;
+  });
+  EXPECT_TRUE(AllSucceeded(out)) << DescribeOutcomes(out);
+}
+
 // After a revoke the survivors shrink the communicator and go on.
 TEST_P(Revoke, RevokedCommunicatorStillShrinks) {
   JobOptions opt;

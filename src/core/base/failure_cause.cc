@@ -90,6 +90,9 @@ std::string FailureCause::describe() const {
     case Reason::kShutDown:
       what = "shut its streams down after a failure it did not name";
       break;
+    case Reason::kAborted:
+      what = "aborted the communicator (braidCommAbort)";
+      break;
   }
   std::string op;
   if (has_op)
@@ -126,7 +129,7 @@ std::optional<FailureCause> FailureCause::Decode(const uint8_t in[kWireBytes], i
   FailureCause c;
   const uint8_t reason = Get<uint8_t>(in, kOffReason);
   if (reason < static_cast<uint8_t>(Reason::kDied) ||
-      reason > static_cast<uint8_t>(Reason::kShutDown))
+      reason > static_cast<uint8_t>(Reason::kAborted))
     return std::nullopt;
   c.reason = static_cast<Reason>(reason);
   const uint8_t has_op = Get<uint8_t>(in, kOffHasOp);

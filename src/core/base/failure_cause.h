@@ -34,6 +34,7 @@ struct FailureCause {
     kOwnFailure = 6,   // failed on its own (out of memory, a local error); `detail` says what
     kRevoked = 7,      // revoked the communicator (braidCommRevoke)
     kShutDown = 8,     // shut its streams down without saying why (weak: only a fallback)
+    kAborted = 9,      // aborted the communicator (braidCommAbort)
   };
   static constexpr size_t kHostBytes = 64;
   static constexpr size_t kDetailBytes = 96;

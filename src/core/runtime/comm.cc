@@ -622,6 +622,14 @@ void braidComm::abort() {
   Status reason = AbortedError("communicator aborted (braidCommAbort) on " + where());
   setAsyncError(reason);
   abortOperations(reason);
+  // A split view's abort stays local (the root's streams go on; see abortOperations). A root's
+  // peers blocked on this rank learn why: the abort is the cause they name (unless a failure was
+  // already recorded, which stays the cause), and the streams close so they fail at once.
+  if (root_ || state() != State::kReady) return;
+  causes_.offer(selfCause(FailureCause::Reason::kAborted, ""));
+  causes_.complete(rank_, false, "", 0);
+  (void)announceFailure();
+  shutdownEndpoints();
 }
 
 int braidComm::addPreMulOp(const PreMulOp& op) {

@@ -237,7 +237,8 @@ void Engine::failAll(size_t i, const Status& st, const std::optional<FailureCaus
   // error of the program, whichever rank reported first: its own message names both sides.
   const bool own_usage_error = st.cls() == ErrorClass::kInvalidUsage;
   if (!own_usage_error &&
-      (cause.rank != comm_->rank() || cause.reason == FailureCause::Reason::kRevoked)) {
+      (cause.rank != comm_->rank() || cause.reason == FailureCause::Reason::kRevoked ||
+       cause.reason == FailureCause::Reason::kAborted)) {
     // Another rank's failure: name it first, then what this rank saw of it.
     final =
         Status::Error(cause.errorClass(), ctx + cause.describe() + " (seen here: " + seen + ")");
