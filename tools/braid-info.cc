@@ -28,10 +28,12 @@
 namespace {
 
 void Usage(FILE* out) {
-  std::fprintf(out,
-               "usage: braid-info [-n N] [--topology]\n"
-               "  -n N        show the tuner's choices for N ranks (default 8)\n"
-               "  --topology  print the topology (BRAID_TOPO_FILE, else discovered) and exit\n");
+  std::fprintf(
+      out,
+      "usage: braid-info [-n N] [--nodes G] [--topology]\n"
+      "  -n N        show the tuner's choices for N ranks (default 8)\n"
+      "  --nodes G   ... spread over G nodes of N/G ranks (hierarchical algorithms apply)\n"
+      "  --topology  print the topology (BRAID_TOPO_FILE, else discovered) and exit\n");
 }
 
 std::string Gib(double bytes) {
@@ -138,6 +140,7 @@ int PrintTopology() {
 
 int main(int argc, char** argv) {
   int nranks = 8;
+  int nnodes = 1;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "-h" || a == "--help") {
@@ -154,6 +157,15 @@ int main(int argc, char** argv) {
         return 2;
       }
       nranks = static_cast<int>(n);
+    } else if (a == "--nodes" && i + 1 < argc) {
+      char* end = nullptr;
+      errno = 0;
+      long g = std::strtol(argv[++i], &end, 10);
+      if (errno != 0 || *end != '\0' || g < 1 || g > 1 << 20) {
+        std::fprintf(stderr, "braid-info: --nodes '%s': expected a node count >= 1\n", argv[i]);
+        return 2;
+      }
+      nnodes = static_cast<int>(g);
     } else {
       std::fprintf(stderr, "braid-info: unknown argument '%s'\n", a.c_str());
       Usage(stderr);
@@ -161,6 +173,10 @@ int main(int argc, char** argv) {
     }
   }
 
+  if (nranks % nnodes != 0) {
+    std::fprintf(stderr, "braid-info: --nodes %d does not divide -n %d\n", nnodes, nranks);
+    return 2;
+  }
   std::printf("braid %s (%s build)\n", BRAID_VERSION_STRING, BRAID_BUILD_TYPE);
   std::printf("features: %s\n", *BRAID_BUILD_FEATURES ? BRAID_BUILD_FEATURES : "(none)");
 
@@ -204,9 +220,19 @@ int main(int argc, char** argv) {
     status = 1;
   }
 
-  std::printf("\ntuner for %d ranks on one node%s (link model: %s):\n", nranks,
+  // Ranks in node order: nodes of nranks / nnodes consecutive ranks.
+  braid::GroupLayout layout;
+  layout.nnodes = nnodes;
+  for (int r = 0; r < nranks; ++r) {
+    layout.node_of.push_back(r / (nranks / nnodes));
+    layout.local_rank.push_back(r % (nranks / nnodes));
+  }
+  const std::string where =
+      nnodes == 1 ? "on one node"
+                  : "on " + std::to_string(nnodes) + " nodes of " + std::to_string(nranks / nnodes);
+  std::printf("\ntuner for %d ranks %s%s (link model: %s):\n", nranks, where.c_str(),
               algo.empty() ? "" : (" with override '" + algo + "'").c_str(), model_origin.c_str());
-  auto tuner = braid::Tuner::Create(algo, nranks, model, nullptr);
+  auto tuner = braid::Tuner::Create(algo, nranks, model, &layout);
   if (tuner.ok()) {
     std::string table = tuner->describe();
     // Indent every line of the table.
