@@ -128,14 +128,16 @@ using namespace braid::shard;
 
 extern "C" {
 
-braidResult_t braidShardConfigValidate(const braidShardConfig_t* cfg, char* err, size_t errlen) {
+static braidResult_t ShardConfigValidateImpl(const braidShardConfig_t* cfg, char* err,
+                                             size_t errlen) {
   std::string why = cfg ? Validate(*cfg) : "configuration is NULL";
   if (why.empty()) return braidSuccess;
   if (err && errlen) std::snprintf(err, errlen, "%s", why.c_str());
   return SetLastError(braidErrInvalidArgument, "braidShardConfigValidate: " + why);
 }
 
-braidResult_t braidShardPresetForShape(const char* name, int R, int n, braidShardConfig_t* cfg) {
+static braidResult_t ShardPresetForShapeImpl(const char* name, int R, int n,
+                                             braidShardConfig_t* cfg) {
   if (!name || !cfg) return SetLastError(braidErrInvalidArgument, "preset: NULL argument");
   if (R < 1 || n < 1)
     return SetLastError(braidErrInvalidArgument, "preset '" + std::string(name) + "': shape " +
@@ -214,7 +216,7 @@ braidResult_t braidShardPresetForShape(const char* name, int R, int n, braidShar
   return braidSuccess;
 }
 
-braidResult_t braidShardPreset(const char* name, braidComm_t comm, braidShardConfig_t* cfg) {
+static braidResult_t ShardPresetImpl(const char* name, braidComm_t comm, braidShardConfig_t* cfg) {
   if (!comm) return SetLastError(braidErrInvalidArgument, "braidShardPreset: NULL comm");
   int nranks = 0;
   braidComm_t node = nullptr;
@@ -234,8 +236,8 @@ braidResult_t braidShardPreset(const char* name, braidComm_t comm, braidShardCon
   return braidShardPresetForShape(name, R, nranks / R, cfg);
 }
 
-braidResult_t braidShardMemoryFormula(const braidShardConfig_t* cfg, uint64_t phi, int paramBytes,
-                                      braidShardMemory_t* mem) {
+static braidResult_t ShardMemoryFormulaImpl(const braidShardConfig_t* cfg, uint64_t phi,
+                                            int paramBytes, braidShardMemory_t* mem) {
   if (!cfg || !mem || paramBytes < 1)
     return SetLastError(braidErrInvalidArgument, "braidShardMemoryFormula: bad argument");
   std::string why = Validate(*cfg);
@@ -286,8 +288,8 @@ std::string Level(const braidShardFactor_t& f) {
 
 }  // namespace
 
-extern "C" braidResult_t braidShardReport(const braidShardConfig_t* cfg, int rank, uint64_t phi,
-                                          char* buf, size_t len) {
+static braidResult_t ShardReportImpl(const braidShardConfig_t* cfg, int rank, uint64_t phi,
+                                     char* buf, size_t len) {
   if (!cfg || !buf || len == 0)
     return SetLastError(braidErrInvalidArgument, "braidShardReport: NULL argument");
   std::string why = Validate(*cfg);
@@ -350,3 +352,27 @@ extern "C" braidResult_t braidShardReport(const braidShardConfig_t* cfg, int ran
   std::snprintf(buf, len, "%s", s.c_str());
   return braidSuccess;
 }
+
+// The C entry points: each runs its implementation above under NoThrow.
+extern "C" {
+braidResult_t braidShardConfigValidate(const braidShardConfig_t* cfg, char* err, size_t errlen) {
+  return NoThrow("braidShardConfigValidate",
+                 [&] { return ShardConfigValidateImpl(cfg, err, errlen); });
+}
+braidResult_t braidShardPresetForShape(const char* name, int R, int n, braidShardConfig_t* cfg) {
+  return NoThrow("braidShardPresetForShape",
+                 [&] { return ShardPresetForShapeImpl(name, R, n, cfg); });
+}
+braidResult_t braidShardPreset(const char* name, braidComm_t comm, braidShardConfig_t* cfg) {
+  return NoThrow("braidShardPreset", [&] { return ShardPresetImpl(name, comm, cfg); });
+}
+braidResult_t braidShardMemoryFormula(const braidShardConfig_t* cfg, uint64_t phi, int paramBytes,
+                                      braidShardMemory_t* mem) {
+  return NoThrow("braidShardMemoryFormula",
+                 [&] { return ShardMemoryFormulaImpl(cfg, phi, paramBytes, mem); });
+}
+braidResult_t braidShardReport(const braidShardConfig_t* cfg, int rank, uint64_t phi, char* buf,
+                               size_t len) {
+  return NoThrow("braidShardReport", [&] { return ShardReportImpl(cfg, rank, phi, buf, len); });
+}
+}  // extern "C"

@@ -103,9 +103,9 @@ braidResult_t StartGather(braidShard* sh, int b) {
 
 extern "C" {
 
-braidResult_t braidShardCreate(braidComm_t comm, const braidShardConfig_t* cfg, int nbuckets,
-                               const size_t* bucketNumel, braidDataType_t paramType,
-                               const void* const* initParams, braidShard_t* shard) {
+static braidResult_t ShardCreateImpl(braidComm_t comm, const braidShardConfig_t* cfg, int nbuckets,
+                                     const size_t* bucketNumel, braidDataType_t paramType,
+                                     const void* const* initParams, braidShard_t* shard) {
   if (!shard) return SetLastError(braidErrInvalidArgument, "braidShardCreate: shard is NULL");
   *shard = nullptr;
   if (!comm || !cfg || nbuckets < 1 || !bucketNumel || !initParams)
@@ -224,7 +224,7 @@ braidResult_t braidShardCreate(braidComm_t comm, const braidShardConfig_t* cfg, 
   return braidSuccess;
 }
 
-braidResult_t braidShardGather(braidShard_t sh, int b, const void** params) {
+static braidResult_t ShardGatherImpl(braidShard_t sh, int b, const void** params) {
   if (!sh || !params) return SetLastError(braidErrInvalidArgument, "braidShardGather: NULL");
   if (b < 0 || b >= static_cast<int>(sh->buckets.size()))
     return sh->Fail(braidErrInvalidArgument, "braidShardGather: unknown bucket " +
@@ -259,7 +259,7 @@ braidResult_t braidShardGather(braidShard_t sh, int b, const void** params) {
   return braidSuccess;
 }
 
-braidResult_t braidShardRelease(braidShard_t sh, int b) {
+static braidResult_t ShardReleaseImpl(braidShard_t sh, int b) {
   if (!sh) return SetLastError(braidErrInvalidArgument, "braidShardRelease: NULL");
   if (b < 0 || b >= static_cast<int>(sh->buckets.size()) || !sh->buckets[b].gathered)
     return sh->Fail(braidErrInvalidUsage,
@@ -270,7 +270,7 @@ braidResult_t braidShardRelease(braidShard_t sh, int b) {
   return braidSuccess;
 }
 
-braidResult_t braidShardReduceGrad(braidShard_t sh, int b, const void* grad) {
+static braidResult_t ShardReduceGradImpl(braidShard_t sh, int b, const void* grad) {
   if (!sh || !grad) return SetLastError(braidErrInvalidArgument, "braidShardReduceGrad: NULL");
   if (b < 0 || b >= static_cast<int>(sh->buckets.size()))
     return sh->Fail(braidErrInvalidArgument, "braidShardReduceGrad: unknown bucket " +
@@ -314,7 +314,7 @@ braidResult_t braidShardReduceGrad(braidShard_t sh, int b, const void* grad) {
   return braidSuccess;
 }
 
-braidResult_t braidShardStep(braidShard_t sh, const braidShardAdamW_t* opt) {
+static braidResult_t ShardStepImpl(braidShard_t sh, const braidShardAdamW_t* opt) {
   if (!sh || !opt) return SetLastError(braidErrInvalidArgument, "braidShardStep: NULL");
   // Finish prefetches: the step rewrites the P shards they read.
   for (Bucket& k : sh->buckets)
@@ -399,7 +399,7 @@ braidResult_t braidShardStep(braidShard_t sh, const braidShardAdamW_t* opt) {
   return braidSuccess;
 }
 
-braidResult_t braidShardMemory(braidShard_t sh, braidShardMemory_t* mem) {
+static braidResult_t ShardMemoryImpl(braidShard_t sh, braidShardMemory_t* mem) {
   if (!sh || !mem) return SetLastError(braidErrInvalidArgument, "braidShardMemory: NULL");
   *mem = {};
   for (const Bucket& k : sh->buckets) {
@@ -411,7 +411,7 @@ braidResult_t braidShardMemory(braidShard_t sh, braidShardMemory_t* mem) {
   return braidSuccess;
 }
 
-braidResult_t braidShardDestroy(braidShard_t sh) {
+static braidResult_t ShardDestroyImpl(braidShard_t sh) {
   if (!sh) return braidSuccess;
   for (Bucket& k : sh->buckets)
     if (k.gather) braidWait(&k.gather, -1);
@@ -427,4 +427,33 @@ const char* braidShardGetLastError(braidShard_t sh) {
   return sh ? sh->error.c_str() : LastError();
 }
 
+}  // extern "C"
+
+// The C entry points: each runs its implementation above under NoThrow.
+extern "C" {
+braidResult_t braidShardCreate(braidComm_t comm, const braidShardConfig_t* cfg, int nbuckets,
+                               const size_t* bucketNumel, braidDataType_t paramType,
+                               const void* const* initParams, braidShard_t* shard) {
+  return NoThrow("braidShardCreate", [&] {
+    return ShardCreateImpl(comm, cfg, nbuckets, bucketNumel, paramType, initParams, shard);
+  });
+}
+braidResult_t braidShardGather(braidShard_t sh, int b, const void** params) {
+  return NoThrow("braidShardGather", [&] { return ShardGatherImpl(sh, b, params); });
+}
+braidResult_t braidShardRelease(braidShard_t sh, int b) {
+  return NoThrow("braidShardRelease", [&] { return ShardReleaseImpl(sh, b); });
+}
+braidResult_t braidShardReduceGrad(braidShard_t sh, int b, const void* grad) {
+  return NoThrow("braidShardReduceGrad", [&] { return ShardReduceGradImpl(sh, b, grad); });
+}
+braidResult_t braidShardStep(braidShard_t sh, const braidShardAdamW_t* opt) {
+  return NoThrow("braidShardStep", [&] { return ShardStepImpl(sh, opt); });
+}
+braidResult_t braidShardMemory(braidShard_t sh, braidShardMemory_t* mem) {
+  return NoThrow("braidShardMemory", [&] { return ShardMemoryImpl(sh, mem); });
+}
+braidResult_t braidShardDestroy(braidShard_t sh) {
+  return NoThrow("braidShardDestroy", [&] { return ShardDestroyImpl(sh); });
+}
 }  // extern "C"
