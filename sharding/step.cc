@@ -34,7 +34,12 @@ struct braidShard {
   // Views of `comm`, owned; NULL where the group is this rank alone.
   braidComm_t p_comm = nullptr, g_comm = nullptr, replica_comm = nullptr, redist_comm = nullptr;
   std::vector<Bucket> buckets;
-  std::vector<float> scratch;  // padded gradient for the reduce-scatter
+  // Two padded gradient buffers (s_g > 1): one bucket's reduce-scatter stays in flight while the
+  // caller computes the next bucket's gradient; the other buffer takes that gradient.
+  std::vector<float> scratch[2];
+  int slot = 0;                      // the buffer the next reduce-scatter uses
+  int pending_bucket = -1;           // bucket whose reduce-scatter is in flight, or -1
+  braidRequest_t pending = nullptr;  // its request (in scratch[slot ^ 1])
   int last_gather = -1, direction = 1;
   int64_t t = 0;  // AdamW step count
   std::string error = "no error";
@@ -219,7 +224,10 @@ static braidResult_t ShardCreateImpl(braidComm_t comm, const braidShardConfig_t*
     k.m.assign(k.padded / so, 0.0f);
     k.v.assign(k.padded / so, 0.0f);
   }
-  if (sg > 1) sh->scratch.resize(max_padded);
+  if (sg > 1) {
+    sh->scratch[0].resize(max_padded);
+    sh->scratch[1].resize(max_padded);
+  }
   *shard = sh.release();
   return braidSuccess;
 }
@@ -270,6 +278,41 @@ static braidResult_t ShardReleaseImpl(braidShard_t sh, int b) {
   return braidSuccess;
 }
 
+namespace {
+
+// Adds a reduced gradient to the bucket's accumulator (`len` elements, of which the first `valid`
+// are at `shard`, the rest zero padding), after the per-micro-batch replica all-reduce of
+// HYBRID_SHARD. `tmp` (>= len elements, may hold `shard`) is scratch for that all-reduce.
+braidResult_t Accumulate(braidShard* sh, Bucket& k, const float* shard, size_t valid, size_t len,
+                         float* tmp) {
+  if (sh->cfg.replicaEveryMicrobatch && sh->replica_comm) {
+    if (shard != tmp) std::memmove(tmp, shard, valid * sizeof(float));
+    std::fill(tmp + valid, tmp + len, 0.0f);
+    braidResult_t rc = braidAllReduce(tmp, tmp, len, braidFloat32, braidSum, sh->replica_comm);
+    if (rc != braidSuccess)
+      return sh->CommFail(rc, "braidShardReduceGrad: replica all-reduce", sh->replica_comm);
+    shard = tmp;
+    valid = len;
+  }
+  for (size_t i = 0; i < valid; ++i) k.grad_shard[i] += shard[i];
+  return braidSuccess;
+}
+
+// Waits for the reduce-scatter in flight, if any, and accumulates its shard.
+braidResult_t FinishPending(braidShard* sh) {
+  if (sh->pending_bucket < 0) return braidSuccess;
+  Bucket& k = sh->buckets[sh->pending_bucket];
+  sh->pending_bucket = -1;
+  braidResult_t rc = braidWait(&sh->pending, -1);
+  if (rc != braidSuccess)
+    return sh->CommFail(rc, "braidShardReduceGrad: reduce-scatter", sh->g_comm);
+  float* buf = sh->scratch[sh->slot ^ 1].data();
+  const size_t len = k.padded / sh->S(kG);
+  return Accumulate(sh, k, buf + sh->layout.pos[kG] * len, len, len, buf);
+}
+
+}  // namespace
+
 static braidResult_t ShardReduceGradImpl(braidShard_t sh, int b, const void* grad) {
   if (!sh || !grad) return SetLastError(braidErrInvalidArgument, "braidShardReduceGrad: NULL");
   if (b < 0 || b >= static_cast<int>(sh->buckets.size()))
@@ -279,39 +322,37 @@ static braidResult_t ShardReduceGradImpl(braidShard_t sh, int b, const void* gra
   Bucket& k = sh->buckets[b];
   const float* g = static_cast<const float*>(grad);
   const int sg = sh->S(kG);
-  const size_t len = k.padded / sg;
-  const float* shard = g;
-  if (sg > 1) {
-    std::memcpy(sh->scratch.data(), g, k.numel * sizeof(float));
-    std::fill(sh->scratch.begin() + k.numel, sh->scratch.begin() + k.padded, 0.0f);
-    // In place: the shard lands at scratch + pos * len.
-    float* mine = sh->scratch.data() + sh->layout.pos[kG] * len;
-    braidResult_t rc =
-        braidReduceScatter(sh->scratch.data(), mine, len, braidFloat32, braidSum, sh->g_comm);
-    if (rc != braidSuccess)
-      return sh->CommFail(rc, "braidShardReduceGrad: reduce-scatter", sh->g_comm);
-    shard = mine;
-  }
-  if (sh->cfg.replicaEveryMicrobatch && sh->replica_comm) {
-    // HYBRID_SHARD: the replicas' shards are summed every micro-batch, not at the boundary.
-    float* tmp = sh->scratch.data();
-    if (sg == 1) {
-      sh->scratch.resize(std::max(sh->scratch.size(), k.padded));
-      tmp = sh->scratch.data();
-      std::memcpy(tmp, g, k.numel * sizeof(float));
-      std::fill(tmp + k.numel, tmp + k.padded, 0.0f);
-    } else if (shard != tmp) {
-      std::memmove(tmp, shard, len * sizeof(float));
+  if (sg == 1) {
+    // Full gradients accumulate locally; the replica all-reduce (if per micro-batch) needs a
+    // padded copy.
+    if (sh->cfg.replicaEveryMicrobatch && sh->replica_comm) {
+      sh->scratch[0].resize(std::max(sh->scratch[0].size(), k.padded));
+      braidResult_t rc = Accumulate(sh, k, g, k.numel, k.padded, sh->scratch[0].data());
+      if (rc != braidSuccess) return rc;
+    } else {
+      for (size_t i = 0; i < k.numel; ++i) k.grad_shard[i] += g[i];
     }
-    braidResult_t rc = braidAllReduce(tmp, tmp, len, braidFloat32, braidSum, sh->replica_comm);
-    if (rc != braidSuccess)
-      return sh->CommFail(rc, "braidShardReduceGrad: replica all-reduce", sh->replica_comm);
-    shard = tmp;
+    ++k.reduced;
+    return braidSuccess;
   }
-  const size_t valid = sg == 1 && shard == g ? k.numel : len;
-  for (size_t i = 0; i < valid; ++i) k.grad_shard[i] += shard[i];
+  // Copy (the caller may reuse its buffer at once), pad, and start the reduce-scatter in place:
+  // the shard lands at buf + pos * len. The previous bucket's reduction is then finished, so
+  // one reduction is always in flight while the caller computes the next gradient.
+  const size_t len = k.padded / sg;
+  float* buf = sh->scratch[sh->slot].data();
+  std::memcpy(buf, g, k.numel * sizeof(float));
+  std::fill(buf + k.numel, buf + k.padded, 0.0f);
+  braidRequest_t req = nullptr;
+  braidResult_t rc = braidIreduceScatter(buf, buf + sh->layout.pos[kG] * len, len, braidFloat32,
+                                         braidSum, sh->g_comm, &req);
+  if (rc != braidSuccess)
+    return sh->CommFail(rc, "braidShardReduceGrad: reduce-scatter", sh->g_comm);
+  rc = FinishPending(sh);  // the previous reduction, in scratch[slot ^ 1]
+  sh->slot ^= 1;           // so this one is in scratch[slot ^ 1] when it is finished
+  sh->pending = req;
+  sh->pending_bucket = b;
   ++k.reduced;
-  return braidSuccess;
+  return rc;
 }
 
 static braidResult_t ShardStepImpl(braidShard_t sh, const braidShardAdamW_t* opt) {
@@ -323,6 +364,9 @@ static braidResult_t ShardStepImpl(braidShard_t sh, const braidShardAdamW_t* opt
       if (rc != braidSuccess) return sh->CommFail(rc, "braidShardStep: prefetch", sh->p_comm);
       if (!k.gathered && sh->S(kP) > 1) std::vector<float>().swap(k.full);
     }
+  // The last reduce-scatter of the micro-batch is still in flight.
+  braidResult_t pending_rc = FinishPending(sh);
+  if (pending_rc != braidSuccess) return pending_rc;
   std::string local_error;
   int mb = sh->buckets[0].reduced;
   for (size_t b = 0; b < sh->buckets.size() && local_error.empty(); ++b) {
@@ -415,6 +459,7 @@ static braidResult_t ShardDestroyImpl(braidShard_t sh) {
   if (!sh) return braidSuccess;
   for (Bucket& k : sh->buckets)
     if (k.gather) braidWait(&k.gather, -1);
+  if (sh->pending) braidWait(&sh->pending, -1);
   DestroyComm(&sh->redist_comm);
   DestroyComm(&sh->replica_comm);
   DestroyComm(&sh->g_comm);
