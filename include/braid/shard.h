@@ -95,7 +95,7 @@ BRAID_API braidResult_t braidShardPreset(const char* name, braidComm_t comm,
 
 /** Bytes per rank of each model state. */
 typedef struct {
-  uint64_t params;    /**< P shard (and, in braidShardMemory(), nothing else) */
+  uint64_t params;    /**< P shard (not the gathered full buckets) */
   uint64_t grads;     /**< G shard accumulator */
   uint64_t optimizer; /**< fp32 master + first + second moment of the OS shard */
   uint64_t total;     /**< params + grads + optimizer */
@@ -151,9 +151,12 @@ BRAID_API braidResult_t braidShardRelease(braidShard_t shard, int bucket);
 
 /**
  * Hands over the full gradient of `bucket` for one micro-batch (bucketNumel[bucket] elements of
- * the parameter type; read before the call returns). With s_g > 1 it is reduce-scattered over the
- * g-group; the shard (or, with s_g = 1, the whole gradient) is accumulated. Each bucket is
- * reduced once per micro-batch.
+ * the parameter type; copied before the call returns, so the buffer may be reused at once).
+ * With s_g > 1 it is reduce-scattered over the g-group without blocking; the call finishes the
+ * previous hand-over's reduction, so one is in flight while the caller computes the next
+ * gradient, and braidShardStep() finishes the last. The shard (or, with s_g = 1, the whole
+ * gradient) is accumulated. Collective over the g-group: every rank hands over the same buckets
+ * in the same order, each bucket once per micro-batch.
  */
 BRAID_API braidResult_t braidShardReduceGrad(braidShard_t shard, int bucket, const void* grad);
 
