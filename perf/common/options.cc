@@ -51,11 +51,13 @@ void PrintUsage(FILE* out, const char* binary, bool has_op, int quant_block) {
         out,
         "      --quant CODEC         run the quantized collective: int8, int4 (symmetric, absmax\n"
         "                            scale) or int8asym, int4asym (min/max); -d float, half,\n"
-        "                            bfloat16 or all (those three)%s. The relerr column\n"
-        "                            replaces #wrong: ||result - exact|| / ||exact|| (L2, all\n"
-        "                            ranks); a row fails above %.0e (8 bits) or %.0e (4 bits)\n"
+        "                            bfloat16 or all (those three)%s\n"
+        "                            The relerr column replaces #wrong: the relative L2 error\n"
+        "                            ||result - exact|| / ||exact|| over all ranks' outputs;\n"
+        "                            a row fails above %g (8 bits) or %g (4 bits)\n"
         "      --block G             elements per quantization block, 1..%ld (default %d)\n",
-        has_op ? "; -o sum, avg or all (those two)" : "", QuantBound(8), QuantBound(4),
+        has_op ? ";\n                            -o sum, avg or all (those two)" : "", QuantBound(8),
+        QuantBound(4),
         kMaxQuantBlock, quant_block);
   else
     std::fprintf(out, "      --quant, --block      only all_gather_perf and reduce_scatter_perf\n");
