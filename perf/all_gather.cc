@@ -35,7 +35,7 @@ std::vector<Block> Expected(int, int n, int, const CollCounts& c) {
 
 int main(int argc, char** argv) {
   // --block default 2048: ZeRO++'s weight all-gather uses blocks of 2048-8192 elements.
-  static const CollTest test{"all_gather_perf", "allgather", false,    false,     true, Counts,
+  static const CollTest test{"all_gather_perf", "allgather", false,    false,      true, Counts,
                              BusFactor,         Start,       Expected, StartQuant, 2048};
   return PerfMain(argc, argv, test);
 }

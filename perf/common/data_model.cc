@@ -167,9 +167,9 @@ uint64_t DataModel::copyBits(int rank, uint64_t i, uint64_t seed) const {
 double DataModel::quantValue(int rank, uint64_t i, uint64_t seed) const {
   const uint64_t h =
       SplitMix(i ^ (static_cast<uint64_t>(rank) << 40) ^ (seed << 56) ^ 0x51a7c0dec0ffee00ull);
-  const int s = static_cast<int>((h & 0xff) + ((h >> 8) & 0xff) + ((h >> 16) & 0xff) +
-                                 ((h >> 24) & 0xff)) -
-                510;
+  const int s =
+      static_cast<int>((h & 0xff) + ((h >> 8) & 0xff) + ((h >> 16) & 0xff) + ((h >> 24) & 0xff)) -
+      510;
   return DecodeReal(type_, EncodeReal(type_, s / 128.0));
 }
 

@@ -230,8 +230,9 @@ class RankRunner {
   }
 
   OpCall call(const TypeInfo& type, braidRedOp_t red, const CollCounts& c, const Ptrs& p) const {
-    return OpCall{p.send, p.recv, c.param, type.type, red, o_.root, rank_, nranks_, comm_,
-                  o_.quantized ? &o_.quant : nullptr};
+    OpCall oc{p.send, p.recv, c.param, type.type, red, o_.root, rank_, nranks_, comm_, nullptr};
+    if (o_.quantized) oc.quant = &o_.quant;
+    return oc;
   }
 
   braidResult_t start(const OpCall& oc, braidRequest_t* req) const {

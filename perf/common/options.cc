@@ -56,9 +56,8 @@ void PrintUsage(FILE* out, const char* binary, bool has_op, int quant_block) {
         "                            ||result - exact|| / ||exact|| over all ranks' outputs;\n"
         "                            a row fails above %g (8 bits) or %g (4 bits)\n"
         "      --block G             elements per quantization block, 1..%ld (default %d)\n",
-        has_op ? ";\n                            -o sum, avg or all (those two)" : "", QuantBound(8),
-        QuantBound(4),
-        kMaxQuantBlock, quant_block);
+        has_op ? ";\n                            -o sum, avg or all (those two)" : "",
+        QuantBound(8), QuantBound(4), kMaxQuantBlock, quant_block);
   else
     std::fprintf(out, "      --quant, --block      only all_gather_perf and reduce_scatter_perf\n");
   std::fprintf(out,

@@ -35,9 +35,9 @@ struct Options {
   // --quant CODEC [--block G]: the quantized form of the collective (all_gather_perf,
   // reduce_scatter_perf), checked by its relative L2 error instead of bit for bit.
   bool quantized = false;
-  std::string quant_name;        // "int8", "int4", "int8asym", "int4asym"
+  std::string quant_name;         // "int8", "int4", "int8asym", "int4asym"
   braidQuantConfig_t quant = {};  // bits, blockSize, symmetric
-  double quant_bound = 0;        // the relative L2 error above which a row fails
+  double quant_bound = 0;         // the relative L2 error above which a row fails
 };
 
 // The relative L2 error bound of a codec on the perf data model (see QuantBound in options.cc).

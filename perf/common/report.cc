@@ -71,7 +71,8 @@ void JsonSide(FILE* f, const char* name, const SideResult& s) {
     std::fprintf(f, "%llu", static_cast<unsigned long long>(s.wrong));
   else
     std::fprintf(f, "null");
-  if (s.checked && s.quantized) std::fprintf(f, ", \"rel_error\": %s", JsonNumber(s.rel_error).c_str());
+  if (s.checked && s.quantized)
+    std::fprintf(f, ", \"rel_error\": %s", JsonNumber(s.rel_error).c_str());
   std::fprintf(f, "}");
 }
 
@@ -133,11 +134,13 @@ void PrintRow(FILE* out, const RowResult& r) {
   std::fflush(out);
 }
 
-void PrintFooter(FILE* out, const RunInfo& info, const Options& o, uint64_t wrong,
-                 double avg_busbw, double max_rel_error) {
+void PrintFooter(FILE* out, const RunInfo& info, const Options& o, uint64_t wrong, double avg_busbw,
+                 double max_rel_error) {
   std::fprintf(out, "# Out of bounds values : %llu %s\n", static_cast<unsigned long long>(wrong),
                wrong ? "FAILED" : "OK");
-  if (o.quantized)
+  if (o.quantized && o.check_iters == 0)
+    std::fprintf(out, "# Max relative error   : N/A (-c 0: not checked)\n");
+  else if (o.quantized)
     std::fprintf(out, "# Max relative error   : %.2e (bound %.1e) %s\n", max_rel_error,
                  o.quant_bound, max_rel_error <= o.quant_bound ? "OK" : "FAILED");
   std::fprintf(out, "# Avg bus bandwidth    : %g \n", avg_busbw);
