@@ -1,4 +1,5 @@
-// all_gather_perf: braidAllGather. Per-rank count rounded down to 16 bytes; busbw factor (n-1)/n.
+// all_gather_perf: braidAllGather (--quant: braidAllGatherQuantized, qwZ). Per-rank count rounded
+// down to 16 bytes; busbw factor (n-1)/n.
 #include "common/harness.h"
 
 namespace {
@@ -19,6 +20,11 @@ braidResult_t Start(const OpCall& c, braidRequest_t* req) {
   return braidAllGather(c.send, c.recv, c.count, c.type, c.comm);
 }
 
+braidResult_t StartQuant(const OpCall& c, braidRequest_t* req) {
+  if (req) return braidIallGatherQuantized(c.send, c.recv, c.count, c.type, c.quant, c.comm, req);
+  return braidAllGatherQuantized(c.send, c.recv, c.count, c.type, c.quant, c.comm);
+}
+
 std::vector<Block> Expected(int, int n, int, const CollCounts& c) {
   std::vector<Block> b;
   for (int q = 0; q < n; ++q) b.push_back({q * c.param, c.param, q, 0});
@@ -28,7 +34,8 @@ std::vector<Block> Expected(int, int n, int, const CollCounts& c) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  static const CollTest test{"all_gather_perf", "allgather", false,   false, true, Counts,
-                             BusFactor,         Start,       Expected};
+  // --block default 2048: ZeRO++'s weight all-gather uses blocks of 2048-8192 elements.
+  static const CollTest test{"all_gather_perf", "allgather", false,    false,      true, Counts,
+                             BusFactor,         Start,       Expected, StartQuant, 2048};
   return PerfMain(argc, argv, test);
 }

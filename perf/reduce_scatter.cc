@@ -1,5 +1,5 @@
-// reduce_scatter_perf: braidReduceScatter. Per-rank count rounded down to 16 bytes; busbw factor
-// (n-1)/n.
+// reduce_scatter_perf: braidReduceScatter (--quant: braidReduceScatterQuantized, qgZ). Per-rank
+// count rounded down to 16 bytes; busbw factor (n-1)/n.
 #include "common/harness.h"
 
 namespace {
@@ -20,6 +20,13 @@ braidResult_t Start(const OpCall& c, braidRequest_t* req) {
   return braidReduceScatter(c.send, c.recv, c.count, c.type, c.op, c.comm);
 }
 
+braidResult_t StartQuant(const OpCall& c, braidRequest_t* req) {
+  if (req)
+    return braidIreduceScatterQuantized(c.send, c.recv, c.count, c.type, c.op, c.quant, c.comm,
+                                        req);
+  return braidReduceScatterQuantized(c.send, c.recv, c.count, c.type, c.op, c.quant, c.comm);
+}
+
 std::vector<Block> Expected(int rank, int, int, const CollCounts& c) {
   return {{0, c.param, 0, rank * c.param}};
 }
@@ -35,6 +42,8 @@ int main(int argc, char** argv) {
                              Counts,
                              BusFactor,
                              Start,
-                             Expected};
+                             Expected,
+                             StartQuant,
+                             32};  // --block default 32: the G of issue 12's error figures
   return PerfMain(argc, argv, test);
 }

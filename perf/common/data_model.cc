@@ -59,9 +59,9 @@ uint64_t CheckTable(const U* got, size_t count, const std::vector<uint64_t>& tab
 
 }  // namespace
 
-DataModel::DataModel(const TypeInfo& type, OpKind op, int nranks)
-    : type_(type), op_(op), nranks_(nranks), copy_(op == OpKind::kNone) {
-  if (copy_) return;
+DataModel::DataModel(const TypeInfo& type, OpKind op, int nranks, bool quantized)
+    : type_(type), op_(op), nranks_(nranks), copy_(op == OpKind::kNone), quantized_(quantized) {
+  if (copy_ || quantized_) return;
   const int64_t n = nranks;
   switch (op) {
     case OpKind::kSum:
@@ -164,8 +164,50 @@ uint64_t DataModel::copyBits(int rank, uint64_t i, uint64_t seed) const {
   return MakeFinite(type_, bits);
 }
 
+double DataModel::quantValue(int rank, uint64_t i, uint64_t seed) const {
+  const uint64_t h =
+      SplitMix(i ^ (static_cast<uint64_t>(rank) << 40) ^ (seed << 56) ^ 0x51a7c0dec0ffee00ull);
+  const int s =
+      static_cast<int>((h & 0xff) + ((h >> 8) & 0xff) + ((h >> 16) & 0xff) + ((h >> 24) & 0xff)) -
+      510;
+  return DecodeReal(type_, EncodeReal(type_, s / 128.0));
+}
+
+void DataModel::error(const void* buf, const std::vector<Block>& blocks, uint64_t seed,
+                      double* err2, double* ref2) const {
+  const auto* base = static_cast<const unsigned char*>(buf);
+  double e2 = 0, r2 = 0;
+  for (const Block& b : blocks) {
+    const unsigned char* p = base + b.dst * type_.size;
+    for (size_t i = 0; i < b.count; ++i) {
+      double want = 0;
+      if (copy_) {
+        want = quantValue(b.src_rank, b.src_index + i, seed);
+      } else {
+        for (int r = 0; r < nranks_; ++r) want += quantValue(r, b.src_index + i, seed);
+        if (op_ == OpKind::kAvg) want /= nranks_;
+      }
+      uint64_t bits = 0;
+      std::memcpy(&bits, p + i * type_.size, type_.size);
+      const double d = DecodeReal(type_, bits) - want;
+      e2 += d * d;
+      r2 += want * want;
+    }
+  }
+  *err2 += e2;
+  *ref2 += r2;
+}
+
 void DataModel::fill(void* buf, int rank, size_t first, size_t count, uint64_t seed) const {
   if (count == 0) return;
+  if (quantized_) {
+    auto* p = static_cast<unsigned char*>(buf);
+    for (size_t i = 0; i < count; ++i) {
+      uint64_t b = EncodeReal(type_, quantValue(rank, first + i, seed));
+      std::memcpy(p + i * type_.size, &b, type_.size);  // little endian
+    }
+    return;
+  }
   if (copy_) {
     auto* p = static_cast<unsigned char*>(buf);
     for (size_t i = 0; i < count; ++i) {

@@ -7,6 +7,10 @@
 // algorithm; only floating-point avg (a division) is allowed 2 ulps.
 // Copies (all-gather, broadcast, all-to-all, send/recv): element i of rank r is a hash of
 // (r, i, seed), so a block landing in the wrong place is always caught.
+// Quantized collectives (--quant): element i of rank r is an approximately Gaussian real,
+// (b0 + b1 + b2 + b3 - 510) / 128 for the four low bytes b of a hash of (r, i, seed) (mean 0,
+// sigma 1.155, |x| <= 3.98 = 3.45 sigma), rounded to the type. The exact result is computed in
+// double (exact: a few such values), and a run is judged by its relative L2 error against it.
 #pragma once
 
 #include <cstddef>
@@ -40,23 +44,30 @@ constexpr int kMulSumScalar = 2;
 
 class DataModel {
  public:
-  // `op.kind == kNone` builds a copy model.
-  DataModel(const TypeInfo& type, OpKind op, int nranks);
+  // `op.kind == kNone` builds a copy model. `quantized`: the model of the quantized collectives
+  // (float types, sum/avg or copies; judged by error(), not verify()).
+  DataModel(const TypeInfo& type, OpKind op, int nranks, bool quantized = false);
 
   // Writes this rank's input elements [first, first + count) to `buf` (the element at `buf` is
   // input index `first`). `seed` varies the data between check iterations.
   void fill(void* buf, int rank, size_t first, size_t count, uint64_t seed) const;
   // Counts output elements that differ from what `blocks` say they must hold.
   uint64_t verify(const void* buf, const std::vector<Block>& blocks, uint64_t seed) const;
+  // Quantized model: adds sum((got - exact)^2) to *err2 and sum(exact^2) to *ref2 over the
+  // output elements of `blocks`.
+  void error(const void* buf, const std::vector<Block>& blocks, uint64_t seed, double* err2,
+             double* ref2) const;
 
  private:
   int64_t input(int rank, uint64_t i) const;  // reductions, i < period_
   uint64_t copyBits(int rank, uint64_t i, uint64_t seed) const;
+  double quantValue(int rank, uint64_t i, uint64_t seed) const;  // quantized model, exact
 
   const TypeInfo& type_;
   OpKind op_;
   int nranks_;
   bool copy_;
+  bool quantized_ = false;
   // Reductions: M for sum-like ops, the value range for max/min, T for prod.
   int64_t m_ = 0;
   int64_t range_ = 1;

@@ -112,6 +112,24 @@ uint64_t EncodeReal(const TypeInfo& t, double v) {
   return EncodeNarrow(FormatOf(t.type), v);
 }
 
+double DecodeReal(const TypeInfo& t, uint64_t bits) {
+  if (t.type == braidFloat32 || t.type == braidBfloat16) {
+    uint32_t b = static_cast<uint32_t>(t.type == braidBfloat16 ? bits << 16 : bits);
+    float f;
+    std::memcpy(&f, &b, 4);
+    return f;
+  }
+  if (t.type == braidFloat16) {
+    const int e = static_cast<int>((bits >> 10) & 0x1f);
+    const double m = static_cast<double>(bits & 0x3ff);
+    double v = e == 0    ? std::ldexp(m, -24)
+               : e == 31 ? (m == 0 ? HUGE_VAL : NAN)
+                         : std::ldexp(1024 + m, e - 25);
+    return (bits & 0x8000) ? -v : v;
+  }
+  return 0;
+}
+
 uint64_t UlpDistance(const TypeInfo& t, uint64_t a, uint64_t b) {
   const uint64_t sign = 1ull << (8 * t.size - 1);
   auto ordered = [&](uint64_t x) -> int64_t {

@@ -33,6 +33,9 @@ const TypeInfo* FindType(const std::string& name);
 uint64_t EncodeInt(const TypeInfo& t, int64_t v);
 uint64_t EncodeReal(const TypeInfo& t, double v);
 
+// The value of a float32, float16 or bfloat16 bit pattern (exact); other types: 0.
+double DecodeReal(const TypeInfo& t, uint64_t bits);
+
 // Distance in units in the last place between two floating-point bit patterns of type `t`
 // (0 for identical values, +0 and -0 included).
 uint64_t UlpDistance(const TypeInfo& t, uint64_t a, uint64_t b);

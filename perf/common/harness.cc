@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -76,6 +77,7 @@ struct Shared {
   std::vector<RowResult> rows;  // written by world rank 0 only
   std::vector<DeviceLine> devices;
   uint64_t total_wrong = 0;
+  double max_rel_error = 0;  // --quant
   double busbw_sum = 0;
   int busbw_count = 0;
   bool json_failed = false;
@@ -109,7 +111,7 @@ class RankRunner {
 
     if (printer_) {
       const double avg = s_.busbw_count ? s_.busbw_sum / s_.busbw_count : 0;
-      PrintFooter(stdout, s_.info, s_.total_wrong, avg);
+      PrintFooter(stdout, s_.info, o_, s_.total_wrong, avg, s_.max_rel_error);
       if (!o_.json_file.empty() &&
           !WriteJson(o_.json_file, s_.info, o_, s_.devices, s_.rows, s_.total_wrong, avg))
         s_.json_failed = true;
@@ -164,7 +166,7 @@ class RankRunner {
             "braidRedOpCreatePreMulSum");
       custom_op = true;
     }
-    DataModel model(type, kind, nranks_);
+    DataModel model(type, kind, nranks_, o_.quantized);
     for (uint64_t size = o_.min_bytes; size <= o_.max_bytes; size = NextSize(size, o_)) {
       runRow(type, op, red, model, size);
       if (size == o_.max_bytes && o_.step_factor <= 1 && o_.step_bytes == 0) break;
@@ -191,6 +193,8 @@ class RankRunner {
         s_.busbw_sum += sr->busbw;
         ++s_.busbw_count;
         s_.total_wrong += sr->wrong;
+        if (sr->checked && sr->quantized && !(sr->rel_error <= s_.max_rel_error))
+          s_.max_rel_error = sr->rel_error;  // NaN sticks
       }
       s_.rows.push_back(row);
     } else {
@@ -226,7 +230,13 @@ class RankRunner {
   }
 
   OpCall call(const TypeInfo& type, braidRedOp_t red, const CollCounts& c, const Ptrs& p) const {
-    return OpCall{p.send, p.recv, c.param, type.type, red, o_.root, rank_, nranks_, comm_};
+    OpCall oc{p.send, p.recv, c.param, type.type, red, o_.root, rank_, nranks_, comm_, nullptr};
+    if (o_.quantized) oc.quant = &o_.quant;
+    return oc;
+  }
+
+  braidResult_t start(const OpCall& oc, braidRequest_t* req) const {
+    return o_.quantized ? t_.start_quant(oc, req) : t_.start(oc, req);
   }
 
   // Waits for in-flight requests (oldest first) until none overlaps [lo, hi) or all are done.
@@ -248,13 +258,13 @@ class RankRunner {
     Ptrs p = pointers(c, type.size, in_place, iter);
     OpCall oc = call(type, red, c, p);
     if (!nonblocking) {
-      check(t_.start(oc, nullptr), t_.binary);
+      check(start(oc, nullptr), t_.binary);
       return;
     }
     const size_t total = std::max(c.send, c.recv) * type.size;
     waitInFlight(p.shift, p.shift + std::max<size_t>(total, 1), false);
     braidRequest_t req = nullptr;
-    check(t_.start(oc, &req), t_.binary);
+    check(start(oc, &req), t_.binary);
     if (req) inflight_.push_back({req, p.shift, p.shift + std::max<size_t>(total, 1)});
   }
 
@@ -285,8 +295,11 @@ class RankRunner {
     return o_.average == 1 ? v / nranks_ : v;
   }
 
+  // Returns the number of wrong elements; --quant: 1 when the relative error (*rel_error) is
+  // above the bound, else 0.
   uint64_t checkRuns(const TypeInfo& type, braidRedOp_t red, const DataModel& model,
-                     const CollCounts& c, bool in_place) {
+                     const CollCounts& c, bool in_place, double* rel_error) {
+    double err2[2] = {0, 0};  // --quant: sum of squared errors, of squared exact values
     const std::vector<Block> blocks = t_.expected(rank_, nranks_, o_.root, c);
     // The rank that plants the fault must have an output: rank 0, or the root of a reduce.
     const int corrupt_rank = t_.expected(0, nranks_, o_.root, c).empty() ? o_.root : 0;
@@ -297,12 +310,29 @@ class RankRunner {
       const size_t total = std::max(c.send, c.recv) * type.size;
       std::memset(p.base, kPoison, in_place ? total : c.recv * type.size);
       model.fill(p.send, rank_, 0, c.send, static_cast<uint64_t>(k));
-      check(t_.start(call(type, red, c, p), nullptr), t_.binary);
+      check(start(call(type, red, c, p), nullptr), t_.binary);
       if (o_.corrupt && rank_ == corrupt_rank && !blocks.empty() && blocks[0].count > 0) {
-        // Flip a high exponent/value bit: far outside any tolerance.
-        p.recv[blocks[0].dst * type.size + type.size - 1] ^= 0x40;
+        unsigned char* e = p.recv + blocks[0].dst * type.size;
+        if (o_.quantized) {
+          // A value far off the data (|x| < 4): an error no codec's bound admits.
+          uint64_t b = EncodeReal(type, 60000.0);
+          std::memcpy(e, &b, type.size);
+        } else {
+          // Flip a high exponent/value bit: far outside any tolerance.
+          e[type.size - 1] ^= 0x40;
+        }
       }
-      wrong += model.verify(p.recv, blocks, static_cast<uint64_t>(k));
+      if (o_.quantized)
+        model.error(p.recv, blocks, static_cast<uint64_t>(k), &err2[0], &err2[1]);
+      else
+        wrong += model.verify(p.recv, blocks, static_cast<uint64_t>(k));
+    }
+    if (o_.quantized) {
+      // One relative error over every rank's output and every checked run.
+      check(braidAllReduce(err2, err2, 2, braidFloat64, braidSum, comm_),
+            "braidAllReduce (errors)");
+      *rel_error = err2[1] > 0 ? std::sqrt(err2[0] / err2[1]) : (err2[0] > 0 ? HUGE_VAL : 0);
+      return *rel_error <= o_.quant_bound ? 0 : 1;  // NaN fails too
     }
     check(braidAllReduce(&wrong, &wrong, 1, braidUint64, braidSum, comm_),
           "braidAllReduce (wrong counts)");
@@ -313,13 +343,20 @@ class RankRunner {
                   const CollCounts& c, bool in_place, uint64_t row_bytes) {
     SideResult r;
     r.ran = true;
+    if (o_.quantized) {
+      // Time the codec on the data it is checked with (finite, Gaussian-like), not on whatever
+      // the buffer holds.
+      Ptrs p = pointers(c, type.size, in_place, 0);
+      model.fill(p.send, rank_, 0, c.send, 0);
+    }
     const double sec = combine(timedRun(type, red, c, in_place));
     r.time_us = sec * 1e6;
     r.algbw = sec > 0 ? static_cast<double>(row_bytes) / 1e9 / sec : 0;
     r.busbw = r.algbw * t_.bus_factor(nranks_);
     if (o_.check_iters > 0) {
       r.checked = true;
-      r.wrong = checkRuns(type, red, model, c, in_place);
+      r.quantized = o_.quantized;
+      r.wrong = checkRuns(type, red, model, c, in_place, &r.rel_error);
     }
     return r;
   }
@@ -346,7 +383,9 @@ int PerfMain(int argc, char** argv, const CollTest& test) {
   Shared s;
   s.test = &test;
   int status = 0;
-  if (!ParseOptions(argc, argv, test.binary, test.has_op, &s.opt, &status)) return status;
+  if (!ParseOptions(argc, argv, test.binary, test.has_op, test.start_quant ? test.quant_block : 0,
+                    &s.opt, &status))
+    return status;
   Options& o = s.opt;
 
   // Options that need a braidConfig_t: an algorithm override and a stall deadline.

@@ -31,6 +31,7 @@ struct OpCall {
   int rank;
   int nranks;
   braidComm_t comm;
+  const braidQuantConfig_t* quant;  // --quant: the codec; nullptr otherwise
 };
 
 struct CollTest {
@@ -47,6 +48,9 @@ struct CollTest {
   // Which input elements `rank`'s output must hold (empty: this rank has no output).
   // Every rank's input is its first `send` input elements (index 0 at the send pointer).
   std::vector<Block> (*expected)(int rank, int nranks, int root, const CollCounts& c);
+  // The quantized form (--quant), issued like `start`; nullptr: none (--quant is refused).
+  braidResult_t (*start_quant)(const OpCall& call, braidRequest_t* request) = nullptr;
+  int quant_block = 0;  // --block's default for this collective
 };
 
 // Parses the command line, creates the communicators, runs the table, returns the exit status.

@@ -11,7 +11,11 @@ namespace braid_perf {
 
 namespace {
 
-void PrintUsage(FILE* out, const char* binary, bool has_op) {
+constexpr int kOptQuant = 1000;  // long-only options
+constexpr int kOptBlock = 1001;
+constexpr long kMaxQuantBlock = 1 << 20;  // braid.h: blockSize 1 .. 2^20
+
+void PrintUsage(FILE* out, const char* binary, bool has_op, int quant_block) {
   std::fprintf(
       out,
       "usage: %s [options]   (launch with braidrun -n N, mpirun -np N, srun or torchrun)\n"
@@ -40,9 +44,25 @@ void PrintUsage(FILE* out, const char* binary, bool has_op) {
       "  -M, --memtype TYPE        buffer memory: host (cuda/hip are not in this build)\n"
       "  -F, --corrupt             plant one wrong element per checked row (tests the checker;\n"
       "                            also BRAID_PERF_CORRUPT=1)\n"
-      "  -h, --help                this text\n"
-      "Exit status: 0 OK, 7 when any element was wrong, 2 bad usage, 1 runtime error.\n",
+      "  -h, --help                this text\n",
       binary, has_op ? "sum prod max min avg mulsum all (default sum)" : "ignored (no reduction)");
+  if (quant_block > 0)
+    std::fprintf(
+        out,
+        "      --quant CODEC         run the quantized collective: int8, int4 (symmetric, absmax\n"
+        "                            scale) or int8asym, int4asym (min/max); -d float, half,\n"
+        "                            bfloat16 or all (those three)%s\n"
+        "                            The relerr column replaces #wrong: the relative L2 error\n"
+        "                            ||result - exact|| / ||exact|| over all ranks' outputs;\n"
+        "                            a row fails above %g (8 bits) or %g (4 bits)\n"
+        "      --block G             elements per quantization block, 1..%ld (default %d)\n",
+        has_op ? ";\n                            -o sum, avg or all (those two)" : "",
+        QuantBound(8), QuantBound(4), kMaxQuantBlock, quant_block);
+  else
+    std::fprintf(out, "      --quant, --block      only all_gather_perf and reduce_scatter_perf\n");
+  std::fprintf(out,
+               "Exit status: 0 OK, 7 when any element was wrong (--quant: an error above the "
+               "bound),\n2 bad usage, 1 runtime error.\n");
 }
 
 bool ParseLong(const char* s, long lo, long hi, long* out) {
@@ -56,6 +76,14 @@ bool ParseLong(const char* s, long lo, long hi, long* out) {
 }
 
 }  // namespace
+
+double QuantBound(int bits) {
+  // From measurements on the data model (docs/quantization.md, "In the perf binaries"), with
+  // margin: worst seen 8.0e-3 / 1.30e-1 on one node for G from 1 to 2^20, 1.22e-2 / 2.04e-1 with
+  // two hops (emulated 2x2 reduce-scatter, G = 2^20). The data is bounded (|x| <= 3.45 sigma),
+  // so a larger block cannot push the scale, and the error, much further.
+  return bits == 8 ? 2e-2 : 2.5e-1;
+}
 
 bool ParseSize(const char* s, uint64_t* out) {
   if (!s || *s < '0' || *s > '9') return false;
@@ -78,8 +106,8 @@ bool ParseSize(const char* s, uint64_t* out) {
   return true;
 }
 
-bool ParseOptions(int argc, char** argv, const char* binary, bool has_op, Options* o,
-                  int* exit_status) {
+bool ParseOptions(int argc, char** argv, const char* binary, bool has_op, int quant_block,
+                  Options* o, int* exit_status) {
   static const option kLong[] = {{"minbytes", required_argument, nullptr, 'b'},
                                  {"maxbytes", required_argument, nullptr, 'e'},
                                  {"stepbytes", required_argument, nullptr, 'i'},
@@ -101,10 +129,13 @@ bool ParseOptions(int argc, char** argv, const char* binary, bool has_op, Option
                                  {"algo", required_argument, nullptr, 'A'},
                                  {"memtype", required_argument, nullptr, 'M'},
                                  {"corrupt", no_argument, nullptr, 'F'},
+                                 {"quant", required_argument, nullptr, kOptQuant},
+                                 {"block", required_argument, nullptr, kOptBlock},
                                  {"help", no_argument, nullptr, 'h'},
                                  {nullptr, 0, nullptr, 0}};
   *exit_status = 2;
   std::string op_arg = "sum", type_arg = "float";
+  long block = 0;  // --block, 0: not given
   auto bad = [&](const char* what, const char* value, const char* expected) {
     std::fprintf(stderr, "%s: %s '%s': %s\n", binary, what, value ? value : "", expected);
     std::fprintf(stderr, "Run '%s -h' for the list of options.\n", binary);
@@ -215,8 +246,30 @@ bool ParseOptions(int argc, char** argv, const char* binary, bool has_op, Option
       case 'F':
         o->corrupt = true;
         break;
+      case kOptQuant: {
+        if (quant_block <= 0)
+          return bad("--quant", optarg,
+                     "this binary has no quantized form (only all_gather_perf and "
+                     "reduce_scatter_perf have one)");
+        const std::string q = optarg;
+        if (q != "int8" && q != "int4" && q != "int8asym" && q != "int4asym")
+          return bad("--quant", optarg, "expected int8, int4, int8asym or int4asym");
+        o->quantized = true;
+        o->quant_name = q;
+        o->quant.bits = q.compare(0, 4, "int8") == 0 ? 8 : 4;
+        o->quant.symmetric = q.size() == 4 ? 1 : 0;
+        break;
+      }
+      case kOptBlock:
+        if (quant_block <= 0)
+          return bad("--block", optarg,
+                     "this binary has no quantized form (only all_gather_perf and "
+                     "reduce_scatter_perf have one)");
+        if (!ParseLong(optarg, 1, kMaxQuantBlock, &block))
+          return bad("--block", optarg, "expected elements per block, 1..1048576");
+        break;
       case 'h':
-        PrintUsage(stdout, binary, has_op);
+        PrintUsage(stdout, binary, has_op, quant_block);
         *exit_status = 0;
         return false;
       case ':': {
@@ -226,7 +279,7 @@ bool ParseOptions(int argc, char** argv, const char* binary, bool has_op, Option
       default: {
         std::string flag = optopt ? std::string("-") + static_cast<char>(optopt) : argv[optind - 1];
         std::fprintf(stderr, "%s: unknown option '%s'\n", binary, flag.c_str());
-        PrintUsage(stderr, binary, has_op);
+        PrintUsage(stderr, binary, has_op, quant_block);
         return false;
       }
     }
@@ -246,8 +299,26 @@ bool ParseOptions(int argc, char** argv, const char* binary, bool has_op, Option
   if (o->step_factor <= 1 && o->step_bytes == 0 && o->min_bytes != o->max_bytes)
     return bad("-i", "0", "the step must be positive when -f is 1");
 
+  if (block != 0 && !o->quantized)
+    return bad("--block", std::to_string(block).c_str(), "needs --quant CODEC");
+  if (o->quantized) {
+    o->quant.blockSize = block ? static_cast<int>(block) : quant_block;
+    o->quant_bound = QuantBound(o->quant.bits);
+  }
+
   o->ops.clear();
-  if (!has_op) {
+  if (o->quantized && has_op) {
+    // The quantized reduce-scatter sums: SUM or AVG only.
+    if (op_arg == "all") {
+      o->ops.push_back(FindOp("sum"));
+      o->ops.push_back(FindOp("avg"));
+    } else if (op_arg == "sum" || op_arg == "avg") {
+      o->ops.push_back(FindOp(op_arg.c_str()));
+    } else {
+      return bad("-o", op_arg.c_str(),
+                 "with --quant expected sum, avg or all (a quantized reduce-scatter sums)");
+    }
+  } else if (!has_op) {
     o->ops.push_back(nullptr);  // one pass, printed as "none"
   } else if (op_arg == "all") {
     for (const OpInfo& op : AllOps()) o->ops.push_back(&op);
@@ -257,7 +328,18 @@ bool ParseOptions(int argc, char** argv, const char* binary, bool has_op, Option
     return bad("-o", op_arg.c_str(), "expected sum, prod, max, min, avg, mulsum or all");
   }
   o->types.clear();
-  if (type_arg == "all") {
+  if (o->quantized) {
+    // The codecs take float32, float16 and bfloat16.
+    if (type_arg == "all") {
+      for (const char* n : {"float", "half", "bfloat16"}) o->types.push_back(FindType(n));
+    } else if (type_arg == "float" || type_arg == "half" || type_arg == "bfloat16") {
+      o->types.push_back(FindType(type_arg));
+    } else {
+      return bad("-d", type_arg.c_str(),
+                 "with --quant expected float, half, bfloat16 or all (the quantized collectives "
+                 "take those three)");
+    }
+  } else if (type_arg == "all") {
     for (const TypeInfo& t : AllTypes()) o->types.push_back(&t);
   } else if (const TypeInfo* t = FindType(type_arg)) {
     o->types.push_back(t);

@@ -32,12 +32,23 @@ struct Options {
   std::string algo;                    // -A
   std::string memtype = "host";        // -M
   bool corrupt = false;                // -F or BRAID_PERF_CORRUPT=1: plant one wrong element
+  // --quant CODEC [--block G]: the quantized form of the collective (all_gather_perf,
+  // reduce_scatter_perf), checked by its relative L2 error instead of bit for bit.
+  bool quantized = false;
+  std::string quant_name;         // "int8", "int4", "int8asym", "int4asym"
+  braidQuantConfig_t quant = {};  // bits, blockSize, symmetric
+  double quant_bound = 0;         // the relative L2 error above which a row fails
 };
+
+// The relative L2 error bound of a codec on the perf data model (see QuantBound in options.cc).
+double QuantBound(int bits);
 
 // Parses argv. On a bad flag or value prints a message naming it (and the usage) to stderr and
 // returns false; `*exit_status` is then the status to exit with (0 for -h).
-bool ParseOptions(int argc, char** argv, const char* binary, bool has_op, Options* out,
-                  int* exit_status);
+// `quant_block`: the default --block of the binary's quantized form; 0 when it has none (then
+// --quant and --block are refused).
+bool ParseOptions(int argc, char** argv, const char* binary, bool has_op, int quant_block,
+                  Options* out, int* exit_status);
 
 // "1K" = 1024, "256M", "2G"; false for anything else.
 bool ParseSize(const char* s, uint64_t* out);

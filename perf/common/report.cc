@@ -26,7 +26,9 @@ void PrintSide(FILE* out, const SideResult& s) {
     return;
   }
   std::fprintf(out, "  %7s  %6.2f  %6.2f", TimeStr(s.time_us).c_str(), s.algbw, s.busbw);
-  if (s.checked)
+  if (s.checked && s.quantized)
+    std::fprintf(out, "  %8.2e", s.rel_error);
+  else if (s.checked)
     std::fprintf(out, "  %6llu", static_cast<unsigned long long>(s.wrong));
   else
     std::fprintf(out, "  %6s", "N/A");
@@ -66,9 +68,12 @@ void JsonSide(FILE* f, const char* name, const SideResult& s) {
                JsonNumber(s.time_us).c_str(), JsonNumber(s.algbw).c_str(),
                JsonNumber(s.busbw).c_str());
   if (s.checked)
-    std::fprintf(f, "%llu}", static_cast<unsigned long long>(s.wrong));
+    std::fprintf(f, "%llu", static_cast<unsigned long long>(s.wrong));
   else
-    std::fprintf(f, "null}");
+    std::fprintf(f, "null");
+  if (s.checked && s.quantized)
+    std::fprintf(f, ", \"rel_error\": %s", JsonNumber(s.rel_error).c_str());
+  std::fprintf(f, "}");
 }
 
 }  // namespace
@@ -92,13 +97,31 @@ void PrintHeader(FILE* out, const RunInfo& info, const Options& o,
     std::fprintf(out, "#  Rank %2d Group  0 Pid %6d on %10s device %5s [cpu] %s\n", d.rank, d.pid,
                  d.host.c_str(), "host", d.summary.c_str());
   std::fprintf(out, "#\n");
-  std::fprintf(out,
-               "#                                                              out-of-place      "
-               "                 in-place\n"
-               "#       size         count      type   redop    root     time   algbw   busbw  "
-               "#wrong     time   algbw   busbw  #wrong\n"
-               "#        (B)    (elements)                               (us)  (GB/s)  (GB/s)    "
-               "         (us)  (GB/s)  (GB/s)\n");
+  if (o.quantized) {
+    std::fprintf(out,
+                 "# Quantized: --quant %s --block %d (%d bits, %s), %s; relerr = ||result - "
+                 "exact||_2 / ||exact||_2 over all ranks' outputs, bound %.1e\n#\n",
+                 o.quant_name.c_str(), o.quant.blockSize, o.quant.bits,
+                 o.quant.symmetric ? "symmetric" : "asymmetric",
+                 info.binary == "all_gather_perf" ? "braidAllGatherQuantized"
+                                                  : "braidReduceScatterQuantized",
+                 o.quant_bound);
+    std::fprintf(out,
+                 "#                                                              out-of-place    "
+                 "                     in-place\n"
+                 "#       size         count      type   redop    root     time   algbw   busbw  "
+                 "  relerr     time   algbw   busbw    relerr\n"
+                 "#        (B)    (elements)                               (us)  (GB/s)  (GB/s)  "
+                 "             (us)  (GB/s)  (GB/s)\n");
+  } else {
+    std::fprintf(out,
+                 "#                                                              out-of-place    "
+                 "                   in-place\n"
+                 "#       size         count      type   redop    root     time   algbw   busbw  "
+                 "#wrong     time   algbw   busbw  #wrong\n"
+                 "#        (B)    (elements)                               (us)  (GB/s)  (GB/s)  "
+                 "           (us)  (GB/s)  (GB/s)\n");
+  }
   std::fflush(out);
 }
 
@@ -111,9 +134,15 @@ void PrintRow(FILE* out, const RowResult& r) {
   std::fflush(out);
 }
 
-void PrintFooter(FILE* out, const RunInfo& info, uint64_t wrong, double avg_busbw) {
+void PrintFooter(FILE* out, const RunInfo& info, const Options& o, uint64_t wrong, double avg_busbw,
+                 double max_rel_error) {
   std::fprintf(out, "# Out of bounds values : %llu %s\n", static_cast<unsigned long long>(wrong),
                wrong ? "FAILED" : "OK");
+  if (o.quantized && o.check_iters == 0)
+    std::fprintf(out, "# Max relative error   : N/A (-c 0: not checked)\n");
+  else if (o.quantized)
+    std::fprintf(out, "# Max relative error   : %.2e (bound %.1e) %s\n", max_rel_error,
+                 o.quant_bound, max_rel_error <= o.quant_bound ? "OK" : "FAILED");
   std::fprintf(out, "# Avg bus bandwidth    : %g \n", avg_busbw);
   std::fprintf(out, "#\n# Collective test concluded: %s\n", info.binary.c_str());
   std::fflush(out);
@@ -139,11 +168,19 @@ bool WriteJson(const std::string& path, const RunInfo& info, const Options& o,
       "  \"config\": {\"min_bytes\": %llu, \"max_bytes\": %llu, \"step_factor\": %llu, "
       "\"step_bytes\": %llu, \"iters\": %d, \"warmup_iters\": %d, \"agg_iters\": %d, "
       "\"check_iters\": %d, \"blocking\": %d, \"average\": \"%s\", \"timeout_s\": %d, "
-      "\"algo\": %s, \"memtype\": %s},\n",
+      "\"algo\": %s, \"memtype\": %s",
       static_cast<unsigned long long>(o.min_bytes), static_cast<unsigned long long>(o.max_bytes),
       static_cast<unsigned long long>(o.step_factor), static_cast<unsigned long long>(o.step_bytes),
       o.iters, o.warmup_iters, o.agg_iters, o.check_iters, o.blocking, kAverage[o.average],
       o.timeout_s, JsonString(o.algo).c_str(), JsonString(o.memtype).c_str());
+  if (o.quantized)
+    std::fprintf(f,
+                 ", \"quant\": {\"codec\": %s, \"bits\": %d, \"symmetric\": %s, \"block\": %d, "
+                 "\"bound\": %s}",
+                 JsonString(o.quant_name).c_str(), o.quant.bits,
+                 o.quant.symmetric ? "true" : "false", o.quant.blockSize,
+                 JsonNumber(o.quant_bound).c_str());
+  std::fprintf(f, "},\n");
   std::fprintf(f, "  \"devices\": [");
   for (size_t i = 0; i < devices.size(); ++i) {
     const DeviceLine& d = devices[i];

@@ -15,8 +15,10 @@ struct SideResult {
   double time_us = 0;
   double algbw = 0;  // GB/s, 1e9 bytes per second
   double busbw = 0;
-  bool checked = false;  // -c 0: #wrong is N/A
-  uint64_t wrong = 0;
+  bool checked = false;    // -c 0: #wrong is N/A
+  uint64_t wrong = 0;      // --quant: 1 when rel_error is above the bound
+  bool quantized = false;  // --quant: print rel_error in place of #wrong
+  double rel_error = 0;    // ||result - exact||_2 / ||exact||_2
 };
 
 struct RowResult {
@@ -48,8 +50,10 @@ struct RunInfo {
 void PrintHeader(FILE* out, const RunInfo& info, const Options& o,
                  const std::vector<DeviceLine>& devices);
 void PrintRow(FILE* out, const RowResult& row);
-// Totals over `rows`: wrong elements and the average bus bandwidth of every printed busbw.
-void PrintFooter(FILE* out, const RunInfo& info, uint64_t wrong, double avg_busbw);
+// Totals over `rows`: wrong elements (--quant: sides above the bound) and the average bus
+// bandwidth of every printed busbw; --quant: also the largest relative error.
+void PrintFooter(FILE* out, const RunInfo& info, const Options& o, uint64_t wrong, double avg_busbw,
+                 double max_rel_error);
 // Writes the JSON document; false (after printing why) when the file cannot be written.
 bool WriteJson(const std::string& path, const RunInfo& info, const Options& o,
                const std::vector<DeviceLine>& devices, const std::vector<RowResult>& rows,

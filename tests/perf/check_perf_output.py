@@ -2,7 +2,8 @@
 """Runs a perf binary (usually under braidrun) and checks its nccl-tests-style output.
 
     check_perf_output.py [--expect-exit N] [--expect-wrong] [--coll NAME --nranks N]
-                         [--json FILE] [--stderr-contains TEXT] [--timeout S] -- cmd args...
+                         [--json FILE] [--stderr-contains TEXT] [--max-relerr X]
+                         [--timeout S] -- cmd args...
 
 Checks (each failure is reported with the offending line):
   - the exit status (default 0);
@@ -11,7 +12,12 @@ Checks (each failure is reported with the offending line):
     in at least one row and the footer says FAILED);
   - with --coll/--nranks: the size/count arithmetic and busbw = algbw * factor of the spec;
   - with --json: the file is valid JSON (python3 -m json.tool) with one result per row.
+  - with --max-relerr X (runs with --quant): the column header says relerr where it says
+    #wrong, the "# Quantized:" and "# Max relative error" lines are present, and the relerr of
+    every row is a finite number <= X (or, with --expect-wrong, some row's is above the binary's
+    bound and the footer says FAILED).
 """
+import math
 import argparse
 import json
 import subprocess
@@ -37,6 +43,7 @@ def main():
     ap.add_argument("--nranks", type=int)
     ap.add_argument("--json")
     ap.add_argument("--stderr-contains")
+    ap.add_argument("--max-relerr", type=float)
     ap.add_argument("--timeout", type=float, default=600)
     ap.add_argument("cmd", nargs=argparse.REMAINDER)
     a = ap.parse_args()
@@ -63,10 +70,15 @@ def main():
 
     rows = []
     if a.expect_exit in (0, 7) and p.returncode == a.expect_exit:
-        for needed in ("# nccl-tests version braid-", "# Collective test starting:",
-                       "#       size         count      type   redop    root     time   algbw",
-                       "# Out of bounds values :", "# Avg bus bandwidth    :",
-                       "# Collective test concluded:"):
+        needed_lines = ["# nccl-tests version braid-", "# Collective test starting:",
+                        "#       size         count      type   redop    root     time   algbw",
+                        "# Out of bounds values :", "# Avg bus bandwidth    :",
+                        "# Collective test concluded:"]
+        quant = a.max_relerr is not None
+        if quant:
+            needed_lines += ["# Quantized: --quant ", "# Max relative error   :",
+                             "busbw    relerr     time   algbw   busbw    relerr"]
+        for needed in needed_lines:
             if needed not in out:
                 fail("missing line %r" % needed)
         for line in out.splitlines():
@@ -83,6 +95,17 @@ def main():
         for line, f in rows:
             for w in (f[8], f[12]):
                 if w == "N/A":
+                    continue
+                if quant:
+                    try:
+                        err = float(w)
+                    except ValueError:
+                        fail("relerr is not a number: %r" % line)
+                        continue
+                    if not (math.isfinite(err) and err <= a.max_relerr):
+                        any_wrong = True
+                        if not a.expect_wrong:
+                            fail("relerr %s above %g: %r" % (w, a.max_relerr, line))
                     continue
                 try:
                     wn = int(w)
@@ -131,6 +154,12 @@ def main():
                     if k not in r:
                         fail("JSON result without %r: %r" % (k, r))
                         break
+                if a.max_relerr is not None:
+                    for side in (r.get("out_of_place"), r.get("in_place")):
+                        if side and "rel_error" not in side:
+                            fail("JSON side without 'rel_error': %r" % r)
+            if a.max_relerr is not None and "quant" not in doc.get("config", {}):
+                fail("JSON config without 'quant'")
         except (OSError, ValueError) as e:
             fail("JSON file %s: %s" % (a.json, e))
 
