@@ -186,6 +186,10 @@ BRAID_API braidResult_t braidCommSplit(braidComm_t comm, int color, int key, bra
 typedef enum {
   braidLevelNode = 0,          /**< the ranks on this rank's node */
   braidLevelSameLocalRank = 1, /**< the ranks with this rank's local rank, one per node */
+  braidLevelDeviceGroup = 2,   /**< the ranks of this rank's node bound to devices of its device
+                                    group (a GCD pair, GPUs on one NVSwitch): local rank k is bound
+                                    to the node's device k mod its device count; a rank on a node
+                                    without devices is alone */
 } braidLevel_t;
 
 /**

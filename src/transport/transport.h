@@ -57,6 +57,9 @@ struct RankInfo {
   // picks, per peer pair, a NIC type both ends have.
   uint8_t nic_types = 0;
   int8_t fabric = -1;
+  // The device group of the device this rank is bound to (core/runtime/placement.h), unique
+  // within its node; empty when its node has no devices.
+  std::string device_group;
 };
 
 // What a transport needs from the communicator.

@@ -274,6 +274,7 @@ class FakePeer {
     PutField(&info, cfg->algo);
     PutField(&info, std::string(reinterpret_cast<const char*>(&*addr), sizeof(*addr)));
     PutField(&info, "0,-1");  // placement: NICs not known (core/runtime/placement.h)
+    PutField(&info, "");      // and no devices
     auto round1 = bs_->allGather(info, deadline);
     if (!round1.ok()) return Fail(round1.status().message());
     // Round 2: the transport list; only tcp, at our listener.

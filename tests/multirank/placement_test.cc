@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "core/runtime/comm_registry.h"
 #include "multirank/harness.h"
 
 namespace braid_test {
@@ -84,6 +85,10 @@ TEST(Placement, FabricSplitSeparatesInfiniBandFromRoCE) {
     setenv("BRAID_HOSTID", kNodes[rank % 4], 1);
     braidComm_t comm = nullptr;
     if (Init(&comm, rank, n, id)) return 1;
+    // Pairs of ranks on different nodes, by the RDMA type both nodes have: IB-IB 2x2, RoCE-RoCE
+    // 2x2, IB-RoCE 4x4 (none in common: TCP).
+    const std::string pairs = braid::LookupComm(comm)->fabricSummary();
+    CHECK_OR_FAIL(pairs.find("ib 4 none 16 roce 4") != std::string::npos, "%s", pairs.c_str());
     const int fds = CountFds();
     braidComm_t fab = nullptr;
     const char* name = nullptr;
@@ -119,6 +124,40 @@ TEST(Placement, FabricSplitSeparatesInfiniBandFromRoCE) {
   EXPECT_TRUE(AllSucceeded(out)) << DescribeOutcomes(out);
 }
 
+// topologies/frontier.topo: a node of 4 MI250X = 8 GCDs in pairs. 8 ranks on one such node:
+// the device-group level pairs local ranks (0,1), (2,3), ... (the GCDs of one MI250X); 4 ranks
+// on each of 2 emulated nodes named like the file's node: pairs per node, never across nodes.
+TEST(Placement, DeviceGroupLevelPairsTheGcdsOfOneMi250x) {
+  for (int nodes : {1, 2}) {
+    JobOptions opt;
+    opt.nranks = 8;
+    opt.timeout_s = 120;
+    opt.init = false;
+    opt.env = {{"BRAID_TOPO_FILE", BRAID_TOPOLOGIES_DIR "/frontier.topo"}, {"BRAID_TIMEOUT", "30"}};
+    auto out = RunJob(opt, [nodes](braidComm_t, int rank, int n, const braidUniqueId& id) {
+      // One file node, two emulated hosts: the file describes the node type; BRAID_HOSTID
+      // separates the hosts (a one-node file applies to every rank).
+      const int per_node = n / nodes;
+      setenv("BRAID_HOSTID", ("frontier-host" + std::to_string(rank / per_node)).c_str(), 1);
+      braidComm_t comm = nullptr;
+      if (Init(&comm, rank, n, id)) return 1;
+      braidComm_t pair = nullptr;
+      CHECK_OR_FAIL(braidCommSplitLevel(comm, braidLevelDeviceGroup, &pair) == braidSuccess,
+                    "device-group level");
+      const int first = rank - rank % 2;  // local ranks 2k and 2k + 1 share MI250X k
+      if (CheckView(pair, rank, {first, first + 1}, 6)) return 1;
+      const char* fabric = nullptr;
+      braidComm_t fab = nullptr;
+      CHECK_OR_FAIL(braidCommSplitByFabric(comm, &fab, &fabric) == braidSuccess, "fabric");
+      CHECK_OR_FAIL(std::string(fabric) == "slingshot", "fabric %s", fabric);
+      for (braidComm_t c : {pair, fab, comm})
+        CHECK_OR_FAIL(braidCommDestroy(c) == braidSuccess, "destroy");
+      return 0;
+    });
+    EXPECT_TRUE(AllSucceeded(out)) << nodes << " node(s): " << DescribeOutcomes(out);
+  }
+}
+
 // Without a topology file every node is discovered here (Ethernet only): one fabric group, the
 // whole communicator. Bad arguments are refused and change nothing.
 TEST(Placement, DiscoveredEthernetAndBadArguments) {
@@ -152,6 +191,11 @@ TEST(Placement, DiscoveredEthernetAndBadArguments) {
                   "same");
     if (CheckView(node, rank, all, 2)) return 1;
     if (CheckView(same, rank, {rank}, 3)) return 1;
+    // No devices here: each rank is a device group of its own.
+    braidComm_t dev = nullptr;
+    CHECK_OR_FAIL(braidCommSplitLevel(comm, braidLevelDeviceGroup, &dev) == braidSuccess, "dev");
+    if (CheckView(dev, rank, {rank}, 7)) return 1;
+    CHECK_OR_FAIL(braidCommDestroy(dev) == braidSuccess, "destroy");
     if (CheckView(comm, rank, all, 4)) return 1;
     for (braidComm_t c : {node, same, fab})
       CHECK_OR_FAIL(braidCommDestroy(c) == braidSuccess, "destroy view");

@@ -189,7 +189,10 @@ Status braidComm::init(const UniqueIdData& id, int rank, int nranks, const CommO
   numbers_.p2p_send.assign(nranks_, 0);
   numbers_.p2p_recv.assign(nranks_, 0);
   engine_ = std::make_unique<Engine>(this);
-  if (rank_ == 0) BRAID_INFO("%s", describe().c_str());
+  if (rank_ == 0) {
+    BRAID_INFO("%s", describe().c_str());
+    BRAID_INFO("%s", fabricSummary().c_str());
+  }
   return Status::Ok();
 }
 
@@ -234,12 +237,18 @@ Status braidComm::exchangeRankInfo(Bootstrap& bs, Deadline deadline) {
   PutField(&mine, placement.ok() ? std::to_string(placement->nic_types) + "," +
                                        std::to_string(placement->fabric)
                                  : "error:" + placement.status().message());
+  // The node's device groups, so every rank can bind every rank to a device once it knows the
+  // local ranks (after this exchange).
+  std::string groups;
+  if (placement.ok())
+    for (const auto& g : placement->device_groups) PutField(&groups, g);
+  PutField(&mine, groups);
   BRAID_ASSIGN_OR_RETURN(auto all, bs.allGather(mine, deadline));
   infos_.resize(nranks_);
   std::vector<std::vector<std::string>> fields(nranks_);
   for (int r = 0; r < nranks_; ++r) {
     BRAID_ASSIGN_OR_RETURN(fields[r], SplitFields(all[r], r));
-    if (fields[r].size() < 9 || fields[r][7].size() != sizeof(sockaddr_storage))
+    if (fields[r].size() < 10 || fields[r][7].size() != sizeof(sockaddr_storage))
       return RemoteError("malformed init message from rank " + std::to_string(r));
     if (fields[r][0] != BRAID_VERSION_STRING)
       return InvalidUsage("rank " + std::to_string(r) + " (host " + fields[r][2] + ") runs braid " +
@@ -283,6 +292,12 @@ Status braidComm::exchangeRankInfo(Bootstrap& bs, Deadline deadline) {
   opts_.config.algo = fields[0][6];
 
   buildLayout();
+  // Bind each rank to a device of its node: local rank k takes device k mod the node's count.
+  for (int r = 0; r < nranks_; ++r) {
+    BRAID_ASSIGN_OR_RETURN(auto groups, SplitFields(fields[r][9], r));
+    if (!groups.empty())
+      infos_[r].device_group = groups[static_cast<size_t>(layout_.local_rank[r]) % groups.size()];
+  }
   return Status::Ok();
 }
 
@@ -656,6 +671,32 @@ std::string braidComm::where() const {
   std::string host =
       rank_ >= 0 && rank_ < static_cast<int>(infos_.size()) ? infos_[rank_].hostname : "?";
   return "rank " + std::to_string(rank_) + "/" + std::to_string(nranks_) + " on host " + host;
+}
+
+std::string braidComm::fabricSummary() const {
+  // Per pair of ranks on different nodes: the best RDMA type both nodes have (NicType order:
+  // InfiniBand, RoCE, Slingshot; the same preference as topo::PairNicType), else none.
+  static const char* kNames[] = {"ib", "roce", "slingshot"};
+  static const int kPreference[] = {0, 2, 1};  // ib, slingshot, roce
+  std::map<std::string, int> pairs;
+  for (int a = 0; a < nranks_; ++a)
+    for (int b = a + 1; b < nranks_; ++b) {
+      if (layout_.node_of[a] == layout_.node_of[b]) continue;
+      const unsigned common = infos_[a].nic_types & infos_[b].nic_types;
+      std::string type = "none";
+      for (int t : kPreference)
+        if (common & (1u << t)) {
+          type = kNames[t];
+          break;
+        }
+      pairs[type]++;
+    }
+  std::ostringstream s;
+  s << where() << ": inter-node pairs by common RDMA fabric:";
+  if (pairs.empty()) s << " none (one node)";
+  for (auto& [type, k] : pairs) s << " " << type << " " << k;
+  s << "; this build has no RDMA transport, so every inter-node pair uses tcp";
+  return s.str();
 }
 
 std::string braidComm::describe() const {

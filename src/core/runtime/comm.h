@@ -145,6 +145,9 @@ struct braidComm {
   bool findPreMulOp(int id, braid::PreMulOp* out) const;
 
   std::string describe() const;
+  // "rank 0/8 on host h: inter-node pairs by common RDMA fabric: ib 4 none 8; ...": which NIC
+  // type each pair of ranks on different nodes would share (logged at init at INFO).
+  std::string fabricSummary() const;
   // Hang localisation report (see Engine::debugState); bounded by `deadline`.
   std::string debugState(braid::Deadline deadline) const;
   std::string where() const;  // "rank 2/4 on host h1"

@@ -64,10 +64,25 @@ extern "C" braidResult_t braidCommSplitLevel(braidComm_t comm, braidLevel_t leve
       for (int r = 0; r < c.nranks(); ++r)
         if (l.local_rank[r] == l.local_rank[me]) members.push_back(r);
       break;
+    case braidLevelDeviceGroup: {
+      const auto& infos = c.rankInfos();
+      const std::string& mine = infos[me].device_group;
+      // The view id names the group by the node and the first member (every member computes
+      // the same): device group names repeat across nodes.
+      which = 0;
+      for (int r = 0; r < c.nranks(); ++r)
+        if (r == me ||
+            (!mine.empty() && l.node_of[r] == l.node_of[me] && infos[r].device_group == mine)) {
+          if (members.empty()) which = static_cast<uint32_t>(r);
+          members.push_back(r);
+        }
+      break;
+    }
     default:
       return Fail(ref->get(),
                   InvalidArgument("braidCommSplitLevel: level " + std::to_string(level) +
-                                  " is not braidLevelNode (0) or braidLevelSameLocalRank (1)"));
+                                  " is not braidLevelNode (0), braidLevelSameLocalRank (1) or "
+                                  "braidLevelDeviceGroup (2)"));
   }
   return MakeView(*ref, "braidCommSplitLevel", std::move(members),
                   GroupViewId(c.commId(), 0x1e7e1000u + static_cast<uint32_t>(level), which),

@@ -45,6 +45,8 @@ Result<NodePlacement> LocalPlacement(const std::string& host_id, const std::stri
   p.node = node.name;
   for (const auto& nic : node.nics)
     p.nic_types |= static_cast<uint8_t>(1u << static_cast<int>(nic.type));
+  for (const auto& d : node.devices)
+    p.device_groups.push_back(d.group.empty() ? "=" + d.name : d.group);
   auto rdma = topo::PreferredRdma(node);
   p.fabric = static_cast<int8_t>(rdma ? *rdma : topo::NicType::kEthernet);
   return p;

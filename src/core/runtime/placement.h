@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "core/base/status.h"
 
@@ -16,6 +17,10 @@ struct NodePlacement {
   std::string node;       // the topology node this rank runs on
   uint8_t nic_types = 0;  // a bit per topo::NicType among the node's NICs
   int8_t fabric = -1;     // topo::NicType the node prefers (best RDMA type, else Ethernet)
+  // The device group of each device of the node, in device order (a device in no group is a
+  // group of its own, named after the device). The rank with local rank k is bound to device
+  // k mod the device count (the LOCAL_RANK convention); empty for a node without devices.
+  std::vector<std::string> device_groups;
 };
 
 // This rank's node in the local topology: the node named `host_id` (BRAID_HOSTID) or
