@@ -89,13 +89,19 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   ResetGetopt();
   Options o;
   int status = -1;
+  // all_gather_perf has a quantized form (default --block 2048): --quant and --block are parsed
+  // there and refused for all_reduce_perf.
+  const int quant_block = has_op ? 0 : 2048;
   const bool ok = ParseOptions(static_cast<int>(args.size()), argv.data(), args[0].c_str(), has_op,
-                               &o, &status);
+                               quant_block, &o, &status);
   if (!ok) {
     if (status != 0 && status != 2) std::abort();
     return 0;
   }
   if (status != 0) std::abort();
+  if (o.quantized && (has_op || (o.quant.bits != 8 && o.quant.bits != 4) ||
+                      o.quant.blockSize < 1 || o.quant.blockSize > (1 << 20)))
+    std::abort();
   if (o.min_bytes > o.max_bytes) std::abort();
   if (o.step_factor < 1 || o.iters < 1 || o.warmup_iters < 0 || o.agg_iters < 1) std::abort();
   if (o.check_iters < 0 || o.root < 0 || o.blocking < 0 || o.blocking > 1) std::abort();
