@@ -175,8 +175,8 @@ struct CollArgs {
   // codec its data travels in. kNone for every other call; only the quantized builders (qwz,
   // qgz) serve a request that names one, and they serve nothing else.
   Codec codec;
-  int nchannels = 1;                      // maximum channels the engine can run (streams per peer)
-  uint64_t chunk_bytes = 512 * 1024;      // pipelining granularity
+  int nchannels = 1;                  // maximum channels the engine can run (streams per peer)
+  uint64_t chunk_bytes = 512 * 1024;  // pipelining granularity
   const GroupLayout* layout = nullptr;
 };
 

@@ -99,8 +99,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     return 0;
   }
   if (status != 0) std::abort();
-  if (o.quantized && (has_op || (o.quant.bits != 8 && o.quant.bits != 4) ||
-                      o.quant.blockSize < 1 || o.quant.blockSize > (1 << 20)))
+  if (o.quantized && (has_op || (o.quant.bits != 8 && o.quant.bits != 4) || o.quant.blockSize < 1 ||
+                      o.quant.blockSize > (1 << 20)))
     std::abort();
   if (o.min_bytes > o.max_bytes) std::abort();
   if (o.step_factor < 1 || o.iters < 1 || o.warmup_iters < 0 || o.agg_iters < 1) std::abort();

@@ -48,10 +48,11 @@ void Throughput() {
     const char* name;
     BlockFormat f;
   };
-  const Codec codecs[] = {{"int8-G32", {8, true, 32}},         {"int4-G32", {4, true, 32}},
-                          {"int8asym-G32", {8, false, 32}},    {"int4asym-G32", {4, false, 32}},
-                          {"int8-G4096", {8, true, 4096}},     {"int4-G4096", {4, true, 4096}},
-                          {"int8asym-G4096", {8, false, 4096}}, {"int4asym-G4096", {4, false, 4096}}};
+  const Codec codecs[] = {
+      {"int8-G32", {8, true, 32}},          {"int4-G32", {4, true, 32}},
+      {"int8asym-G32", {8, false, 32}},     {"int4asym-G32", {4, false, 32}},
+      {"int8-G4096", {8, true, 4096}},      {"int4-G4096", {4, true, 4096}},
+      {"int8asym-G4096", {8, false, 4096}}, {"int4asym-G4096", {4, false, 4096}}};
   for (DataType t : {DataType::kFloat32, DataType::kBfloat16, DataType::kFloat16})
     for (const Codec& c : codecs) {
       const uint64_t n = bytes / cuda_check::TypeSize(t);

@@ -94,9 +94,9 @@ inline int CompareAll(const std::function<void(const std::string&)>& fail) {
   };
   // 24, 1024 and 8192 reach the CUDA fast path's other branches: a lane group of two over three
   // chunks, lanes that read chunks again after the statistics, and a thread block that does.
-  const Shape shapes[] = {{32, 1 << 20}, {1, 1001}, {3, 1001},   {17, 8195},   {4096, 100003},
-                          {33, 7},       {32, 1},   {64, 65},    {24, 1001},   {1024, 5003},
-                          {8192, 40001}};
+  const Shape shapes[] = {{32, 1 << 20},  {1, 1001},    {3, 1001},    {17, 8195},
+                          {4096, 100003}, {33, 7},      {32, 1},      {64, 65},
+                          {24, 1001},     {1024, 5003}, {8192, 40001}};
   int cases = 0;
   for (int bits : {8, 4})
     for (bool sym : {true, false})

@@ -144,7 +144,7 @@ Result<std::optional<LinkParams>> MeasurePair(LinkClass c, const Pair& pair,
   g_measurements.fetch_add(1, std::memory_order_relaxed);
   std::vector<std::byte> buf(kBandwidthBytes, std::byte{0});
   BRAID_ASSIGN_OR_RETURN(double small_rtt, PingPong(*ep, pinger, kLatencyBytes, kLatencyBytes,
-                                                     kLatencyRounds, buf, s, deadline));
+                                                    kLatencyRounds, buf, s, deadline));
   BRAID_ASSIGN_OR_RETURN(double big, PingPong(*ep, pinger, kBandwidthBytes, kLatencyBytes,
                                               kBandwidthRounds, buf, s, deadline));
   if (!pinger) return std::optional<LinkParams>();

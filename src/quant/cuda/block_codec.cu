@@ -358,8 +358,8 @@ __device__ __forceinline__ uint32_t CodeBits(float x, float d, float m) {
 
 // Quantizes and stores one chunk (elements [e0, e0 + 8), codes past n cleared).
 template <int Bits, bool Sym>
-__device__ __forceinline__ void StoreCodes(const float (&v)[kChunk], float d, float m,
-                                           uint64_t e0, uint64_t n, uint8_t* __restrict__ codes) {
+__device__ __forceinline__ void StoreCodes(const float (&v)[kChunk], float d, float m, uint64_t e0,
+                                           uint64_t n, uint8_t* __restrict__ codes) {
   uint32_t c[kChunk] = {};
   if (!Poisoned(d)) {  // a poisoned block's codes are all 0
 #pragma unroll
@@ -372,8 +372,10 @@ __device__ __forceinline__ void StoreCodes(const float (&v)[kChunk], float d, fl
   }
   if (Bits == 8) {
     // Low bytes of c[0..3] -> one word, PRMT by PRMT.
-    const uint32_t w0 = __byte_perm(__byte_perm(c[0], c[1], 0x0040), __byte_perm(c[2], c[3], 0x0040), 0x5410);
-    const uint32_t w1 = __byte_perm(__byte_perm(c[4], c[5], 0x0040), __byte_perm(c[6], c[7], 0x0040), 0x5410);
+    const uint32_t w0 =
+        __byte_perm(__byte_perm(c[0], c[1], 0x0040), __byte_perm(c[2], c[3], 0x0040), 0x5410);
+    const uint32_t w1 =
+        __byte_perm(__byte_perm(c[4], c[5], 0x0040), __byte_perm(c[6], c[7], 0x0040), 0x5410);
     if (full) {
       *reinterpret_cast<uint2*>(codes + e0) = make_uint2(w0, w1);
     } else {
@@ -386,7 +388,8 @@ __device__ __forceinline__ void StoreCodes(const float (&v)[kChunk], float d, fl
     uint32_t b[4];
 #pragma unroll
     for (unsigned k = 0; k < 4; ++k) b[k] = ((c[2 * k] & 0xFu) << 4) | (c[2 * k + 1] & 0xFu);
-    const uint32_t w = __byte_perm(__byte_perm(b[0], b[1], 0x0040), __byte_perm(b[2], b[3], 0x0040), 0x5410);
+    const uint32_t w =
+        __byte_perm(__byte_perm(b[0], b[1], 0x0040), __byte_perm(b[2], b[3], 0x0040), 0x5410);
     if (full) {
       *reinterpret_cast<uint32_t*>(codes + e0 / 2) = w;
     } else {
@@ -398,7 +401,8 @@ __device__ __forceinline__ void StoreCodes(const float (&v)[kChunk], float d, fl
 }
 
 template <bool Sym>
-__device__ __forceinline__ void StoreParams(uint8_t* __restrict__ enc, uint64_t b, float d, float m) {
+__device__ __forceinline__ void StoreParams(uint8_t* __restrict__ enc, uint64_t b, float d,
+                                            float m) {
   if (Sym)
     reinterpret_cast<float*>(enc)[b] = d;
   else
@@ -418,10 +422,9 @@ __device__ __forceinline__ void ZeroPadding(const BlockFormat f, uint64_t n, uin
 // group takes the block's chunks sub, sub + lanes, ...: together the warp's loads read one
 // contiguous span (each instruction alone covers only part of it; the L1 serves the rest).
 template <DataType T, int Bits, bool Sym>
-__global__ void __launch_bounds__(kThreads) QuantizeLanes(const BlockFormat f,
-                                                          const void* __restrict__ src, uint64_t n,
-                                                          uint8_t* __restrict__ enc,
-                                                          unsigned lanes_log2) {
+__global__ void __launch_bounds__(kThreads)
+    QuantizeLanes(const BlockFormat f, const void* __restrict__ src, uint64_t n,
+                  uint8_t* __restrict__ enc, unsigned lanes_log2) {
   const uint64_t nb = NumBlocks(f, n);
   const uint32_t G = f.block, cpb = G / kChunk;
   uint8_t* codes = enc + CodesOffset(f, n);
@@ -459,7 +462,8 @@ __global__ void __launch_bounds__(kThreads) QuantizeLanes(const BlockFormat f,
 #pragma unroll
     for (unsigned k = 0; k < kLaneCache; ++k) {
       const uint32_t j = sub + k * lanes;
-      if (j < cpb && j * kChunk < len) StoreCodes<Bits, Sym>(cache[k], d, m, s + j * kChunk, n, codes);
+      if (j < cpb && j * kChunk < len)
+        StoreCodes<Bits, Sym>(cache[k], d, m, s + j * kChunk, n, codes);
     }
     for (uint32_t j = sub + kLaneCache * lanes; j < cpb && j * kChunk < len; j += lanes) {
       float v[kChunk];
@@ -472,9 +476,9 @@ __global__ void __launch_bounds__(kThreads) QuantizeLanes(const BlockFormat f,
 // G > 2048: a thread block per block of G elements (its threads take chunks tid, tid + Threads,
 // ...), statistics reduced by shuffles then through shared memory; grid-stride over the blocks.
 template <DataType T, int Bits, bool Sym, unsigned Threads>
-__global__ void __launch_bounds__(Threads) QuantizeBlocks(const BlockFormat f,
-                                                           const void* __restrict__ src,
-                                                           uint64_t n, uint8_t* __restrict__ enc) {
+__global__ void __launch_bounds__(Threads)
+    QuantizeBlocks(const BlockFormat f, const void* __restrict__ src, uint64_t n,
+                   uint8_t* __restrict__ enc) {
   __shared__ Stats partial[Threads / 32];
   const uint64_t nb = NumBlocks(f, n);
   const uint32_t G = f.block;
@@ -543,7 +547,8 @@ __device__ __forceinline__ void CodeValues(uint32_t w0, uint32_t w1, float (&q)[
     for (unsigned j = 0; j < E; ++j) {
       // bytes (code, 0, 0, 0x4B): 0x4B0000xx
       const uint32_t w = j < 4 ? w0 : w1;
-      q[j] = __fsub_rn(__uint_as_float(__byte_perm(w, kIntMagicBits >> 16, 0x5440 | (j & 3))), bias);
+      q[j] =
+          __fsub_rn(__uint_as_float(__byte_perm(w, kIntMagicBits >> 16, 0x5440 | (j & 3))), bias);
     }
   } else {
     const uint32_t flip = Sym ? 0x88888888u : 0u;
@@ -586,9 +591,9 @@ __device__ __forceinline__ void LoadUnit(const void* __restrict__ p, uint64_t e0
 constexpr unsigned kDecodeUnroll = 2;
 
 template <DataType T, int Bits, bool Sym, bool Reduce>
-__global__ void __launch_bounds__(kThreads) DecodeUnits(const BlockFormat f,
-                                                        const uint8_t* __restrict__ enc,
-                                                        uint64_t n, void* __restrict__ dst) {
+__global__ void __launch_bounds__(kThreads)
+    DecodeUnits(const BlockFormat f, const uint8_t* __restrict__ enc, uint64_t n,
+                void* __restrict__ dst) {
   constexpr unsigned E = kUnit<T>;
   const uint8_t* codes = enc + CodesOffset(f, n);
   const uint32_t upb = f.block / E;
@@ -658,8 +663,10 @@ __global__ void __launch_bounds__(kThreads) DecodeUnits(const BlockFormat f,
           *reinterpret_cast<float4*>(static_cast<float*>(dst) + e0) =
               make_float4(v[0], v[1], v[2], v[3]);
         } else if (Poisoned(d[u])) {
-          const uint32_t nan = T == DataType::kFloat16 ? kNanBitsF16 * 0x10001u : kNanBitsBf16 * 0x10001u;
-          *reinterpret_cast<uint4*>(static_cast<uint16_t*>(dst) + e0) = make_uint4(nan, nan, nan, nan);
+          const uint32_t nan =
+              T == DataType::kFloat16 ? kNanBitsF16 * 0x10001u : kNanBitsBf16 * 0x10001u;
+          *reinterpret_cast<uint4*>(static_cast<uint16_t*>(dst) + e0) =
+              make_uint4(nan, nan, nan, nan);
         } else {
           *reinterpret_cast<uint4*>(static_cast<uint16_t*>(dst) + e0) =
               make_uint4(Narrow2<T>(v[0], v[1]), Narrow2<T>(v[2], v[3]), Narrow2<T>(v[4], v[5]),
