@@ -25,6 +25,8 @@ struct Plan {
   std::vector<ElemRange> blocks;  // by rank
   bool columns;                   // super-blocks are contiguous columns (torus2d)
   uint64_t chunk;
+  uint64_t max_len = 0;  // MaxLen(blocks), computed once: every piece's offset needs it, and
+                         // recomputing it per piece made a 1024-rank build quadratic
 
   int at(int64_t gi, int64_t pj) const { return grid->at(gi, pj); }
   int g() const { return grid->g; }
@@ -35,7 +37,7 @@ struct Plan {
     const ElemRange& last = blocks[at(g() - 1, x)];
     return {first.off, last.off + last.len - first.off};
   }
-  uint64_t L() const { return MaxLen(blocks); }
+  uint64_t L() const { return max_len; }
   // Elements one super-block slot of scratch takes.
   uint64_t SuperSlot() const {
     if (!columns) return static_cast<uint64_t>(g()) * L();
@@ -71,13 +73,15 @@ struct Plan {
 
 Plan MakePlan(const GroupGrid& grid, int r, BlockLayout layout, uint64_t count, const ElemRange& rc,
               uint64_t chunk) {
-  return Plan{&grid,
-              r,
-              grid.group_of[r],
-              grid.pos_of[r],
-              BlockTable(layout, grid, count, rc),
-              layout == BlockLayout::kColumns,
-              chunk};
+  Plan p{&grid,
+         r,
+         grid.group_of[r],
+         grid.pos_of[r],
+         BlockTable(layout, grid, count, rc),
+         layout == BlockLayout::kColumns,
+         chunk};
+  p.max_len = MaxLen(p.blocks);
+  return p;
 }
 
 // All-gather into recvbuf (blocks at p.blocks). `own` is where this rank's block is read from
@@ -281,11 +285,16 @@ double HierRingSeconds(const CollArgs& a, const GroupGrid& grid, const LinkModel
   // contiguous column), inter steps one block.
   const uint64_t s =
       a.kind == CollKind::kAllReduce ? (a.count + n - 1) / n * esize : a.count * esize;
-  const double intra = columns ? RingPhaseSeconds(M - 1, 1, s * g, a.chunk_bytes, model.intra)
-                               : RingPhaseSeconds(M - 1, g, s, a.chunk_bytes, model.intra);
+  // Channels as the builders take them; every transfer is split over them.
+  const int nch = a.kind == CollKind::kAllReduce
+                      ? ChannelsFor(a, a.count, a.count * esize)
+                      : ChannelsFor(a, a.count, a.count * static_cast<uint64_t>(n) * esize);
+  const double intra = columns ? RingPhaseSeconds(M - 1, 1, s * g, nch, a.chunk_bytes, model.intra)
+                               : RingPhaseSeconds(M - 1, g, s, nch, a.chunk_bytes, model.intra);
   // The M inter rings run at once through each node's one NIC (simulator.h): M transfers share
   // it in every inter step.
-  const double inter = RingPhaseSeconds(g - 1, 1, s, a.chunk_bytes, SharedLink(model.inter, M));
+  const double inter =
+      RingPhaseSeconds(g - 1, 1, s, nch, a.chunk_bytes, SharedLink(model.inter, M));
   const double one = intra + inter;
   return a.kind == CollKind::kAllReduce ? 2 * one : one;
 }
