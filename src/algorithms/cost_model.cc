@@ -94,6 +94,17 @@ double TransferSeconds(uint64_t bytes, uint64_t chunk_bytes, const LinkParams& l
   return static_cast<double>(msgs) * link.alpha_s + static_cast<double>(bytes) / link.beta_bytes_s;
 }
 
+double TransferSeconds(uint64_t bytes, uint64_t chunk_bytes, const LinkParams& link, int nch) {
+  if (nch <= 1) return TransferSeconds(bytes, chunk_bytes, link);
+  const uint64_t chunk = std::max<uint64_t>(chunk_bytes, 1);
+  const uint64_t k = static_cast<uint64_t>(nch);
+  // EvenPart: bytes % k channels get one byte more than the others.
+  const uint64_t small = bytes / k, big = small + 1, nbig = bytes % k;
+  auto msgs = [&](uint64_t part) { return (part + chunk - 1) / chunk; };
+  const uint64_t total = std::max<uint64_t>(nbig * msgs(big) + (k - nbig) * msgs(small), 1);
+  return static_cast<double>(total) * link.alpha_s + static_cast<double>(bytes) / link.beta_bytes_s;
+}
+
 int CeilLog2(int n) {
   int k = 0;
   while ((int64_t{1} << k) < n) ++k;

@@ -61,6 +61,11 @@ LinkParams FlatRingLink(const CollArgs& args, const LinkModel& model);
 // Seconds to move `bytes` as consecutive messages of at most chunk_bytes over `link` (at least
 // one message, so zero bytes still cost one alpha).
 double TransferSeconds(uint64_t bytes, uint64_t chunk_bytes, const LinkParams& link);
+// The same `bytes` split evenly over `nch` channels (the builders' EvenPart over ChannelsFor's
+// count), each channel's share cut into messages of at most chunk_bytes. The channels' messages
+// take the same port one after another (simulator.h), so each pays its own alpha: a 64 KiB step
+// on two channels is two 32 KiB messages, not one.
+double TransferSeconds(uint64_t bytes, uint64_t chunk_bytes, const LinkParams& link, int nch);
 
 // ceil(log2(n)) for n >= 1.
 int CeilLog2(int n);

@@ -141,9 +141,11 @@ class HierLeader final : public Algorithm {
     const double chain = M > 1 ? static_cast<double>(ns + M - 2) *
                                      (model.intra.alpha_s + slice / model.intra.beta_bytes_s)
                                : 0;
+    const int nch = ChannelsFor(a, a.count, bytes);
     const double ring =
-        g > 1 ? 2.0 * (g - 1) * TransferSeconds((bytes + g - 1) / g, a.chunk_bytes, model.inter)
-              : 0;
+        g > 1
+            ? 2.0 * (g - 1) * TransferSeconds((bytes + g - 1) / g, a.chunk_bytes, model.inter, nch)
+            : 0;
     return 2 * chain + ring;
   }
 };

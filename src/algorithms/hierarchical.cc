@@ -129,10 +129,10 @@ uint64_t MaxLen(const std::vector<ElemRange>& blocks) {
   return m;
 }
 
-double RingPhaseSeconds(int steps, int pieces, uint64_t bytes, uint64_t chunk_bytes,
+double RingPhaseSeconds(int steps, int pieces, uint64_t bytes, int nch, uint64_t chunk_bytes,
                         const LinkParams& link) {
   if (steps <= 0 || pieces <= 0) return 0;
-  return static_cast<double>(steps) * pieces * TransferSeconds(bytes, chunk_bytes, link);
+  return static_cast<double>(steps) * pieces * TransferSeconds(bytes, chunk_bytes, link, nch);
 }
 
 }  // namespace braid

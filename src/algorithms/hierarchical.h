@@ -106,7 +106,7 @@ inline ElemRange ChunkOf(const ElemRange& b, uint64_t c, uint64_t ch) {
 
 // Closed-form pieces for the estimates: a ring phase of `steps` steps, each moving `pieces`
 // messages-worth transfers of `bytes` each on `link` (TransferSeconds per piece).
-double RingPhaseSeconds(int steps, int pieces, uint64_t bytes, uint64_t chunk_bytes,
+double RingPhaseSeconds(int steps, int pieces, uint64_t bytes, int nch, uint64_t chunk_bytes,
                         const LinkParams& link);
 
 // H-Ring all-reduce (reduce-scatter then all-gather) over the blocks of `layout`: kEvenByRank is

@@ -282,12 +282,16 @@ class Ring final : public Algorithm {
     const uint64_t esize = DataTypeSize(a.dtype);
     switch (a.kind) {
       case CollKind::kAllReduce: {
+        // Channels as AllReduce() takes them; each ring step moves one block split over them.
+        const int nch = ChannelsFor(a, a.count, a.count * esize);
         const uint64_t block = (a.count + n - 1) / n * esize;
-        return 2.0 * (n - 1) * TransferSeconds(block, a.chunk_bytes, l);
+        return 2.0 * (n - 1) * TransferSeconds(block, a.chunk_bytes, l, nch);
       }
       case CollKind::kReduceScatter:
-      case CollKind::kAllGather:
-        return (n - 1) * TransferSeconds(a.count * esize, a.chunk_bytes, l);
+      case CollKind::kAllGather: {
+        const int nch = ChannelsFor(a, a.count, a.count * static_cast<uint64_t>(n) * esize);
+        return (n - 1) * TransferSeconds(a.count * esize, a.chunk_bytes, l, nch);
+      }
       case CollKind::kBroadcast:
       case CollKind::kReduce: {
         // ns slices through a pipeline of N-1 links: ns + N - 2 slice times.
