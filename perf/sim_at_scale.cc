@@ -1,0 +1,278 @@
+// sim_at_scale: the simulator's predictions for flat and hierarchical algorithms on clusters this
+// machine cannot run (issue 10: "simulated at scale"). No network, no ranks: every rank's schedule
+// is built and the event simulation (src/algorithms/simulator.h) prices it on a link model.
+//
+//   sim_at_scale [--nodes G] [--gpus M] [--links dgx-a100|emulated-1g]
+//                [--intra-bw B/s] [--intra-lat S] [--inter-bw B/s] [--inter-lat S]
+//                [--sizes BYTES,...] [--colls allgather,reducescatter,allreduce]
+//                [--channels C] [--chunk BYTES] [--algos ring,hring,...]
+//
+// Sizes are the collective's whole buffer, as in the nccl-tests tables (all-gather: the gathered
+// result, reduce-scatter: the input, all-reduce: the buffer). Per (collective, size) it prints
+// one row per algorithm that serves the request: the simulated time, the closed-form estimate
+// the tuner ranks with, the ratio to the flat ring, and the wall and CPU time the simulation
+// (schedule builds included) took; then
+// the tuner's pick for that cluster. Exit 0 when every simulation ran, 1 when one failed, 2 for
+// bad flags.
+#include <chrono>
+#include <cinttypes>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <ctime>
+#include <string>
+#include <vector>
+
+#include "algorithms/algorithm.h"
+#include "algorithms/simulator.h"
+#include "algorithms/tuner.h"
+
+namespace {
+
+using namespace braid;
+
+struct Options {
+  int nodes = 128, gpus = 8;
+  LinkModel model;
+  std::vector<uint64_t> sizes = {uint64_t{64} << 20, uint64_t{1} << 30};
+  std::vector<CollKind> colls = {CollKind::kAllGather, CollKind::kReduceScatter,
+                                 CollKind::kAllReduce};
+  std::vector<std::string> algos = {"ring", "hring", "ho_ring", "torus2d", "leader"};
+  int channels = 2;
+  uint64_t chunk = 512 * 1024;
+};
+
+// DGX-A100 (the cluster of the HO-Ring and Lins papers): 8 GPUs on NVSwitch, NVLink 3 at about
+// 240 GB/s of achievable bus bandwidth per GPU and direction, ~3 us per message; 8 HDR
+// InfiniBand NICs of 200 Gb/s per node, one per GPU. The simulator models a node's inter-node
+// link as one port shared by its ranks (simulator.h), so the node's link is the sum of its NICs,
+// 8 x 24 GB/s achievable, with ~6 us per message (RDMA write plus completion).
+LinkModel DgxA100() {
+  LinkModel m;
+  m.intra = {3e-6, 240e9};
+  m.inter = {6e-6, 8 * 24e9};
+  return m;
+}
+
+// The emulated cluster of docs/emulated-cluster.md: veth pairs on one host (shm inside a node),
+// one 1 Gbit/s tbf-shaped link per node, as calibrated there (0.12-0.13 GB/s, ~50 us).
+LinkModel Emulated1G() {
+  LinkModel m;
+  m.intra = {5e-6, 4e9};
+  m.inter = {50e-6, 0.125e9};
+  return m;
+}
+
+// The process's CPU time: the simulation's cost on a shared machine, where wall time also counts
+// the other jobs' slices.
+double CpuSeconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+}
+
+bool ParseBytes(const char* s, double* out) {
+  char* end = nullptr;
+  double v = std::strtod(s, &end);
+  if (end == s || v < 0) return false;
+  switch (*end) {
+    case 'K':
+      v *= 1024;
+      ++end;
+      break;
+    case 'M':
+      v *= 1024.0 * 1024;
+      ++end;
+      break;
+    case 'G':
+      v *= 1024.0 * 1024 * 1024;
+      ++end;
+      break;
+    default:
+      break;
+  }
+  if (*end != '\0') return false;
+  *out = v;
+  return true;
+}
+
+std::vector<std::string> SplitCommas(const char* s) {
+  std::vector<std::string> out;
+  std::string cur;
+  for (const char* p = s;; ++p) {
+    if (*p == ',' || *p == '\0') {
+      if (!cur.empty()) out.push_back(cur);
+      cur.clear();
+      if (*p == '\0') break;
+    } else {
+      cur += *p;
+    }
+  }
+  return out;
+}
+
+int Usage(const char* why) {
+  std::fprintf(stderr,
+               "sim_at_scale: %s\nusage: sim_at_scale [--nodes G] [--gpus M] "
+               "[--links dgx-a100|emulated-1g] [--intra-bw B/s] [--intra-lat S] [--inter-bw B/s] "
+               "[--inter-lat S] [--sizes BYTES,...] [--colls allgather,reducescatter,allreduce] "
+               "[--channels C] [--chunk BYTES] [--algos NAME,...]\n",
+               why);
+  return 2;
+}
+
+bool ParseArgs(int argc, char** argv, Options* o, std::string* err) {
+  o->model = DgxA100();
+  for (int i = 1; i < argc; ++i) {
+    const std::string flag = argv[i];
+    if (i + 1 >= argc) {
+      *err = flag + " needs a value";
+      return false;
+    }
+    const char* v = argv[++i];
+    double x = 0;
+    auto positive_int = [&](int* dst) {
+      char* end = nullptr;
+      long n = std::strtol(v, &end, 10);
+      if (end == v || *end != '\0' || n < 1 || n > 65536) return false;
+      *dst = static_cast<int>(n);
+      return true;
+    };
+    bool ok = true;
+    if (flag == "--nodes") {
+      ok = positive_int(&o->nodes);
+    } else if (flag == "--gpus") {
+      ok = positive_int(&o->gpus);
+    } else if (flag == "--channels") {
+      ok = positive_int(&o->channels) && o->channels <= 64;
+    } else if (flag == "--links") {
+      if (std::strcmp(v, "dgx-a100") == 0)
+        o->model = DgxA100();
+      else if (std::strcmp(v, "emulated-1g") == 0)
+        o->model = Emulated1G();
+      else
+        ok = false;
+    } else if (flag == "--intra-bw" || flag == "--inter-bw") {
+      ok = ParseBytes(v, &x) && x > 0;
+      (flag == "--intra-bw" ? o->model.intra : o->model.inter).beta_bytes_s = x;
+    } else if (flag == "--intra-lat" || flag == "--inter-lat") {
+      char* end = nullptr;
+      x = std::strtod(v, &end);
+      ok = end != v && *end == '\0' && x >= 0;
+      (flag == "--intra-lat" ? o->model.intra : o->model.inter).alpha_s = x;
+    } else if (flag == "--chunk") {
+      ok = ParseBytes(v, &x) && x >= 1;
+      o->chunk = static_cast<uint64_t>(x);
+    } else if (flag == "--sizes") {
+      o->sizes.clear();
+      for (const std::string& s : SplitCommas(v)) {
+        if (!ParseBytes(s.c_str(), &x) || x < 1) {
+          ok = false;
+          break;
+        }
+        o->sizes.push_back(static_cast<uint64_t>(x));
+      }
+      ok = ok && !o->sizes.empty();
+    } else if (flag == "--colls") {
+      o->colls.clear();
+      for (const std::string& s : SplitCommas(v)) {
+        if (s == "allgather")
+          o->colls.push_back(CollKind::kAllGather);
+        else if (s == "reducescatter")
+          o->colls.push_back(CollKind::kReduceScatter);
+        else if (s == "allreduce")
+          o->colls.push_back(CollKind::kAllReduce);
+        else
+          ok = false;
+      }
+      ok = ok && !o->colls.empty();
+    } else if (flag == "--algos") {
+      o->algos = SplitCommas(v);
+      for (const std::string& a : o->algos)
+        if (FindAlgorithm(a) == nullptr) {
+          *err = "unknown algorithm '" + a + "'";
+          return false;
+        }
+      ok = !o->algos.empty();
+    } else {
+      *err = "unknown flag " + flag;
+      return false;
+    }
+    if (!ok) {
+      *err = "bad value '" + std::string(v) + "' for " + flag;
+      return false;
+    }
+  }
+  return true;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options o;
+  std::string err;
+  if (!ParseArgs(argc, argv, &o, &err)) return Usage(err.c_str());
+  const int n = o.nodes * o.gpus;
+  GroupLayout layout;
+  layout.nnodes = o.nodes;
+  for (int r = 0; r < n; ++r) {
+    layout.node_of.push_back(r / o.gpus);
+    layout.local_rank.push_back(r % o.gpus);
+  }
+  auto tuner = Tuner::Create("", n, o.model, &layout);
+  if (!tuner.ok()) {
+    std::fprintf(stderr, "sim_at_scale: tuner: %s\n", tuner.status().message().c_str());
+    return 1;
+  }
+  std::printf(
+      "# %d nodes x %d ranks = %d ranks; intra %.3g B/s %.3g s, inter (per node) %.3g B/s "
+      "%.3g s; %d channels, chunk %" PRIu64 " B\n",
+      o.nodes, o.gpus, n, o.model.intra.beta_bytes_s, o.model.intra.alpha_s,
+      o.model.inter.beta_bytes_s, o.model.inter.alpha_s, o.channels, o.chunk);
+  std::printf("%-14s %12s %-9s %12s %12s %9s %9s %9s\n", "collective", "bytes", "algorithm",
+              "simulated_s", "estimate_s", "vs_ring", "sim_ms", "cpu_ms");
+  int failures = 0;
+  for (CollKind kind : o.colls) {
+    for (uint64_t bytes : o.sizes) {
+      CollArgs a;
+      a.kind = kind;
+      a.dtype = DataType::kFloat32;
+      a.op = ReduceOp::kSum;
+      a.nranks = n;
+      a.nchannels = o.channels;
+      a.chunk_bytes = o.chunk;
+      a.layout = &layout;
+      const uint64_t elems = bytes / 4;
+      // all-gather: count per rank; reduce-scatter: recvcount per rank; all-reduce: the buffer.
+      a.count = kind == CollKind::kAllReduce ? elems : elems / static_cast<uint64_t>(n);
+      if (a.count == 0) a.count = 1;
+      double ring = 0;
+      for (const std::string& name : o.algos) {
+        const Algorithm* algo = FindAlgorithm(name);
+        if (!algo->supports(a)) continue;
+        const auto t0 = std::chrono::steady_clock::now();
+        const double c0 = CpuSeconds();
+        auto t = SimulateSeconds(*algo, a, o.model);
+        const double cpu_ms = 1e3 * (CpuSeconds() - c0);
+        const double ms =
+            std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0)
+                .count();
+        if (!t.ok()) {
+          std::printf("%-14s %12" PRIu64 " %-9s FAILED: %s\n", CollKindName(kind), bytes,
+                      name.c_str(), t.status().message().c_str());
+          ++failures;
+          continue;
+        }
+        if (name == "ring") ring = *t;
+        char ratio[32] = "-";
+        if (ring > 0) std::snprintf(ratio, sizeof ratio, "%.3f", *t / ring);
+        std::printf("%-14s %12" PRIu64 " %-9s %12.6f %12.6f %9s %9.1f %9.1f\n", CollKindName(kind),
+                    bytes, name.c_str(), *t, algo->estimate_seconds(a, o.model), ratio, ms, cpu_ms);
+      }
+      const Algorithm* pick = tuner->choose(a);
+      std::printf("%-14s %12" PRIu64 " tuner picks %s\n", CollKindName(kind), bytes,
+                  pick ? pick->name() : "(none)");
+    }
+  }
+  return failures == 0 ? 0 : 1;
+}
