@@ -3,17 +3,17 @@
 // is built and the event simulation (src/algorithms/simulator.h) prices it on a link model.
 //
 //   sim_at_scale [--nodes G] [--gpus M] [--links dgx-a100|emulated-1g]
-//                [--intra-bw B/s] [--intra-lat S] [--inter-bw B/s] [--inter-lat S]
+//                [--intra-bw B/s] [--intra-lat S] [--inter-bw B/s] [--inter-lat S] [--nics K]
 //                [--sizes BYTES,...] [--colls allgather,reducescatter,allreduce]
 //                [--channels C] [--chunk BYTES] [--algos ring,hring,...]
 //
-// Sizes are the collective's whole buffer, as in the nccl-tests tables (all-gather: the gathered
-// result, reduce-scatter: the input, all-reduce: the buffer). Per (collective, size) it prints
-// one row per algorithm that serves the request: the simulated time, the closed-form estimate
-// the tuner ranks with, the ratio to the flat ring, and the wall and CPU time the simulation
-// (schedule builds included) took; then
-// the tuner's pick for that cluster. Exit 0 when every simulation ran, 1 when one failed, 2 for
-// bad flags.
+// --inter-bw is a node's whole inter-node link, --nics the NICs it is made of (LinkModel, tuner.h;
+// the presets set both). Sizes are the collective's whole buffer, as in the nccl-tests tables
+// (all-gather: the gathered result, reduce-scatter: the input, all-reduce: the buffer). Per
+// (collective, size) it prints one row per algorithm that serves the request: the simulated time,
+// the closed-form estimate the tuner ranks with, the ratio to the flat ring, and the wall and CPU
+// time the simulation (schedule builds included) took; then the tuner's pick for that cluster. Exit
+// 0 when every simulation ran, 1 when one failed, 2 for bad flags.
 #include <chrono>
 #include <cinttypes>
 #include <cstdio>
@@ -44,13 +44,13 @@ struct Options {
 
 // DGX-A100 (the cluster of the HO-Ring and Lins papers): 8 GPUs on NVSwitch, NVLink 3 at about
 // 240 GB/s of achievable bus bandwidth per GPU and direction, ~3 us per message; 8 HDR
-// InfiniBand NICs of 200 Gb/s per node, one per GPU. The simulator models a node's inter-node
-// link as one port shared by its ranks (simulator.h), so the node's link is the sum of its NICs,
-// 8 x 24 GB/s achievable, with ~6 us per message (RDMA write plus completion).
+// InfiniBand NICs of 200 Gb/s per node, one per GPU, ~24 GB/s achievable each, ~6 us per message
+// (RDMA write plus completion). `inter` is the node's whole link, the sum of its NICs.
 LinkModel DgxA100() {
   LinkModel m;
   m.intra = {3e-6, 240e9};
   m.inter = {6e-6, 8 * 24e9};
+  m.nics_per_node = 8;
   return m;
 }
 
@@ -60,6 +60,7 @@ LinkModel Emulated1G() {
   LinkModel m;
   m.intra = {5e-6, 4e9};
   m.inter = {50e-6, 0.125e9};
+  m.nics_per_node = 1;
   return m;
 }
 
@@ -112,12 +113,13 @@ std::vector<std::string> SplitCommas(const char* s) {
 }
 
 int Usage(const char* why) {
-  std::fprintf(stderr,
-               "sim_at_scale: %s\nusage: sim_at_scale [--nodes G] [--gpus M] "
-               "[--links dgx-a100|emulated-1g] [--intra-bw B/s] [--intra-lat S] [--inter-bw B/s] "
-               "[--inter-lat S] [--sizes BYTES,...] [--colls allgather,reducescatter,allreduce] "
-               "[--channels C] [--chunk BYTES] [--algos NAME,...]\n",
-               why);
+  std::fprintf(
+      stderr,
+      "sim_at_scale: %s\nusage: sim_at_scale [--nodes G] [--gpus M] "
+      "[--links dgx-a100|emulated-1g] [--intra-bw B/s] [--intra-lat S] [--inter-bw B/s] "
+      "[--inter-lat S] [--nics K] [--sizes BYTES,...] [--colls allgather,reducescatter,allreduce] "
+      "[--channels C] [--chunk BYTES] [--algos NAME,...]\n",
+      why);
   return 2;
 }
 
@@ -143,6 +145,8 @@ bool ParseArgs(int argc, char** argv, Options* o, std::string* err) {
       ok = positive_int(&o->nodes);
     } else if (flag == "--gpus") {
       ok = positive_int(&o->gpus);
+    } else if (flag == "--nics") {
+      ok = positive_int(&o->model.nics_per_node);
     } else if (flag == "--channels") {
       ok = positive_int(&o->channels) && o->channels <= 64;
     } else if (flag == "--links") {

@@ -23,6 +23,11 @@ LinkParams SharedLink(const LinkParams& link, int k) {
   return {link.alpha_s * k, link.beta_bytes_s / k};
 }
 
+LinkParams NodeLink(const LinkModel& model, int k) {
+  const int nics = std::max(model.nics_per_node, 1);
+  return SharedLink(model.nic(), (std::max(k, 1) + nics - 1) / nics);
+}
+
 namespace {
 
 // Whether args.layout places every rank on one of several nodes.
@@ -71,20 +76,20 @@ LinkParams PartnerLink(const CollArgs& args, const LinkModel& model,
     if (a == b || a < 0 || b < 0 || a >= nodes || b >= nodes) continue;
     most = std::max({most, ++out[a], ++in[b]});
   }
-  return most > 0 ? SharedLink(model.inter, most) : model.intra;
+  return most > 0 ? NodeLink(model, most) : model.intra;
 }
 
 LinkParams FlatLink(const CollArgs& args, const LinkModel& model) {
   const GroupLayout* l = args.layout;
   if (!l || l->nnodes <= 1) return model.intra;
   for (size_t i = 1; i < l->node_of.size(); ++i)
-    if (l->node_of[i] != l->node_of[0]) return SharedLink(model.inter, RanksPerNic(args));
+    if (l->node_of[i] != l->node_of[0]) return NodeLink(model, RanksPerNic(args));
   return model.intra;
 }
 
 LinkParams FlatRingLink(const CollArgs& args, const LinkModel& model) {
   const int load = RingNicLoad(args);
-  if (load > 0) return SharedLink(model.inter, load);
+  if (load > 0) return NodeLink(model, load);
   return FlatLink(args, model);
 }
 
@@ -133,8 +138,7 @@ double EstimateFromRankSchedule(const Algorithm& algo, const CollArgs& args,
         const bool send = op.kind == StepOpKind::kSend;
         if (!send && op.kind != StepOpKind::kRecv && op.kind != StepOpKind::kRecvReduce) continue;
         const LinkClass c = LinkClassBetween(args.layout, 0, op.peer);
-        const LinkParams l =
-            c == LinkClass::kInterNode ? SharedLink(model.of(c), nic_share) : model.of(c);
+        const LinkParams l = c == LinkClass::kInterNode ? NodeLink(model, nic_share) : model.of(c);
         const Slice& sl = send ? op.src : op.dst;
         const uint64_t bytes = sl.count * DataTypeSize(sched->buffers[sl.buffer].dtype);
         port[static_cast<int>(c)][send ? 0 : 1] +=

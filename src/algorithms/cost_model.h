@@ -22,6 +22,10 @@ const LinkParams& LinkBetween(const CollArgs& args, const LinkModel& model, int 
 // A node's NIC shared by k transfers at once (simulator.h: a node's ranks share its inter-node
 // ports, so k transfers take k times one): alpha and 1/beta times k. k <= 1 gives `link`.
 LinkParams SharedLink(const LinkParams& link, int k);
+// k inter-node transfers of one node at once, spread over its model.nics_per_node NICs (the
+// ranks' local ranks differ, so they take different NICs round robin): each NIC carries
+// ceil(k / nics) of them at model.nic()'s rate. With one NIC, SharedLink(model.inter, k).
+LinkParams NodeLink(const LinkModel& model, int k);
 
 // The most ranks any node of args.layout holds: how many of a node's ranks can cross to other
 // nodes at once (1 without a layout that spans nodes).

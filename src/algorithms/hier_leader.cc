@@ -143,9 +143,9 @@ class HierLeader final : public Algorithm {
                                : 0;
     const int nch = ChannelsFor(a, a.count, bytes);
     const double ring =
-        g > 1
-            ? 2.0 * (g - 1) * TransferSeconds((bytes + g - 1) / g, a.chunk_bytes, model.inter, nch)
-            : 0;
+        g > 1 ? 2.0 * (g - 1) *
+                    TransferSeconds((bytes + g - 1) / g, a.chunk_bytes, NodeLink(model, 1), nch)
+              : 0;
     return 2 * chain + ring;
   }
 };

@@ -293,8 +293,7 @@ double HierRingSeconds(const CollArgs& a, const GroupGrid& grid, const LinkModel
                                : RingPhaseSeconds(M - 1, g, s, nch, a.chunk_bytes, model.intra);
   // The M inter rings run at once through each node's one NIC (simulator.h): M transfers share
   // it in every inter step.
-  const double inter =
-      RingPhaseSeconds(g - 1, 1, s, nch, a.chunk_bytes, SharedLink(model.inter, M));
+  const double inter = RingPhaseSeconds(g - 1, 1, s, nch, a.chunk_bytes, NodeLink(model, M));
   const double one = intra + inter;
   return a.kind == CollKind::kAllReduce ? 2 * one : one;
 }

@@ -182,7 +182,8 @@ class HierTree final : public Algorithm {
     const uint64_t ns = std::max<uint64_t>((bytes + chunk - 1) / chunk, 1);
     const double slice = static_cast<double>(bytes) / static_cast<double>(ns);
     const double x = M > 1 ? model.intra.alpha_s + slice / model.intra.beta_bytes_s : 0;
-    const double y = g > 1 ? model.inter.alpha_s + slice / model.inter.beta_bytes_s : 0;
+    const LinkParams nic = NodeLink(model, 1);  // one leader per node crosses
+    const double y = g > 1 ? nic.alpha_s + slice / nic.beta_bytes_s : 0;
     return static_cast<double>(ns - 1) * std::max(x, y) + (g - 1) * y + (M - 1) * x;
   }
 };

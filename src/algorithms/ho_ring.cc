@@ -270,7 +270,7 @@ class HoRing final : public Algorithm {
     const uint64_t sc = (elems + c - 1) / c * esize;  // one chunk of a block
     const double x = TransferSeconds(sc, a.chunk_bytes, model.intra);
     // The node's M inter channels send through its one NIC (simulator.h): M chunks share it.
-    const double y = TransferSeconds(sc, a.chunk_bytes, SharedLink(model.inter, M));
+    const double y = TransferSeconds(sc, a.chunk_bytes, NodeLink(model, M));
     // spec: max(g(M-1)(a1 + s/B1), (g-1)(a2 + s/B2) + (M-1)(a1 + s/B1)), with chunked rounds
     // and B2 the node link shared by M ranks:
     // the intra channel's g(M-1)c chunk steps, or the inter channel's (g-1)c chunk steps plus

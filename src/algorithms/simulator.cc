@@ -180,7 +180,7 @@ class Simulation {
       }
       if (e.ready) {
         const Msg& msg = msgs_[e.msg];
-        const LinkParams& link = m_.of(msg.cls);
+        const LinkParams& link = msg.cls == LinkClass::kInterNode ? nic_ : m_.of(msg.cls);
         double& send_port = send_free_[Port(msg.src, msg.cls)];
         double& recv_port = recv_free_[Port(msg.dst, msg.cls)];
         const double start = std::max({e.t, send_port, recv_port});
@@ -255,18 +255,21 @@ class Simulation {
   }
 
   // Port owners (simulator.h): every rank owns its intra-node ports; the inter-node ports belong
-  // to the rank's node (its NIC), shared by the node's ranks. A rank the layout does not place
-  // is a node of its own.
+  // to the rank's NIC: NIC (local rank mod nics_per_node) of its node, shared by the node's
+  // ranks that map to it. A rank the layout does not place is a node (and NIC) of its own.
   void AssignPorts() {
     const GroupLayout* l = a_.layout;
     const bool placed = l && l->nnodes > 1;
     const int nodes = placed ? l->nnodes : 0;
+    const int nics = std::max(m_.nics_per_node, 1);
     nic_of_.resize(static_cast<size_t>(n_));
     for (int r = 0; r < n_; ++r) {
-      const int node = placed && static_cast<size_t>(r) < l->node_of.size() ? l->node_of[r] : -1;
-      nic_of_[r] = node >= 0 && node < nodes ? node : nodes + r;
+      const size_t ur = static_cast<size_t>(r);
+      const int node = placed && ur < l->node_of.size() ? l->node_of[r] : -1;
+      const int local = placed && ur < l->local_rank.size() ? std::max(l->local_rank[r], 0) : 0;
+      nic_of_[r] = node >= 0 && node < nodes ? node * nics + local % nics : nodes * nics + r;
     }
-    nports_ = static_cast<size_t>(n_ + nodes + n_) * kNumLinkClasses;
+    nports_ = static_cast<size_t>(n_ + nodes * nics + n_) * kNumLinkClasses;
   }
 
   size_t Port(int rank, LinkClass c) const {
@@ -368,6 +371,7 @@ class Simulation {
 
   const CollArgs a_;
   const LinkModel m_;
+  const LinkParams nic_ = m_.nic();  // what one inter-node transfer gets on its NIC
   const int n_;
   std::vector<Lane> lanes_;
   std::vector<CStep> steps_;                   // every lane's steps, lane after lane

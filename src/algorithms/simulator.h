@@ -15,15 +15,17 @@
 // - Ports. Every rank has one send port and one receive port for intra-node transfers. Inter-node
 //   transfers go through the node's NIC: one send port and one receive port per node (the
 //   layout's node_of; a rank the layout does not place is a node of its own), shared by all the
-//   node's ranks. A ready transfer holds its sender's send port and its receiver's receive port
-//   of its class for its whole cost, starting once both are free; ready transfers take the ports
-//   first come, first served (ties in the order they became ready).
+//   node's ranks. With model.nics_per_node = k > 1, the node has k NICs, each with its own pair
+//   of ports at inter.beta / k, and a rank uses NIC (local rank mod k). A ready transfer holds its
+//   sender's send port and its receiver's receive port of its class for its whole cost, starting
+//   once both are free; ready transfers take the ports first come, first served (ties in the order
+//   they became ready).
 // - What the inter-node parameters mean. model.inter is one node's link: alpha and beta of one
 //   transfer that has the NIC to itself, which is what link calibration measures (one pair of
 //   ranks on two nodes, link_calibration.h) and what a shaped link of an emulated cluster
 //   (docs/emulated-cluster.md: one tbf per node link and direction) gives. M ranks of a node
 //   sending across nodes at once take M times as long, as on that cluster; a node with one NIC
-//   per GPU would be described with M times the beta (or, later, a level per NIC).
+//   per GPU (a DGX) is described by nics_per_node = M and `inter` the sum of its NICs.
 // So transfers on different classes overlap (an intra-node ring and an inter-node ring run side
 // by side, which is what HO-Ring needs), while transfers on one port serialise, whatever channel
 // they are on: a rank's channels to peers on its node share one link (the shm copy path), a

@@ -46,7 +46,16 @@ inline constexpr int kNumLinkClasses = 2;
 struct LinkModel {
   LinkParams intra{2e-6, 8e9};     // LinkClass::kIntraNode
   LinkParams inter{25e-6, 1.2e9};  // LinkClass::kInterNode: one node's link (its NIC), per node
+  // The NICs that make up a node's link (a DGX-A100 has 8, one per GPU): `inter` is their sum,
+  // so one transfer goes at inter.beta / nics_per_node through the NIC of its rank (local rank
+  // mod nics_per_node), and transfers through different NICs proceed side by side, each paying
+  // its own alpha. 1 (the emulated cluster, a calibrated link) is the whole link as one NIC.
+  int nics_per_node = 1;
   const LinkParams& of(LinkClass c) const { return c == LinkClass::kIntraNode ? intra : inter; }
+  // One NIC: what one inter-node transfer that has its NIC to itself gets.
+  LinkParams nic() const {
+    return {inter.alpha_s, inter.beta_bytes_s / (nics_per_node > 1 ? nics_per_node : 1)};
+  }
 };
 
 struct TunerRule {
