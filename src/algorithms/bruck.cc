@@ -4,9 +4,12 @@
 // the textbook version there is no final rotation: the blocks a rank holds are always a
 // contiguous run modulo N, i.e. at most two contiguous pieces of recvbuf.
 //
-// Channels take the same sub-range of every block (a block received on channel c is forwarded
-// on channel c: channels never depend on each other). With one channel the pieces are whole runs
-// of blocks, so a round costs one or two messages plus chunking.
+// One channel: the pieces of a round are then whole runs of blocks, so a round costs one or two
+// messages plus chunking. Split over k channels (each taking the same sub-range of every block)
+// the runs fall apart into one piece per block and channel, and a round of m blocks costs k m
+// messages: with 2 channels Bruck sent as many messages as the ring (15 per channel on 16
+// ranks) while its estimate, and the tuner, counted log2 N; bruck serves latency-bound sizes,
+// where more channels add messages and no bandwidth.
 #include <algorithm>
 #include <utility>
 #include <vector>
@@ -39,7 +42,7 @@ RankSchedule AllGather(const CollArgs& a, int r) {
   if (n == 1) return LocalCopySchedule(a.count, a.in_place);
   const uint64_t count = a.count;
   const uint64_t chunk = ChunkElems(a);
-  const int nch = ChannelsFor(a, count, count * n * DataTypeSize(a.dtype));
+  const int nch = 1;
   RankSchedule s;
   s.channels.resize(nch);
   for (int c = 0; c < nch; ++c) {

@@ -52,8 +52,10 @@ class Pairwise final : public Algorithm {
 
   double estimate_seconds(const CollArgs& a, const LinkModel& m) const override {
     if (a.nranks <= 1) return 0;
-    return (a.nranks - 1) *
-           TransferSeconds(a.count * DataTypeSize(a.dtype), a.chunk_bytes, FlatLink(a, m));
+    const uint64_t esize = DataTypeSize(a.dtype);
+    // Channels as AllToAll() takes them; each step's block is split over them.
+    const int nch = ChannelsFor(a, a.count, a.count * static_cast<uint64_t>(a.nranks) * esize);
+    return (a.nranks - 1) * TransferSeconds(a.count * esize, a.chunk_bytes, FlatLink(a, m), nch);
   }
 };
 
