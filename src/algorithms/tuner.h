@@ -31,6 +31,7 @@ namespace braid {
 struct LinkParams {
   double alpha_s = 5e-6;      // per-message latency, seconds
   double beta_bytes_s = 5e9;  // bandwidth, bytes per second
+  bool operator==(const LinkParams&) const = default;
 };
 
 // Link classes, innermost first. A transfer between two ranks runs on the innermost level the
@@ -51,6 +52,8 @@ struct LinkModel {
   // mod nics_per_node), and transfers through different NICs proceed side by side, each paying
   // its own alpha. 1 (the emulated cluster, a calibrated link) is the whole link as one NIC.
   int nics_per_node = 1;
+  // Field by field (the struct has padding, so memcmp does not compare models).
+  bool operator==(const LinkModel&) const = default;
   const LinkParams& of(LinkClass c) const { return c == LinkClass::kIntraNode ? intra : inter; }
   // One NIC: what one inter-node transfer that has its NIC to itself gets.
   LinkParams nic() const {

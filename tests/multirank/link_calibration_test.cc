@@ -72,7 +72,7 @@ int CheckAgreement(braidComm_t handle, int rank, int nranks) {
   braid::CommRef c = braid::LookupComm(handle);
   CHECK_OR_FAIL(c != nullptr, "no communicator");
   const Agreed mine = AgreedOf(*c);
-  CHECK_OR_FAIL(std::memcmp(&c->tuner().model(), &c->links().model, sizeof(braid::LinkModel)) == 0,
+  CHECK_OR_FAIL(c->tuner().model() == c->links().model,
                 "the tuner's model differs from the calibrated one");
   std::vector<Agreed> all(nranks);
   CHECK_OR_FAIL(
@@ -194,7 +194,7 @@ TEST_P(LinkCalibration, DisabledKeepsTheDefaultsAndWritesNothing) {
                     [](braidComm_t comm, int rank, int nranks, const braidUniqueId&) {
                       const braid::LinkModel defaults;
                       const braid::LinkModel& m = braid::LookupComm(comm)->links().model;
-                      CHECK_OR_FAIL(std::memcmp(&m, &defaults, sizeof(m)) == 0, "%s",
+                      CHECK_OR_FAIL(m == defaults, "%s",
                                     braid::LookupComm(comm)->links().describe().c_str());
                       CHECK_OR_FAIL(OriginOf(comm, LinkClass::kIntraNode) == LinkOrigin::kDefault,
                                     "intra origin");
@@ -215,8 +215,7 @@ TEST_P(LinkCalibration, SplitChildrenInheritTheParentsModel) {
     braid::CommRef c = braid::LookupComm(child);
     CHECK_OR_FAIL(c != nullptr, "no child");
     CHECK_OR_FAIL(braid::LinkMeasurementsRun() == before, "the split measured again");
-    CHECK_OR_FAIL(std::memcmp(&c->links().model, &parent, sizeof(parent)) == 0, "child %s",
-                  c->links().describe().c_str());
+    CHECK_OR_FAIL(c->links().model == parent, "child %s", c->links().describe().c_str());
     CHECK_OR_FAIL(c->links().origin[0] == LinkOrigin::kInherited &&
                       c->links().origin[1] == LinkOrigin::kInherited,
                   "child %s", c->links().describe().c_str());

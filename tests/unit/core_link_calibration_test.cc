@@ -144,7 +144,7 @@ TEST(CalibrateLinks, UnbelievableMeasurementOfThePingerMeansTheDefault) {
   auto r = CalibrateLinks(bs, MakeSetup(2, layout, nullptr), Deadline::After(60000));
   ASSERT_TRUE(r.ok()) << r.status().message();
   const LinkModel defaults;
-  EXPECT_EQ(std::memcmp(&r->model, &defaults, sizeof(defaults)), 0);
+  EXPECT_TRUE(r->model == defaults);
   EXPECT_EQ(r->origin[0], LinkOrigin::kDefault);
 }
 
@@ -186,7 +186,7 @@ TEST(CalibrateLinks, InheritedModelIsSharedAsIs) {
   s.inherited = LinkModel{{1.0 / 3 * 1e-5, 7.7e9}, {3e-5, 1e9}};
   auto r = CalibrateLinks(bs, s, Deadline::After(60000));
   ASSERT_TRUE(r.ok()) << r.status().message();
-  EXPECT_EQ(std::memcmp(&r->model, &*s.inherited, sizeof(LinkModel)), 0);
+  EXPECT_TRUE(r->model == *s.inherited);
   EXPECT_EQ(r->origin[0], LinkOrigin::kInherited);
   EXPECT_EQ(r->origin[1], LinkOrigin::kInherited);
 }
