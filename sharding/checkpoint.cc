@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <iterator>
 #include <map>
 #include <memory>
 #include <sstream>
@@ -218,8 +219,11 @@ std::string ReadRange(const std::string& dir, const Checkpoint& ck, std::map<int
     if (e >= r.first + r.len)
       return "no file holds element " + std::to_string(e) + " of bucket " + std::to_string(b);
     const size_t run = std::min(end, r.first + r.len) - e;
+    auto file = ck.files.find(r.rank);
+    if (file == ck.files.end())
+      return "the manifest names no file for rank " + std::to_string(r.rank);
     File& f = (*open)[r.rank];
-    const std::string path = dir + "/" + ck.files.at(r.rank);
+    const std::string path = dir + "/" + file->second;
     if (!f) {
       f.reset(std::fopen(path.c_str(), "rb"));
       if (!f) return "cannot open " + path + ": " + std::strerror(errno);
@@ -243,6 +247,16 @@ static braidResult_t ShardSaveImpl(braidShard_t sh, const char* dir) {
   if (rc != braidSuccess) return rc;
   // Agreed before any file is written, so a refusal leaves nothing half-written.
   rc = Agree(sh, "braidShardSave", AtRest(sh), braidErrInvalidUsage);
+  if (rc != braidSuccess) return rc;
+  // An older checkpoint's manifest goes first: while the files are rewritten, the directory must
+  // not look like a complete checkpoint.
+  std::string removed;
+  if (sh->rank == 0) {
+    const std::string old = std::string(dir) + "/manifest.txt";
+    if (std::remove(old.c_str()) != 0 && errno != ENOENT)
+      removed = "cannot remove the old " + old + ": " + std::strerror(errno);
+  }
+  rc = Agree(sh, "braidShardSave", removed, braidErrSystem);
   if (rc != braidSuccess) return rc;
   rc = Agree(sh, "braidShardSave", WriteRankFile(sh, std::string(dir) + "/" + RankFile(sh->rank)),
              braidErrSystem);

@@ -558,18 +558,20 @@ bool OptionsOk(const braidShardStepOptions_t* o) {
 
 }  // namespace
 
+// `api`: the entry point's name for messages (braidShardStep runs this too).
 static braidResult_t ShardStepExImpl(braidShard_t sh, const braidShardStepOptions_t* opts,
-                                     braidShardStepInfo_t* info) {
+                                     braidShardStepInfo_t* info, const char* api) {
   if (!sh || !OptionsOk(opts))
     return SetLastError(braidErrInvalidArgument,
-                        "braidShardStepEx: NULL handle or options, or options of an older size "
-                        "(use BRAID_SHARD_STEP_OPTIONS_INITIALIZER)");
+                        std::string(api) +
+                            ": NULL handle or options, or options of an older size (use "
+                            "BRAID_SHARD_STEP_OPTIONS_INITIALIZER)");
   if (opts->optimizer != braidShardOptAdamW && opts->optimizer != braidShardOptSGD)
-    return sh->Fail(braidErrInvalidArgument, "braidShardStepEx: unknown optimizer " +
+    return sh->Fail(braidErrInvalidArgument, std::string(api) + ": unknown optimizer " +
                                                  std::to_string(opts->optimizer) +
                                                  " (braidShardOptAdamW or braidShardOptSGD)");
   braidShardStepInfo_t local{};
-  braidResult_t rc = Prepare(sh, opts, &local, "braidShardStepEx");
+  braidResult_t rc = Prepare(sh, opts, &local, api);
   if (rc != braidSuccess) return rc;
   if (!sh->skipped)
     for (Bucket& k : sh->buckets) {
@@ -578,7 +580,7 @@ static braidResult_t ShardStepExImpl(braidShard_t sh, const braidShardStepOption
       else
         Sgd(sh, k, opts->sgd);
     }
-  rc = Finish(sh, "braidShardStepEx");
+  rc = Finish(sh, api);
   if (info) {
     const size_t size = info->size;
     *info = local;
@@ -592,7 +594,7 @@ static braidResult_t ShardStepImpl(braidShard_t sh, const braidShardAdamW_t* opt
   braidShardStepOptions_t o = BRAID_SHARD_STEP_OPTIONS_INITIALIZER;
   o.adamw = *opt;
   o.gradDivisor = opt->gradDivisor;
-  return ShardStepExImpl(sh, &o, nullptr);
+  return ShardStepExImpl(sh, &o, nullptr, "braidShardStep");
 }
 
 static braidResult_t ShardPrepareStepImpl(braidShard_t sh, const braidShardStepOptions_t* opts,
@@ -729,7 +731,8 @@ braidResult_t braidShardStep(braidShard_t sh, const braidShardAdamW_t* opt) {
 }
 braidResult_t braidShardStepEx(braidShard_t sh, const braidShardStepOptions_t* opts,
                                braidShardStepInfo_t* info) {
-  return NoThrow("braidShardStepEx", [&] { return ShardStepExImpl(sh, opts, info); });
+  return NoThrow("braidShardStepEx",
+                 [&] { return ShardStepExImpl(sh, opts, info, "braidShardStepEx"); });
 }
 braidResult_t braidShardPrepareStep(braidShard_t sh, const braidShardStepOptions_t* opts,
                                     braidShardStepInfo_t* info) {

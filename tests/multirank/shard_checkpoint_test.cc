@@ -248,7 +248,7 @@ INSTANTIATE_TEST_SUITE_P(
                       Precision{"fp16_sgd_scaled", braidFloat16, kSgd, 1024.0f}),
     [](const ::testing::TestParamInfo<Precision>& info) { return std::string(info.param.tag); });
 
-TEST(ShardCheckpointErrors, AnotherModelOrNoCheckpointFailsOnEveryRank) {
+TEST(ShardCheckpointErrors, AnotherModelNoCheckpointOrAnIoErrorFailsOnEveryRank) {
   TempDir dir;
   ASSERT_FALSE(dir.path.empty());
   const Precision fp32{"fp32", braidFloat32, kAdamW, 0.0f};
@@ -297,6 +297,11 @@ TEST(ShardCheckpointErrors, AnotherModelOrNoCheckpointFailsOnEveryRank) {
     const std::string where = rank == 1 ? dir.path + "/missing" : dir.path;
     CHECK_OR_FAIL(braidShardLoad(sh, where.c_str()) == braidErrInvalidUsage, "missing accepted");
     const char* want = rank == 1 ? "cannot open" : "failed on another rank";
+    CHECK_OR_FAIL(std::strstr(braidShardGetLastError(sh), want), "message '%s'",
+                  braidShardGetLastError(sh));
+    // An I/O failure on one rank (its directory does not exist) fails both ranks.
+    CHECK_OR_FAIL(braidShardSave(sh, where.c_str()) == braidErrSystem, "save accepted");
+    want = rank == 1 ? "cannot create" : "failed on another rank";
     CHECK_OR_FAIL(std::strstr(braidShardGetLastError(sh), want), "message '%s'",
                   braidShardGetLastError(sh));
     // Saving with a bucket gathered on one rank is refused on both, before any file is written.
