@@ -186,10 +186,13 @@ typedef struct {
 
 /**
  * The accumulation boundary: reduces each gradient shard across replicas, keeps the slice of
- * the local OS shard, runs AdamW on it (step count t incremented first), and all-gathers the
- * updated parameters so that every rank holds its P shard. Collective over the whole comm. Every
- * bucket must have been reduced the same number of times (>= 1) on every rank and no bucket may
- * be gathered; otherwise every rank returns braidErrInvalidUsage and the step does nothing.
+ * the local OS shard, runs AdamW on it in fp32 (step count t incremented first), rounds the
+ * master weights to the parameter dtype and all-gathers them so that every rank holds its P
+ * shard. Collective over the whole comm. Every bucket must have been reduced the same number of
+ * times (>= 1) on every rank and no bucket may be gathered; otherwise every rank returns
+ * braidErrInvalidUsage and the step does nothing. This is braidShardStepEx() with AdamW, no
+ * clipping and the dynamic scaler's loss scale if one is set (1 otherwise); a step skipped for
+ * an overflow also returns braidSuccess here: use braidShardStepEx() to learn of it.
  */
 BRAID_API braidResult_t braidShardStep(braidShard_t shard, const braidShardAdamW_t* adamw);
 
