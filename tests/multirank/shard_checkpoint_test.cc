@@ -315,5 +315,74 @@ TEST(ShardCheckpointErrors, AnotherModelNoCheckpointOrAnIoErrorFailsOnEveryRank)
   EXPECT_TRUE(AllSucceeded(out)) << DescribeOutcomes(out);
 }
 
+TEST(ShardCheckpointState, StepCountAndDynamicLossScalerAreRestored) {
+  TempDir dir;
+  ASSERT_FALSE(dir.path.empty());
+  // Two steps under zero2 on 2 ranks with a scaler that doubles after every good step.
+  auto saved = RunRanks(2, [&](braidComm_t, int rank, int n, const braidUniqueId& id) {
+    braidShard_t sh = nullptr;
+    braidComm_t comm = nullptr;
+    if (Join(&comm, rank, n, id, 2, 1)) return 1;
+    const Precision fp16{"fp16", braidFloat16, kAdamW, 0.0f};
+    Ref ref = InitialReference(braidFloat16);
+    std::vector<std::vector<unsigned char>> init;
+    for (const auto& p : ref.p) init.push_back(ToDt(braidFloat16, p));
+    if (Create(comm, {"zero2", 2, 1}, fp16, rank, init, &sh)) return 1;
+    braidShardLossScaler_t scaler = BRAID_SHARD_LOSS_SCALER_INITIALIZER;
+    scaler.initScale = 256.0f;
+    scaler.growthInterval = 1;
+    CHECK_OR_FAIL(braidShardSetLossScaler(sh, &scaler) == braidSuccess, "scaler");
+    const braidShardStepOptions_t opt = Options(fp16);
+    for (int step = 0; step < 2; ++step) {
+      float ls = 0.0f;
+      CHECK_OR_FAIL(braidShardGetLossScale(sh, &ls) == braidSuccess, "scale");
+      for (int b = 0; b < static_cast<int>(kBuckets.size()); ++b) {
+        std::vector<float> grad(kBuckets[b], ls);
+        const std::vector<unsigned char> g = ToDt(braidFloat16, grad);
+        CHECK_OR_FAIL(braidShardReduceGrad(sh, b, g.data()) == braidSuccess, "reduce");
+      }
+      braidShardStepInfo_t info{};
+      CHECK_OR_FAIL(braidShardStepEx(sh, &opt, &info) == braidSuccess && !info.skipped, "step");
+    }
+    float ls = 0.0f;
+    CHECK_OR_FAIL(braidShardGetLossScale(sh, &ls) == braidSuccess && ls == 1024.0f,
+                  "scale %g before the save", ls);
+    CHECK_OR_FAIL(braidShardSave(sh, dir.path.c_str()) == braidSuccess, "save");
+    CHECK_OR_FAIL(braidShardDestroy(sh) == braidSuccess, "destroy");
+    sh = nullptr;
+    return braidCommDestroy(comm) == braidSuccess ? 0 : 1;
+  });
+  ASSERT_TRUE(AllSucceeded(saved)) << DescribeOutcomes(saved);
+  // One rank, ddp, no scaler of its own: the load brings the scaler, its scale and the count.
+  auto out = RunRanks(1, [&](braidComm_t, int rank, int n, const braidUniqueId& id) {
+    braidShard_t sh = nullptr;
+    braidComm_t comm = nullptr;
+    if (Join(&comm, rank, n, id, 1, 1)) return 1;
+    const Precision fp16{"fp16", braidFloat16, kAdamW, 0.0f};
+    std::vector<std::vector<unsigned char>> init;
+    for (size_t k : kBuckets) init.push_back(ToDt(braidFloat16, std::vector<float>(k, 0.0f)));
+    if (Create(comm, {"ddp", 1, 1}, fp16, rank, init, &sh)) return 1;
+    CHECK_OR_FAIL(braidShardLoad(sh, dir.path.c_str()) == braidSuccess, "load");
+    float ls = 0.0f;
+    CHECK_OR_FAIL(braidShardGetLossScale(sh, &ls) == braidSuccess && ls == 1024.0f,
+                  "scale %g after the load", ls);
+    for (int b = 0; b < static_cast<int>(kBuckets.size()); ++b) {
+      std::vector<float> grad(kBuckets[b], ls);
+      const std::vector<unsigned char> g = ToDt(braidFloat16, grad);
+      CHECK_OR_FAIL(braidShardReduceGrad(sh, b, g.data()) == braidSuccess, "reduce");
+    }
+    braidShardStepInfo_t info{};
+    const braidShardStepOptions_t opt = Options(fp16);
+    CHECK_OR_FAIL(braidShardStepEx(sh, &opt, &info) == braidSuccess, "step");
+    CHECK_OR_FAIL(info.step == 3 && info.lossScale == 1024.0f && info.nextLossScale == 2048.0f,
+                  "step %lld scale %g next %g", (long long)info.step, info.lossScale,
+                  info.nextLossScale);
+    CHECK_OR_FAIL(braidShardDestroy(sh) == braidSuccess, "destroy");
+    sh = nullptr;
+    return braidCommDestroy(comm) == braidSuccess ? 0 : 1;
+  });
+  EXPECT_TRUE(AllSucceeded(out)) << DescribeOutcomes(out);
+}
+
 }  // namespace
 }  // namespace braid_test
