@@ -1,58 +1,27 @@
-// The sharded step (spec/sharding.md section 2) for fp32 parameters and AdamW in fp32, on
-// braid's public C API only: sub-communicators are views (braidCommSplit) of the caller's comm.
+// The sharded step (spec/sharding.md section 2) on braid's public C API only: sub-communicators
+// are views (braidCommSplit) of the caller's comm. Parameters and gradients live in the parameter
+// dtype (fp32, bf16, fp16), the OS shard in fp32; the boundary is split into Prepare (reduction,
+// overflow check, norm, clipping), the update (built-in AdamW/SGD, or the caller's optimizer) and
+// Finish (redistribution), so that the escape hatch and the built-in step share one code path.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
+#include <limits>
+#include <map>
 #include <memory>
+#include <sstream>
 #include <string>
 #include <vector>
 
 #include "braid/shard.h"
+#include "sharding/dtype.h"
 #include "sharding/last_error.h"
 #include "sharding/layout.h"
+#include "sharding/state.h"
 
 using namespace braid::shard;
-
-struct Bucket {
-  size_t numel = 0;
-  size_t padded = 0;                // multiple of s_os (so of s_g and s_p too: nesting)
-  std::vector<float> param_shard;   // padded / s_p: this rank's P shard
-  std::vector<float> grad_shard;    // padded / s_g: accumulated gradient shard
-  std::vector<float> master, m, v;  // padded / s_os: the OS shard
-  std::vector<float> full;          // gathered parameters while in use (s_p > 1)
-  braidRequest_t gather = nullptr;  // in-flight gather into `full`
-  bool gathered = false;            // handed to the caller, not yet released
-  int reduced = 0;                  // micro-batches reduced since the last step
-};
-
-struct braidShard {
-  braidComm_t comm = nullptr;  // the caller's, not owned
-  braidShardConfig_t cfg{};
-  int rank = 0, nranks = 0;
-  RankLayout layout;
-  // Views of `comm`, owned; NULL where the group is this rank alone.
-  braidComm_t p_comm = nullptr, g_comm = nullptr, replica_comm = nullptr, redist_comm = nullptr;
-  std::vector<Bucket> buckets;
-  // Two padded gradient buffers (s_g > 1): one bucket's reduce-scatter stays in flight while the
-  // caller computes the next bucket's gradient; the other buffer takes that gradient.
-  std::vector<float> scratch[2];
-  int slot = 0;                      // the buffer the next reduce-scatter uses
-  int pending_bucket = -1;           // bucket whose reduce-scatter is in flight, or -1
-  braidRequest_t pending = nullptr;  // its request (in scratch[slot ^ 1])
-  int last_gather = -1, direction = 1;
-  int64_t t = 0;  // AdamW step count
-  std::string error = "no error";
-
-  braidResult_t Fail(braidResult_t code, const std::string& what) {
-    error = "rank " + std::to_string(rank) + ": " + what;
-    return code;
-  }
-  braidResult_t CommFail(braidResult_t code, const char* op, braidComm_t c) {
-    return Fail(code, std::string(op) + " failed: " + braidGetLastError(c ? c : comm));
-  }
-  int S(int state) const { return SizeOf(FactorOf(cfg, state)); }
-};
 
 namespace {
 
@@ -76,8 +45,10 @@ braidResult_t View(braidComm_t comm, int color, int key, int expected_size, brai
   return braidSuccess;
 }
 
-// Agreement across ranks: for each value, max and min over the comm in one all-reduce (the max
-// of v and of -v).
+}  // namespace
+
+namespace braid::shard {
+
 braidResult_t MinMax(braidComm_t comm, const std::vector<int64_t>& v, std::vector<int64_t>* mn,
                      std::vector<int64_t>* mx) {
   std::vector<int64_t> buf(2 * v.size());
@@ -96,15 +67,42 @@ braidResult_t MinMax(braidComm_t comm, const std::vector<int64_t>& v, std::vecto
   return braidSuccess;
 }
 
+braidResult_t Agree(braidShard* sh, const char* api, const std::string& local_error,
+                    braidResult_t code) {
+  std::vector<int64_t> mn, mx;
+  braidResult_t rc = MinMax(sh->comm, {local_error.empty() ? 0 : 1}, &mn, &mx);
+  if (rc != braidSuccess)
+    return sh->CommFail(rc, (std::string(api) + ": agreement").c_str(), sh->comm);
+  if (!local_error.empty()) return sh->Fail(code, std::string(api) + ": " + local_error);
+  if (mx[0] != 0)
+    return sh->Fail(code, std::string(api) + ": failed on another rank (see its message)");
+  return braidSuccess;
+}
+
+}  // namespace braid::shard
+
+namespace {
+
 braidResult_t StartGather(braidShard* sh, int b) {
   Bucket& k = sh->buckets[b];
-  k.full.resize(k.padded);
+  k.full.resize(k.padded * sh->esize);
   const size_t len = k.padded / sh->S(kP);
-  return braidIallGather(k.param_shard.data(), k.full.data(), len, braidFloat32, sh->p_comm,
+  return braidIallGather(k.param_shard.data(), k.full.data(), len, sh->dtype, sh->p_comm,
                          &k.gather);
 }
 
 }  // namespace
+
+braidResult_t braid::shard::FinishPrefetches(braidShard* sh, const char* api) {
+  for (Bucket& k : sh->buckets)
+    if (k.gather) {
+      braidResult_t rc = braidWait(&k.gather, -1);
+      if (rc != braidSuccess)
+        return sh->CommFail(rc, (std::string(api) + ": prefetch").c_str(), sh->p_comm);
+      if (!k.gathered && sh->S(kP) > 1) std::vector<unsigned char>().swap(k.full);
+    }
+  return braidSuccess;
+}
 
 extern "C" {
 
@@ -131,9 +129,10 @@ static braidResult_t ShardCreateImpl(braidComm_t comm, const braidShardConfig_t*
     local_error = "the comm has " + std::to_string(sh->nranks) + " ranks but the configuration " +
                   std::to_string(R) + " ranks per node x " + std::to_string(cfg->nodes) +
                   " nodes = " + std::to_string(R * cfg->nodes);
-  if (local_error.empty() && paramType != braidFloat32)
-    local_error = "parameter type " + std::to_string(paramType) +
-                  ": this version runs fp32 parameters only (bf16/fp16 are not built yet)";
+  if (local_error.empty() && !SupportedParamType(paramType))
+    local_error = "parameter type " + std::to_string(static_cast<int>(paramType)) +
+                  " is not supported: parameters are braidFloat32 (7), braidBfloat16 (9) or "
+                  "braidFloat16 (6)";
   if (local_error.empty() && (cfg->hpz || cfg->qwz || cfg->qgz))
     local_error = "preset '" + std::string(cfg->preset) +
                   "' asks for hpZ/qwZ/qgZ, which are not built yet (docs/sharding.md)";
@@ -194,6 +193,9 @@ static braidResult_t ShardCreateImpl(braidComm_t comm, const braidShardConfig_t*
                           where + "the ranks passed different configurations or parameter types");
 
   sh->layout = Layout(sh->cfg, sh->rank);
+  sh->dtype = paramType;
+  sh->esize = ElemSize(paramType);
+  sh->os_primary = sh->layout.group[kOs] == Layout(sh->cfg, 0).group[kOs];
   const RankLayout& l = sh->layout;
   const int sp = sh->S(kP), sg = sh->S(kG), so = sh->S(kOs), D = sh->nranks;
   braidResult_t rc = View(comm, l.group[kP], l.pos[kP], sp, &sh->p_comm);
@@ -213,20 +215,24 @@ static braidResult_t ShardCreateImpl(braidComm_t comm, const braidShardConfig_t*
     k.numel = bucketNumel[b];
     k.padded = (k.numel + so - 1) / so * so;
     max_padded = std::max(max_padded, k.padded);
-    const float* init = static_cast<const float*>(initParams[b]);
-    auto slice = [&](size_t off, size_t len, std::vector<float>* out) {
-      out->assign(len, 0.0f);  // the padding stays zero
-      for (size_t i = 0; i < len && off + i < k.numel; ++i) (*out)[i] = init[off + i];
-    };
-    slice(l.pos[kP] * (k.padded / sp), k.padded / sp, &k.param_shard);
-    slice(l.pos[kOs] * (k.padded / so), k.padded / so, &k.master);
-    k.grad_shard.assign(k.padded / sg, 0.0f);
+    const unsigned char* init = static_cast<const unsigned char*>(initParams[b]);
+    const size_t es = sh->esize;
+    // The padding stays zero; the master weights are the exact fp32 values of the parameters.
+    const size_t p_off = l.pos[kP] * (k.padded / sp), p_len = k.padded / sp;
+    k.param_shard.assign(p_len * es, 0);
+    if (p_off < k.numel)
+      std::memcpy(k.param_shard.data(), init + p_off * es, std::min(p_len, k.numel - p_off) * es);
+    const size_t o_off = l.pos[kOs] * (k.padded / so), o_len = k.padded / so;
+    k.master.assign(o_len, 0.0f);
+    for (size_t i = 0; i < o_len && o_off + i < k.numel; ++i)
+      k.master[i] = Load(paramType, init, o_off + i);
+    k.grad_shard.assign(k.padded / sg * es, 0);
     k.m.assign(k.padded / so, 0.0f);
     k.v.assign(k.padded / so, 0.0f);
   }
   if (sg > 1) {
-    sh->scratch[0].resize(max_padded);
-    sh->scratch[1].resize(max_padded);
+    sh->scratch[0].resize(max_padded * sh->esize);
+    sh->scratch[1].resize(max_padded * sh->esize);
   }
   *shard = sh.release();
   return braidSuccess;
@@ -238,6 +244,9 @@ static braidResult_t ShardGatherImpl(braidShard_t sh, int b, const void** params
     return sh->Fail(braidErrInvalidArgument, "braidShardGather: unknown bucket " +
                                                  std::to_string(b) + " (registered " +
                                                  std::to_string(sh->buckets.size()) + ")");
+  if (sh->prepared)
+    return sh->Fail(braidErrInvalidUsage,
+                    "braidShardGather: a prepared step is open (call braidShardFinishStep)");
   Bucket& k = sh->buckets[b];
   if (k.gathered)
     return sh->Fail(braidErrInvalidUsage, "braidShardGather: bucket " + std::to_string(b) +
@@ -274,44 +283,51 @@ static braidResult_t ShardReleaseImpl(braidShard_t sh, int b) {
                     "braidShardRelease: bucket " + std::to_string(b) + " is not gathered");
   Bucket& k = sh->buckets[b];
   k.gathered = false;
-  if (sh->S(kP) > 1) std::vector<float>().swap(k.full);
+  if (sh->S(kP) > 1) std::vector<unsigned char>().swap(k.full);
   return braidSuccess;
 }
 
+}  // extern "C"
+
 namespace {
 
-// Adds a reduced gradient to the bucket's accumulator (`len` elements, of which the first `valid`
-// are at `shard`, the rest zero padding), after the per-micro-batch replica all-reduce of
-// HYBRID_SHARD. `tmp` (>= len elements, may hold `shard`) is scratch for that all-reduce.
-braidResult_t Accumulate(braidShard* sh, Bucket& k, const float* shard, size_t valid, size_t len,
-                         float* tmp) {
+// Adds a reduced gradient to the bucket's accumulator (`len` elements of the parameter dtype, of
+// which the first `valid` are at `shard`, the rest zero padding), after the per-micro-batch
+// replica all-reduce of HYBRID_SHARD. `tmp` (>= len elements, may hold `shard`) is scratch for
+// that all-reduce. The sum is rounded to the parameter dtype, as a framework's .grad would be.
+braidResult_t Accumulate(braidShard* sh, Bucket& k, const void* shard, size_t valid, size_t len,
+                         unsigned char* tmp) {
+  const size_t es = sh->esize;
   if (sh->cfg.replicaEveryMicrobatch && sh->replica_comm) {
-    if (shard != tmp) std::memmove(tmp, shard, valid * sizeof(float));
-    std::fill(tmp + valid, tmp + len, 0.0f);
-    braidResult_t rc = braidAllReduce(tmp, tmp, len, braidFloat32, braidSum, sh->replica_comm);
+    if (shard != tmp) std::memmove(tmp, shard, valid * es);
+    std::fill(tmp + valid * es, tmp + len * es, 0);
+    braidResult_t rc = braidAllReduce(tmp, tmp, len, sh->dtype, braidSum, sh->replica_comm);
     if (rc != braidSuccess)
       return sh->CommFail(rc, "braidShardReduceGrad: replica all-reduce", sh->replica_comm);
     shard = tmp;
     valid = len;
   }
-  for (size_t i = 0; i < valid; ++i) k.grad_shard[i] += shard[i];
+  void* acc = k.grad_shard.data();
+  for (size_t i = 0; i < valid; ++i)
+    Store(sh->dtype, acc, i, Load(sh->dtype, acc, i) + Load(sh->dtype, shard, i));
   return braidSuccess;
 }
 
-// Waits for the reduce-scatter in flight, if any, and accumulates its shard.
-braidResult_t FinishPending(braidShard* sh) {
+}  // namespace
+
+braidResult_t braid::shard::FinishPending(braidShard* sh) {
   if (sh->pending_bucket < 0) return braidSuccess;
   Bucket& k = sh->buckets[sh->pending_bucket];
   sh->pending_bucket = -1;
   braidResult_t rc = braidWait(&sh->pending, -1);
   if (rc != braidSuccess)
     return sh->CommFail(rc, "braidShardReduceGrad: reduce-scatter", sh->g_comm);
-  float* buf = sh->scratch[sh->slot ^ 1].data();
+  unsigned char* buf = sh->scratch[sh->slot ^ 1].data();
   const size_t len = k.padded / sh->S(kG);
-  return Accumulate(sh, k, buf + sh->layout.pos[kG] * len, len, len, buf);
+  return Accumulate(sh, k, buf + sh->layout.pos[kG] * len * sh->esize, len, len, buf);
 }
 
-}  // namespace
+extern "C" {
 
 static braidResult_t ShardReduceGradImpl(braidShard_t sh, int b, const void* grad) {
   if (!sh || !grad) return SetLastError(braidErrInvalidArgument, "braidShardReduceGrad: NULL");
@@ -319,18 +335,23 @@ static braidResult_t ShardReduceGradImpl(braidShard_t sh, int b, const void* gra
     return sh->Fail(braidErrInvalidArgument, "braidShardReduceGrad: unknown bucket " +
                                                  std::to_string(b) + " (registered " +
                                                  std::to_string(sh->buckets.size()) + ")");
+  if (sh->prepared)
+    return sh->Fail(braidErrInvalidUsage,
+                    "braidShardReduceGrad: a prepared step is open (call braidShardFinishStep)");
   Bucket& k = sh->buckets[b];
-  const float* g = static_cast<const float*>(grad);
+  const size_t es = sh->esize;
   const int sg = sh->S(kG);
   if (sg == 1) {
     // Full gradients accumulate locally; the replica all-reduce (if per micro-batch) needs a
     // padded copy.
     if (sh->cfg.replicaEveryMicrobatch && sh->replica_comm) {
-      sh->scratch[0].resize(std::max(sh->scratch[0].size(), k.padded));
-      braidResult_t rc = Accumulate(sh, k, g, k.numel, k.padded, sh->scratch[0].data());
+      sh->scratch[0].resize(std::max(sh->scratch[0].size(), k.padded * es));
+      braidResult_t rc = Accumulate(sh, k, grad, k.numel, k.padded, sh->scratch[0].data());
       if (rc != braidSuccess) return rc;
     } else {
-      for (size_t i = 0; i < k.numel; ++i) k.grad_shard[i] += g[i];
+      void* acc = k.grad_shard.data();
+      for (size_t i = 0; i < k.numel; ++i)
+        Store(sh->dtype, acc, i, Load(sh->dtype, acc, i) + Load(sh->dtype, grad, i));
     }
     ++k.reduced;
     return braidSuccess;
@@ -339,11 +360,11 @@ static braidResult_t ShardReduceGradImpl(braidShard_t sh, int b, const void* gra
   // the shard lands at buf + pos * len. The previous bucket's reduction is then finished, so
   // one reduction is always in flight while the caller computes the next gradient.
   const size_t len = k.padded / sg;
-  float* buf = sh->scratch[sh->slot].data();
-  std::memcpy(buf, g, k.numel * sizeof(float));
-  std::fill(buf + k.numel, buf + k.padded, 0.0f);
+  unsigned char* buf = sh->scratch[sh->slot].data();
+  std::memcpy(buf, grad, k.numel * es);
+  std::fill(buf + k.numel * es, buf + k.padded * es, 0);
   braidRequest_t req = nullptr;
-  braidResult_t rc = braidIreduceScatter(buf, buf + sh->layout.pos[kG] * len, len, braidFloat32,
+  braidResult_t rc = braidIreduceScatter(buf, buf + sh->layout.pos[kG] * len * es, len, sh->dtype,
                                          braidSum, sh->g_comm, &req);
   if (rc != braidSuccess)
     return sh->CommFail(rc, "braidShardReduceGrad: reduce-scatter", sh->g_comm);
@@ -355,20 +376,24 @@ static braidResult_t ShardReduceGradImpl(braidShard_t sh, int b, const void* gra
   return rc;
 }
 
-static braidResult_t ShardStepImpl(braidShard_t sh, const braidShardAdamW_t* opt) {
-  if (!sh || !opt) return SetLastError(braidErrInvalidArgument, "braidShardStep: NULL");
-  // Finish prefetches: the step rewrites the P shards they read.
-  for (Bucket& k : sh->buckets)
-    if (k.gather) {
-      braidResult_t rc = braidWait(&k.gather, -1);
-      if (rc != braidSuccess) return sh->CommFail(rc, "braidShardStep: prefetch", sh->p_comm);
-      if (!k.gathered && sh->S(kP) > 1) std::vector<float>().swap(k.full);
-    }
+namespace {
+
+// The boundary work shared by the built-in step and the escape hatch: checks, replica reduction,
+// select & drop into fp32 (divided and unscaled), overflow flag and global norm, clipping.
+// Leaves the handle prepared (sh->prepared) unless it fails.
+braidResult_t Prepare(braidShard* sh, const braidShardStepOptions_t* opts,
+                      braidShardStepInfo_t* info, const char* api) {
+  const std::string a = api;
+  braidResult_t rc = FinishPrefetches(sh, api);
+  if (rc != braidSuccess) return rc;
   // The last reduce-scatter of the micro-batch is still in flight.
-  braidResult_t pending_rc = FinishPending(sh);
-  if (pending_rc != braidSuccess) return pending_rc;
+  rc = FinishPending(sh);
+  if (rc != braidSuccess) return rc;
   std::string local_error;
-  int mb = sh->buckets[0].reduced;
+  if (sh->prepared) local_error = "a prepared step is still open (call braidShardFinishStep)";
+  if (local_error.empty() && !(opts->lossScale >= 0.0f && std::isfinite(opts->lossScale)))
+    local_error = "loss scale " + std::to_string(opts->lossScale) + " is not a finite value >= 0";
+  const int mb = sh->buckets[0].reduced;
   for (size_t b = 0; b < sh->buckets.size() && local_error.empty(); ++b) {
     const Bucket& k = sh->buckets[b];
     if (k.gathered)
@@ -382,64 +407,273 @@ static braidResult_t ShardStepImpl(braidShard_t sh, const braidShardAdamW_t* opt
                     " times but bucket 0 " + std::to_string(mb) + " times";
   }
   std::vector<int64_t> mn, mx;
-  braidResult_t rc = MinMax(sh->comm, {local_error.empty() ? 0 : 1, mb}, &mn, &mx);
-  if (rc != braidSuccess) return sh->CommFail(rc, "braidShardStep: agreement", sh->comm);
-  if (!local_error.empty()) return sh->Fail(braidErrInvalidUsage, "braidShardStep: " + local_error);
+  rc = MinMax(sh->comm, {local_error.empty() ? 0 : 1, mb}, &mn, &mx);
+  if (rc != braidSuccess) return sh->CommFail(rc, (a + ": agreement").c_str(), sh->comm);
+  if (!local_error.empty()) return sh->Fail(braidErrInvalidUsage, a + ": " + local_error);
   if (mx[0] != 0)
     return sh->Fail(braidErrInvalidUsage,
-                    "braidShardStep: another rank is not ready for the step (see its message)");
+                    a + ": another rank is not ready for the step (see its message)");
   if (mn[1] != mx[1])
-    return sh->Fail(braidErrInvalidUsage,
-                    "braidShardStep: the ranks reduced different numbers "
-                    "of micro-batches (" +
-                        std::to_string(mn[1]) + ".." + std::to_string(mx[1]) + ")");
+    return sh->Fail(braidErrInvalidUsage, a +
+                                              ": the ranks reduced different numbers of "
+                                              "micro-batches (" +
+                                              std::to_string(mn[1]) + ".." + std::to_string(mx[1]) +
+                                              ")");
 
-  const int sp = sh->S(kP), sg = sh->S(kG), so = sh->S(kOs);
+  const int sg = sh->S(kG), so = sh->S(kOs);
   const RankLayout& l = sh->layout;
+  const float loss_scale =
+      opts->lossScale > 0.0f ? opts->lossScale : (sh->scaler_on ? sh->scale : 1.0f);
   const double divisor =
-      opt->gradDivisor > 0 ? opt->gradDivisor : static_cast<double>(sh->nranks) * mb;
+      (opts->gradDivisor > 0 ? opts->gradDivisor : static_cast<double>(sh->nranks) * mb) *
+      loss_scale;
+  // One multiply per element by a factor rounded once: the reference does the same.
   const float scale = static_cast<float>(1.0 / divisor);
-  ++sh->t;
-  // Bias corrections in double, rounded once to float: the reference does the same.
-  const float bc1 = static_cast<float>(1.0 - std::pow(static_cast<double>(opt->beta1), sh->t));
-  const float bc2 = static_cast<float>(1.0 - std::pow(static_cast<double>(opt->beta2), sh->t));
-  const float sqrt_bc2 = std::sqrt(bc2);
-  const float step_size = opt->lr / bc1;
-  const float decay = 1.0f - opt->lr * opt->weightDecay;
+  double local[2] = {0.0, 0.0};  // sum of squares, non-finite count (primary replica only)
   for (Bucket& k : sh->buckets) {
     const size_t g_len = k.padded / sg, os_len = k.padded / so;
     if (!sh->cfg.replicaEveryMicrobatch && sh->replica_comm) {
-      rc = braidAllReduce(k.grad_shard.data(), k.grad_shard.data(), g_len, braidFloat32, braidSum,
+      rc = braidAllReduce(k.grad_shard.data(), k.grad_shard.data(), g_len, sh->dtype, braidSum,
                           sh->replica_comm);
       if (rc != braidSuccess)
-        return sh->CommFail(rc, "braidShardStep: replica all-reduce", sh->replica_comm);
+        return sh->CommFail(rc, (a + ": replica all-reduce").c_str(), sh->replica_comm);
     }
     // Select & drop: the OS shard is a sub-slice of the G shard.
-    const float* g = k.grad_shard.data() + (static_cast<size_t>(l.pos[kOs]) * os_len -
-                                            static_cast<size_t>(l.pos[kG]) * g_len);
+    const size_t first =
+        static_cast<size_t>(l.pos[kOs]) * os_len - static_cast<size_t>(l.pos[kG]) * g_len;
+    k.grad32.resize(os_len);
     for (size_t i = 0; i < os_len; ++i) {
-      const float gi = g[i] * scale;
-      float p = k.master[i] * decay;
-      k.m[i] = opt->beta1 * k.m[i] + (1.0f - opt->beta1) * gi;
-      k.v[i] = opt->beta2 * k.v[i] + (1.0f - opt->beta2) * gi * gi;
-      const float denom = std::sqrt(k.v[i]) / sqrt_bc2 + opt->eps;
-      p = p - step_size * (k.m[i] / denom);
-      k.master[i] = p;
+      const float gi = Load(sh->dtype, k.grad_shard.data(), first + i) * scale;
+      k.grad32[i] = gi;
+      if (!sh->os_primary) continue;
+      if (!std::isfinite(gi)) local[1] += 1.0;
+      local[0] += static_cast<double>(gi) * static_cast<double>(gi);
     }
-    std::fill(k.grad_shard.begin(), k.grad_shard.end(), 0.0f);
+    std::fill(k.grad_shard.begin(), k.grad_shard.end(), 0);
     k.reduced = 0;
-    // Redistribute: the OS shards of the redistribution group tile this rank's P shard.
-    if (so / sp > 1) {
-      rc = braidAllGather(k.master.data(), k.param_shard.data(), os_len, braidFloat32,
-                          sh->redist_comm);
-      if (rc != braidSuccess)
-        return sh->CommFail(rc, "braidShardStep: redistribution all-gather", sh->redist_comm);
-    } else {
-      std::copy(k.master.begin(), k.master.end(), k.param_shard.begin());
-    }
-    // The padding of a shard must stay zero whatever AdamW did to it (weight decay keeps 0 at 0,
-    // and its gradient is 0, so it does; nothing to do).
   }
+  // One all-reduce gives every rank the same norm and the same overflow verdict.
+  rc = braidAllReduce(local, local, 2, braidFloat64, braidSum, sh->comm);
+  if (rc != braidSuccess) return sh->CommFail(rc, (a + ": norm all-reduce").c_str(), sh->comm);
+  const bool overflow = local[1] > 0.0 || !std::isfinite(local[0]);
+  const double norm = std::sqrt(local[0]);
+  bool clipped = false;
+  if (!overflow && opts->maxGradNorm > 0.0f) {
+    const float coef = static_cast<float>(opts->maxGradNorm / (norm + 1e-6));
+    if (coef < 1.0f) {
+      clipped = true;
+      for (Bucket& k : sh->buckets)
+        for (float& g : k.grad32) g *= coef;
+    }
+  }
+  // Dynamic scaler: backs off on overflow, grows after growthInterval good steps in a row.
+  float next = loss_scale;
+  if (sh->scaler_on && opts->lossScale <= 0.0f) {
+    if (overflow) {
+      sh->scale *= sh->scaler.backoffFactor;
+      sh->good_steps = 0;
+    } else if (++sh->good_steps >= sh->scaler.growthInterval) {
+      sh->scale *= sh->scaler.growthFactor;
+      sh->good_steps = 0;
+    }
+    next = sh->scale;
+  }
+  if (!overflow) ++sh->t;
+  sh->prepared = true;
+  sh->skipped = overflow;
+  if (info) {
+    info->skipped = overflow ? 1 : 0;
+    info->clipped = clipped ? 1 : 0;
+    info->gradNorm = overflow ? std::numeric_limits<double>::infinity() : norm;
+    info->lossScale = loss_scale;
+    info->nextLossScale = next;
+    info->step = sh->t;
+  }
+  return braidSuccess;
+}
+
+// PyTorch's AdamW on one OS shard, in float operations in a fixed order.
+void AdamW(braidShard* sh, Bucket& k, const braidShardAdamW_t& o) {
+  // Bias corrections in double, rounded once to float: the reference does the same.
+  const float bc1 = static_cast<float>(1.0 - std::pow(static_cast<double>(o.beta1), sh->t));
+  const float bc2 = static_cast<float>(1.0 - std::pow(static_cast<double>(o.beta2), sh->t));
+  const float sqrt_bc2 = std::sqrt(bc2);
+  const float step_size = o.lr / bc1;
+  const float decay = 1.0f - o.lr * o.weightDecay;
+  for (size_t i = 0; i < k.master.size(); ++i) {
+    const float gi = k.grad32[i];
+    float p = k.master[i] * decay;
+    k.m[i] = o.beta1 * k.m[i] + (1.0f - o.beta1) * gi;
+    k.v[i] = o.beta2 * k.v[i] + (1.0f - o.beta2) * gi * gi;
+    const float denom = std::sqrt(k.v[i]) / sqrt_bc2 + o.eps;
+    p = p - step_size * (k.m[i] / denom);
+    k.master[i] = p;
+  }
+}
+
+// PyTorch's SGD (weight decay into the gradient, momentum buffer = first gradient on the first
+// step); the buffer is `m`.
+void Sgd(braidShard* sh, Bucket& k, const braidShardSGD_t& o) {
+  for (size_t i = 0; i < k.master.size(); ++i) {
+    float g = k.grad32[i];
+    if (o.weightDecay != 0.0f) g = g + o.weightDecay * k.master[i];
+    if (o.momentum != 0.0f) {
+      k.m[i] = sh->t == 1 ? g : o.momentum * k.m[i] + (1.0f - o.dampening) * g;
+      g = o.nesterov ? g + o.momentum * k.m[i] : k.m[i];
+    }
+    k.master[i] = k.master[i] - o.lr * g;
+  }
+}
+
+// Redistributes the master weights in the parameter dtype and closes the prepared step.
+braidResult_t Finish(braidShard* sh, const char* api) {
+  const std::string a = api;
+  const int sp = sh->S(kP), so = sh->S(kOs);
+  const bool skipped = sh->skipped;
+  sh->prepared = sh->skipped = false;
+  std::vector<unsigned char> send;
+  for (Bucket& k : sh->buckets) {
+    std::vector<float>().swap(k.grad32);
+    if (skipped) continue;
+    const size_t os_len = k.padded / so;
+    // The padding's master stays 0 (zero gradient, decay keeps 0), so it rounds to 0.
+    if (so / sp > 1) {
+      // The OS shards of the redistribution group tile this rank's P shard.
+      send.resize(os_len * sh->esize);
+      for (size_t i = 0; i < os_len; ++i) Store(sh->dtype, send.data(), i, k.master[i]);
+      braidResult_t rc =
+          braidAllGather(send.data(), k.param_shard.data(), os_len, sh->dtype, sh->redist_comm);
+      if (rc != braidSuccess)
+        return sh->CommFail(rc, (a + ": redistribution all-gather").c_str(), sh->redist_comm);
+    } else {
+      for (size_t i = 0; i < os_len; ++i) Store(sh->dtype, k.param_shard.data(), i, k.master[i]);
+    }
+  }
+  return braidSuccess;
+}
+
+bool OptionsOk(const braidShardStepOptions_t* o) {
+  return o && o->size >= sizeof(braidShardStepOptions_t);
+}
+
+}  // namespace
+
+// `api`: the entry point's name for messages (braidShardStep runs this too).
+static braidResult_t ShardStepExImpl(braidShard_t sh, const braidShardStepOptions_t* opts,
+                                     braidShardStepInfo_t* info, const char* api) {
+  if (!sh || !OptionsOk(opts))
+    return SetLastError(braidErrInvalidArgument,
+                        std::string(api) +
+                            ": NULL handle or options, or options of an older size (use "
+                            "BRAID_SHARD_STEP_OPTIONS_INITIALIZER)");
+  if (opts->optimizer != braidShardOptAdamW && opts->optimizer != braidShardOptSGD)
+    return sh->Fail(braidErrInvalidArgument, std::string(api) + ": unknown optimizer " +
+                                                 std::to_string(opts->optimizer) +
+                                                 " (braidShardOptAdamW or braidShardOptSGD)");
+  braidShardStepInfo_t local{};
+  braidResult_t rc = Prepare(sh, opts, &local, api);
+  if (rc != braidSuccess) return rc;
+  if (!sh->skipped)
+    for (Bucket& k : sh->buckets) {
+      if (opts->optimizer == braidShardOptAdamW)
+        AdamW(sh, k, opts->adamw);
+      else
+        Sgd(sh, k, opts->sgd);
+    }
+  rc = Finish(sh, api);
+  if (info) {
+    const size_t size = info->size;
+    *info = local;
+    info->size = size;
+  }
+  return rc;
+}
+
+static braidResult_t ShardStepImpl(braidShard_t sh, const braidShardAdamW_t* opt) {
+  if (!sh || !opt) return SetLastError(braidErrInvalidArgument, "braidShardStep: NULL");
+  braidShardStepOptions_t o = BRAID_SHARD_STEP_OPTIONS_INITIALIZER;
+  o.adamw = *opt;
+  o.gradDivisor = opt->gradDivisor;
+  return ShardStepExImpl(sh, &o, nullptr, "braidShardStep");
+}
+
+static braidResult_t ShardPrepareStepImpl(braidShard_t sh, const braidShardStepOptions_t* opts,
+                                          braidShardStepInfo_t* info) {
+  if (!sh || !OptionsOk(opts))
+    return SetLastError(braidErrInvalidArgument,
+                        "braidShardPrepareStep: NULL handle or options, or options of an older "
+                        "size (use BRAID_SHARD_STEP_OPTIONS_INITIALIZER)");
+  braidShardStepInfo_t local{};
+  braidResult_t rc = Prepare(sh, opts, &local, "braidShardPrepareStep");
+  if (info) {
+    const size_t size = info->size;
+    *info = local;
+    info->size = size;
+  }
+  return rc;
+}
+
+static braidResult_t ShardOptimizerShardImpl(braidShard_t sh, int b, braidShardOsShard_t* view) {
+  if (!sh || !view) return SetLastError(braidErrInvalidArgument, "braidShardOptimizerShard: NULL");
+  if (b < 0 || b >= static_cast<int>(sh->buckets.size()))
+    return sh->Fail(braidErrInvalidArgument, "braidShardOptimizerShard: unknown bucket " +
+                                                 std::to_string(b) + " (registered " +
+                                                 std::to_string(sh->buckets.size()) + ")");
+  if (!sh->prepared || sh->skipped)
+    return sh->Fail(braidErrInvalidUsage,
+                    sh->prepared ? "braidShardOptimizerShard: the prepared step was skipped "
+                                   "(overflow): there is nothing to update"
+                                 : "braidShardOptimizerShard: no prepared step (call "
+                                   "braidShardPrepareStep first)");
+  Bucket& k = sh->buckets[b];
+  const size_t os_len = k.padded / sh->S(kOs);
+  const size_t off = static_cast<size_t>(sh->layout.pos[kOs]) * os_len;
+  const size_t size = view->size;
+  *view = {};
+  view->size = size;
+  view->offset = off;
+  view->count = off < k.numel ? std::min(os_len, k.numel - off) : 0;
+  view->master = k.master.data();
+  view->grad = k.grad32.data();
+  view->m = k.m.data();
+  view->v = k.v.data();
+  return braidSuccess;
+}
+
+static braidResult_t ShardFinishStepImpl(braidShard_t sh) {
+  if (!sh) return SetLastError(braidErrInvalidArgument, "braidShardFinishStep: NULL");
+  // Agreed first: a rank without a prepared step must not leave the others in the all-gather.
+  braidResult_t rc =
+      Agree(sh, "braidShardFinishStep",
+            sh->prepared ? "" : "no prepared step (call braidShardPrepareStep first)",
+            braidErrInvalidUsage);
+  if (rc != braidSuccess) return rc;
+  return Finish(sh, "braidShardFinishStep");
+}
+
+static braidResult_t ShardSetLossScalerImpl(braidShard_t sh, const braidShardLossScaler_t* s) {
+  if (!sh) return SetLastError(braidErrInvalidArgument, "braidShardSetLossScaler: NULL");
+  if (!s) {
+    sh->scaler_on = false;
+    sh->scale = 1.0f;
+    return braidSuccess;
+  }
+  if (s->size < sizeof(braidShardLossScaler_t) || !(s->initScale > 0.0f) ||
+      !std::isfinite(s->initScale) || !(s->growthFactor >= 1.0f) || !(s->backoffFactor > 0.0f) ||
+      !(s->backoffFactor < 1.0f) || s->growthInterval < 1)
+    return sh->Fail(braidErrInvalidArgument,
+                    "braidShardSetLossScaler: need initScale > 0, growthFactor >= 1, 0 < "
+                    "backoffFactor < 1, growthInterval >= 1 (and size from the initializer)");
+  sh->scaler_on = true;
+  sh->scaler = *s;
+  sh->scale = s->initScale;
+  sh->good_steps = 0;
+  return braidSuccess;
+}
+
+static braidResult_t ShardGetLossScaleImpl(braidShard_t sh, float* scale) {
+  if (!sh || !scale) return SetLastError(braidErrInvalidArgument, "braidShardGetLossScale: NULL");
+  *scale = sh->scaler_on ? sh->scale : 1.0f;
   return braidSuccess;
 }
 
@@ -447,8 +681,8 @@ static braidResult_t ShardMemoryImpl(braidShard_t sh, braidShardMemory_t* mem) {
   if (!sh || !mem) return SetLastError(braidErrInvalidArgument, "braidShardMemory: NULL");
   *mem = {};
   for (const Bucket& k : sh->buckets) {
-    mem->params += k.param_shard.size() * sizeof(float);
-    mem->grads += k.grad_shard.size() * sizeof(float);
+    mem->params += k.param_shard.size();
+    mem->grads += k.grad_shard.size();
     mem->optimizer += (k.master.size() + k.m.size() + k.v.size()) * sizeof(float);
   }
   mem->total = mem->params + mem->grads + mem->optimizer;
@@ -494,6 +728,27 @@ braidResult_t braidShardReduceGrad(braidShard_t sh, int b, const void* grad) {
 }
 braidResult_t braidShardStep(braidShard_t sh, const braidShardAdamW_t* opt) {
   return NoThrow("braidShardStep", [&] { return ShardStepImpl(sh, opt); });
+}
+braidResult_t braidShardStepEx(braidShard_t sh, const braidShardStepOptions_t* opts,
+                               braidShardStepInfo_t* info) {
+  return NoThrow("braidShardStepEx",
+                 [&] { return ShardStepExImpl(sh, opts, info, "braidShardStepEx"); });
+}
+braidResult_t braidShardPrepareStep(braidShard_t sh, const braidShardStepOptions_t* opts,
+                                    braidShardStepInfo_t* info) {
+  return NoThrow("braidShardPrepareStep", [&] { return ShardPrepareStepImpl(sh, opts, info); });
+}
+braidResult_t braidShardOptimizerShard(braidShard_t sh, int b, braidShardOsShard_t* view) {
+  return NoThrow("braidShardOptimizerShard", [&] { return ShardOptimizerShardImpl(sh, b, view); });
+}
+braidResult_t braidShardFinishStep(braidShard_t sh) {
+  return NoThrow("braidShardFinishStep", [&] { return ShardFinishStepImpl(sh); });
+}
+braidResult_t braidShardSetLossScaler(braidShard_t sh, const braidShardLossScaler_t* s) {
+  return NoThrow("braidShardSetLossScaler", [&] { return ShardSetLossScalerImpl(sh, s); });
+}
+braidResult_t braidShardGetLossScale(braidShard_t sh, float* scale) {
+  return NoThrow("braidShardGetLossScale", [&] { return ShardGetLossScaleImpl(sh, scale); });
 }
 braidResult_t braidShardMemory(braidShard_t sh, braidShardMemory_t* mem) {
   return NoThrow("braidShardMemory", [&] { return ShardMemoryImpl(sh, mem); });

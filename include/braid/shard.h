@@ -9,7 +9,12 @@
  * trainer's buckets and runs the step: per micro-batch braidShardGather() / braidShardRelease()
  * and braidShardReduceGrad(), at the accumulation boundary braidShardStep().
  *
- * This slice runs fp32 parameters with AdamW in fp32; hpZ, qwZ and qgZ are part of the
+ * Parameters (and the gradients handed over) are fp32, bf16 or fp16; the OS shard keeps fp32
+ * master weights and the optimizer state (AdamW or SGD with momentum). braidShardStepEx() adds
+ * fp16 loss scaling (static or dynamic) with an overflow check, and gradient-norm clipping across
+ * shards; braidShardPrepareStep() / braidShardFinishStep() let a framework-owned optimizer update
+ * braid's shards. braidShardSave() / braidShardLoad() checkpoint the shards with a manifest and
+ * reload them under another configuration or rank count. hpZ, qwZ and qgZ are part of the
  * configuration (the presets set them) but braidShardCreate() refuses them until they are built.
  * See docs/sharding.md for what is left.
  *
@@ -125,12 +130,15 @@ typedef struct braidShard* braidShard_t;
 
 /**
  * Registers `nbuckets` buckets of parameters (bucket b holds bucketNumel[b] elements of
- * `paramType`; this slice supports braidFloat32 only) and takes `initParams[b]` (full bucket,
- * identical on every rank) as the initial values. Collective over `comm`, whose ranks must be
- * node-major (rank = node * R + local) with cfg->ranksPerNode ranks on each node. All ranks must
- * pass the same configuration and the same buckets: a mismatch fails on every rank with
- * braidErrInvalidUsage. Sub-communicators are views of `comm` (braidCommSplit); `comm` must
- * outlive the handle.
+ * `paramType`: braidFloat32, braidBfloat16 or braidFloat16) and takes `initParams[b]` (full
+ * bucket in `paramType`, identical on every rank) as the initial values; the fp32 master weights
+ * start as their exact fp32 values. Gradients are handed over, reduced and accumulated in
+ * `paramType` too (the 2 bytes per element of the spec's memory formula for bf16/fp16); the
+ * update runs in fp32 and its result is rounded (to nearest even) to `paramType`. Collective over
+ * `comm`, whose ranks must be node-major (rank = node * R + local) with cfg->ranksPerNode ranks on
+ * each node. All ranks must pass the same configuration and the same buckets: a mismatch fails on
+ * every rank with braidErrInvalidUsage. Sub-communicators are views of `comm` (braidCommSplit);
+ * `comm` must outlive the handle.
  */
 BRAID_API braidResult_t braidShardCreate(braidComm_t comm, const braidShardConfig_t* cfg,
                                          int nbuckets, const size_t* bucketNumel,
@@ -178,12 +186,148 @@ typedef struct {
 
 /**
  * The accumulation boundary: reduces each gradient shard across replicas, keeps the slice of
- * the local OS shard, runs AdamW on it (step count t incremented first), and all-gathers the
- * updated parameters so that every rank holds its P shard. Collective over the whole comm. Every
- * bucket must have been reduced the same number of times (>= 1) on every rank and no bucket may
- * be gathered; otherwise every rank returns braidErrInvalidUsage and the step does nothing.
+ * the local OS shard, runs AdamW on it in fp32 (step count t incremented first), rounds the
+ * master weights to the parameter dtype and all-gathers them so that every rank holds its P
+ * shard. Collective over the whole comm. Every bucket must have been reduced the same number of
+ * times (>= 1) on every rank and no bucket may be gathered; otherwise every rank returns
+ * braidErrInvalidUsage and the step does nothing. This is braidShardStepEx() with AdamW, no
+ * clipping and the dynamic scaler's loss scale if one is set (1 otherwise); a step skipped for
+ * an overflow also returns braidSuccess here: use braidShardStepEx() to learn of it.
  */
 BRAID_API braidResult_t braidShardStep(braidShard_t shard, const braidShardAdamW_t* adamw);
+
+/** SGD hyper-parameters (PyTorch's SGD: weight decay added to the gradient, momentum buffer
+ *  set to the first gradient on the first step, then momentum * buf + (1 - dampening) * g). */
+typedef struct {
+  size_t size; /**< sizeof(braidShardSGD_t) as the caller compiled it */
+  float lr;
+  float momentum; /**< 0: plain SGD */
+  float dampening;
+  float weightDecay;
+  int nesterov; /**< 1: g + momentum * buf instead of buf */
+} braidShardSGD_t;
+
+#define BRAID_SHARD_SGD_INITIALIZER \
+  { sizeof(braidShardSGD_t), 1e-2f, 0.9f, 0.0f, 0.0f, 0 }
+
+/** Which built-in optimizer braidShardStepEx() runs on the OS shard. */
+typedef enum { braidShardOptAdamW = 0, braidShardOptSGD = 1 } braidShardOptimizer_t;
+
+/** Options of braidShardStepEx() and braidShardPrepareStep(). */
+typedef struct {
+  size_t size;             /**< sizeof(braidShardStepOptions_t) as the caller compiled it */
+  int optimizer;           /**< braidShardOptimizer_t (ignored by braidShardPrepareStep) */
+  braidShardAdamW_t adamw; /**< its gradDivisor is ignored: see gradDivisor below */
+  braidShardSGD_t sgd;
+  /** The accumulated gradient sum is divided by gradDivisor x the loss scale before the
+   *  update; 0 = data-parallel ranks x micro-batches (the mean). */
+  double gradDivisor;
+  /** > 0: clip the global L2 norm of the (unscaled, divided) gradient to this value, PyTorch's
+   *  clip_grad_norm_ (coefficient maxGradNorm / (norm + 1e-6), applied when below 1). */
+  float maxGradNorm;
+  /** The factor the caller multiplied its loss by (the gradients are divided by it). 0: the
+   *  dynamic scaler's current scale (braidShardSetLossScaler), or 1 without one. */
+  float lossScale;
+} braidShardStepOptions_t;
+
+#define BRAID_SHARD_STEP_OPTIONS_INITIALIZER                                            \
+  {                                                                                     \
+    sizeof(braidShardStepOptions_t), braidShardOptAdamW, BRAID_SHARD_ADAMW_INITIALIZER, \
+        BRAID_SHARD_SGD_INITIALIZER, 0.0, 0.0f, 0.0f                                    \
+  }
+
+/** What a step did. */
+typedef struct {
+  size_t size;         /**< sizeof(braidShardStepInfo_t) as the caller compiled it */
+  int skipped;         /**< 1: a gradient held inf or NaN (fp16 overflow): nothing was updated */
+  int clipped;         /**< 1: the gradient was scaled down to maxGradNorm */
+  double gradNorm;     /**< global L2 norm of the unscaled gradient before clipping (inf or NaN
+                            when skipped), identical on every rank */
+  float lossScale;     /**< the loss scale this step divided by */
+  float nextLossScale; /**< the scale to use for the next step (dynamic scaler), else lossScale */
+  int64_t step;        /**< optimizer steps applied so far (skipped steps do not count) */
+} braidShardStepInfo_t;
+
+/** Dynamic loss scaling (PyTorch's GradScaler): on overflow the step is skipped and the scale
+ *  multiplied by backoffFactor; after growthInterval steps in a row without overflow it is
+ *  multiplied by growthFactor. */
+typedef struct {
+  size_t size; /**< sizeof(braidShardLossScaler_t) as the caller compiled it */
+  float initScale;
+  float growthFactor;
+  float backoffFactor;
+  int growthInterval;
+} braidShardLossScaler_t;
+
+#define BRAID_SHARD_LOSS_SCALER_INITIALIZER \
+  { sizeof(braidShardLossScaler_t), 65536.0f, 2.0f, 0.5f, 2000 }
+
+/** Turns the dynamic scaler on (NULL: off). Local; every rank must pass the same values. */
+BRAID_API braidResult_t braidShardSetLossScaler(braidShard_t shard,
+                                                const braidShardLossScaler_t* scaler);
+/** The scale the caller should multiply its next loss by (1 without a dynamic scaler). */
+BRAID_API braidResult_t braidShardGetLossScale(braidShard_t shard, float* scale);
+
+/**
+ * braidShardStep() with options: AdamW or SGD with momentum, loss scale, clipping. The boundary
+ * work is that of braidShardStep(); in addition every rank checks its OS slice of the reduced
+ * gradient for inf/NaN and sums its squares (in double, over the ranks of one full OS replica
+ * only, so that each element counts once), and one all-reduce over the comm gives every rank the
+ * same overflow flag and norm. On overflow the accumulated gradients are dropped, nothing is
+ * updated, the call returns braidSuccess with info->skipped = 1 (and the dynamic scaler backs
+ * off). `info` may be NULL. Collective over the whole comm.
+ */
+BRAID_API braidResult_t braidShardStepEx(braidShard_t shard, const braidShardStepOptions_t* opts,
+                                         braidShardStepInfo_t* info);
+
+/**
+ * Optimizer escape hatch, part 1: the boundary work of braidShardStepEx() (replica reduction,
+ * overflow check, norm and clipping) without an update. Afterwards, unless info->skipped, each
+ * bucket's fp32 gradient shard (divided, unscaled, clipped) and the OS shard are available
+ * through braidShardOptimizerShard() for the framework's own optimizer, which updates `master`
+ * in place. Gather, ReduceGrad and Step are refused until braidShardFinishStep(). Collective.
+ */
+BRAID_API braidResult_t braidShardPrepareStep(braidShard_t shard,
+                                              const braidShardStepOptions_t* opts,
+                                              braidShardStepInfo_t* info);
+
+/** This rank's OS shard of one bucket between PrepareStep and FinishStep. */
+typedef struct {
+  size_t size;       /**< sizeof(braidShardOsShard_t) as the caller compiled it */
+  size_t offset;     /**< index in the bucket of the shard's first element */
+  size_t count;      /**< elements of the shard inside the bucket (the padding after it is left
+                          out; writing it is harmless, it is never redistributed) */
+  float* master;     /**< fp32 master weights: update these */
+  const float* grad; /**< fp32 gradient: sum / (gradDivisor x lossScale), clipped */
+  float* m;          /**< braid's first moment / momentum buffer (free for the caller's use) */
+  float* v;          /**< braid's second moment (free for the caller's use) */
+} braidShardOsShard_t;
+
+BRAID_API braidResult_t braidShardOptimizerShard(braidShard_t shard, int bucket,
+                                                 braidShardOsShard_t* view);
+
+/** Optimizer escape hatch, part 2: redistributes the updated master weights in the parameter
+ *  dtype (nothing on a skipped step) and ends the step. Collective over the whole comm. */
+BRAID_API braidResult_t braidShardFinishStep(braidShard_t shard);
+
+/**
+ * Checkpoint: writes `dir`/rank-NNNNN.bin on every rank (its OS shards: fp32 master, m, v per
+ * bucket) and `dir`/manifest.txt on rank 0 (format, configuration, rank count, parameter type,
+ * buckets and their sizes, step count, loss-scaler state, each rank's element range per bucket).
+ * `dir` must exist and be visible to every rank (a shared file system for several hosts). No
+ * bucket may be gathered and no gradient pending. Collective; returns once every rank's file is
+ * complete; an I/O failure on any rank fails every rank.
+ */
+BRAID_API braidResult_t braidShardSave(braidShard_t shard, const char* dir);
+
+/**
+ * Loads a checkpoint written by braidShardSave() into `shard`, which may have another
+ * configuration and rank count (resharding): each rank reads the element ranges of its P and OS
+ * shards from the files that hold them. The buckets (count and sizes) and the parameter type must
+ * be those of the checkpoint, else every rank returns braidErrInvalidUsage naming the difference.
+ * Accumulated gradients are dropped; the step count and the loss scaler are restored. Collective.
+ */
+BRAID_API braidResult_t braidShardLoad(braidShard_t shard, const char* dir);
 
 /** The bytes this rank allocated per state (shards with their padding). */
 BRAID_API braidResult_t braidShardMemory(braidShard_t shard, braidShardMemory_t* mem);

@@ -5,10 +5,19 @@
 // gather changes them), so their sums are exact in any order and so is the mean over 2 ranks x 2
 // micro-batches or 4 x 2 (a power of two); AdamW is then the same float operations in the same
 // order on the same values. Invalid uses fail on every rank, without a hang.
+//
+// Variants: bf16 and fp16 parameters (fp32 master weights; the reference rounds the master to
+// the parameter dtype to nearest even, with its own conversions: a hand-written bf16 one and the
+// compiler's _Float16), SGD with momentum, gradient-norm clipping (the squares of the gradients
+// are exact in double, so the global norm is the same whatever the order), static and dynamic fp16
+// loss scales (powers of two, so the unscaled gradients are the same), a step whose gradients
+// overflow (skipped on every rank), and the optimizer escape hatch (the test's own update on
+// braid's fp32 shards).
 #include <gtest/gtest.h>
 
 #include <cctype>
 #include <cmath>
+#include <limits>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -18,73 +27,63 @@
 
 #include "braid/shard.h"
 #include "multirank/harness.h"
+#include "multirank/shard_common.h"
 
 namespace braid_test {
 namespace {
-
-#define CHECK_OR_FAIL(cond, ...)                                                   \
-  do {                                                                             \
-    if (!(cond)) {                                                                 \
-      std::fprintf(stderr, "[rank %d] %s: ", rank, #cond);                         \
-      std::fprintf(stderr, __VA_ARGS__);                                           \
-      std::fprintf(stderr, " (shard: %s; comm: %s)\n", braidShardGetLastError(sh), \
-                   braidGetLastError(nullptr));                                    \
-      return 1;                                                                    \
-    }                                                                              \
-  } while (0)
-
-const std::vector<size_t> kBuckets = {37, 64, 5};  // odd sizes: shards carry padding
-constexpr int kSteps = 3;
-constexpr int kMicrobatches = 2;
-
-float InitParam(int b, size_t i) {
-  return static_cast<float>(static_cast<int>((i * 7 + b * 3) % 11) - 5) * 0.125f;
-}
-
-// An integer gradient that depends on the parameter it belongs to.
-float Grad(int b, size_t i, int step, int mb, int rank, float param) {
-  const int base = static_cast<int>((i + 3 * b + 5 * step + 7 * mb + 11 * rank) % 9) - 4;
-  return static_cast<float>(base + (param > 0.0f ? 1 : 0));
-}
-
-// PyTorch's AdamW, in the same float operations and order as sharding/step.cc (which is what
-// makes bit-identity the right bar): bias corrections in double rounded once to float.
-struct RefAdamW {
-  std::vector<std::vector<float>> p, m, v;
-  int64_t t = 0;
-  void Step(const std::vector<std::vector<float>>& grad_sum, double divisor,
-            const braidShardAdamW_t& o) {
-    ++t;
-    const float scale = static_cast<float>(1.0 / divisor);
-    const float bc1 = static_cast<float>(1.0 - std::pow(static_cast<double>(o.beta1), t));
-    const float bc2 = static_cast<float>(1.0 - std::pow(static_cast<double>(o.beta2), t));
-    const float sqrt_bc2 = std::sqrt(bc2);
-    const float step_size = o.lr / bc1;
-    const float decay = 1.0f - o.lr * o.weightDecay;
-    for (size_t b = 0; b < p.size(); ++b)
-      for (size_t i = 0; i < p[b].size(); ++i) {
-        const float gi = grad_sum[b][i] * scale;
-        float x = p[b][i] * decay;
-        m[b][i] = o.beta1 * m[b][i] + (1.0f - o.beta1) * gi;
-        v[b][i] = o.beta2 * v[b][i] + (1.0f - o.beta2) * gi * gi;
-        const float denom = std::sqrt(v[b][i]) / sqrt_bc2 + o.eps;
-        x = x - step_size * (m[b][i] / denom);
-        p[b][i] = x;
-      }
-  }
-};
 
 struct Case {
   std::string name;  // a preset, or "custom-..." with the factors below
   int R, n;
   braidShardFactor_t p{1, 1}, g{1, 1}, os{1, 1};
   int allow_partial = 0;
+  braidDataType_t dt = braidFloat32;
+  int optimizer = kAdamW;
+  float max_norm = 0.0f;   // > 0: clipping (small enough that it clips)
+  int scale_mode = 0;      // 0: none; 1: static 1024; 2: dynamic scaler from 2048
+  int overflow_step = -1;  // the step whose gradients overflow, or -1
+  // Random gradients (full mantissas): sums depend on the order, so the parameters are compared
+  // with the reference within a tolerance, and across ranks bit for bit.
+  bool random = false;
+  std::string tag;  // the variant's name in the test name
 };
+
+// A random gradient in [-2, 2) with a full mantissa, rounded to the parameter dtype (so that
+// the value handed over is the reference's).
+float RandomGrad(braidDataType_t dt, int b, size_t i, int step, int mb, int rank) {
+  uint64_t x = (static_cast<uint64_t>(b) << 48) ^ (static_cast<uint64_t>(i) << 24) ^
+               (static_cast<uint64_t>(step) << 16) ^ (static_cast<uint64_t>(mb) << 8) ^
+               static_cast<uint64_t>(rank);
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  x ^= x >> 31;
+  return RoundTo(dt, static_cast<float>(static_cast<double>(x >> 11) * 0x1p-51 - 2.0));
+}
+
+// A case with the default variant (fp32, AdamW, no clipping, no loss scale).
+Case MakeCase(const std::string& name, int R, int n, braidShardFactor_t p = {1, 1},
+              braidShardFactor_t g = {1, 1}, braidShardFactor_t os = {1, 1}, int allow = 0) {
+  Case c;
+  c.name = name;
+  c.R = R;
+  c.n = n;
+  c.p = p;
+  c.g = g;
+  c.os = os;
+  c.allow_partial = allow;
+  return c;
+}
+
+const char* DtName(braidDataType_t dt) {
+  return dt == braidFloat32 ? "fp32" : dt == braidBfloat16 ? "bf16" : "fp16";
+}
 
 // gtest prints the case by name instead of its bytes.
 void PrintTo(const Case& c, std::ostream* os) {
   *os << c.name << " on " << c.R << "x" << c.n << " (p " << c.p.intra << "x" << c.p.inter << ", g "
-      << c.g.intra << "x" << c.g.inter << ", os " << c.os.intra << "x" << c.os.inter << ")";
+      << c.g.intra << "x" << c.g.inter << ", os " << c.os.intra << "x" << c.os.inter << ") "
+      << DtName(c.dt) << " opt " << c.optimizer << " clip " << c.max_norm << " scale "
+      << c.scale_mode << " overflow " << c.overflow_step;
 }
 
 // Joins the job: on emulated nodes each rank names its node (rank / R) before init.
@@ -129,25 +128,38 @@ int TrainAndCompare(const Case& c, int rank, int D, const braidUniqueId& id) {
   if (Join(&comm, rank, D, id, c.R, c.n)) return 1;
   braidShardConfig_t cfg;
   CHECK_OR_FAIL(ResolveConfig(c, comm, &cfg) == 0, "config for %s", c.name.c_str());
-  RefAdamW ref;
+  Ref ref;
+  ref.dt = c.dt;
   for (size_t b = 0; b < kBuckets.size(); ++b) {
     ref.p.emplace_back(kBuckets[b]);
     for (size_t i = 0; i < kBuckets[b]; ++i) ref.p[b][i] = InitParam(static_cast<int>(b), i);
+    ref.master.push_back(ref.p[b]);  // the initial values are exact in every dtype
     ref.m.emplace_back(kBuckets[b], 0.0f);
     ref.v.emplace_back(kBuckets[b], 0.0f);
   }
-  auto init = Pointers(ref.p);
+  const size_t es = c.dt == braidFloat32 ? 4 : 2;
+  std::vector<std::vector<unsigned char>> init_dt;
+  for (const auto& pb : ref.p) init_dt.push_back(ToDt(c.dt, pb));
+  std::vector<const void*> init;
+  for (const auto& x : init_dt) init.push_back(x.data());
   braidResult_t rc = braidShardCreate(comm, &cfg, static_cast<int>(kBuckets.size()),
-                                      kBuckets.data(), braidFloat32, init.data(), &sh);
+                                      kBuckets.data(), c.dt, init.data(), &sh);
   CHECK_OR_FAIL(rc == braidSuccess, "create: %s", braidShardGetLastError(nullptr));
+  if (c.scale_mode == 2) {
+    braidShardLossScaler_t ls = BRAID_SHARD_LOSS_SCALER_INITIALIZER;
+    ls.initScale = 2048.0f;
+    ls.growthInterval = 2;
+    CHECK_OR_FAIL(braidShardSetLossScaler(sh, &ls) == braidSuccess, "scaler");
+  }
 
-  // Memory as allocated equals the formula for fp32 parameters over the padded size.
+  // Memory as allocated equals the formula over the padded size (e = the dtype's size).
   uint64_t padded = 0;
   const int so = cfg.os.intra * cfg.os.inter;
   for (size_t n : kBuckets) padded += (n + so - 1) / so * so;
   braidShardMemory_t got, want;
   CHECK_OR_FAIL(braidShardMemory(sh, &got) == braidSuccess, "memory");
-  CHECK_OR_FAIL(braidShardMemoryFormula(&cfg, padded, 4, &want) == braidSuccess, "formula");
+  CHECK_OR_FAIL(braidShardMemoryFormula(&cfg, padded, static_cast<int>(es), &want) == braidSuccess,
+                "formula");
   CHECK_OR_FAIL(
       got.params == want.params && got.grads == want.grads && got.optimizer == want.optimizer,
       "memory %llu/%llu/%llu, formula %llu/%llu/%llu", (unsigned long long)got.params,
@@ -155,47 +167,136 @@ int TrainAndCompare(const Case& c, int rank, int D, const braidUniqueId& id) {
       (unsigned long long)want.params, (unsigned long long)want.grads,
       (unsigned long long)want.optimizer);
 
-  braidShardAdamW_t opt = BRAID_SHARD_ADAMW_INITIALIZER;
-  opt.lr = 0.01f;
-  opt.weightDecay = 0.1f;
+  braidShardStepOptions_t opt = BRAID_SHARD_STEP_OPTIONS_INITIALIZER;
+  opt.optimizer = c.optimizer == kSgd ? braidShardOptSGD : braidShardOptAdamW;
+  opt.adamw.lr = 0.01f;
+  opt.adamw.weightDecay = 0.1f;
+  opt.sgd.lr = 0.02f;
+  opt.sgd.momentum = 0.9f;
+  opt.sgd.dampening = 0.25f;
+  opt.sgd.weightDecay = 0.05f;
+  opt.sgd.nesterov = 1;
+  opt.maxGradNorm = c.max_norm;
+  if (c.scale_mode == 1) opt.lossScale = 1024.0f;
   const int nb = static_cast<int>(kBuckets.size());
+  int clipped_steps = 0;
   for (int step = 0; step < kSteps; ++step) {
+    float ls = 1.0f;
+    CHECK_OR_FAIL(braidShardGetLossScale(sh, &ls) == braidSuccess, "get scale");
+    if (c.scale_mode == 1) ls = opt.lossScale;
+    const bool overflow = step == c.overflow_step;
     std::vector<std::vector<float>> sum(nb);
     for (int b = 0; b < nb; ++b) sum[b].assign(kBuckets[b], 0.0f);
     for (int mb = 0; mb < kMicrobatches; ++mb) {
       // Forward: every gathered bucket equals the reference parameters, bit for bit.
-      for (int b = 0; b < nb; ++b) {
+      for (int b = 0; b < nb && !c.random; ++b) {
         const void* p = nullptr;
         CHECK_OR_FAIL(braidShardGather(sh, b, &p) == braidSuccess, "gather %d", b);
-        CHECK_OR_FAIL(std::memcmp(p, ref.p[b].data(), kBuckets[b] * sizeof(float)) == 0,
+        const std::vector<unsigned char> want_p = ToDt(c.dt, ref.p[b]);
+        CHECK_OR_FAIL(std::memcmp(p, want_p.data(), want_p.size()) == 0,
                       "step %d mb %d: gathered bucket %d differs from the reference", step, mb, b);
         CHECK_OR_FAIL(braidShardRelease(sh, b) == braidSuccess, "release %d", b);
       }
-      // Backward in reverse order (the prefetch turns round), gradients from the gather.
+      // Backward in reverse order (the prefetch turns round), gradients from the gather. The
+      // gradients are small integers times the loss scale: exact in every dtype.
       for (int b = nb - 1; b >= 0; --b) {
         const void* p = nullptr;
         CHECK_OR_FAIL(braidShardGather(sh, b, &p) == braidSuccess, "gather %d", b);
-        const float* params = static_cast<const float*>(p);
+        const std::vector<unsigned char> mine(
+            static_cast<const unsigned char*>(p),
+            static_cast<const unsigned char*>(p) + kBuckets[b] * es);
+        CHECK_OR_FAIL(braidShardRelease(sh, b) == braidSuccess, "release %d", b);
         std::vector<float> grad(kBuckets[b]);
         for (size_t i = 0; i < kBuckets[b]; ++i) {
-          grad[i] = Grad(b, i, step, mb, rank, params[i]);
-          for (int r = 0; r < D; ++r) sum[b][i] += Grad(b, i, step, mb, r, ref.p[b][i]);
+          const float param = ref.p[b][i];  // equal to `mine`, checked in the forward pass
+          if (c.random) {
+            grad[i] = RandomGrad(c.dt, b, i, step, mb, rank) * ls;
+            for (int r = 0; r < D; ++r) sum[b][i] += RandomGrad(c.dt, b, i, step, mb, r) * ls;
+            continue;
+          }
+          grad[i] = Grad(b, i, step, mb, rank, FromDt(c.dt, mine.data(), i)) * ls;
+          for (int r = 0; r < D; ++r) sum[b][i] += Grad(b, i, step, mb, r, param) * ls;
         }
-        CHECK_OR_FAIL(braidShardRelease(sh, b) == braidSuccess, "release %d", b);
-        CHECK_OR_FAIL(braidShardReduceGrad(sh, b, grad.data()) == braidSuccess, "reduce %d", b);
+        if (overflow && b == 1) {
+          // fp16: a value whose sum over the two micro-batches exceeds 65504; otherwise inf.
+          // Rank 0 only: the verdict must still be agreed on every rank.
+          const float big =
+              c.dt == braidFloat16 ? 40000.0f : std::numeric_limits<float>::infinity();
+          if (rank == 0) grad[3] = big;
+          sum[b][3] += big - Grad(b, 3, step, mb, 0, ref.p[b][3]) * ls;
+        }
+        const std::vector<unsigned char> gdt = ToDt(c.dt, grad);
+        CHECK_OR_FAIL(braidShardReduceGrad(sh, b, gdt.data()) == braidSuccess, "reduce %d", b);
       }
     }
-    CHECK_OR_FAIL(braidShardStep(sh, &opt) == braidSuccess, "step %d", step);
-    ref.Step(sum, static_cast<double>(D) * kMicrobatches, opt);
+    braidShardStepInfo_t info{};
+    info.size = sizeof(info);
+    if (c.optimizer == kHatch) {
+      CHECK_OR_FAIL(braidShardPrepareStep(sh, &opt, &info) == braidSuccess, "prepare %d", step);
+      for (int b = 0; b < nb && !info.skipped; ++b) {
+        braidShardOsShard_t view{};
+        view.size = sizeof(view);
+        CHECK_OR_FAIL(braidShardOptimizerShard(sh, b, &view) == braidSuccess, "shard %d", b);
+        CHECK_OR_FAIL(view.count == 0 || view.offset + view.count <= kBuckets[b], "view range");
+        for (size_t i = 0; i < view.count; ++i)
+          view.master[i] = view.master[i] - kHatchLr * view.grad[i];
+      }
+      CHECK_OR_FAIL(braidShardFinishStep(sh) == braidSuccess, "finish %d", step);
+    } else {
+      CHECK_OR_FAIL(braidShardStepEx(sh, &opt, &info) == braidSuccess, "step %d", step);
+    }
+    double ref_norm = 0.0;
+    const bool applied = ref.Step(sum, static_cast<double>(D) * kMicrobatches, ls, c.max_norm,
+                                  c.optimizer, opt, &ref_norm);
+    CHECK_OR_FAIL(applied == !overflow, "the reference's overflow verdict (test bug)");
+    CHECK_OR_FAIL(info.skipped == (overflow ? 1 : 0), "step %d: skipped %d", step, info.skipped);
+    CHECK_OR_FAIL(info.step == ref.t, "step count %lld, reference %lld", (long long)info.step,
+                  (long long)ref.t);
+    CHECK_OR_FAIL(info.lossScale == ls, "loss scale %g, expected %g", info.lossScale, ls);
+    if (!overflow && !c.random)
+      CHECK_OR_FAIL(info.gradNorm == ref_norm, "step %d: norm %.17g, reference %.17g", step,
+                    info.gradNorm, ref_norm);
+    if (c.random)
+      CHECK_OR_FAIL(std::fabs(info.gradNorm - ref_norm) <= 1e-2 * ref_norm,
+                    "step %d: norm %.17g, reference %.17g", step, info.gradNorm, ref_norm);
+    clipped_steps += info.clipped;
+    if (c.scale_mode == 2) {
+      // GradScaler: halve on overflow, double after two good steps in a row.
+      float next = 0.0f;
+      CHECK_OR_FAIL(braidShardGetLossScale(sh, &next) == braidSuccess && next == info.nextLossScale,
+                    "next scale");
+      CHECK_OR_FAIL(!overflow || next == ls * 0.5f, "no backoff: %g after %g", next, ls);
+    }
   }
+  if (c.max_norm > 0.0f) CHECK_OR_FAIL(clipped_steps > 0, "clipping never clipped (test bug)");
   for (int b = 0; b < nb; ++b) {
     const void* p = nullptr;
     CHECK_OR_FAIL(braidShardGather(sh, b, &p) == braidSuccess, "final gather %d", b);
-    const float* got_p = static_cast<const float*>(p);
+    const std::vector<unsigned char> want_p = ToDt(c.dt, ref.p[b]);
+    if (c.random) {
+      // Within rounding of the reference: a few ulps of the dtype (AdamW normalises the
+      // gradient, so differences in its last bits stay small), and bit-identical across ranks.
+      const float tol = c.dt == braidFloat32 ? 1e-5f : c.dt == braidFloat16 ? 4e-3f : 3e-2f;
+      for (size_t i = 0; i < kBuckets[b]; ++i) {
+        const float got = FromDt(c.dt, static_cast<const unsigned char*>(p), i);
+        CHECK_OR_FAIL(std::fabs(got - ref.p[b][i]) <= tol * (1.0f + std::fabs(ref.p[b][i])),
+                      "bucket %d [%zu] = %.9g, reference %.9g", b, i, got, ref.p[b][i]);
+      }
+      uint64_t h = 1469598103934665603ull;
+      for (size_t i = 0; i < kBuckets[b] * es; ++i)
+        h = (h ^ static_cast<const unsigned char*>(p)[i]) * 1099511628211ull;
+      int64_t mm[2] = {static_cast<int64_t>(h >> 2), -static_cast<int64_t>(h >> 2)};
+      CHECK_OR_FAIL(braidAllReduce(mm, mm, 2, braidInt64, braidMax, comm) == braidSuccess,
+                    "hash all-reduce");
+      CHECK_OR_FAIL(mm[0] == -mm[1], "bucket %d differs between ranks", b);
+      CHECK_OR_FAIL(braidShardRelease(sh, b) == braidSuccess, "final release");
+      continue;
+    }
     for (size_t i = 0; i < kBuckets[b]; ++i)
-      CHECK_OR_FAIL(std::memcmp(&got_p[i], &ref.p[b][i], sizeof(float)) == 0,
-                    "after %d steps bucket %d [%zu] = %.9g, reference %.9g", kSteps, b, i, got_p[i],
-                    ref.p[b][i]);
+      CHECK_OR_FAIL(
+          std::memcmp(static_cast<const unsigned char*>(p) + i * es, &want_p[i * es], es) == 0,
+          "after %d steps bucket %d [%zu] differs from the reference %.9g", kSteps, b, i,
+          ref.p[b][i]);
     // The parameters moved: a step that did nothing would also be "identical" to nothing.
     CHECK_OR_FAIL(ref.p[b][0] != InitParam(b, 0), "reference did not move");
     CHECK_OR_FAIL(braidShardRelease(sh, b) == braidSuccess, "final release");
@@ -226,24 +327,70 @@ std::vector<Case> Cases() {
                            "mics", "paro-nig", "paro-iig", "paro-igg"};
   std::vector<Case> v;
   for (auto [R, n] : std::vector<std::pair<int, int>>{{2, 1}, {4, 1}, {2, 2}})
-    for (const char* p : presets) v.push_back({p, R, n});
+    for (const char* p : presets) v.push_back(MakeCase(p, R, n));
   // Factor choices no preset makes: G sharded inside the node, OS across both levels; and
   // sharding across nodes over part of a node (the caller insists).
-  v.push_back({"custom-g2x1-os2x2", 2, 2, {1, 1}, {2, 1}, {2, 2}});
-  v.push_back({"custom-partial-os1x2", 2, 2, {1, 1}, {1, 1}, {1, 2}, 1});
-  v.push_back({"custom-partial-p1x2", 2, 2, {1, 2}, {1, 2}, {2, 2}, 1});
+  v.push_back(MakeCase("custom-g2x1-os2x2", 2, 2, {1, 1}, {2, 1}, {2, 2}));
+  v.push_back(MakeCase("custom-partial-os1x2", 2, 2, {1, 1}, {1, 1}, {1, 2}, 1));
+  v.push_back(MakeCase("custom-partial-p1x2", 2, 2, {1, 2}, {1, 2}, {2, 2}, 1));
+  return v;
+}
+
+// Mixed precision, optimizers, clipping, loss scaling and overflow, escape hatch: each variant
+// over every preset the step runs, on 4x1 or 2x2 (2x2 has replicas and inter-node groups).
+std::vector<Case> Variants() {
+  const char* presets[] = {"ddp",  "zero1",    "zero2",    "zero3",   "fsdp-hybrid",
+                           "mics", "paro-nig", "paro-iig", "paro-igg"};
+  struct V {
+    const char* tag;
+    int R, n;
+    braidDataType_t dt;
+    int optimizer;
+    float clip;
+    int scale;
+    int overflow;
+    bool random = false;
+  };
+  const V variants[] = {
+      {"bf16", 4, 1, braidBfloat16, kAdamW, 0.0f, 0, -1},
+      {"bf16", 2, 2, braidBfloat16, kAdamW, 0.0f, 0, -1},
+      {"fp16_scale_clip", 2, 2, braidFloat16, kAdamW, 1.0f, 1, -1},
+      {"fp16_dynamic_overflow", 2, 2, braidFloat16, kAdamW, 0.0f, 2, 1},
+      {"fp32_sgd_clip", 4, 1, braidFloat32, kSgd, 1.0f, 0, -1},
+      {"bf16_sgd", 2, 2, braidBfloat16, kSgd, 0.0f, 0, -1},
+      {"bf16_inf_clip", 4, 1, braidBfloat16, kAdamW, 1.0f, 0, 2},
+      {"bf16_hatch", 2, 2, braidBfloat16, kHatch, 1.0f, 0, 1},
+      {"fp32_random_clip", 2, 2, braidFloat32, kAdamW, 1.0f, 0, -1, true},
+      {"bf16_random_sgd", 4, 1, braidBfloat16, kSgd, 0.0f, 0, -1, true},
+      {"fp16_random_scale", 2, 2, braidFloat16, kAdamW, 0.0f, 1, -1, true},
+  };
+  std::vector<Case> v;
+  for (const V& x : variants)
+    for (const char* p : presets) {
+      Case c = MakeCase(p, x.R, x.n);
+      c.dt = x.dt;
+      c.optimizer = x.optimizer;
+      c.max_norm = x.clip;
+      c.scale_mode = x.scale;
+      c.overflow_step = x.overflow;
+      c.random = x.random;
+      c.tag = x.tag;
+      v.push_back(c);
+    }
   return v;
 }
 
 std::string CaseName(const ::testing::TestParamInfo<Case>& info) {
-  std::string s =
-      info.param.name + "_" + std::to_string(info.param.R) + "x" + std::to_string(info.param.n);
+  std::string s = info.param.name + "_" + std::to_string(info.param.R) + "x" +
+                  std::to_string(info.param.n) +
+                  (info.param.tag.empty() ? "" : "_" + info.param.tag);
   for (char& ch : s)
     if (!isalnum(static_cast<unsigned char>(ch))) ch = '_';
   return s;
 }
 
 INSTANTIATE_TEST_SUITE_P(Presets, ShardStep, ::testing::ValuesIn(Cases()), CaseName);
+INSTANTIATE_TEST_SUITE_P(Precision, ShardStep, ::testing::ValuesIn(Variants()), CaseName);
 
 // Runs `body` on 2 ranks of one node with a zero-or-more-sharded model ready.
 template <typename Body>
@@ -366,6 +513,67 @@ TEST(ShardStepErrors, DifferentConfigurationsAndUnbuiltOptionsFailOnEveryRank) {
     CHECK_OR_FAIL(Contains(braidShardGetLastError(nullptr), "not built yet"), "message '%s'",
                   braidShardGetLastError(nullptr));
     return 0;
+  });
+}
+
+TEST(ShardStepErrors, WrongOrMismatchedParameterTypeFailsOnEveryRank) {
+  TwoRanks("zero2", [](braidComm_t comm, int rank, braidShardConfig_t cfg,
+                       const std::vector<size_t>& buckets, std::vector<const void*>& init) {
+    braidShard_t sh = nullptr;
+    braidResult_t rc =
+        braidShardCreate(comm, &cfg, 3, buckets.data(), braidInt32, init.data(), &sh);
+    CHECK_OR_FAIL(rc == braidErrInvalidUsage && sh == nullptr, "int32 parameters accepted");
+    CHECK_OR_FAIL(Contains(braidShardGetLastError(nullptr), "parameter type 2 is not supported"),
+                  "message '%s'", braidShardGetLastError(nullptr));
+    // bf16 on rank 1, fp32 on rank 0: both refuse (the buffers are large enough for either).
+    rc = braidShardCreate(comm, &cfg, 3, buckets.data(), rank == 1 ? braidBfloat16 : braidFloat32,
+                          init.data(), &sh);
+    CHECK_OR_FAIL(rc == braidErrInvalidUsage && sh == nullptr, "mixed types accepted");
+    CHECK_OR_FAIL(Contains(braidShardGetLastError(nullptr),
+                           "different configurations or "
+                           "parameter types"),
+                  "message '%s'", braidShardGetLastError(nullptr));
+    return 0;
+  });
+}
+
+TEST(ShardStepErrors, EscapeHatchMisuseFailsOnEveryRankAndRecovers) {
+  TwoRanks("zero3", [](braidComm_t comm, int rank, braidShardConfig_t cfg,
+                       const std::vector<size_t>& buckets, std::vector<const void*>& init) {
+    braidShard_t sh = nullptr;
+    CHECK_OR_FAIL(braidShardCreate(comm, &cfg, 3, buckets.data(), braidFloat32, init.data(), &sh) ==
+                      braidSuccess,
+                  "create");
+    // Finish without Prepare: agreed, so no rank waits in the redistribution.
+    CHECK_OR_FAIL(braidShardFinishStep(sh) == braidErrInvalidUsage, "finish accepted");
+    CHECK_OR_FAIL(Contains(braidShardGetLastError(sh), "no prepared step"), "message '%s'",
+                  braidShardGetLastError(sh));
+    std::vector<float> grad(64, 1.0f);
+    for (int b = 0; b < 3; ++b)
+      CHECK_OR_FAIL(braidShardReduceGrad(sh, b, grad.data()) == braidSuccess, "reduce");
+    braidShardStepOptions_t opt = BRAID_SHARD_STEP_OPTIONS_INITIALIZER;
+    braidShardStepInfo_t info{};
+    CHECK_OR_FAIL(braidShardPrepareStep(sh, &opt, &info) == braidSuccess, "prepare");
+    const void* p = nullptr;
+    CHECK_OR_FAIL(braidShardGather(sh, 0, &p) == braidErrInvalidUsage, "gather while prepared");
+    CHECK_OR_FAIL(Contains(braidShardGetLastError(sh), "prepared step is open"), "message '%s'",
+                  braidShardGetLastError(sh));
+    braidShardOsShard_t view{};
+    view.size = sizeof(view);
+    CHECK_OR_FAIL(braidShardOptimizerShard(sh, 3, &view) == braidErrInvalidArgument, "bucket 3");
+    CHECK_OR_FAIL(braidShardOptimizerShard(sh, 1, &view) == braidSuccess, "bucket 1");
+    // zero3 on 2 ranks: rank r holds elements [32 r, 32 r + 32) of the 64; the gradient is the
+    // mean of 1 and 1.
+    CHECK_OR_FAIL(view.offset == 32u * rank && view.count == 32 && view.grad[0] == 1.0f,
+                  "view %zu+%zu grad %g", view.offset, view.count, view.grad[0]);
+    view.master[0] = 7.0f;
+    CHECK_OR_FAIL(braidShardFinishStep(sh) == braidSuccess, "finish");
+    CHECK_OR_FAIL(braidShardGather(sh, 1, &p) == braidSuccess, "gather");
+    CHECK_OR_FAIL(
+        static_cast<const float*>(p)[0] == 7.0f && static_cast<const float*>(p)[32] == 7.0f,
+        "the caller's update was not redistributed");
+    CHECK_OR_FAIL(braidShardRelease(sh, 1) == braidSuccess, "release");
+    return braidShardDestroy(sh) == braidSuccess ? 0 : 1;
   });
 }
 

@@ -1,0 +1,82 @@
+// The state behind a braidShard_t handle, shared by the step (step.cc) and the checkpoints
+// (checkpoint.cc). Internal to the sharding library.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "braid/shard.h"
+#include "sharding/layout.h"
+
+// One registered bucket: this rank's shards of it.
+struct Bucket {
+  size_t numel = 0;
+  size_t padded = 0;                       // multiple of s_os (so of s_g and s_p too: nesting)
+  std::vector<unsigned char> param_shard;  // padded / s_p elements in the parameter dtype
+  std::vector<unsigned char> grad_shard;   // padded / s_g: accumulated gradient (parameter dtype)
+  std::vector<float> master, m, v;         // padded / s_os: the OS shard, fp32
+  std::vector<float> grad32;               // padded / s_os: fp32 gradient between Prepare/Finish
+  std::vector<unsigned char> full;         // gathered parameters while in use (s_p > 1)
+  braidRequest_t gather = nullptr;         // in-flight gather into `full`
+  bool gathered = false;                   // handed to the caller, not yet released
+  int reduced = 0;                         // micro-batches reduced since the last step
+};
+
+// The handle (global namespace: braidShard_t is `struct braidShard*` in the C API).
+struct braidShard {
+  braidComm_t comm = nullptr;  // the caller's, not owned
+  braidShardConfig_t cfg{};
+  braidDataType_t dtype = braidFloat32;  // parameters and gradients
+  size_t esize = 4;
+  int rank = 0, nranks = 0;
+  braid::shard::RankLayout layout;
+  // One full OS replica (the OS group of rank 0) sums the squared gradient, so that each element
+  // counts once in the global norm whatever the replication of the OS shards.
+  bool os_primary = false;
+  // Views of `comm`, owned; NULL where the group is this rank alone.
+  braidComm_t p_comm = nullptr, g_comm = nullptr, replica_comm = nullptr, redist_comm = nullptr;
+  std::vector<Bucket> buckets;
+  // Two padded gradient buffers (s_g > 1): one bucket's reduce-scatter stays in flight while the
+  // caller computes the next bucket's gradient; the other buffer takes that gradient.
+  std::vector<unsigned char> scratch[2];
+  int slot = 0;                      // the buffer the next reduce-scatter uses
+  int pending_bucket = -1;           // bucket whose reduce-scatter is in flight, or -1
+  braidRequest_t pending = nullptr;  // its request (in scratch[slot ^ 1])
+  int last_gather = -1, direction = 1;
+  int64_t t = 0;  // optimizer steps applied
+  // Between PrepareStep and FinishStep; `skipped`: the prepared step found an overflow.
+  bool prepared = false, skipped = false;
+  // Dynamic loss scaler (PyTorch's GradScaler) and its state.
+  bool scaler_on = false;
+  braidShardLossScaler_t scaler{};
+  float scale = 1.0f;
+  int64_t good_steps = 0;
+  std::string error = "no error";
+
+  braidResult_t Fail(braidResult_t code, const std::string& what) {
+    error = "rank " + std::to_string(rank) + ": " + what;
+    return code;
+  }
+  braidResult_t CommFail(braidResult_t code, const char* op, braidComm_t c) {
+    return Fail(code, std::string(op) + " failed: " + braidGetLastError(c ? c : comm));
+  }
+  int S(int state) const { return braid::shard::SizeOf(braid::shard::FactorOf(cfg, state)); }
+};
+
+namespace braid::shard {
+
+// Agreement across ranks: for each value, max and min over the comm in one all-reduce (the max
+// of v and of -v).
+braidResult_t MinMax(braidComm_t comm, const std::vector<int64_t>& v, std::vector<int64_t>* mn,
+                     std::vector<int64_t>* mx);
+// Agrees on a local outcome: returns braidSuccess when every rank's `local_error` is empty;
+// otherwise this rank's own message, or one that points at the other rank's, with `code`.
+braidResult_t Agree(braidShard* sh, const char* api, const std::string& local_error,
+                    braidResult_t code);
+// Waits for every prefetch in flight (the step and checkpoints read or rewrite the P shards).
+braidResult_t FinishPrefetches(braidShard* sh, const char* api);
+// Waits for the reduce-scatter in flight, if any, and accumulates its shard.
+braidResult_t FinishPending(braidShard* sh);
+
+}  // namespace braid::shard

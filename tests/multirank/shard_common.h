@@ -1,0 +1,159 @@
+// Shared by the sharded-step tests: the synthetic model (bucket sizes, initial parameters,
+// integer gradients), conversions to the parameter dtype written independently of the library,
+// and the data-parallel reference optimizer in the library's float operations and order.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <vector>
+
+#include "braid/shard.h"
+
+namespace braid_test {
+namespace {
+
+#define CHECK_OR_FAIL(cond, ...)                                                   \
+  do {                                                                             \
+    if (!(cond)) {                                                                 \
+      std::fprintf(stderr, "[rank %d] %s: ", rank, #cond);                         \
+      std::fprintf(stderr, __VA_ARGS__);                                           \
+      std::fprintf(stderr, " (shard: %s; comm: %s)\n", braidShardGetLastError(sh), \
+                   braidGetLastError(nullptr));                                    \
+      return 1;                                                                    \
+    }                                                                              \
+  } while (0)
+
+const std::vector<size_t> kBuckets = {37, 64, 5};  // odd sizes: shards carry padding
+constexpr int kSteps = 4;
+constexpr int kMicrobatches = 2;
+
+float InitParam(int b, size_t i) {
+  return static_cast<float>(static_cast<int>((i * 7 + b * 3) % 11) - 5) * 0.125f;
+}
+
+// An integer gradient that depends on the parameter it belongs to.
+float Grad(int b, size_t i, int step, int mb, int rank, float param) {
+  const int base = static_cast<int>((i + 3 * b + 5 * step + 7 * mb + 11 * rank) % 9) - 4;
+  return static_cast<float>(base + (param > 0.0f ? 1 : 0));
+}
+
+// The reference's own rounding to the parameter dtype (round to nearest even).
+float RoundTo(braidDataType_t dt, float f) {
+  if (dt == braidFloat16) return static_cast<float>(static_cast<_Float16>(f));
+  if (dt != braidBfloat16) return f;
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return f;
+  const uint32_t lsb = (u >> 16) & 1u;
+  u = (u + 0x7fffu + lsb) & 0xffff0000u;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+// Values (exact in dt) as a buffer of dt.
+std::vector<unsigned char> ToDt(braidDataType_t dt, const std::vector<float>& v) {
+  std::vector<unsigned char> out(v.size() * (dt == braidFloat32 ? 4 : 2));
+  for (size_t i = 0; i < v.size(); ++i) {
+    if (dt == braidFloat32) {
+      std::memcpy(&out[4 * i], &v[i], 4);
+    } else if (dt == braidFloat16) {
+      const _Float16 h = static_cast<_Float16>(v[i]);
+      std::memcpy(&out[2 * i], &h, 2);
+    } else {
+      uint32_t u;
+      std::memcpy(&u, &v[i], 4);
+      const uint16_t h = static_cast<uint16_t>(u >> 16);  // v[i] is a bf16 value already
+      std::memcpy(&out[2 * i], &h, 2);
+    }
+  }
+  return out;
+}
+
+// Element i of a buffer of dt.
+float FromDt(braidDataType_t dt, const unsigned char* p, size_t i) {
+  if (dt == braidFloat32) {
+    float f;
+    std::memcpy(&f, p + 4 * i, 4);
+    return f;
+  }
+  if (dt == braidFloat16) {
+    _Float16 h;
+    std::memcpy(&h, p + 2 * i, 2);
+    return static_cast<float>(h);
+  }
+  uint16_t h;
+  std::memcpy(&h, p + 2 * i, 2);
+  const uint32_t u = static_cast<uint32_t>(h) << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+enum Optimizer { kAdamW = 0, kSgd = 1, kHatch = 2 };
+
+// The test's own optimizer for the escape hatch: plain SGD with a fixed rate.
+constexpr float kHatchLr = 0.5f;
+
+// Plain data parallelism in the same float operations and order as sharding/step.cc (which is
+// what makes bit-identity the right bar): fp32 master weights, parameters = master rounded to
+// the parameter dtype, PyTorch's AdamW (bias corrections in double rounded once to float) or SGD.
+struct Ref {
+  braidDataType_t dt = braidFloat32;
+  std::vector<std::vector<float>> p, master, m, v;
+  int64_t t = 0;
+  // Returns false (and changes nothing) when the summed gradient overflows the parameter dtype.
+  bool Step(const std::vector<std::vector<float>>& grad_sum, double divisor, float loss_scale,
+            float max_norm, int optimizer, const braidShardStepOptions_t& so, double* norm_out) {
+    const float scale = static_cast<float>(1.0 / (divisor * loss_scale));
+    std::vector<std::vector<float>> g(p.size());
+    double sq = 0.0;
+    for (size_t b = 0; b < p.size(); ++b)
+      for (size_t i = 0; i < p[b].size(); ++i) {
+        const float s = RoundTo(dt, grad_sum[b][i]);  // the sum exists in dt only
+        if (!std::isfinite(s)) return false;
+        g[b].push_back(s * scale);
+        sq += static_cast<double>(g[b][i]) * g[b][i];
+      }
+    *norm_out = std::sqrt(sq);
+    if (max_norm > 0.0f) {
+      const float coef = static_cast<float>(max_norm / (*norm_out + 1e-6));
+      if (coef < 1.0f)
+        for (auto& gb : g)
+          for (float& x : gb) x *= coef;
+    }
+    ++t;
+    const braidShardAdamW_t& o = so.adamw;
+    const float bc1 = static_cast<float>(1.0 - std::pow(static_cast<double>(o.beta1), t));
+    const float bc2 = static_cast<float>(1.0 - std::pow(static_cast<double>(o.beta2), t));
+    const float sqrt_bc2 = std::sqrt(bc2);
+    const float step_size = o.lr / bc1;
+    const float decay = 1.0f - o.lr * o.weightDecay;
+    const braidShardSGD_t& s = so.sgd;
+    for (size_t b = 0; b < p.size(); ++b)
+      for (size_t i = 0; i < p[b].size(); ++i) {
+        float gi = g[b][i];
+        float& x = master[b][i];
+        if (optimizer == kAdamW) {
+          float y = x * decay;
+          m[b][i] = o.beta1 * m[b][i] + (1.0f - o.beta1) * gi;
+          v[b][i] = o.beta2 * v[b][i] + (1.0f - o.beta2) * gi * gi;
+          const float denom = std::sqrt(v[b][i]) / sqrt_bc2 + o.eps;
+          x = y - step_size * (m[b][i] / denom);
+        } else if (optimizer == kSgd) {
+          if (s.weightDecay != 0.0f) gi = gi + s.weightDecay * x;
+          m[b][i] = t == 1 ? gi : s.momentum * m[b][i] + (1.0f - s.dampening) * gi;
+          gi = s.nesterov ? gi + s.momentum * m[b][i] : m[b][i];
+          x = x - s.lr * gi;
+        } else {
+          x = x - kHatchLr * gi;
+        }
+        p[b][i] = RoundTo(dt, x);
+      }
+    return true;
+  }
+};
+
+}  // namespace
+}  // namespace braid_test
