@@ -24,7 +24,15 @@ import os
 import socket
 import sys
 
-import torch
+try:
+    import torch
+except ImportError:
+    # Debian's python3-torch is only seen by Debian's interpreter, not by a pyenv or venv python3
+    # that comes first on PATH: run under that one rather than fail.
+    if sys.executable != "/usr/bin/python3" and os.path.exists("/usr/bin/python3"):
+        os.execv("/usr/bin/python3", ["/usr/bin/python3"] + sys.argv)
+    sys.exit("pytorch_sharded: torch is not installed "
+             "(tools/install-deps.sh installs python3-torch)")
 import torch.nn as nn
 import torch.nn.functional as F
 

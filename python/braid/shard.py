@@ -36,7 +36,8 @@ class _Config(ctypes.Structure):
                 ("p", _Factor), ("g", _Factor), ("os", _Factor),
                 ("replicaEveryMicrobatch", ctypes.c_int), ("allowPartialNode", ctypes.c_int),
                 ("hpz", ctypes.c_int), ("hpzInt8", ctypes.c_int), ("qwz", ctypes.c_int),
-                ("qgz", ctypes.c_int), ("preset", ctypes.c_char * 24), ("note", ctypes.c_char * 256)]
+                ("qgz", ctypes.c_int), ("preset", ctypes.c_char * 24),
+                ("note", ctypes.c_char * 256)]
 
 
 class _AdamW(ctypes.Structure):
@@ -72,7 +73,8 @@ _libs = None
 
 
 def _find(name, subdir):
-    """BRAID_LIB_DIR (a folder holding the library, or a build tree), else this checkout's build/."""
+    """BRAID_LIB_DIR (a folder holding the library, or a build tree), else this checkout's
+    build/."""
     here = os.path.dirname(os.path.abspath(__file__))
     roots = [os.environ["BRAID_LIB_DIR"]] if os.environ.get("BRAID_LIB_DIR") else []
     roots.append(os.path.join(here, "..", "..", "build"))
@@ -162,7 +164,7 @@ class Comm:
 
     @classmethod
     def from_env(cls):
-        """braidInitFromEnv(): the rank, size and rendezvous that braidrun put in the environment."""
+        """braidInitFromEnv(): the rank, size and rendezvous braidrun put in the environment."""
         core, _ = load_libraries()
         if "BRAID_RANK" not in os.environ:
             raise BraidError("braidInitFromEnv", 5,

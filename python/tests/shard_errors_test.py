@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """The binding's errors are clear Python exceptions, raised before braid sees a bad buffer:
 a gradient or initial bucket of the wrong dtype, a non-contiguous or wrongly sized buffer, an
-unknown bucket, and braid's own failures (an unknown preset, a step with no gradient) with braid's message. Run under
-braidrun (the ctest python.shard_errors uses 1 rank); exits 77 when torch is missing.
+unknown bucket; and braid's own failures (an unknown preset, a step with no gradient) carry
+braid's message. Run under braidrun (the ctest pytorch_sharded.shard_errors uses 1 rank); exits
+77 when torch is missing.
 """
 import os
 import sys
