@@ -15,6 +15,7 @@ packages=(
   libgloo-dev                     # the Gloo comparison
   iproute2                        # emulated clusters (network namespaces, tc)
   clang libclang-rt-dev           # libFuzzer targets (tools/fuzz.sh); -rt-dev holds libFuzzer
+  python3-torch                   # examples/pytorch_sharded.py and its ctests (CPU PyTorch 1.13)
 )
 
 missing=()

@@ -1,0 +1,273 @@
+"""ctypes binding of braid's communicator set-up and sharded step (include/braid/shard.h).
+
+Buffers (numpy arrays or torch tensors) are passed by pointer: they must be C-contiguous, hold
+exactly the bucket's elements and have the shard's dtype; anything else raises ValueError or
+TypeError before braid sees it. A failing braid call raises BraidError with braid's own message
+(braidShardGetLastError / braidGetLastError).
+"""
+import ctypes
+import os
+
+# braidDataType_t values (braid.h; they are NCCL's).
+_FLOAT16, _FLOAT32, _FLOAT64, _BFLOAT16 = 6, 7, 8, 9
+_DTYPES = {"float32": (_FLOAT32, 4), "float16": (_FLOAT16, 2), "bfloat16": (_BFLOAT16, 2)}
+_SUM = 0  # braidSum
+
+_RESULTS = {0: "braidSuccess", 2: "braidErrSystem", 3: "braidErrInternal",
+            4: "braidErrInvalidArgument", 5: "braidErrInvalidUsage", 6: "braidErrRemote",
+            7: "braidInProgress", 8: "braidErrTimeout", 9: "braidErrAborted"}
+
+
+class BraidError(RuntimeError):
+    """A braid call failed; `code` is its braidResult_t, the text braid's message."""
+
+    def __init__(self, what, code, message):
+        self.code = code
+        super().__init__("%s failed (%s): %s" % (what, _RESULTS.get(code, code), message))
+
+
+# --- The C structs, field for field as in shard.h (ctypes lays them out like the C compiler). ---
+class _Factor(ctypes.Structure):
+    _fields_ = [("intra", ctypes.c_int), ("inter", ctypes.c_int)]
+
+
+class _Config(ctypes.Structure):
+    _fields_ = [("size", ctypes.c_size_t), ("ranksPerNode", ctypes.c_int), ("nodes", ctypes.c_int),
+                ("p", _Factor), ("g", _Factor), ("os", _Factor),
+                ("replicaEveryMicrobatch", ctypes.c_int), ("allowPartialNode", ctypes.c_int),
+                ("hpz", ctypes.c_int), ("hpzInt8", ctypes.c_int), ("qwz", ctypes.c_int),
+                ("qgz", ctypes.c_int), ("preset", ctypes.c_char * 24),
+                ("note", ctypes.c_char * 256)]
+
+
+class _AdamW(ctypes.Structure):
+    _fields_ = [("size", ctypes.c_size_t), ("lr", ctypes.c_float), ("beta1", ctypes.c_float),
+                ("beta2", ctypes.c_float), ("eps", ctypes.c_float), ("weightDecay", ctypes.c_float),
+                ("gradDivisor", ctypes.c_double)]
+
+
+class _SGD(ctypes.Structure):
+    _fields_ = [("size", ctypes.c_size_t), ("lr", ctypes.c_float), ("momentum", ctypes.c_float),
+                ("dampening", ctypes.c_float), ("weightDecay", ctypes.c_float),
+                ("nesterov", ctypes.c_int)]
+
+
+class _StepOptions(ctypes.Structure):
+    _fields_ = [("size", ctypes.c_size_t), ("optimizer", ctypes.c_int), ("adamw", _AdamW),
+                ("sgd", _SGD), ("gradDivisor", ctypes.c_double), ("maxGradNorm", ctypes.c_float),
+                ("lossScale", ctypes.c_float)]
+
+
+class _StepInfo(ctypes.Structure):
+    _fields_ = [("size", ctypes.c_size_t), ("skipped", ctypes.c_int), ("clipped", ctypes.c_int),
+                ("gradNorm", ctypes.c_double), ("lossScale", ctypes.c_float),
+                ("nextLossScale", ctypes.c_float), ("step", ctypes.c_int64)]
+
+
+class _Memory(ctypes.Structure):
+    _fields_ = [("params", ctypes.c_uint64), ("grads", ctypes.c_uint64),
+                ("optimizer", ctypes.c_uint64), ("total", ctypes.c_uint64)]
+
+
+_libs = None
+
+
+def _find(name, subdir):
+    """BRAID_LIB_DIR (a folder holding the library, or a build tree), else this checkout's
+    build/."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    roots = [os.environ["BRAID_LIB_DIR"]] if os.environ.get("BRAID_LIB_DIR") else []
+    roots.append(os.path.join(here, "..", "..", "build"))
+    for root in roots:
+        for path in (os.path.join(root, name), os.path.join(root, subdir, name)):
+            if os.path.exists(path):
+                return path
+    raise OSError("braid: %s not found in %s; build it (cmake --build build --target braid_shard) "
+                  "or set BRAID_LIB_DIR" % (name, " or ".join(roots)))
+
+
+def load_libraries():
+    """Loads libbraid.so and libbraid_shard.so once and declares the functions used here."""
+    global _libs
+    if _libs is not None:
+        return _libs
+    # libbraid first and global, so that libbraid_shard resolves against this very copy.
+    core = ctypes.CDLL(_find("libbraid.so", "src"), mode=ctypes.RTLD_GLOBAL)
+    shard = ctypes.CDLL(_find("libbraid_shard.so", "sharding"))
+    P, I, S = ctypes.c_void_p, ctypes.c_int, ctypes.c_size_t
+    for lib, name, args in [
+            (core, "braidInitFromEnv", [ctypes.POINTER(P)]),
+            (core, "braidCommDestroy", [P]),
+            (core, "braidCommCount", [P, ctypes.POINTER(I)]),
+            (core, "braidCommUserRank", [P, ctypes.POINTER(I)]),
+            (core, "braidAllReduce", [P, P, S, I, I, P]),
+            (shard, "braidShardPreset", [ctypes.c_char_p, P, ctypes.POINTER(_Config)]),
+            (shard, "braidShardReport", [ctypes.POINTER(_Config), I, ctypes.c_uint64,
+                                         ctypes.c_char_p, S]),
+            (shard, "braidShardCreate", [P, ctypes.POINTER(_Config), I, ctypes.POINTER(S), I,
+                                         ctypes.POINTER(P), ctypes.POINTER(P)]),
+            (shard, "braidShardGather", [P, I, ctypes.POINTER(P)]),
+            (shard, "braidShardRelease", [P, I]),
+            (shard, "braidShardReduceGrad", [P, I, P]),
+            (shard, "braidShardStepEx", [P, ctypes.POINTER(_StepOptions),
+                                         ctypes.POINTER(_StepInfo)]),
+            (shard, "braidShardMemory", [P, ctypes.POINTER(_Memory)]),
+            (shard, "braidShardDestroy", [P])]:
+        fn = getattr(lib, name)
+        fn.argtypes, fn.restype = args, ctypes.c_int
+    core.braidGetLastError.argtypes, core.braidGetLastError.restype = [P], ctypes.c_char_p
+    shard.braidShardGetLastError.argtypes = [P]
+    shard.braidShardGetLastError.restype = ctypes.c_char_p
+    _libs = (core, shard)
+    return _libs
+
+
+def _check(rc, what, message):
+    if rc != 0:
+        raise BraidError(what, rc, message().decode(errors="replace"))
+
+
+def _buffer(obj, numel, dtype, what):
+    """The address of a contiguous numpy array or torch tensor of `numel` elements of `dtype`."""
+    if hasattr(obj, "data_ptr"):  # torch.Tensor
+        have = str(obj.dtype).replace("torch.", "")
+        contiguous, count, ptr = obj.is_contiguous(), obj.numel(), obj.data_ptr()
+        if obj.device.type != "cpu":
+            raise ValueError("%s: the tensor is on %s; braid's step takes host memory" %
+                             (what, obj.device))
+    elif hasattr(obj, "__array_interface__"):  # numpy.ndarray
+        have = str(obj.dtype)
+        contiguous, count, ptr = obj.flags["C_CONTIGUOUS"], obj.size, obj.ctypes.data
+    else:
+        raise TypeError("%s: expected a torch tensor or a numpy array, got %s" %
+                        (what, type(obj).__name__))
+    if have != dtype:
+        raise TypeError("%s: the buffer holds %s but the shard's parameters are %s" %
+                        (what, have, dtype))
+    if not contiguous:
+        raise ValueError("%s: the buffer is not contiguous (call .contiguous() first)" % what)
+    if count != numel:
+        raise ValueError("%s: the buffer holds %d elements, the bucket %d" % (what, count, numel))
+    return ctypes.c_void_p(ptr)
+
+
+class Comm:
+    """A braid communicator over all ranks of the job."""
+
+    def __init__(self, handle):
+        self._core, _ = load_libraries()
+        self.handle = handle
+        rank, size = ctypes.c_int(), ctypes.c_int()
+        self._call("braidCommUserRank", handle, ctypes.byref(rank))
+        self._call("braidCommCount", handle, ctypes.byref(size))
+        self.rank, self.size = rank.value, size.value
+
+    @classmethod
+    def from_env(cls):
+        """braidInitFromEnv(): the rank, size and rendezvous braidrun put in the environment."""
+        core, _ = load_libraries()
+        if "BRAID_RANK" not in os.environ:
+            raise BraidError("braidInitFromEnv", 5,
+                             "BRAID_RANK is not set: launch with braidrun -n N python3 ...")
+        handle = ctypes.c_void_p()
+        _check(core.braidInitFromEnv(ctypes.byref(handle)), "braidInitFromEnv",
+               lambda: core.braidGetLastError(None))
+        return cls(handle)
+
+    def _call(self, name, *args):
+        _check(getattr(self._core, name)(*args), name,
+               lambda: self._core.braidGetLastError(self.handle))
+
+    def allreduce_sum(self, values):
+        """The sums over the ranks of a list of floats (in float64)."""
+        buf = (ctypes.c_double * len(values))(*values)
+        self._call("braidAllReduce", buf, buf, len(values), _FLOAT64, _SUM, self.handle)
+        return list(buf)
+
+    def destroy(self):
+        if self.handle:
+            self._call("braidCommDestroy", self.handle)
+            self.handle = None
+
+
+class Shard:
+    """A sharded model: braid holds the P, G and OS shards of `buckets` and runs the step.
+
+    `init` is one buffer per bucket (its full initial values, identical on every rank); the
+    buckets' sizes and the parameter dtype (float32, float16, bfloat16) are taken from them.
+    """
+
+    def __init__(self, comm, preset, init, dtype="float32"):
+        self._core, self._lib = load_libraries()
+        if dtype not in _DTYPES:
+            raise ValueError("dtype must be one of %s, not %r" % (sorted(_DTYPES), dtype))
+        self.comm, self.dtype, self.handle = comm, dtype, None
+        self._type, self._esize = _DTYPES[dtype]
+        self.numel = [int(b.numel() if hasattr(b, "data_ptr") else b.size) for b in init]
+        self.config = _Config(size=ctypes.sizeof(_Config))
+        _check(self._lib.braidShardPreset(preset.encode(), comm.handle, ctypes.byref(self.config)),
+               "braidShardPreset(%r)" % preset, lambda: self._lib.braidShardGetLastError(None))
+        ptrs = [_buffer(b, n, dtype, "initial bucket %d" % i)
+                for i, (b, n) in enumerate(zip(init, self.numel))]
+        handle = ctypes.c_void_p()
+        _check(self._lib.braidShardCreate(
+            comm.handle, ctypes.byref(self.config), len(init),
+            (ctypes.c_size_t * len(init))(*self.numel), self._type,
+            (ctypes.c_void_p * len(init))(*ptrs), ctypes.byref(handle)),
+            "braidShardCreate", lambda: self._lib.braidShardGetLastError(None))
+        self.handle = handle
+
+    def _call(self, name, *args):
+        _check(getattr(self._lib, name)(self.handle, *args), name,
+               lambda: self._lib.braidShardGetLastError(self.handle))
+
+    def report(self, phi=0):
+        """braidShardReport(): what this rank holds and which collectives run, as text."""
+        buf = ctypes.create_string_buffer(16384)
+        _check(self._lib.braidShardReport(ctypes.byref(self.config), self.comm.rank, phi, buf,
+                                          len(buf)),
+               "braidShardReport", lambda: self._lib.braidShardGetLastError(None))
+        return buf.value.decode()
+
+    def gather(self, bucket):
+        """The full parameters of `bucket`: a ctypes array over braid's memory (of the dtype's
+        element size; torch.frombuffer(a, dtype=...) views it), valid until release(bucket)."""
+        if not 0 <= bucket < len(self.numel):
+            raise IndexError("bucket %d: the shard has %d buckets" % (bucket, len(self.numel)))
+        ptr = ctypes.c_void_p()
+        self._call("braidShardGather", bucket, ctypes.byref(ptr))
+        elem = {4: ctypes.c_float, 2: ctypes.c_uint16}[self._esize]
+        return (elem * self.numel[bucket]).from_address(ptr.value)
+
+    def release(self, bucket):
+        self._call("braidShardRelease", bucket)
+
+    def reduce_grad(self, bucket, grad):
+        """Hands over the full gradient of `bucket` (copied before this returns)."""
+        if not 0 <= bucket < len(self.numel):
+            raise IndexError("bucket %d: the shard has %d buckets" % (bucket, len(self.numel)))
+        self._call("braidShardReduceGrad", bucket,
+                   _buffer(grad, self.numel[bucket], self.dtype, "gradient of bucket %d" % bucket))
+
+    def step(self, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.01, max_grad_norm=0.0):
+        """AdamW on braid's OS shards (torch.optim.AdamW's formula) on the mean gradient over
+        ranks and micro-batches; returns (steps applied so far, global gradient norm)."""
+        opts = _StepOptions(size=ctypes.sizeof(_StepOptions), optimizer=0,
+                            adamw=_AdamW(size=ctypes.sizeof(_AdamW), lr=lr, beta1=betas[0],
+                                         beta2=betas[1], eps=eps, weightDecay=weight_decay),
+                            sgd=_SGD(size=ctypes.sizeof(_SGD)), gradDivisor=0.0,
+                            maxGradNorm=max_grad_norm, lossScale=0.0)
+        info = _StepInfo(size=ctypes.sizeof(_StepInfo))
+        self._call("braidShardStepEx", ctypes.byref(opts), ctypes.byref(info))
+        return info.step, info.gradNorm
+
+    def memory(self):
+        """Bytes this rank allocated per state: dict of params, grads, optimizer, total."""
+        mem = _Memory()
+        self._call("braidShardMemory", ctypes.byref(mem))
+        return {f: getattr(mem, f) for f, _ in _Memory._fields_}
+
+    def destroy(self):
+        if self.handle:
+            self._call("braidShardDestroy")
+            self.handle = None
