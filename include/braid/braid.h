@@ -419,6 +419,56 @@ BRAID_API braidResult_t braidGroupEnd(void);
  */
 BRAID_API braidResult_t braidGroupSimulateEnd(double* seconds);
 
+/* ------------------------------------------------------------------ cost model
+ * The alpha-beta cost model the tuner ranks algorithms with (spec/algorithms.md section 4),
+ * for callers that plan without a communicator: the sharding planner (shard.h) costs every
+ * collective of a candidate configuration here, so planner and tuner share one model.
+ */
+
+/** Collectives the estimate knows. */
+typedef enum {
+  braidCollAllReduce = 0,
+  braidCollReduceScatter = 1,
+  braidCollAllGather = 2,
+  braidCollBroadcast = 3
+} braidCollective_t;
+
+/** Alpha-beta parameters of the two link levels. `interBandwidth` is one node's link (its NICs
+ *  together), per direction, shared by the node's ranks, as in the simulator. */
+typedef struct {
+  double intraLatency;   /**< seconds per message inside a node */
+  double intraBandwidth; /**< bytes per second per rank and direction inside a node */
+  double interLatency;   /**< seconds per message between nodes */
+  double interBandwidth; /**< bytes per second per node and direction between nodes */
+} braidLinkParams_t;
+
+/**
+ * Predicted seconds of one collective over a group of `ranksPerNode` x `nodes` ranks (node-major)
+ * moving `bytes` (the whole buffer: the gathered result of an all-gather, the input of a
+ * reduce-scatter, the buffer of an all-reduce or broadcast) of `datatype`, by the cost model of
+ * the algorithm the tuner would pick (the cheapest flat or hierarchical one that serves it).
+ * `nicSharing` >= 1 is the number of such groups that run at once on the same nodes and so share
+ * each node's inter-node link (e.g. the R groups of one rank per node of a replica all-reduce).
+ * `quantBits` 8 or 4 costs the quantized form (braidAllGatherQuantized /
+ * braidReduceScatterQuantized, blocks of 2048 with one fp32 scale) as that algorithm moving the
+ * encoded bytes; 0 = not quantized. Writes the seconds to *seconds and, when `algorithm` is not
+ * NULL, the algorithm's name. Pure and thread-safe; microseconds per call. Invalid arguments give
+ * braidErrInvalidArgument with a message (braidGetLastError(NULL)).
+ */
+BRAID_API braidResult_t braidEstimateCollective(braidCollective_t collective, uint64_t bytes,
+                                                braidDataType_t datatype, int quantBits,
+                                                int ranksPerNode, int nodes, int nicSharing,
+                                                const braidLinkParams_t* link, double* seconds,
+                                                char* algorithm, size_t algorithmLen);
+
+/**
+ * Reads a link profile (the BRAID_LINK_PROFILE file a calibrated job writes: `version 1`, then
+ * `intra.alpha_s`, `intra.beta_bytes_s`, `inter.alpha_s`, `inter.beta_bytes_s`; docs/topology.md)
+ * into *link. A level the file does not hold keeps the value *link had. A missing, unreadable or
+ * malformed file gives braidErrInvalidArgument naming the file and the line.
+ */
+BRAID_API braidResult_t braidLinkProfileLoad(const char* path, braidLinkParams_t* link);
+
 #ifdef __cplusplus
 }  // extern "C"
 #endif

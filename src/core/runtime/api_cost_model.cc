@@ -1,0 +1,153 @@
+// The cost model's C API for callers without a communicator (the sharding planner):
+// braidEstimateCollective ranks the same algorithms the tuner ranks for a layout of equal nodes,
+// with the same closed forms, so a plan and the engine's choice cost a collective alike;
+// braidLinkProfileLoad reads the link profile a calibrated job wrote, with the tuner's parser.
+#include <cstdio>
+#include <limits>
+#include <string>
+
+#include "algorithms/builtin_algorithms.h"
+#include "algorithms/codec.h"
+#include "algorithms/cost_model.h"
+#include "algorithms/link_profile.h"
+#include "algorithms/tuner.h"
+#include "core/base/datatype.h"
+#include "core/runtime/api_errors.h"
+
+namespace braid {
+namespace {
+
+// The block size of the ZeRO++ weight format (braid.h: 2048-8192 for weights): the encoded size
+// hardly depends on it beyond this.
+constexpr uint32_t kEstimateQuantBlock = 2048;
+
+Status CheckArgs(braidCollective_t coll, braidDataType_t dtype, int bits, int R, int n, int share,
+                 const braidLinkParams_t* link, const double* seconds) {
+  const std::string api = "braidEstimateCollective: ";
+  if (!link || !seconds) return InvalidArgument(api + "link and seconds must not be NULL");
+  if (coll < braidCollAllReduce || coll > braidCollBroadcast)
+    return InvalidArgument(api + "unknown collective " + std::to_string(static_cast<int>(coll)));
+  if (dtype < 0 || dtype >= braidNumTypes)
+    return InvalidArgument(api + "unknown datatype " + std::to_string(static_cast<int>(dtype)));
+  if (bits != 0 && bits != 4 && bits != 8)
+    return InvalidArgument(api + "quantBits must be 0, 4 or 8, not " + std::to_string(bits));
+  if (bits && coll != braidCollAllGather && coll != braidCollReduceScatter)
+    return InvalidArgument(api + "only all-gather and reduce-scatter have quantized forms");
+  // 2^20 ranks is far beyond any job; the bound keeps the layout allocation sane.
+  if (R < 1 || n < 1 || static_cast<int64_t>(R) * n > (1 << 20))
+    return InvalidArgument(api + "group of " + std::to_string(R) + " ranks per node x " +
+                           std::to_string(n) + " nodes: both >= 1, at most 2^20 ranks");
+  if (share < 1) return InvalidArgument(api + "nicSharing must be >= 1");
+  const LinkParams levels[2] = {{link->intraLatency, link->intraBandwidth},
+                                {link->interLatency, link->interBandwidth}};
+  for (const LinkParams& p : levels)
+    if (!(p.alpha_s >= 0) || !(p.beta_bytes_s > 0) || p.alpha_s > 1e3 || p.beta_bytes_s > 1e18)
+      return InvalidArgument(api + "link latency must be >= 0 and bandwidth > 0 (finite)");
+  return Status();
+}
+
+}  // namespace
+}  // namespace braid
+
+using namespace braid;
+
+extern "C" braidResult_t braidEstimateCollective(braidCollective_t collective, uint64_t bytes,
+                                                 braidDataType_t datatype, int quantBits,
+                                                 int ranksPerNode, int nodes, int nicSharing,
+                                                 const braidLinkParams_t* link, double* seconds,
+                                                 char* algorithm, size_t algorithmLen) {
+  try {
+    Status st =
+        CheckArgs(collective, datatype, quantBits, ranksPerNode, nodes, nicSharing, link, seconds);
+    if (!st.ok()) return Fail(st);
+    const int R = ranksPerNode, n = nodes, N = R * n;
+    GroupLayout layout;
+    layout.nnodes = n;
+    layout.node_of.resize(N);
+    layout.local_rank.resize(N);
+    for (int r = 0; r < N; ++r) {
+      layout.node_of[r] = r / R;
+      layout.local_rank[r] = r % R;
+    }
+    LinkModel model;
+    model.intra = {link->intraLatency, link->intraBandwidth};
+    // Groups that run at once on the same nodes take turns on each node's link (simulator.h).
+    model.inter = SharedLink({link->interLatency, link->interBandwidth}, nicSharing);
+
+    CollArgs a;
+    a.kind = collective == braidCollAllReduce       ? CollKind::kAllReduce
+             : collective == braidCollReduceScatter ? CollKind::kReduceScatter
+             : collective == braidCollAllGather     ? CollKind::kAllGather
+                                                    : CollKind::kBroadcast;
+    a.dtype = static_cast<DataType>(datatype);
+    a.nranks = N;
+    a.nchannels = 2;  // what the tuner's default table assumes
+    a.layout = &layout;
+    uint64_t esize = DataTypeSize(a.dtype);
+    uint64_t elems = bytes / esize;
+    if (quantBits) {
+      // The quantized schedules move encoded blocks; cost them as the algorithm the tuner would
+      // pick for that many bytes (each block still crosses each level once).
+      const Codec codec(quantBits == 8 ? CodecId::kInt8 : CodecId::kInt4, kEstimateQuantBlock);
+      elems = EncodedBytes(codec, a.dtype, elems);
+      a.dtype = DataType::kUint8;
+      esize = 1;
+    }
+    const bool per_rank = a.kind == CollKind::kReduceScatter || a.kind == CollKind::kAllGather;
+    a.count = per_rank ? (elems + N - 1) / N : elems;
+    a.op = ReduceOp::kSum;
+
+    const Algorithm* best = nullptr;
+    double best_t = std::numeric_limits<double>::infinity();
+    if (N == 1) {
+      *seconds = 0;
+    } else {
+      auto consider = [&](const std::vector<const Algorithm*>& list) {
+        for (const Algorithm* algo : list) {
+          if (!algo->supports(a)) continue;
+          const double t = algo->estimate_seconds(a, model);
+          if (!best || t < best_t) {
+            best = algo;
+            best_t = t;
+          }
+        }
+      };
+      consider(AllAlgorithms());
+      if (n > 1) consider(HierarchicalAlgorithms());
+      if (!best)
+        return Fail(InternalError("braidEstimateCollective: no algorithm serves " +
+                                  std::string(CollKindName(a.kind)) + " on " + std::to_string(N) +
+                                  " ranks"));
+      *seconds = best_t;
+    }
+    if (algorithm && algorithmLen)
+      std::snprintf(algorithm, algorithmLen, "%s", best ? best->name() : "none");
+    return braidSuccess;
+  } catch (const std::exception& e) {
+    return Fail(SystemError(std::string("braidEstimateCollective: ") + e.what()));
+  }
+}
+
+extern "C" braidResult_t braidLinkProfileLoad(const char* path, braidLinkParams_t* link) {
+  try {
+    if (!path || !link) return Fail(InvalidArgument("braidLinkProfileLoad: NULL argument"));
+    auto profile = LoadLinkProfile(path);
+    if (!profile.ok())
+      return Fail(InvalidArgument("braidLinkProfileLoad: " + profile.status().message()));
+    if (!profile->has_value())
+      return Fail(
+          InvalidArgument(std::string("braidLinkProfileLoad: ") + path + " does not exist"));
+    const LinkProfile& p = **profile;
+    if (p.holds(LinkClass::kIntraNode)) {
+      link->intraLatency = p.of(LinkClass::kIntraNode).alpha_s;
+      link->intraBandwidth = p.of(LinkClass::kIntraNode).beta_bytes_s;
+    }
+    if (p.holds(LinkClass::kInterNode)) {
+      link->interLatency = p.of(LinkClass::kInterNode).alpha_s;
+      link->interBandwidth = p.of(LinkClass::kInterNode).beta_bytes_s;
+    }
+    return braidSuccess;
+  } catch (const std::exception& e) {
+    return Fail(SystemError(std::string("braidLinkProfileLoad: ") + e.what()));
+  }
+}
