@@ -198,8 +198,9 @@ static braidResult_t ShardPresetForShapeImpl(const char* name, int R, int n,
     c.qgz = 1;
   } else if (p == "lins") {
     return SetLastError(braidErrInvalidArgument,
-                        "preset 'lins' is the planner's choice: run the planner (issue 14), it "
-                        "returns a configuration");
+                        "preset 'lins' is the planner's choice and needs the model and the "
+                        "cluster: call braidShardPlan(model, cluster, options, &plan) and use "
+                        "plan.best.config (its preset is 'lins')");
   } else {
     return SetLastError(braidErrInvalidArgument,
                         "unknown preset '" + p +

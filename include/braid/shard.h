@@ -339,6 +339,109 @@ BRAID_API braidResult_t braidShardDestroy(braidShard_t shard);
  *  handle (validation, presets, create). Never NULL. */
 BRAID_API const char* braidShardGetLastError(braidShard_t shard);
 
+/* ------------------------------------------------------------------ the planner (Lins)
+ * sharding.md section 4: enumerate every valid factor choice for a model and a cluster, drop
+ * those over the device memory, predict each one's communication time per step with braid's
+ * cost model (braidEstimateCollective, the tuner's model) and return them ranked. Formulas:
+ * docs/sharding.md, "The planner".
+ */
+
+/** The model to plan for. Initialise with BRAID_SHARD_MODEL_INITIALIZER. */
+typedef struct {
+  size_t size;   /**< sizeof(braidShardModel_t) as the caller compiled it */
+  double params; /**< Phi, parameters (used when nbuckets == 0) */
+  int nbuckets;  /**< > 0: the model is these buckets (one per transformer block, say) */
+  const uint64_t* bucketNumel; /**< nbuckets sizes in parameters, or NULL */
+  int layers;       /**< transformer layers (buckets when nbuckets == 0: Phi / layers each) */
+  int hidden;       /**< hidden size h (activation estimate) */
+  int seq;          /**< sequence length s */
+  int microBatch;   /**< micro-batch size b (sequences) */
+  int microBatches; /**< M: micro-batches per step (gradient accumulation) */
+  int paramBytes;   /**< bytes per parameter and gradient element (2: bf16/fp16, 4: fp32) */
+  int recompute;    /**< 1: full activation recomputation (only layer inputs kept) */
+} braidShardModel_t;
+
+#define BRAID_SHARD_MODEL_INITIALIZER \
+  { sizeof(braidShardModel_t), 0.0, 0, NULL, 1, 0, 0, 1, 1, 2, 0 }
+
+/** The cluster. Initialise with BRAID_SHARD_CLUSTER_INITIALIZER (latencies 2 us intra-node and
+ *  5 us inter-node, NVLink and InfiniBand as NCCL sees them; set the bandwidths). */
+typedef struct {
+  size_t size;            /**< sizeof(braidShardCluster_t) as the caller compiled it */
+  int ranksPerNode;       /**< R */
+  int nodes;              /**< n */
+  double deviceMemory;    /**< bytes per device */
+  braidLinkParams_t link; /**< per-level latency and bandwidth (braid.h) */
+} braidShardCluster_t;
+
+/* clang-format off */
+#define BRAID_SHARD_CLUSTER_INITIALIZER \
+  { sizeof(braidShardCluster_t), 1, 1, 0.0, {2e-6, 1e11, 5e-6, 1e10} }
+/* clang-format on */
+
+/** Planner options. Initialise with BRAID_SHARD_PLAN_OPTIONS_INITIALIZER. */
+typedef struct {
+  size_t size;           /**< sizeof(braidShardPlanOptions_t) as the caller compiled it */
+  int allowQuantization; /**< 1: also consider qwZ (INT8 gathers) and qgZ (INT4 reduce-scatters) */
+  /** 1: the redistribution overlaps the next step's forward (spec step 5): only its first
+   *  bucket is charged. */
+  int assumeOverlap;
+  int allowPartialNode; /**< 1: also consider s^intra < R with s^inter > 1 */
+  double reserveBytes;  /**< device memory kept free (runtime, fragmentation), bytes */
+} braidShardPlanOptions_t;
+
+#define BRAID_SHARD_PLAN_OPTIONS_INITIALIZER \
+  { sizeof(braidShardPlanOptions_t), 0, 0, 0, 0.0 }
+
+/** One configuration as the planner sees it. */
+typedef struct {
+  braidShardConfig_t config;
+  double commSeconds;     /**< predicted communication time per step */
+  double stateBytes;      /**< P + G + OS shards (+ hpZ copy) per device */
+  double activationBytes; /**< activation estimate per device */
+  double bufferBytes;     /**< gathered buckets, reduce-scatter scratch, gradient hand-over */
+  double memoryBytes;     /**< the sum of the three */
+  double interBytes;      /**< bytes each node sends to other nodes per step */
+  double intraBytes;      /**< bytes each rank sends inside its node per step */
+  double sendBytes;       /**< bytes each rank sends per step (both levels; sharding.md sec. 4) */
+  int fits;               /**< memoryBytes <= deviceMemory - reserveBytes */
+} braidShardPlanEntry_t;
+
+/** The planner's answer. Release with braidShardPlanFree(). */
+typedef struct {
+  size_t size;                   /**< sizeof(braidShardPlan_t) as the caller compiled it */
+  braidShardPlanEntry_t best;    /**< valid when count > 0 */
+  int count;                     /**< configurations that fit, ranked in `ranked` */
+  int considered;                /**< valid configurations enumerated */
+  braidShardPlanEntry_t* ranked; /**< count entries, fastest first (owned by the plan) */
+  char explanation[1024];        /**< one paragraph: why `best`, against ZeRO-3 and MiCS */
+} braidShardPlan_t;
+
+/**
+ * Plans: enumerates every configuration valid under braidShardConfigValidate() for the cluster's
+ * shape (with quantized variants when allowed), computes memory per device and communication
+ * time per step, drops those over the memory, and ranks the rest by time (ties: the less sharded
+ * first). `options` may be NULL (defaults). When nothing fits, returns braidErrInvalidArgument
+ * with a message naming the smallest memory found. *plan is written on success only.
+ */
+BRAID_API braidResult_t braidShardPlan(const braidShardModel_t* model,
+                                       const braidShardCluster_t* cluster,
+                                       const braidShardPlanOptions_t* options,
+                                       braidShardPlan_t* plan);
+
+/** Frees plan->ranked (safe on a zeroed plan and twice). */
+BRAID_API void braidShardPlanFree(braidShardPlan_t* plan);
+
+/**
+ * The planner's memory and time model for one configuration `cfg` (its shape must be the
+ * cluster's), whether or not it fits: e.g. to compare a preset with the plan.
+ */
+BRAID_API braidResult_t braidShardPlanEvaluate(const braidShardModel_t* model,
+                                               const braidShardCluster_t* cluster,
+                                               const braidShardPlanOptions_t* options,
+                                               const braidShardConfig_t* cfg,
+                                               braidShardPlanEntry_t* entry);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,0 +1,266 @@
+// The planner's memory and communication model of one configuration (plan_model.h).
+#include "sharding/plan_model.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+
+#include "sharding/layout.h"
+
+namespace braid::shard {
+namespace {
+
+// Activation bytes per layer per token and hidden unit, 16-bit activations without tensor
+// parallelism (Korthikanti et al., "Reducing Activation Recomputation in Large Transformer
+// Models", 2022: s*b*h*(34 + 5*a*s/h)). The 5as/h term is the s x s attention scores, which
+// fused (flash) attention never stores, so it is left out: the planner is given no head count.
+constexpr double kActivationPerLayer = 34;
+// Full recomputation keeps each layer's input (2 bytes per element) and rebuilds one layer at a
+// time during the backward pass.
+constexpr double kActivationRecomputed = 2;
+
+// One collective over a group of `intra` ranks in each of `inter` nodes, `sharing` such groups
+// on every node.
+struct Group {
+  int intra = 1, inter = 1, sharing = 1;
+  int size() const { return intra * inter; }
+};
+
+Group GroupOf(const PlanInputs& in, int intra, int inter) {
+  return {intra, inter, std::max(1, in.R / std::max(1, intra))};
+}
+
+double BytesOf(double params, double e) {
+  return params * e;
+}
+
+// Adds one collective, summed over the buckets and `times` repetitions each (micro-batches).
+// `bytes_per_param` is the bytes the collective's buffer holds per parameter of the bucket (the
+// whole gathered bucket, the input of a reduce-scatter, ...). `only_first` charges one bucket
+// (the rest overlaps: the redistribution with assumeOverlap).
+void Add(std::vector<PlannedCollective>& out, CostCache& cost, const PlanInputs& in,
+         const std::string& what, braidCollective_t kind, const Group& g, double bytes_per_param,
+         int bits, double times, bool only_first = false) {
+  if (g.size() <= 1) return;
+  PlannedCollective c;
+  c.what = what;
+  const double k = g.size();
+  const double factor = kind == braidCollAllReduce ? 2.0 : 1.0;
+  bool first = true;
+  for (const auto& [numel, count] : in.buckets) {
+    // Time: all calls, or one bucket's when the rest overlaps; volume: every call.
+    const double calls = count * times;
+    const double timed = only_first ? (first ? 1 : 0) : calls;
+    first = false;
+    double bytes = numel * bytes_per_param;
+    if (timed > 0)
+      c.seconds += timed * cost.Seconds(kind, bytes, bits, g.intra, g.inter, g.sharing);
+    // Quantized volumes: the encoded size (8 or 4 bits per element of 2 bytes, scales ignored).
+    if (bits) bytes = bytes * bits / (8 * in.e);
+    c.send_bytes += calls * factor * bytes * (k - 1) / k;
+    c.intra_bytes += calls * factor * bytes * (g.intra - 1) / g.intra;
+    c.inter_bytes += calls * factor * g.sharing * bytes * (g.inter - 1) / g.inter;
+  }
+  out.push_back(c);
+}
+
+std::string Shape(const Group& g) {
+  return std::to_string(g.intra) + "x" + std::to_string(g.inter);
+}
+
+double Sum(const std::vector<PlannedCollective>& v, double PlannedCollective::*field) {
+  double s = 0;
+  for (const auto& c : v) s += c.*field;
+  return s;
+}
+
+}  // namespace
+
+double CostCache::Seconds(braidCollective_t kind, double bytes, int bits, int intra, int inter,
+                          int sharing) {
+  const uint64_t b = static_cast<uint64_t>(std::llround(bytes));
+  const auto key = std::make_tuple(static_cast<int>(kind), b, bits, intra, inter, sharing);
+  auto it = cache_.find(key);
+  if (it != cache_.end()) return it->second;
+  double s = 0;
+  // Elements of 2 bytes (bf16) for the cost model: only the byte count matters to it.
+  if (braidEstimateCollective(kind, b, braidBfloat16, bits, intra, inter, sharing, &link_, &s,
+                              nullptr, 0) != braidSuccess)
+    s = HUGE_VAL;  // inputs are checked before; an unservable shape is never the best
+  cache_.emplace(key, s);
+  return s;
+}
+
+std::string NormalizeInputs(const braidShardModel_t* m, const braidShardCluster_t* c,
+                            const braidShardPlanOptions_t* o, PlanInputs* in) {
+  if (!m || !c) return "model and cluster must not be NULL";
+  if (m->size < sizeof(braidShardModel_t) || c->size < sizeof(braidShardCluster_t))
+    return "model or cluster: size field is not sizeof(the struct) (use the initializers)";
+  if (o && o->size < sizeof(braidShardPlanOptions_t))
+    return "options: size field is not sizeof(braidShardPlanOptions_t)";
+  char buf[256];
+  auto positive = [&](const char* name, double v) -> std::string {
+    if (std::isfinite(v) && v >= 1) return "";
+    std::snprintf(buf, sizeof buf, "%s = %g: must be >= 1", name, v);
+    return buf;
+  };
+  PlanInputs r;
+  if (m->nbuckets < 0) return "nbuckets must be >= 0";
+  if (m->nbuckets > 0) {
+    if (!m->bucketNumel) return "nbuckets > 0 but bucketNumel is NULL";
+    for (int i = 0; i < m->nbuckets; ++i) {
+      if (m->bucketNumel[i] == 0) return "bucket " + std::to_string(i) + " has 0 parameters";
+      const double b = static_cast<double>(m->bucketNumel[i]);
+      r.buckets[b] += 1;
+      r.phi += b;
+    }
+  } else {
+    if (std::string why = positive("params", m->params); !why.empty()) return why;
+    if (m->params > 1e15) return "params > 1e15: not a model this planner believes";
+    if (m->layers < 1) return "layers must be >= 1 (the buckets: one per layer)";
+    r.phi = m->params;
+    r.buckets[m->params / m->layers] = m->layers;
+  }
+  for (const auto& [b, count] : r.buckets) r.max_bucket = std::max(r.max_bucket, b);
+  for (auto [name, v] : {std::pair{"layers", m->layers},
+                         {"hidden", m->hidden},
+                         {"seq", m->seq},
+                         {"microBatch", m->microBatch},
+                         {"microBatches", m->microBatches}})
+    if (std::string why = positive(name, v); !why.empty()) return why;
+  if (m->paramBytes != 2 && m->paramBytes != 4) return "paramBytes must be 2 or 4";
+  r.e = m->paramBytes;
+  r.layers = m->layers;
+  r.hidden = m->hidden;
+  r.seq = m->seq;
+  r.micro_batch = m->microBatch;
+  r.micro_batches = m->microBatches;
+  r.recompute = m->recompute != 0;
+  if (c->ranksPerNode < 1 || c->nodes < 1 ||
+      static_cast<int64_t>(c->ranksPerNode) * c->nodes > (1 << 20))
+    return "cluster " + std::to_string(c->ranksPerNode) + " ranks per node x " +
+           std::to_string(c->nodes) + " nodes: both >= 1, at most 2^20 ranks";
+  r.R = c->ranksPerNode;
+  r.n = c->nodes;
+  if (!(c->deviceMemory > 0) || !std::isfinite(c->deviceMemory))
+    return "deviceMemory must be > 0 bytes";
+  r.memory = c->deviceMemory;
+  const braidLinkParams_t& l = c->link;
+  for (double v : {l.intraBandwidth, l.interBandwidth})
+    if (!(v > 0) || !std::isfinite(v)) return "link bandwidths must be > 0 bytes/s";
+  for (double v : {l.intraLatency, l.interLatency})
+    if (!(v >= 0) || !std::isfinite(v)) return "link latencies must be >= 0 s";
+  r.link = l;
+  if (o) {
+    r.quantization = o->allowQuantization != 0;
+    r.overlap = o->assumeOverlap != 0;
+    r.partial_node = o->allowPartialNode != 0;
+    if (!(o->reserveBytes >= 0) || !std::isfinite(o->reserveBytes))
+      return "reserveBytes must be >= 0";
+    r.reserve = o->reserveBytes;
+  }
+  *in = r;
+  return "";
+}
+
+PlanMemory MemoryOf(const PlanInputs& in, const braidShardConfig_t& c) {
+  PlanMemory m;
+  const double phi = in.phi, e = in.e;
+  // sharding.md section 1: e*Phi/s_p + e*Phi/s_g + 12*Phi/s_os (fp32 master, m, v).
+  m.states = e * phi / SizeOf(c.p) + e * phi / SizeOf(c.g) + 12 * phi / SizeOf(c.os);
+  // hpZ: a secondary copy of the parameters over hpz ranks (INT8: one byte per parameter).
+  if (c.hpz > 0 && SizeOf(c.p) > 1) m.states += (c.hpzInt8 ? 1 : e) * phi / c.hpz;
+  // One micro-batch's activations are alive at a time (micro-batches run one after another).
+  const double sbh = static_cast<double>(in.seq) * in.micro_batch * in.hidden;
+  m.activations = in.recompute ? sbh * (kActivationRecomputed * in.layers + kActivationPerLayer)
+                               : sbh * kActivationPerLayer * in.layers;
+  // The gradient of the bucket being handed over; with s_g > 1 two reduce-scatter scratch
+  // buffers; with s_p > 1 the gathered bucket in use and the one prefetched.
+  const double bucket = BytesOf(in.max_bucket, e);
+  m.buffers = bucket;
+  if (SizeOf(c.g) > 1) m.buffers += 2 * bucket;
+  if (SizeOf(c.p) > 1) m.buffers += 2 * bucket;
+  return m;
+}
+
+std::vector<PlannedCollective> CollectivesOf(const PlanInputs& in, const braidShardConfig_t& c,
+                                             CostCache& cost) {
+  std::vector<PlannedCollective> out;
+  const double e = in.e, M = in.micro_batches;
+  const int sp = SizeOf(c.p), sg = SizeOf(c.g), so = SizeOf(c.os);
+  const Group p = GroupOf(in, c.p.intra, c.p.inter);
+  const Group g = GroupOf(in, c.g.intra, c.g.inter);
+  // Per micro-batch: gather each bucket for the forward pass and again for the backward pass
+  // (from the hpZ copy inside the node when there is one), reduce-scatter its gradient.
+  Add(out, cost, in, "forward all-gather of parameters over " + Shape(p), braidCollAllGather, p, e,
+      c.qwz ? 8 : 0, M);
+  if (c.hpz > 0 && sp > 1) {
+    const Group h = GroupOf(in, c.hpz, 1);
+    Add(out, cost, in, "backward all-gather from the hpZ copy over " + Shape(h), braidCollAllGather,
+        h, c.hpzInt8 ? e / 2 : e, 0, M);
+  } else {
+    Add(out, cost, in, "backward all-gather of parameters over " + Shape(p), braidCollAllGather, p,
+        e, c.qwz ? 8 : 0, M);
+  }
+  Add(out, cost, in, "gradient reduce-scatter over " + Shape(g), braidCollReduceScatter, g, e,
+      c.qgz ? 4 : 0, M);
+  // The replicas of a G shard: one rank of every G group, R/g.intra per node on n/g.inter nodes;
+  // g.intra of them share each node's link.
+  const Group rep{in.R / c.g.intra, in.n / c.g.inter, c.g.intra};
+  const double shard = e / sg;  // bytes of a G shard per parameter of the bucket
+  if (c.replicaEveryMicrobatch) {
+    Add(out, cost, in, "gradient all-reduce across " + Shape(rep) + " replicas every micro-batch",
+        braidCollAllReduce, rep, shard, 0, M);
+  } else if (rep.size() > 1) {
+    // The boundary (spec step 3): all-reduce the G shard across replicas, then keep the OS
+    // slice; or, where s_os > s_g, reduce-scatter straight into the OS slices and all-reduce
+    // across the copies of each OS shard (the same result with less traffic: the volume of the
+    // spec's grouped reduce-scatter). The plan costs the cheaper of the two.
+    std::vector<PlannedCollective> a, b;
+    Add(a, cost, in, "boundary gradient all-reduce across " + Shape(rep) + " replicas",
+        braidCollAllReduce, rep, shard, 0, 1);
+    if (so > sg) {
+      const Group slices = GroupOf(in, c.os.intra / c.g.intra, c.os.inter / c.g.inter);
+      const Group copies{in.R / c.os.intra, in.n / c.os.inter, c.os.intra};
+      Add(b, cost, in, "boundary reduce-scatter into OS slices over " + Shape(slices),
+          braidCollReduceScatter, slices, shard, 0, 1);
+      Add(b, cost, in, "boundary all-reduce across " + Shape(copies) + " copies of each OS shard",
+          braidCollAllReduce, copies, e / so, 0, 1);
+    }
+    const bool use_b =
+        !b.empty() && Sum(b, &PlannedCollective::seconds) < Sum(a, &PlannedCollective::seconds);
+    for (auto& x : use_b ? b : a) out.push_back(x);
+  }
+  // Gradient-norm all-reduce over one OS replica: one fp32 per rank, latency only.
+  if (so > 1) {
+    const Group os = GroupOf(in, c.os.intra, c.os.inter);
+    double s = cost.Seconds(braidCollAllReduce, 4, 0, os.intra, os.inter, os.sharing);
+    out.push_back({"gradient-norm all-reduce over " + Shape(os), s, 0, 0, 0});
+  }
+  // Redistribution (spec step 5): the s_os/s_p ranks whose OS shards tile a P shard all-gather
+  // the updated parameters.
+  const Group redist = GroupOf(in, c.os.intra / c.p.intra, c.os.inter / c.p.inter);
+  Add(out, cost, in, "redistribution all-gather of updated parameters over " + Shape(redist),
+      braidCollAllGather, redist, e / sp, 0, 1, in.overlap);
+  return out;
+}
+
+braidShardPlanEntry_t Evaluate(const PlanInputs& in, const braidShardConfig_t& cfg,
+                               CostCache& cost) {
+  braidShardPlanEntry_t e{};
+  e.config = cfg;
+  const PlanMemory m = MemoryOf(in, cfg);
+  e.stateBytes = m.states;
+  e.activationBytes = m.activations;
+  e.bufferBytes = m.buffers;
+  e.memoryBytes = m.total();
+  const auto colls = CollectivesOf(in, cfg, cost);
+  e.commSeconds = Sum(colls, &PlannedCollective::seconds);
+  e.sendBytes = Sum(colls, &PlannedCollective::send_bytes);
+  e.interBytes = Sum(colls, &PlannedCollective::inter_bytes);
+  e.intraBytes = Sum(colls, &PlannedCollective::intra_bytes);
+  e.fits = e.memoryBytes <= in.memory - in.reserve;
+  return e;
+}
+
+}  // namespace braid::shard

@@ -1,0 +1,75 @@
+// The planner's model of one sharding configuration (sharding.md section 4): memory per device
+// (model states, activations, buffers) and the collectives its step runs, each costed with
+// braid's cost model (braidEstimateCollective). Pure functions of the inputs; planner.cc
+// enumerates configurations and ranks them with it, and the unit tests check it against the
+// spec's formulas.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "braid/shard.h"
+
+namespace braid::shard {
+
+// The planner's inputs, checked and normalised (NormalizeInputs).
+struct PlanInputs {
+  std::map<double, int> buckets;  // bucket size (parameters) -> how many buckets of that size
+  double phi = 0;                 // parameters in all
+  double max_bucket = 0;
+  double e = 2;  // bytes per parameter and gradient element
+  int layers = 1, hidden = 0, seq = 0, micro_batch = 1, micro_batches = 1;
+  bool recompute = false;
+  int R = 1, n = 1;
+  double memory = 0;
+  braidLinkParams_t link{};
+  bool quantization = false, overlap = false, partial_node = false;
+  double reserve = 0;
+};
+
+// Empty when the inputs are usable; else what is wrong, with the numbers.
+std::string NormalizeInputs(const braidShardModel_t* model, const braidShardCluster_t* cluster,
+                            const braidShardPlanOptions_t* options, PlanInputs* out);
+
+// One collective the step runs, summed over buckets and micro-batches.
+struct PlannedCollective {
+  std::string what;  // e.g. "forward all-gather of parameters over 8x128"
+  double seconds = 0;
+  double send_bytes = 0;   // per rank (the spec's volume: B(k-1)/k, all-reduce twice)
+  double inter_bytes = 0;  // per node, across nodes
+  double intra_bytes = 0;  // per rank, inside the node
+};
+
+struct PlanMemory {
+  double states = 0, activations = 0, buffers = 0;
+  double total() const { return states + activations + buffers; }
+};
+
+// braidEstimateCollective with a cache keyed by the call's arguments: the enumeration asks for
+// the same few shapes many times.
+class CostCache {
+ public:
+  explicit CostCache(const braidLinkParams_t& link) : link_(link) {}
+  // Seconds of one collective over `intra` x `inter` ranks, `sharing` groups per node's link.
+  double Seconds(braidCollective_t kind, double bytes, int bits, int intra, int inter, int sharing);
+
+ private:
+  braidLinkParams_t link_;
+  std::map<std::tuple<int, uint64_t, int, int, int, int>, double> cache_;
+};
+
+// Memory per device (docs/sharding.md, "The planner").
+PlanMemory MemoryOf(const PlanInputs& in, const braidShardConfig_t& cfg);
+
+// The collectives of one step; cfg must be valid for in.R x in.n.
+std::vector<PlannedCollective> CollectivesOf(const PlanInputs& in, const braidShardConfig_t& cfg,
+                                             CostCache& cost);
+
+// The entry of the C API for `cfg`.
+braidShardPlanEntry_t Evaluate(const PlanInputs& in, const braidShardConfig_t& cfg,
+                               CostCache& cost);
+
+}  // namespace braid::shard
