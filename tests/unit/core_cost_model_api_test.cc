@@ -1,0 +1,169 @@
+// braidEstimateCollective and braidLinkProfileLoad (braid.h): the tuner's cost model in the
+// public API, as the sharding planner calls it. The estimate must be the cheapest supporting
+// algorithm's own closed form, a node's link shared by concurrent groups as SharedLink, and
+// every bad argument refused with a message.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <string>
+#include <unistd.h>
+
+#include "algorithms/builtin_algorithms.h"
+#include "algorithms/cost_model.h"
+#include "algorithms/tuner.h"
+#include "braid/braid.h"
+
+namespace braid {
+namespace {
+
+constexpr braidLinkParams_t kLink = {2e-6, 300e9, 5e-6, 100e9};
+
+double Estimate(braidCollective_t c, uint64_t bytes, int R, int n, int share = 1, int bits = 0,
+                std::string* name = nullptr, const braidLinkParams_t& link = kLink) {
+  double s = -1;
+  char algo[32] = "";
+  EXPECT_EQ(braidEstimateCollective(c, bytes, braidBfloat16, bits, R, n, share, &link, &s, algo,
+                                    sizeof algo),
+            braidSuccess)
+      << braidGetLastError(nullptr);
+  if (name) *name = algo;
+  return s;
+}
+
+TEST(CostModelApi, IsTheCheapestSupportingAlgorithmsClosedForm) {
+  const struct {
+    braidCollective_t c;
+    CollKind k;
+  } kinds[] = {{braidCollAllReduce, CollKind::kAllReduce},
+               {braidCollReduceScatter, CollKind::kReduceScatter},
+               {braidCollAllGather, CollKind::kAllGather},
+               {braidCollBroadcast, CollKind::kBroadcast}};
+  for (auto [R, n] : {std::pair{8, 1}, {4, 2}, {1, 4}, {8, 16}})
+    for (const auto& kind : kinds)
+      for (uint64_t bytes : {uint64_t{1} << 12, uint64_t{1} << 22, uint64_t{1} << 28}) {
+        std::string name;
+        const double s = Estimate(kind.c, bytes, R, n, 1, 0, &name);
+        const Algorithm* chosen = FindAlgorithm(name);
+        ASSERT_NE(chosen, nullptr) << name;
+        GroupLayout layout;
+        layout.nnodes = n;
+        for (int r = 0; r < R * n; ++r) {
+          layout.node_of.push_back(r / R);
+          layout.local_rank.push_back(r % R);
+        }
+        CollArgs a;
+        a.kind = kind.k;
+        a.dtype = DataType::kBfloat16;
+        a.nranks = R * n;
+        a.nchannels = 2;
+        a.layout = &layout;
+        const uint64_t elems = bytes / 2;
+        a.count = kind.k == CollKind::kAllGather || kind.k == CollKind::kReduceScatter
+                      ? elems / (R * n)
+                      : elems;
+        LinkModel model;
+        model.intra = {kLink.intraLatency, kLink.intraBandwidth};
+        model.inter = {kLink.interLatency, kLink.interBandwidth};
+        EXPECT_DOUBLE_EQ(s, chosen->estimate_seconds(a, model)) << name;
+        for (const auto* list : {&AllAlgorithms(), &HierarchicalAlgorithms()})
+          for (const Algorithm* other : *list) {
+            if (!other->supports(a) || (list != &AllAlgorithms() && n == 1)) continue;
+            EXPECT_LE(s, other->estimate_seconds(a, model))
+                << name << " vs " << other->name() << " on " << R << "x" << n;
+          }
+      }
+}
+
+// k groups on the same nodes share each node's link: the same as one group on a link with k
+// times the latency and 1/k of the bandwidth (SharedLink, the simulator's serialised NIC).
+TEST(CostModelApi, NicSharingIsTheSharedLink) {
+  const uint64_t bytes = uint64_t{1} << 26;
+  braidLinkParams_t shared = kLink;
+  shared.interLatency *= 8;
+  shared.interBandwidth /= 8;
+  EXPECT_DOUBLE_EQ(Estimate(braidCollAllReduce, bytes, 1, 16, 8),
+                   Estimate(braidCollAllReduce, bytes, 1, 16, 1, 0, nullptr, shared));
+  // Inside a node sharing changes nothing.
+  EXPECT_DOUBLE_EQ(Estimate(braidCollAllGather, bytes, 4, 1, 2),
+                   Estimate(braidCollAllGather, bytes, 4, 1, 1));
+  EXPECT_GT(Estimate(braidCollAllReduce, bytes, 1, 16, 8),
+            Estimate(braidCollAllReduce, bytes, 1, 16, 1));
+}
+
+TEST(CostModelApi, OneRankIsFreeAndQuantizedIsCheaper) {
+  std::string name;
+  EXPECT_EQ(Estimate(braidCollAllReduce, 1 << 20, 1, 1, 1, 0, &name), 0.0);
+  EXPECT_EQ(name, "none");
+  const uint64_t bytes = uint64_t{1} << 28;
+  const double plain = Estimate(braidCollAllGather, bytes, 8, 4);
+  const double int8 = Estimate(braidCollAllGather, bytes, 8, 4, 1, 8);
+  const double int4 = Estimate(braidCollReduceScatter, bytes, 8, 4, 1, 4);
+  // Half the bytes (plus scales); latency terms keep the time above half.
+  EXPECT_LT(int8, plain * 0.75);
+  EXPECT_LT(int4, Estimate(braidCollReduceScatter, bytes, 8, 4) * 0.5);
+}
+
+TEST(CostModelApi, BadArgumentsAreRefusedWithAMessage) {
+  double s = 0;
+  auto refused = [&](braidResult_t rc, const char* needle) {
+    EXPECT_EQ(rc, braidErrInvalidArgument) << needle;
+    EXPECT_NE(std::string(braidGetLastError(nullptr)).find(needle), std::string::npos)
+        << braidGetLastError(nullptr);
+  };
+  refused(braidEstimateCollective(braidCollAllReduce, 8, braidFloat32, 0, 2, 2, 1, nullptr, &s,
+                                  nullptr, 0),
+          "NULL");
+  refused(braidEstimateCollective(static_cast<braidCollective_t>(9), 8, braidFloat32, 0, 2, 2, 1,
+                                  &kLink, &s, nullptr, 0),
+          "unknown collective 9");
+  refused(braidEstimateCollective(braidCollAllReduce, 8, static_cast<braidDataType_t>(99), 0, 2, 2,
+                                  1, &kLink, &s, nullptr, 0),
+          "unknown datatype 99");
+  refused(braidEstimateCollective(braidCollAllGather, 8, braidFloat32, 3, 2, 2, 1, &kLink, &s,
+                                  nullptr, 0),
+          "quantBits");
+  refused(braidEstimateCollective(braidCollAllReduce, 8, braidFloat32, 8, 2, 2, 1, &kLink, &s,
+                                  nullptr, 0),
+          "quantized forms");
+  refused(braidEstimateCollective(braidCollAllReduce, 8, braidFloat32, 0, 0, 2, 1, &kLink, &s,
+                                  nullptr, 0),
+          "ranks per node");
+  refused(braidEstimateCollective(braidCollAllReduce, 8, braidFloat32, 0, 2, 2, 0, &kLink, &s,
+                                  nullptr, 0),
+          "nicSharing");
+  braidLinkParams_t bad = kLink;
+  bad.interBandwidth = 0;
+  refused(braidEstimateCollective(braidCollAllReduce, 8, braidFloat32, 0, 2, 2, 1, &bad, &s,
+                                  nullptr, 0),
+          "bandwidth");
+}
+
+TEST(CostModelApi, LinkProfileLoad) {
+  char path[] = "/tmp/braid_profile_XXXXXX";
+  const int fd = mkstemp(path);
+  ASSERT_GE(fd, 0);
+  close(fd);
+  auto write = [&](const char* text) {
+    FILE* f = std::fopen(path, "w");
+    ASSERT_NE(f, nullptr);
+    std::fputs(text, f);
+    std::fclose(f);
+  };
+  write("version 1\ninter.alpha_s 4e-06\ninter.beta_bytes_s 2.5e10\n");
+  braidLinkParams_t link = kLink;
+  ASSERT_EQ(braidLinkProfileLoad(path, &link), braidSuccess) << braidGetLastError(nullptr);
+  EXPECT_EQ(link.interLatency, 4e-6);
+  EXPECT_EQ(link.interBandwidth, 2.5e10);
+  EXPECT_EQ(link.intraBandwidth, kLink.intraBandwidth);  // not in the file: kept
+  write("version 1\nintra.alpha_s banana\nintra.beta_bytes_s 1e9\n");
+  EXPECT_EQ(braidLinkProfileLoad(path, &link), braidErrInvalidArgument);
+  EXPECT_NE(std::string(braidGetLastError(nullptr)).find("line 2"), std::string::npos)
+      << braidGetLastError(nullptr);
+  std::remove(path);
+  EXPECT_EQ(braidLinkProfileLoad(path, &link), braidErrInvalidArgument);
+  EXPECT_NE(std::string(braidGetLastError(nullptr)).find("does not exist"), std::string::npos);
+  EXPECT_EQ(braidLinkProfileLoad(nullptr, &link), braidErrInvalidArgument);
+}
+
+}  // namespace
+}  // namespace braid
