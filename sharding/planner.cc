@@ -216,6 +216,28 @@ braidResult_t EvaluateImpl(const braidShardModel_t* model, const braidShardClust
   return braidSuccess;
 }
 
+braidResult_t PresetPlannedImpl(braidComm_t comm, const braidShardModel_t* model,
+                                const braidShardCluster_t* cluster,
+                                const braidShardPlanOptions_t* options, braidShardConfig_t* cfg) {
+  if (!comm || !cluster || !cfg)
+    return SetLastError(braidErrInvalidArgument, "braidShardPresetPlanned: NULL argument");
+  // The ddp preset resolves the comm's shape (and says why when the nodes are uneven).
+  braidShardConfig_t shape;
+  if (braidShardPreset("ddp", comm, &shape) != braidSuccess)
+    return SetLastError(braidErrInvalidUsage,
+                        std::string("braidShardPresetPlanned: ") + LastError());
+  braidShardCluster_t c = *cluster;
+  c.ranksPerNode = shape.ranksPerNode;
+  c.nodes = shape.nodes;
+  braidShardPlan_t plan{};
+  if (braidShardPlan(model, &c, options, &plan) != braidSuccess)
+    return SetLastError(braidErrInvalidArgument,
+                        std::string("braidShardPresetPlanned: ") + LastError());
+  *cfg = plan.best.config;
+  braidShardPlanFree(&plan);
+  return braidSuccess;
+}
+
 }  // namespace
 }  // namespace braid::shard
 
@@ -238,5 +260,12 @@ braidResult_t braidShardPlanEvaluate(const braidShardModel_t* model,
                                      const braidShardConfig_t* cfg, braidShardPlanEntry_t* entry) {
   return NoThrow("braidShardPlanEvaluate",
                  [&] { return EvaluateImpl(model, cluster, options, cfg, entry); });
+}
+braidResult_t braidShardPresetPlanned(braidComm_t comm, const braidShardModel_t* model,
+                                      const braidShardCluster_t* cluster,
+                                      const braidShardPlanOptions_t* options,
+                                      braidShardConfig_t* cfg) {
+  return NoThrow("braidShardPresetPlanned",
+                 [&] { return PresetPlannedImpl(comm, model, cluster, options, cfg); });
 }
 }  // extern "C"

@@ -442,6 +442,17 @@ BRAID_API braidResult_t braidShardPlanEvaluate(const braidShardModel_t* model,
                                                const braidShardConfig_t* cfg,
                                                braidShardPlanEntry_t* entry);
 
+/**
+ * The `lins` preset at init: braidShardPlan() for the shape of `comm` (R and n as
+ * braidShardPreset() finds them; cluster->ranksPerNode and cluster->nodes are ignored), writing
+ * the plan's best configuration (preset "lins") to *cfg. Local, no communication: every rank
+ * computes the same plan from the same inputs. `options` may be NULL.
+ */
+BRAID_API braidResult_t braidShardPresetPlanned(braidComm_t comm, const braidShardModel_t* model,
+                                                const braidShardCluster_t* cluster,
+                                                const braidShardPlanOptions_t* options,
+                                                braidShardConfig_t* cfg);
+
 #ifdef __cplusplus
 }
 #endif
