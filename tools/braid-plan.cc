@@ -174,8 +174,18 @@ int main(int argc, char** argv) {
     if (!ok) return Fail("bad value '" + std::string(v) + "' for " + a);
   }
   if (profile) {
+    // A level the file does not hold (one node measures no inter-node link) must come from the
+    // flags: mark it unset, and refuse below if the file does not set it either.
+    if (!have[2]) cluster.link.intraBandwidth = -1;
+    if (!have[3]) cluster.link.interBandwidth = -1;
     if (braidLinkProfileLoad(profile, &cluster.link) != braidSuccess)
       return Fail(braidGetLastError(nullptr));
+    if (cluster.link.intraBandwidth < 0)
+      return Fail(std::string("the profile ") + profile +
+                  " holds no intra-node level: give --intra-bw");
+    if (cluster.link.interBandwidth < 0)
+      return Fail(std::string("the profile ") + profile +
+                  " holds no inter-node level (it was measured on one node): give --inter-bw");
     have[2] = have[3] = true;
   }
   const char* names[6] = {"--params",   "--mem",           "--intra-bw",
