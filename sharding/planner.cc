@@ -115,7 +115,7 @@ std::string Describe(const braidShardConfig_t& c, int n) {
 }
 
 std::string Explain(const PlanInputs& in, const braidShardPlanEntry_t& best, int fits,
-                    int considered, CostCache& cost) {
+                    int considered, int ties, CostCache& cost) {
   const braidShardConfig_t& b = best.config;
   std::string s = "Chose s_p = " + F(b.p) + ", s_g = " + F(b.g) + ", s_os = " + F(b.os) +
                   (b.hpz ? " with hpZ" : "") + (b.qwz ? " + qwZ" : "") + (b.qgz ? " + qgZ" : "") +
@@ -123,6 +123,10 @@ std::string Explain(const PlanInputs& in, const braidShardPlanEntry_t& best, int
                   Gb(best.memoryBytes) + " per device of " + Gb(in.memory) + " (" +
                   std::to_string(fits) + " of " + std::to_string(considered) +
                   " configurations fit). It " + Describe(b, in.n) + ".";
+  if (ties > 0)
+    s += " " + std::to_string(ties) +
+         (ties == 1 ? " other configuration is" : " other configurations are") +
+         " predicted within 0.1 % of it; it is the least sharded of them.";
   for (const char* name : {"zero3", "mics"}) {
     braidShardConfig_t c;
     if (braidShardPresetForShape(name, in.R, in.n, &c) != braidSuccess) continue;
@@ -170,8 +174,10 @@ braidResult_t PlanImpl(const braidShardModel_t* model, const braidShardCluster_t
                    [](const auto& a, const auto& b) { return a.commSeconds < b.commSeconds; });
   // Among the ties with the fastest, the least sharded goes first.
   size_t pick = 0;
+  int ties = 0;
   for (size_t i = 1; i < fit.size(); ++i) {
     if (fit[i].commSeconds > fit[0].commSeconds * (1 + kTieTolerance)) break;
+    ++ties;
     if (Sharding(fit[i].config) < Sharding(fit[pick].config)) pick = i;
   }
   std::rotate(fit.begin(), fit.begin() + pick, fit.begin() + pick + 1);
@@ -190,7 +196,7 @@ braidResult_t PlanImpl(const braidShardModel_t* model, const braidShardCluster_t
     return SetLastError(braidErrSystem, "braidShardPlan: out of memory for the ranked list");
   std::memcpy(out.ranked, fit.data(), sizeof(braidShardPlanEntry_t) * fit.size());
   std::snprintf(out.explanation, sizeof out.explanation, "%s",
-                Explain(in, fit[0], out.count, out.considered, cost).c_str());
+                Explain(in, fit[0], out.count, out.considered, ties, cost).c_str());
   *plan = out;
   return braidSuccess;
 }

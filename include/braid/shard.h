@@ -414,7 +414,7 @@ typedef struct {
   int count;                     /**< configurations that fit, ranked in `ranked` */
   int considered;                /**< valid configurations enumerated */
   braidShardPlanEntry_t* ranked; /**< count entries, fastest first (owned by the plan) */
-  char explanation[1024];        /**< one paragraph: why `best`, against ZeRO-3 and MiCS */
+  char explanation[2048];        /**< one paragraph: why `best`, against ZeRO-3 and MiCS */
 } braidShardPlan_t;
 
 /**
