@@ -30,10 +30,6 @@ Group GroupOf(const PlanInputs& in, int intra, int inter) {
   return {intra, inter, std::max(1, in.R / std::max(1, intra))};
 }
 
-double BytesOf(double params, double e) {
-  return params * e;
-}
-
 // Adds one collective, summed over the buckets and `times` repetitions each (micro-batches).
 // `bytes_per_param` is the bytes the collective's buffer holds per parameter of the bucket (the
 // whole gathered bucket, the input of a reduce-scatter, ...). `only_first` charges one bucket
@@ -83,9 +79,9 @@ double CostCache::Seconds(braidCollective_t kind, double bytes, int bits, int in
   auto it = cache_.find(key);
   if (it != cache_.end()) return it->second;
   double s = 0;
-  // Elements of 2 bytes (bf16) for the cost model: only the byte count matters to it.
-  if (braidEstimateCollective(kind, b, braidBfloat16, bits, intra, inter, sharing, &link_, &s,
-                              nullptr, 0) != braidSuccess)
+  // The parameter type: a quantized form's encoded size depends on the element count.
+  if (braidEstimateCollective(kind, b, dtype_, bits, intra, inter, sharing, &link_, &s, nullptr,
+                              0) != braidSuccess)
     s = HUGE_VAL;  // inputs are checked before; an unservable shape is never the best
   cache_.emplace(key, s);
   return s;
@@ -176,7 +172,7 @@ PlanMemory MemoryOf(const PlanInputs& in, const braidShardConfig_t& c) {
                                : sbh * kActivationPerLayer * in.layers;
   // The gradient of the bucket being handed over; with s_g > 1 two reduce-scatter scratch
   // buffers; with s_p > 1 the gathered bucket in use and the one prefetched.
-  const double bucket = BytesOf(in.max_bucket, e);
+  const double bucket = in.max_bucket * e;
   m.buffers = bucket;
   if (SizeOf(c.g) > 1) m.buffers += 2 * bucket;
   if (SizeOf(c.p) > 1) m.buffers += 2 * bucket;

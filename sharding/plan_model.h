@@ -52,12 +52,15 @@ struct PlanMemory {
 // the same few shapes many times.
 class CostCache {
  public:
-  explicit CostCache(const braidLinkParams_t& link) : link_(link) {}
+  // `paramBytes` 2: bf16 elements, 4: fp32.
+  CostCache(const braidLinkParams_t& link, int paramBytes)
+      : link_(link), dtype_(paramBytes == 4 ? braidFloat32 : braidBfloat16) {}
   // Seconds of one collective over `intra` x `inter` ranks, `sharing` groups per node's link.
   double Seconds(braidCollective_t kind, double bytes, int bits, int intra, int inter, int sharing);
 
  private:
   braidLinkParams_t link_;
+  braidDataType_t dtype_;
   std::map<std::tuple<int, uint64_t, int, int, int, int>, double> cache_;
 };
 

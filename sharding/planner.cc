@@ -154,7 +154,7 @@ braidResult_t PlanImpl(const braidShardModel_t* model, const braidShardCluster_t
   PlanInputs in;
   if (std::string why = NormalizeInputs(model, cluster, options, &in); !why.empty())
     return SetLastError(braidErrInvalidArgument, "braidShardPlan: " + why);
-  CostCache cost(in.link);
+  CostCache cost(in.link, static_cast<int>(in.e));
   const auto configs = Enumerate(in);
   std::vector<braidShardPlanEntry_t> fit;
   double least = HUGE_VAL;
@@ -217,7 +217,7 @@ braidResult_t EvaluateImpl(const braidShardModel_t* model, const braidShardClust
                             std::to_string(cfg->ranksPerNode) + "x" + std::to_string(cfg->nodes) +
                             ", the cluster is " + std::to_string(in.R) + "x" +
                             std::to_string(in.n));
-  CostCache cost(in.link);
+  CostCache cost(in.link, static_cast<int>(in.e));
   *entry = Evaluate(in, *cfg, cost);
   return braidSuccess;
 }

@@ -107,7 +107,7 @@ TEST(ShardPlannerVolume, GroupedReduceScatterSaving) {
   for (int n : {2, 4, 8})
     for (int s : {1, 2, 4, 8}) {
       const PlanInputs in = Inputs(Model(Psi, 8, s), Cluster(R, n));
-      CostCache cost(in.link);
+      CostCache cost(in.link, static_cast<int>(in.e));
       const double global = Evaluate(in, Preset("zero2", R, n), cost).sendBytes;
       const double grouped = Evaluate(in, Preset("paro-nig", R, n), cost).sendBytes;
       const double N = R * n, g = n;
@@ -122,12 +122,47 @@ TEST(ShardPlannerVolume, ZeroThreeAndDdp) {
   const int R = 8, n = 2, M = 3;
   const double Psi = 8e8, N = R * n;
   const PlanInputs in = Inputs(Model(Psi, 16, M), Cluster(R, n));
-  CostCache cost(in.link);
+  CostCache cost(in.link, static_cast<int>(in.e));
   EXPECT_NEAR(Evaluate(in, Preset("zero3", R, n), cost).sendBytes, M * 3 * 2 * Psi * (N - 1) / N,
               1);
   EXPECT_NEAR(Evaluate(in, Preset("ddp", R, n), cost).sendBytes, 2 * 2 * Psi * (N - 1) / N, 1);
   // Across nodes, per node: ZeRO-3 receives the other node's half of every gather.
   EXPECT_NEAR(Evaluate(in, Preset("zero3", R, n), cost).interBytes, M * 3 * 2 * Psi / 2, 1);
+}
+
+// qwZ sends INT8 (half of bf16) and qgZ INT4 (a quarter); hpZ keeps the backward gather inside
+// the node (h = R) at the cost of a secondary copy 2Psi/R. fp32 parameters double P and G.
+TEST(ShardPlannerVolume, QuantizedAndHpzVariants) {
+  const int R = 4, n = 4;
+  const double Psi = 4e8, N = R * n, e = 2;
+  const PlanInputs in = Inputs(Model(Psi, 8), Cluster(R, n));
+  CostCache cost(in.link, 2);
+  braidShardConfig_t z3 = Preset("zero3", R, n);
+  const double plain = Evaluate(in, z3, cost).sendBytes;
+  EXPECT_NEAR(plain, 3 * e * Psi * (N - 1) / N, 1);
+  z3.qwz = z3.qgz = 1;
+  EXPECT_NEAR(Evaluate(in, z3, cost).sendBytes, (0.5 + 0.5 + 0.25) * e * Psi * (N - 1) / N, 1);
+  z3.qwz = z3.qgz = 0;
+  z3.hpz = R;
+  const braidShardPlanEntry_t h = Evaluate(in, z3, cost);
+  // The backward gather over R ranks of one node: no bytes across nodes.
+  EXPECT_NEAR(h.sendBytes, 2 * e * Psi * (N - 1) / N + e * Psi * (R - 1) / R, 1);
+  EXPECT_NEAR(h.stateBytes, (4 * Psi + 12 * Psi) / N + e * Psi / R, 1);
+  braidShardModel_t m = Model(Psi, 8);
+  m.paramBytes = 4;
+  const PlanInputs in4 = Inputs(m, Cluster(R, n));
+  EXPECT_NEAR(MemoryOf(in4, Preset("zero1", R, n)).states, 4 * Psi + 4 * Psi + 12 * Psi / N, 1);
+  // The planner considers the quantized variants only when allowed.
+  braidShardCluster_t c = Cluster(R, n, 1e12);
+  braidShardPlanOptions_t opt = BRAID_SHARD_PLAN_OPTIONS_INITIALIZER;
+  braidShardPlan_t a{}, b{};
+  ASSERT_EQ(braidShardPlan(&m, &c, &opt, &a), braidSuccess);
+  opt.allowQuantization = 1;
+  ASSERT_EQ(braidShardPlan(&m, &c, &opt, &b), braidSuccess);
+  EXPECT_GT(b.considered, a.considered);
+  for (int i = 0; i < a.count; ++i) EXPECT_EQ(a.ranked[i].config.qwz + a.ranked[i].config.qgz, 0);
+  braidShardPlanFree(&a);
+  braidShardPlanFree(&b);
 }
 
 // Every configuration braidShardConfigValidate accepts is considered (no variants without
