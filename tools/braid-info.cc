@@ -2,11 +2,13 @@
 //
 //   braid-info [-n N]
 //   braid-info --topology
+//   braidrun -n N -- braid-info --profile FILE
 //
 // Prints version and build features, the registered transports, every BRAID_* variable with its
 // default and current value, the tuner's table for N ranks (default 8) and a hardware summary.
 // --topology prints only the topology: the file BRAID_TOPO_FILE names, else what discovery finds
 // (hwloc + sysfs), with the groups derived from it, and the same in the file format.
+// --profile measures the link model under a launcher and writes it for braid-plan --profile.
 #include <sys/statvfs.h>
 #include <unistd.h>
 
@@ -32,10 +34,12 @@ namespace {
 void Usage(FILE* out) {
   std::fprintf(
       out,
-      "usage: braid-info [-n N] [--nodes G] [--topology]\n"
+      "usage: braid-info [-n N] [--nodes G] [--topology] [--profile FILE]\n"
       "  -n N        show the tuner's choices for N ranks (default 8)\n"
       "  --nodes G   ... spread over G nodes of N/G ranks (hierarchical algorithms apply)\n"
-      "  --topology  print the topology (BRAID_TOPO_FILE, else discovered) and exit\n");
+      "  --topology  print the topology (BRAID_TOPO_FILE, else discovered) and exit\n"
+      "  --profile F under a launcher: measure the links (intra-node; inter-node when the job\n"
+      "              spans nodes) and write them to F for braid-plan --profile\n");
 }
 
 std::string Gib(double bytes) {
@@ -121,6 +125,44 @@ int PrintPlacement() {
   return braidCommDestroy(comm) == braidSuccess ? 0 : 1;
 }
 
+// --profile FILE: the ranks form a communicator with link calibration on and BRAID_LINK_PROFILE
+// = FILE, removed first so that init measures instead of reading an old file; rank 0 writes the
+// measured model there at init (link_calibration.h) and prints it.
+int MeasureProfile(const char* path) {
+  if (!std::getenv("BRAID_RANK") || !std::getenv("BRAID_WORLD_SIZE")) {
+    std::fprintf(stderr,
+                 "braid-info: --profile measures between ranks: run it under a launcher, e.g. "
+                 "braidrun -n 16 -- braid-info --profile %s\n",
+                 path);
+    return 2;
+  }
+  const bool root = std::strcmp(std::getenv("BRAID_RANK"), "0") == 0;
+  if (root && std::remove(path) != 0 && errno != ENOENT) {
+    std::fprintf(stderr, "braid-info: cannot replace %s: %s\n", path, std::strerror(errno));
+    return 1;
+  }
+  setenv("BRAID_LINK_PROFILE", path, 1);
+  setenv("BRAID_LINK_CALIBRATION", "1", 1);
+  braidComm_t comm = nullptr;
+  if (braidInitFromEnv(&comm) != braidSuccess) {
+    std::fprintf(stderr, "braid-info: init: %s\n", braidGetLastError(nullptr));
+    return 1;
+  }
+  int rc = 0;
+  if (root) {
+    braid::CommRef c = braid::LookupComm(comm);
+    std::printf("link profile of %d ranks on %d nodes written to %s: %s\n", c->nranks(),
+                c->layout().nnodes, path, c->links().describe().c_str());
+    c.reset();
+    if (access(path, R_OK) != 0) {
+      std::fprintf(stderr, "braid-info: %s was not written (see BRAID_DEBUG=INFO)\n", path);
+      rc = 1;
+    }
+  }
+  if (braidBarrier(comm) != braidSuccess) rc = 1;
+  return braidCommDestroy(comm) == braidSuccess ? rc : 1;
+}
+
 int PrintTopology() {
   namespace topo = braid::topo;
   auto local = topo::LoadLocalTopology();
@@ -188,6 +230,8 @@ int main(int argc, char** argv) {
       const char* launched_rank = std::getenv("BRAID_RANK");
       if (launched_rank && std::strcmp(launched_rank, "0") != 0) return PrintPlacement();
       return PrintTopology();
+    } else if (a == "--profile" && i + 1 < argc) {
+      return MeasureProfile(argv[++i]);
     } else if (a == "-n" && i + 1 < argc) {
       char* end = nullptr;
       errno = 0;
