@@ -146,6 +146,7 @@ std::string NormalizeInputs(const braidShardModel_t* m, const braidShardCluster_
     if (!(v > 0) || !std::isfinite(v)) return "link bandwidths must be > 0 bytes/s";
   for (double v : {l.intraLatency, l.interLatency})
     if (!(v >= 0) || !std::isfinite(v)) return "link latencies must be >= 0 s";
+  if (l.nicsPerNode < 0 || l.nicsPerNode > 1024) return "nicsPerNode must be in [0, 1024]";
   r.link = l;
   if (o) {
     r.quantization = o->allowQuantization != 0;

@@ -440,6 +440,9 @@ typedef struct {
   double intraBandwidth; /**< bytes per second per rank and direction inside a node */
   double interLatency;   /**< seconds per message between nodes */
   double interBandwidth; /**< bytes per second per node and direction between nodes */
+  /** NICs that make up the node's link (0 or 1: one): local rank r crosses through NIC
+   *  r mod nicsPerNode at interBandwidth / nicsPerNode, NICs side by side. */
+  int nicsPerNode;
 } braidLinkParams_t;
 
 /**
@@ -448,7 +451,9 @@ typedef struct {
  * reduce-scatter, the buffer of an all-reduce or broadcast) of `datatype`, by the cost model of
  * the algorithm the tuner would pick (the cheapest flat or hierarchical one that serves it).
  * `nicSharing` >= 1 is the number of such groups that run at once on the same nodes and so share
- * each node's inter-node link (e.g. the R groups of one rank per node of a replica all-reduce).
+ * each node's inter-node link (e.g. the R groups of one rank per node of a replica all-reduce);
+ * the groups are taken to be blocks of consecutive local ranks, so with several NICs a group of
+ * fewer ranks per node than NICs uses only its ranks' NICs.
  * `quantBits` 8 or 4 costs the quantized form (braidAllGatherQuantized /
  * braidReduceScatterQuantized, blocks of 2048 with one fp32 scale) as that algorithm moving the
  * encoded bytes; 0 = not quantized. Writes the seconds to *seconds and, when `algorithm` is not

@@ -90,6 +90,24 @@ TEST(CostModelApi, NicSharingIsTheSharedLink) {
             Estimate(braidCollAllReduce, bytes, 1, 16, 1));
 }
 
+// Several NICs: a group of one rank per node crosses through its rank's NIC (interBandwidth /
+// nics), shared only with the other groups on that NIC.
+TEST(CostModelApi, GroupsSmallerThanTheNicsUseTheirRanksNics) {
+  const uint64_t bytes = uint64_t{1} << 26;
+  braidLinkParams_t four = kLink;
+  four.nicsPerNode = 4;
+  braidLinkParams_t one_nic = kLink;  // one of the 4 NICs, shared by 2 of the 8 groups
+  one_nic.interBandwidth /= 4;
+  EXPECT_DOUBLE_EQ(Estimate(braidCollAllReduce, bytes, 1, 16, 8, 0, nullptr, four),
+                   Estimate(braidCollAllReduce, bytes, 1, 16, 2, 0, nullptr, one_nic));
+  // A group that spans the NICs: the same as the node's link when alone (the closed forms spread
+  // its ranks over the NICs), and cheaper with 8 NICs than with one for a flat crossing.
+  braidLinkParams_t eight = kLink;
+  eight.nicsPerNode = 8;
+  EXPECT_LE(Estimate(braidCollAllGather, bytes, 8, 4, 1, 0, nullptr, eight),
+            Estimate(braidCollAllGather, bytes, 8, 4, 1, 0, nullptr, kLink));
+}
+
 TEST(CostModelApi, OneRankIsFreeAndQuantizedIsCheaper) {
   std::string name;
   EXPECT_EQ(Estimate(braidCollAllReduce, 1 << 20, 1, 1, 1, 0, &name), 0.0);

@@ -2,6 +2,7 @@
 // braidEstimateCollective ranks the same algorithms the tuner ranks for a layout of equal nodes,
 // with the same closed forms, so a plan and the engine's choice cost a collective alike;
 // braidLinkProfileLoad reads the link profile a calibrated job wrote, with the tuner's parser.
+#include <algorithm>
 #include <cstdio>
 #include <limits>
 #include <string>
@@ -38,6 +39,8 @@ Status CheckArgs(braidCollective_t coll, braidDataType_t dtype, int bits, int R,
     return InvalidArgument(api + "group of " + std::to_string(R) + " ranks per node x " +
                            std::to_string(n) + " nodes: both >= 1, at most 2^20 ranks");
   if (share < 1) return InvalidArgument(api + "nicSharing must be >= 1");
+  if (link->nicsPerNode < 0 || link->nicsPerNode > 1024)
+    return InvalidArgument(api + "nicsPerNode must be in [0, 1024]");
   const LinkParams levels[2] = {{link->intraLatency, link->intraBandwidth},
                                 {link->interLatency, link->interBandwidth}};
   for (const LinkParams& p : levels)
@@ -71,8 +74,21 @@ extern "C" braidResult_t braidEstimateCollective(braidCollective_t collective, u
     }
     LinkModel model;
     model.intra = {link->intraLatency, link->intraBandwidth};
-    // Groups that run at once on the same nodes take turns on each node's link (simulator.h).
-    model.inter = SharedLink({link->interLatency, link->interBandwidth}, nicSharing);
+    // Groups that run at once on the same nodes take turns on each NIC they use (simulator.h).
+    // A group is a block of R consecutive local ranks of the node's R * nicSharing, and local
+    // rank r crosses through NIC r mod nics: a group of at least `nics` ranks per node uses every
+    // NIC, shared with the other groups; a smaller one uses R of them, each shared by the
+    // R * nicSharing / nics ranks on it.
+    const int nics = std::max(link->nicsPerNode, 1);
+    const LinkParams node{link->interLatency, link->interBandwidth};
+    if (R >= nics) {
+      model.nics_per_node = nics;
+      model.inter = SharedLink(node, nicSharing);
+    } else {
+      model.nics_per_node = R;
+      const int per_nic = std::max(1, (R * nicSharing + nics - 1) / nics);
+      model.inter = SharedLink({node.alpha_s, node.beta_bytes_s * R / nics}, per_nic);
+    }
 
     CollArgs a;
     a.kind = collective == braidCollAllReduce       ? CollKind::kAllReduce
