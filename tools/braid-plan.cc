@@ -19,11 +19,12 @@ void Usage(FILE* out) {
       "usage: braid-plan --params N --layers L --hidden H --seq S --micro-batch B\n"
       "                  --micro-batches M --gpus-per-node R --nodes N --mem BYTES\n"
       "                  (--intra-bw BYTES/S --inter-bw BYTES/S | --profile FILE)\n"
-      "                  [--intra-lat SECONDS] [--inter-lat SECONDS] [--recompute]\n"
+      "                  [--intra-lat SECONDS] [--inter-lat SECONDS] [--nics K] [--recompute]\n"
       "                  [--quant] [--overlap] [--partial-node] [--reserve BYTES]\n"
       "                  [--param-bytes 2|4] [--top K]\n"
       "  numbers take K, M, G, T suffixes (powers of 1000) or Ki, Mi, Gi, Ti (powers of 1024);\n"
-      "  bandwidths are bytes/s per direction, --inter-bw per node (all its NICs together);\n"
+      "  bandwidths are bytes/s per direction, --inter-bw per node (all its --nics NICs\n"
+      "  together, default 1);\n"
       "  --profile reads a link profile (BRAID_LINK_PROFILE format): both levels, over the\n"
       "  --*-bw and --*-lat flags.\n");
 }
@@ -119,7 +120,7 @@ int main(int argc, char** argv) {
         "--params",        "--layers",      "--hidden",        "--seq",       "--micro-batch",
         "--micro-batches", "--param-bytes", "--gpus-per-node", "--nodes",     "--mem",
         "--intra-bw",      "--inter-bw",    "--intra-lat",     "--inter-lat", "--reserve",
-        "--top",           "--profile"};
+        "--top",           "--profile",     "--nics"};
     bool known = false;
     for (const char* f : kValueFlags) known = known || a == f;
     if (!known) return Fail("unknown flag '" + a + "'");
@@ -161,6 +162,9 @@ int main(int argc, char** argv) {
       ok = ParseNumber(v, &cluster.link.intraLatency);
     } else if (a == "--inter-lat") {
       ok = ParseNumber(v, &cluster.link.interLatency);
+    } else if (a == "--nics") {
+      ok = ParseInt(v, &cluster.link.nicsPerNode) && cluster.link.nicsPerNode >= 1 &&
+           cluster.link.nicsPerNode <= 1024;
     } else if (a == "--reserve") {
       ok = ParseNumber(v, &options.reserveBytes);
     } else if (a == "--top") {
