@@ -228,11 +228,12 @@ std::vector<PlannedCollective> CollectivesOf(const PlanInputs& in, const braidSh
         !b.empty() && Sum(b, &PlannedCollective::seconds) < Sum(a, &PlannedCollective::seconds);
     for (auto& x : use_b ? b : a) out.push_back(x);
   }
-  // Gradient-norm all-reduce over one OS replica: one fp32 per rank, latency only.
-  if (so > 1) {
-    const Group os = GroupOf(in, c.os.intra, c.os.inter);
-    double s = cost.Seconds(braidCollAllReduce, 4, 0, os.intra, os.inter, os.sharing);
-    out.push_back({"gradient-norm all-reduce over " + Shape(os), s, 0, 0, 0});
+  // Gradient norm and non-finite count: two doubles all-reduced over the whole job (what the
+  // step runs; the spec's minimum is one OS replica), latency only.
+  if (in.R * in.n > 1) {
+    const Group all = GroupOf(in, in.R, in.n);
+    const double s = cost.Seconds(braidCollAllReduce, 16, 0, all.intra, all.inter, all.sharing);
+    out.push_back({"gradient-norm all-reduce over " + Shape(all), s, 0, 0, 0});
   }
   // Redistribution (spec step 5): the s_os/s_p ranks whose OS shards tile a P shard all-gather
   // the updated parameters.
