@@ -2,6 +2,7 @@
 // (checkpoint.cc). Internal to the sharding library.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -19,6 +20,7 @@ struct Bucket {
   std::vector<float> grad32;               // padded / s_os: fp32 gradient between Prepare/Finish
   std::vector<unsigned char> full;         // gathered parameters while in use (s_p > 1)
   braidRequest_t gather = nullptr;         // in-flight gather into `full`
+  double gather_issued = 0.0;              // its issue time (Now()), for the timeline
   bool gathered = false;                   // handed to the caller, not yet released
   int reduced = 0;                         // micro-batches reduced since the last step
 };
@@ -43,6 +45,7 @@ struct braidShard {
   int slot = 0;                      // the buffer the next reduce-scatter uses
   int pending_bucket = -1;           // bucket whose reduce-scatter is in flight, or -1
   braidRequest_t pending = nullptr;  // its request (in scratch[slot ^ 1])
+  double pending_issued = 0.0;       // its issue time (Now()), for the timeline
   int last_gather = -1, direction = 1;
   int64_t t = 0;  // optimizer steps applied
   // Between PrepareStep and FinishStep; `skipped`: the prepared step found an overflow.
@@ -53,6 +56,47 @@ struct braidShard {
   float scale = 1.0f;
   int64_t good_steps = 0;
   std::string error = "no error";
+  // Traffic accounting (braidShardTraffic): for each group the step communicates over, its size
+  // and whether all of it is on this rank's node; computed once from the layout at create.
+  enum Group { kGroupP, kGroupG, kGroupReplica, kGroupRedist, kGroupAll, kGroups };
+  int group_size[kGroups] = {1, 1, 1, 1, 1};
+  bool group_intra[kGroups] = {true, true, true, true, true};
+  braidShardTraffic_t traffic{};
+
+  // Counts what one rank sends in a collective over `group`, by the ring definition of
+  // shard.h: all-gather / reduce-scatter of `count` elements per rank, all-reduce of `count`.
+  void CountAllGather(int purpose, int group, size_t count, size_t elem) {
+    Count(purpose, group, static_cast<uint64_t>(group_size[group] - 1) * count * elem);
+  }
+  void CountAllReduce(int purpose, int group, size_t count, size_t elem) {
+    const uint64_t k = static_cast<uint64_t>(group_size[group]);
+    Count(purpose, group, 2 * (k - 1) * count * elem / k);
+  }
+  // Timeline (braidShardTraffic's exposed/hidden seconds), steady clock in seconds.
+  static double Now() {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
+        .count();
+  }
+  // Waits for a non-blocking collective issued at `issued`: the time until now was hidden behind
+  // the caller's work (at most: it may have finished earlier), the wait itself is exposed.
+  braidResult_t WaitTimed(braidRequest_t* req, double issued) {
+    const double need = Now();
+    braidResult_t rc = braidWait(req, -1);
+    traffic.hiddenSeconds += need > issued ? need - issued : 0.0;
+    traffic.exposedSeconds += Now() - need;
+    return rc;
+  }
+  // A blocking collective that started at `start`: all of it was exposed.
+  void Exposed(double start) {
+    const double d = Now() - start;
+    traffic.exposedSeconds += d > 0.0 ? d : 0.0;
+  }
+  void Count(int purpose, int group, uint64_t bytes) {
+    if (group_size[group] < 2) return;  // no communicator: nothing moves
+    (group_intra[group] ? traffic.intra : traffic.inter)[purpose] += bytes;
+    (group_intra[group] ? traffic.intraTotal : traffic.interTotal) += bytes;
+    ++traffic.collectives;
+  }
 
   braidResult_t Fail(braidResult_t code, const std::string& what) {
     error = "rank " + std::to_string(rank) + ": " + what;

@@ -87,8 +87,34 @@ braidResult_t StartGather(braidShard* sh, int b) {
   Bucket& k = sh->buckets[b];
   k.full.resize(k.padded * sh->esize);
   const size_t len = k.padded / sh->S(kP);
-  return braidIallGather(k.param_shard.data(), k.full.data(), len, sh->dtype, sh->p_comm,
-                         &k.gather);
+  k.gather_issued = braidShard::Now();
+  braidResult_t rc =
+      braidIallGather(k.param_shard.data(), k.full.data(), len, sh->dtype, sh->p_comm, &k.gather);
+  if (rc == braidSuccess)
+    sh->CountAllGather(braidShardTrafficGather, braidShard::kGroupP, len, sh->esize);
+  return rc;
+}
+
+// The size of each group the step communicates over and whether all of it is on this rank's
+// node, from the layouts of all ranks (the same pure function the views were split by), so that
+// braidShardTraffic can attribute bytes to a level without asking the topology again.
+void ClassifyGroups(braidShard* sh) {
+  const RankLayout& me = sh->layout;
+  for (int g = 0; g < braidShard::kGroups; ++g) {
+    sh->group_size[g] = 0;
+    sh->group_intra[g] = true;
+  }
+  for (int r = 0; r < sh->nranks; ++r) {
+    const RankLayout l = Layout(sh->cfg, r);
+    const bool member[braidShard::kGroups] = {
+        l.group[kP] == me.group[kP], l.group[kG] == me.group[kG],
+        l.replica_color == me.replica_color, l.redist_color == me.redist_color, true};
+    for (int g = 0; g < braidShard::kGroups; ++g) {
+      if (!member[g]) continue;
+      ++sh->group_size[g];
+      if (l.node != me.node) sh->group_intra[g] = false;
+    }
+  }
 }
 
 }  // namespace
@@ -96,7 +122,7 @@ braidResult_t StartGather(braidShard* sh, int b) {
 braidResult_t braid::shard::FinishPrefetches(braidShard* sh, const char* api) {
   for (Bucket& k : sh->buckets)
     if (k.gather) {
-      braidResult_t rc = braidWait(&k.gather, -1);
+      braidResult_t rc = sh->WaitTimed(&k.gather, k.gather_issued);
       if (rc != braidSuccess)
         return sh->CommFail(rc, (std::string(api) + ": prefetch").c_str(), sh->p_comm);
       if (!k.gathered && sh->S(kP) > 1) std::vector<unsigned char>().swap(k.full);
@@ -207,6 +233,7 @@ static braidResult_t ShardCreateImpl(braidComm_t comm, const braidShardConfig_t*
     braidShardDestroy(sh.release());
     return SetLastError(rc, where + "split failed: " + msg);
   }
+  ClassifyGroups(sh.get());
 
   sh->buckets.resize(nbuckets);
   size_t max_padded = 0;
@@ -260,7 +287,7 @@ static braidResult_t ShardGatherImpl(braidShard_t sh, int b, const void** params
   sh->last_gather = b;
   braidResult_t rc = braidSuccess;
   if (!k.gather) rc = StartGather(sh, b);
-  if (rc == braidSuccess) rc = braidWait(&k.gather, -1);
+  if (rc == braidSuccess) rc = sh->WaitTimed(&k.gather, k.gather_issued);
   if (rc != braidSuccess) return sh->CommFail(rc, "braidShardGather: all-gather", sh->p_comm);
   k.gathered = true;
   *params = k.full.data();
@@ -301,9 +328,12 @@ braidResult_t Accumulate(braidShard* sh, Bucket& k, const void* shard, size_t va
   if (sh->cfg.replicaEveryMicrobatch && sh->replica_comm) {
     if (shard != tmp) std::memmove(tmp, shard, valid * es);
     std::fill(tmp + valid * es, tmp + len * es, 0);
+    const double start = braidShard::Now();
     braidResult_t rc = braidAllReduce(tmp, tmp, len, sh->dtype, braidSum, sh->replica_comm);
+    sh->Exposed(start);
     if (rc != braidSuccess)
       return sh->CommFail(rc, "braidShardReduceGrad: replica all-reduce", sh->replica_comm);
+    sh->CountAllReduce(braidShardTrafficReplica, braidShard::kGroupReplica, len, es);
     shard = tmp;
     valid = len;
   }
@@ -319,7 +349,7 @@ braidResult_t braid::shard::FinishPending(braidShard* sh) {
   if (sh->pending_bucket < 0) return braidSuccess;
   Bucket& k = sh->buckets[sh->pending_bucket];
   sh->pending_bucket = -1;
-  braidResult_t rc = braidWait(&sh->pending, -1);
+  braidResult_t rc = sh->WaitTimed(&sh->pending, sh->pending_issued);
   if (rc != braidSuccess)
     return sh->CommFail(rc, "braidShardReduceGrad: reduce-scatter", sh->g_comm);
   unsigned char* buf = sh->scratch[sh->slot ^ 1].data();
@@ -364,13 +394,16 @@ static braidResult_t ShardReduceGradImpl(braidShard_t sh, int b, const void* gra
   std::memcpy(buf, grad, k.numel * es);
   std::fill(buf + k.numel * es, buf + k.padded * es, 0);
   braidRequest_t req = nullptr;
+  const double issued = braidShard::Now();
   braidResult_t rc = braidIreduceScatter(buf, buf + sh->layout.pos[kG] * len * es, len, sh->dtype,
                                          braidSum, sh->g_comm, &req);
   if (rc != braidSuccess)
     return sh->CommFail(rc, "braidShardReduceGrad: reduce-scatter", sh->g_comm);
+  sh->CountAllGather(braidShardTrafficGradReduce, braidShard::kGroupG, len, es);
   rc = FinishPending(sh);  // the previous reduction, in scratch[slot ^ 1]
   sh->slot ^= 1;           // so this one is in scratch[slot ^ 1] when it is finished
   sh->pending = req;
+  sh->pending_issued = issued;
   sh->pending_bucket = b;
   ++k.reduced;
   return rc;
@@ -407,8 +440,12 @@ braidResult_t Prepare(braidShard* sh, const braidShardStepOptions_t* opts,
                     " times but bucket 0 " + std::to_string(mb) + " times";
   }
   std::vector<int64_t> mn, mx;
+  double start = braidShard::Now();
   rc = MinMax(sh->comm, {local_error.empty() ? 0 : 1, mb}, &mn, &mx);
+  sh->Exposed(start);
   if (rc != braidSuccess) return sh->CommFail(rc, (a + ": agreement").c_str(), sh->comm);
+  // MinMax all-reduces each value and its negation: 4 int64.
+  sh->CountAllReduce(braidShardTrafficControl, braidShard::kGroupAll, 4, sizeof(int64_t));
   if (!local_error.empty()) return sh->Fail(braidErrInvalidUsage, a + ": " + local_error);
   if (mx[0] != 0)
     return sh->Fail(braidErrInvalidUsage,
@@ -433,10 +470,13 @@ braidResult_t Prepare(braidShard* sh, const braidShardStepOptions_t* opts,
   for (Bucket& k : sh->buckets) {
     const size_t g_len = k.padded / sg, os_len = k.padded / so;
     if (!sh->cfg.replicaEveryMicrobatch && sh->replica_comm) {
+      start = braidShard::Now();
       rc = braidAllReduce(k.grad_shard.data(), k.grad_shard.data(), g_len, sh->dtype, braidSum,
                           sh->replica_comm);
       if (rc != braidSuccess)
         return sh->CommFail(rc, (a + ": replica all-reduce").c_str(), sh->replica_comm);
+      sh->Exposed(start);
+      sh->CountAllReduce(braidShardTrafficReplica, braidShard::kGroupReplica, g_len, sh->esize);
     }
     // Select & drop: the OS shard is a sub-slice of the G shard.
     const size_t first =
@@ -453,8 +493,11 @@ braidResult_t Prepare(braidShard* sh, const braidShardStepOptions_t* opts,
     k.reduced = 0;
   }
   // One all-reduce gives every rank the same norm and the same overflow verdict.
+  start = braidShard::Now();
   rc = braidAllReduce(local, local, 2, braidFloat64, braidSum, sh->comm);
+  sh->Exposed(start);
   if (rc != braidSuccess) return sh->CommFail(rc, (a + ": norm all-reduce").c_str(), sh->comm);
+  sh->CountAllReduce(braidShardTrafficControl, braidShard::kGroupAll, 2, sizeof(double));
   const bool overflow = local[1] > 0.0 || !std::isfinite(local[0]);
   const double norm = std::sqrt(local[0]);
   bool clipped = false;
@@ -541,10 +584,14 @@ braidResult_t Finish(braidShard* sh, const char* api) {
       // The OS shards of the redistribution group tile this rank's P shard.
       send.resize(os_len * sh->esize);
       for (size_t i = 0; i < os_len; ++i) Store(sh->dtype, send.data(), i, k.master[i]);
+      const double start = braidShard::Now();
       braidResult_t rc =
           braidAllGather(send.data(), k.param_shard.data(), os_len, sh->dtype, sh->redist_comm);
+      sh->Exposed(start);
       if (rc != braidSuccess)
         return sh->CommFail(rc, (a + ": redistribution all-gather").c_str(), sh->redist_comm);
+      sh->CountAllGather(braidShardTrafficRedistribute, braidShard::kGroupRedist, os_len,
+                         sh->esize);
     } else {
       for (size_t i = 0; i < os_len; ++i) Store(sh->dtype, k.param_shard.data(), i, k.master[i]);
     }
@@ -643,11 +690,15 @@ static braidResult_t ShardOptimizerShardImpl(braidShard_t sh, int b, braidShardO
 static braidResult_t ShardFinishStepImpl(braidShard_t sh) {
   if (!sh) return SetLastError(braidErrInvalidArgument, "braidShardFinishStep: NULL");
   // Agreed first: a rank without a prepared step must not leave the others in the all-gather.
+  const double start = braidShard::Now();
   braidResult_t rc =
       Agree(sh, "braidShardFinishStep",
             sh->prepared ? "" : "no prepared step (call braidShardPrepareStep first)",
             braidErrInvalidUsage);
+  sh->Exposed(start);
   if (rc != braidSuccess) return rc;
+  // Agree all-reduces one value and its negation: 2 int64.
+  sh->CountAllReduce(braidShardTrafficControl, braidShard::kGroupAll, 2, sizeof(int64_t));
   return Finish(sh, "braidShardFinishStep");
 }
 
@@ -686,6 +737,19 @@ static braidResult_t ShardMemoryImpl(braidShard_t sh, braidShardMemory_t* mem) {
     mem->optimizer += (k.master.size() + k.m.size() + k.v.size()) * sizeof(float);
   }
   mem->total = mem->params + mem->grads + mem->optimizer;
+  return braidSuccess;
+}
+
+static braidResult_t ShardTrafficImpl(braidShard_t sh, braidShardTraffic_t* out) {
+  if (!sh || !out)
+    return SetLastError(braidErrInvalidArgument, "braidShardTraffic: NULL handle or output");
+  *out = sh->traffic;
+  return braidSuccess;
+}
+
+static braidResult_t ShardTrafficResetImpl(braidShard_t sh) {
+  if (!sh) return SetLastError(braidErrInvalidArgument, "braidShardTrafficReset: NULL handle");
+  sh->traffic = {};
   return braidSuccess;
 }
 
@@ -752,6 +816,12 @@ braidResult_t braidShardGetLossScale(braidShard_t sh, float* scale) {
 }
 braidResult_t braidShardMemory(braidShard_t sh, braidShardMemory_t* mem) {
   return NoThrow("braidShardMemory", [&] { return ShardMemoryImpl(sh, mem); });
+}
+braidResult_t braidShardTraffic(braidShard_t sh, braidShardTraffic_t* out) {
+  return NoThrow("braidShardTraffic", [&] { return ShardTrafficImpl(sh, out); });
+}
+braidResult_t braidShardTrafficReset(braidShard_t sh) {
+  return NoThrow("braidShardTrafficReset", [&] { return ShardTrafficResetImpl(sh); });
 }
 braidResult_t braidShardDestroy(braidShard_t sh) {
   return NoThrow("braidShardDestroy", [&] { return ShardDestroyImpl(sh); });

@@ -332,6 +332,60 @@ BRAID_API braidResult_t braidShardLoad(braidShard_t shard, const char* dir);
 /** The bytes this rank allocated per state (shards with their padding). */
 BRAID_API braidResult_t braidShardMemory(braidShard_t shard, braidShardMemory_t* mem);
 
+/** What the sharding layer's communication is for: the indexes of braidShardTraffic_t's arrays. */
+typedef enum {
+  braidShardTrafficGather = 0,       /**< parameter all-gathers over the P group (braidShardGather
+                                          and its prefetches) */
+  braidShardTrafficGradReduce = 1,   /**< gradient reduce-scatters over the G group
+                                          (braidShardReduceGrad) */
+  braidShardTrafficReplica = 2,      /**< all-reduce of the G shards across replicas, per
+                                          micro-batch (fsdp-hybrid) or at the boundary (DDP's
+                                          all-reduce, mics, paro-*) */
+  braidShardTrafficRedistribute = 3, /**< all-gather of the updated parameters over the
+                                          s_os / s_p ranks whose OS shards tile a P shard */
+  braidShardTrafficControl = 4,      /**< the step's readiness agreement, gradient norm and
+                                          overflow flag (one all-reduce each over all ranks) */
+} braidShardTrafficPurpose_t;
+#define BRAID_SHARD_TRAFFIC_PURPOSES 5
+
+/**
+ * Payload bytes this rank sent, counted by the sharding layer from what it asks each collective
+ * to move (element counts x dtype size), not from the transports. Per collective over a group
+ * of k ranks, the bytes one rank sends under the ring (NCCL) definition, whatever algorithm
+ * braid picks: all-gather and reduce-scatter (k - 1) x the per-rank count; all-reduce
+ * floor(2 (k - 1) x count / k) (count in bytes); groups of one rank send nothing.
+ * Level: a collective counts `intra` when every rank of its group is on this rank's node, else
+ * `inter` (all of it: an upper bound on the bytes that cross nodes; a ring over 2 nodes x 2 ranks
+ * sends half of them inside the node). Counted when issued: a prefetch the caller never uses
+ * still moved its bytes. Covers braidShardGather, ReduceGrad and the step (Step, StepEx,
+ * PrepareStep, FinishStep); Create, Save and Load are not counted. The per-step formulas for
+ * each preset are in docs/sharding.md ("Traffic"). The transports' counters
+ * (braidCommPeerTraffic) are slightly larger: they add message framing.
+ */
+typedef struct {
+  uint64_t intra[BRAID_SHARD_TRAFFIC_PURPOSES]; /**< by braidShardTrafficPurpose_t */
+  uint64_t inter[BRAID_SHARD_TRAFFIC_PURPOSES];
+  uint64_t intraTotal, interTotal; /**< sums of the arrays */
+  uint64_t collectives;            /**< collectives counted (groups of one rank excluded) */
+  /**
+   * Timeline of the same collectives, in seconds of this rank's wall clock. `exposedSeconds`:
+   * time the layer's calls (Gather, ReduceGrad, the step) spent blocked on communication: in
+   * blocking collectives, and in waits for a prefetched gather or a reduce-scatter in flight.
+   * `hiddenSeconds`: for each non-blocking collective, the time from its issue to the moment the
+   * layer first waited for it, during which the caller computed. The layer cannot see when a
+   * collective finished before that wait, so hiddenSeconds is an upper bound on the communication
+   * time hidden; hiddenSeconds + exposedSeconds bounds the time communication was in flight.
+   */
+  double exposedSeconds;
+  double hiddenSeconds;
+} braidShardTraffic_t;
+
+/** The bytes sent since braidShardCreate or the last braidShardTrafficReset. Local. */
+BRAID_API braidResult_t braidShardTraffic(braidShard_t shard, braidShardTraffic_t* out);
+
+/** Sets the counters of braidShardTraffic to zero (e.g. to measure one step). Local. */
+BRAID_API braidResult_t braidShardTrafficReset(braidShard_t shard);
+
 /** Frees the shards and the sub-communicators (waits for prefetches still in flight). */
 BRAID_API braidResult_t braidShardDestroy(braidShard_t shard);
 
