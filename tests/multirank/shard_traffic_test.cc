@@ -1,0 +1,283 @@
+// Traffic accounting of the sharding layer (braidShardTraffic): for every preset the step runs, on
+// 4 ranks as 2 emulated nodes x 2 (BRAID_HOSTID) and as one node of 4, the counters after 2 steps
+// of 2 micro-batches equal the per-step formulas of docs/sharding.md ("Traffic") exactly, per
+// purpose and per level; a reset starts them again from zero. The formulas are written here per
+// preset, in terms of R, n, m and the model's bytes B = Φ e, independently of the library's
+// factor arithmetic. Bucket sizes are multiples of 4 so that every shard and every ring chunk is
+// whole and the formulas hold without rounding.
+//
+// Cross-check against the transports: braidCommPeerTraffic's bytes sent, summed over this rank's
+// peers, moved during the same steps. With ring algorithms forced (BRAID_ALGO) a rank sends
+// exactly the ring volume the layer counts, plus framing per message, so payload <= transport
+// <= payload + a framing bound. Per level, the transports' inter-node bytes are at most the
+// layer's (a group that spans nodes counts as inter in full, yet its ring also has an intra-node
+// hop).
+#include <gtest/gtest.h>
+
+#include <cctype>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "braid/shard.h"
+#include "multirank/harness.h"
+#include "multirank/shard_common.h"
+
+namespace braid_test {
+namespace {
+
+const std::vector<size_t> kTrafficBuckets = {64, 128, 32};  // Φ = 224, multiples of 4
+constexpr int kTrafficSteps = 2;
+constexpr int kMb = 2;
+
+struct Shape {
+  std::string preset;
+  int R, n;
+  braidDataType_t dt;
+};
+
+// Per-step bytes by purpose for one level, the formulas of docs/sharding.md.
+struct Expect {
+  uint64_t intra[BRAID_SHARD_TRAFFIC_PURPOSES] = {};
+  uint64_t inter[BRAID_SHARD_TRAFFIC_PURPOSES] = {};
+};
+
+Expect Formula(const std::string& p, int R, int n, int m, uint64_t B) {
+  Expect x;
+  const uint64_t D = static_cast<uint64_t>(R) * n;
+  // Groups over all ranks are inter-node as soon as there are 2 nodes.
+  uint64_t* all = n > 1 ? x.inter : x.intra;
+  const uint64_t ring_ag = (D - 1) * B / D;       // all-gather / reduce-scatter of B over D
+  const uint64_t node_ag = (R - 1) * B / R;       // ... over the R ranks of a node
+  const uint64_t cross_ar = 2 * (n - 1) * B / D;  // all-reduce of B / R over n nodes
+  if (p == "ddp") {
+    all[braidShardTrafficReplica] = 2 * ring_ag;
+  } else if (p == "zero1") {
+    all[braidShardTrafficReplica] = 2 * ring_ag;
+    all[braidShardTrafficRedistribute] = ring_ag;
+  } else if (p == "zero2") {
+    all[braidShardTrafficGradReduce] = m * ring_ag;
+    all[braidShardTrafficRedistribute] = ring_ag;
+  } else if (p == "zero3") {
+    all[braidShardTrafficGather] = 2 * m * ring_ag;
+    all[braidShardTrafficGradReduce] = m * ring_ag;
+  } else if (p == "fsdp-hybrid" || p == "mics") {
+    x.intra[braidShardTrafficGather] = 2 * m * node_ag;
+    x.intra[braidShardTrafficGradReduce] = m * node_ag;
+    x.inter[braidShardTrafficReplica] = (p == "mics" ? 1 : m) * cross_ar;
+  } else if (p == "paro-nig") {
+    x.intra[braidShardTrafficGradReduce] = m * node_ag;
+    x.inter[braidShardTrafficReplica] = cross_ar;
+    all[braidShardTrafficRedistribute] = ring_ag;
+  } else if (p == "paro-iig") {
+    x.intra[braidShardTrafficGather] = 2 * m * node_ag;
+    x.intra[braidShardTrafficGradReduce] = m * node_ag;
+    x.inter[braidShardTrafficReplica] = cross_ar;
+    x.inter[braidShardTrafficRedistribute] = (n - 1) * B / D;
+  } else if (p == "paro-igg") {
+    x.intra[braidShardTrafficGather] = 2 * m * node_ag;
+    all[braidShardTrafficGradReduce] = m * ring_ag;
+    x.inter[braidShardTrafficRedistribute] = (n - 1) * B / D;
+  }
+  // Readiness agreement (4 int64) and norm + overflow count (2 doubles): 48 bytes all-reduced.
+  all[braidShardTrafficControl] = 2 * (D - 1) * 48 / D;
+  return x;
+}
+
+const char* kPurpose[BRAID_SHARD_TRAFFIC_PURPOSES] = {"gather", "grad-reduce", "replica",
+                                                      "redistribute", "control"};
+
+// Counters equal `steps` times the formula, purpose by purpose, level by level.
+int CheckEqual(int rank, braidShard_t sh, const braidShardTraffic_t& t, const Expect& x, int steps,
+               const char* when) {
+  uint64_t intra = 0, inter = 0;
+  for (int i = 0; i < BRAID_SHARD_TRAFFIC_PURPOSES; ++i) {
+    CHECK_OR_FAIL(t.intra[i] == steps * x.intra[i] && t.inter[i] == steps * x.inter[i],
+                  "%s: %s bytes intra %llu inter %llu, formula x %d steps: intra %llu inter %llu",
+                  when, kPurpose[i], (unsigned long long)t.intra[i], (unsigned long long)t.inter[i],
+                  steps, (unsigned long long)(steps * x.intra[i]),
+                  (unsigned long long)(steps * x.inter[i]));
+    intra += t.intra[i];
+    inter += t.inter[i];
+  }
+  CHECK_OR_FAIL(t.intraTotal == intra && t.interTotal == inter, "%s: totals", when);
+  // The timeline: invariants only (no timing thresholds on a shared machine).
+  CHECK_OR_FAIL(std::isfinite(t.exposedSeconds) && std::isfinite(t.hiddenSeconds) &&
+                    t.exposedSeconds >= 0.0 && t.hiddenSeconds >= 0.0 &&
+                    t.exposedSeconds <= t.exposedSeconds + t.hiddenSeconds,
+                "%s: timeline exposed %g hidden %g", when, t.exposedSeconds, t.hiddenSeconds);
+  return 0;
+}
+
+// Bytes sent to this rank's intra-node and inter-node peers, from the transports.
+int PeerBytes(braidComm_t comm, int rank, int R, uint64_t* intra, uint64_t* inter) {
+  int D = 0;
+  if (braidCommCount(comm, &D) != braidSuccess) return 1;
+  *intra = *inter = 0;
+  for (int peer = 0; peer < D; ++peer) {
+    uint64_t sent = 0;
+    if (braidCommPeerTraffic(comm, peer, &sent, nullptr, nullptr, 0) != braidSuccess) return 1;
+    (peer / R == rank / R ? *intra : *inter) += sent;
+  }
+  return 0;
+}
+
+int RunOne(const Shape& s, int rank, int D, const braidUniqueId& id) {
+  braidShard_t sh = nullptr;
+  if (s.n > 1) {
+    const std::string host = "trafficnode" + std::to_string(rank / s.R);
+    setenv("BRAID_HOSTID", host.c_str(), 1);
+  }
+  braidComm_t comm = nullptr;
+  CHECK_OR_FAIL(braidCommInitRank(&comm, D, id, rank) == braidSuccess, "init");
+  braidShardConfig_t cfg;
+  CHECK_OR_FAIL(braidShardPreset(s.preset.c_str(), comm, &cfg) == braidSuccess, "preset");
+  CHECK_OR_FAIL(cfg.ranksPerNode == s.R && cfg.nodes == s.n, "shape %dx%d", cfg.ranksPerNode,
+                cfg.nodes);
+  const size_t es = s.dt == braidFloat32 ? 4 : 2;
+  std::vector<std::vector<unsigned char>> init_dt;
+  std::vector<const void*> init;
+  uint64_t phi = 0;
+  for (size_t b = 0; b < kTrafficBuckets.size(); ++b) {
+    std::vector<float> p(kTrafficBuckets[b]);
+    for (size_t i = 0; i < p.size(); ++i) p[i] = InitParam(static_cast<int>(b), i);
+    init_dt.push_back(ToDt(s.dt, p));
+    phi += kTrafficBuckets[b];
+  }
+  for (const auto& x : init_dt) init.push_back(x.data());
+  const int nb = static_cast<int>(kTrafficBuckets.size());
+  CHECK_OR_FAIL(braidShardCreate(comm, &cfg, nb, kTrafficBuckets.data(), s.dt, init.data(), &sh) ==
+                    braidSuccess,
+                "create: %s", braidShardGetLastError(nullptr));
+
+  // Clear errors, no crash, for NULL arguments.
+  braidShardTraffic_t t{};
+  CHECK_OR_FAIL(braidShardTraffic(sh, nullptr) == braidErrInvalidArgument, "NULL output");
+  CHECK_OR_FAIL(braidShardTraffic(nullptr, &t) == braidErrInvalidArgument, "NULL handle");
+  CHECK_OR_FAIL(braidShardTrafficReset(nullptr) == braidErrInvalidArgument, "NULL reset");
+  CHECK_OR_FAIL(std::strstr(braidShardGetLastError(nullptr), "braidShardTrafficReset") != nullptr,
+                "message names the call: %s", braidShardGetLastError(nullptr));
+  // Create itself is not counted.
+  CHECK_OR_FAIL(braidShardTraffic(sh, &t) == braidSuccess, "traffic");
+  CHECK_OR_FAIL(t.intraTotal == 0 && t.interTotal == 0 && t.collectives == 0,
+                "after create: %llu + %llu bytes", (unsigned long long)t.intraTotal,
+                (unsigned long long)t.interTotal);
+
+  uint64_t tr_intra0 = 0, tr_inter0 = 0;
+  CHECK_OR_FAIL(PeerBytes(comm, rank, s.R, &tr_intra0, &tr_inter0) == 0, "peer traffic");
+  braidShardStepOptions_t opt = BRAID_SHARD_STEP_OPTIONS_INITIALIZER;
+  opt.adamw.lr = 0.01f;
+  const Expect x = Formula(s.preset, s.R, s.n, kMb, phi * es);
+  for (int step = 0; step < kTrafficSteps + 1; ++step) {
+    if (step == kTrafficSteps) {
+      // The cross-check and the equality over 2 steps, then a reset and one more step.
+      CHECK_OR_FAIL(braidShardTraffic(sh, &t) == braidSuccess, "traffic");
+      if (CheckEqual(rank, sh, t, x, kTrafficSteps, "after 2 steps")) return 1;
+      uint64_t tr_intra = 0, tr_inter = 0;
+      CHECK_OR_FAIL(PeerBytes(comm, rank, s.R, &tr_intra, &tr_inter) == 0, "peer traffic");
+      tr_intra -= tr_intra0;
+      tr_inter -= tr_inter0;
+      const uint64_t payload = t.intraTotal + t.interTotal, sent = tr_intra + tr_inter;
+      // Framing bound: under a ring each collective sends at most 2 (k - 1) <= 2 (D - 1)
+      // messages per rank, each with a 48-byte wire header (the engine's), a 16-byte frame
+      // header (the stream transports') and at most 2 x 7 bytes of padding to 8.
+      constexpr uint64_t kFrame = 48 + 16 + 16;
+      const uint64_t framing = t.collectives * 2 * (D - 1) * kFrame;
+      if (rank == 0)
+        std::fprintf(stderr,
+                     "[traffic] %s %dx%d %s: layer intra %llu inter %llu (%llu collectives); "
+                     "transports intra %llu inter %llu; framing %llu (bound %llu)\n",
+                     s.preset.c_str(), s.R, s.n, s.dt == braidFloat32 ? "fp32" : "bf16",
+                     (unsigned long long)t.intraTotal, (unsigned long long)t.interTotal,
+                     (unsigned long long)t.collectives, (unsigned long long)tr_intra,
+                     (unsigned long long)tr_inter, (unsigned long long)(sent - payload),
+                     (unsigned long long)framing);
+      CHECK_OR_FAIL(payload <= sent && sent <= payload + framing,
+                    "transports sent %llu bytes, layer payload %llu (framing bound %llu)",
+                    (unsigned long long)sent, (unsigned long long)payload,
+                    (unsigned long long)framing);
+      CHECK_OR_FAIL(tr_inter <= t.interTotal + framing,
+                    "transports sent %llu bytes across nodes, more than the layer's inter %llu",
+                    (unsigned long long)tr_inter, (unsigned long long)t.interTotal);
+      CHECK_OR_FAIL(braidShardTrafficReset(sh) == braidSuccess, "reset");
+      CHECK_OR_FAIL(braidShardTraffic(sh, &t) == braidSuccess && t.intraTotal + t.interTotal == 0 &&
+                        t.collectives == 0 && t.exposedSeconds == 0.0 && t.hiddenSeconds == 0.0,
+                    "reset leaves counts");
+    }
+    for (int mb = 0; mb < kMb; ++mb) {
+      // Forward in order, backward in reverse: one gather per call (the prefetch turns round).
+      for (int pass = 0; pass < 2; ++pass)
+        for (int j = 0; j < nb; ++j) {
+          const int b = pass == 0 ? j : nb - 1 - j;
+          const void* p = nullptr;
+          CHECK_OR_FAIL(braidShardGather(sh, b, &p) == braidSuccess, "gather %d", b);
+          // Gradients from the gathered parameters, as a model's would be.
+          std::vector<float> g(kTrafficBuckets[b]);
+          const unsigned char* pb = static_cast<const unsigned char*>(p);
+          for (size_t i = 0; i < g.size(); ++i)
+            g[i] = Grad(b, i, step, mb, rank, FromDt(s.dt, pb, i));
+          CHECK_OR_FAIL(braidShardRelease(sh, b) == braidSuccess, "release %d", b);
+          if (pass == 0) continue;
+          const std::vector<unsigned char> gdt = ToDt(s.dt, g);
+          CHECK_OR_FAIL(braidShardReduceGrad(sh, b, gdt.data()) == braidSuccess, "reduce %d", b);
+        }
+    }
+    CHECK_OR_FAIL(braidShardStepEx(sh, &opt, nullptr) == braidSuccess, "step %d", step);
+  }
+  CHECK_OR_FAIL(braidShardTraffic(sh, &t) == braidSuccess, "traffic");
+  if (CheckEqual(rank, sh, t, x, 1, "one step after the reset")) return 1;
+  braidShardDestroy(sh);
+  braidCommDestroy(comm);
+  return 0;
+}
+
+class ShardTraffic : public ::testing::TestWithParam<Shape> {};
+
+void PrintTo(const Shape& s, std::ostream* os) {
+  *os << s.preset << " on " << s.R << "x" << s.n;
+}
+
+TEST_P(ShardTraffic, CountersEqualTheFormulaPerLevel) {
+  const Shape s = GetParam();
+  JobOptions opt;
+  opt.nranks = s.R * s.n;
+  opt.timeout_s = 120;
+  opt.init = false;
+  // Ring algorithms: a rank then sends exactly the volume the layer counts (plus framing).
+  opt.env = {{"BRAID_TIMEOUT", "30"},
+             {"BRAID_ALGO", "allgather:ring;reducescatter:ring;allreduce:ring"}};
+  auto out = RunJob(opt, [&](braidComm_t, int rank, int n, const braidUniqueId& id) {
+    return RunOne(s, rank, n, id);
+  });
+  EXPECT_TRUE(AllSucceeded(out)) << DescribeOutcomes(out);
+}
+
+std::vector<Shape> Shapes() {
+  const char* presets[] = {"ddp",  "zero1",    "zero2",    "zero3",   "fsdp-hybrid",
+                           "mics", "paro-nig", "paro-iig", "paro-igg"};
+  std::vector<Shape> v;
+  for (const char* p : presets) {
+    v.push_back({p, 2, 2, braidFloat32});
+    v.push_back({p, 4, 1, braidFloat32});
+    v.push_back({p, 2, 2, braidBfloat16});
+  }
+  return v;
+}
+
+std::string ShapeName(const ::testing::TestParamInfo<Shape>& info) {
+  const Shape& s = info.param;
+  std::string name = s.preset + "_" + std::to_string(s.R) + "x" + std::to_string(s.n) +
+                     (s.dt == braidFloat32 ? "_fp32" : "_bf16");
+  for (char& ch : name)
+    if (!isalnum(static_cast<unsigned char>(ch))) ch = '_';
+  return name;
+}
+
+INSTANTIATE_TEST_SUITE_P(Presets, ShardTraffic, ::testing::ValuesIn(Shapes()), ShapeName);
+
+}  // namespace
+}  // namespace braid_test
