@@ -128,6 +128,11 @@ def train_braid(args):
             print("step %3d  loss %.8f" % (step, mean), flush=True)
     if comm.rank == 0:
         print("braid memory per rank (bytes): %s" % shard.memory(), flush=True)
+        t = shard.traffic()
+        print("braid traffic of rank 0 (payload bytes sent): intra %d, inter %d; %.3f s of "
+              "communication exposed, %.3f s hidden (at most)" %
+              (t["intra_total"], t["inter_total"], t["exposed_seconds"], t["hidden_seconds"]),
+              flush=True)
     shard.destroy()
     comm.destroy()
 

@@ -69,6 +69,17 @@ class _Memory(ctypes.Structure):
                 ("optimizer", ctypes.c_uint64), ("total", ctypes.c_uint64)]
 
 
+# braidShardTraffic_t: payload bytes per purpose and level (docs/sharding.md, "Traffic").
+TRAFFIC_PURPOSES = ("gather", "grad_reduce", "replica", "redistribute", "control")
+
+
+class _Traffic(ctypes.Structure):
+    _fields_ = [("intra", ctypes.c_uint64 * 5), ("inter", ctypes.c_uint64 * 5),
+                ("intraTotal", ctypes.c_uint64), ("interTotal", ctypes.c_uint64),
+                ("collectives", ctypes.c_uint64), ("exposedSeconds", ctypes.c_double),
+                ("hiddenSeconds", ctypes.c_double)]
+
+
 _libs = None
 
 
@@ -112,6 +123,8 @@ def load_libraries():
             (shard, "braidShardStepEx", [P, ctypes.POINTER(_StepOptions),
                                          ctypes.POINTER(_StepInfo)]),
             (shard, "braidShardMemory", [P, ctypes.POINTER(_Memory)]),
+            (shard, "braidShardTraffic", [P, ctypes.POINTER(_Traffic)]),
+            (shard, "braidShardTrafficReset", [P]),
             (shard, "braidShardDestroy", [P])]:
         fn = getattr(lib, name)
         fn.argtypes, fn.restype = args, ctypes.c_int
@@ -266,6 +279,22 @@ class Shard:
         mem = _Memory()
         self._call("braidShardMemory", ctypes.byref(mem))
         return {f: getattr(mem, f) for f, _ in _Memory._fields_}
+
+    def traffic(self):
+        """Payload bytes this rank sent since create or reset_traffic(): a dict with `intra` and
+        `inter` (dicts by purpose: gather, grad_reduce, replica, redistribute, control), the
+        totals, the number of collectives, and the timeline (exposed_seconds, hidden_seconds)."""
+        t = _Traffic()
+        self._call("braidShardTraffic", ctypes.byref(t))
+        return {"intra": dict(zip(TRAFFIC_PURPOSES, t.intra)),
+                "inter": dict(zip(TRAFFIC_PURPOSES, t.inter)),
+                "intra_total": t.intraTotal, "inter_total": t.interTotal,
+                "collectives": t.collectives, "exposed_seconds": t.exposedSeconds,
+                "hidden_seconds": t.hiddenSeconds}
+
+    def reset_traffic(self):
+        """Zeroes the counters of traffic()."""
+        self._call("braidShardTrafficReset")
 
     def destroy(self):
         if self.handle:

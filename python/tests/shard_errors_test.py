@@ -57,6 +57,15 @@ except ImportError:
 # The shard still works after the refused calls.
 shard.reduce_grad(0, torch.ones(8))
 steps, _ = shard.step(lr=0.1)
+# braidShardTraffic through the binding: one rank sends nothing (every group is itself).
+t = shard.traffic()
+if t["intra_total"] or t["inter_total"] or t["collectives"] or set(t["intra"]) != {
+        "gather", "grad_reduce", "replica", "redistribute", "control"}:
+    sys.exit("FAIL: traffic on 1 rank: %r" % t)
+if not (t["exposed_seconds"] >= 0 and t["hidden_seconds"] >= 0):
+    sys.exit("FAIL: negative timeline: %r" % t)
+shard.reset_traffic()
+print("ok: traffic %r" % t)
 print("PASS: dtype, contiguity, size and bucket errors are clear; braid's message on failure;"
       " step %d ran afterwards" % steps)
 shard.destroy()
