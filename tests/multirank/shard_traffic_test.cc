@@ -10,8 +10,8 @@
 // peers, moved during the same steps. With ring algorithms forced (BRAID_ALGO) a rank sends
 // exactly the ring volume the layer counts, plus framing per message, so payload <= transport
 // <= payload + a framing bound. Per level, the transports' inter-node bytes are at most the
-// layer's (a group that spans nodes counts as inter in full, yet its ring also has an intra-node
-// hop).
+// layer's (+ framing: a group that spans nodes counts as inter in full, yet its ring also has an
+// intra-node hop), and their intra-node bytes at least the layer's.
 #include <gtest/gtest.h>
 
 #include <cctype>
@@ -203,6 +203,11 @@ int RunOne(const Shape& s, int rank, int D, const braidUniqueId& id) {
                     "transports sent %llu bytes, layer payload %llu (framing bound %llu)",
                     (unsigned long long)sent, (unsigned long long)payload,
                     (unsigned long long)framing);
+      // A ring over a group inside the node sends only to this node's ranks, so the transports'
+      // intra-node bytes are at least the layer's intra ones (groups spanning nodes add more).
+      CHECK_OR_FAIL(tr_intra >= t.intraTotal,
+                    "transports sent %llu bytes inside the node, less than the layer's intra %llu",
+                    (unsigned long long)tr_intra, (unsigned long long)t.intraTotal);
       CHECK_OR_FAIL(tr_inter <= t.interTotal + framing,
                     "transports sent %llu bytes across nodes, more than the layer's inter %llu",
                     (unsigned long long)tr_inter, (unsigned long long)t.interTotal);
