@@ -252,6 +252,40 @@ static braidResult_t ShardMemoryFormulaImpl(const braidShardConfig_t* cfg, uint6
   return braidSuccess;
 }
 
+static braidResult_t ShardTrafficFormulaImpl(const braidShardConfig_t* cfg, uint64_t phi,
+                                             int paramBytes, int microbatches, int gathers,
+                                             braidShardTraffic_t* out) {
+  if (!cfg || !out || paramBytes < 1 || microbatches < 1 || gathers < 0)
+    return SetLastError(braidErrInvalidArgument,
+                        "braidShardTrafficFormula: NULL config or output, paramBytes < 1, "
+                        "microbatches < 1 or gathersPerMicrobatch < 0");
+  std::string why = Validate(*cfg);
+  if (!why.empty())
+    return SetLastError(braidErrInvalidArgument, "braidShardTrafficFormula: " + why);
+  *out = {};
+  const uint64_t B = phi * static_cast<uint64_t>(paramBytes), m = microbatches;
+  const uint64_t sp = SizeOf(cfg->p), sg = SizeOf(cfg->g), so = SizeOf(cfg->os);
+  const uint64_t n = cfg->nodes, D = static_cast<uint64_t>(cfg->ranksPerNode) * n;
+  // The level of each group, as the step's layout makes it (layout.h): a group is inside the
+  // node when it has no inter-node extent.
+  auto add = [&](int purpose, bool intra, uint64_t bytes) {
+    (intra ? out->intra : out->inter)[purpose] += bytes;
+    (intra ? out->intraTotal : out->interTotal) += bytes;
+  };
+  // All-gather / reduce-scatter of B / s per rank over s ranks: (s - 1) B / s.
+  add(braidShardTrafficGather, cfg->p.inter == 1, gathers * m * (sp - 1) * B / sp);
+  add(braidShardTrafficGradReduce, cfg->g.inter == 1, m * (sg - 1) * B / sg);
+  // Replica all-reduce of the G shard (B / s_g) over the D / s_g ranks holding the same shard.
+  const uint64_t kr = D / sg;
+  add(braidShardTrafficReplica, n == static_cast<uint64_t>(cfg->g.inter),
+      (cfg->replicaEveryMicrobatch ? m : 1) * (2 * (kr - 1) * (B / sg) / kr));
+  // Redistribution: all-gather of the OS shard (B / s_os) over s_os / s_p ranks.
+  add(braidShardTrafficRedistribute, cfg->os.inter == cfg->p.inter, (so / sp - 1) * B / so);
+  // Readiness agreement (4 int64) and norm + overflow count (2 doubles) over all ranks.
+  add(braidShardTrafficControl, n == 1, 2 * (D - 1) * 48 / D);
+  return braidSuccess;
+}
+
 }  // extern "C"
 
 namespace {
@@ -366,6 +400,12 @@ braidResult_t braidShardPresetForShape(const char* name, int R, int n, braidShar
 }
 braidResult_t braidShardPreset(const char* name, braidComm_t comm, braidShardConfig_t* cfg) {
   return NoThrow("braidShardPreset", [&] { return ShardPresetImpl(name, comm, cfg); });
+}
+braidResult_t braidShardTrafficFormula(const braidShardConfig_t* cfg, uint64_t phi, int paramBytes,
+                                       int microbatches, int gathers, braidShardTraffic_t* out) {
+  return NoThrow("braidShardTrafficFormula", [&] {
+    return ShardTrafficFormulaImpl(cfg, phi, paramBytes, microbatches, gathers, out);
+  });
 }
 braidResult_t braidShardMemoryFormula(const braidShardConfig_t* cfg, uint64_t phi, int paramBytes,
                                       braidShardMemory_t* mem) {

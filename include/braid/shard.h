@@ -386,6 +386,20 @@ BRAID_API braidResult_t braidShardTraffic(braidShard_t shard, braidShardTraffic_
 /** Sets the counters of braidShardTraffic to zero (e.g. to measure one step). Local. */
 BRAID_API braidResult_t braidShardTrafficReset(braidShard_t shard);
 
+/**
+ * The analytic per-step traffic of one rank (docs/sharding.md, "Traffic"): the bytes
+ * braidShardTraffic counts over one step of `microbatches` micro-batches in which the caller
+ * gathers every bucket `gathersPerMicrobatch` times (2: forward and backward), for a model of
+ * `phi` parameters of `paramBytes` bytes, by purpose and level; the step's control all-reduces
+ * included (not the escape hatch's extra agreement). Exact when phi is a multiple of the ranks
+ * (else rounded down per collective; real buckets add their padding). `collectives` and the
+ * timeline are 0. Pure, no communication: the planner's and a trainer's estimate.
+ */
+BRAID_API braidResult_t braidShardTrafficFormula(const braidShardConfig_t* cfg, uint64_t phi,
+                                                 int paramBytes, int microbatches,
+                                                 int gathersPerMicrobatch,
+                                                 braidShardTraffic_t* out);
+
 /** Frees the shards and the sub-communicators (waits for prefetches still in flight). */
 BRAID_API braidResult_t braidShardDestroy(braidShard_t shard);
 
