@@ -39,6 +39,9 @@ struct Shape {
   int R, n;
   braidDataType_t dt;
   bool hatch = false;  // the escape hatch: PrepareStep + FinishStep (one more agreement)
+  // "custom": these factors (allowPartialNode set), checked against braidShardTrafficFormula
+  // only (no preset row in the table).
+  braidShardFactor_t p{1, 1}, g{1, 1}, os{1, 1};
 };
 
 // Per-step bytes by purpose for one level, the formulas of docs/sharding.md.
@@ -136,7 +139,19 @@ int RunOne(const Shape& s, int rank, int D, const braidUniqueId& id) {
   braidComm_t comm = nullptr;
   CHECK_OR_FAIL(braidCommInitRank(&comm, D, id, rank) == braidSuccess, "init");
   braidShardConfig_t cfg;
-  CHECK_OR_FAIL(braidShardPreset(s.preset.c_str(), comm, &cfg) == braidSuccess, "preset");
+  const bool custom = s.preset == "custom";
+  if (custom) {
+    cfg = BRAID_SHARD_CONFIG_INITIALIZER;
+    cfg.ranksPerNode = s.R;
+    cfg.nodes = s.n;
+    cfg.p = s.p;
+    cfg.g = s.g;
+    cfg.os = s.os;
+    cfg.allowPartialNode = 1;
+    CHECK_OR_FAIL(braidShardConfigValidate(&cfg, nullptr, 0) == braidSuccess, "custom config");
+  } else {
+    CHECK_OR_FAIL(braidShardPreset(s.preset.c_str(), comm, &cfg) == braidSuccess, "preset");
+  }
   CHECK_OR_FAIL(cfg.ranksPerNode == s.R && cfg.nodes == s.n, "shape %dx%d", cfg.ranksPerNode,
                 cfg.nodes);
   const size_t es = s.dt == braidFloat32 ? 4 : 2;
@@ -173,6 +188,23 @@ int RunOne(const Shape& s, int rank, int D, const braidUniqueId& id) {
   braidShardStepOptions_t opt = BRAID_SHARD_STEP_OPTIONS_INITIALIZER;
   opt.adamw.lr = 0.01f;
   Expect x = Formula(s.preset, s.R, s.n, kMb, phi * es);
+  // The library's general formula (any factors) gives the same table as the test's per preset.
+  braidShardTraffic_t f{};
+  CHECK_OR_FAIL(
+      braidShardTrafficFormula(&cfg, phi, static_cast<int>(es), kMb, 2, &f) == braidSuccess,
+      "formula");
+  CHECK_OR_FAIL(braidShardTrafficFormula(&cfg, phi, static_cast<int>(es), kMb, 2, nullptr) ==
+                    braidErrInvalidArgument,
+                "formula with a NULL output");
+  for (int i = 0; i < BRAID_SHARD_TRAFFIC_PURPOSES && custom; ++i) {
+    x.intra[i] = f.intra[i];
+    x.inter[i] = f.inter[i];
+  }
+  for (int i = 0; i < BRAID_SHARD_TRAFFIC_PURPOSES; ++i)
+    CHECK_OR_FAIL(f.intra[i] == x.intra[i] && f.inter[i] == x.inter[i],
+                  "braidShardTrafficFormula %s: intra %llu inter %llu, the test's table %llu %llu",
+                  kPurpose[i], (unsigned long long)f.intra[i], (unsigned long long)f.inter[i],
+                  (unsigned long long)x.intra[i], (unsigned long long)x.inter[i]);
   // FinishStep's agreement: 1 int64 and its negation, all-reduced over all ranks.
   if (s.hatch) (s.n > 1 ? x.inter : x.intra)[braidShardTrafficControl] += 2 * (D - 1) * 16 / D;
   for (int step = 0; step < kTrafficSteps + 1; ++step) {
@@ -281,13 +313,24 @@ std::vector<Shape> Shapes() {
   }
   v.push_back({"zero1", 2, 2, braidFloat32, true});
   v.push_back({"paro-iig", 2, 2, braidBfloat16, true});
+  // The factor choices of shard_step_test that no preset makes (G inside the node, OS across
+  // both levels; sharding across nodes over part of a node).
+  v.push_back({"custom", 2, 2, braidFloat32, false, {1, 1}, {2, 1}, {2, 2}});
+  v.push_back({"custom", 2, 2, braidFloat32, false, {1, 1}, {1, 1}, {1, 2}});
+  v.push_back({"custom", 2, 2, braidFloat32, false, {1, 2}, {1, 2}, {2, 2}});
   return v;
 }
 
 std::string ShapeName(const ::testing::TestParamInfo<Shape>& info) {
   const Shape& s = info.param;
-  std::string name = s.preset + "_" + std::to_string(s.R) + "x" + std::to_string(s.n) +
-                     (s.dt == braidFloat32 ? "_fp32" : "_bf16") + (s.hatch ? "_hatch" : "");
+  char factors[64] = "";
+  if (s.preset == "custom")
+    std::snprintf(factors, sizeof(factors), "_p%dx%d_g%dx%d_os%dx%d", s.p.intra, s.p.inter,
+                  s.g.intra, s.g.inter, s.os.intra, s.os.inter);
+  char buf[160];
+  std::snprintf(buf, sizeof(buf), "%s%s_%dx%d_%s%s", s.preset.c_str(), factors, s.R, s.n,
+                s.dt == braidFloat32 ? "fp32" : "bf16", s.hatch ? "_hatch" : "");
+  std::string name = buf;
   for (char& ch : name)
     if (!isalnum(static_cast<unsigned char>(ch))) ch = '_';
   return name;
