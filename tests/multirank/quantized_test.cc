@@ -408,9 +408,10 @@ std::string ShapeName(const ::testing::TestParamInfo<Param>& info) {
 // 1, 2 and 4 nodes x 1 to 4 ranks (issue 12): g, M > 1 take two hops (intra-node shm,
 // inter-node tcp); one node or one rank per node one hop; 2+1: uneven nodes, one hop.
 INSTANTIATE_TEST_SUITE_P(Shapes, Quantized,
-                         ::testing::Values(Param{1, 1}, Param{1, 3}, Param{1, 4}, Param{2, 1},
-                                           Param{2, 2}, Param{2, 3}, Param{2, 4}, Param{4, 1},
-                                           Param{4, 2}, Param{4, 3}, Param{4, 4}, Param{2, 0}),
+                         ::testing::Values(Param{1, 1}, Param{1, 2}, Param{1, 3}, Param{1, 4},
+                                           Param{2, 1}, Param{2, 2}, Param{2, 3}, Param{2, 4},
+                                           Param{4, 1}, Param{4, 2}, Param{4, 3}, Param{4, 4},
+                                           Param{2, 0}),
                          ShapeName);
 
 }  // namespace
