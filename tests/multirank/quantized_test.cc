@@ -207,9 +207,12 @@ TEST_P(Quantized, ReduceScatterMatchesTheReferenceBitForBit) {
                           {{4, 64, 1}, braidFloat32},
                           {{8, 100, 0}, braidFloat16}};
     for (const Case& c : cases)
-      for (uint64_t count : {uint64_t{1}, uint64_t{100}, uint64_t{5000}})
+      for (uint64_t count : {uint64_t{1}, uint64_t{100}, uint64_t{5000}, uint64_t{40000}})
         for (bool avg : {false, true})
           for (bool in_place : {false, true}) {
+            // 40000 elements: qgZ's two hops run as a pipeline of pieces on two channels (the
+            // one-hop shapes have no pieces); out-of-place SUM and in-place AVG keep it short.
+            if (count == 40000 && (s.g == 1 || s.m < 2 || avg != in_place)) continue;
             const braidQuantConfig_t& q = c.q;
             const size_t es = c.t == braidFloat16 ? 2 : 4;
             std::vector<uint8_t> send(count * n * es), recv(count * es, 0xEE);
