@@ -52,6 +52,8 @@ case $size in  # the table prints bytes
   *M) size=$((${size%M} << 20)) ;;
   *G) size=$((${size%G} << 30)) ;;
 esac
+# Network namespaces need root; 77 is ctest's "skipped" (perf_emulated_quant_smoke).
+[[ $(id -u) == 0 ]] || { echo "$0: needs root (network namespaces); skipped" >&2; exit 77; }
 for f in "$build/tools/braidrun" "$build/perf/reduce_scatter_perf"; do
   [[ -x $f ]] || { echo "$0: $f not built" >&2; exit 2; }
 done
