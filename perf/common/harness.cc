@@ -16,6 +16,7 @@
 #include "common/launch.h"
 #include "common/options.h"
 #include "common/report.h"
+#include "common/traffic.h"
 
 namespace braid_perf {
 
@@ -95,6 +96,8 @@ class RankRunner {
 
   void run() {
     gatherDevices();
+    if (o_.traffic && !traffic_.Init(comm_))
+      fatal("--traffic: finding the peers on this node", braidErrInternal);
     if (printer_) PrintHeader(stdout, s_.info, o_, s_.devices);
 
     send_ = std::make_unique<HostBuffer>(o_.max_bytes);
@@ -111,6 +114,7 @@ class RankRunner {
 
     if (printer_) {
       const double avg = s_.busbw_count ? s_.busbw_sum / s_.busbw_count : 0;
+      if (o_.traffic) PrintTraffic(stdout, s_.rows);
       PrintFooter(stdout, s_.info, o_, s_.total_wrong, avg, s_.max_rel_error);
       if (!o_.json_file.empty() &&
           !WriteJson(o_.json_file, s_.info, o_, s_.devices, s_.rows, s_.total_wrong, avg))
@@ -274,6 +278,9 @@ class RankRunner {
     for (int w = 0; w < o_.warmup_iters; ++w) issue(type, red, c, in_place, w, nonblocking);
     waitInFlight(0, 0, true);
     check(braidBarrier(comm_), "braidBarrier");
+    TrafficBytes before;
+    if (o_.traffic && !traffic_.Read(&before))
+      fatal("--traffic: reading the counters", braidErrInternal);
     auto t0 = std::chrono::steady_clock::now();
     for (int it = 0; it < o_.iters; ++it) {
       if (o_.agg_iters > 1) check(braidGroupStart(), "braidGroupStart");
@@ -283,8 +290,16 @@ class RankRunner {
     }
     waitInFlight(0, 0, true);
     auto t1 = std::chrono::steady_clock::now();
-    return std::chrono::duration<double>(t1 - t0).count() /
-           (static_cast<double>(o_.iters) * o_.agg_iters);
+    const double ops = static_cast<double>(o_.iters) * o_.agg_iters;
+    if (o_.traffic) {
+      // Read after the clock stopped, so the counters cost the timing nothing. What this rank
+      // sent is counted once its operations completed here; peers' bytes are theirs to count.
+      TrafficBytes after;
+      if (!traffic_.Read(&after)) fatal("--traffic: reading the counters", braidErrInternal);
+      per_op_[0] = static_cast<double>(after.intra_node - before.intra_node) / ops;
+      per_op_[1] = static_cast<double>(after.inter_node - before.inter_node) / ops;
+    }
+    return std::chrono::duration<double>(t1 - t0).count() / ops;
   }
 
   double combine(double seconds) {
@@ -350,6 +365,17 @@ class RankRunner {
       model.fill(p.send, rank_, 0, c.send, 0);
     }
     const double sec = combine(timedRun(type, red, c, in_place));
+    if (o_.traffic) {
+      double sums[2] = {per_op_[0], per_op_[1]}, max_inter = per_op_[1];
+      check(braidAllReduce(sums, sums, 2, braidFloat64, braidSum, comm_),
+            "braidAllReduce (traffic)");
+      check(braidAllReduce(&max_inter, &max_inter, 1, braidFloat64, braidMax, comm_),
+            "braidAllReduce (traffic)");
+      r.has_traffic = true;
+      r.intra_node_bytes = sums[0];
+      r.inter_node_bytes = sums[1];
+      r.max_rank_inter_node_bytes = max_inter;
+    }
     r.time_us = sec * 1e6;
     r.algbw = sec > 0 ? static_cast<double>(row_bytes) / 1e9 / sec : 0;
     r.busbw = r.algbw * t_.bus_factor(nranks_);
@@ -375,6 +401,8 @@ class RankRunner {
   bool printer_ = false;
   std::unique_ptr<HostBuffer> send_, recv_;
   std::deque<InFlight> inflight_;
+  NodeTraffic traffic_;        // --traffic
+  double per_op_[2] = {0, 0};  // --traffic: this rank's last timed run, intra and inter
 };
 
 }  // namespace

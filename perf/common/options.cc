@@ -13,6 +13,7 @@ namespace {
 
 constexpr int kOptQuant = 1000;  // long-only options
 constexpr int kOptBlock = 1001;
+constexpr int kOptTraffic = 1002;
 constexpr long kMaxQuantBlock = 1 << 20;  // braid.h: blockSize 1 .. 2^20
 
 void PrintUsage(FILE* out, const char* binary, bool has_op, int quant_block) {
@@ -44,6 +45,9 @@ void PrintUsage(FILE* out, const char* binary, bool has_op, int quant_block) {
       "  -M, --memtype TYPE        buffer memory: host (cuda/hip are not in this build)\n"
       "  -F, --corrupt             plant one wrong element per checked row (tests the checker;\n"
       "                            also BRAID_PERF_CORRUPT=1)\n"
+      "      --traffic             after the table, the bytes sent per operation to peers on\n"
+      "                            the same node and on other nodes (transport counters,\n"
+      "                            timed iterations, summed over ranks)\n"
       "  -h, --help                this text\n",
       binary, has_op ? "sum prod max min avg mulsum all (default sum)" : "ignored (no reduction)");
   if (quant_block > 0)
@@ -131,6 +135,7 @@ bool ParseOptions(int argc, char** argv, const char* binary, bool has_op, int qu
                                  {"corrupt", no_argument, nullptr, 'F'},
                                  {"quant", required_argument, nullptr, kOptQuant},
                                  {"block", required_argument, nullptr, kOptBlock},
+                                 {"traffic", no_argument, nullptr, kOptTraffic},
                                  {"help", no_argument, nullptr, 'h'},
                                  {nullptr, 0, nullptr, 0}};
   *exit_status = 2;
@@ -267,6 +272,9 @@ bool ParseOptions(int argc, char** argv, const char* binary, bool has_op, int qu
                      "reduce_scatter_perf have one)");
         if (!ParseLong(optarg, 1, kMaxQuantBlock, &block))
           return bad("--block", optarg, "expected elements per block, 1..1048576");
+        break;
+      case kOptTraffic:
+        o->traffic = true;
         break;
       case 'h':
         PrintUsage(stdout, binary, has_op, quant_block);

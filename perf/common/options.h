@@ -38,6 +38,9 @@ struct Options {
   std::string quant_name;         // "int8", "int4", "int8asym", "int4asym"
   braidQuantConfig_t quant = {};  // bits, blockSize, symmetric
   double quant_bound = 0;         // the relative L2 error above which a row fails
+  // --traffic: after the table, the bytes per operation sent within and across nodes (transport
+  // counters over the timed iterations, summed over ranks).
+  bool traffic = false;
 };
 
 // The relative L2 error bound of a codec on the perf data model (see QuantBound in options.cc).

@@ -3,6 +3,7 @@
 #include <cerrno>
 #include <cmath>
 #include <cstring>
+#include <utility>
 
 namespace braid_perf {
 
@@ -73,6 +74,12 @@ void JsonSide(FILE* f, const char* name, const SideResult& s) {
     std::fprintf(f, "null");
   if (s.checked && s.quantized)
     std::fprintf(f, ", \"rel_error\": %s", JsonNumber(s.rel_error).c_str());
+  if (s.has_traffic)
+    std::fprintf(f,
+                 ", \"traffic\": {\"intra_node_bytes\": %s, \"inter_node_bytes\": %s, "
+                 "\"max_rank_inter_node_bytes\": %s}",
+                 JsonNumber(s.intra_node_bytes).c_str(), JsonNumber(s.inter_node_bytes).c_str(),
+                 JsonNumber(s.max_rank_inter_node_bytes).c_str());
   std::fprintf(f, "}");
 }
 
@@ -131,6 +138,25 @@ void PrintRow(FILE* out, const RowResult& r) {
   PrintSide(out, r.out_of_place);
   PrintSide(out, r.in_place);
   std::fprintf(out, "\n");
+  std::fflush(out);
+}
+
+void PrintTraffic(FILE* out, const std::vector<RowResult>& rows) {
+  std::fprintf(out,
+               "#\n# Traffic per operation: bytes sent, summed over ranks (transport counters, "
+               "payload and framing, timed iterations)\n"
+               "#       size      type   redop       side      intra-node      inter-node  "
+               "inter-node/rank max\n");
+  for (const RowResult& r : rows)
+    for (const auto& [name, s] :
+         {std::pair<const char*, const SideResult&>{"out-of-place", r.out_of_place},
+          {"in-place", r.in_place}}) {
+      if (!s.ran || !s.has_traffic) continue;
+      std::fprintf(out, "# %10llu  %8s  %6s  %12s  %14.0f  %14.0f  %19.0f\n",
+                   static_cast<unsigned long long>(r.size), r.type.c_str(), r.redop.c_str(), name,
+                   s.intra_node_bytes, s.inter_node_bytes, s.max_rank_inter_node_bytes);
+    }
+  std::fprintf(out, "#\n");
   std::fflush(out);
 }
 

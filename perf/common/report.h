@@ -19,6 +19,12 @@ struct SideResult {
   uint64_t wrong = 0;      // --quant: 1 when rel_error is above the bound
   bool quantized = false;  // --quant: print rel_error in place of #wrong
   double rel_error = 0;    // ||result - exact||_2 / ||exact||_2
+  // --traffic: bytes sent per operation in the timed iterations, summed over ranks, to peers on
+  // the sender's node and on other nodes; and the most one rank sent to other nodes.
+  bool has_traffic = false;
+  double intra_node_bytes = 0;
+  double inter_node_bytes = 0;
+  double max_rank_inter_node_bytes = 0;
 };
 
 struct RowResult {
@@ -50,6 +56,9 @@ struct RunInfo {
 void PrintHeader(FILE* out, const RunInfo& info, const Options& o,
                  const std::vector<DeviceLine>& devices);
 void PrintRow(FILE* out, const RowResult& row);
+// --traffic: one line per row and side, after the table (every line a '#' comment, so parsers of
+// the nccl-tests table are unaffected).
+void PrintTraffic(FILE* out, const std::vector<RowResult>& rows);
 // Totals over `rows`: wrong elements (--quant: sides above the bound) and the average bus
 // bandwidth of every printed busbw; --quant: also the largest relative error.
 void PrintFooter(FILE* out, const RunInfo& info, const Options& o, uint64_t wrong, double avg_busbw,

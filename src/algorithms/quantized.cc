@@ -14,6 +14,8 @@
 //   partial sums of blocks (i', j) for every node i'. It re-encodes each partial from fp32 and
 //   sends it to (i', j), the rank of equal local rank on node i'; the sums of what it receives,
 //   in node order, are its output. Cross-node bytes: one encoding per block instead of M.
+//   Large blocks run as a pipeline of pieces over the channels (TwoHops), so the codec work of
+//   one piece overlaps the inter-node transfer of the one before.
 // - One hop otherwise (one node, one rank per node, or nodes of unequal size): an all-to-all of
 //   encoded blocks and a sum in rank order.
 // Sums: hop 1 accumulates in fp32; the last hop adds into the output type, each addition done in
@@ -34,6 +36,11 @@ bool QuantizedRequest(const CollArgs& a, CollKind kind) {
   return a.kind == kind && a.codec.id != CodecId::kNone && a.codec.id != CodecId::kTest &&
          CodecSupports(a.codec, a.dtype) && a.nranks >= 1 && !a.premul;
 }
+
+// qgZ's pipeline (TwoHops): at most this many pieces per block, each of at least this many
+// elements (below that, a piece's messages and steps cost more than the overlap saves).
+constexpr uint64_t kMaxPieces = 8;
+constexpr uint64_t kMinPieceElems = 16384;
 
 uint64_t Chunk(const CollArgs& a) {
   return std::max<uint64_t>(a.chunk_bytes, 1);
@@ -146,10 +153,44 @@ class QuantizedReduceScatter final : public Algorithm {
     return std::move(s);
   }
 
+  // Two hops, pipelined: every block is cut into pieces at block-of-G boundaries (so each piece
+  // encodes whole codec blocks and the decoded values are those of encoding the block at once),
+  // and piece p runs the whole two-hop sequence on channel p mod C (C = the channels the engine
+  // offers, at most the pieces). Piece p's first encode waits for piece p-1's re-encode (an edge
+  // across channels), so the codec work of piece p runs while piece p-1's encodings cross the
+  // node links: on slow links the time is about the link's plus one piece's work, instead of the
+  // sum of both. A channel's next piece also waits for its previous piece to finish, which
+  // bounds the scratch in flight to C pieces' worth of sends.
   static Result<RankSchedule> TwoHops(const CollArgs& a, int rank, const GroupGrid& gr,
                                       RankSchedule& s) {
+    const uint64_t g_elems = std::max<uint64_t>(a.codec.block, 1);
+    const uint64_t blocks = (a.count + g_elems - 1) / g_elems;
+    const uint64_t nch = static_cast<uint64_t>(std::max(a.nchannels, 1));
+    const uint64_t want = nch < 2 ? 1
+                                  : std::clamp<uint64_t>(a.count / kMinPieceElems, 1,
+                                                         std::min<uint64_t>(kMaxPieces, blocks));
+    const uint64_t piece_blocks = (blocks + want - 1) / want;
+    const uint64_t pieces = (blocks + piece_blocks - 1) / piece_blocks;
+    s.channels.resize(std::min(pieces, nch));
+    StepRef prev_encode2;
+    for (uint64_t p = 0; p < pieces; ++p) {
+      const uint64_t lo = p * piece_blocks * g_elems;
+      const uint64_t len = std::min(a.count, lo + piece_blocks * g_elems) - lo;
+      const uint16_t c = static_cast<uint16_t>(p % s.channels.size());
+      std::vector<StepRef> after;
+      if (p > 0) after.push_back(prev_encode2);
+      prev_encode2 = {c, TwoHopsPiece(a, rank, gr, lo, len, std::move(after), s, c)};
+    }
+    return std::move(s);
+  }
+
+  // Piece [lo, lo + len) of every block on channel `ch`; its first step waits for `after`.
+  // Returns the index of its re-encode step (the next piece's edge).
+  static uint32_t TwoHopsPiece(const CollArgs& a, int rank, const GroupGrid& gr, uint64_t lo,
+                               uint64_t len, std::vector<StepRef> after, RankSchedule& s,
+                               uint16_t channel) {
     const int g = gr.g, m = gr.m, i = gr.group_of[rank], j = gr.pos_of[rank];
-    const uint64_t count = a.count;
+    const uint64_t count = len;
     const uint64_t enc = EncodedBytes(a.codec, a.dtype, count);
     const uint64_t enc32 = EncodedBytes(a.codec, DataType::kFloat32, count);
     // Hop 1 staging: [local peer j2][node i'] encodings of input block (i', j2); received:
@@ -160,15 +201,17 @@ class QuantizedReduceScatter final : public Algorithm {
     const uint16_t partial = AddBuffer(s, DataType::kFloat32, count * g);
     const uint16_t stage2 = AddBuffer(s, DataType::kUint8, enc32 * g);
     const uint16_t got2 = AddBuffer(s, DataType::kUint8, enc32 * g);
-    auto at = [](uint16_t buf, uint64_t unit, uint64_t idx, uint64_t len) {
-      return Slice{buf, idx * unit, len};
+    auto at = [](uint16_t buf, uint64_t unit, uint64_t idx, uint64_t n) {
+      return Slice{buf, idx * unit, n};
     };
-    Channel& ch = s.channels[0];
+    auto piece = [&](Slice whole) { return Slice{whole.buffer, whole.offset + lo, count}; };
+    Channel& ch = s.channels[channel];  // after AddBuffer, which does not touch channels
 
     Step encode;
+    encode.deps = std::move(after);
     for (int j2 = 0; j2 < m; ++j2)
       for (int ii = 0; ii < g; ++ii)
-        encode.ops.push_back({StepOpKind::kQuantize, -1, InputBlock(a, rank, gr.at(ii, j2)),
+        encode.ops.push_back({StepOpKind::kQuantize, -1, piece(InputBlock(a, rank, gr.at(ii, j2))),
                               at(stage, enc, static_cast<uint64_t>(j2) * g + ii, enc), a.codec});
     ch.steps.push_back(std::move(encode));
 
@@ -199,6 +242,7 @@ class QuantizedReduceScatter final : public Algorithm {
                              at(partial, count, static_cast<uint64_t>(ii), count),
                              at(stage2, enc32, static_cast<uint64_t>(ii), enc32), a.codec});
     ch.steps.push_back(std::move(encode2));
+    const uint32_t encode2_index = static_cast<uint32_t>(ch.steps.size() - 1);
     Step hop2;
     for (int k = 1; k < g; ++k) {
       const int to = (i + k) % g, from = Mod(i - k, g);
@@ -206,7 +250,7 @@ class QuantizedReduceScatter final : public Algorithm {
       AppendRecvs(hop2, gr.at(from, j), got2, static_cast<uint64_t>(from) * enc32, enc32, Chunk(a));
     }
     ch.steps.push_back(std::move(hop2));
-    const Slice out = Output(a);
+    const Slice out = piece(Output(a));
     for (int ii = 0; ii < g; ++ii) {
       Step st;
       st.ops.push_back({ii == 0 ? StepOpKind::kDequantize : StepOpKind::kDequantizeReduce, -1,
@@ -214,7 +258,7 @@ class QuantizedReduceScatter final : public Algorithm {
                         a.codec});
       ch.steps.push_back(std::move(st));
     }
-    return std::move(s);
+    return encode2_index;
   }
 };
 

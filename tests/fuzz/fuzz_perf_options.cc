@@ -1,5 +1,5 @@
 // Fuzzes the perf binaries' command line (perf/common/options.cc): ParseOptions, nccl-tests'
-// flags plus -A and -M, and ParseSize, the size grammar of -b/-e/-i.
+// flags plus -A, -M, --quant/--block and --traffic, and ParseSize, the size grammar of -b/-e/-i.
 //
 // Input: the arguments, one per line (argv[0] is supplied). An even input length parses as a
 // binary with a reduction operator (all_reduce_perf), an odd one without (all_gather_perf).
@@ -102,6 +102,15 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (o.quantized && (has_op || (o.quant.bits != 8 && o.quant.bits != 4) || o.quant.blockSize < 1 ||
                       o.quant.blockSize > (1 << 20)))
     std::abort();
+  // --traffic is a flag without a value; getopt_long also takes an unambiguous prefix ("--tr").
+  if (o.traffic) {
+    bool named = false;
+    for (size_t i = 1; i < args.size(); ++i) {
+      const std::string a = args[i].substr(0, args[i].find('\0'));
+      named |= a.size() >= 4 && std::string("--traffic").compare(0, a.size(), a) == 0;
+    }
+    if (!named) std::abort();
+  }
   if (o.min_bytes > o.max_bytes) std::abort();
   if (o.step_factor < 1 || o.iters < 1 || o.warmup_iters < 0 || o.agg_iters < 1) std::abort();
   if (o.check_iters < 0 || o.root < 0 || o.blocking < 0 || o.blocking > 1) std::abort();

@@ -3,7 +3,7 @@
 
     check_perf_output.py [--expect-exit N] [--expect-wrong] [--coll NAME --nranks N]
                          [--json FILE] [--stderr-contains TEXT] [--max-relerr X]
-                         [--timeout S] -- cmd args...
+                         [--traffic-nodes K] [--timeout S] -- cmd args...
 
 Checks (each failure is reported with the offending line):
   - the exit status (default 0);
@@ -16,6 +16,9 @@ Checks (each failure is reported with the offending line):
     #wrong, the "# Quantized:" and "# Max relative error" lines are present, and the relerr of
     every row is a finite number <= X (or, with --expect-wrong, some row's is above the binary's
     bound and the footer says FAILED).
+  - with --traffic-nodes K (runs with --traffic on K nodes): the traffic section has one line
+    per row and side that ran, with the row's size and type; every side sent bytes within a node
+    when a node holds more than one rank (K < nranks), and across nodes exactly when K > 1.
 """
 import math
 import argparse
@@ -44,6 +47,7 @@ def main():
     ap.add_argument("--json")
     ap.add_argument("--stderr-contains")
     ap.add_argument("--max-relerr", type=float)
+    ap.add_argument("--traffic-nodes", type=int)
     ap.add_argument("--timeout", type=float, default=600)
     ap.add_argument("cmd", nargs=argparse.REMAINDER)
     a = ap.parse_args()
@@ -130,6 +134,24 @@ def main():
                     if abs(float(bus) - exp) > 0.016 + 0.01 * exp:
                         fail("busbw %s != algbw %s * %.3f: %r" % (bus, alg, factor(a.coll, n),
                                                                    line))
+        if a.traffic_nodes is not None:
+            if "# Traffic per operation: bytes sent" not in out:
+                fail("missing the traffic section (--traffic)")
+            traffic = [l.split() for l in out.splitlines()
+                       if l.startswith("# ") and len(l.split()) == 8 and
+                       l.split()[4] in ("out-of-place", "in-place")]
+            sides = sum((f[5] != "N/A") + (f[9] != "N/A") for _, f in rows)
+            if len(traffic) != sides:
+                fail("%d traffic lines for %d sides that ran" % (len(traffic), sides))
+            for t in traffic:
+                intra, inter = float(t[5]), float(t[6])
+                if not any(f[0] == t[1] and f[2] == t[2] for _, f in rows):
+                    fail("traffic line for no row: %r" % " ".join(t))
+                if a.nranks and a.traffic_nodes < a.nranks and intra <= 0:
+                    fail("no intra-node bytes: %r" % " ".join(t))
+                if (inter > 0) != (a.traffic_nodes > 1):
+                    fail("inter-node bytes %g with %d node(s): %r" % (inter, a.traffic_nodes,
+                                                                      " ".join(t)))
         if a.expect_wrong:
             if not any_wrong:
                 fail("expected a non-zero #wrong, found none")

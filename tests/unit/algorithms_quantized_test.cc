@@ -5,7 +5,9 @@
 // name a codec; the simulator prices their cross-node bytes (two hops: one encoding per block).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "algorithms/algorithm.h"
@@ -81,6 +83,30 @@ TEST(QuantizedCollectives, ReduceScatterVerifiesOnOneAndTwoHops) {
                                        << (interleaved ? " interleaved" : "") << " count=" << count
                                        << (avg ? " avg" : "") << ": " << st.message();
                 }
+}
+
+// Large counts run the two hops as a pipeline of pieces (cut at codec-block boundaries) spread
+// over the channels, chained by edges across channels; the verifier proves each layout.
+TEST(QuantizedCollectives, TwoHopsPipelineVerifiesOnEveryChannelCount) {
+  const Algorithm& qgz = QuantizedReduceScatterAlgorithm();
+  for (const Codec codec : {Codec{CodecId::kInt4, 7}, Codec{CodecId::kInt8, 32}})
+    for (auto [g, m] : {std::pair{2, 2}, std::pair{2, 3}})
+      for (int nch : {1, 2, 3})
+        for (bool in_place : {false, true}) {
+          const GroupLayout l = Grid(g, m, true);
+          CollArgs a = Args(CollKind::kReduceScatter, g * m, 3 * 16384 + 45, DataType::kFloat16,
+                            in_place, codec);
+          a.layout = &l;
+          a.nchannels = nch;
+          a.chunk_bytes = 1 << 16;
+          auto s = BuildSchedule(qgz, a, 0);
+          ASSERT_TRUE(s.ok()) << s.status().message();
+          // One channel: no pipeline; more: four pieces (count / 16384) over min(4, nch).
+          EXPECT_EQ(s->channels.size(), static_cast<size_t>(nch == 1 ? 1 : std::min(4, nch)));
+          const Status st = VerifySchedule(qgz, a);
+          ASSERT_TRUE(st.ok()) << CodecName(codec) << " " << g << "x" << m << " nch=" << nch << ": "
+                               << st.message();
+        }
 }
 
 TEST(QuantizedCollectives, UnevenNodesTakeOneHop) {

@@ -1,0 +1,32 @@
+// --traffic: the bytes a rank sent to peers on its own node and on other nodes, from the
+// transports' counters (braidCommPeerTraffic), so a run shows what crossed the node links.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "braid/braid.h"
+
+namespace braid_perf {
+
+struct TrafficBytes {
+  uint64_t intra_node = 0;  // sent to peers on this rank's node
+  uint64_t inter_node = 0;  // sent to peers on other nodes
+};
+
+// Which peers share this rank's node, as braid sees nodes (BRAID_HOSTID, else host, boot id and
+// network namespace): from braidCommSplitLevel(braidLevelNode), not from the transport's name, so
+// a node whose ranks talk over tcp (BRAID_TRANSPORTS=tcp) still counts as one node.
+class NodeTraffic {
+ public:
+  // Collective over `comm` (a node view and one all-gather on it). False after a braid error.
+  bool Init(braidComm_t comm);
+  // The bytes sent since init, summed over the peers of each kind.
+  bool Read(TrafficBytes* out) const;
+
+ private:
+  braidComm_t comm_ = nullptr;
+  std::vector<char> same_node_;  // by peer rank
+};
+
+}  // namespace braid_perf
