@@ -1,7 +1,7 @@
 // shard_step_perf: the sharded step's time per step for each preset, against the planner's
 // prediction (issue 14: the planner's ranking of the presets must agree with the measured one).
 //
-//   braidrun [--emulate 2x2 --link 1gbit] -- build/perf/shard_step_perf \
+//   braidrun [--emulate 2x2 --link 1gbit] -- build/perf/shard_step_perf
 //       [--params N] [--buckets B] [--micro-batches M] [--steps S] [--profile FILE]
 //       [--presets a,b,...]
 //

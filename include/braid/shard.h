@@ -444,7 +444,7 @@ typedef struct {
 
 /* clang-format off */
 #define BRAID_SHARD_CLUSTER_INITIALIZER \
-  { sizeof(braidShardCluster_t), 1, 1, 0.0, {2e-6, 1e11, 5e-6, 1e10} }
+  { sizeof(braidShardCluster_t), 1, 1, 0.0, {2e-6, 1e11, 5e-6, 1e10, 1} }
 /* clang-format on */
 
 /** Planner options. Initialise with BRAID_SHARD_PLAN_OPTIONS_INITIALIZER. */

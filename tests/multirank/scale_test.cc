@@ -118,7 +118,9 @@ void RunScaleJob(int nranks, int timeout_s) {
     while (f >> key >> bytes) {
       ++files;
       auto [it, fresh] = segments.emplace(key, bytes);
-      if (!fresh) EXPECT_EQ(it->second, bytes) << key << " mapped with two sizes";
+      if (!fresh) {
+        EXPECT_EQ(it->second, bytes) << key << " mapped with two sizes";
+      }
     }
     EXPECT_EQ(files, nranks) << "rank " << r << " maps one segment per rank of the host";
     unlink(path.c_str());

@@ -46,7 +46,7 @@ TEST(ShardPlanAtInit, EveryRankGetsThePlanForTheCommsShape) {
     m.seq = 2048;
     braidShardCluster_t c = BRAID_SHARD_CLUSTER_INITIALIZER;
     c.deviceMemory = 12e9;  // 16 Phi = 16 GB does not fit: something must be sharded
-    c.link = {2e-6, 8e9, 25e-6, 1.2e9};
+    c.link = {2e-6, 8e9, 25e-6, 1.2e9, 1};
     braidShardConfig_t cfg;
     CHECK_OR_FAIL(braidShardPresetPlanned(comm, &m, &c, nullptr, &cfg) == braidSuccess, "plan");
     CHECK_OR_FAIL(cfg.ranksPerNode == 2 && cfg.nodes == 2, "shape of the comm");

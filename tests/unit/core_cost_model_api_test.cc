@@ -16,7 +16,7 @@
 namespace braid {
 namespace {
 
-constexpr braidLinkParams_t kLink = {2e-6, 300e9, 5e-6, 100e9};
+constexpr braidLinkParams_t kLink = {2e-6, 300e9, 5e-6, 100e9, 1};
 
 double Estimate(braidCollective_t c, uint64_t bytes, int R, int n, int share = 1, int bits = 0,
                 std::string* name = nullptr, const braidLinkParams_t& link = kLink) {

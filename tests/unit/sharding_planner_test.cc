@@ -35,7 +35,7 @@ braidShardCluster_t Cluster(int R, int n, double mem = 80e9) {
   c.ranksPerNode = R;
   c.nodes = n;
   c.deviceMemory = mem;
-  c.link = {2e-6, 300e9, 5e-6, 100e9};
+  c.link = {2e-6, 300e9, 5e-6, 100e9, 1};
   return c;
 }
 
