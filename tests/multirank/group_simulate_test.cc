@@ -14,16 +14,6 @@ namespace {
 
 constexpr float kSentinel = -7.0f;
 
-#define CHECK_OR_FAIL(cond, ...)                                   \
-  do {                                                             \
-    if (!(cond)) {                                                 \
-      std::fprintf(stderr, "[rank %d] %s: ", rank, #cond);         \
-      std::fprintf(stderr, __VA_ARGS__);                           \
-      std::fprintf(stderr, " (%s)\n", braidGetLastError(nullptr)); \
-      return 1;                                                    \
-    }                                                              \
-  } while (0)
-
 bool Untouched(const std::vector<float>& v) {
   for (float x : v)
     if (x != kSentinel) return false;

@@ -17,6 +17,22 @@
 
 #include "braid/braid.h"
 
+// Inside a rank's function (`rank` in scope, returning int): when `cond` is false, prints the
+// rank, the condition, the printf-style message and `detail` (a C string, e.g. braid's last
+// error), and returns 1 so that the harness reports the rank as failed. Shared by the multirank
+// tests; a file whose failures need another detail (the sharding layer's error) redefines
+// CHECK_OR_FAIL on top of CHECK_OR_FAIL_WITH.
+#define CHECK_OR_FAIL_WITH(detail, cond, ...)              \
+  do {                                                     \
+    if (!(cond)) {                                         \
+      std::fprintf(stderr, "[rank %d] %s: ", rank, #cond); \
+      std::fprintf(stderr, __VA_ARGS__);                   \
+      std::fprintf(stderr, " (%s)\n", (detail));           \
+      return 1;                                            \
+    }                                                      \
+  } while (0)
+#define CHECK_OR_FAIL(cond, ...) CHECK_OR_FAIL_WITH(braidGetLastError(nullptr), cond, __VA_ARGS__)
+
 namespace braid_test {
 
 struct RankOutcome {

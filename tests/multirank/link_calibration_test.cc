@@ -29,16 +29,6 @@ namespace {
 using braid::LinkClass;
 using braid::LinkOrigin;
 
-#define CHECK_OR_FAIL(cond, ...)                           \
-  do {                                                     \
-    if (!(cond)) {                                         \
-      std::fprintf(stderr, "[rank %d] %s: ", rank, #cond); \
-      std::fprintf(stderr, __VA_ARGS__);                   \
-      std::fprintf(stderr, "\n");                          \
-      return 1;                                            \
-    }                                                      \
-  } while (0)
-
 // What every rank must agree on, as raw bytes.
 struct Agreed {
   double v[4];

@@ -7,23 +7,22 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "braid/shard.h"
+#include "multirank/harness.h"
 
 namespace braid_test {
 namespace {
 
-#define CHECK_OR_FAIL(cond, ...)                                                   \
-  do {                                                                             \
-    if (!(cond)) {                                                                 \
-      std::fprintf(stderr, "[rank %d] %s: ", rank, #cond);                         \
-      std::fprintf(stderr, __VA_ARGS__);                                           \
-      std::fprintf(stderr, " (shard: %s; comm: %s)\n", braidShardGetLastError(sh), \
-                   braidGetLastError(nullptr));                                    \
-      return 1;                                                                    \
-    }                                                                              \
-  } while (0)
+// The sharding layer's error and braid's, after the failed condition.
+#undef CHECK_OR_FAIL
+#define CHECK_OR_FAIL(cond, ...)                                            \
+  CHECK_OR_FAIL_WITH((std::string("shard: ") + braidShardGetLastError(sh) + \
+                      "; comm: " + braidGetLastError(nullptr))              \
+                         .c_str(),                                          \
+                     cond, __VA_ARGS__)
 
 const std::vector<size_t> kBuckets = {37, 64, 5};  // odd sizes: shards carry padding
 constexpr int kSteps = 4;

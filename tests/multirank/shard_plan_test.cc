@@ -19,14 +19,11 @@ using braid_test::DescribeOutcomes;
 using braid_test::JobOptions;
 using braid_test::RunJob;
 
-#define CHECK_OR_FAIL(cond, what)                                               \
-  do {                                                                          \
-    if (!(cond)) {                                                              \
-      std::fprintf(stderr, "[rank %d] %s: %s (shard: %s)\n", rank, #cond, what, \
-                   braidShardGetLastError(nullptr));                            \
-      return 1;                                                                 \
-    }                                                                           \
-  } while (0)
+// The sharding layer's error after the failed condition.
+#undef CHECK_OR_FAIL
+#define CHECK_OR_FAIL(cond, what)                                                              \
+  CHECK_OR_FAIL_WITH((std::string("shard: ") + braidShardGetLastError(nullptr)).c_str(), cond, \
+                     "%s", what)
 
 TEST(ShardPlanAtInit, EveryRankGetsThePlanForTheCommsShape) {
   JobOptions opt;

@@ -18,16 +18,6 @@
 namespace braid_test {
 namespace {
 
-#define CHECK_OR_FAIL(cond, ...)                                   \
-  do {                                                             \
-    if (!(cond)) {                                                 \
-      std::fprintf(stderr, "[rank %d] %s: ", rank, #cond);         \
-      std::fprintf(stderr, __VA_ARGS__);                           \
-      std::fprintf(stderr, " (%s)\n", braidGetLastError(nullptr)); \
-      return 1;                                                    \
-    }                                                              \
-  } while (0)
-
 int CountEntries(const char* dir) {
   int n = 0;
   if (DIR* d = opendir(dir)) {
