@@ -105,7 +105,7 @@ std::string KnownAlgorithms() {
   std::string s;
   for (const auto* list : {&AllAlgorithms(), &HierarchicalAlgorithms()})
     for (const Algorithm* a : *list) s += std::string(s.empty() ? "" : ", ") + a->name();
-  return s + " (leader = hier_leader)";
+  return s + ", " + kOneShotAlgorithm + " (leader = hier_leader)";
 }
 
 std::string FormatSize(uint64_t b) {
@@ -172,7 +172,7 @@ Result<std::vector<TunerRule>> ParseTunerOverride(const std::string& spec) {
       const std::string name = Lower(Trim(choice.substr(0, at)));
       if (name.empty())
         return GrammarError("missing algorithm name in '" + std::string(choice) + "'");
-      if (!FindAlgorithm(name))
+      if (!FindAlgorithm(name) && name != kOneShotAlgorithm)
         return GrammarError("unknown algorithm '" + name + "' (known: " + KnownAlgorithms() + ")");
       uint64_t lo = 0, hi = UINT64_MAX;
       if (at != std::string_view::npos) {
@@ -271,6 +271,14 @@ std::string Tuner::describe() const {
   for (const TunerRule& r : overrides_) line("override", r);
   for (const TunerRule& r : defaults_) line("model", r);
   return s;
+}
+
+const std::string* Tuner::overrideFor(CollKind kind, uint64_t bytes) const {
+  for (const TunerRule& r : overrides_)
+    if (r.kind == kind && bytes >= r.min_bytes &&
+        (r.max_bytes == UINT64_MAX || bytes < r.max_bytes))
+      return &r.algorithm;
+  return nullptr;
 }
 
 uint64_t CollBytes(const CollArgs& args) {

@@ -61,6 +61,11 @@ struct LinkModel {
   }
 };
 
+// The small-message path of one host (core/runtime/one_shot.h): not a schedule, so not in the
+// algorithm registry, but a name BRAID_ALGO accepts ("oneshot" forces it where it applies, any
+// other rule covering a call keeps the call off it).
+inline constexpr const char* kOneShotAlgorithm = "oneshot";
+
 struct TunerRule {
   CollKind kind;
   uint64_t min_bytes = 0;           // inclusive
@@ -83,6 +88,9 @@ class Tuner {
   // The link model it was computed with, then the table, one line per rule, for braid-info and
   // debug logs.
   std::string describe() const;
+  // The algorithm the first override rule covering (kind, bytes as CollBytes counts them) names,
+  // or null when no rule covers it.
+  const std::string* overrideFor(CollKind kind, uint64_t bytes) const;
   // The link model the table was computed with (what the simulator should cost requests on).
   const LinkModel& model() const { return model_; }
 

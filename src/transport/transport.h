@@ -37,6 +37,7 @@
 #include "core/base/failure_cause.h"
 #include "core/base/memory_type.h"
 #include "core/base/status.h"
+#include "transport/local_board.h"
 #include "transport/memory_registration.h"
 
 namespace braid {
@@ -80,6 +81,9 @@ struct TransportContext {
   // that the engine can name the root cause; owned by the communicator, which outlives every
   // endpoint. May be null (tests of a transport alone).
   CauseBoard* causes = nullptr;
+  // Payload bytes per post of the small-message board (BRAID_ONESHOT_BYTES, agreed by every
+  // rank); 0: no board.
+  uint64_t board_bytes = 0;
 };
 
 // One reliable FIFO byte stream to one peer, both directions. Non-blocking: every call returns
@@ -121,6 +125,11 @@ class Endpoint {
 
   // "shm to rank 3 (host a, pid 42)" — for messages.
   virtual std::string describe() const = 0;
+
+  // Whether bytes from the peer have arrived that nobody has read yet, where the transport can
+  // tell without touching the stream (safe from any thread; false when it cannot tell). The
+  // small-message board uses it to see a peer that is in another call (one_shot.h).
+  virtual bool hasUnreadBytes() const { return false; }
 
   // Message interface. postSend / postRecv name `len` bytes at `offset` of memory registered
   // with this endpoint's transport and return an id at once; test(id) moves what can move and
@@ -179,6 +188,9 @@ class TransportInstance {
                          std::vector<std::vector<std::unique_ptr<Endpoint>>>* out) = 0;
   // After every rank of the communicator has connected (a bootstrap barrier separates the two).
   virtual Status finishConnect() { return Status::Ok(); }
+  // The host's small-message board (local_board.h) when this transport has one, covering the
+  // peers it connected; null otherwise. Valid as long as the instance.
+  virtual LocalBoard* localBoard() { return nullptr; }
 
   // The factory's name ("shm", "tcp"), for messages.
   virtual const char* name() const { return "transport"; }

@@ -33,7 +33,10 @@ TEST_P(HangReport, WaitingRanksNameTheOperationAndTheLateRank) {
   JobOptions opt;
   opt.nranks = 3;
   opt.timeout_s = 60;
-  opt.env = {{"BRAID_TRANSPORTS", GetParam()}, {"BRAID_TIMEOUT", "30"}};
+  // The engine's report: every call on the engine (the small-message board has its own line,
+  // tested below).
+  opt.env = {
+      {"BRAID_TRANSPORTS", GetParam()}, {"BRAID_TIMEOUT", "30"}, {"BRAID_ONESHOT_BYTES", "0"}};
   auto out = RunJob(opt, [&](braidComm_t comm, int rank, int n, const braidUniqueId&) {
     std::vector<float> a(1000, 1.0f), b(1000);
     // Collective #0 completes everywhere.
@@ -101,8 +104,10 @@ TEST_P(HangReport, SignalDumpsEveryCommunicatorToTheLog) {
   JobOptions opt;
   opt.nranks = 2;
   opt.timeout_s = 60;
-  opt.env = {
-      {"BRAID_TRANSPORTS", GetParam()}, {"BRAID_DUMP_SIGNAL", "USR1"}, {"BRAID_DEBUG_FILE", log}};
+  opt.env = {{"BRAID_TRANSPORTS", GetParam()},
+             {"BRAID_DUMP_SIGNAL", "USR1"},
+             {"BRAID_DEBUG_FILE", log},
+             {"BRAID_ONESHOT_BYTES", "0"}};
   auto out = RunJob(opt, [&](braidComm_t comm, int rank, int, const braidUniqueId&) {
     float x = 1, y;
     if (braidAllReduce(&x, &y, 1, braidFloat32, braidSum, comm) != braidSuccess) return 1;
@@ -123,6 +128,67 @@ TEST_P(HangReport, SignalDumpsEveryCommunicatorToTheLog) {
   EXPECT_TRUE(AllSucceeded(out)) << DescribeOutcomes(out);
   std::string rm = std::string("rm -rf '") + dir + "'";
   EXPECT_EQ(std::system(rm.c_str()), 0);
+}
+
+// A blocking call on the small-message board waits on the caller's thread: the report (read
+// from another thread here, as BRAID_DUMP_SIGNAL's handler thread does) names the call and the
+// rank it waits for, and counts it once done.
+TEST(HangReportBoard, WaitingBoardCallNamesTheLateRank) {
+  int gate[2];
+  ASSERT_EQ(pipe(gate), 0);
+  JobOptions opt;
+  opt.nranks = 3;
+  opt.timeout_s = 60;
+  opt.env = {{"BRAID_TRANSPORTS", "shm"}, {"BRAID_TIMEOUT", "30"}};
+  auto out = RunJob(opt, [&](braidComm_t comm, int rank, int n, const braidUniqueId&) {
+    std::vector<float> a(100, 1.0f), b(100);
+    if (braidAllReduce(a.data(), b.data(), a.size(), braidFloat32, braidSum, comm) != braidSuccess)
+      return 1;
+    const int late = n - 1;
+    char c = 1;
+    if (rank == late) {
+      for (int i = 0; i < n - 1; ++i)
+        if (read(gate[0], &c, 1) != 1) return 2;
+      return braidAllReduce(a.data(), b.data(), 7, braidFloat32, braidSum, comm) == braidSuccess
+                 ? 0
+                 : 3;
+    }
+    int rc = -1;
+    std::thread caller(
+        [&] { rc = braidAllReduce(a.data(), b.data(), 7, braidFloat32, braidSum, comm); });
+    std::string report;
+    const std::string want =
+        "small-message board: 1 calls completed; #1 allreduce(count=7) in "
+        "progress, waiting on rank " +
+        std::to_string(late);
+    auto until = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    while (std::chrono::steady_clock::now() < until) {
+      std::vector<char> buf(1 << 16);
+      if (braidCommDebugState(comm, buf.data(), buf.size()) != braidSuccess) break;
+      report = buf.data();
+      if (Has(report, want)) break;
+      std::this_thread::yield();
+    }
+    const bool named = Has(report, want);
+    if (write(gate[1], &c, 1) != 1) return 4;
+    caller.join();
+    if (!named) {
+      std::fprintf(stderr, "[rank %d] report:\n%s\n(want: %s)\n", rank, report.c_str(),
+                   want.c_str());
+      return 5;
+    }
+    if (rc != braidSuccess) return 6;
+    std::vector<char> buf(1 << 16);
+    if (braidCommDebugState(comm, buf.data(), buf.size()) != braidSuccess) return 7;
+    if (!Has(buf.data(), "small-message board: 2 calls completed\n")) {
+      std::fprintf(stderr, "[rank %d] idle report:\n%s\n", rank, buf.data());
+      return 8;
+    }
+    return 0;
+  });
+  close(gate[0]);
+  close(gate[1]);
+  EXPECT_TRUE(AllSucceeded(out)) << DescribeOutcomes(out);
 }
 
 INSTANTIATE_TEST_SUITE_P(Fault, HangReport, ::testing::Values("shm", "tcp"));

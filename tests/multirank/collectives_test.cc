@@ -49,5 +49,15 @@ INSTANTIATE_TEST_SUITE_P(Ranks, CollectivesSmall,
                                   std::get<1>(info.param) + "_" + std::get<2>(info.param);
                          });
 
+// The small-message board forced (BRAID_ALGO=all:oneshot): every call that fits runs on it, the
+// rest on the engine. shm only: the board needs every peer on shared memory.
+INSTANTIATE_TEST_SUITE_P(OneShot, CollectivesSmall,
+                         ::testing::Combine(::testing::Values(2, 3, 4, 5, 8),
+                                            ::testing::Values("shm"), ::testing::Values("oneshot")),
+                         [](const auto& info) {
+                           return "n" + std::to_string(std::get<0>(info.param)) + "_" +
+                                  std::get<1>(info.param) + "_" + std::get<2>(info.param);
+                         });
+
 }  // namespace
 }  // namespace braid_test

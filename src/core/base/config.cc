@@ -25,6 +25,9 @@ const std::vector<ConfigVar>& ConfigTable() {
       {"BRAID_SHM_RING_BYTES", "NCCL_BUFFSIZE", "bytes", "1M",
        "largest shared-memory ring per peer, channel and direction, 64K..256M (an upper bound: "
        "with many local ranks rings shrink, docs/scale.md)"},
+      {"BRAID_ONESHOT_BYTES", nullptr, "bytes", "64K",
+       "small-message path on one host (docs/performance.md): calls whose per-rank payload fits "
+       "run on a shared-memory board on the caller's thread; 0 turns it off, at most 4M"},
       {"BRAID_HOSTID", nullptr, "string", "",
        "node identity override (emulated clusters); default hostname+boot id+netns"},
       {"BRAID_TOPO_FILE", nullptr, "string", "",
@@ -178,6 +181,7 @@ Result<Config> LoadConfigFromEnv() {
   c.nchannels = static_cast<int>(nch);
   BRAID_RETURN_IF_ERROR(ReadBytes("BRAID_CHUNK_BYTES", 4 << 10, 64 << 20, &c.chunk_bytes));
   BRAID_RETURN_IF_ERROR(ReadBytes("BRAID_SHM_RING_BYTES", 64 << 10, 256 << 20, &c.shm_ring_bytes));
+  BRAID_RETURN_IF_ERROR(ReadBytes("BRAID_ONESHOT_BYTES", 0, 4 << 20, &c.oneshot_bytes));
   ReadString("BRAID_HOSTID", &c.host_id);
   ReadString("BRAID_TOPO_FILE", &c.topo_file);
   ReadString("BRAID_COMM_ID", &c.comm_id);

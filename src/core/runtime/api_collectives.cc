@@ -8,6 +8,7 @@
 #include "core/runtime/api_submit.h"
 #include "core/runtime/comm_registry.h"
 #include "core/runtime/group.h"
+#include "core/runtime/one_shot.h"
 
 using namespace braid;
 
@@ -171,13 +172,20 @@ braidResult_t CollectiveUnguarded(const Call& c, braidComm_t comm, braidRequest_
   OpDesc d;
   Status st = Describe(*raw, c, &d);
   if (!st.ok()) return Fail(raw, st.prepend(raw->where() + ": "));
-  auto op = std::make_shared<Operation>(std::move(d));
   if (c.count == 0 && c.kind != CollKind::kBarrier) {  // a no-op, like NCCL's
-    op->complete(Status::Ok());
-    if (request) *request = new braidRequest{op};
+    if (request) {
+      auto op = std::make_shared<Operation>(std::move(d));
+      op->complete(Status::Ok());
+      *request = new braidRequest{op};
+    }
     return braidSuccess;
   }
-  return RunOperation(*ref, std::move(op), request);
+  // Small blocking calls on one host: the shared-memory board, on this thread (one_shot.h).
+  if (!request && !InGroup() && OneShotTakes(*raw, d)) {
+    st = RunOneShot(*raw, d);
+    return st.ok() ? braidSuccess : Fail(raw, st);
+  }
+  return RunOperation(*ref, std::make_shared<Operation>(std::move(d)), request);
 }
 
 braidResult_t PointToPoint(bool is_send, void* buf, size_t count, braidDataType_t datatype,

@@ -147,6 +147,7 @@ braidComm::~braidComm() {
   }
   engine_.reset();     // joins the progress thread before the endpoints it uses go away
   endpoints_.clear();  // before the transports that made them
+  board_ = nullptr;
   transports_.clear();
 }
 
@@ -243,6 +244,7 @@ Status braidComm::exchangeRankInfo(Bootstrap& bs, Deadline deadline) {
   if (placement.ok())
     for (const auto& g : placement->device_groups) PutField(&groups, g);
   PutField(&mine, groups);
+  PutField(&mine, std::to_string(c.oneshot_bytes));
   BRAID_ASSIGN_OR_RETURN(auto all, bs.allGather(mine, deadline));
   infos_.resize(nranks_);
   std::vector<std::vector<std::string>> fields(nranks_);
@@ -290,6 +292,15 @@ Status braidComm::exchangeRankInfo(Bootstrap& bs, Deadline deadline) {
   opts_.config.nchannels = nchannels_;
   opts_.config.chunk_bytes = chunk ? chunk : c.chunk_bytes;
   opts_.config.algo = fields[0][6];
+  // The small-message board's size: every rank must take the same calls to it.
+  char* end = nullptr;
+  const uint64_t oneshot =
+      fields[0].size() < 11 ? 0 : std::strtoull(fields[0][10].c_str(), &end, 10);
+  if (fields[0].size() < 11 || fields[0][10].empty() || *end != '\0' || oneshot > (4u << 20))
+    return RemoteError("malformed BRAID_ONESHOT_BYTES in the init message from rank 0");
+  if (oneshot != c.oneshot_bytes)
+    BRAID_WARN("rank %d: BRAID_ONESHOT_BYTES differs from rank 0's; using rank 0's", rank_);
+  opts_.config.oneshot_bytes = oneshot;
 
   buildLayout();
   // Bind each rank to a device of its node: local rank k takes device k mod the node's count.
@@ -387,6 +398,7 @@ Status braidComm::connectTransports(Bootstrap& bs, Deadline deadline) {
   ctx.all_on_one_host = layout_.nnodes == 1;
   ctx.shm_ring_bytes = opts_.config.shm_ring_bytes;
   ctx.causes = &causes_;
+  ctx.board_bytes = opts_.config.oneshot_bytes;
   for (int r = 0; r < nranks_; ++r)
     ctx.doorbells.push_back("braid-" + tag_ + "-" + std::to_string(r));
   ctx.doorbell_name = ctx.doorbells[rank_];
@@ -454,6 +466,17 @@ Status braidComm::connectTransports(Bootstrap& bs, Deadline deadline) {
   // Every rank has mapped / connected: transports may now drop names and listeners.
   BRAID_RETURN_IF_ERROR(bs.barrier(deadline));
   for (auto& t : transports_) BRAID_RETURN_IF_ERROR(t->finishConnect());
+  // The small-message board serves a communicator whose every peer is on it (one host, shm to
+  // all): the one-shot collectives read every rank's post. Symmetric: shm connects a pair exactly
+  // when both ranks share the host and have a segment, so every rank reaches the same answer.
+  for (size_t t = 0; t < transports_.size() && nranks_ > 1; ++t) {
+    LocalBoard* b = transports_[t]->localBoard();
+    if (!b || names[t] != "shm") continue;
+    bool all = true;
+    for (int p = 0; p < nranks_ && all; ++p)
+      all = b->covers(p) && (p == rank_ || transport_of_[p] == names[t]);
+    if (all) board_ = b;
+  }
   return Status::Ok();
 }
 
@@ -544,9 +567,29 @@ bool braidComm::waitOwnOps(Deadline deadline) {
   return own_cv_.wait_until(lock, deadline.at(), [&] { return own_inflight_ == 0; });
 }
 
+bool braidComm::peerAheadOnStreams(int peer) const {
+  if (root_ || !engine_ || !engine_->idle()) return false;
+  for (const auto& ep : endpoints_[static_cast<size_t>(peer)])
+    if (ep && ep->hasUnreadBytes()) return engine_->idle();  // still idle: the bytes are not ours
+  return false;
+}
+
 std::string braidComm::debugState(Deadline deadline) const {
   if (!engine()) return where() + ": not initialised\n";
-  return engine()->debugState(deadline);
+  std::string s = engine()->debugState(deadline);
+  if (!board()) return s;
+  // The small-message board's calls run on the callers' threads, not the engine (one_shot.h).
+  const BoardProgress& b = board_progress_;
+  const uint32_t started = b.started.load(), completed = b.completed.load();
+  s += "  small-message board: " + std::to_string(completed) + " calls completed";
+  if (started > completed) {
+    const int peer = b.waiting_on.load();
+    s += "; #" + std::to_string(started - 1) + " " +
+         CollKindName(static_cast<CollKind>(b.kind.load())) +
+         "(count=" + std::to_string(b.count.load()) + ") in progress" +
+         (peer >= 0 ? ", waiting on rank " + std::to_string(peer) : "");
+  }
+  return s + "\n";
 }
 
 Status braidComm::drain() {
@@ -605,6 +648,41 @@ FailureCause braidComm::announceFailure() {
   if (kept.rank != rank_) skip[kept.rank] = true;
   SendFailureNotices(controlPeers(), kept, skip, Deadline::After(kFailureNoticeMs));
   return kept;
+}
+
+Status braidComm::failWithCause(const Status& st, const std::string& ctx, const std::string& coll,
+                                uint64_t seq, const std::optional<FailureCause>& local) {
+  CauseBoard& board = causes();
+  std::string seen = st.message();
+  if (seen.compare(0, ctx.size(), ctx) == 0) seen.erase(0, ctx.size());
+  if (local) board.offer(*local);
+  // Only a neighbour's shut-down stream so far: whoever saw the failure itself told every rank
+  // before that neighbour could shut anything down, but the neighbour may have learned it
+  // from that rank's notice while the notice to this rank was still on its way (bounded by the
+  // sender's deadline).
+  if (auto f = board.first(); f && f->weak())
+    (void)board.waitStrong(Deadline::After(kFailureNoticeMs));
+  // Nothing else explains it: this rank's own failure, which the others are told about.
+  if (!board.first()) board.offer(selfCause(FailureCause::Reason::kOwnFailure, seen));
+  board.complete(rank_, true, coll, seq);
+  // Before the streams close: the ranks that fail because of that learn the cause first.
+  const FailureCause cause = announceFailure();
+  Status final = st;
+  // A mismatch this rank found itself (the ranks' calls or configurations differ) is a usage
+  // error of the program, whichever rank reported first: its own message names both sides.
+  const bool own_usage_error = st.cls() == ErrorClass::kInvalidUsage;
+  if (!own_usage_error && (cause.rank != rank_ || cause.reason == FailureCause::Reason::kRevoked ||
+                           cause.reason == FailureCause::Reason::kAborted)) {
+    // Another rank's failure: name it first, then what this rank saw of it.
+    final =
+        Status::Error(cause.errorClass(), ctx + cause.describe() + " (seen here: " + seen + ")");
+  }
+  BRAID_WARN("%s", final.message().c_str());
+  setAsyncError(final);
+  // The streams may now be mid-message: close them so peers fail at once instead of waiting for
+  // their timeout (errors propagate through the communicator).
+  shutdownEndpoints();
+  return final;
 }
 
 Status braidComm::viewAbortReason() const {

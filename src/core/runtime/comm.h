@@ -120,6 +120,28 @@ struct braidComm {
   void setLastError(const std::string& msg);
   std::string lastError() const;
 
+  // The small-message board (transport/local_board.h) when every peer of this communicator is on
+  // it (one host, shm to every peer); null for split views and communicators that span hosts.
+  // core/runtime/one_shot.h runs calls on it, one at a time (boardMutex), numbered alike on every
+  // rank by nextBoardSeq.
+  braid::LocalBoard* board() const { return root_ ? nullptr : board_; }
+  std::mutex& boardMutex() { return board_mu_; }
+  uint32_t nextBoardSeq() { return ++board_seq_; }
+  // What the board is doing, for the hang report (debugState): read from other threads and
+  // signal handlers, so plain atomics.
+  struct BoardProgress {
+    std::atomic<uint32_t> started{0};    // number of the last call begun (1-based)
+    std::atomic<uint32_t> completed{0};  // calls completed
+    std::atomic<int> waiting_on{-1};     // the rank the current call waits for, -1: none
+    std::atomic<int> kind{0};            // CollKind of the current call
+    std::atomic<uint64_t> count{0};      // its count
+  };
+  BoardProgress& boardProgress() { return board_progress_; }
+  // Whether `peer` is in an operation this rank has not issued: this rank's engine has nothing in
+  // flight (nor have its views), yet `peer` has sent it stream bytes. Only while this rank waits
+  // in a call off the engine (the board), where it means the two ranks are in different calls.
+  bool peerAheadOnStreams(int peer) const;
+
   // Submits an operation; the engine runs operations in submission order.
   void submit(std::shared_ptr<braid::Operation> op);
   // Runs `op` now on this thread if the engine is idle (see Engine::tryRunInline).
@@ -195,6 +217,13 @@ struct braidComm {
   // every other rank (once, bounded by kFailureNoticeMs), so that the ranks that fail after this
   // one can name it. Call before shutdownEndpoints().
   braid::FailureCause announceFailure();
+  // The error of an operation of this (root) communicator that failed with `st`, naming the root
+  // cause: a failure seen here (`local`), another rank's notice, else this rank's own failure,
+  // which it then announces to every rank. `ctx` prefixes the operation ("allreduce #5: "),
+  // `coll` and `seq` name it in the cause. Marks the communicator failed and shuts its streams
+  // down so that peers fail at once. The engine and the one-shot path (one_shot.h) use it.
+  Status failWithCause(const Status& st, const std::string& ctx, const std::string& coll,
+                       uint64_t seq, const std::optional<braid::FailureCause>& local);
   // This rank as a FailureCause of `reason` (its own failure, a revoke).
   braid::FailureCause selfCause(braid::FailureCause::Reason reason, std::string detail) const;
 
@@ -229,6 +258,10 @@ struct braidComm {
   std::unique_ptr<braid::Engine> engine_;
   // Before control_: its thread writes here until the listener is destroyed.
   braid::CauseBoard causes_;
+  braid::LocalBoard* board_ = nullptr;  // owned by its transport in transports_
+  std::mutex board_mu_;
+  uint32_t board_seq_ = 0;  // guarded by board_mu_
+  BoardProgress board_progress_;
   std::unique_ptr<braid::HandshakeListener> control_;
   std::vector<sockaddr_storage> control_addrs_;
   bool loopback_root_ = false;

@@ -214,41 +214,10 @@ void Engine::retire(size_t i, const Status& st) {
 
 void Engine::failAll(size_t i, const Status& st, const std::optional<FailureCause>& local) {
   ActiveOp& failed = *active_[i];
-  CauseBoard& board = comm_->causes();
-  const std::string ctx = failed.context();
-  std::string seen = st.message();
-  if (seen.compare(0, ctx.size(), ctx) == 0) seen.erase(0, ctx.size());
-  if (local) board.offer(*local);
-  // Only a neighbour's shut-down stream so far: whoever saw the failure itself told every rank
-  // before that neighbour could shut anything down, but the neighbour may have learned it
-  // from that rank's notice while the notice to this rank was still on its way (bounded by the
-  // sender's deadline).
-  if (auto f = board.first(); f && f->weak())
-    (void)board.waitStrong(Deadline::After(kFailureNoticeMs));
-  // Nothing else explains it: this rank's own failure, which the others are told about.
-  if (!board.first()) board.offer(comm_->selfCause(FailureCause::Reason::kOwnFailure, seen));
   const std::string coll = CollKindName(failed.operation().desc().kind);
   const uint64_t seq = failed.isCollective() ? failed.seq() : FailureCause::kNoSeq;
-  board.complete(comm_->rank(), true, coll, seq);
-  // Before the streams close: the ranks that fail because of that learn the cause first.
-  const FailureCause cause = comm_->announceFailure();
-  Status final = st;
-  // A mismatch this rank found itself (the ranks' calls or configurations differ) is a usage
-  // error of the program, whichever rank reported first: its own message names both sides.
-  const bool own_usage_error = st.cls() == ErrorClass::kInvalidUsage;
-  if (!own_usage_error &&
-      (cause.rank != comm_->rank() || cause.reason == FailureCause::Reason::kRevoked ||
-       cause.reason == FailureCause::Reason::kAborted)) {
-    // Another rank's failure: name it first, then what this rank saw of it.
-    final =
-        Status::Error(cause.errorClass(), ctx + cause.describe() + " (seen here: " + seen + ")");
-  }
-  BRAID_WARN("%s", final.message().c_str());
-  comm_->setAsyncError(final);
+  const Status final = comm_->failWithCause(st, failed.context(), coll, seq, local);
   for (const auto& a : active_) a->owner().setAsyncError(final);  // views: their sticky error
-  // The streams may now be mid-message: close them so peers fail at once instead of waiting for
-  // their timeout (errors propagate through the communicator).
-  comm_->shutdownEndpoints();
   std::vector<Status> outcome(active_.size());
   for (size_t j = 0; j < active_.size(); ++j) {
     outcome[j] = final;
@@ -436,12 +405,25 @@ void Engine::driveUntilIdle(bool admit_queued) {
 std::string Engine::reportHeader() {
   const int64_t last = last_coll_completed_.load(std::memory_order_relaxed);
   const uint64_t issued = colls_issued_.load(std::memory_order_relaxed);
-  return "braid state of " + comm_->where() + " (pid " + std::to_string(getpid()) + ")\n" +
-         "  operations: submitted " + std::to_string(submitted_.load()) + ", completed " +
-         std::to_string(completed_.load()) + ", queued " + std::to_string(queued_.load()) +
-         " (window " + std::to_string(window_) + ")\n" + "  collectives: issued " +
-         std::to_string(issued) + (issued ? " (last #" + std::to_string(issued - 1) + ")" : "") +
-         ", last completed " + (last < 0 ? std::string("none") : "#" + std::to_string(last)) + "\n";
+  // Appended piece by piece (one long chain of + trips GCC 12's -Wrestrict false positive).
+  std::string s = "braid state of " + comm_->where() + " (pid " + std::to_string(getpid()) + ")\n";
+  s += "  operations: submitted " + std::to_string(submitted_.load()) + ", completed " +
+       std::to_string(completed_.load()) + ", queued " + std::to_string(queued_.load()) +
+       " (window " + std::to_string(window_) + ")\n";
+  s += "  collectives: issued " + std::to_string(issued);
+  if (issued) {
+    s += " (last #";
+    s += std::to_string(issued - 1);
+    s += ")";
+  }
+  s += ", last completed ";
+  if (last < 0) {
+    s += "none";
+  } else {
+    s += "#";
+    s += std::to_string(last);
+  }
+  return s + "\n";
 }
 
 void Engine::answerReport() {

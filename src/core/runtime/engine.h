@@ -61,6 +61,11 @@ class Engine {
   // its algorithm, stage, per-lane progress and the ranks it waits on. While a loop is driving,
   // it writes the report itself at its next pass (within ~100 ms); `deadline` bounds the wait.
   std::string debugState(Deadline deadline);
+  // Whether every operation submitted (or run inline) has completed: nothing of this engine's (or
+  // its views') is in flight or queued. Any thread.
+  bool idle() const {
+    return completed_.load(std::memory_order_acquire) == submitted_.load(std::memory_order_acquire);
+  }
 
  private:
   void threadMain();

@@ -87,6 +87,10 @@ class ShmEndpoint final : public Endpoint {
   void disarm(std::span<const pollfd> polled) override;
   void shutdown() override;
   std::string describe() const override;
+  bool hasUnreadBytes() const override {
+    return rx_.ctl->head.load(std::memory_order_acquire) !=
+           rx_.ctl->tail.load(std::memory_order_acquire);
+  }
 
  private:
   // Refreshes rx_head_cache_ (and attaches the data area when bytes first show); false when the

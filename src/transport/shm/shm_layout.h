@@ -6,11 +6,16 @@
 //   [SegmentHeader | writer rank table]                  padded to 256 bytes
 //   [ArenaControl (256 B)]
 //   [RingControl (256 B)] x nslots x nchannels, slot-major  padded to a page
+//   [BoardControl (512 B) | 2 payload buffers of board_bytes]  padded to a page; absent when
+//                                                              board_bytes is 0
 //   [arena (arena_bytes)]
 //
 // A ring gets its data area from the arena when its writer first sends (shm_arena.h): the arena
 // is sized for the host (shm_sizing.h), not for every pair, and the rings that schedules use get
 // the room.
+//
+// The board (transport/local_board.h) is the owner's *outbound* side of the small-message path:
+// the owner writes its posts there and every local peer reads them.
 //
 // Everything here lives in memory shared between processes, so it holds only plain integers and
 // lock-free (hence address-free) atomics, never pointers.
@@ -23,7 +28,7 @@
 namespace braid::shm {
 
 inline constexpr uint64_t kSegmentMagic = 0x6d68736469617262ULL;  // "braidshm"
-inline constexpr uint32_t kSegmentVersion = 2;
+inline constexpr uint32_t kSegmentVersion = 3;
 // The smallest ring any segment may promise (its min_ring_bytes), and the arena's unit.
 inline constexpr uint64_t kMinRingBytes = 1 << 10;
 inline constexpr uint64_t kMaxRingBytes = 256 << 20;
@@ -58,6 +63,25 @@ struct RingControl {
 static_assert(sizeof(RingControl) == 256);
 inline constexpr uint64_t kRingControlBytes = sizeof(RingControl);
 
+// The owner's side of the small-message board. `posted` is written by the owner and polled by
+// every peer, `waiters` is written by a peer about to sleep on `posted` (a futex) and read by the
+// owner after each post: separate 128-byte blocks, so spinning readers do not slow the writer.
+struct BoardSignatureWords {
+  uint64_t words[6];
+};
+struct BoardControl {
+  alignas(128) std::atomic<uint32_t> posted;  // number of the last post (mod 2^32), 0 = none
+  alignas(128) std::atomic<uint32_t> waiters;
+  // The signature of the post in each payload buffer (odd and even numbers).
+  alignas(128) BoardSignatureWords signatures[2];
+};
+inline constexpr uint64_t kBoardControlBytes = 512;
+static_assert(sizeof(BoardControl) <= kBoardControlBytes);
+// Payload buffers start at multiples of this (cache lines, and vector loads).
+inline constexpr uint64_t kBoardAlignBytes = 128;
+// The largest payload a board may carry per post.
+inline constexpr uint64_t kMaxBoardBytes = 4 << 20;
+
 // The arena's allocation state, one word so that a claim is one compare-and-swap: the low 40 bits
 // count the bytes handed out in kMinRingBytes units, the high 24 bits the rings not yet claimed.
 struct ArenaControl {
@@ -74,6 +98,7 @@ struct SegmentHeader {
   uint64_t ring_bytes;      // the size a ring is given while the arena has room for it
   uint64_t min_ring_bytes;  // the size every ring is sure to get
   uint64_t arena_bytes;     // a multiple of kMinRingBytes
+  uint64_t board_bytes;     // payload bytes per post of the board (0: no board)
   uint64_t total_bytes;
   int32_t owner_rank;
   uint32_t nslots;
@@ -90,6 +115,7 @@ struct SegmentLayout {
   uint64_t ring_bytes = 0;
   uint64_t arena_bytes = 0;
   uint64_t min_ring_bytes = kMinRingBytes;
+  uint64_t board_bytes = 0;  // a multiple of kBoardAlignBytes
 
   uint64_t nrings() const { return uint64_t{nslots} * nchannels; }
   uint64_t headerBytes() const {
@@ -102,10 +128,20 @@ struct SegmentLayout {
     return headerBytes() + sizeof(ArenaControl) +
            (uint64_t{slot} * nchannels + channel) * kRingControlBytes;
   }
-  uint64_t arenaOffset() const {
+  uint64_t boardOffset() const {
     uint64_t end = headerBytes() + sizeof(ArenaControl) + nrings() * kRingControlBytes;
     return (end + kPageBytes - 1) / kPageBytes * kPageBytes;
   }
+  // The board: its control block, then payload buffer k (0 or 1).
+  uint64_t boardRegionBytes() const {
+    if (board_bytes == 0) return 0;
+    uint64_t b = kBoardControlBytes + 2 * board_bytes;
+    return (b + kPageBytes - 1) / kPageBytes * kPageBytes;
+  }
+  uint64_t boardPayloadOffset(int k) const {
+    return boardOffset() + kBoardControlBytes + static_cast<uint64_t>(k) * board_bytes;
+  }
+  uint64_t arenaOffset() const { return boardOffset() + boardRegionBytes(); }
   uint64_t totalBytes() const { return arenaOffset() + arena_bytes; }
 };
 

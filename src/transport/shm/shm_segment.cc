@@ -67,6 +67,8 @@ bool HeaderMatches(const SegmentHeader& h, uint64_t file_bytes, SegmentLayout* l
   const uint64_t m = h.min_ring_bytes;
   if (m < kMinRingBytes || m > r || (m & (m - 1)) != 0) return false;
   layout->min_ring_bytes = m;
+  if (h.board_bytes % kBoardAlignBytes != 0 || h.board_bytes > kMaxBoardBytes) return false;
+  layout->board_bytes = h.board_bytes;
   // Every ring can always claim the minimum (shm_arena.h), and the file holds the whole arena.
   return layout->nrings() <= kMaxArenaRings && h.arena_bytes % kMinRingBytes == 0 &&
          h.arena_bytes / m >= layout->nrings() && h.arena_bytes <= file_bytes &&
@@ -193,6 +195,7 @@ Result<std::unique_ptr<OwnedSegment>> OwnedSegment::Create(const SegmentLayout& 
   h->ring_bytes = layout.ring_bytes;
   h->arena_bytes = layout.arena_bytes;
   h->min_ring_bytes = layout.min_ring_bytes;
+  h->board_bytes = layout.board_bytes;
   h->total_bytes = total;
   h->owner_rank = owner_rank;
   h->nslots = layout.nslots;

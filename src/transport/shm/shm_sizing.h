@@ -43,15 +43,17 @@ struct SegmentPlan {
   uint64_t minimum_bytes = 0;   // the segment with minimum rings (for messages)
 };
 
-// The segment of one of `nlocal` ranks on this host, each with `nlanes` streams per peer, when
-// /dev/shm has `free_bytes` free.
-SegmentPlan PlanSegment(uint64_t requested, uint32_t nlocal, uint32_t nlanes, uint64_t free_bytes);
+// The segment of one of `nlocal` ranks on this host, each with `nlanes` streams per peer and a
+// small-message board of `board_bytes` per post (a multiple of kBoardAlignBytes; 0: none), when
+// /dev/shm has `free_bytes` free. The board is part of the segment and of its budget.
+SegmentPlan PlanSegment(uint64_t requested, uint32_t nlocal, uint32_t nlanes, uint64_t free_bytes,
+                        uint64_t board_bytes = 0);
 
 // The segment of one of `nlocal` ranks when every ring gets kMinRingBytes (in whole pages).
-uint64_t MinimumSegmentBytes(uint32_t nlocal, uint32_t nlanes);
+uint64_t MinimumSegmentBytes(uint32_t nlocal, uint32_t nlanes, uint64_t board_bytes = 0);
 
 // The most bytes the segments of `nlocal` ranks take together, whatever the free space:
 // max(kHostSegmentBudgetBytes, nlocal segments of minimum rings). Tests hold the transport to it.
-uint64_t HostSegmentBytesBound(uint32_t nlocal, uint32_t nlanes);
+uint64_t HostSegmentBytesBound(uint32_t nlocal, uint32_t nlanes, uint64_t board_bytes = 0);
 
 }  // namespace braid::shm

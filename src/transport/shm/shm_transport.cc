@@ -10,6 +10,7 @@
 #include <new>
 
 #include "core/base/log.h"
+#include "transport/shm/shm_board.h"
 #include "transport/shm/shm_endpoint.h"
 #include "transport/shm/shm_segment.h"
 #include "transport/shm/shm_sizing.h"
@@ -117,6 +118,7 @@ class ShmTransport final : public TransportInstance {
     return Status::Ok();
   }
   const char* name() const override { return "shm"; }
+  LocalBoard* localBoard() override { return board_.get(); }
 
  private:
   explicit ShmTransport(const TransportContext& ctx) : ctx_(ctx) {}
@@ -126,6 +128,7 @@ class ShmTransport final : public TransportInstance {
 
   TransportContext ctx_;
   std::unique_ptr<OwnedSegment> segment_;  // null when this rank has no local peer
+  std::unique_ptr<ShmBoard> board_;        // null without a segment or with board_bytes 0
   ShmBlob blob_;
 };
 
@@ -160,7 +163,11 @@ Result<std::unique_ptr<TransportInstance>> ShmTransport::Create(const TransportC
   auto free_res = ShmFreeBytes();
   if (!free_res.ok()) return Status(free_res.status()).prepend(t->who());
   const uint64_t free_bytes = *free_res;
-  const SegmentPlan plan = PlanSegment(ctx.shm_ring_bytes, nlocal, nch, free_bytes);
+  // The small-message board is part of the segment (two payloads: small).
+  const uint64_t board_bytes = std::min<uint64_t>(
+      (ctx.board_bytes + kBoardAlignBytes - 1) / kBoardAlignBytes * kBoardAlignBytes,
+      kMaxBoardBytes);
+  const SegmentPlan plan = PlanSegment(ctx.shm_ring_bytes, nlocal, nch, free_bytes, board_bytes);
   if (plan.layout.nslots == 0) {
     return SystemError(t->who() +
                        NoSpaceMessage(free_bytes, nlocal * plan.minimum_bytes,
@@ -194,6 +201,10 @@ Result<std::unique_ptr<TransportInstance>> ShmTransport::Create(const TransportC
                            SegmentName(ctx.comm_tag, ctx.rank, t->blob_.pid, t->blob_.pidns));
   if (!seg.ok()) return Status(seg.status()).prepend(t->who());
   t->segment_ = std::move(seg.value());
+  if (t->segment_->view().board()) {
+    t->board_.reset(new (std::nothrow) ShmBoard(ctx.rank, ctx.nranks, t->segment_->view()));
+    if (!t->board_) return SystemError(t->who() + "out of memory");
+  }
   t->blob_.segment = t->segment_->locator();
   t->blob_.ring_bytes = layout.ring_bytes;
   // The file system we actually created in, should /dev/shm be a link.
@@ -248,6 +259,11 @@ Status ShmTransport::connectPeer(int peer, const std::string& blob_text,
     return InternalError("segment " + b.segment + " does not match (" +
                          std::to_string(theirs.layout.nchannels) + " channels, rings of " +
                          std::to_string(theirs.layout.ring_bytes) + " bytes)");
+  // A peer whose board differs (BRAID_ONESHOT_BYTES is agreed at init, so only a bug) is left
+  // uncovered: the communicator then runs no call on the board.
+  if (board_ && !board_->addPeer(peer, theirs, link))
+    BRAID_WARN("shm: rank %d's small-message board does not match rank %d's; not using it", peer,
+               ctx_.rank);
   for (uint32_t c = 0; c < static_cast<uint32_t>(ctx_.nchannels); ++c) {
     const auto ts = static_cast<uint32_t>(tx_slot);
     const auto rs = static_cast<uint32_t>(rx_slot);

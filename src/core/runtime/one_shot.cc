@@ -1,0 +1,332 @@
+#include "core/runtime/one_shot.h"
+
+#include <sched.h>
+
+#include <cstring>
+#include <string>
+
+#include "algorithms/tuner.h"
+#include "core/base/clock.h"
+#include "core/base/log.h"
+#include "core/net/failure_notice.h"
+#include "device/cpu/reduce_kernels.h"
+
+namespace braid {
+namespace {
+
+// Marks a signature as the one-shot path's (a garbage or stale board word never matches).
+constexpr uint64_t kSignatureMagic = 0x31746f68736e6fULL;  // "onshot1"
+// How long one sleep lasts before the waiter checks for failures again: bounds how late a peer's
+// death, an abort or a revoke is noticed (the post itself wakes the sleeper at once).
+constexpr int64_t kSleepSliceUs = 5000;
+
+uint64_t PayloadBytes(const OpDesc& d, int nranks, int rank) {
+  const uint64_t block = d.count * DataTypeSize(d.dtype);
+  switch (d.kind) {
+    case CollKind::kAllReduce:
+    case CollKind::kReduce:
+    case CollKind::kAllGather:
+      return block;
+    case CollKind::kBroadcast:
+      return rank == d.root ? block : 0;
+    case CollKind::kReduceScatter:
+    case CollKind::kAllToAll:
+      return block * static_cast<uint64_t>(nranks);
+    default:
+      return 0;  // barrier
+  }
+}
+
+// The call as every rank must have made it. Not the payload size (a broadcast's root posts one,
+// the others none) and not the pre-multiplied sum's scalar (each rank may scale by its own, as
+// in NCCL).
+BoardSignature SignatureOf(const OpDesc& d, int nranks) {
+  BoardSignature s;
+  s.words[0] = kSignatureMagic;
+  s.words[1] = static_cast<uint64_t>(d.kind) | static_cast<uint64_t>(d.dtype) << 8 |
+               static_cast<uint64_t>(d.base_op) << 16 | uint64_t{d.avg} << 24 |
+               uint64_t{d.premul} << 25;
+  s.words[2] = d.count;
+  s.words[3] = static_cast<uint64_t>(static_cast<uint32_t>(d.root));
+  s.words[4] = static_cast<uint64_t>(nranks);
+  return s;
+}
+
+// The call a peer's signature stands for, for messages ("allreduce(count=8, float, sum)").
+std::string DescribeSignature(const BoardSignature& s) {
+  const uint64_t w = s.words[1];
+  const auto kind = static_cast<unsigned>(w & 0xff), dtype = static_cast<unsigned>(w >> 8 & 0xff),
+             op = static_cast<unsigned>(w >> 16 & 0xff);
+  if (s.words[0] != kSignatureMagic || kind >= static_cast<unsigned>(kNumCollKinds) ||
+      !IsValidDataType(static_cast<int>(dtype)) || op >= static_cast<unsigned>(braidNumOps))
+    return "a different collective (board words 0x" + [&] {
+      char buf[40];
+      std::snprintf(buf, sizeof(buf), "%llx %llx", static_cast<unsigned long long>(s.words[0]),
+                    static_cast<unsigned long long>(w));
+      return std::string(buf);
+    }() + ")";
+  OpDesc d;
+  d.kind = static_cast<CollKind>(kind);
+  d.dtype = static_cast<DataType>(dtype);
+  d.base_op = static_cast<ReduceOp>(op);
+  d.avg = (w >> 24 & 1) != 0;
+  d.premul = (w >> 25 & 1) != 0;
+  d.count = s.words[2];
+  d.root = static_cast<int32_t>(static_cast<uint32_t>(s.words[3]));
+  return DescribeCall(d);
+}
+
+bool Oversubscribed(int local_ranks) {
+  static const int cpus = [] {
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    if (sched_getaffinity(0, sizeof(set), &set) != 0) return 1;
+    return CPU_COUNT(&set) > 0 ? CPU_COUNT(&set) : 1;
+  }();
+  return local_ranks > cpus;
+}
+
+inline void CpuRelax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield");
+#endif
+}
+
+class Call {
+ public:
+  Call(braidComm& comm, const OpDesc& d, uint32_t seq)
+      : comm_(comm), d_(d), board_(*comm.board()), seq_(seq), n_(comm.nranks()), me_(comm.rank()) {}
+
+  Status run();
+
+ private:
+  std::string context() const {
+    // Numbered from 0 like the engine's collectives, in a sequence of their own (an engine
+    // operation queued earlier takes its number when it starts, which may be after this call).
+    return comm_.where() + ": " + DescribeCall(d_) + " (small-message call #" +
+           std::to_string(seq_ - 1) + "): ";
+  }
+  void fillOutbox();
+  Status waitFor(int peer, Deadline deadline);
+  // A failure noticed while waiting: a peer's death, an abort or revoke of this communicator, or
+  // another rank's failure announced to this one. Ok when none.
+  Status failureSeen(int peer);
+  Status fail(const Status& st, const std::optional<FailureCause>& local);
+  Status timedOut(int peer);
+  void consume();
+  // dst = rank-order fold of block `offset` (bytes) of every post, `count` elements.
+  void fold(uint64_t offset, void* dst, uint64_t count) const;
+
+  braidComm& comm_;
+  const OpDesc& d_;
+  LocalBoard& board_;
+  const uint32_t seq_;
+  const int n_;
+  const int me_;
+};
+
+void Call::fillOutbox() {
+  const uint64_t bytes = PayloadBytes(d_, n_, me_);
+  if (bytes == 0) return;
+  std::byte* out = board_.outbox(seq_);
+  const bool reduces = d_.kind == CollKind::kAllReduce || d_.kind == CollKind::kReduce ||
+                       d_.kind == CollKind::kReduceScatter;
+  if (reduces && d_.premul)
+    ScaleKernel(d_.dtype, d_.sendbuf, out, bytes / DataTypeSize(d_.dtype), d_.scalar);
+  else
+    std::memcpy(out, d_.sendbuf, bytes);
+}
+
+Status Call::failureSeen(int peer) {
+  if (board_.dead(peer)) return board_.deathError(peer);
+  if (comm_.asyncErrorCode() != braidSuccess) return comm_.asyncError();
+  if (auto cause = comm_.causes().first(); cause && !cause->weak())
+    return Status::Error(cause->errorClass(), cause->describe());
+  return Status::Ok();
+}
+
+Status Call::fail(const Status& st, const std::optional<FailureCause>& local) {
+  // An abort or revoke of this communicator already marked it failed and told the peers.
+  if (comm_.asyncErrorCode() != braidSuccess) return Status(st).prepend(context());
+  return comm_.failWithCause(Status(st).prepend(context()), context(), CollKindName(d_.kind),
+                             FailureCause::kNoSeq, local);
+}
+
+Status Call::waitFor(int peer, Deadline deadline) {
+  if (board_.posted(peer, seq_)) return Status::Ok();
+  // Spin while the peer is likely on its way: it is, on a host with a core per rank, unless
+  // the program is unbalanced. With more ranks than cores a spinning rank takes the core its
+  // peer needs, so it yields instead.
+  // Spinning found nothing yet: from here the hang report names the rank this call waits for.
+  comm_.boardProgress().waiting_on.store(peer, std::memory_order_relaxed);
+  const bool yield = Oversubscribed(n_);
+  const int64_t spin_us = comm_.config().spin_us;
+  const int64_t start = NowMicros();
+  for (uint32_t i = 1;; ++i) {
+    if (board_.posted(peer, seq_)) return Status::Ok();
+    if ((i & 63) == 0 && NowMicros() - start >= spin_us) break;
+    if (yield)
+      sched_yield();
+    else
+      CpuRelax();
+  }
+  for (;;) {
+    if (board_.sleepUntilPosted(peer, seq_, kSleepSliceUs)) return Status::Ok();
+    // A death seen here was reported as the cause by deathError.
+    if (Status st = failureSeen(peer); !st.ok()) return fail(st, std::nullopt);
+    // The peer has not posted this call but sends this rank data for an operation this rank
+    // has not issued (e.g. a call on a split view where this rank called its root): it is in
+    // another call and both would wait for BRAID_TIMEOUT.
+    if (comm_.peerAheadOnStreams(peer) && !board_.posted(peer, seq_))
+      return fail(InvalidUsage("call mismatch: rank " + std::to_string(peer) +
+                               " is in an operation this rank has not issued (it sent data for "
+                               "it) instead of this call; every rank must call a communicator "
+                               "and its split views in the same order"),
+                  std::nullopt);
+    if (deadline.expired()) return timedOut(peer);
+  }
+}
+
+Status Call::timedOut(int peer) {
+  const int64_t timeout_s = comm_.config().timeout_ms / 1000;
+  const Status st = TimeoutError(
+      "rank " + std::to_string(peer) + " did not make this call within " +
+      std::to_string(timeout_s) +
+      " s (BRAID_TIMEOUT): it is stopped, hung, or it called a different collective or count "
+      "(every rank must make the same calls in the same order)");
+  // Another rank named the cause already (its notice arrived while this one waited).
+  if (comm_.causes().hasStrong()) return fail(st, std::nullopt);
+  // Every rank waits for every post, so every survivor sees the missing rank itself: whether it
+  // answers a liveness probe tells a stopped process from one that runs but is elsewhere.
+  const RankInfo& info = comm_.rankInfos()[static_cast<size_t>(peer)];
+  FailureCause c;
+  c.rank = peer;
+  c.pid = info.pid;
+  c.host = info.hostname;
+  c.seconds = static_cast<uint32_t>(timeout_s);
+  c.reason = ProbeAlive(comm_.controlPeers(), peer, Deadline::After(kLivenessProbeMs))
+                 ? FailureCause::Reason::kNoProgress
+                 : FailureCause::Reason::kStalled;
+  return fail(st, c);
+}
+
+void Call::fold(uint64_t offset, void* dst, uint64_t count) const {
+  const auto at = [&](int r) { return board_.inbox(r, seq_) + offset; };
+  if (n_ == 1) {
+    std::memcpy(dst, at(0), count * DataTypeSize(d_.dtype));
+    return;
+  }
+  ReduceKernel(d_.dtype, d_.base_op, at(0), at(1), dst, count);
+  for (int r = 2; r < n_; ++r) ReduceKernel(d_.dtype, d_.base_op, dst, at(r), dst, count);
+  if (d_.avg) DivideKernel(d_.dtype, dst, count, static_cast<uint64_t>(n_));
+}
+
+void Call::consume() {
+  const uint64_t block = d_.count * DataTypeSize(d_.dtype);
+  auto* recv = static_cast<std::byte*>(d_.recvbuf);
+  switch (d_.kind) {
+    case CollKind::kAllReduce:
+      fold(0, recv, d_.count);
+      break;
+    case CollKind::kReduce:
+      if (me_ == d_.root) fold(0, recv, d_.count);
+      break;
+    case CollKind::kReduceScatter:
+      fold(static_cast<uint64_t>(me_) * block, recv, d_.count);
+      break;
+    case CollKind::kAllGather:
+      for (int r = 0; r < n_; ++r)
+        std::memcpy(recv + static_cast<uint64_t>(r) * block, board_.inbox(r, seq_), block);
+      break;
+    case CollKind::kAllToAll:
+      for (int r = 0; r < n_; ++r)
+        std::memcpy(recv + static_cast<uint64_t>(r) * block,
+                    board_.inbox(r, seq_) + static_cast<uint64_t>(me_) * block, block);
+      break;
+    case CollKind::kBroadcast:
+      if (me_ != d_.root)
+        std::memcpy(recv, board_.inbox(d_.root, seq_), block);
+      else if (!d_.in_place)
+        std::memcpy(recv, d_.sendbuf, block);
+      break;
+    default:
+      break;  // barrier
+  }
+}
+
+Status Call::run() {
+  fillOutbox();
+  const BoardSignature mine = SignatureOf(d_, n_);
+  board_.post(seq_, mine);
+  const Deadline deadline = Deadline::After(comm_.config().timeout_ms);
+  // Every peer's post, in rank order from the next rank (so that ranks do not all poll rank 0
+  // first), before any payload is read: the signatures must all agree.
+  for (int k = 1; k < n_; ++k) {
+    const int peer = (me_ + k) % n_;
+    BRAID_RETURN_IF_ERROR(waitFor(peer, deadline));
+  }
+  for (int k = 1; k < n_; ++k) {
+    const int peer = (me_ + k) % n_;
+    const BoardSignature theirs = board_.signature(peer, seq_);
+    if (theirs == mine) continue;
+    // Every rank finds a difference (if a differs from b, every rank differs from one of them)
+    // at the same call, and every rank has posted it: the board stays in step and the
+    // communicator usable, as after any argument error.
+    return InvalidUsage(context() + "call mismatch: rank " + std::to_string(peer) + " called " +
+                        DescribeSignature(theirs) + " at this point; every rank must make " +
+                        "the same calls in the same order (nothing was transferred)");
+  }
+  consume();
+  return Status::Ok();
+}
+
+}  // namespace
+
+bool OneShotTakes(const braidComm& comm, const OpDesc& d) {
+  const LocalBoard* board = comm.board();
+  if (!board || d.codec.id != CodecId::kNone) return false;
+  switch (d.kind) {
+    case CollKind::kAllReduce:
+    case CollKind::kReduce:
+    case CollKind::kBroadcast:
+    case CollKind::kAllGather:
+    case CollKind::kReduceScatter:
+    case CollKind::kAllToAll:
+    case CollKind::kBarrier:
+      break;
+    default:
+      return false;
+  }
+  const int n = comm.nranks();
+  // The largest post of the call on any rank (a broadcast's root posts the block).
+  const uint64_t block = d.count * DataTypeSize(d.dtype);
+  const uint64_t post = d.kind == CollKind::kReduceScatter || d.kind == CollKind::kAllToAll
+                            ? block * static_cast<uint64_t>(n)
+                        : d.kind == CollKind::kBarrier ? 0
+                                                       : block;
+  if (post > board->capacity()) return false;
+  // BRAID_ALGO: a rule that covers the call decides (CollBytes counts as the tuner does).
+  const uint64_t coll_bytes =
+      d.kind == CollKind::kAllGather ? block * static_cast<uint64_t>(n) : post;
+  if (const std::string* rule = comm.tuner().overrideFor(d.kind, coll_bytes))
+    return *rule == kOneShotAlgorithm;
+  return true;
+}
+
+Status RunOneShot(braidComm& comm, const OpDesc& d) {
+  std::lock_guard<std::mutex> lock(comm.boardMutex());
+  braidComm::BoardProgress& progress = comm.boardProgress();
+  const uint32_t seq = comm.nextBoardSeq();
+  progress.kind.store(static_cast<int>(d.kind), std::memory_order_relaxed);
+  progress.count.store(d.count, std::memory_order_relaxed);
+  progress.started.store(seq, std::memory_order_release);
+  Call call(comm, d, seq);
+  Status st = call.run();
+  progress.waiting_on.store(-1, std::memory_order_relaxed);
+  progress.completed.store(seq, std::memory_order_release);
+  return st;
+}
+
+}  // namespace braid

@@ -1,0 +1,34 @@
+// The small-message path on one host (issue 11; docs/performance.md "Small messages").
+//
+// A blocking collective whose per-rank payload is small runs on the communicator's shared-memory
+// board (transport/local_board.h) on the caller's thread, not as a schedule on the engine: each
+// rank copies its contribution into its own side of the board and posts it; every rank then
+// waits for every peer's post of the same call, compares the signatures (a call that differs
+// between ranks fails on every rank with both calls named, and the communicator stays usable)
+// and reads what it needs straight from the peers' memory. Reductions fold the contributions in
+// rank order (x0 op x1 op ... op xN-1), so every rank gets the same bits, the same as
+// BRAID_DETERMINISTIC's order. No message, no progress thread, no syscall while the peers keep
+// up: waiting spins (pause, or sched_yield when the host has more ranks than cores) for
+// BRAID_SPIN_US, then sleeps on the peer's post with a futex.
+//
+// It is not a schedule because it is not made of messages: steps are loads of peer memory,
+// which the IR's send/recv steps do not describe; tests/multirank/one_shot_test.cc checks it bit
+// for bit instead of the verifier.
+#pragma once
+
+#include "core/base/status.h"
+#include "core/runtime/comm.h"
+#include "core/runtime/operation.h"
+
+namespace braid {
+
+// Whether the blocking call `d` (outside a group) runs on `comm`'s board: the communicator has
+// one, the collective is one it serves (all-reduce, reduce, broadcast, all-gather,
+// reduce-scatter, all-to-all, barrier; not quantized), its payload fits the board
+// (BRAID_ONESHOT_BYTES), and BRAID_ALGO, where a rule covers the call, names "oneshot".
+bool OneShotTakes(const braidComm& comm, const OpDesc& d);
+
+// Runs `d` on the board, on this thread, and returns when this rank's part is done.
+Status RunOneShot(braidComm& comm, const OpDesc& d);
+
+}  // namespace braid

@@ -1,0 +1,380 @@
+// The small-message path on one host (issue 11, core/runtime/one_shot.h): blocking calls whose
+// per-rank payload fits BRAID_ONESHOT_BYTES run on the shared-memory board. Checked here: every
+// collective on the board is bit-exact and moves no byte through the streams (the transports'
+// counters), a call one byte over the board goes to the engine and is bit-exact too, reductions
+// are the rank-order fold on every rank, a call that differs between ranks fails on every rank
+// and leaves the communicator usable, mixed board and engine calls (non-blocking, larger) on 8
+// ranks on the 2-core machine complete bit-exact, and a killed, stopped or revoking peer is named
+// by every survivor waiting on the board. Order between ranks comes from pipes, never sleeps.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "multirank/collective_cases.h"
+#include "multirank/harness.h"
+
+namespace braid_test {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double SecondsSince(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+// Bytes this rank has sent through its transports to all peers.
+bool SentBytes(braidComm_t comm, int nranks, uint64_t* total) {
+  *total = 0;
+  for (int p = 0; p < nranks; ++p) {
+    uint64_t sent = 0;
+    if (braidCommPeerTraffic(comm, p, &sent, nullptr, nullptr, 0) != braidSuccess) return false;
+    *total += sent;
+  }
+  return true;
+}
+
+JobOptions Options(int n, std::vector<std::pair<std::string, std::string>> env = {}) {
+  JobOptions opt;
+  opt.nranks = n;
+  opt.timeout_s = 120;
+  opt.env = {{"BRAID_TRANSPORTS", "shm"}, {"BRAID_TIMEOUT", "20"}};
+  for (auto& e : env) opt.env.push_back(std::move(e));
+  return opt;
+}
+
+class OneShot : public ::testing::TestWithParam<int> {};
+
+INSTANTIATE_TEST_SUITE_P(Ranks, OneShot, ::testing::Values(2, 3, 4, 8),
+                         [](const auto& info) { return "n" + std::to_string(info.param); });
+
+// Every collective x type x op x placement that fits the board: bit-exact, and not one byte
+// through the streams (so the board, not the engine, ran it).
+TEST_P(OneShot, EveryCollectiveOnTheBoardIsBitExactAndSendsNoStreamByte) {
+  const int n = GetParam();
+  std::vector<DataType> types(std::begin(kTypes), std::end(kTypes));
+  std::vector<int> ops(std::begin(kOps), std::end(kOps));
+  // 300 elements of 8 bytes on 8 ranks: 19200 bytes for reduce-scatter and all-to-all.
+  const auto cases = Matrix({1, 7, 300}, types, ops);
+  auto out = RunJob(Options(n), [&](braidComm_t comm, int rank, int nranks, const braidUniqueId&) {
+    uint64_t before = 0, after = 0;
+    CHECK_OR_FAIL(SentBytes(comm, nranks, &before), "traffic counters");
+    uint64_t wrong = 0;
+    for (const Case& c : cases) wrong += RunCase(comm, rank, nranks, c);  // no send/recv
+    CHECK_OR_FAIL(wrong == 0, "%llu wrong elements", static_cast<unsigned long long>(wrong));
+    CHECK_OR_FAIL(braidBarrier(comm) == braidSuccess, "barrier");
+    CHECK_OR_FAIL(SentBytes(comm, nranks, &after), "traffic counters");
+    CHECK_OR_FAIL(after == before, "the board calls sent %llu stream bytes",
+                  static_cast<unsigned long long>(after - before));
+    return 0;
+  });
+  EXPECT_TRUE(AllSucceeded(out)) << DescribeOutcomes(out);
+}
+
+// The board's edge (BRAID_ONESHOT_BYTES=4096): 1024 floats fit and send nothing; 1025 do not,
+// go to the engine (stream bytes move) and are bit-exact all the same; BRAID_ONESHOT_BYTES=0 and
+// BRAID_ALGO rules that name another algorithm keep every call off the board.
+TEST_P(OneShot, TheBoardTakesWhatFitsAndTheEngineTheRest) {
+  const int n = GetParam();
+  struct Setting {
+    std::vector<std::pair<std::string, std::string>> env;
+    bool board_at_1024;
+  };
+  const Setting settings[] = {
+      {{{"BRAID_ONESHOT_BYTES", "4096"}}, true},
+      {{{"BRAID_ONESHOT_BYTES", "0"}}, false},
+      {{{"BRAID_ONESHOT_BYTES", "4096"}, {"BRAID_ALGO", "allreduce:ring"}}, false},
+      {{{"BRAID_ONESHOT_BYTES", "4096"}, {"BRAID_ALGO", "allreduce:oneshot@0-1M"}}, true},
+  };
+  for (const Setting& s : settings) {
+    auto out = RunJob(Options(n, s.env), [&](braidComm_t comm, int rank, int nranks,
+                                             const braidUniqueId&) {
+      for (uint64_t count : {uint64_t{1024}, uint64_t{1025}}) {
+        uint64_t before = 0, after = 0;
+        CHECK_OR_FAIL(SentBytes(comm, nranks, &before), "traffic counters");
+        const uint64_t wrong = RunCase(
+            comm, rank, nranks, {CollKind::kAllReduce, DataType::kFloat32, braidSum, count, false});
+        CHECK_OR_FAIL(wrong == 0, "count %llu: %llu wrong elements",
+                      static_cast<unsigned long long>(count),
+                      static_cast<unsigned long long>(wrong));
+        CHECK_OR_FAIL(SentBytes(comm, nranks, &after), "traffic counters");
+        const bool on_board = after == before;
+        CHECK_OR_FAIL(on_board == (count == 1024 && s.board_at_1024), "count %llu ran %s the board",
+                      static_cast<unsigned long long>(count), on_board ? "on" : "off");
+      }
+      return 0;
+    });
+    EXPECT_TRUE(AllSucceeded(out))
+        << s.env.back().first << "=" << s.env.back().second << ": " << DescribeOutcomes(out);
+  }
+}
+
+// Fractional floats whose sums round: the board folds in rank order, x0 + x1 + ... + xN-1, so
+// every rank holds the same bits, those of that fold computed here.
+TEST_P(OneShot, ReductionsAreTheRankOrderFoldOnEveryRank) {
+  const int n = GetParam();
+  auto x = [](int r, uint64_t i) {
+    return static_cast<float>(std::sin(0.37 * static_cast<double>(i) + 1.1 * r) * 1000.123 +
+                              r * 1e-3);
+  };
+  auto out = RunJob(Options(n), [&](braidComm_t comm, int rank, int nranks, const braidUniqueId&) {
+    const size_t count = 1000;
+    std::vector<float> in(count), got(count), rs_in(count * nranks), rs_got(count);
+    for (size_t i = 0; i < count; ++i) in[i] = x(rank, i);
+    for (size_t i = 0; i < rs_in.size(); ++i) rs_in[i] = x(rank, i);
+    CHECK_OR_FAIL(
+        braidAllReduce(in.data(), got.data(), count, braidFloat32, braidSum, comm) == braidSuccess,
+        "allreduce");
+    CHECK_OR_FAIL(braidReduceScatter(rs_in.data(), rs_got.data(), count, braidFloat32, braidSum,
+                                     comm) == braidSuccess,
+                  "reducescatter");
+    for (size_t i = 0; i < count; ++i) {
+      float want = x(0, i), rs_want = x(0, rank * count + i);
+      for (int q = 1; q < nranks; ++q) {
+        want = want + x(q, i);
+        rs_want = rs_want + x(q, rank * count + i);
+      }
+      CHECK_OR_FAIL(std::memcmp(&got[i], &want, 4) == 0, "allreduce element %zu: %.9g, fold %.9g",
+                    i, got[i], want);
+      CHECK_OR_FAIL(std::memcmp(&rs_got[i], &rs_want, 4) == 0,
+                    "reducescatter element %zu: %.9g, fold %.9g", i, rs_got[i], rs_want);
+    }
+    return 0;
+  });
+  EXPECT_TRUE(AllSucceeded(out)) << DescribeOutcomes(out);
+}
+
+// Rank 0 passes another count (then another op): every rank fails with invalid usage naming
+// both calls, no receive buffer is written, and the next call succeeds on every rank.
+TEST_P(OneShot, ACallThatDiffersFailsOnEveryRankAndTheCommunicatorGoesOn) {
+  const int n = GetParam();
+  auto out = RunJob(Options(n), [&](braidComm_t comm, int rank, int nranks, const braidUniqueId&) {
+    for (int variant = 0; variant < 2; ++variant) {
+      const size_t count = variant == 0 && rank == 0 ? 12 : 8;
+      const braidRedOp_t op = variant == 1 && rank == 0 ? braidMax : braidSum;
+      std::vector<float> in(16, 1.0f), recv(16, -7.0f);
+      braidResult_t rc = braidAllReduce(in.data(), recv.data(), count, braidFloat32, op, comm);
+      const std::string msg = braidGetLastError(comm);
+      const std::string want = variant == 0 ? "count=12" : "max";
+      CHECK_OR_FAIL(rc == braidErrInvalidUsage && msg.find("call mismatch") != std::string::npos &&
+                        msg.find(want) != std::string::npos,
+                    "variant %d: rc=%d: %s", variant, rc, msg.c_str());
+      for (float v : recv) CHECK_OR_FAIL(v == -7.0f, "receive buffer written after a mismatch");
+      std::vector<float> one(5, static_cast<float>(rank));
+      CHECK_OR_FAIL(
+          braidAllReduce(one.data(), one.data(), 5, braidFloat32, braidSum, comm) == braidSuccess,
+          "the call after the mismatch: %s", braidGetLastError(comm));
+      for (float v : one)
+        CHECK_OR_FAIL(v == static_cast<float>(nranks * (nranks - 1) / 2), "sum %g", v);
+    }
+    braidResult_t async = braidSuccess;
+    CHECK_OR_FAIL(braidCommGetAsyncError(comm, &async) == braidSuccess && async == braidSuccess,
+                  "async error %d after clean mismatches", async);
+    return 0;
+  });
+  EXPECT_TRUE(AllSucceeded(out)) << DescribeOutcomes(out);
+}
+
+// Board calls between non-blocking engine operations in flight, back to back, sizes and kinds
+// mixed, with more ranks than cores: all complete, bit-exact.
+TEST_P(OneShot, BoardCallsInterleaveWithOperationsInFlight) {
+  const int n = GetParam();
+  auto out = RunJob(Options(n), [&](braidComm_t comm, int rank, int nranks, const braidUniqueId&) {
+    const size_t big = 50000;  // 200 KB: the engine's
+    std::vector<float> big_in(big), big_out(big);
+    for (size_t i = 0; i < big; ++i) big_in[i] = static_cast<float>((i + rank) % 100);
+    for (int round = 0; round < 30; ++round) {
+      braidRequest_t req = nullptr;
+      CHECK_OR_FAIL(braidIallReduce(big_in.data(), big_out.data(), big, braidFloat32, braidSum,
+                                    comm, &req) == braidSuccess,
+                    "iallreduce");
+      for (int k = 0; k < 20; ++k) {
+        const size_t count = 1 + static_cast<size_t>((round * 20 + k) % 700);
+        std::vector<int32_t> v(count), g(count * nranks);
+        for (size_t i = 0; i < count; ++i) v[i] = static_cast<int32_t>(rank * 1000 + i + k);
+        CHECK_OR_FAIL(
+            braidAllReduce(v.data(), v.data(), count, braidInt32, braidSum, comm) == braidSuccess,
+            "small allreduce: %s", braidGetLastError(comm));
+        for (size_t i = 0; i < count; ++i) {
+          const int64_t want = 1000LL * nranks * (nranks - 1) / 2 +
+                               static_cast<int64_t>(nranks) * static_cast<int64_t>(i + k);
+          CHECK_OR_FAIL(v[i] == want, "round %d call %d element %zu: %d, want %lld", round, k, i,
+                        v[i], static_cast<long long>(want));
+        }
+        std::vector<int32_t> mine(count, rank + k);
+        CHECK_OR_FAIL(
+            braidAllGather(mine.data(), g.data(), count, braidInt32, comm) == braidSuccess,
+            "small allgather");
+        for (int q = 0; q < nranks; ++q)
+          CHECK_OR_FAIL(g[q * count] == q + k && g[(q + 1) * count - 1] == q + k,
+                        "allgather block %d", q);
+      }
+      CHECK_OR_FAIL(braidWait(&req, -1) == braidSuccess, "wait: %s", braidGetLastError(comm));
+      for (size_t i = 0; i < big; i += 997) {
+        float want = 0;
+        for (int q = 0; q < nranks; ++q) want += static_cast<float>((i + q) % 100);
+        CHECK_OR_FAIL(big_out[i] == want, "big element %zu", i);
+      }
+    }
+    return 0;
+  });
+  EXPECT_TRUE(AllSucceeded(out)) << DescribeOutcomes(out);
+}
+
+// A pipe that carries one pid to each reader (4-byte writes to a pipe are atomic).
+struct PidPipe {
+  int fd[2] = {-1, -1};
+  PidPipe() { EXPECT_EQ(pipe(fd), 0); }
+  ~PidPipe() {
+    close(fd[0]);
+    close(fd[1]);
+  }
+  bool publish(int copies) const {
+    const pid_t me = getpid();
+    for (int i = 0; i < copies; ++i)
+      if (write(fd[1], &me, sizeof(me)) != static_cast<ssize_t>(sizeof(me))) return false;
+    return true;
+  }
+  pid_t take() const {
+    pid_t p = -1;
+    return read(fd[0], &p, sizeof(p)) == static_cast<ssize_t>(sizeof(p)) ? p : -1;
+  }
+};
+
+class OneShotFailure : public ::testing::TestWithParam<int> {};
+
+INSTANTIATE_TEST_SUITE_P(Ranks, OneShotFailure, ::testing::Values(4, 8),
+                         [](const auto& info) { return "n" + std::to_string(info.param); });
+
+// A rank SIGKILLs itself instead of making a board call: every survivor, all waiting on the
+// board, fails within 1 s naming it (rank, pid, "died"), and so does its next call.
+TEST_P(OneShotFailure, KilledRankIsNamedByEverySurvivorWithinASecond) {
+  const int n = GetParam();
+  const int victim = n / 2;
+  PidPipe victim_pid;
+  auto out = RunJob(Options(n), [&](braidComm_t comm, int rank, int nranks, const braidUniqueId&) {
+    std::vector<float> buf(64, 1.0f);
+    CHECK_OR_FAIL(
+        braidAllReduce(buf.data(), buf.data(), 64, braidFloat32, braidSum, comm) == braidSuccess,
+        "first call");
+    if (rank == victim) {
+      if (!victim_pid.publish(nranks - 1)) return 5;
+      raise(SIGKILL);
+    }
+    const pid_t vpid = victim_pid.take();
+    CHECK_OR_FAIL(vpid > 0, "victim pid");
+    const auto t0 = Clock::now();
+    braidResult_t rc = braidAllReduce(buf.data(), buf.data(), 64, braidFloat32, braidSum, comm);
+    const double dt = SecondsSince(t0);
+    const std::string msg = braidGetLastError(comm);
+    const std::string want =
+        "rank " + std::to_string(victim) + " (host ";  // then host, pid and "died"
+    CHECK_OR_FAIL(rc == braidErrRemote && dt < 1.0 && msg.find(want) != std::string::npos &&
+                      msg.find("pid " + std::to_string(vpid) + ") died") != std::string::npos,
+                  "rc=%d after %.2fs: %s", rc, dt, msg.c_str());
+    const auto t1 = Clock::now();
+    rc = braidAllReduce(buf.data(), buf.data(), 16, braidFloat32, braidSum, comm);
+    CHECK_OR_FAIL(rc != braidSuccess && SecondsSince(t1) < 1.0 &&
+                      std::string(braidGetLastError(comm)).find(") died") != std::string::npos,
+                  "the next call: rc=%d: %s", rc, braidGetLastError(comm));
+    return 0;
+  });
+  for (int r = 0; r < n; ++r)
+    EXPECT_EQ(out[r].exit_code, r == victim ? 128 + SIGKILL : 0) << DescribeOutcomes(out);
+}
+
+// A rank stops (SIGSTOP) instead of making a board call: every survivor times out within
+// BRAID_TIMEOUT + 1 s naming it as stopped.
+TEST_P(OneShotFailure, StoppedRankIsNamedByEverySurvivor) {
+  const int n = GetParam();
+  const int victim = n / 2;
+  constexpr int kTimeoutS = 2;
+  PidPipe victim_pid;
+  int done[2];
+  ASSERT_EQ(pipe(done), 0);
+  auto opt = Options(n);
+  opt.env.push_back({"BRAID_TIMEOUT", std::to_string(kTimeoutS)});
+  auto out = RunJob(opt, [&](braidComm_t comm, int rank, int nranks, const braidUniqueId&) {
+    std::vector<float> buf(64, 1.0f);
+    CHECK_OR_FAIL(
+        braidAllReduce(buf.data(), buf.data(), 64, braidFloat32, braidSum, comm) == braidSuccess,
+        "first call");
+    if (rank == victim) {
+      if (!victim_pid.publish(nranks - 1)) return 5;
+      raise(SIGSTOP);
+      return 0;
+    }
+    const pid_t vpid = victim_pid.take();
+    CHECK_OR_FAIL(vpid > 0, "victim pid");
+    const auto t0 = Clock::now();
+    braidResult_t rc = braidAllReduce(buf.data(), buf.data(), 64, braidFloat32, braidSum, comm);
+    const double dt = SecondsSince(t0);
+    const std::string msg = braidGetLastError(comm);
+    const std::string want = "pid " + std::to_string(vpid) + ") stopped responding for " +
+                             std::to_string(kTimeoutS) + " s";
+    int code = 0;
+    if (rc != braidErrTimeout || dt > kTimeoutS + 1.0 || msg.find(want) == std::string::npos) {
+      std::fprintf(stderr, "[rank %d] rc=%d after %.2fs: %s\n  (want: %s)\n", rank, rc, dt,
+                   msg.c_str(), want.c_str());
+      code = 1;
+    }
+    // The victim goes once every survivor has its error.
+    const int first = victim == 0 ? 1 : 0;
+    char c = 1;
+    if (rank != first) {
+      if (write(done[1], &c, 1) != 1) return 7;
+    } else {
+      for (int k = 0; k < nranks - 2; ++k)
+        if (read(done[0], &c, 1) != 1) return 8;
+      kill(vpid, SIGKILL);
+    }
+    return code;
+  });
+  close(done[0]);
+  close(done[1]);
+  for (int r = 0; r < n; ++r)
+    EXPECT_EQ(out[r].exit_code, r == victim ? 128 + SIGKILL : 0) << DescribeOutcomes(out);
+}
+
+// Rank 0 revokes the communicator while the others wait on the board for its post: they fail
+// within 1 s naming the revoke.
+TEST_P(OneShotFailure, RevokeWakesEveryRankWaitingOnTheBoard) {
+  const int n = GetParam();
+  int ready[2];
+  ASSERT_EQ(pipe(ready), 0);
+  auto out = RunJob(Options(n), [&](braidComm_t comm, int rank, int nranks, const braidUniqueId&) {
+    std::vector<float> buf(64, 1.0f);
+    CHECK_OR_FAIL(
+        braidAllReduce(buf.data(), buf.data(), 64, braidFloat32, braidSum, comm) == braidSuccess,
+        "first call");
+    char c = 1;
+    if (rank == 0) {
+      // Each waiter says it is about to call; the revoke then lands on a waiting (or arriving)
+      // call either way.
+      for (int k = 0; k < nranks - 1; ++k)
+        if (read(ready[0], &c, 1) != 1) return 8;
+      CHECK_OR_FAIL(braidCommRevoke(comm) == braidSuccess, "revoke");
+      return 0;
+    }
+    if (write(ready[1], &c, 1) != 1) return 7;
+    const auto t0 = Clock::now();
+    braidResult_t rc = braidAllReduce(buf.data(), buf.data(), 64, braidFloat32, braidSum, comm);
+    const double dt = SecondsSince(t0);
+    const std::string msg = braidGetLastError(comm);
+    CHECK_OR_FAIL(rc != braidSuccess && dt < 1.0 && msg.find("rank 0") != std::string::npos &&
+                      msg.find("revoked the communicator") != std::string::npos,
+                  "rc=%d after %.2fs: %s", rc, dt, msg.c_str());
+    return 0;
+  });
+  close(ready[0]);
+  close(ready[1]);
+  EXPECT_TRUE(AllSucceeded(out)) << DescribeOutcomes(out);
+}
+
+}  // namespace
+}  // namespace braid_test
