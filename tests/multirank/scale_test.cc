@@ -129,9 +129,9 @@ void RunScaleJob(int nranks, int timeout_s) {
   ASSERT_EQ(segments.size(), static_cast<size_t>(nranks)) << "one segment per rank";
   unsigned long long total = 0;
   for (const auto& [key, bytes] : segments) total += bytes;
-  // With the small-message board at its default size (BRAID_ONESHOT_BYTES=64K).
+  // With the small-message board at its default size (BRAID_ONESHOT_BYTES=256K).
   const uint64_t bound =
-      braid::shm::HostSegmentBytesBound(static_cast<uint32_t>(nranks), nlanes, 64 << 10);
+      braid::shm::HostSegmentBytesBound(static_cast<uint32_t>(nranks), nlanes, 256 << 10);
   EXPECT_LE(total, bound) << nranks << " ranks map " << (total >> 20) << " MiB of segments";
   std::printf("%d ranks: %llu segments, %llu MiB in all (bound %llu MiB)\n", nranks,
               static_cast<unsigned long long>(segments.size()), total >> 20,

@@ -25,9 +25,10 @@ const std::vector<ConfigVar>& ConfigTable() {
       {"BRAID_SHM_RING_BYTES", "NCCL_BUFFSIZE", "bytes", "1M",
        "largest shared-memory ring per peer, channel and direction, 64K..256M (an upper bound: "
        "with many local ranks rings shrink, docs/scale.md)"},
-      {"BRAID_ONESHOT_BYTES", nullptr, "bytes", "64K",
-       "small-message path on one host (docs/performance.md): calls whose per-rank payload fits "
-       "run on a shared-memory board on the caller's thread; 0 turns it off, at most 4M"},
+      {"BRAID_ONESHOT_BYTES", nullptr, "bytes", "256K",
+       "small-message board on one host (docs/performance.md): its size per post; blocking calls "
+       "whose per-rank payload fits (up to 64K while every local rank has a core) run on it on "
+       "the caller's thread; 0 turns it off, at most 4M"},
       {"BRAID_HOSTID", nullptr, "string", "",
        "node identity override (emulated clusters); default hostname+boot id+netns"},
       {"BRAID_TOPO_FILE", nullptr, "string", "",

@@ -15,6 +15,7 @@
 #include "core/net/bootstrap.h"
 #include "core/runtime/engine.h"
 #include "core/runtime/placement.h"
+#include "core/base/cpus.h"
 #include "core/base/log.h"
 
 namespace braid {
@@ -245,6 +246,7 @@ Status braidComm::exchangeRankInfo(Bootstrap& bs, Deadline deadline) {
     for (const auto& g : placement->device_groups) PutField(&groups, g);
   PutField(&mine, groups);
   PutField(&mine, std::to_string(c.oneshot_bytes));
+  PutField(&mine, std::to_string(UsableCpus()));
   BRAID_ASSIGN_OR_RETURN(auto all, bs.allGather(mine, deadline));
   infos_.resize(nranks_);
   std::vector<std::vector<std::string>> fields(nranks_);
@@ -292,15 +294,22 @@ Status braidComm::exchangeRankInfo(Bootstrap& bs, Deadline deadline) {
   opts_.config.nchannels = nchannels_;
   opts_.config.chunk_bytes = chunk ? chunk : c.chunk_bytes;
   opts_.config.algo = fields[0][6];
-  // The small-message board's size: every rank must take the same calls to it.
-  char* end = nullptr;
-  const uint64_t oneshot =
-      fields[0].size() < 11 ? 0 : std::strtoull(fields[0][10].c_str(), &end, 10);
-  if (fields[0].size() < 11 || fields[0][10].empty() || *end != '\0' || oneshot > (4u << 20))
-    return RemoteError("malformed BRAID_ONESHOT_BYTES in the init message from rank 0");
+  // The small-message board's size, and the CPUs rank 0 may run on (which sets the board's
+  // threshold, one_shot.h): every rank must take the same calls to the board, so rank 0's win.
+  auto number = [&](size_t i, uint64_t max, uint64_t* out) {
+    char* end = nullptr;
+    if (fields[0].size() <= i || fields[0][i].empty()) return false;
+    *out = std::strtoull(fields[0][i].c_str(), &end, 10);
+    return *end == '\0' && *out <= max;
+  };
+  uint64_t oneshot = 0, cpus = 0;
+  if (!number(10, 4u << 20, &oneshot) || !number(11, 1u << 20, &cpus) || cpus == 0)
+    return RemoteError(
+        "malformed BRAID_ONESHOT_BYTES or CPU count in the init message from rank 0");
   if (oneshot != c.oneshot_bytes)
     BRAID_WARN("rank %d: BRAID_ONESHOT_BYTES differs from rank 0's; using rank 0's", rank_);
   opts_.config.oneshot_bytes = oneshot;
+  host_cpus_ = static_cast<int>(cpus);
 
   buildLayout();
   // Bind each rank to a device of its node: local rank k takes device k mod the node's count.

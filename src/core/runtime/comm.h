@@ -137,6 +137,8 @@ struct braidComm {
     std::atomic<uint64_t> count{0};      // its count
   };
   BoardProgress& boardProgress() { return board_progress_; }
+  // The CPUs rank 0 may run on (sched_getaffinity), the same number on every rank.
+  int hostCpus() const { return host_cpus_; }
   // Whether `peer` is in an operation this rank has not issued: this rank's engine has nothing in
   // flight (nor have its views), yet `peer` has sent it stream bytes. Only while this rank waits
   // in a call off the engine (the board), where it means the two ranks are in different calls.
@@ -262,6 +264,7 @@ struct braidComm {
   std::mutex board_mu_;
   uint32_t board_seq_ = 0;  // guarded by board_mu_
   BoardProgress board_progress_;
+  int host_cpus_ = 1;
   std::unique_ptr<braid::HandshakeListener> control_;
   std::vector<sockaddr_storage> control_addrs_;
   bool loopback_root_ = false;

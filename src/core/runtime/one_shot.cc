@@ -2,11 +2,14 @@
 
 #include <sched.h>
 
+#include <algorithm>
 #include <cstring>
+#include <optional>
 #include <string>
 
 #include "algorithms/tuner.h"
 #include "core/base/clock.h"
+#include "core/base/cpus.h"
 #include "core/base/log.h"
 #include "core/net/failure_notice.h"
 #include "device/cpu/reduce_kernels.h"
@@ -77,13 +80,7 @@ std::string DescribeSignature(const BoardSignature& s) {
 }
 
 bool Oversubscribed(int local_ranks) {
-  static const int cpus = [] {
-    cpu_set_t set;
-    CPU_ZERO(&set);
-    if (sched_getaffinity(0, sizeof(set), &set) != 0) return 1;
-    return CPU_COUNT(&set) > 0 ? CPU_COUNT(&set) : 1;
-  }();
-  return local_ranks > cpus;
+  return local_ranks > UsableCpus();
 }
 
 inline void CpuRelax() {
@@ -109,7 +106,9 @@ class Call {
            std::to_string(seq_ - 1) + "): ";
   }
   void fillOutbox();
-  Status waitFor(int peer, Deadline deadline);
+  // Waits for `peer`'s post of this call, up to BRAID_TIMEOUT from the first wait that had to
+  // sleep.
+  Status waitFor(int peer);
   // A failure noticed while waiting: a peer's death, an abort or revoke of this communicator, or
   // another rank's failure announced to this one. Ok when none.
   Status failureSeen(int peer);
@@ -125,6 +124,7 @@ class Call {
   const uint32_t seq_;
   const int n_;
   const int me_;
+  std::optional<Deadline> deadline_;  // set when a wait first goes past spinning
 };
 
 void Call::fillOutbox() {
@@ -154,7 +154,7 @@ Status Call::fail(const Status& st, const std::optional<FailureCause>& local) {
                              FailureCause::kNoSeq, local);
 }
 
-Status Call::waitFor(int peer, Deadline deadline) {
+Status Call::waitFor(int peer) {
   if (board_.posted(peer, seq_)) return Status::Ok();
   // Spin while the peer is likely on its way: it is, on a host with a core per rank, unless
   // the program is unbalanced. With more ranks than cores a spinning rank takes the core its
@@ -163,15 +163,23 @@ Status Call::waitFor(int peer, Deadline deadline) {
   comm_.boardProgress().waiting_on.store(peer, std::memory_order_relaxed);
   const bool yield = Oversubscribed(n_);
   const int64_t spin_us = comm_.config().spin_us;
-  const int64_t start = NowMicros();
+  // The clock is read only once the first 64 polls found nothing (a post usually lands sooner,
+  // and a clock read costs as much as a few polls).
+  int64_t start = 0;
   for (uint32_t i = 1;; ++i) {
     if (board_.posted(peer, seq_)) return Status::Ok();
-    if ((i & 63) == 0 && NowMicros() - start >= spin_us) break;
+    if ((i & 63) == 0) {
+      const int64_t now = NowMicros();
+      if (start == 0) start = now;
+      if (now - start >= spin_us) break;
+    }
     if (yield)
       sched_yield();
     else
       CpuRelax();
   }
+  if (!deadline_) deadline_ = Deadline::After(comm_.config().timeout_ms);
+  const Deadline deadline = *deadline_;
   for (;;) {
     if (board_.sleepUntilPosted(peer, seq_, kSleepSliceUs)) return Status::Ok();
     // A death seen here was reported as the cause by deathError.
@@ -260,12 +268,11 @@ Status Call::run() {
   fillOutbox();
   const BoardSignature mine = SignatureOf(d_, n_);
   board_.post(seq_, mine);
-  const Deadline deadline = Deadline::After(comm_.config().timeout_ms);
   // Every peer's post, in rank order from the next rank (so that ranks do not all poll rank 0
   // first), before any payload is read: the signatures must all agree.
   for (int k = 1; k < n_; ++k) {
     const int peer = (me_ + k) % n_;
-    BRAID_RETURN_IF_ERROR(waitFor(peer, deadline));
+    BRAID_RETURN_IF_ERROR(waitFor(peer));
   }
   for (int k = 1; k < n_; ++k) {
     const int peer = (me_ + k) % n_;
@@ -307,12 +314,21 @@ bool OneShotTakes(const braidComm& comm, const OpDesc& d) {
                         : d.kind == CollKind::kBarrier ? 0
                                                        : block;
   if (post > board->capacity()) return false;
+  const bool fits_default = post <= OneShotDefaultLimit(board->capacity(), n, comm.hostCpus());
   // BRAID_ALGO: a rule that covers the call decides (CollBytes counts as the tuner does).
   const uint64_t coll_bytes =
       d.kind == CollKind::kAllGather ? block * static_cast<uint64_t>(n) : post;
   if (const std::string* rule = comm.tuner().overrideFor(d.kind, coll_bytes))
     return *rule == kOneShotAlgorithm;
-  return true;
+  return fits_default;
+}
+
+uint64_t OneShotDefaultLimit(uint64_t capacity, int nranks, int host_cpus) {
+  // With a core per rank the engine's pipelined ring overtakes the board, whose every rank
+  // reduces the whole message, between 64 and 128 KiB (2 ranks, docs/performance.md). With more
+  // ranks than cores the engine's progress threads and wake-ups cost more than that, and the
+  // board wins up to its size.
+  return nranks > host_cpus ? capacity : std::min(capacity, kOneShotCoreBytes);
 }
 
 Status RunOneShot(braidComm& comm, const OpDesc& d) {

@@ -25,8 +25,15 @@ namespace braid {
 // Whether the blocking call `d` (outside a group) runs on `comm`'s board: the communicator has
 // one, the collective is one it serves (all-reduce, reduce, broadcast, all-gather,
 // reduce-scatter, all-to-all, barrier; not quantized), its payload fits the board
-// (BRAID_ONESHOT_BYTES), and BRAID_ALGO, where a rule covers the call, names "oneshot".
+// (BRAID_ONESHOT_BYTES), and BRAID_ALGO, where a rule covers the call, names "oneshot" (without a
+// rule: OneShotDefaultLimit).
 bool OneShotTakes(const braidComm& comm, const OpDesc& d);
+
+// The largest post the board takes by default (no BRAID_ALGO rule): kOneShotCoreBytes (or the
+// board's capacity if smaller) while every rank of the host has a core, the capacity when ranks
+// outnumber the host's CPUs (`host_cpus`: rank 0's, so every rank decides alike).
+inline constexpr uint64_t kOneShotCoreBytes = 64 << 10;
+uint64_t OneShotDefaultLimit(uint64_t capacity, int nranks, int host_cpus);
 
 // Runs `d` on the board, on this thread, and returns when this rank's part is done.
 Status RunOneShot(braidComm& comm, const OpDesc& d);

@@ -63,17 +63,19 @@ struct RingControl {
 static_assert(sizeof(RingControl) == 256);
 inline constexpr uint64_t kRingControlBytes = sizeof(RingControl);
 
-// The owner's side of the small-message board. `posted` is written by the owner and polled by
-// every peer, `waiters` is written by a peer about to sleep on `posted` (a futex) and read by the
-// owner after each post: separate 128-byte blocks, so spinning readers do not slow the writer.
+// The owner's side of the small-message board. `posted` and the signatures are written by the
+// owner and polled by every peer; `waiters` is written by a peer about to sleep on `posted` (a
+// futex) and read by the owner after each post: separate 128-byte blocks, so that a sleeper
+// does not take the line the spinning readers hold.
 struct BoardSignatureWords {
   uint64_t words[6];
 };
 struct BoardControl {
+  // The signature of the post in each payload buffer (odd and even numbers) share the line of
+  // `posted`: a reader that sees the number has the signature in the same cache miss.
   alignas(128) std::atomic<uint32_t> posted;  // number of the last post (mod 2^32), 0 = none
+  BoardSignatureWords signatures[2];
   alignas(128) std::atomic<uint32_t> waiters;
-  // The signature of the post in each payload buffer (odd and even numbers).
-  alignas(128) BoardSignatureWords signatures[2];
 };
 inline constexpr uint64_t kBoardControlBytes = 512;
 static_assert(sizeof(BoardControl) <= kBoardControlBytes);
