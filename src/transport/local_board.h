@@ -22,9 +22,10 @@
 namespace braid {
 
 // What a rank posts about its call, compared bit for bit between ranks; the transport stores it
-// and never reads it.
+// and never reads it. Three words, so that the post number and both signatures fit one 64-byte
+// cache line (shm_layout.h).
 struct BoardSignature {
-  uint64_t words[6] = {};
+  uint64_t words[3] = {};
   friend bool operator==(const BoardSignature&, const BoardSignature&) = default;
 };
 

@@ -276,7 +276,7 @@ class FakePeer {
     PutField(&info, "0,-1");  // placement: NICs not known (core/runtime/placement.h)
     PutField(&info, "");      // and no devices
     PutField(&info, std::to_string(cfg->oneshot_bytes));
-    PutField(&info, "2");  // CPUs
+    PutField(&info, "3");  // affinity mask: CPUs 0 and 1
     auto round1 = bs_->allGather(info, deadline);
     if (!round1.ok()) return Fail(round1.status().message());
     // Round 2: the transport list; only tcp, at our listener.

@@ -125,6 +125,8 @@ TEST_P(OneShot, ReductionsAreTheRankOrderFoldOnEveryRank) {
   auto out = RunJob(Options(n), [&](braidComm_t comm, int rank, int nranks, const braidUniqueId&) {
     const size_t count = 1000;
     std::vector<float> in(count), got(count), rs_in(count * nranks), rs_got(count);
+    uint64_t before = 0, after = 0;
+    CHECK_OR_FAIL(SentBytes(comm, nranks, &before), "traffic counters");
     for (size_t i = 0; i < count; ++i) in[i] = x(rank, i);
     for (size_t i = 0; i < rs_in.size(); ++i) rs_in[i] = x(rank, i);
     CHECK_OR_FAIL(
@@ -144,6 +146,21 @@ TEST_P(OneShot, ReductionsAreTheRankOrderFoldOnEveryRank) {
       CHECK_OR_FAIL(std::memcmp(&rs_got[i], &rs_want, 4) == 0,
                     "reducescatter element %zu: %.9g, fold %.9g", i, rs_got[i], rs_want);
     }
+    CHECK_OR_FAIL(SentBytes(comm, nranks, &after) && after == before,
+                  "the reductions went through the streams, not the board");
+    // A pre-multiplied sum whose scalar differs per rank (rank r scales by r + 1): each rank
+    // scales its own input before posting it.
+    braidRedOp_t premul;
+    const float scalar = static_cast<float>(rank + 1);
+    CHECK_OR_FAIL(braidRedOpCreatePreMulSum(&premul, &scalar, braidFloat32, comm) == braidSuccess,
+                  "premulsum");
+    std::vector<float> ones(9, 1.0f), sum(9);
+    CHECK_OR_FAIL(
+        braidAllReduce(ones.data(), sum.data(), 9, braidFloat32, premul, comm) == braidSuccess,
+        "premulsum allreduce");
+    braidRedOpDestroy(premul, comm);
+    for (float v : sum)
+      CHECK_OR_FAIL(v == static_cast<float>(nranks * (nranks + 1) / 2), "premulsum %g", v);
     return 0;
   });
   EXPECT_TRUE(AllSucceeded(out)) << DescribeOutcomes(out);
@@ -342,11 +359,13 @@ TEST_P(OneShotFailure, StoppedRankIsNamedByEverySurvivor) {
 }
 
 // Rank 0 revokes the communicator while the others wait on the board for its post: they fail
-// within 1 s naming the revoke.
+// within 1 s naming the revoke. Rank 0 stays until they have (its exit must not be what they
+// see).
 TEST_P(OneShotFailure, RevokeWakesEveryRankWaitingOnTheBoard) {
   const int n = GetParam();
-  int ready[2];
+  int ready[2], seen[2];
   ASSERT_EQ(pipe(ready), 0);
+  ASSERT_EQ(pipe(seen), 0);
   auto out = RunJob(Options(n), [&](braidComm_t comm, int rank, int nranks, const braidUniqueId&) {
     std::vector<float> buf(64, 1.0f);
     CHECK_OR_FAIL(
@@ -359,6 +378,8 @@ TEST_P(OneShotFailure, RevokeWakesEveryRankWaitingOnTheBoard) {
       for (int k = 0; k < nranks - 1; ++k)
         if (read(ready[0], &c, 1) != 1) return 8;
       CHECK_OR_FAIL(braidCommRevoke(comm) == braidSuccess, "revoke");
+      for (int k = 0; k < nranks - 1; ++k)
+        if (read(seen[0], &c, 1) != 1) return 9;
       return 0;
     }
     if (write(ready[1], &c, 1) != 1) return 7;
@@ -366,13 +387,40 @@ TEST_P(OneShotFailure, RevokeWakesEveryRankWaitingOnTheBoard) {
     braidResult_t rc = braidAllReduce(buf.data(), buf.data(), 64, braidFloat32, braidSum, comm);
     const double dt = SecondsSince(t0);
     const std::string msg = braidGetLastError(comm);
+    if (write(seen[1], &c, 1) != 1) return 10;
     CHECK_OR_FAIL(rc != braidSuccess && dt < 1.0 && msg.find("rank 0") != std::string::npos &&
                       msg.find("revoked the communicator") != std::string::npos,
                   "rc=%d after %.2fs: %s", rc, dt, msg.c_str());
     return 0;
   });
-  close(ready[0]);
-  close(ready[1]);
+  for (int fd : {ready[0], ready[1], seen[0], seen[1]}) close(fd);
+  EXPECT_TRUE(AllSucceeded(out)) << DescribeOutcomes(out);
+}
+
+// Rank 0 makes a small all-reduce blocking (the board), rank 1 its non-blocking twin (the
+// engine): the forms must match (braid.h). Neither hangs: rank 0 sees rank 1's agreement message
+// while its own engine is idle and names the mismatch, rank 1 fails naming rank 0, in seconds.
+TEST(OneShotForms, BlockingAgainstNonBlockingFailsOnBothRanksInSeconds) {
+  auto out = RunJob(Options(2), [&](braidComm_t comm, int rank, int, const braidUniqueId&) {
+    std::vector<float> in(16, 1.0f), recv(16, -7.0f);
+    const auto t0 = Clock::now();
+    braidResult_t rc;
+    if (rank == 0) {
+      rc = braidAllReduce(in.data(), recv.data(), 16, braidFloat32, braidSum, comm);
+    } else {
+      braidRequest_t req = nullptr;
+      rc = braidIallReduce(in.data(), recv.data(), 16, braidFloat32, braidSum, comm, &req);
+      if (rc == braidSuccess) rc = braidWait(&req, -1);
+    }
+    const double dt = SecondsSince(t0);
+    const std::string msg = braidGetLastError(comm);
+    const bool named = rank == 0 ? msg.find("call mismatch") != std::string::npos &&
+                                       msg.find("another form") != std::string::npos
+                                 : msg.find("rank 0") != std::string::npos;
+    CHECK_OR_FAIL(rc != braidSuccess && dt < 5.0 && named, "rc=%d after %.2fs: %s", rc, dt,
+                  msg.c_str());
+    return 0;
+  });
   EXPECT_TRUE(AllSucceeded(out)) << DescribeOutcomes(out);
 }
 

@@ -246,7 +246,7 @@ Status braidComm::exchangeRankInfo(Bootstrap& bs, Deadline deadline) {
     for (const auto& g : placement->device_groups) PutField(&groups, g);
   PutField(&mine, groups);
   PutField(&mine, std::to_string(c.oneshot_bytes));
-  PutField(&mine, std::to_string(UsableCpus()));
+  PutField(&mine, AffinityMaskHex());
   BRAID_ASSIGN_OR_RETURN(auto all, bs.allGather(mine, deadline));
   infos_.resize(nranks_);
   std::vector<std::vector<std::string>> fields(nranks_);
@@ -294,22 +294,26 @@ Status braidComm::exchangeRankInfo(Bootstrap& bs, Deadline deadline) {
   opts_.config.nchannels = nchannels_;
   opts_.config.chunk_bytes = chunk ? chunk : c.chunk_bytes;
   opts_.config.algo = fields[0][6];
-  // The small-message board's size, and the CPUs rank 0 may run on (which sets the board's
-  // threshold, one_shot.h): every rank must take the same calls to the board, so rank 0's win.
+  // The small-message board's size (rank 0's), and the CPUs the ranks may run on (the union of
+  // their affinity masks, which sets the board's threshold, one_shot.h): every rank must take the
+  // same calls to the board, so every rank derives both from the same fields.
   auto number = [&](size_t i, uint64_t max, uint64_t* out) {
     char* end = nullptr;
     if (fields[0].size() <= i || fields[0][i].empty()) return false;
     *out = std::strtoull(fields[0][i].c_str(), &end, 10);
     return *end == '\0' && *out <= max;
   };
-  uint64_t oneshot = 0, cpus = 0;
-  if (!number(10, 4u << 20, &oneshot) || !number(11, 1u << 20, &cpus) || cpus == 0)
-    return RemoteError(
-        "malformed BRAID_ONESHOT_BYTES or CPU count in the init message from rank 0");
+  uint64_t oneshot = 0;
+  if (!number(10, 4u << 20, &oneshot))
+    return RemoteError("malformed BRAID_ONESHOT_BYTES in the init message from rank 0");
+  std::vector<std::string> masks;
+  for (int r = 0; r < nranks_; ++r) masks.push_back(fields[r].size() > 11 ? fields[r][11] : "");
+  const int cpus = CpusInUnion(masks);
+  if (cpus < 0) return RemoteError("malformed CPU mask in an init message");
   if (oneshot != c.oneshot_bytes)
     BRAID_WARN("rank %d: BRAID_ONESHOT_BYTES differs from rank 0's; using rank 0's", rank_);
   opts_.config.oneshot_bytes = oneshot;
-  host_cpus_ = static_cast<int>(cpus);
+  host_cpus_ = cpus;
 
   buildLayout();
   // Bind each rank to a device of its node: local rank k takes device k mod the node's count.

@@ -137,7 +137,8 @@ struct braidComm {
     std::atomic<uint64_t> count{0};      // its count
   };
   BoardProgress& boardProgress() { return board_progress_; }
-  // The CPUs rank 0 may run on (sched_getaffinity), the same number on every rank.
+  // The CPUs in the union of the ranks' affinity masks (core/base/cpus.h), the same number on
+  // every rank.
   int hostCpus() const { return host_cpus_; }
   // Whether `peer` is in an operation this rank has not issued: this rank's engine has nothing in
   // flight (nor have its views), yet `peer` has sent it stream bytes. Only while this rank waits

@@ -152,7 +152,9 @@ void Engine::admit() {
 
 void Engine::finish(Operation* op, const Status& st) {
   braidComm* owner = op->owner() ? op->owner() : comm_;
-  completed_.fetch_add(1, std::memory_order_relaxed);
+  // Release: idle() readers (the small-message board, comm.h peerAheadOnStreams) then see this
+  // operation's stream reads too.
+  completed_.fetch_add(1, std::memory_order_release);
   op->complete(st);
   owner->opDone();  // the last touch of the owner: a view may go away after it
 }

@@ -9,7 +9,6 @@
 
 #include "algorithms/tuner.h"
 #include "core/base/clock.h"
-#include "core/base/cpus.h"
 #include "core/base/log.h"
 #include "core/net/failure_notice.h"
 #include "device/cpu/reduce_kernels.h"
@@ -18,7 +17,7 @@ namespace braid {
 namespace {
 
 // Marks a signature as the one-shot path's (a garbage or stale board word never matches).
-constexpr uint64_t kSignatureMagic = 0x31746f68736e6fULL;  // "onshot1"
+constexpr uint64_t kSignatureMagic = 0x6f73;  // "os", in the top 16 bits of word 0
 // How long one sleep lasts before the waiter checks for failures again: bounds how late a peer's
 // death, an abort or a revoke is noticed (the post itself wakes the sleeper at once).
 constexpr int64_t kSleepSliceUs = 5000;
@@ -45,42 +44,35 @@ uint64_t PayloadBytes(const OpDesc& d, int nranks, int rank) {
 // in NCCL).
 BoardSignature SignatureOf(const OpDesc& d, int nranks) {
   BoardSignature s;
-  s.words[0] = kSignatureMagic;
-  s.words[1] = static_cast<uint64_t>(d.kind) | static_cast<uint64_t>(d.dtype) << 8 |
-               static_cast<uint64_t>(d.base_op) << 16 | uint64_t{d.avg} << 24 |
-               uint64_t{d.premul} << 25;
-  s.words[2] = d.count;
-  s.words[3] = static_cast<uint64_t>(static_cast<uint32_t>(d.root));
-  s.words[4] = static_cast<uint64_t>(nranks);
+  s.words[0] = kSignatureMagic << 48 | static_cast<uint64_t>(d.kind) |
+               static_cast<uint64_t>(d.dtype) << 8 | static_cast<uint64_t>(d.base_op) << 16 |
+               uint64_t{d.avg} << 24 | uint64_t{d.premul} << 25;
+  s.words[1] = d.count;
+  s.words[2] = static_cast<uint64_t>(static_cast<uint32_t>(d.root)) |
+               static_cast<uint64_t>(static_cast<uint32_t>(nranks)) << 32;
   return s;
 }
 
 // The call a peer's signature stands for, for messages ("allreduce(count=8, float, sum)").
 std::string DescribeSignature(const BoardSignature& s) {
-  const uint64_t w = s.words[1];
+  const uint64_t w = s.words[0];
   const auto kind = static_cast<unsigned>(w & 0xff), dtype = static_cast<unsigned>(w >> 8 & 0xff),
              op = static_cast<unsigned>(w >> 16 & 0xff);
-  if (s.words[0] != kSignatureMagic || kind >= static_cast<unsigned>(kNumCollKinds) ||
-      !IsValidDataType(static_cast<int>(dtype)) || op >= static_cast<unsigned>(braidNumOps))
-    return "a different collective (board words 0x" + [&] {
-      char buf[40];
-      std::snprintf(buf, sizeof(buf), "%llx %llx", static_cast<unsigned long long>(s.words[0]),
-                    static_cast<unsigned long long>(w));
-      return std::string(buf);
-    }() + ")";
+  if (w >> 48 != kSignatureMagic || kind >= static_cast<unsigned>(kNumCollKinds) ||
+      !IsValidDataType(static_cast<int>(dtype)) || op >= static_cast<unsigned>(braidNumOps)) {
+    char buf[48];
+    std::snprintf(buf, sizeof(buf), "%llx", static_cast<unsigned long long>(w));
+    return std::string("a call this rank cannot read (signature word 0x") + buf + ")";
+  }
   OpDesc d;
   d.kind = static_cast<CollKind>(kind);
   d.dtype = static_cast<DataType>(dtype);
   d.base_op = static_cast<ReduceOp>(op);
   d.avg = (w >> 24 & 1) != 0;
   d.premul = (w >> 25 & 1) != 0;
-  d.count = s.words[2];
-  d.root = static_cast<int32_t>(static_cast<uint32_t>(s.words[3]));
+  d.count = s.words[1];
+  d.root = static_cast<int32_t>(static_cast<uint32_t>(s.words[2]));
   return DescribeCall(d);
-}
-
-bool Oversubscribed(int local_ranks) {
-  return local_ranks > UsableCpus();
 }
 
 inline void CpuRelax() {
@@ -148,10 +140,15 @@ Status Call::failureSeen(int peer) {
 }
 
 Status Call::fail(const Status& st, const std::optional<FailureCause>& local) {
+  // The cause names the call by its number on the board ("allreduce #3"): board calls and engine
+  // collectives are numbered apart (see context()).
   // An abort or revoke of this communicator already marked it failed and told the peers.
   if (comm_.asyncErrorCode() != braidSuccess) return Status(st).prepend(context());
-  return comm_.failWithCause(Status(st).prepend(context()), context(), CollKindName(d_.kind),
-                             FailureCause::kNoSeq, local);
+  const Status final = comm_.failWithCause(Status(st).prepend(context()), context(),
+                                           CollKindName(d_.kind), seq_ - 1, local);
+  // Like an engine failure: the operations in flight (non-blocking calls, views) end with it too.
+  comm_.abortOperations(final);
+  return final;
 }
 
 Status Call::waitFor(int peer) {
@@ -161,14 +158,15 @@ Status Call::waitFor(int peer) {
   // peer needs, so it yields instead.
   // Spinning found nothing yet: from here the hang report names the rank this call waits for.
   comm_.boardProgress().waiting_on.store(peer, std::memory_order_relaxed);
-  const bool yield = Oversubscribed(n_);
+  const bool yield = n_ > comm_.hostCpus();
   const int64_t spin_us = comm_.config().spin_us;
-  // The clock is read only once the first 64 polls found nothing (a post usually lands sooner,
-  // and a clock read costs as much as a few polls).
+  // Spinning, the clock is read only every 64 polls (a post usually lands sooner, and a clock
+  // read costs as much as a few polls).
   int64_t start = 0;
   for (uint32_t i = 1;; ++i) {
     if (board_.posted(peer, seq_)) return Status::Ok();
-    if ((i & 63) == 0) {
+    // A sched_yield may take a whole time slice: then every round reads the clock.
+    if (yield || (i & 63) == 0) {
       const int64_t now = NowMicros();
       if (start == 0) start = now;
       if (now - start >= spin_us) break;
@@ -188,11 +186,14 @@ Status Call::waitFor(int peer) {
     // has not issued (e.g. a call on a split view where this rank called its root): it is in
     // another call and both would wait for BRAID_TIMEOUT.
     if (comm_.peerAheadOnStreams(peer) && !board_.posted(peer, seq_))
-      return fail(InvalidUsage("call mismatch: rank " + std::to_string(peer) +
-                               " is in an operation this rank has not issued (it sent data for "
-                               "it) instead of this call; every rank must call a communicator "
-                               "and its split views in the same order"),
-                  std::nullopt);
+      return fail(
+          InvalidUsage("call mismatch: rank " + std::to_string(peer) +
+                       " is in an operation this rank has not issued (it sent data for it) "
+                       "instead of this call: another collective, a call on a split view where "
+                       "this rank called its root, or this call in another form (non-blocking, "
+                       "or inside a group, where this rank made it blocking: small blocking calls "
+                       "run on the shared-memory board, so every rank must use the same form)"),
+          std::nullopt);
     if (deadline.expired()) return timedOut(peer);
   }
 }

@@ -31,7 +31,7 @@ bool OneShotTakes(const braidComm& comm, const OpDesc& d);
 
 // The largest post the board takes by default (no BRAID_ALGO rule): kOneShotCoreBytes (or the
 // board's capacity if smaller) while every rank of the host has a core, the capacity when ranks
-// outnumber the host's CPUs (`host_cpus`: rank 0's, so every rank decides alike).
+// outnumber the host's CPUs (`host_cpus`: the union of the ranks' masks, alike on every rank).
 inline constexpr uint64_t kOneShotCoreBytes = 64 << 10;
 uint64_t OneShotDefaultLimit(uint64_t capacity, int nranks, int host_cpus);
 

@@ -68,17 +68,18 @@ inline constexpr uint64_t kRingControlBytes = sizeof(RingControl);
 // futex) and read by the owner after each post: separate 128-byte blocks, so that a sleeper
 // does not take the line the spinning readers hold.
 struct BoardSignatureWords {
-  uint64_t words[6];
+  uint64_t words[3];
 };
 struct BoardControl {
   // The signature of the post in each payload buffer (odd and even numbers) share the line of
   // `posted`: a reader that sees the number has the signature in the same cache miss.
   alignas(128) std::atomic<uint32_t> posted;  // number of the last post (mod 2^32), 0 = none
-  BoardSignatureWords signatures[2];
+  BoardSignatureWords signatures[2];          // bytes 8..56: the same 64-byte line
   alignas(128) std::atomic<uint32_t> waiters;
 };
 inline constexpr uint64_t kBoardControlBytes = 512;
 static_assert(sizeof(BoardControl) <= kBoardControlBytes);
+static_assert(offsetof(BoardControl, signatures) + sizeof(BoardSignatureWords) * 2 <= 64);
 // Payload buffers start at multiples of this (cache lines, and vector loads).
 inline constexpr uint64_t kBoardAlignBytes = 128;
 // The largest payload a board may carry per post.

@@ -167,7 +167,12 @@ Result<std::unique_ptr<TransportInstance>> ShmTransport::Create(const TransportC
   const uint64_t board_bytes = std::min<uint64_t>(
       (ctx.board_bytes + kBoardAlignBytes - 1) / kBoardAlignBytes * kBoardAlignBytes,
       kMaxBoardBytes);
-  const SegmentPlan plan = PlanSegment(ctx.shm_ring_bytes, nlocal, nch, free_bytes, board_bytes);
+  SegmentPlan plan = PlanSegment(ctx.shm_ring_bytes, nlocal, nch, free_bytes, board_bytes);
+  // Where /dev/shm is too short for minimum rings and a board, the rings come first: a rank
+  // without a board turns the board off for its communicator (every rank then sees a peer it
+  // does not cover), never the transport.
+  if (plan.layout.nslots == 0 && board_bytes != 0)
+    plan = PlanSegment(ctx.shm_ring_bytes, nlocal, nch, free_bytes, 0);
   if (plan.layout.nslots == 0) {
     return SystemError(t->who() +
                        NoSpaceMessage(free_bytes, nlocal * plan.minimum_bytes,
