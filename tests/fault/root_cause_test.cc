@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "multirank/harness.h"
+#include "multirank/pid_pipe.h"
 
 namespace braid_test {
 namespace {
@@ -35,27 +36,6 @@ std::string Cause(int rank, pid_t pid, const std::string& what, int seq) {
   return "rank " + std::to_string(rank) + " (host " + Hostname() + ", pid " + std::to_string(pid) +
          ") " + what + " during allreduce #" + std::to_string(seq);
 }
-
-// A pipe that carries one pid to each reader: the writer writes it `copies` times (4-byte
-// writes to a pipe are atomic), so every reader blocks until the victim has written.
-struct PidPipe {
-  int fd[2] = {-1, -1};
-  PidPipe() { EXPECT_EQ(pipe(fd), 0); }
-  ~PidPipe() {
-    close(fd[0]);
-    close(fd[1]);
-  }
-  bool publish(int copies) const {
-    const pid_t me = getpid();
-    for (int i = 0; i < copies; ++i)
-      if (write(fd[1], &me, sizeof(me)) != static_cast<ssize_t>(sizeof(me))) return false;
-    return true;
-  }
-  pid_t take() const {
-    pid_t p = -1;
-    return read(fd[0], &p, sizeof(p)) == static_cast<ssize_t>(sizeof(p)) ? p : -1;
-  }
-};
 
 using Param = std::tuple<int, std::string>;
 class RootCause : public ::testing::TestWithParam<Param> {};

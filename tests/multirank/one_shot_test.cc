@@ -18,6 +18,7 @@
 
 #include "multirank/collective_cases.h"
 #include "multirank/harness.h"
+#include "multirank/pid_pipe.h"
 
 namespace braid_test {
 namespace {
@@ -242,26 +243,6 @@ TEST_P(OneShot, BoardCallsInterleaveWithOperationsInFlight) {
   });
   EXPECT_TRUE(AllSucceeded(out)) << DescribeOutcomes(out);
 }
-
-// A pipe that carries one pid to each reader (4-byte writes to a pipe are atomic).
-struct PidPipe {
-  int fd[2] = {-1, -1};
-  PidPipe() { EXPECT_EQ(pipe(fd), 0); }
-  ~PidPipe() {
-    close(fd[0]);
-    close(fd[1]);
-  }
-  bool publish(int copies) const {
-    const pid_t me = getpid();
-    for (int i = 0; i < copies; ++i)
-      if (write(fd[1], &me, sizeof(me)) != static_cast<ssize_t>(sizeof(me))) return false;
-    return true;
-  }
-  pid_t take() const {
-    pid_t p = -1;
-    return read(fd[0], &p, sizeof(p)) == static_cast<ssize_t>(sizeof(p)) ? p : -1;
-  }
-};
 
 class OneShotFailure : public ::testing::TestWithParam<int> {};
 

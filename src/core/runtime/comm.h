@@ -123,14 +123,15 @@ struct braidComm {
   // The small-message board (transport/local_board.h) when every peer of this communicator is on
   // it (one host, shm to every peer); null for split views and communicators that span hosts.
   // core/runtime/one_shot.h runs calls on it, one at a time (boardMutex), numbered alike on every
-  // rank by nextBoardSeq.
+  // rank (BoardProgress::started).
   braid::LocalBoard* board() const { return root_ ? nullptr : board_; }
   std::mutex& boardMutex() { return board_mu_; }
-  uint32_t nextBoardSeq() { return ++board_seq_; }
   // What the board is doing, for the hang report (debugState): read from other threads and
   // signal handlers, so plain atomics.
   struct BoardProgress {
-    std::atomic<uint32_t> started{0};    // number of the last call begun (1-based)
+    // Number of the last call begun (1-based): the board's call counter, advanced under
+    // boardMutex.
+    std::atomic<uint32_t> started{0};
     std::atomic<uint32_t> completed{0};  // calls completed
     std::atomic<int> waiting_on{-1};     // the rank the current call waits for, -1: none
     std::atomic<int> kind{0};            // CollKind of the current call
@@ -263,7 +264,6 @@ struct braidComm {
   braid::CauseBoard causes_;
   braid::LocalBoard* board_ = nullptr;  // owned by its transport in transports_
   std::mutex board_mu_;
-  uint32_t board_seq_ = 0;  // guarded by board_mu_
   BoardProgress board_progress_;
   int host_cpus_ = 1;
   std::unique_ptr<braid::HandshakeListener> control_;

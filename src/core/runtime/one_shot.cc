@@ -223,10 +223,7 @@ Status Call::timedOut(int peer) {
 
 void Call::fold(uint64_t offset, void* dst, uint64_t count) const {
   const auto at = [&](int r) { return board_.inbox(r, seq_) + offset; };
-  if (n_ == 1) {
-    std::memcpy(dst, at(0), count * DataTypeSize(d_.dtype));
-    return;
-  }
+  // n_ >= 2: a communicator of one rank has no board (braidComm::connectTransports).
   ReduceKernel(d_.dtype, d_.base_op, at(0), at(1), dst, count);
   for (int r = 2; r < n_; ++r) ReduceKernel(d_.dtype, d_.base_op, dst, at(r), dst, count);
   if (d_.avg) DivideKernel(d_.dtype, dst, count, static_cast<uint64_t>(n_));
@@ -335,7 +332,7 @@ uint64_t OneShotDefaultLimit(uint64_t capacity, int nranks, int host_cpus) {
 Status RunOneShot(braidComm& comm, const OpDesc& d) {
   std::lock_guard<std::mutex> lock(comm.boardMutex());
   braidComm::BoardProgress& progress = comm.boardProgress();
-  const uint32_t seq = comm.nextBoardSeq();
+  const uint32_t seq = progress.started.load(std::memory_order_relaxed) + 1;
   progress.kind.store(static_cast<int>(d.kind), std::memory_order_relaxed);
   progress.count.store(d.count, std::memory_order_relaxed);
   progress.started.store(seq, std::memory_order_release);
