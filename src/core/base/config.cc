@@ -43,8 +43,9 @@ const std::vector<ConfigVar>& ConfigTable() {
       {"BRAID_SPIN_US", nullptr, "int", "50",
        "microseconds to spin/yield before sleeping, 0..10000"},
       {"BRAID_INLINE", nullptr, "int", "1",
-       "1: a blocking call on an idle communicator runs on the caller's thread; 0: always on the "
-       "progress thread"},
+       "1: a blocking call (and braidWait) drives the progress loop on the caller's thread, "
+       "taking it over from the progress thread while operations are in flight; 0: always on "
+       "the progress thread"},
       {"BRAID_VERIFY_CALLS", nullptr, "int", "1",
        "1: before moving data, the ranks of a collective agree that all made the same call "
        "(log2(N) header-only rounds), so a mismatch fails on every rank and the communicator "

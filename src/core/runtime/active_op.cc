@@ -395,8 +395,36 @@ Status ActiveOp::advanceData(ChannelState& cs, size_t i, bool* moved) {
   const StepOp& sop = cs.ch->steps[cs.step].ops[i];
   OpProgress& pr = cs.progress[i];
   if (!IsTransfer(sop.kind)) {
-    BRAID_RETURN_IF_ERROR(runLocal(sop));
-    budget_ -= static_cast<int64_t>(bufs_.bytes(sop.dst));
+    // Elementwise local steps run in pieces of the pass's budget (pr.done counts elements): an
+    // out-of-place all-gather of 64 MiB copies its own 32 MiB block locally, and done whole that
+    // held the loop for milliseconds while a small operation issued after it waited to start.
+    // Codec steps work in blocks and run whole.
+    const bool elementwise = sop.kind == StepOpKind::kDivide ||
+                             ((sop.kind == StepOpKind::kCopy || sop.kind == StepOpKind::kReduce ||
+                               sop.kind == StepOpKind::kScale) &&
+                              bufs_.elsize[sop.src.buffer] == bufs_.elsize[sop.dst.buffer]);
+    if (!elementwise) {
+      BRAID_RETURN_IF_ERROR(runLocal(sop));
+      budget_ -= static_cast<int64_t>(bufs_.bytes(sop.dst));
+    } else {
+      const uint64_t count = sop.kind == StepOpKind::kDivide ? sop.dst.count : sop.src.count;
+      const uint64_t elsize = bufs_.elsize[sop.dst.buffer];
+      const int64_t piece_bytes = std::max(budget_, kMinLocalPieceBytes);
+      const uint64_t n = std::min<uint64_t>(
+          count - pr.done, std::max<uint64_t>(1, static_cast<uint64_t>(piece_bytes) / elsize));
+      StepOp piece = sop;
+      piece.src.offset += pr.done;
+      piece.src.count = n;
+      piece.dst.offset += pr.done;
+      piece.dst.count = n;
+      BRAID_RETURN_IF_ERROR(runLocal(piece));
+      budget_ -= static_cast<int64_t>(n * elsize);
+      pr.done += n;
+      if (pr.done < count) {
+        *moved = true;
+        return Status::Ok();
+      }
+    }
     pr.phase = kDone;
     *moved = true;
     return Status::Ok();

@@ -39,6 +39,9 @@ inline constexpr uint64_t kExpressBytes = 64 * 1024;
 // whose peer keeps up would hold the loop until it ends, and a small operation issued meanwhile
 // would wait for it (head-of-line blocking in time, though not on the wire).
 inline constexpr int64_t kSweepBudgetBytes = 1 << 20;
+// The least a local elementwise step (copy, reduce, scale, divide) moves when the operation's
+// budget for the pass is spent, so that it always advances.
+inline constexpr int64_t kMinLocalPieceBytes = 64 << 10;
 
 // The request an algorithm is asked to build for collective `d` on `comm` (express-lane calls get
 // one channel; a pre-multiplied sum runs out of place), and the algorithm that serves it (the

@@ -301,7 +301,11 @@ braidResult_t braidWait(braidRequest_t* request, int64_t timeout_ms) {
     return Fail(InvalidUsage(
         "braidWait: the request's group has not ended yet (call braidGroupEnd first)"));
   Deadline deadline = timeout_ms < 0 ? Deadline::Never() : Deadline::After(timeout_ms);
-  if (!r->op->wait(deadline, 50))
+  // Not done yet, its communicator is still there (destroy waits for its operations): drive.
+  braidComm* owner = r->op->owner();
+  const bool done =
+      r->op->done() || (owner ? owner->waitFor(*r->op, deadline) : r->op->wait(deadline, 50));
+  if (!done)
     return Fail(TimeoutError("braidWait: the operation did not complete within " +
                              std::to_string(timeout_ms) + " ms (the request stays valid)"));
   Status st = r->op->status();

@@ -21,7 +21,7 @@ braidResult_t RunOperation(const CommRef& comm, std::shared_ptr<Operation> op,
   }
   if (!comm->config().inline_blocking || !comm->runInline(*op)) {
     comm->submit(op);
-    op->wait(Deadline::Never(), comm->config().spin_us);
+    comm->waitFor(*op, Deadline::Never());
   }
   if (!op->status().ok()) return Fail(comm.get(), op->status());
   return braidSuccess;
@@ -45,7 +45,7 @@ Status RunInternal(const CommRef& comm, OpDesc desc) {
   auto op = std::make_shared<Operation>(std::move(desc));
   if (!comm->runInline(*op)) {
     comm->submit(op);
-    op->wait(Deadline::Never(), comm->config().spin_us);
+    comm->waitFor(*op, Deadline::Never());
   }
   return op->status();
 }

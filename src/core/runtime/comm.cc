@@ -325,6 +325,13 @@ Status braidComm::exchangeRankInfo(Bootstrap& bs, Deadline deadline) {
   return Status::Ok();
 }
 
+bool braidComm::threadsOutnumberCpus() const {
+  if (layout_.node_of.empty()) return false;
+  const int node = layout_.node_of[rank_];
+  const auto here = std::count(layout_.node_of.begin(), layout_.node_of.end(), node);
+  return 2 * here > host_cpus_;
+}
+
 void braidComm::buildLayout() {
   // Nodes in order of first appearance.
   std::vector<std::string> nodes;
@@ -565,6 +572,12 @@ bool braidComm::runInline(const std::vector<std::shared_ptr<Operation>>& ops) {
   }
   own_cv_.notify_all();
   return false;
+}
+
+bool braidComm::waitFor(Operation& op, Deadline deadline) {
+  if (op.done()) return true;
+  if (config().inline_blocking) engine()->driveUntilDone(op, deadline);
+  return op.wait(deadline, config().spin_us);
 }
 
 void braidComm::opDone() {

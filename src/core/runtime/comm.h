@@ -141,6 +141,9 @@ struct braidComm {
   // The CPUs in the union of the ranks' affinity masks (core/base/cpus.h), the same number on
   // every rank.
   int hostCpus() const { return host_cpus_; }
+  // Whether this host's ranks, with a caller and a progress thread each, outnumber those CPUs:
+  // then a busy progress loop yields now and then (Engine::driveUntilIdle).
+  bool threadsOutnumberCpus() const;
   // Whether `peer` is in an operation this rank has not issued: this rank's engine has nothing in
   // flight (nor have its views), yet `peer` has sent it stream bytes. Only while this rank waits
   // in a call off the engine (the board), where it means the two ranks are in different calls.
@@ -152,6 +155,9 @@ struct braidComm {
   bool runInline(braid::Operation& op);
   // The same for a batch of operations that run at once (see Engine::tryRunInline).
   bool runInline(const std::vector<std::shared_ptr<braid::Operation>>& ops);
+  // Waits for submitted `op` until it is done or `deadline`, driving the progress loop on this
+  // thread when the configuration allows (Engine::driveUntilDone); true when done.
+  bool waitFor(braid::Operation& op, braid::Deadline deadline);
   // Waits for every submitted operation (bounded by the communicator's timeout); returns the
   // sticky error, if any.
   Status finalize();

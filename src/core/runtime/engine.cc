@@ -22,6 +22,10 @@ namespace {
 // probes for up to kLivenessProbeMs) before it blames the peer itself.
 constexpr int64_t kStallGraceMs = 600;
 
+// How long a progress loop that keeps moving data runs before it yields, when threads outnumber
+// CPUs (see driveUntilIdle).
+constexpr int64_t kBusyYieldUs = 200;
+
 Status OutOfMemory(const std::string& context) {
   // Engine memory (scratch, the pre-multiplied input) grows with the message; an exception must
   // not leave the progress thread (std::terminate) or cross the C API.
@@ -85,8 +89,11 @@ void Engine::wake() {
 
 bool Engine::drain(Deadline deadline) {
   std::unique_lock<std::mutex> lock(mu_);
-  return drained_cv_.wait_until(lock, deadline.at(),
-                                [&] { return queue_.empty() && !driving_ && !inline_busy_; });
+  // active_ is read only once nobody drives (a caller that drove for its operation may leave
+  // others active for the thread).
+  return drained_cv_.wait_until(lock, deadline.at(), [&] {
+    return queue_.empty() && !driving_ && !inline_busy_ && !handoff_ && active_.empty();
+  });
 }
 
 bool Engine::beginInline() {
@@ -124,13 +131,38 @@ bool Engine::tryRunInline(const std::vector<std::shared_ptr<Operation>>& ops) {
   return true;
 }
 
+bool Engine::driveUntilDone(const Operation& op, Deadline deadline) {
+  {
+    std::unique_lock<std::mutex> lock(mu_);
+    if (inline_busy_ || handoff_ || stop_) return false;  // another caller has or wants the loop
+    if (driving_) {
+      handoff_ = true;
+      handoff_wanted_.store(true, std::memory_order_release);
+      lock.unlock();
+      uint64_t one = 1;
+      if (wake_fd_ >= 0) (void)!write(wake_fd_, &one, sizeof(one));  // it may sleep in poll()
+      lock.lock();
+      handoff_cv_.wait(lock, [&] { return !driving_; });
+      handoff_ = false;
+      handoff_wanted_.store(false, std::memory_order_relaxed);
+    }
+    inline_busy_ = true;
+  }
+  driveUntilIdle(true, &op, deadline);
+  endInline();  // the thread takes over what is still active or queued
+  return true;
+}
+
 void Engine::threadMain() {
   for (;;) {
     {
       std::unique_lock<std::mutex> lock(mu_);
-      // Wait while idle, and while a caller runs an operation inline.
-      cv_.wait(lock, [&] { return !inline_busy_ && (stop_ || !queue_.empty()); });
-      if (queue_.empty()) break;  // stop_ and nothing left
+      // Wait while idle, and while a caller drives. active_ is read only while nobody drives
+      // (inline_busy_, handoff_ and driving_ all false): a caller may leave operations active.
+      cv_.wait(lock, [&] {
+        return !inline_busy_ && !handoff_ && (stop_ || !queue_.empty() || !active_.empty());
+      });
+      if (queue_.empty() && active_.empty()) break;  // stop_ and nothing left
       driving_ = true;
     }
     driveUntilIdle(true);
@@ -368,20 +400,39 @@ void Engine::handleStall(size_t i, int64_t since_us) {
   failAll(i, st, cause_for(peers.front(), FailureCause::Reason::kNoProgress));
 }
 
-void Engine::driveUntilIdle(bool admit_queued) {
+void Engine::driveUntilIdle(bool admit_queued, const Operation* target, Deadline deadline) {
   const int64_t spin_us = comm_->config().spin_us;
+  // On oversubscribed cores, a loop that keeps moving bulk data would keep its CPU for a whole
+  // scheduler slice (milliseconds) while a woken caller of this or another rank waits for one
+  // (e.g. to issue the small call it had queued behind a large one). Yielding every
+  // kBusyYieldUs of progress lets it in; sched_yield returns at once when nobody waits.
+  const bool yield_when_busy = comm_->threadsOutnumberCpus();
   int64_t last_progress = NowMicros();
+  int64_t last_yield = last_progress;
   int idle_iterations = 0;
   for (;;) {
     if (report_requested_.load(std::memory_order_relaxed)) answerReport();
+    if (target) {
+      if (target->done() || deadline.expired()) return;
+    } else if (admit_queued && handoff_wanted_.load(std::memory_order_acquire)) {
+      // A blocked caller takes the loop over (driveUntilDone); active operations stay.
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        driving_ = false;
+      }
+      handoff_cv_.notify_all();
+      return;
+    }
     if (admit_queued && queued_.load() > 0 && active_.size() < window_) admit();
     if (active_.empty()) {
       if (!admit_queued) return;
       std::lock_guard<std::mutex> lock(mu_);
       if (queue_.empty()) {
+        if (target) return;  // (target is done: it was queued or active when the caller came)
         driving_ = false;
         drained_cv_.notify_all();
         report_cv_.notify_all();
+        handoff_cv_.notify_all();  // a caller asking for the loop takes a free one
         return;
       }
       continue;
@@ -391,6 +442,10 @@ void Engine::driveUntilIdle(bool admit_queued) {
     if (progressed) {
       last_progress = now;
       idle_iterations = 0;
+      if (yield_when_busy && now - last_yield >= kBusyYieldUs) {
+        sched_yield();
+        last_yield = now;
+      }
       continue;
     }
     failStalled(now);
@@ -400,7 +455,9 @@ void Engine::driveUntilIdle(bool admit_queued) {
       sched_yield();  // let co-located ranks run (more ranks than cores is the normal case)
       continue;
     }
-    sleepUntilProgress(100);  // bounded, so that stall deadlines are checked
+    // Bounded, so that stall deadlines (and a driving caller's own deadline) are checked.
+    sleepUntilProgress(target ? std::clamp<int64_t>(deadline.remainingMs(), 1, 100) : 100,
+                       admit_queued);
   }
 }
 
@@ -444,15 +501,16 @@ void Engine::answerReport() {
 
 std::string Engine::debugState(Deadline deadline) {
   std::unique_lock<std::mutex> lock(mu_);
-  if (driving_ || inline_busy_) {
+  if (driving_ || inline_busy_ || handoff_) {
     const uint64_t gen = report_gen_;
     report_requested_.store(true, std::memory_order_relaxed);
     lock.unlock();
     uint64_t one = 1;
     if (wake_fd_ >= 0) (void)!write(wake_fd_, &one, sizeof(one));
     lock.lock();
-    const bool answered = report_cv_.wait_until(
-        lock, deadline.at(), [&] { return report_gen_ != gen || (!driving_ && !inline_busy_); });
+    const bool answered = report_cv_.wait_until(lock, deadline.at(), [&] {
+      return report_gen_ != gen || (!driving_ && !inline_busy_ && !handoff_);
+    });
     if (answered && report_gen_ != gen) return report_;
     if (!answered)
       return reportHeader() +
@@ -462,7 +520,7 @@ std::string Engine::debugState(Deadline deadline) {
   return reportHeader() + "  nothing in flight\n";
 }
 
-void Engine::sleepUntilProgress(int64_t budget_ms) {
+void Engine::sleepUntilProgress(int64_t budget_ms, bool admitting) {
   waits_.clear();
   for (const auto& a : active_) a->collectWaits(gate_, waits_);
   fds_.clear();
@@ -478,8 +536,9 @@ void Engine::sleepUntilProgress(int64_t budget_ms) {
     }
   }
   sleeping_.store(true);
-  const bool new_work = driving_ && queued_.load() > 0 && active_.size() < window_;
-  if (!ready && !new_work && !aborted_.load()) {
+  const bool new_work = admitting && queued_.load() > 0 && active_.size() < window_;
+  const bool handoff = handoff_wanted_.load();  // (only ever set while the thread drives)
+  if (!ready && !new_work && !handoff && !aborted_.load()) {
     int rc = poll(fds_.data(), fds_.size(), static_cast<int>(budget_ms));
     (void)rc;  // EINTR or timeout: the caller re-checks everything anyway
   }

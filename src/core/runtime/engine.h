@@ -3,9 +3,12 @@
 // without waiting overlap, a small collective is not stuck behind a large one (express lane, see
 // active_op.h), and the order of messages on shared streams comes from a StreamGate.
 //
-// Who drives: a progress thread per communicator; or, when the engine is idle, the caller of a
-// blocking operation on its own thread (saves two thread hand-offs per call, which dominate
-// small-message latency when ranks outnumber cores). Only one of them drives at a time.
+// Who drives: a progress thread per communicator; or the caller of a blocking operation (or of
+// braidWait) on its own thread: at once when the engine is idle, else after the thread hands the
+// loop over at the end of its pass (driveUntilDone). That saves the thread hand-offs and the
+// wake-up per call, which dominate small-message latency when ranks outnumber cores, and keeps a
+// small call issued behind a large one from waiting out scheduler slices. Only one drives at a
+// time; operations left active when a caller returns go back to the thread.
 // Waiting spins briefly, then yields, then sleeps in poll() on the transports' fds, the doorbell
 // and an eventfd (abort, new work), so eight ranks on two cores do not starve each other and an
 // idle communicator uses no CPU.
@@ -50,6 +53,14 @@ class Engine {
   // The same for a batch that all runs at once (a group's operations, at most the window): on an
   // idle engine the caller drives them all, in order, and returns true when all are complete.
   bool tryRunInline(const std::vector<std::shared_ptr<Operation>>& ops);
+  // A caller blocked on `op` (already submitted) drives the progress loop itself until `op` is
+  // done or `deadline` passes: the progress thread, if it drives, hands the loop over at the end
+  // of its pass and sleeps until the caller gives it back. A blocked caller then needs no wake-up
+  // when its operation completes, and on oversubscribed cores one thread per rank runs instead of
+  // two (the woken caller otherwise waits out a scheduler slice behind busy progress threads:
+  // milliseconds for a small call issued behind a large one). False when another caller drives
+  // (wait on `op` instead). Returns with `op` done, or at `deadline`.
+  bool driveUntilDone(const Operation& op, Deadline deadline);
   // Makes the running and all queued operations fail with `reason` as soon as possible.
   void abort(const Status& reason);
   // Wakes the driver (a split view was aborted: braidComm::viewAborted).
@@ -72,8 +83,11 @@ class Engine {
   // Claims the driver for a caller (false when the engine is busy), and gives it back.
   bool beginInline();
   void endInline();
-  // Drives the active operations until none is left (admitting queued ones when `admit`).
-  void driveUntilIdle(bool admit);
+  // Drives the active operations until none is left (admitting queued ones when `admit`), or, for
+  // a caller that drives for `target`, until `target` is done or `deadline`. The progress thread
+  // (admit, no target) also returns when a caller asks for the loop (handoff_).
+  void driveUntilIdle(bool admit, const Operation* target = nullptr,
+                      Deadline deadline = Deadline::Never());
   // Moves queued operations into the window.
   void admit();
   // Makes `op` active: checks, builds its schedules, claims its streams.
@@ -99,7 +113,8 @@ class Engine {
   void handleStall(size_t i, int64_t since_us);
   // The ranks `a` waits on: pending receives first, then pending sends.
   std::vector<int> stalledPeers(const ActiveOp& a);
-  void sleepUntilProgress(int64_t budget_ms);
+  // Sleeps in poll() until a transfer can move, new work arrives (`admitting`) or `budget_ms`.
+  void sleepUntilProgress(int64_t budget_ms, bool admitting);
   // The first lines of every report (counters; safe from any thread).
   std::string reportHeader();
   // The driver answers a pending debugState() request.
@@ -114,7 +129,10 @@ class Engine {
   // Guarded by mu_.
   std::deque<std::shared_ptr<Operation>> queue_;
   bool driving_ = false;      // the progress thread owns the driver state below
-  bool inline_busy_ = false;  // a caller runs an operation inline
+  bool inline_busy_ = false;  // a caller runs an operation inline, or drives for its operation
+  bool handoff_ = false;      // a caller waits for the progress thread to hand the loop over
+  std::atomic<bool> handoff_wanted_{false};  // handoff_, read by the driver without the lock
+  std::condition_variable handoff_cv_;
   bool stop_ = false;
   std::atomic<size_t> queued_{0};  // queue_.size(), readable without the lock
   std::atomic<bool> sleeping_{false};

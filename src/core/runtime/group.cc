@@ -256,7 +256,7 @@ extern "C" braidResult_t braidGroupEnd(void) {
     to_wait.emplace_back(p.comm, op);
   }
   for (auto& [comm, op] : to_wait) {
-    op->wait(Deadline::Never(), comm->config().spin_us);
+    comm->waitFor(*op, Deadline::Never());  // drives that communicator's loop meanwhile
     note(comm.get(), op->status());
   }
   return first.ok() ? braidSuccess : first.code();
