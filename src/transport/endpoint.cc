@@ -10,6 +10,21 @@ namespace braid {
 Endpoint::Endpoint() = default;
 Endpoint::~Endpoint() = default;
 
+Result<size_t> Endpoint::sendv(std::span<const iovec> parts) {
+  size_t total = 0;
+  for (const iovec& part : parts) {
+    if (part.iov_len == 0) continue;
+    auto r = send(part.iov_base, part.iov_len);
+    if (!r.ok()) {
+      if (total) return total;  // the error comes again on the next call
+      return r.status();
+    }
+    total += *r;
+    if (*r < part.iov_len) break;
+  }
+  return total;
+}
+
 StreamMessages& Endpoint::messages() {
   if (!messages_) messages_ = std::make_unique<StreamMessages>(*this);
   return *messages_;

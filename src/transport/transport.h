@@ -23,6 +23,7 @@
 #pragma once
 
 #include <poll.h>
+#include <sys/uio.h>
 
 #include <cstddef>
 #include <atomic>
@@ -96,6 +97,11 @@ class Endpoint {
 
   // Writes up to `len` bytes; returns how many were accepted (0 when the stream is full).
   virtual Result<size_t> send(const void* data, size_t len) = 0;
+  // Writes up to the total of `parts`, in order, as one stream; returns how many bytes were
+  // accepted. A transport that gathers them in one call (TCP: one sendmsg, one segment for a
+  // small message's header, payload and padding) overrides it; this one sends part by part and
+  // stops at the first part the stream did not take whole.
+  virtual Result<size_t> sendv(std::span<const iovec> parts);
   // Reads up to `len` bytes into `data`; returns how many arrived (0 when none yet).
   virtual Result<size_t> recv(void* data, size_t len) = 0;
   // A view of arrived bytes that can be read in place, at most `max` of them (empty when none).

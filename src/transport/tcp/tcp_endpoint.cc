@@ -106,14 +106,24 @@ void TcpEndpoint::shutdown() {
 }
 
 Result<size_t> TcpEndpoint::send(const void* data, size_t len) {
+  const iovec one{const_cast<void*>(data), len};
+  return sendv(std::span<const iovec>(&one, 1));
+}
+
+Result<size_t> TcpEndpoint::sendv(std::span<const iovec> parts) {
   if (!tx_error_.ok()) return tx_error_;
   if (peer_hung_up_) {
     tx_error_ = peerError(0, "send");
     return tx_error_;
   }
+  size_t len = 0;
+  for (const iovec& part : parts) len += part.iov_len;
   if (len == 0) return size_t{0};
+  msghdr msg{};
+  msg.msg_iov = const_cast<iovec*>(parts.data());
+  msg.msg_iovlen = parts.size();
   for (;;) {
-    ssize_t n = ::send(fd_.get(), data, len, MSG_NOSIGNAL | MSG_DONTWAIT);
+    ssize_t n = ::sendmsg(fd_.get(), &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
     if (n >= 0) {
       countSent(static_cast<uint64_t>(n));
       return static_cast<size_t>(n);
@@ -181,6 +191,10 @@ void TcpEndpoint::consume(size_t len) {
 Result<size_t> TcpEndpoint::recv(void* data, size_t len) {
   last_peek_ = 0;
   auto* out = static_cast<std::byte*>(data);
+  // A small read (a frame's header, a small payload) goes through the buffer: one read takes
+  // the whole frame and what follows, where reading each piece from the socket costs two
+  // syscalls apiece (readStream).
+  if (tail_ == head_ && len < kSmallReadBytes) fill();
   size_t got = std::min(len, tail_ - head_);
   if (got) {
     std::memcpy(out, buf_.get() + head_, got);

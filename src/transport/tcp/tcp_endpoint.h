@@ -28,11 +28,14 @@ class TcpEndpoint final : public Endpoint {
  public:
   // Receive-buffer size for peek(): large views let the engine reduce in place.
   static constexpr size_t kBufferBytes = 256 * 1024;
+  // recv() of fewer bytes than this on an empty buffer fills the buffer first.
+  static constexpr size_t kSmallReadBytes = 4096;
 
   TcpEndpoint(Fd fd, TcpPeer peer);
   ~TcpEndpoint() override;
 
   Result<size_t> send(const void* data, size_t len) override;
+  Result<size_t> sendv(std::span<const iovec> parts) override;  // one sendmsg
   Result<size_t> recv(void* data, size_t len) override;
   Result<std::span<const std::byte>> peek(size_t max) override;
   void consume(size_t len) override;
