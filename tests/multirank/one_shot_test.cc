@@ -198,6 +198,72 @@ TEST_P(OneShot, ACallThatDiffersFailsOnEveryRankAndTheCommunicatorGoesOn) {
   EXPECT_TRUE(AllSucceeded(out)) << DescribeOutcomes(out);
 }
 
+// Blocking calls in a group run on the board one after another when each fits (no stream byte,
+// bit-exact), and meet the same calls issued outside a group on other ranks: even ranks group
+// them, odd ranks do not. A group with one call too large for the board runs on the engine
+// whole, bit-exact too. A call of the group that differs between ranks fails on every rank, the
+// group's other calls complete, and the communicator goes on.
+TEST_P(OneShot, GroupedSmallCallsRunOnTheBoardAndMeetUngroupedOnes) {
+  const int n = GetParam();
+  auto out = RunJob(
+      Options(n, {{"BRAID_ONESHOT_BYTES", "4096"}}),
+      [&](braidComm_t comm, int rank, int nranks, const braidUniqueId&) {
+        const float want = static_cast<float>(nranks * (nranks - 1) / 2);
+        auto run = [&](const std::vector<size_t>& counts, bool grouped, size_t mismatch_at,
+                       std::vector<braidResult_t>* rcs) {
+          std::vector<std::vector<float>> bufs;
+          for (size_t k = 0; k < counts.size(); ++k)
+            bufs.emplace_back(counts[k] + 1, static_cast<float>(rank));
+          if (grouped && braidGroupStart() != braidSuccess) return false;
+          for (size_t k = 0; k < counts.size(); ++k) {
+            // The differing call: rank 0 asks for max where the others sum.
+            const braidRedOp_t op = k == mismatch_at && rank == 0 ? braidMax : braidSum;
+            rcs->push_back(
+                braidAllReduce(bufs[k].data(), bufs[k].data(), counts[k], braidFloat32, op, comm));
+          }
+          if (grouped && braidGroupEnd() == braidErrInternal) return false;
+          for (size_t k = 0; k < counts.size(); ++k) {
+            if (k == mismatch_at) continue;
+            for (size_t i = 0; i < counts[k]; ++i)
+              if (bufs[k][i] != want) return false;
+            if (bufs[k][counts[k]] != static_cast<float>(rank)) return false;  // past the end
+          }
+          return true;
+        };
+        const bool grouped = rank % 2 == 0;
+        uint64_t before = 0, after = 0;
+        std::vector<braidResult_t> rcs;
+        CHECK_OR_FAIL(SentBytes(comm, nranks, &before), "traffic counters");
+        CHECK_OR_FAIL(run({1, 100, 1024, 3}, grouped, size_t(-1), &rcs), "small group: wrong");
+        CHECK_OR_FAIL(SentBytes(comm, nranks, &after), "traffic counters");
+        CHECK_OR_FAIL(after == before, "the small group sent %llu stream bytes",
+                      static_cast<unsigned long long>(after - before));
+        // 1025 floats do not fit 4096 bytes: the whole group goes to the engine (every rank
+        // groups it here: the engine needs the same form on every rank).
+        rcs.clear();
+        CHECK_OR_FAIL(run({5, 1025, 7}, true, size_t(-1), &rcs), "engine group: wrong");
+        CHECK_OR_FAIL(SentBytes(comm, nranks, &before), "traffic counters");
+        CHECK_OR_FAIL(before > after, "the group with a large call sent nothing");
+        // A mismatch in the middle of a small group.
+        rcs.clear();
+        CHECK_OR_FAIL(run({4, 4, 4}, grouped, 1, &rcs), "mismatch group: wrong");
+        const std::string msg = braidGetLastError(comm);
+        if (!grouped) {
+          CHECK_OR_FAIL(
+              rcs[0] == braidSuccess && rcs[1] == braidErrInvalidUsage && rcs[2] == braidSuccess,
+              "ungrouped results %d %d %d", rcs[0], rcs[1], rcs[2]);
+        }
+        CHECK_OR_FAIL(msg.find("call mismatch") != std::string::npos, "error: %s", msg.c_str());
+        std::vector<float> one(5, static_cast<float>(rank));
+        CHECK_OR_FAIL(
+            braidAllReduce(one.data(), one.data(), 5, braidFloat32, braidSum, comm) == braidSuccess,
+            "the call after the mismatch: %s", braidGetLastError(comm));
+        for (float v : one) CHECK_OR_FAIL(v == want, "sum %g", v);
+        return 0;
+      });
+  EXPECT_TRUE(AllSucceeded(out)) << DescribeOutcomes(out);
+}
+
 // Board calls between non-blocking engine operations in flight, back to back, sizes and kinds
 // mixed, with more ranks than cores: all complete, bit-exact.
 TEST_P(OneShot, BoardCallsInterleaveWithOperationsInFlight) {

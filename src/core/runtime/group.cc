@@ -10,6 +10,7 @@
 #include "algorithms/cost_model.h"
 #include "algorithms/simulator.h"
 #include "core/runtime/active_op.h"
+#include "core/runtime/one_shot.h"
 #include "core/base/log.h"
 
 namespace braid {
@@ -167,6 +168,33 @@ void GroupAddInit(const CommRef& comm, const UniqueIdData& id, int rank, int nra
 
 using namespace braid;
 
+// braidGroupEnd on the small-message board (one_shot.h): a group of blocking collectives of one
+// communicator, without point-to-point calls, each of which the board would take alone, runs
+// them one after another on the board in call order. That is what the same calls issued outside
+// a group do, so ranks that group their small calls differently still meet (the engine would
+// cost about 100x more per call: -m 8 in docs/performance.md). True when it ran the group.
+template <typename Note>
+bool RunOnBoardIfSmall(GroupState& g, Note& note) {
+  if (g.collectives.empty() || !g.p2p.empty()) return false;
+  const CommRef& comm = g.collectives[0].comm;
+  if (comm->state() != braidComm::State::kReady) return false;
+  for (const auto& c : g.collectives)
+    if (c.comm != comm || !c.blocking || !OneShotTakes(*comm, c.op->desc())) return false;
+  for (auto& c : g.collectives) {
+    Status st;
+    if (comm->asyncErrorCode() != braidSuccess) {  // an earlier call of the group tore it down
+      st = comm->asyncError();
+      st.prepend(comm->where() + ": " + DescribeCall(c.op->desc()) +
+                 ": not run because the communicator failed earlier: ");
+    } else {
+      st = RunOneShot(*comm, c.op->desc());  // a mismatch leaves it usable: the next one runs
+    }
+    c.op->complete(st);
+    note(comm.get(), st);
+  }
+  return true;
+}
+
 // braidGroupEnd's fast path: true when it ran the group (every operation is then complete).
 template <typename Note>
 bool RunInlineIfAlone(GroupState& g, Note& note) {
@@ -217,7 +245,8 @@ extern "C" braidResult_t braidGroupEnd(void) {
   // One communicator, every call blocking, nothing else running: the caller drives the whole
   // group itself, all operations in flight at once (no hand-off to the progress thread and back,
   // which costs more than a small collective on a busy machine).
-  if (RunInlineIfAlone(g, note)) return first.ok() ? braidSuccess : first.code();
+  if (RunOnBoardIfSmall(g, note) || RunInlineIfAlone(g, note))
+    return first.ok() ? braidSuccess : first.code();
 
   // Collectives in call order, then each communicator's sends and receives as one operation.
   std::vector<std::pair<CommRef, std::shared_ptr<Operation>>> to_wait;
