@@ -76,6 +76,8 @@ class ActiveOp {
   // An error leaves the operation unfinished; cleanFailure() then tells whether the streams are
   // still at message boundaries (a call-agreement conflict) or torn.
   Status advance(StreamGate& gate, bool* moved);
+  // Bytes the last advance() moved or computed on (transfers and local steps).
+  int64_t bytesLastPass() const { return kSweepBudgetBytes - budget_; }
   bool finished() const { return stage_ == Stage::kFinished; }
   // Whether any byte of this operation went onto or came off a stream: until then it can be
   // dropped without putting the streams out of step (aborting one split view leaves the others).

@@ -92,8 +92,9 @@ class Engine {
   void admit();
   // Makes `op` active: checks, builds its schedules, claims its streams.
   void activate(Operation* op, std::shared_ptr<Operation> keep);
-  // One pass over the active operations; true when anything moved.
-  bool sweep();
+  // One pass over the active operations; true when anything moved. Adds the bytes the pass moved
+  // to *bytes.
+  bool sweep(int64_t* bytes);
   // active_[i] belongs to an aborted split view: dropped alone when it has not touched a stream,
   // else it fails the whole engine (the streams it shares are mid-message). True when removed.
   bool dropAbortedView(size_t i);

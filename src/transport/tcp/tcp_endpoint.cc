@@ -191,10 +191,6 @@ void TcpEndpoint::consume(size_t len) {
 Result<size_t> TcpEndpoint::recv(void* data, size_t len) {
   last_peek_ = 0;
   auto* out = static_cast<std::byte*>(data);
-  // A small read (a frame's header, a small payload) goes through the buffer: one read takes
-  // the whole frame and what follows, where reading each piece from the socket costs two
-  // syscalls apiece (readStream).
-  if (tail_ == head_ && len < kSmallReadBytes) fill();
   size_t got = std::min(len, tail_ - head_);
   if (got) {
     std::memcpy(out, buf_.get() + head_, got);

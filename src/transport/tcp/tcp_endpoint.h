@@ -28,8 +28,6 @@ class TcpEndpoint final : public Endpoint {
  public:
   // Receive-buffer size for peek(): large views let the engine reduce in place.
   static constexpr size_t kBufferBytes = 256 * 1024;
-  // recv() of fewer bytes than this on an empty buffer fills the buffer first.
-  static constexpr size_t kSmallReadBytes = 4096;
 
   TcpEndpoint(Fd fd, TcpPeer peer);
   ~TcpEndpoint() override;
