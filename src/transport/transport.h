@@ -100,7 +100,9 @@ class Endpoint {
   // Writes up to the total of `parts`, in order, as one stream; returns how many bytes were
   // accepted. A transport that gathers them in one call (TCP: one sendmsg, one segment for a
   // small message's header, payload and padding) overrides it; this one sends part by part and
-  // stops at the first part the stream did not take whole.
+  // stops at the first part the stream did not take whole. An error after some bytes were taken
+  // returns those bytes; the error must then come again on the next call (a transport's send
+  // errors are sticky).
   virtual Result<size_t> sendv(std::span<const iovec> parts);
   // Reads up to `len` bytes into `data`; returns how many arrived (0 when none yet).
   virtual Result<size_t> recv(void* data, size_t len) = 0;

@@ -301,10 +301,11 @@ braidResult_t braidWait(braidRequest_t* request, int64_t timeout_ms) {
     return Fail(InvalidUsage(
         "braidWait: the request's group has not ended yet (call braidGroupEnd first)"));
   Deadline deadline = timeout_ms < 0 ? Deadline::Never() : Deadline::After(timeout_ms);
-  // Not done yet, its communicator is still there (destroy waits for its operations): drive.
-  braidComm* owner = r->op->owner();
+  // Not done yet: drive its communicator's loop, holding a reference so that a destroy on another
+  // thread, free to proceed once the operation completes, cannot free it under this one.
+  const braid::CommRef comm = r->comm.lock();
   const bool done =
-      r->op->done() || (owner ? owner->waitFor(*r->op, deadline) : r->op->wait(deadline, 50));
+      r->op->done() || (comm ? comm->waitFor(*r->op, deadline) : r->op->wait(deadline, 50));
   if (!done)
     return Fail(TimeoutError("braidWait: the operation did not complete within " +
                              std::to_string(timeout_ms) + " ms (the request stays valid)"));

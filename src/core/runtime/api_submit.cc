@@ -11,12 +11,12 @@ braidResult_t RunOperation(const CommRef& comm, std::shared_ptr<Operation> op,
                            braidRequest_t* request) {
   if (InGroup()) {
     GroupAddCollective(comm, op, request == nullptr);
-    if (request) *request = new braidRequest{op};
+    if (request) *request = new braidRequest{op, comm};
     return braidSuccess;
   }
   if (request) {
     comm->submit(op);
-    *request = new braidRequest{std::move(op)};
+    *request = new braidRequest{std::move(op), comm};
     return braidSuccess;
   }
   if (!comm->config().inline_blocking || !comm->runInline(*op)) {

@@ -13,6 +13,9 @@
 // inside a group).
 struct braidRequest {
   std::shared_ptr<braid::Operation> op;
+  // The communicator that runs it, for braidWait to drive its loop: weak, since a request may
+  // outlive its communicator (destroy waits for the operation, not for the request).
+  std::weak_ptr<braidComm> comm;
 };
 
 namespace braid {

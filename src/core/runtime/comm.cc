@@ -325,14 +325,14 @@ Status braidComm::exchangeRankInfo(Bootstrap& bs, Deadline deadline) {
   return Status::Ok();
 }
 
-bool braidComm::threadsOutnumberCpus() const {
-  if (layout_.node_of.empty()) return false;
+void braidComm::buildLayout() {
+  buildNodeLayout();
   const int node = layout_.node_of[rank_];
   const auto here = std::count(layout_.node_of.begin(), layout_.node_of.end(), node);
-  return 2 * here > host_cpus_;
+  threads_outnumber_cpus_ = 2 * here > host_cpus_;
 }
 
-void braidComm::buildLayout() {
+void braidComm::buildNodeLayout() {
   // Nodes in order of first appearance.
   std::vector<std::string> nodes;
   layout_.node_of.assign(nranks_, 0);
@@ -375,6 +375,7 @@ Status braidComm::initView(std::shared_ptr<braidComm> parent, const std::vector<
     infos_[i] = parent->infos_[members[i]];
     infos_[i].rank = static_cast<int>(i);
   }
+  host_cpus_ = parent->host_cpus_;
   buildLayout();
   links_ = parent->links_;
   for (auto& o : links_.origin) o = LinkOrigin::kInherited;

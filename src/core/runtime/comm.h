@@ -143,7 +143,7 @@ struct braidComm {
   int hostCpus() const { return host_cpus_; }
   // Whether this host's ranks, with a caller and a progress thread each, outnumber those CPUs:
   // then a busy progress loop yields now and then (Engine::driveUntilIdle).
-  bool threadsOutnumberCpus() const;
+  bool threadsOutnumberCpus() const { return threads_outnumber_cpus_; }
   // Whether `peer` is in an operation this rank has not issued: this rank's engine has nothing in
   // flight (nor have its views), yet `peer` has sent it stream bytes. Only while this rank waits
   // in a call off the engine (the board), where it means the two ranks are in different calls.
@@ -240,8 +240,10 @@ struct braidComm {
  private:
   // The engine that runs this communicator's operations: its own, or its root's.
   braid::Engine* engine() const { return root_ ? root_->engine() : engine_.get(); }
-  // node_of / local_rank from infos_ (nodes in order of first appearance).
+  // node_of / local_rank from infos_ (nodes in order of first appearance), then what depends on
+  // them (threads_outnumber_cpus_; host_cpus_ must be set first).
   void buildLayout();
+  void buildNodeLayout();
   // Waits (bounded) until every operation submitted on this communicator has completed.
   bool waitOwnOps(braid::Deadline deadline);
   Status exchangeRankInfo(braid::Bootstrap& bs, braid::Deadline deadline);
@@ -272,6 +274,7 @@ struct braidComm {
   std::mutex board_mu_;
   BoardProgress board_progress_;
   int host_cpus_ = 1;
+  bool threads_outnumber_cpus_ = false;
   std::unique_ptr<braid::HandshakeListener> control_;
   std::vector<sockaddr_storage> control_addrs_;
   bool loopback_root_ = false;

@@ -101,7 +101,10 @@ bool Engine::drain(Deadline deadline) {
 
 bool Engine::beginInline() {
   std::lock_guard<std::mutex> lock(mu_);
-  if (inline_busy_ || driving_ || !queue_.empty() || stop_) return false;
+  // Not while a caller waits for the loop (handoff_) or operations a driving caller left active
+  // wait for the thread: the flags come first, so active_ is read only while nobody drives.
+  if (inline_busy_ || driving_ || handoff_ || stop_ || !queue_.empty() || !active_.empty())
+    return false;
   inline_busy_ = true;
   return true;
 }
@@ -135,6 +138,8 @@ bool Engine::tryRunInline(const std::vector<std::shared_ptr<Operation>>& ops) {
 }
 
 bool Engine::driveUntilDone(const Operation& op, Deadline deadline) {
+  // A wait that is already over (braidWait(req, 0) polling) leaves the loop where it is.
+  if (deadline.expired()) return false;
   {
     std::unique_lock<std::mutex> lock(mu_);
     if (inline_busy_ || handoff_ || stop_) return false;  // another caller has or wants the loop
@@ -145,9 +150,17 @@ bool Engine::driveUntilDone(const Operation& op, Deadline deadline) {
       uint64_t one = 1;
       if (wake_fd_ >= 0) (void)!write(wake_fd_, &one, sizeof(one));  // it may sleep in poll()
       lock.lock();
-      handoff_cv_.wait(lock, [&] { return !driving_; });
+      // Nobody else takes the loop meanwhile: beginInline and driveUntilDone refuse while
+      // handoff_ is set, and threadMain waits for it to clear.
+      const bool handed = handoff_cv_.wait_until(lock, deadline.at(), [&] { return !driving_; });
       handoff_ = false;
       handoff_wanted_.store(false, std::memory_order_relaxed);
+      if (!handed) {
+        // The thread still drives (a long pass, a liveness probe): leave it the loop.
+        lock.unlock();
+        cv_.notify_one();
+        return false;
+      }
     }
     inline_busy_ = true;
   }
@@ -410,7 +423,7 @@ void Engine::driveUntilIdle(bool admit_queued, const Operation* target, Deadline
   // scheduler slice (milliseconds) while a woken caller of this or another rank waits for one
   // (e.g. to issue the small call it had queued behind a large one). Yielding every
   // kBusyYieldUs of progress lets it in; sched_yield returns at once when nobody waits.
-  const bool yield_when_busy = comm_->threadsOutnumberCpus();
+  const bool yield_when_busy = comm_->threadsOutnumberCpus();  // (cached at init)
   int64_t last_progress = NowMicros();
   int64_t last_yield = last_progress;
   int64_t bytes_since_yield = 0;
@@ -418,7 +431,7 @@ void Engine::driveUntilIdle(bool admit_queued, const Operation* target, Deadline
   for (;;) {
     if (report_requested_.load(std::memory_order_relaxed)) answerReport();
     if (target) {
-      if (target->done() || deadline.expired()) return;
+      if (target->done()) return;
     } else if (admit_queued && handoff_wanted_.load(std::memory_order_acquire)) {
       // A blocked caller takes the loop over (driveUntilDone); active operations stay.
       {
@@ -443,6 +456,8 @@ void Engine::driveUntilIdle(bool admit_queued, const Operation* target, Deadline
       continue;
     }
     const bool progressed = sweep(&bytes_since_yield);
+    // A driving caller's deadline ends its drive after a pass, never before one.
+    if (target && (target->done() || deadline.expired())) return;
     const int64_t now = NowMicros();
     if (progressed) {
       last_progress = now;
@@ -524,6 +539,9 @@ std::string Engine::debugState(Deadline deadline) {
              "  an operation is in flight, but the progress loop did not answer in time (it is "
              "inside a transport call or a reduction)\n";
   }
+  if (!active_.empty())  // nobody drives: a caller just gave the loop back to the thread
+    return reportHeader() + "  " + std::to_string(active_.size()) +
+           " operation(s) in flight, waiting for the progress thread to take the loop\n";
   return reportHeader() + "  nothing in flight\n";
 }
 

@@ -276,7 +276,10 @@ extern "C" braidResult_t braidGroupEnd(void) {
     d.dtype = DataType::kUint8;
     d.p2p = std::move(p.calls);
     auto op = std::make_shared<Operation>(std::move(d));
-    for (auto* r : p.requests) r->op = op;
+    for (auto* r : p.requests) {
+      r->op = op;
+      r->comm = p.comm;
+    }
     if (p.comm->state() != braidComm::State::kReady) {
       op->complete(InvalidUsage(p.comm->where() + ": communicator not ready"));
     } else {

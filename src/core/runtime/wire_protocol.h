@@ -21,7 +21,7 @@ enum Phase : uint8_t { kHeader = 0, kPayload = 1, kPadding = 2, kDone = 3 };
 // Progress of one transfer of the current step of a channel.
 struct OpProgress {
   Phase phase = kHeader;
-  uint64_t done = 0;  // bytes of the current phase
+  uint64_t done = 0;  // bytes of the current phase (elements of a local step: active_op.cc)
   WireHeader hdr;
 };
 
