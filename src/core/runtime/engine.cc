@@ -421,8 +421,9 @@ void Engine::driveUntilIdle(bool admit_queued, const Operation* target, Deadline
   const int64_t spin_us = comm_->config().spin_us;
   // On oversubscribed cores, a loop that keeps moving bulk data would keep its CPU for a whole
   // scheduler slice (milliseconds) while a woken caller of this or another rank waits for one
-  // (e.g. to issue the small call it had queued behind a large one). Yielding every
-  // kBusyYieldUs of progress lets it in; sched_yield returns at once when nobody waits.
+  // (e.g. to issue the small call it had queued behind a large one). Yielding after
+  // kBusyYieldBytes and kBusyYieldUs of progress lets it in; sched_yield returns at once when
+  // nobody waits.
   const bool yield_when_busy = comm_->threadsOutnumberCpus();  // (cached at init)
   int64_t last_progress = NowMicros();
   int64_t last_yield = last_progress;
