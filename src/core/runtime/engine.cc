@@ -119,21 +119,38 @@ void Engine::endInline() {
   cv_.notify_one();  // operations queued meanwhile (non-blocking calls from another thread)
 }
 
+void Engine::driveOnCaller(const std::function<void()>& drive) {
+  // The caller's thread: an allocation failure (an operation's state, the window) must not cross
+  // the C API nor leave the loop claimed. It fails every operation instead, as on the thread.
+  try {
+    drive();
+  } catch (const std::bad_alloc&) {
+    abort(OutOfMemory(comm_->where() + ": "));
+    try {
+      driveUntilIdle(false);  // retires what is active with the abort's error; allocates nothing
+    } catch (const std::bad_alloc&) {
+    }
+  }
+  endInline();
+}
+
 bool Engine::tryRunInline(Operation& op) {
   if (!beginInline()) return false;
   submitted_.fetch_add(1, std::memory_order_relaxed);
-  activate(&op, nullptr);
-  driveUntilIdle(false);
-  endInline();
+  driveOnCaller([&] {
+    activate(&op, nullptr);
+    driveUntilIdle(false);
+  });
   return true;
 }
 
 bool Engine::tryRunInline(const std::vector<std::shared_ptr<Operation>>& ops) {
   if (ops.size() > window_ || !beginInline()) return false;
   submitted_.fetch_add(ops.size(), std::memory_order_relaxed);
-  for (const auto& op : ops) activate(op.get(), op);
-  driveUntilIdle(false);
-  endInline();
+  driveOnCaller([&] {
+    for (const auto& op : ops) activate(op.get(), op);
+    driveUntilIdle(false);
+  });
   return true;
 }
 
@@ -164,8 +181,7 @@ bool Engine::driveUntilDone(const Operation& op, Deadline deadline) {
     }
     inline_busy_ = true;
   }
-  driveUntilIdle(true, &op, deadline);
-  endInline();  // the thread takes over what is still active or queued
+  driveOnCaller([&] { driveUntilIdle(true, &op, deadline); });  // then the thread takes the rest
   return true;
 }
 

@@ -20,6 +20,7 @@
 #include <condition_variable>
 #include <cstddef>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -83,6 +84,8 @@ class Engine {
   // Claims the driver for a caller (false when the engine is busy), and gives it back.
   bool beginInline();
   void endInline();
+  // Runs `drive` on a caller that claimed the loop, then gives the loop back (endInline).
+  void driveOnCaller(const std::function<void()>& drive);
   // Drives the active operations until none is left (admitting queued ones when `admit`), or, for
   // a caller that drives for `target`, until `target` is done or `deadline`. The progress thread
   // (admit, no target) also returns when a caller asks for the loop (handoff_).
