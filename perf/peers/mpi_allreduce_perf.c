@@ -1,12 +1,18 @@
-/* mpi_allreduce_perf: Open MPI's MPI_Allreduce (float, sum) timed the way braid's
- * all_reduce_perf times it, for perf/compare. Launch with mpirun -np N.
+/* mpi_allreduce_perf: Open MPI's MPI_Allreduce (float, sum), MPI_Allgather or
+ * MPI_Reduce_scatter_block (float, sum) timed the way braid's all_reduce_perf, all_gather_perf
+ * and reduce_scatter_perf time them, for perf/compare. Launch with mpirun -np N.
  *
- *   mpi_allreduce_perf [-b MIN] [-e MAX] [-f FACTOR] [-n ITERS] [-w WARMUP] [-c 0|1]
+ *   mpi_allreduce_perf [--coll allreduce|allgather|reducescatter] [-b MIN] [-e MAX] [-f FACTOR]
+ *                      [-n ITERS] [-w WARMUP] [-c 0|1]
  *
+ * Sizes are nccl-tests': the whole buffer (all-reduce: the buffer, all-gather: the output,
+ * reduce-scatter: the input). For all-gather and reduce-scatter the per-rank count is rounded
+ * down to whole 16-byte units, as braid's binaries do, and the row prints the rounded size and
+ * the per-rank count; busbw = algbw * (n-1)/n there, 2(n-1)/n for all-reduce.
  * Per size: warm-up, MPI_Barrier, ITERS blocking calls (out of place, buffers moved between
  * iterations like braid's harness), time per op averaged over ranks. Output rows use the
  * nccl-tests layout (in-place columns N/A) so one parser reads both. Exit status 7 when the
- * check finds a wrong element. */
+ * check finds a wrong element, 2 for bad usage (an unknown --coll included). */
 #include <mpi.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -38,9 +44,28 @@ static const char* TimeStr(double us, char* buf, size_t n) {
   return buf;
 }
 
+enum Coll { kAllreduce, kAllgather, kReduceScatter };
+static const char* const kCollNames[] = {"allreduce", "allgather", "reducescatter"};
+
+/* One blocking call of `coll` on `count` elements per rank (all-reduce: the whole buffer). */
+static void Call(enum Coll coll, const float* send, float* recv, size_t count) {
+  if (coll == kAllreduce)
+    MPI_Allreduce(send, recv, (int)count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+  else if (coll == kAllgather)
+    MPI_Allgather(send, (int)count, MPI_FLOAT, recv, (int)count, MPI_FLOAT, MPI_COMM_WORLD);
+  else
+    MPI_Reduce_scatter_block(send, recv, (int)count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+}
+
+/* Rank r's input element i: small integers, so every partial sum is exact in float. */
+static float Input(size_t i, int r) {
+  return (float)((7 * i + 13 * (size_t)r) % 101);
+}
+
 int main(int argc, char** argv) {
   unsigned long long min_bytes = 8, max_bytes = 64ull << 20, factor = 2;
   int iters = 20, warmup = 1, check = 1;
+  enum Coll coll = kAllreduce;
   MPI_Init(&argc, &argv);
   int rank, n;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
@@ -48,7 +73,20 @@ int main(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     const char* v = i + 1 < argc ? argv[i + 1] : NULL;
     int ok = v != NULL;
-    if (ok && !strcmp(argv[i], "-b"))
+    if (ok && !strcmp(argv[i], "--coll")) {
+      int c = 0;
+      while (c < 3 && strcmp(v, kCollNames[c])) ++c;
+      if (c == 3) {
+        if (rank == 0)
+          fprintf(stderr,
+                  "mpi_allreduce_perf: --coll '%s': expected allreduce, allgather or "
+                  "reducescatter\n",
+                  v);
+        MPI_Finalize();
+        return 2;
+      }
+      coll = (enum Coll)c;
+    } else if (ok && !strcmp(argv[i], "-b"))
       ok = ParseSize(v, &min_bytes);
     else if (ok && !strcmp(argv[i], "-e"))
       ok = ParseSize(v, &max_bytes);
@@ -64,7 +102,8 @@ int main(int argc, char** argv) {
       ok = 0;
     if (!ok) {
       if (rank == 0)
-        fprintf(stderr, "mpi_allreduce_perf: bad option '%s' (use -b -e -f -n -w -c)\n", argv[i]);
+        fprintf(stderr, "mpi_allreduce_perf: bad option '%s' (use --coll -b -e -f -n -w -c)\n",
+                argv[i]);
       MPI_Finalize();
       return 2;
     }
@@ -84,39 +123,65 @@ int main(int argc, char** argv) {
   }
   memset(send, 0, alloc);
   memset(recv, 0, alloc);
+  const double bus_factor = coll == kAllreduce ? 2.0 * (n - 1) / n : (double)(n - 1) / n;
   if (rank == 0) {
-    printf("# mpi_allreduce_perf: MPI_Allreduce float sum, %d ranks, out of place, blocking\n", n);
+    if (coll == kAllreduce)
+      printf("# mpi_allreduce_perf: MPI_Allreduce float sum, %d ranks, out of place, blocking\n",
+             n);
+    else if (coll == kAllgather)
+      printf("# mpi_allreduce_perf: MPI_Allgather float, %d ranks, out of place, blocking\n", n);
+    else
+      printf(
+          "# mpi_allreduce_perf: MPI_Reduce_scatter_block float sum, %d ranks, out of place, "
+          "blocking\n",
+          n);
     printf(
         "#       size         count      type   redop    root     time   algbw   busbw  #wrong\n");
     printf("#        (B)    (elements)                               (us)  (GB/s)  (GB/s)\n");
   }
   unsigned long long total_wrong = 0;
   for (unsigned long long size = min_bytes; size <= max_bytes; size *= factor) {
+    /* count: the whole buffer in elements (the shift between iterations); param: the count
+     * passed to MPI (all-gather, reduce-scatter: per rank, whole 16-byte units like braid). */
     size_t count = (size_t)(size / sizeof(float));
+    size_t param = count;
+    if (coll != kAllreduce) {
+      param = (count / (size_t)n) & ~(size_t)3;
+      count = param * (size_t)n;
+    }
     size_t bytes = count * sizeof(float);
     size_t steps = bytes ? alloc / bytes : 1;
     if (steps == 0) steps = 1;
     for (int w = 0; w < warmup; ++w) {
       size_t shift = count * (w % steps);
-      MPI_Allreduce(send + shift, recv + shift, (int)count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+      Call(coll, send + shift, recv + shift, param);
     }
     MPI_Barrier(MPI_COMM_WORLD);
     double t0 = MPI_Wtime();
     for (int it = 0; it < iters; ++it) {
       size_t shift = count * (it % steps);
-      MPI_Allreduce(send + shift, recv + shift, (int)count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+      Call(coll, send + shift, recv + shift, param);
     }
     double sec = (MPI_Wtime() - t0) / iters;
     MPI_Allreduce(MPI_IN_PLACE, &sec, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
     sec /= n;
     unsigned long long wrong = 0;
     if (check) {
-      /* Small integers: every partial sum is exact in float. */
-      for (size_t i = 0; i < count; ++i) send[i] = (float)((7 * i + 13 * (size_t)rank) % 101);
-      MPI_Allreduce(send, recv, (int)count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
-      for (size_t i = 0; i < count; ++i) {
+      /* Inputs: all-reduce and reduce-scatter the whole buffer, all-gather one block. The
+       * output is first filled with -1 (no input's value) so a stale result cannot pass. */
+      size_t in = coll == kAllgather ? param : count;
+      size_t out = coll == kReduceScatter ? param : count;
+      for (size_t i = 0; i < in; ++i) send[i] = Input(i, rank);
+      for (size_t i = 0; i < out; ++i) recv[i] = -1.0f;
+      Call(coll, send, recv, param);
+      for (size_t i = 0; i < out; ++i) {
         double want = 0;
-        for (int r = 0; r < n; ++r) want += (double)((7 * i + 13 * (size_t)r) % 101);
+        if (coll == kAllreduce)
+          for (int r = 0; r < n; ++r) want += (double)Input(i, r);
+        else if (coll == kAllgather)
+          want = (double)Input(i % param, (int)(i / param));
+        else
+          for (int r = 0; r < n; ++r) want += (double)Input((size_t)rank * param + i, r);
         wrong += recv[i] != (float)want;
       }
       MPI_Allreduce(MPI_IN_PLACE, &wrong, 1, MPI_UNSIGNED_LONG_LONG, MPI_SUM, MPI_COMM_WORLD);
@@ -126,8 +191,9 @@ int main(int argc, char** argv) {
       double algbw = sec > 0 ? (double)bytes / 1e9 / sec : 0;
       char tbuf[32];
       printf("%12zu  %12zu  %8s  %6s  %6d  %7s  %6.2f  %6.2f  %6llu  %7s  %6s  %6s  %6s\n", bytes,
-             count, "float", "sum", -1, TimeStr(sec * 1e6, tbuf, sizeof tbuf), algbw,
-             algbw * 2.0 * (n - 1) / n, wrong, "N/A", "N/A", "N/A", "N/A");
+             param, "float", coll == kAllgather ? "none" : "sum", -1,
+             TimeStr(sec * 1e6, tbuf, sizeof tbuf), algbw, algbw * bus_factor, wrong, "N/A", "N/A",
+             "N/A", "N/A");
       fflush(stdout);
     }
     if (size > max_bytes / factor) break;

@@ -1,0 +1,109 @@
+#!/usr/bin/env python3
+"""Tests of perf/compare --coll (label perf).
+
+    compare_test.py COMPARE BUILD smoke allgather|reducescatter
+    compare_test.py COMPARE BUILD bad-coll
+
+smoke: perf/compare at 2 ranks over a few small sizes (-b 8 -e 64K -f 5: 8 B rounds to no element
+and is skipped; 40, 200, 1000, 5000, 25000 B round down to whole 16-byte units per rank). Passes
+when the run exits 0, the header names the collective, the Gloo column is reported absent, the
+table has exactly the rounded sizes, the braid columns have a number in every row, and every
+Open MPI column that ran (was not reported in "# FAILED peer columns") has a number in the same
+rows (all columns round alike). A failed peer column does not fail the test, as for
+perf_compare_smoke: the peers are baselines.
+bad-coll: perf/compare --coll bogus exits 2 and names the flag on stderr.
+"""
+import subprocess
+import sys
+
+TITLE = {"allgather": "all-gather", "reducescatter": "reduce-scatter"}
+
+
+def rounded_sizes(lo, hi, factor, n, elt=4):
+    """The table's sizes: per-rank count rounded down to whole 16-byte units, zeros dropped."""
+    out = []
+    size = lo
+    while size <= hi:
+        per_rank = (size // elt) // n // (16 // elt) * (16 // elt)
+        if per_rank:
+            out.append(per_rank * n * elt)
+        size *= factor
+    return out
+
+
+def smoke(compare, build, coll):
+    n = 2
+    cmd = [compare, "-n", str(n), "--coll", coll, "--build", build, "-b", "8", "-e", "64K",
+           "-f", "5", "--iters", "3", "--reps", "1"]
+    p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                       timeout=280)
+    print(p.stdout)
+    print(p.stderr, file=sys.stderr)
+    problems = []
+    if p.returncode != 0:
+        problems.append("exit status %d" % p.returncode)
+    lines = p.stdout.splitlines()
+    if not any(l.startswith("# perf/compare: %s" % TITLE[coll]) for l in lines):
+        problems.append("no header line naming %s" % TITLE[coll])
+    if not any(l.startswith("# gloo-tcp: absent") for l in lines):
+        problems.append("no note that the gloo column is absent")
+    failed_peers = set()
+    for l in lines:
+        if l.startswith("# FAILED peer columns"):
+            failed_peers.update(x.strip() for x in l.split(":", 1)[1].split(","))
+    header = [l for l in lines if l.split()[:1] == ["size(B)"]]
+    if len(header) != 1:
+        problems.append("no table header")
+        names = []
+    else:
+        names = header[0].split()[1:]
+    if "gloo-tcp" in names:
+        problems.append("a gloo-tcp column for %s" % coll)
+    rows = {}
+    for l in lines:
+        f = l.split()
+        if f and not l.startswith("#") and f[0].isdigit():
+            rows[int(f[0])] = dict(zip(names, f[1:]))
+    want = rounded_sizes(8, 64 << 10, 5, n)
+    if sorted(rows) != want:
+        problems.append("table sizes %s, want %s" % (sorted(rows), want))
+    for name in names:
+        if "/" in name or name in failed_peers:
+            continue
+        for size in want:
+            cell = rows.get(size, {}).get(name, "-")
+            try:
+                float(cell)
+            except ValueError:
+                problems.append("%s has no number at %d B: %r" % (name, size, cell))
+    for name in ("braid-shm", "braid-tcp"):
+        if name not in names:
+            problems.append("no %s column" % name)
+    for x in problems:
+        print("FAIL: " + x)
+    return 1 if problems else 0
+
+
+def bad_coll(compare, build):
+    p = subprocess.run([compare, "--coll", "bogus", "--build", build], stdout=subprocess.PIPE,
+                       stderr=subprocess.PIPE, text=True, timeout=50)
+    print(p.returncode, p.stderr)
+    ok = p.returncode == 2 and "--coll" in p.stderr and "invalid choice" in p.stderr
+    if not ok:
+        print("FAIL: want exit 2 and a message naming --coll")
+    return 0 if ok else 1
+
+
+def main():
+    if len(sys.argv) < 4:
+        sys.exit("usage: compare_test.py COMPARE BUILD smoke COLL | bad-coll")
+    compare, build, case = sys.argv[1:4]
+    if case == "smoke" and len(sys.argv) == 5 and sys.argv[4] in TITLE:
+        return smoke(compare, build, sys.argv[4])
+    if case == "bad-coll":
+        return bad_coll(compare, build)
+    sys.exit("compare_test.py: unknown case %s" % " ".join(sys.argv[3:]))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
