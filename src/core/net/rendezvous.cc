@@ -3,11 +3,15 @@
 #include <openssl/sha.h>
 #include <poll.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <chrono>
+#include <cstdlib>
 #include <cstring>
+#include <mutex>
 #include <deque>
 #include <memory>
 #include <optional>
@@ -27,6 +31,25 @@ namespace {
 namespace wire = bootstrap_wire;
 
 std::atomic<int> g_running{0};
+
+// Services are detached threads. At exit, one still finishing (its ranks just left) would race
+// the process's static destructors and OpenSSL's cleanup (seen as a double free after the last
+// test of a binary passed): an atexit handler stops the services of the process that started
+// them and waits for them, at most kExitDrainMs. Forked children inherit the handler but not
+// the threads, hence the pid.
+std::atomic<bool> g_stop{false};
+std::atomic<pid_t> g_owner{0};
+constexpr int kExitDrainMs = 1500;
+// The longest a service sleeps in poll(), so that it sees g_stop in time.
+constexpr int kMaxPollMs = 100;
+
+void DrainServicesAtExit() {
+  if (getpid() != g_owner.load()) return;
+  g_stop.store(true);
+  const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(kExitDrainMs);
+  while (g_running.load() > 0 && std::chrono::steady_clock::now() < until)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+}
 
 // Unauthenticated connections held at once; beyond that the oldest is dropped (a flood of idle
 // connections must not exhaust fds or starve real ranks).
@@ -554,6 +577,7 @@ void Service::Run() {
   std::vector<pollfd> fds;
   std::vector<Conn*> owners;
   for (;;) {
+    if (g_stop.load(std::memory_order_relaxed)) break;  // the process exits
     OnTimers();
     for (auto& c : conns_) {
       if (!c->dead) continue;
@@ -592,7 +616,7 @@ void Service::Run() {
       if (pending_[r]) wake = std::min(wake, wait_until_[r]);
     auto wait = std::chrono::duration_cast<std::chrono::milliseconds>(wake - Clock::now()).count();
     // Round up so a timer that is due in < 1 ms does not spin.
-    int timeout = static_cast<int>(std::clamp<int64_t>(wait + 1, 0, 1000));
+    int timeout = static_cast<int>(std::clamp<int64_t>(wait + 1, 0, kMaxPollMs));
     int n = ::poll(fds.data(), fds.size(), timeout);
     if (n < 0) {
       if (errno == EINTR) continue;
@@ -647,6 +671,7 @@ Result<UniqueIdData> StartRendezvous(const RendezvousOptions& options) {
   if (!listener.ok()) return Status(listener.status()).prepend("bootstrap root: ");
   BRAID_ASSIGN_OR_RETURN(id.root, LocalAddress(listener->get()));
   auto service = std::make_unique<Service>(std::move(*listener), id, options.timeout_ms);
+  g_owner.store(getpid());
   g_running.fetch_add(1);
   // std::thread can throw (resource exhaustion); no exception may leave braid.
   try {
@@ -660,6 +685,10 @@ Result<UniqueIdData> StartRendezvous(const RendezvousOptions& options) {
     return SystemError(std::string("bootstrap root: cannot start the service thread: ") + e.what());
   }
   BRAID_INFO("bootstrap root listening on %s", FormatAddress(id.root).c_str());
+  // Registered after the logger and OpenSSL are set up (above), so that it runs before their
+  // teardown at exit (atexit handlers and static destructors run in reverse order).
+  static std::once_flag at_exit;
+  std::call_once(at_exit, [] { std::atexit(DrainServicesAtExit); });
   return id;
 }
 
