@@ -247,6 +247,14 @@ TEST_P(Inflight, SmallCollectiveCompletesWhileAnEarlierReceiveIsPending) {
 // in pieces of the loop's per-pass budget (the out-of-place all-gather's own block, AVG's
 // division of 2^20 + 3 elements, the pre-multiplied sum's scaling): all bit-exact. The board is
 // off so that the small calls use the engine on shm too.
+// The first wrong element of an all-gather of operation k's inputs (per_rank each), or -1.
+int64_t FirstWrongGathered(const std::vector<float>& gathered, size_t per_rank, int k) {
+  for (size_t i = 0; i < gathered.size(); ++i)
+    if (gathered[i] != In(k, static_cast<int>(i / per_rank), i % per_rank))
+      return static_cast<int64_t>(i);
+  return -1;
+}
+
 int LargeBehindSmall(braidComm_t comm, int rank, int n) {
   const size_t per_rank = 300001, big = (size_t{1} << 20) + 3;
   for (int rep = 0; rep < 3; ++rep) {
@@ -275,11 +283,11 @@ int LargeBehindSmall(braidComm_t comm, int rank, int n) {
       return 3;
     }
     if (braidWait(&req, -1) != braidSuccess) return 4;
-    for (size_t i = 0; i < gathered.size(); ++i)
-      if (gathered[i] != In(rep, static_cast<int>(i / per_rank), i % per_rank)) {
-        std::fprintf(stderr, "[rank %d] all-gather element %zu is %g\n", rank, i, gathered[i]);
-        return 5;
-      }
+    if (const int64_t bad = FirstWrongGathered(gathered, per_rank, rep); bad >= 0) {
+      std::fprintf(stderr, "[rank %d] all-gather element %lld is %g\n", rank,
+                   static_cast<long long>(bad), gathered[bad]);
+      return 5;
+    }
     for (size_t i = 0; i < big; ++i) {
       float s = 0;  // integers: exact in any order
       for (int q = 0; q < n; ++q) s += In(rep + 1, q, i);
@@ -333,8 +341,7 @@ TEST_P(Inflight, BlockingCallsWhileAnotherThreadWaits) {
                    braidGetLastError(comm));
       return 2;
     }
-    for (size_t i = 0; i < gathered.size(); ++i)
-      if (gathered[i] != In(9, static_cast<int>(i / per_rank), i % per_rank)) return 3;
+    if (FirstWrongGathered(gathered, per_rank, 9) >= 0) return 3;
     return 0;
   });
   EXPECT_TRUE(AllSucceeded(out)) << DescribeOutcomes(out);
@@ -362,8 +369,7 @@ TEST_P(Inflight, PollingWithAZeroTimeoutLetsTheOperationComplete) {
       std::fprintf(stderr, "[rank %d] after %ld polls: %s\n", rank, polls, braidGetLastError(comm));
       return 3;
     }
-    for (size_t i = 0; i < gathered.size(); ++i)
-      if (gathered[i] != In(11, static_cast<int>(i / per_rank), i % per_rank)) return 4;
+    if (FirstWrongGathered(gathered, per_rank, 11) >= 0) return 4;
     return 0;
   });
   EXPECT_TRUE(AllSucceeded(out)) << DescribeOutcomes(out);

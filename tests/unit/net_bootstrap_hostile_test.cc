@@ -181,14 +181,6 @@ void IdleFlood(const sockaddr_storage& root, Findings* f) {
     f->add("idle connections dropped late: " + std::to_string(worst));
 }
 
-// Waits (bounded) until at most `n` rendezvous services run: a test ends with its service gone.
-bool WaitServices(int n, int ms) {
-  auto until = Deadline::After(ms);
-  while (RendezvousServicesRunning() > n && !until.expired())
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  return RendezvousServicesRunning() <= n;
-}
-
 TEST(BootstrapHostile, RanksCompleteWhileTheServiceIsAttacked) {
   const int services_before = RendezvousServicesRunning();
   RendezvousOptions o;
@@ -247,7 +239,8 @@ TEST(BootstrapHostile, RanksCompleteWhileTheServiceIsAttacked) {
   // Quickly: the attacks (seconds of slow and idle connections) do not delay the ranks.
   EXPECT_LT(ranks_ms, 3000);
   for (const auto& p : findings.problems) ADD_FAILURE() << p;
-  EXPECT_TRUE(WaitServices(services_before, 10000)) << "the service did not end after its ranks";
+  EXPECT_TRUE(WaitRendezvousServices(services_before, 10000))
+      << "the service did not end after its ranks";
 }
 
 TEST(BootstrapHostile, StrangersBeforeAnyRankDoNotFixNranks) {
@@ -275,7 +268,8 @@ TEST(BootstrapHostile, StrangersBeforeAnyRankDoNotFixNranks) {
     });
   for (auto& t : ranks) t.join();
   for (int r = 0; r < 2; ++r) EXPECT_EQ(errors[r], "") << "rank " << r;
-  EXPECT_TRUE(WaitServices(services_before, 10000)) << "the service did not end after its ranks";
+  EXPECT_TRUE(WaitRendezvousServices(services_before, 10000))
+      << "the service did not end after its ranks";
 }
 
 }  // namespace

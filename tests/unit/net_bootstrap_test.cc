@@ -38,14 +38,6 @@ std::string Message(int rank, int round) {
   return s;
 }
 
-// Waits (bounded) until at most `n` services run.
-bool WaitServices(int n, int ms) {
-  auto until = Deadline::After(ms);
-  while (RendezvousServicesRunning() > n && !until.expired())
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  return RendezvousServicesRunning() <= n;
-}
-
 class BootstrapRanks : public ::testing::TestWithParam<int> {};
 
 TEST_P(BootstrapRanks, AllGatherRounds) {
@@ -96,7 +88,7 @@ TEST_P(BootstrapRanks, AllGatherRounds) {
   EXPECT_EQ(checked.load(), n * kRounds);
   EXPECT_LT(ElapsedMs(start), 10000);
   // Every rank closed: the service ends on its own.
-  EXPECT_TRUE(WaitServices(before, 5000));
+  EXPECT_TRUE(WaitRendezvousServices(before, 5000));
 }
 
 INSTANTIATE_TEST_SUITE_P(N, BootstrapRanks, ::testing::Values(1, 2, 5, 16));

@@ -279,6 +279,20 @@ TEST(TcpEndpoint, PeekKeepsEightByteElementsWhole) {
   EXPECT_EQ(std::memcmp(rest, data.data() + cap + 2, 6), 0);
 }
 
+// Receives exactly `len` bytes (bounded wait); false when they did not all arrive.
+bool RecvExactly(Endpoint* rx, void* out, size_t len, int ms = 5000) {
+  size_t have = 0;
+  return WaitFor(
+      rx,
+      [&] {
+        auto r = rx->recv(static_cast<char*>(out) + have, len - have);
+        EXPECT_TRUE(r.ok());
+        if (r.ok()) have += *r;
+        return have == len;
+      },
+      ms);
+}
+
 // sendv gathers parts into one stream in order; a part the stream takes only in part ends the
 // call, and the rest follows on later calls. A frame's header and payload read apart arrive as
 // sent.
@@ -298,21 +312,9 @@ TEST(TcpEndpoint, GatheredSendAndSmallReadsKeepTheStreamInOrder) {
   ASSERT_TRUE(n.ok()) << n.status().message();
   ASSERT_EQ(*n, total);
   char got_header[sizeof(header)] = {}, got_payload[sizeof(payload) + sizeof(pad)] = {};
-  size_t have = 0;
-  ASSERT_TRUE(WaitFor(rx, [&] {
-    auto r = rx->recv(got_header + have, sizeof(header) - have);
-    EXPECT_TRUE(r.ok());
-    have += *r;
-    return have == sizeof(header);
-  }));
+  ASSERT_TRUE(RecvExactly(rx, got_header, sizeof(got_header)));
   EXPECT_STREQ(got_header, header);
-  have = 0;
-  ASSERT_TRUE(WaitFor(rx, [&] {
-    auto r = rx->recv(got_payload + have, sizeof(got_payload) - have);
-    EXPECT_TRUE(r.ok());
-    have += *r;
-    return have == sizeof(got_payload);
-  }));
+  ASSERT_TRUE(RecvExactly(rx, got_payload, sizeof(got_payload)));
   EXPECT_STREQ(got_payload, payload);
 
   // Fill the stream with gathered sends until one is taken only in part; the bytes that arrive
@@ -335,16 +337,7 @@ TEST(TcpEndpoint, GatheredSendAndSmallReadsKeepTheStreamInOrder) {
     partial = *sent < a.size() + b.size();
   }
   std::vector<uint8_t> received(expected.size());
-  size_t off = 0;
-  ASSERT_TRUE(WaitFor(
-      rx,
-      [&] {
-        auto got = rx->recv(received.data() + off, received.size() - off);
-        EXPECT_TRUE(got.ok());
-        off += *got;
-        return off == received.size();
-      },
-      20000));
+  ASSERT_TRUE(RecvExactly(rx, received.data(), received.size(), 20000));
   EXPECT_TRUE(received == expected);
 }
 

@@ -50,6 +50,8 @@ std::array<uint8_t, 32> DeriveSecret(const std::vector<uint8_t>& configured);
 // Number of rendezvous service threads still running in this process (for tests and leak
 // checks: a service ends once all its ranks closed, or at its deadline).
 int RendezvousServicesRunning();
+// Waits (polling, at most `ms`) until at most `at_most` services run; true when they do.
+bool WaitRendezvousServices(int at_most, int64_t ms);
 
 // A rank's side of the rendezvous. Every call waits at most until its deadline; when that
 // deadline is aborted (Deadline::abortableBy), the call returns an Aborted status within

@@ -46,9 +46,7 @@ constexpr int kMaxPollMs = 100;
 void DrainServicesAtExit() {
   if (getpid() != g_owner.load()) return;
   g_stop.store(true);
-  const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(kExitDrainMs);
-  while (g_running.load() > 0 && std::chrono::steady_clock::now() < until)
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  (void)WaitRendezvousServices(0, kExitDrainMs);
 }
 
 // Unauthenticated connections held at once; beyond that the oldest is dropped (a flood of idle
@@ -652,6 +650,13 @@ std::array<uint8_t, 32> DeriveSecret(const std::vector<uint8_t>& configured) {
 
 int RendezvousServicesRunning() {
   return g_running.load();
+}
+
+bool WaitRendezvousServices(int at_most, int64_t ms) {
+  const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(ms);
+  while (g_running.load() > at_most && std::chrono::steady_clock::now() < until)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  return g_running.load() <= at_most;
 }
 
 Result<UniqueIdData> StartRendezvous(const RendezvousOptions& options) {

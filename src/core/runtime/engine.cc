@@ -119,19 +119,24 @@ void Engine::endInline() {
   cv_.notify_one();  // operations queued meanwhile (non-blocking calls from another thread)
 }
 
-void Engine::driveOnCaller(const std::function<void()>& drive) {
+template <typename Drive>
+void Engine::driveOnCaller(Drive&& drive) {
   // The caller's thread: an allocation failure (an operation's state, the window) must not cross
   // the C API nor leave the loop claimed. It fails every operation instead, as on the thread.
   try {
     drive();
   } catch (const std::bad_alloc&) {
-    abort(OutOfMemory(comm_->where() + ": "));
-    try {
-      driveUntilIdle(false);  // retires what is active with the abort's error; allocates nothing
-    } catch (const std::bad_alloc&) {
-    }
+    abortOutOfMemory();
   }
   endInline();
+}
+
+void Engine::abortOutOfMemory() {
+  abort(OutOfMemory(comm_->where() + ": "));
+  try {
+    driveUntilIdle(false);  // retires what is active with the abort's error; allocates nothing
+  } catch (const std::bad_alloc&) {
+  }
 }
 
 bool Engine::tryRunInline(Operation& op) {

@@ -20,7 +20,6 @@
 #include <condition_variable>
 #include <cstddef>
 #include <deque>
-#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -84,8 +83,12 @@ class Engine {
   // Claims the driver for a caller (false when the engine is busy), and gives it back.
   bool beginInline();
   void endInline();
-  // Runs `drive` on a caller that claimed the loop, then gives the loop back (endInline).
-  void driveOnCaller(const std::function<void()>& drive);
+  // Runs `drive` on a caller that claimed the loop, then gives the loop back (endInline). A
+  // template, not std::function: no allocation on the blocking-call path.
+  template <typename Drive>
+  void driveOnCaller(Drive&& drive);
+  // What driveOnCaller does when `drive` runs out of memory.
+  void abortOutOfMemory();
   // Drives the active operations until none is left (admitting queued ones when `admit`), or, for
   // a caller that drives for `target`, until `target` is done or `deadline`. The progress thread
   // (admit, no target) also returns when a caller asks for the loop (handoff_).
