@@ -328,6 +328,22 @@ BRAID_API braidResult_t braidIreduceScatterQuantized(const void* sendbuff, void*
                                                      const braidQuantConfig_t* quant,
                                                      braidComm_t comm, braidRequest_t* request);
 
+/**
+ * The block codec of the quantized collectives as a local operation on host memory, for callers
+ * that keep data quantized between collectives (the sharding layer's INT8 secondary parameter
+ * copy, a framework's compressed checkpoints). braidQuantize() writes exactly the bytes the
+ * collectives put on the wire (docs/quantization.md, "Encoded layout"), so an encoding made here
+ * may be all-gathered as bytes and decoded with braidDequantize() by any rank. float32, float16,
+ * bfloat16; any count. An invalid configuration or type gives braidErrInvalidArgument and writes
+ * nothing.
+ */
+BRAID_API braidResult_t braidQuantizedSize(size_t count, const braidQuantConfig_t* quant,
+                                           size_t* bytes);
+BRAID_API braidResult_t braidQuantize(const void* src, size_t count, braidDataType_t datatype,
+                                      const braidQuantConfig_t* quant, void* dst);
+BRAID_API braidResult_t braidDequantize(const void* src, size_t count, braidDataType_t datatype,
+                                        const braidQuantConfig_t* quant, void* dst);
+
 /* ------------------------------------------------------------------ collectives
  * In-place forms: all-reduce, reduce, broadcast: sendbuff == recvbuff;
  * all-gather: sendbuff == recvbuff + rank * sendcount; reduce-scatter:

@@ -3,8 +3,12 @@
 // They serve only requests that name a block codec (CollArgs::codec, from
 // braidAllGatherQuantized / braidReduceScatterQuantized) and nothing else.
 //
-// qwz (all-gather): each rank encodes its shard once, a ring all-gathers the encodings, every
-// rank decodes all N of them, its own included, so every rank ends with the same bits.
+// qwz (all-gather): each rank encodes its shard once, the encodings are all-gathered, every rank
+// decodes all N of them, its own included, so every rank ends with the same bits. On a grid of
+// g nodes x M ranks (g, M > 1) the encodings travel as in H-Ring: a ring across the nodes among
+// the ranks of equal local rank (each encoding crosses every node link once, the fewest cross-node
+// bytes there are), then a ring inside the node passing on the g encodings of each local rank.
+// Otherwise one ring in rank order.
 //
 // qgz (reduce-scatter, SUM; AVG divides at the end): every contribution crosses the codec once per
 // hop, own piece included, and is summed after decoding, never re-encoded along a ring.
@@ -70,13 +74,34 @@ class QuantizedAllGather final : public Algorithm {
     Step encode;
     encode.ops.push_back({StepOpKind::kQuantize, -1, input, frame(rank), a.codec});
     ch.steps.push_back(std::move(encode));
-    const int next = (rank + 1) % n, prev = (rank + n - 1) % n;
-    for (int t = 0; t + 1 < n; ++t) {
+    // One ring step: send the frames of ranks `out` to `next`, receive those of `in` from `prev`
+    // (equal lists of whole frames on both sides, so the k-th send meets the k-th receive).
+    auto ring_step = [&](int next, int prev, const std::vector<int>& out,
+                         const std::vector<int>& in) {
       Step st;
-      const int out = Mod(rank - t, n), in = Mod(rank - t - 1, n);
-      AppendSends(st, next, frames, static_cast<uint64_t>(out) * enc, enc, Chunk(a));
-      AppendRecvs(st, prev, frames, static_cast<uint64_t>(in) * enc, enc, Chunk(a));
+      for (int q : out)
+        AppendSends(st, next, frames, static_cast<uint64_t>(q) * enc, enc, Chunk(a));
+      for (int q : in) AppendRecvs(st, prev, frames, static_cast<uint64_t>(q) * enc, enc, Chunk(a));
       ch.steps.push_back(std::move(st));
+    };
+    auto grid = GroupGridFor(a);
+    if (grid && grid->g > 1 && grid->m > 1) {
+      const GroupGrid& G = *grid;
+      const int i = G.group_of[rank], j = G.pos_of[rank];
+      // Across nodes, among the ranks of local rank j: the encodings of (*, j).
+      for (int t = 0; t + 1 < G.g; ++t)
+        ring_step(G.at(i + 1, j), G.at(i - 1, j), {G.at(i - t, j)}, {G.at(i - t - 1, j)});
+      // Inside the node: the g encodings of local rank j - t, then of j - t - 1, ...
+      auto column = [&](int jj) {
+        std::vector<int> v;
+        for (int ii = 0; ii < G.g; ++ii) v.push_back(G.at(ii, jj));
+        return v;
+      };
+      for (int t = 0; t + 1 < G.m; ++t)
+        ring_step(G.at(i, j + 1), G.at(i, j - 1), column(j - t), column(j - t - 1));
+    } else {
+      for (int t = 0; t + 1 < n; ++t)
+        ring_step((rank + 1) % n, (rank + n - 1) % n, {Mod(rank - t, n)}, {Mod(rank - t - 1, n)});
     }
     Step decode;
     for (int q = 0; q < n; ++q)

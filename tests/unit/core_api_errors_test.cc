@@ -61,8 +61,7 @@ TEST_F(ApiErrors, PeerTrafficArguments) {
             braidErrInvalidArgument);
   EXPECT_NE(last().find("peer 1 is not a rank of this communicator (0..0)"), std::string::npos)
       << last();
-  EXPECT_EQ(braidCommPeerTraffic(comm_, -1, &sent, &received, nullptr, 0),
-            braidErrInvalidArgument);
+  EXPECT_EQ(braidCommPeerTraffic(comm_, -1, &sent, &received, nullptr, 0), braidErrInvalidArgument);
   EXPECT_EQ(braidCommPeerTraffic(comm_, 0, &sent, &received, name, 0), braidErrInvalidArgument);
   // This rank itself: "self", nothing moved; every output is optional; the name is truncated
   // to the buffer.
@@ -287,3 +286,43 @@ TEST(ApiConfig, NonBlockingInitReportsInProgress) {
 }
 
 }  // namespace
+
+// The local codec calls: bad configurations, types and buffers are refused with a message and
+// write nothing; a round trip of values on the INT8 grid is exact; the size is the layout's.
+TEST(ApiQuantize, RefusesBadArgumentsAndRoundTripsTheGrid) {
+  const braidQuantConfig_t int8 = {8, 256, 1};
+  size_t bytes = 0;
+  EXPECT_EQ(braidQuantizedSize(256, nullptr, &bytes), braidErrInvalidArgument);
+  EXPECT_EQ(braidQuantizedSize(256, &int8, nullptr), braidErrInvalidArgument);
+  const braidQuantConfig_t bad_bits = {5, 256, 1}, bad_block = {8, 0, 1}, bad_sym = {4, 32, 2};
+  EXPECT_EQ(braidQuantizedSize(256, &bad_bits, &bytes), braidErrInvalidArgument);
+  EXPECT_NE(std::string(braidGetLastError(nullptr)).find("bits must be 8 or 4"), std::string::npos);
+  EXPECT_EQ(braidQuantizedSize(256, &bad_block, &bytes), braidErrInvalidArgument);
+  EXPECT_NE(std::string(braidGetLastError(nullptr)).find("blockSize"), std::string::npos);
+  EXPECT_EQ(braidQuantizedSize(256, &bad_sym, &bytes), braidErrInvalidArgument);
+  // 256 codes and one fp32 scale, rounded up to 16 bytes.
+  ASSERT_EQ(braidQuantizedSize(256, &int8, &bytes), braidSuccess);
+  EXPECT_EQ(bytes, 272u);
+  ASSERT_EQ(braidQuantizedSize(0, &int8, &bytes), braidSuccess);
+  EXPECT_EQ(bytes, 0u);
+
+  // q * 0.5 for q in [-128, 127]: absmax 64, step 64 / 128 = 0.5, every value on the grid.
+  std::vector<float> x(256), y(256, 7.0f);
+  for (int q = -128; q < 128; ++q) x[q + 128] = 0.5f * static_cast<float>(q);
+  std::vector<unsigned char> enc(272, 0xAB);
+  EXPECT_EQ(braidQuantize(x.data(), 256, braidInt32, &int8, enc.data()), braidErrInvalidArgument);
+  EXPECT_NE(std::string(braidGetLastError(nullptr)).find("float32, float16 or bfloat16"),
+            std::string::npos);
+  EXPECT_EQ(braidQuantize(x.data(), 256, braidFloat32, &bad_bits, enc.data()),
+            braidErrInvalidArgument);
+  EXPECT_EQ(braidQuantize(nullptr, 256, braidFloat32, &int8, enc.data()), braidErrInvalidArgument);
+  EXPECT_EQ(braidDequantize(enc.data(), 256, braidFloat32, &int8, nullptr),
+            braidErrInvalidArgument);
+  EXPECT_EQ(braidQuantize(x.data(), 256, braidFloat32, nullptr, enc.data()),
+            braidErrInvalidArgument);
+  for (unsigned char b : enc) EXPECT_EQ(b, 0xAB);  // refused calls wrote nothing
+  EXPECT_EQ(braidQuantize(nullptr, 0, braidFloat32, &int8, nullptr), braidSuccess);
+  ASSERT_EQ(braidQuantize(x.data(), 256, braidFloat32, &int8, enc.data()), braidSuccess);
+  ASSERT_EQ(braidDequantize(enc.data(), 256, braidFloat32, &int8, y.data()), braidSuccess);
+  EXPECT_EQ(std::memcmp(x.data(), y.data(), x.size() * sizeof(float)), 0);
+}

@@ -9,13 +9,11 @@
 #include "core/runtime/comm_registry.h"
 #include "core/runtime/group.h"
 #include "core/runtime/one_shot.h"
+#include "core/runtime/quant_config.h"
 
 using namespace braid;
 
 namespace {
-
-// The largest block a quantized call may name: WireHeader::codec carries it in 24 bits.
-constexpr int kMaxQuantBlock = 1 << 20;
 
 struct Call {
   CollKind kind;
@@ -54,13 +52,8 @@ Status Describe(const braidComm& comm, const Call& c, OpDesc* d) {
   const int n = comm.nranks(), rank = comm.rank();
   if (c.quant) {
     const braidQuantConfig_t& q = *c.quant;
-    if (q.bits != 8 && q.bits != 4)
-      return bad("quantization bits must be 8 or 4, not " + std::to_string(q.bits));
-    if (q.blockSize < 1 || q.blockSize > kMaxQuantBlock)
-      return bad("quantization blockSize must be in [1, " + std::to_string(kMaxQuantBlock) +
-                 "], not " + std::to_string(q.blockSize));
-    if (q.symmetric != 0 && q.symmetric != 1)
-      return bad("quantization symmetric must be 0 or 1, not " + std::to_string(q.symmetric));
+    quant::BlockFormat format;
+    BRAID_RETURN_IF_ERROR(ParseQuantConfig(q, name, &format));
     const CodecId id = q.bits == 8 ? (q.symmetric ? CodecId::kInt8 : CodecId::kInt8Asym)
                                    : (q.symmetric ? CodecId::kInt4 : CodecId::kInt4Asym);
     d->codec = Codec(id, static_cast<uint32_t>(q.blockSize));
@@ -176,7 +169,7 @@ braidResult_t CollectiveUnguarded(const Call& c, braidComm_t comm, braidRequest_
     if (request) {
       auto op = std::make_shared<Operation>(std::move(d));
       op->complete(Status::Ok());
-      *request = new braidRequest{op};
+      *request = new braidRequest{op, {}};  // completed already: no comm to drive
     }
     return braidSuccess;
   }
@@ -217,7 +210,7 @@ braidResult_t PointToPoint(bool is_send, void* buf, size_t count, braidDataType_
     if (request) {
       auto op = std::make_shared<Operation>(OpDesc{});
       op->complete(Status::Ok());
-      *request = new braidRequest{op};
+      *request = new braidRequest{op, {}};  // completed already: no comm to drive
     }
     return braidSuccess;
   }
