@@ -322,6 +322,8 @@ static braidResult_t ShardLoadImpl(braidShard_t sh, const char* dir) {
     k.v.swap(x.v);
     std::fill(k.grad_shard.begin(), k.grad_shard.end(), 0);
     k.reduced = 0;
+    k.gathers = 0;
+    k.secondary_valid = false;  // new parameters: the hpZ copy is rebuilt at the next forward
   }
   sh->t = ck.step;
   sh->scaler_on = ck.scaler_on != 0;

@@ -1,5 +1,6 @@
 // Sharding configurations: validation (sharding.md section 1), the named presets (section 3),
 // the memory formula and the plan report. Pure code on braid's public API only.
+#include <algorithm>
 #include <cstdarg>
 #include <cstdio>
 #include <cstring>
@@ -85,6 +86,10 @@ std::string Validate(const braidShardConfig_t& c) {
   }
   if (c.hpz < 0 || (c.hpz > 0 && (c.hpz > R || R % c.hpz != 0)))
     return Format("hpz = %d: the secondary copy group must divide the %d ranks per node", c.hpz, R);
+  if ((c.qwz != 0 && c.qwz != 1) || (c.qgz != 0 && c.qgz != 1) ||
+      (c.hpzInt8 != 0 && c.hpzInt8 != 1))
+    return Format("qwz = %d, qgz = %d, hpzInt8 = %d: each must be 0 or 1", c.qwz, c.qgz, c.hpzInt8);
+  if (c.hpzInt8 && c.hpz == 0) return "hpzInt8 = 1 without a secondary copy (hpz = 0)";
   return "";
 }
 
@@ -111,7 +116,21 @@ RankLayout Layout(const braidShardConfig_t& c, int rank) {
   }
   l.replica_color = l.pos[kG];
   l.redist_color = l.group[kOs] * SizeOf(c.p) + l.pos[kP];
+  if (SecondaryCopy(c)) {
+    l.hpz_color = l.node * (R / c.hpz) + l.local / c.hpz;
+    l.hpz_pos = l.local % c.hpz;
+  }
   return l;
+}
+
+uint64_t EncodedSize(const braidQuantConfig_t& codec, uint64_t count) {
+  size_t bytes = 0;
+  braidQuantizedSize(static_cast<size_t>(count), &codec, &bytes);
+  return bytes;
+}
+
+bool SecondaryCopy(const braidShardConfig_t& c) {
+  return c.hpz > 0 && SizeOf(c.p) > 1 && (c.p.inter > 1 || c.hpzInt8 || c.hpz != c.p.intra);
 }
 
 namespace {
@@ -246,6 +265,11 @@ static braidResult_t ShardMemoryFormulaImpl(const braidShardConfig_t* cfg, uint6
   auto div_up = [](uint64_t a, uint64_t b) { return (a + b - 1) / b; };
   const uint64_t e = static_cast<uint64_t>(paramBytes);
   mem->params = div_up(e * phi, SizeOf(cfg->p));
+  // The hpZ secondary copy: phi / hpz elements in the parameter dtype, or their INT8 encoding.
+  if (SecondaryCopy(*cfg)) {
+    const uint64_t slice = div_up(phi, static_cast<uint64_t>(cfg->hpz));
+    mem->params += cfg->hpzInt8 ? EncodedSize(kWeightCodec, slice) : e * slice;
+  }
   mem->grads = div_up(e * phi, SizeOf(cfg->g));
   mem->optimizer = div_up(12 * phi, SizeOf(cfg->os));
   mem->total = mem->params + mem->grads + mem->optimizer;
@@ -272,9 +296,22 @@ static braidResult_t ShardTrafficFormulaImpl(const braidShardConfig_t* cfg, uint
     (intra ? out->intra : out->inter)[purpose] += bytes;
     (intra ? out->intraTotal : out->interTotal) += bytes;
   };
-  // All-gather / reduce-scatter of B / s per rank over s ranks: (s - 1) B / s.
-  add(braidShardTrafficGather, cfg->p.inter == 1, gathers * m * (sp - 1) * B / sp);
-  add(braidShardTrafficGradReduce, cfg->g.inter == 1, m * (sg - 1) * B / sg);
+  // All-gather / reduce-scatter of B / s per rank over s ranks: (s - 1) B / s; quantized, (s - 1)
+  // times the encoding of phi / s elements.
+  const uint64_t g = static_cast<uint64_t>(gathers);
+  const uint64_t primary_gathers = SecondaryCopy(*cfg) ? std::min<uint64_t>(g, 1) : g;
+  add(braidShardTrafficGather, cfg->p.inter == 1,
+      primary_gathers * m *
+          (cfg->qwz ? (sp - 1) * EncodedSize(kWeightCodec, phi / sp) : (sp - 1) * B / sp));
+  if (SecondaryCopy(*cfg) && g > 1) {
+    // Every later gather of a micro-batch reads the hpZ copy: phi / hpz per rank, intra-node.
+    const uint64_t h = static_cast<uint64_t>(cfg->hpz);
+    add(braidShardTrafficGather, true,
+        (g - 1) * m *
+            (cfg->hpzInt8 ? (h - 1) * EncodedSize(kWeightCodec, phi / h) : (h - 1) * B / h));
+  }
+  add(braidShardTrafficGradReduce, cfg->g.inter == 1,
+      m * (cfg->qgz ? (sg - 1) * EncodedSize(kGradCodec, phi / sg) : (sg - 1) * B / sg));
   // Replica all-reduce of the G shard (B / s_g) over the D / s_g ranks holding the same shard.
   const uint64_t kr = D / sg;
   add(braidShardTrafficReplica, n == static_cast<uint64_t>(cfg->g.inter),
@@ -351,10 +388,19 @@ static braidResult_t ShardReportImpl(const braidShardConfig_t* cfg, int rank, ui
   auto replicas = Members(c, rank, [](const RankLayout& x) { return x.replica_color; });
   auto redist = Members(c, rank, [](const RankLayout& x) { return x.redist_color; });
   s += "per micro-batch:\n";
-  if (sp > 1)
+  if (sp > 1 && SecondaryCopy(c)) {
+    auto h_group = Members(c, rank, [](const RankLayout& x) { return x.hpz_color; });
+    s += "  forward, per bucket: all-gather parameters over the p-group " + p_group + " (" +
+         Level(c.p) + (c.qwz ? ", INT8 qwZ" : "") +
+         "), next bucket prefetched; at release keep 1/" + std::to_string(c.hpz) +
+         " of it as the hpZ secondary copy" + (c.hpzInt8 ? " (INT8)" : "") + "\n";
+    s += "  backward (and any later gather before the update), per bucket: all-gather the "
+         "secondary copy over " +
+         h_group + " (intra-node)\n";
+  } else if (sp > 1) {
     s += "  forward and backward, per bucket: all-gather parameters over the p-group " + p_group +
          " (" + Level(c.p) + (c.qwz ? ", INT8 qwZ" : "") + "), next bucket prefetched\n";
-  else
+  } else
     s += "  parameters replicated: no gather\n";
   if (sg > 1)
     s += "  backward, per bucket: reduce-scatter gradients over the g-group " + g_group + " (" +
@@ -375,9 +421,11 @@ static braidResult_t ShardReportImpl(const braidShardConfig_t* cfg, int rank, ui
          " ranks whose OS shards tile this P shard)\n";
   else
     s += "  updated parameters written in place: no redistribution\n";
-  if (c.hpz)
+  if (SecondaryCopy(c))
     s += "  hpZ secondary copy over " + std::to_string(c.hpz) + " ranks" +
-         (c.hpzInt8 ? " (INT8)" : "") + "\n";
+         (c.hpzInt8 ? " (INT8)" : "") + " dropped (rebuilt at the next forward release)\n";
+  else if (c.hpz)
+    s += "  hpZ: no secondary copy (it would equal the primary P shard)\n";
   braidShardMemory_t m;
   braidShardMemoryFormula(&c, phi, 2, &m);
   s += "memory per rank for phi = " + std::to_string(phi) + " (bf16 params): P 2phi/" +

@@ -11,6 +11,14 @@ namespace braid::shard {
 
 enum State { kP = 0, kG = 1, kOs = 2 };
 
+// The codecs of the quantized options, ZeRO++'s: blocks of 2048 elements, each with an fp32 absmax
+// scale (docs/quantization.md). INT8 for parameters (qwZ and the INT8 secondary copy), INT4 for
+// gradients (qgZ).
+inline constexpr braidQuantConfig_t kWeightCodec = {8, 2048, 1};
+inline constexpr braidQuantConfig_t kGradCodec = {4, 2048, 1};
+// Bytes of `count` elements encoded with `codec` (braidQuantizedSize; the codecs above are valid).
+uint64_t EncodedSize(const braidQuantConfig_t& codec, uint64_t count);
+
 inline const braidShardFactor_t& FactorOf(const braidShardConfig_t& c, int state) {
   return state == kP ? c.p : state == kG ? c.g : c.os;
 }
@@ -34,7 +42,17 @@ struct RankLayout {
   int replica_color = 0;
   // Redistribution group: the s_os / s_p ranks of this OS group whose OS shards tile this P shard.
   int redist_color = 0;
+  // hpZ group (SecondaryCopy): hpz consecutive local ranks of one node; the rank holds slice
+  // hpz_pos of every bucket in the secondary copy. 0 and 0 without a secondary copy.
+  int hpz_color = 0;
+  int hpz_pos = 0;
 };
+
+// Whether the step keeps an hpZ secondary copy of the parameters: hpz > 0, parameters sharded
+// (s_p > 1), and the copy differs from the primary shard: the P group spans nodes, or the copy is
+// INT8, or it is split over another number of ranks. (zero++ on one node: the primary P shard is
+// the secondary copy already, sharding.md section 3.)
+bool SecondaryCopy(const braidShardConfig_t& cfg);
 
 // Valid configuration and 0 <= rank < R * n assumed.
 RankLayout Layout(const braidShardConfig_t& cfg, int rank);

@@ -166,7 +166,7 @@ PlanMemory MemoryOf(const PlanInputs& in, const braidShardConfig_t& c) {
   // sharding.md section 1: e*Phi/s_p + e*Phi/s_g + 12*Phi/s_os (fp32 master, m, v).
   m.states = e * phi / SizeOf(c.p) + e * phi / SizeOf(c.g) + 12 * phi / SizeOf(c.os);
   // hpZ: a secondary copy of the parameters over hpz ranks (INT8: one byte per parameter).
-  if (c.hpz > 0 && SizeOf(c.p) > 1) m.states += (c.hpzInt8 ? 1 : e) * phi / c.hpz;
+  if (SecondaryCopy(c)) m.states += (c.hpzInt8 ? 1 : e) * phi / c.hpz;
   // One micro-batch's activations are alive at a time (micro-batches run one after another).
   const double sbh = static_cast<double>(in.seq) * in.micro_batch * in.hidden;
   m.activations = in.recompute ? sbh * (kActivationRecomputed * in.layers + kActivationPerLayer)
@@ -191,7 +191,7 @@ std::vector<PlannedCollective> CollectivesOf(const PlanInputs& in, const braidSh
   // (from the hpZ copy inside the node when there is one), reduce-scatter its gradient.
   Add(out, cost, in, "forward all-gather of parameters over " + Shape(p), braidCollAllGather, p, e,
       c.qwz ? 8 : 0, M);
-  if (c.hpz > 0 && sp > 1) {
+  if (SecondaryCopy(c)) {
     const Group h = GroupOf(in, c.hpz, 1);
     Add(out, cost, in, "backward all-gather from the hpZ copy over " + Shape(h), braidCollAllGather,
         h, c.hpzInt8 ? e / 2 : e, 0, M);

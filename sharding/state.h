@@ -23,6 +23,14 @@ struct Bucket {
   double gather_issued = 0.0;              // its issue time (Now()), for the timeline
   bool gathered = false;                   // handed to the caller, not yet released
   int reduced = 0;                         // micro-batches reduced since the last step
+  // hpZ (SecondaryCopy): this rank's slice hpz_pos of the full bucket, padded / hpz elements in
+  // the parameter dtype or their INT8 encoding, kept from the first release after a gather from
+  // the primary shard until the parameters change (update, checkpoint load).
+  std::vector<unsigned char> secondary;
+  bool secondary_valid = false;
+  std::vector<unsigned char> encoded;  // an INT8 secondary gather's encodings, while in flight
+  bool from_secondary = false;         // the gather in flight or in use reads the secondary copy
+  int gathers = 0;  // gathers issued since the bucket's last gradient hand-over (0: a forward)
 };
 
 // The handle (global namespace: braidShard_t is `struct braidShard*` in the C API).
@@ -38,6 +46,8 @@ struct braidShard {
   bool os_primary = false;
   // Views of `comm`, owned; NULL where the group is this rank alone.
   braidComm_t p_comm = nullptr, g_comm = nullptr, replica_comm = nullptr, redist_comm = nullptr;
+  braidComm_t hpz_comm = nullptr;  // the hpZ group (SecondaryCopy with hpz > 1)
+  bool secondary = false;          // SecondaryCopy(cfg)
   std::vector<Bucket> buckets;
   // Two padded gradient buffers (s_g > 1): one bucket's reduce-scatter stays in flight while the
   // caller computes the next bucket's gradient; the other buffer takes that gradient.
@@ -58,15 +68,19 @@ struct braidShard {
   std::string error = "no error";
   // Traffic accounting (braidShardTraffic): for each group the step communicates over, its size
   // and whether all of it is on this rank's node; computed once from the layout at create.
-  enum Group { kGroupP, kGroupG, kGroupReplica, kGroupRedist, kGroupAll, kGroups };
-  int group_size[kGroups] = {1, 1, 1, 1, 1};
-  bool group_intra[kGroups] = {true, true, true, true, true};
+  enum Group { kGroupP, kGroupG, kGroupReplica, kGroupRedist, kGroupAll, kGroupHpz, kGroups };
+  int group_size[kGroups] = {1, 1, 1, 1, 1, 1};
+  bool group_intra[kGroups] = {true, true, true, true, true, true};
   braidShardTraffic_t traffic{};
 
   // Counts what one rank sends in a collective over `group`, by the ring definition of
   // shard.h: all-gather / reduce-scatter of `count` elements per rank, all-reduce of `count`.
   void CountAllGather(int purpose, int group, size_t count, size_t elem) {
     Count(purpose, group, static_cast<uint64_t>(group_size[group] - 1) * count * elem);
+  }
+  // The same for a quantized all-gather / reduce-scatter: `bytes` per rank (the encoding).
+  void CountEncoded(int purpose, int group, uint64_t bytes) {
+    Count(purpose, group, static_cast<uint64_t>(group_size[group] - 1) * bytes);
   }
   void CountAllReduce(int purpose, int group, size_t count, size_t elem) {
     const uint64_t k = static_cast<uint64_t>(group_size[group]);

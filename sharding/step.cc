@@ -11,6 +11,7 @@
 #include <limits>
 #include <map>
 #include <memory>
+#include <numeric>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -83,16 +84,69 @@ braidResult_t Agree(braidShard* sh, const char* api, const std::string& local_er
 
 namespace {
 
+// Starts the gather of bucket b into k.full: from the primary P shard over the p-group (INT8 with
+// qwZ), or, for any gather after the first since the bucket's last gradient hand-over (the
+// backward pass), from the hpZ secondary copy over the hpZ group inside the node. A secondary
+// copy over one rank is the whole bucket: copied (decoded) at once, nothing in flight.
 braidResult_t StartGather(braidShard* sh, int b) {
   Bucket& k = sh->buckets[b];
-  k.full.resize(k.padded * sh->esize);
-  const size_t len = k.padded / sh->S(kP);
+  const size_t es = sh->esize;
+  k.full.resize(k.padded * es);
   k.gather_issued = braidShard::Now();
-  braidResult_t rc =
-      braidIallGather(k.param_shard.data(), k.full.data(), len, sh->dtype, sh->p_comm, &k.gather);
-  if (rc == braidSuccess)
-    sh->CountAllGather(braidShardTrafficGather, braidShard::kGroupP, len, sh->esize);
+  k.from_secondary = sh->secondary && k.secondary_valid && k.gathers > 0;
+  ++k.gathers;
+  if (k.from_secondary) {
+    const int h = sh->cfg.hpz;
+    const size_t len = k.padded / h;
+    if (h == 1)
+      return sh->cfg.hpzInt8
+                 ? braidDequantize(k.secondary.data(), len, sh->dtype, &kWeightCodec, k.full.data())
+                 : (std::memcpy(k.full.data(), k.secondary.data(), len * es), braidSuccess);
+    braidResult_t rc;
+    if (sh->cfg.hpzInt8) {
+      // The encodings travel as bytes and are decoded when the gather is waited for.
+      const size_t enc = k.secondary.size();
+      k.encoded.resize(enc * h);
+      rc = braidIallGather(k.secondary.data(), k.encoded.data(), enc, braidUint8, sh->hpz_comm,
+                           &k.gather);
+    } else {
+      rc = braidIallGather(k.secondary.data(), k.full.data(), len, sh->dtype, sh->hpz_comm,
+                           &k.gather);
+    }
+    if (rc == braidSuccess)
+      sh->CountEncoded(braidShardTrafficGather, braidShard::kGroupHpz, k.secondary.size());
+    return rc;
+  }
+  const size_t len = k.padded / sh->S(kP);
+  braidResult_t rc;
+  if (sh->cfg.qwz) {
+    rc = braidIallGatherQuantized(k.param_shard.data(), k.full.data(), len, sh->dtype,
+                                  &kWeightCodec, sh->p_comm, &k.gather);
+    if (rc == braidSuccess)
+      sh->CountEncoded(braidShardTrafficGather, braidShard::kGroupP,
+                       EncodedSize(kWeightCodec, len));
+  } else {
+    rc =
+        braidIallGather(k.param_shard.data(), k.full.data(), len, sh->dtype, sh->p_comm, &k.gather);
+    if (rc == braidSuccess)
+      sh->CountAllGather(braidShardTrafficGather, braidShard::kGroupP, len, es);
+  }
   return rc;
+}
+
+// A gather of bucket b has completed: an INT8 secondary gather's encodings are decoded into the
+// full bucket, slice by slice (each rank encoded its slice on its own).
+braidResult_t CompleteGather(braidShard* sh, Bucket& k) {
+  if (!k.from_secondary || !sh->cfg.hpzInt8 || sh->cfg.hpz == 1) return braidSuccess;
+  const int h = sh->cfg.hpz;
+  const size_t len = k.padded / h, enc = k.secondary.size();
+  for (int j = 0; j < h; ++j) {
+    braidResult_t rc = braidDequantize(k.encoded.data() + j * enc, len, sh->dtype, &kWeightCodec,
+                                       k.full.data() + j * len * sh->esize);
+    if (rc != braidSuccess) return rc;
+  }
+  std::vector<unsigned char>().swap(k.encoded);
+  return braidSuccess;
 }
 
 // The size of each group the step communicates over and whether all of it is on this rank's
@@ -107,8 +161,12 @@ void ClassifyGroups(braidShard* sh) {
   for (int r = 0; r < sh->nranks; ++r) {
     const RankLayout l = Layout(sh->cfg, r);
     const bool member[braidShard::kGroups] = {
-        l.group[kP] == me.group[kP], l.group[kG] == me.group[kG],
-        l.replica_color == me.replica_color, l.redist_color == me.redist_color, true};
+        l.group[kP] == me.group[kP],
+        l.group[kG] == me.group[kG],
+        l.replica_color == me.replica_color,
+        l.redist_color == me.redist_color,
+        true,
+        sh->secondary && l.hpz_color == me.hpz_color && l.node == me.node};
     for (int g = 0; g < braidShard::kGroups; ++g) {
       if (!member[g]) continue;
       ++sh->group_size[g];
@@ -126,6 +184,7 @@ braidResult_t braid::shard::FinishPrefetches(braidShard* sh, const char* api) {
       if (rc != braidSuccess)
         return sh->CommFail(rc, (std::string(api) + ": prefetch").c_str(), sh->p_comm);
       if (!k.gathered && sh->S(kP) > 1) std::vector<unsigned char>().swap(k.full);
+      std::vector<unsigned char>().swap(k.encoded);
     }
   return braidSuccess;
 }
@@ -159,9 +218,6 @@ static braidResult_t ShardCreateImpl(braidComm_t comm, const braidShardConfig_t*
     local_error = "parameter type " + std::to_string(static_cast<int>(paramType)) +
                   " is not supported: parameters are braidFloat32 (7), braidBfloat16 (9) or "
                   "braidFloat16 (6)";
-  if (local_error.empty() && (cfg->hpz || cfg->qwz || cfg->qgz))
-    local_error = "preset '" + std::string(cfg->preset) +
-                  "' asks for hpZ/qwZ/qgZ, which are not built yet (docs/sharding.md)";
   if (local_error.empty()) {
     // The node-major layout is an assumption about the comm: check it against the topology.
     braidComm_t node = nullptr;
@@ -197,7 +253,11 @@ static braidResult_t ShardCreateImpl(braidComm_t comm, const braidShardConfig_t*
                             cfg->g.inter,
                             cfg->os.intra,
                             cfg->os.inter,
-                            cfg->replicaEveryMicrobatch};
+                            cfg->replicaEveryMicrobatch,
+                            cfg->hpz,
+                            cfg->hpzInt8,
+                            cfg->qwz,
+                            cfg->qgz};
   std::vector<int64_t> mn, mx;
   if (MinMax(comm, v, &mn, &mx) != braidSuccess)
     return SetLastError(braidErrRemote, std::string("braidShardCreate: agreement failed: ") +
@@ -228,6 +288,10 @@ static braidResult_t ShardCreateImpl(braidComm_t comm, const braidShardConfig_t*
   if (rc == braidSuccess) rc = View(comm, l.group[kG], l.pos[kG], sg, &sh->g_comm);
   if (rc == braidSuccess) rc = View(comm, l.replica_color, sh->rank, D / sg, &sh->replica_comm);
   if (rc == braidSuccess) rc = View(comm, l.redist_color, l.pos[kOs], so / sp, &sh->redist_comm);
+  sh->secondary = SecondaryCopy(sh->cfg);
+  // Every rank splits (colour 0 where there is no secondary copy), so the order matches.
+  if (rc == braidSuccess)
+    rc = View(comm, l.hpz_color, l.hpz_pos, sh->secondary ? sh->cfg.hpz : 1, &sh->hpz_comm);
   if (rc != braidSuccess) {
     std::string msg = braidGetLastError(comm);
     braidShardDestroy(sh.release());
@@ -240,7 +304,9 @@ static braidResult_t ShardCreateImpl(braidComm_t comm, const braidShardConfig_t*
   for (int b = 0; b < nbuckets; ++b) {
     Bucket& k = sh->buckets[b];
     k.numel = bucketNumel[b];
-    k.padded = (k.numel + so - 1) / so * so;
+    // A multiple of s_os (so of s_g and s_p: nesting) and of the hpZ group.
+    const size_t unit = sh->secondary ? std::lcm<size_t>(so, sh->cfg.hpz) : so;
+    k.padded = (k.numel + unit - 1) / unit * unit;
     max_padded = std::max(max_padded, k.padded);
     const unsigned char* init = static_cast<const unsigned char*>(initParams[b]);
     const size_t es = sh->esize;
@@ -256,6 +322,10 @@ static braidResult_t ShardCreateImpl(braidComm_t comm, const braidShardConfig_t*
     k.grad_shard.assign(k.padded / sg * es, 0);
     k.m.assign(k.padded / so, 0.0f);
     k.v.assign(k.padded / so, 0.0f);
+    if (sh->secondary) {
+      const size_t h_len = k.padded / sh->cfg.hpz;
+      k.secondary.assign(sh->cfg.hpzInt8 ? EncodedSize(kWeightCodec, h_len) : h_len * es, 0);
+    }
   }
   if (sg > 1) {
     sh->scratch[0].resize(max_padded * sh->esize);
@@ -287,8 +357,12 @@ static braidResult_t ShardGatherImpl(braidShard_t sh, int b, const void** params
   sh->last_gather = b;
   braidResult_t rc = braidSuccess;
   if (!k.gather) rc = StartGather(sh, b);
-  if (rc == braidSuccess) rc = sh->WaitTimed(&k.gather, k.gather_issued);
-  if (rc != braidSuccess) return sh->CommFail(rc, "braidShardGather: all-gather", sh->p_comm);
+  if (rc == braidSuccess && k.gather) rc = sh->WaitTimed(&k.gather, k.gather_issued);
+  if (rc != braidSuccess)
+    return sh->CommFail(rc, "braidShardGather: all-gather",
+                        k.from_secondary ? sh->hpz_comm : sh->p_comm);
+  rc = CompleteGather(sh, k);
+  if (rc != braidSuccess) return sh->CommFail(rc, "braidShardGather: INT8 decode", nullptr);
   k.gathered = true;
   *params = k.full.data();
   // Prefetch: the next bucket's gather runs while the caller computes on this one.
@@ -310,6 +384,19 @@ static braidResult_t ShardReleaseImpl(braidShard_t sh, int b) {
                     "braidShardRelease: bucket " + std::to_string(b) + " is not gathered");
   Bucket& k = sh->buckets[b];
   k.gathered = false;
+  if (sh->secondary && !k.secondary_valid && !k.from_secondary) {
+    // hpZ: keep this rank's slice of what the forward gather brought (the values the caller
+    // computed with, qwZ's decoded ones included), so later gathers stay inside the node.
+    const size_t len = k.padded / sh->cfg.hpz;
+    const unsigned char* slice = k.full.data() + sh->layout.hpz_pos * len * sh->esize;
+    if (sh->cfg.hpzInt8) {
+      braidResult_t rc = braidQuantize(slice, len, sh->dtype, &kWeightCodec, k.secondary.data());
+      if (rc != braidSuccess) return sh->CommFail(rc, "braidShardRelease: INT8 encode", nullptr);
+    } else {
+      std::memcpy(k.secondary.data(), slice, len * sh->esize);
+    }
+    k.secondary_valid = true;
+  }
   if (sh->S(kP) > 1) std::vector<unsigned char>().swap(k.full);
   return braidSuccess;
 }
@@ -371,6 +458,7 @@ static braidResult_t ShardReduceGradImpl(braidShard_t sh, int b, const void* gra
   Bucket& k = sh->buckets[b];
   const size_t es = sh->esize;
   const int sg = sh->S(kG);
+  k.gathers = 0;  // the bucket's next gather is the next micro-batch's forward
   if (sg == 1) {
     // Full gradients accumulate locally; the replica all-reduce (if per micro-batch) needs a
     // padded copy.
@@ -395,11 +483,22 @@ static braidResult_t ShardReduceGradImpl(braidShard_t sh, int b, const void* gra
   std::fill(buf + k.numel * es, buf + k.padded * es, 0);
   braidRequest_t req = nullptr;
   const double issued = braidShard::Now();
-  braidResult_t rc = braidIreduceScatter(buf, buf + sh->layout.pos[kG] * len * es, len, sh->dtype,
-                                         braidSum, sh->g_comm, &req);
+  unsigned char* out = buf + sh->layout.pos[kG] * len * es;
+  braidResult_t rc;
+  if (sh->cfg.qgz) {
+    // qgZ: INT4 blocks, summed after decoding, in two hops (node first) across nodes.
+    rc = braidIreduceScatterQuantized(buf, out, len, sh->dtype, braidSum, &kGradCodec, sh->g_comm,
+                                      &req);
+    if (rc == braidSuccess)
+      sh->CountEncoded(braidShardTrafficGradReduce, braidShard::kGroupG,
+                       EncodedSize(kGradCodec, len));
+  } else {
+    rc = braidIreduceScatter(buf, out, len, sh->dtype, braidSum, sh->g_comm, &req);
+    if (rc == braidSuccess)
+      sh->CountAllGather(braidShardTrafficGradReduce, braidShard::kGroupG, len, es);
+  }
   if (rc != braidSuccess)
     return sh->CommFail(rc, "braidShardReduceGrad: reduce-scatter", sh->g_comm);
-  sh->CountAllGather(braidShardTrafficGradReduce, braidShard::kGroupG, len, es);
   rc = FinishPending(sh);  // the previous reduction, in scratch[slot ^ 1]
   sh->slot ^= 1;           // so this one is in scratch[slot ^ 1] when it is finished
   sh->pending = req;
@@ -491,6 +590,7 @@ braidResult_t Prepare(braidShard* sh, const braidShardStepOptions_t* opts,
     }
     std::fill(k.grad_shard.begin(), k.grad_shard.end(), 0);
     k.reduced = 0;
+    k.gathers = 0;
   }
   // One all-reduce gives every rank the same norm and the same overflow verdict.
   start = braidShard::Now();
@@ -578,6 +678,7 @@ braidResult_t Finish(braidShard* sh, const char* api) {
   for (Bucket& k : sh->buckets) {
     std::vector<float>().swap(k.grad32);
     if (skipped) continue;
+    k.secondary_valid = false;  // the parameters change: the hpZ copy is rebuilt next forward
     const size_t os_len = k.padded / so;
     // The padding's master stays 0 (zero gradient, decay keeps 0), so it rounds to 0.
     if (so / sp > 1) {
@@ -732,7 +833,7 @@ static braidResult_t ShardMemoryImpl(braidShard_t sh, braidShardMemory_t* mem) {
   if (!sh || !mem) return SetLastError(braidErrInvalidArgument, "braidShardMemory: NULL");
   *mem = {};
   for (const Bucket& k : sh->buckets) {
-    mem->params += k.param_shard.size();
+    mem->params += k.param_shard.size() + k.secondary.size();
     mem->grads += k.grad_shard.size();
     mem->optimizer += (k.master.size() + k.m.size() + k.v.size()) * sizeof(float);
   }
@@ -758,6 +859,7 @@ static braidResult_t ShardDestroyImpl(braidShard_t sh) {
   for (Bucket& k : sh->buckets)
     if (k.gather) braidWait(&k.gather, -1);
   if (sh->pending) braidWait(&sh->pending, -1);
+  DestroyComm(&sh->hpz_comm);
   DestroyComm(&sh->redist_comm);
   DestroyComm(&sh->replica_comm);
   DestroyComm(&sh->g_comm);

@@ -57,10 +57,23 @@ typedef struct {
   /** 1: allow s_X^intra < R while s_X^inter > 1 (sharding.md section 1: "unless the caller
    *  insists"); 0: sharding across nodes must use the whole node first. */
   int allowPartialNode;
-  int hpz;         /**< hpZ secondary parameter copy over this many ranks; 0 = none */
-  int hpzInt8;     /**< 1: the secondary copy is INT8 (zero-topo) */
-  int qwz;         /**< 1: INT8-quantized parameter gather (ZeRO++ qwZ) */
-  int qgz;         /**< 1: INT4-quantized gradient reduce-scatter (ZeRO++ qgZ) */
+  /** hpZ: a secondary copy of the parameters over this many consecutive ranks of a node (it
+   *  divides R); 0 = none. Built from the first gather of each bucket after an update (at its
+   *  release), used by every later gather of that bucket in the micro-batch (the backward pass),
+   *  which then stays inside the node; dropped when the parameters change. Kept only where it
+   *  differs from the primary P shard (s_p > 1, and the P group spans nodes, or the copy is INT8,
+   *  or hpz != s_p^intra). */
+  int hpz;
+  /** 1: the secondary copy is INT8 (zero-topo): blocks of 2048 with an fp32 scale, so the
+   *  gathers from it return parameters within one INT8 step of the forward's */
+  int hpzInt8;
+  /** 1: gathers from the primary P shard travel INT8-quantized (ZeRO++ qwZ,
+   *  braidAllGatherQuantized, blocks of 2048): the gathered parameters are the decoded ones,
+   *  identical on every rank; the master weights stay exact */
+  int qwz;
+  /** 1: gradient reduce-scatters travel INT4-quantized (ZeRO++ qgZ,
+   *  braidReduceScatterQuantized, blocks of 2048, two hops on nodes of equal size) */
+  int qgz;
   char preset[24]; /**< the preset's name, or "" for a hand-made configuration */
   char note[256];  /**< how a preset degraded to fit the shape, or "" */
 } braidShardConfig_t;
@@ -100,7 +113,7 @@ BRAID_API braidResult_t braidShardPreset(const char* name, braidComm_t comm,
 
 /** Bytes per rank of each model state. */
 typedef struct {
-  uint64_t params;    /**< P shard (not the gathered full buckets) */
+  uint64_t params;    /**< P shard and the hpZ secondary copy (not the gathered full buckets) */
   uint64_t grads;     /**< G shard accumulator */
   uint64_t optimizer; /**< fp32 master + first + second moment of the OS shard */
   uint64_t total;     /**< params + grads + optimizer */
@@ -110,7 +123,9 @@ typedef struct {
  * The formula of sharding.md section 1 for a model of `phi` parameters:
  * params = e * phi / s_p, grads = e * phi / s_g, optimizer = 12 * phi / s_os, with e =
  * `paramBytes` (2 for bf16/fp16, as in the spec's tables; 4 for fp32). Integer division rounds
- * up (a shard is padded, never short).
+ * up (a shard is padded, never short). With an hpZ secondary copy, params adds e * phi / hpz, or
+ * for an INT8 copy the encoding of phi / hpz elements (braidQuantizedSize: one byte each and a
+ * 4-byte scale per 2048, rounded up to 16 bytes; the step encodes each bucket on its own).
  */
 BRAID_API braidResult_t braidShardMemoryFormula(const braidShardConfig_t* cfg, uint64_t phi,
                                                 int paramBytes, braidShardMemory_t* mem);
@@ -392,8 +407,12 @@ BRAID_API braidResult_t braidShardTrafficReset(braidShard_t shard);
  * gathers every bucket `gathersPerMicrobatch` times (2: forward and backward), for a model of
  * `phi` parameters of `paramBytes` bytes, by purpose and level; the step's control all-reduces
  * included (not the escape hatch's extra agreement). Exact when phi is a multiple of the ranks
- * (else rounded down per collective; real buckets add their padding). `collectives` and the
- * timeline are 0. Pure, no communication: the planner's and a trainer's estimate.
+ * (else rounded down per collective; real buckets add their padding). Quantized gathers and
+ * reduce-scatters count (group - 1) x the encoding of the per-rank elements; with an hpZ copy the
+ * first gather of each micro-batch is from the P shard and the others from the copy (intra-node).
+ * The step encodes each bucket on its own, so with several buckets the counters exceed this by
+ * up to 20 bytes per bucket and collective. `collectives` and the timeline are 0. Pure, no
+ * communication: the planner's and a trainer's estimate.
  */
 BRAID_API braidResult_t braidShardTrafficFormula(const braidShardConfig_t* cfg, uint64_t phi,
                                                  int paramBytes, int microbatches,

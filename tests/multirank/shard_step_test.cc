@@ -15,7 +15,9 @@
 // braid's fp32 shards).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cctype>
+#include <tuple>
 #include <cmath>
 #include <limits>
 #include <cstdio>
@@ -46,6 +48,8 @@ struct Case {
   // with the reference within a tolerance, and across ranks bit for bit.
   bool random = false;
   std::string tag;  // the variant's name in the test name
+  // "custom" cases: the hpZ secondary copy and the quantized options.
+  int hpz = 0, hpz_int8 = 0, qwz = 0, qgz = 0;
 };
 
 // A random gradient in [-2, 2) with a full mantissa, rounded to the parameter dtype (so that
@@ -108,6 +112,10 @@ int ResolveConfig(const Case& c, braidComm_t comm, braidShardConfig_t* cfg) {
     x.g = c.g;
     x.os = c.os;
     x.allowPartialNode = c.allow_partial;
+    x.hpz = c.hpz;
+    x.hpzInt8 = c.hpz_int8;
+    x.qwz = c.qwz;
+    x.qgz = c.qgz;
     *cfg = x;
     return braidShardConfigValidate(cfg, nullptr, 0) == braidSuccess ? 0 : 1;
   }
@@ -152,14 +160,27 @@ int TrainAndCompare(const Case& c, int rank, int D, const braidUniqueId& id) {
     CHECK_OR_FAIL(braidShardSetLossScaler(sh, &ls) == braidSuccess, "scaler");
   }
 
-  // Memory as allocated equals the formula over the padded size (e = the dtype's size).
-  uint64_t padded = 0;
+  // Memory as allocated equals the formula over the padded size (e = the dtype's size). The
+  // test's cases pad to s_os (their hpZ groups divide it). An INT8 secondary copy is encoded per
+  // bucket: the test adds up its own encodings instead of the formula's one for the whole model.
+  uint64_t padded = 0, int8_copy = 0;
   const int so = cfg.os.intra * cfg.os.inter;
-  for (size_t n : kBuckets) padded += (n + so - 1) / so * so;
+  for (size_t n : kBuckets) {
+    const size_t padded_b = (n + so - 1) / so * so;
+    padded += padded_b;
+    size_t enc = 0;
+    const braidQuantConfig_t w = {8, 2048, 1};
+    if (cfg.hpzInt8) CHECK_OR_FAIL(braidQuantizedSize(padded_b / cfg.hpz, &w, &enc) == 0, "size");
+    int8_copy += enc;
+  }
   braidShardMemory_t got, want;
   CHECK_OR_FAIL(braidShardMemory(sh, &got) == braidSuccess, "memory");
   CHECK_OR_FAIL(braidShardMemoryFormula(&cfg, padded, static_cast<int>(es), &want) == braidSuccess,
                 "formula");
+  if (cfg.hpzInt8) {
+    const uint64_t sp = static_cast<uint64_t>(cfg.p.intra) * cfg.p.inter;
+    want.params = (es * padded + sp - 1) / sp + int8_copy;
+  }
   CHECK_OR_FAIL(
       got.params == want.params && got.grads == want.grads && got.optimizer == want.optimizer,
       "memory %llu/%llu/%llu, formula %llu/%llu/%llu", (unsigned long long)got.params,
@@ -180,6 +201,11 @@ int TrainAndCompare(const Case& c, int rank, int D, const braidUniqueId& id) {
   if (c.scale_mode == 1) opt.lossScale = 1024.0f;
   const int nb = static_cast<int>(kBuckets.size());
   int clipped_steps = 0;
+  // Quantized options: the gathered parameters are the decoded INT8 ones and the gradients sum
+  // after INT4 decoding, so the final parameters are compared within a bound (below); the
+  // backward gather (from the hpZ copy where there is one) must return the forward's bytes.
+  const bool lossy = cfg.qwz || cfg.qgz || cfg.hpzInt8;
+  std::vector<std::vector<unsigned char>> forward(nb);
   for (int step = 0; step < kSteps; ++step) {
     float ls = 1.0f;
     CHECK_OR_FAIL(braidShardGetLossScale(sh, &ls) == braidSuccess, "get scale");
@@ -189,11 +215,13 @@ int TrainAndCompare(const Case& c, int rank, int D, const braidUniqueId& id) {
     for (int b = 0; b < nb; ++b) sum[b].assign(kBuckets[b], 0.0f);
     for (int mb = 0; mb < kMicrobatches; ++mb) {
       // Forward: every gathered bucket equals the reference parameters, bit for bit.
-      for (int b = 0; b < nb && !c.random; ++b) {
+      for (int b = 0; b < nb && (!c.random || lossy); ++b) {
         const void* p = nullptr;
         CHECK_OR_FAIL(braidShardGather(sh, b, &p) == braidSuccess, "gather %d", b);
         const std::vector<unsigned char> want_p = ToDt(c.dt, ref.p[b]);
-        CHECK_OR_FAIL(std::memcmp(p, want_p.data(), want_p.size()) == 0,
+        const auto* bytes = static_cast<const unsigned char*>(p);
+        forward[b].assign(bytes, bytes + want_p.size());
+        CHECK_OR_FAIL(lossy || std::memcmp(p, want_p.data(), want_p.size()) == 0,
                       "step %d mb %d: gathered bucket %d differs from the reference", step, mb, b);
         CHECK_OR_FAIL(braidShardRelease(sh, b) == braidSuccess, "release %d", b);
       }
@@ -206,6 +234,24 @@ int TrainAndCompare(const Case& c, int rank, int D, const braidUniqueId& id) {
             static_cast<const unsigned char*>(p),
             static_cast<const unsigned char*>(p) + kBuckets[b] * es);
         CHECK_OR_FAIL(braidShardRelease(sh, b) == braidSuccess, "release %d", b);
+        // The same bytes, unless the copy is INT8 (zero-topo: the backward computes with INT8
+        // weights): then within one INT8 step, absmax / 128, of the bucket's largest magnitude
+        // (half a step from rounding, a whole one where +absmax clips to 127: quantization.md).
+        if (lossy && !cfg.hpzInt8)
+          CHECK_OR_FAIL(mine == forward[b],
+                        "step %d mb %d: backward gather of bucket %d differs from the forward's",
+                        step, mb, b);
+        if (lossy && cfg.hpzInt8) {
+          float absmax = 0.0f;
+          for (size_t i = 0; i < kBuckets[b]; ++i)
+            absmax = std::max(absmax, std::fabs(FromDt(c.dt, forward[b].data(), i)));
+          for (size_t i = 0; i < kBuckets[b]; ++i) {
+            const float d = FromDt(c.dt, mine.data(), i) - FromDt(c.dt, forward[b].data(), i);
+            CHECK_OR_FAIL(std::fabs(d) <= absmax / 128.0f * 1.001f + 1e-7f,
+                          "step %d mb %d: INT8 copy of bucket %d [%zu] off by %g (absmax %g)", step,
+                          mb, b, i, d, absmax);
+          }
+        }
         std::vector<float> grad(kBuckets[b]);
         for (size_t i = 0; i < kBuckets[b]; ++i) {
           const float param = ref.p[b][i];  // equal to `mine`, checked in the forward pass
@@ -257,7 +303,7 @@ int TrainAndCompare(const Case& c, int rank, int D, const braidUniqueId& id) {
       CHECK_OR_FAIL(info.gradNorm == ref_norm, "step %d: norm %.17g, reference %.17g", step,
                     info.gradNorm, ref_norm);
     if (c.random)
-      CHECK_OR_FAIL(std::fabs(info.gradNorm - ref_norm) <= 1e-2 * ref_norm,
+      CHECK_OR_FAIL(std::fabs(info.gradNorm - ref_norm) <= (cfg.qgz ? 0.2 : 1e-2) * ref_norm,
                     "step %d: norm %.17g, reference %.17g", step, info.gradNorm, ref_norm);
     clipped_steps += info.clipped;
     if (c.scale_mode == 2) {
@@ -269,15 +315,22 @@ int TrainAndCompare(const Case& c, int rank, int D, const braidUniqueId& id) {
     }
   }
   if (c.max_norm > 0.0f) CHECK_OR_FAIL(clipped_steps > 0, "clipping never clipped (test bug)");
+  double update_err = 0.0, update_norm = 0.0;  // lossy: over every bucket (below)
   for (int b = 0; b < nb; ++b) {
     const void* p = nullptr;
     CHECK_OR_FAIL(braidShardGather(sh, b, &p) == braidSuccess, "final gather %d", b);
     const std::vector<unsigned char> want_p = ToDt(c.dt, ref.p[b]);
+    for (size_t i = 0; i < kBuckets[b] && lossy; ++i) {
+      const double got = FromDt(c.dt, static_cast<const unsigned char*>(p), i);
+      const double want = ref.p[b][i], init = InitParam(b, i);
+      update_err += (got - want) * (got - want);
+      update_norm += (want - init) * (want - init);
+    }
     if (c.random) {
       // Within rounding of the reference: a few ulps of the dtype (AdamW normalises the
       // gradient, so differences in its last bits stay small), and bit-identical across ranks.
       const float tol = c.dt == braidFloat32 ? 1e-5f : c.dt == braidFloat16 ? 4e-3f : 3e-2f;
-      for (size_t i = 0; i < kBuckets[b]; ++i) {
+      for (size_t i = 0; i < kBuckets[b] && !lossy; ++i) {
         const float got = FromDt(c.dt, static_cast<const unsigned char*>(p), i);
         CHECK_OR_FAIL(std::fabs(got - ref.p[b][i]) <= tol * (1.0f + std::fabs(ref.p[b][i])),
                       "bucket %d [%zu] = %.9g, reference %.9g", b, i, got, ref.p[b][i]);
@@ -300,6 +353,17 @@ int TrainAndCompare(const Case& c, int rank, int D, const braidUniqueId& id) {
     // The parameters moved: a step that did nothing would also be "identical" to nothing.
     CHECK_OR_FAIL(ref.p[b][0] != InitParam(b, 0), "reference did not move");
     CHECK_OR_FAIL(braidShardRelease(sh, b) == braidSuccess, "final release");
+  }
+  if (lossy) {
+    // The update (final - initial parameters) within a relative L2 error of the reference's,
+    // over the whole model: the INT4 bound of docs/quantization.md (0.2) with qgZ, else the
+    // INT8 one (0.015) plus the INT8 decoding of the gathered parameters. A wrong shard or a
+    // stale copy is off by far more (order 1).
+    const double rel = std::sqrt(update_err / update_norm), bound = cfg.qgz ? 0.2 : 0.05;
+    std::fprintf(stderr, "[rank %d] %s %dx%d: update relative L2 error %.4f (bound %.2f)\n", rank,
+                 c.name.c_str(), c.R, c.n, rel, bound);
+    CHECK_OR_FAIL(update_norm > 0.0 && rel <= bound, "update relative error %.4f > %.2f", rel,
+                  bound);
   }
   CHECK_OR_FAIL(braidShardDestroy(sh) == braidSuccess, "destroy");
   sh = nullptr;
@@ -333,6 +397,32 @@ std::vector<Case> Cases() {
   v.push_back(MakeCase("custom-g2x1-os2x2", 2, 2, {1, 1}, {2, 1}, {2, 2}));
   v.push_back(MakeCase("custom-partial-os1x2", 2, 2, {1, 1}, {1, 1}, {1, 2}, 1));
   v.push_back(MakeCase("custom-partial-p1x2", 2, 2, {1, 2}, {1, 2}, {2, 2}, 1));
+  // hpZ alone is lossless: zero3 with a secondary copy over 2 ranks of each node (2x2), over 2 of
+  // a node of 4 (4x1), and over 1 rank (the whole bucket, no communication), bit for bit.
+  for (auto [R, n, h] : std::vector<std::tuple<int, int, int>>{{2, 2, 2}, {4, 1, 2}, {2, 2, 1}}) {
+    Case c = MakeCase("custom-zero3-hpz" + std::to_string(h), R, n, {R, n}, {R, n}, {R, n});
+    c.hpz = h;
+    v.push_back(c);
+  }
+  // The quantized options, alone and together (zero++ and zero-topo presets, and factor choices
+  // of their own), with random gradients and SGD: within the quantization bounds.
+  auto lossy = [&](Case c, int hpz, int int8, int qwz, int qgz) {
+    c.hpz = hpz;
+    c.hpz_int8 = int8;
+    c.qwz = qwz;
+    c.qgz = qgz;
+    c.random = true;
+    c.optimizer = kSgd;
+    v.push_back(c);
+  };
+  for (auto [R, n] : std::vector<std::pair<int, int>>{{2, 1}, {4, 1}, {2, 2}}) {
+    lossy(MakeCase("zero++", R, n), 0, 0, 0, 0);
+    lossy(MakeCase("zero-topo", R, n), 0, 0, 0, 0);
+  }
+  lossy(MakeCase("custom-zero3-qwz", 2, 2, {2, 2}, {2, 2}, {2, 2}), 0, 0, 1, 0);
+  lossy(MakeCase("custom-zero2-qgz", 2, 2, {1, 1}, {2, 2}, {2, 2}), 0, 0, 0, 1);
+  lossy(MakeCase("custom-zero3-hpz2int8", 2, 2, {2, 2}, {2, 2}, {2, 2}), 2, 1, 0, 0);
+  lossy(MakeCase("custom-zero3-hpz1int8-qwz", 2, 2, {2, 2}, {2, 2}, {2, 2}), 1, 1, 1, 0);
   return v;
 }
 
@@ -495,7 +585,7 @@ TEST(ShardStepErrors, BucketsThatDifferBetweenRanksFailOnEveryRank) {
            {37, 64, 6});
 }
 
-TEST(ShardStepErrors, DifferentConfigurationsAndUnbuiltOptionsFailOnEveryRank) {
+TEST(ShardStepErrors, DifferentConfigurationsAndBadQuantizationOptionsFailOnEveryRank) {
   TwoRanks("zero1", [](braidComm_t comm, int rank, braidShardConfig_t cfg,
                        const std::vector<size_t>& buckets, std::vector<const void*>& init) {
     braidShard_t sh = nullptr;
@@ -505,13 +595,27 @@ TEST(ShardStepErrors, DifferentConfigurationsAndUnbuiltOptionsFailOnEveryRank) {
     CHECK_OR_FAIL(rc == braidErrInvalidUsage, "mismatched create accepted");
     CHECK_OR_FAIL(Contains(braidShardGetLastError(nullptr), "different configurations"),
                   "message '%s'", braidShardGetLastError(nullptr));
-    // zero++ asks for hpZ/qwZ/qgZ, not built yet: refused on every rank, not run without them.
+    // Quantization options are part of the configuration: zero++ on one rank only fails on both.
     braidShardConfig_t zpp;
-    CHECK_OR_FAIL(braidShardPreset("zero++", comm, &zpp) == braidSuccess, "zero++");
+    CHECK_OR_FAIL(braidShardPreset(rank == 0 ? "zero++" : "zero3", comm, &zpp) == braidSuccess,
+                  "preset");
     rc = braidShardCreate(comm, &zpp, 3, buckets.data(), braidFloat32, init.data(), &sh);
-    CHECK_OR_FAIL(rc == braidErrInvalidUsage, "zero++ accepted");
-    CHECK_OR_FAIL(Contains(braidShardGetLastError(nullptr), "not built yet"), "message '%s'",
-                  braidShardGetLastError(nullptr));
+    CHECK_OR_FAIL(rc == braidErrInvalidUsage, "zero++ against zero3 accepted");
+    CHECK_OR_FAIL(Contains(braidShardGetLastError(nullptr), "different configurations"),
+                  "message '%s'", braidShardGetLastError(nullptr));
+    // A flag that is neither 0 nor 1, and an INT8 copy without a copy, are refused by name.
+    braidShardConfig_t bad = cfg;
+    bad.qgz = 2;
+    rc = braidShardCreate(comm, &bad, 3, buckets.data(), braidFloat32, init.data(), &sh);
+    CHECK_OR_FAIL(
+        rc == braidErrInvalidUsage && Contains(braidShardGetLastError(nullptr), "qgz = 2"),
+        "qgz = 2: rc %d, message '%s'", rc, braidShardGetLastError(nullptr));
+    bad = cfg;
+    bad.hpzInt8 = 1;
+    rc = braidShardCreate(comm, &bad, 3, buckets.data(), braidFloat32, init.data(), &sh);
+    CHECK_OR_FAIL(
+        rc == braidErrInvalidUsage && Contains(braidShardGetLastError(nullptr), "hpzInt8"),
+        "hpzInt8 without hpz: rc %d, message '%s'", rc, braidShardGetLastError(nullptr));
     return 0;
   });
 }

@@ -244,11 +244,23 @@ TEST(ShardMemory, FormulaMatchesTheSpecTables) {
   EXPECT_EQ(mem("zero3").total, (4 * psi + K * psi) / N);
   EXPECT_EQ(mem("mics").total, (4 * psi + K * psi) / M);
   EXPECT_EQ(mem("fsdp-hybrid").total, (4 * psi + K * psi) / M);
-  // ZeRO++ adds the hpZ secondary copy (2 Psi / M) to the zero3 states.
-  braidShardConfig_t zpp;
-  ASSERT_EQ(braidShardPresetForShape("zero++", R, n, &zpp), braidSuccess);
-  EXPECT_EQ(mem("zero++").total + 2 * psi / zpp.hpz,
-            2 * psi / N + 2 * psi / M + 2 * psi / N + K * psi / N);
+  // ZeRO++ adds the hpZ secondary copy (2 Psi / M) to the zero3 states, counted with the
+  // parameters; on one node there is no copy (it would be the primary shard).
+  EXPECT_EQ(mem("zero++").total, 2 * psi / N + 2 * psi / M + 2 * psi / N + K * psi / N);
+  EXPECT_EQ(mem("zero++").params, 2 * psi / N + 2 * psi / M);
+  braidShardConfig_t one;
+  ASSERT_EQ(braidShardPresetForShape("zero++", R, 1, &one), braidSuccess);
+  braidShardMemory_t m1;
+  ASSERT_EQ(braidShardMemoryFormula(&one, psi, 2, &m1), braidSuccess);
+  EXPECT_EQ(m1.params, 2 * psi / R);
+  // zero-topo: P over the device pair plus its INT8 copy over the pair (one byte per parameter
+  // and a 4-byte scale per block of 2048, rounded up to 16 bytes).
+  const braidQuantConfig_t int8 = {8, 2048, 1};
+  size_t enc = 0;
+  ASSERT_EQ(braidQuantizedSize(psi / 2, &int8, &enc), braidSuccess);
+  EXPECT_EQ(enc, psi / 2 + 4 * (psi / 2 / 2048));
+  EXPECT_EQ(mem("zero-topo").params, 2 * psi / 2 + enc);
+  EXPECT_EQ(mem("zero-topo").grads, 2 * psi / M);
   EXPECT_EQ(mem("paro-igg").total, 2 * psi / M + 2 * psi / N + K * psi / N);
   EXPECT_EQ(mem("paro-iig").total, 2 * psi / M + 2 * psi / M + K * psi / N);
   EXPECT_EQ(mem("paro-nig").total, 2 * psi + 2 * psi / M + K * psi / N);
