@@ -116,6 +116,8 @@ RankLayout Layout(const braidShardConfig_t& c, int rank) {
   }
   l.replica_color = l.pos[kG];
   l.redist_color = l.group[kOs] * SizeOf(c.p) + l.pos[kP];
+  l.slices_color = l.group[kOs] * SizeOf(c.g) + l.pos[kG];
+  l.copies_color = l.pos[kOs];
   if (SecondaryCopy(c)) {
     l.hpz_color = l.node * (R / c.hpz) + l.local / c.hpz;
     l.hpz_pos = l.local % c.hpz;
@@ -127,6 +129,10 @@ uint64_t EncodedSize(const braidQuantConfig_t& codec, uint64_t count) {
   size_t bytes = 0;
   braidQuantizedSize(static_cast<size_t>(count), &codec, &bytes);
   return bytes;
+}
+
+bool SplitBoundary(const braidShardConfig_t& c, int nranks) {
+  return SizeOf(c.os) > SizeOf(c.g) && nranks / SizeOf(c.g) > 1 && !c.replicaEveryMicrobatch;
 }
 
 bool SecondaryCopy(const braidShardConfig_t& c) {
@@ -312,10 +318,21 @@ static braidResult_t ShardTrafficFormulaImpl(const braidShardConfig_t* cfg, uint
   }
   add(braidShardTrafficGradReduce, cfg->g.inter == 1,
       m * (cfg->qgz ? (sg - 1) * EncodedSize(kGradCodec, phi / sg) : (sg - 1) * B / sg));
-  // Replica all-reduce of the G shard (B / s_g) over the D / s_g ranks holding the same shard.
   const uint64_t kr = D / sg;
-  add(braidShardTrafficReplica, n == static_cast<uint64_t>(cfg->g.inter),
-      (cfg->replicaEveryMicrobatch ? m : 1) * (2 * (kr - 1) * (B / sg) / kr));
+  if (SplitBoundary(*cfg, static_cast<int>(D))) {
+    // Reduce-scatter of the G shard into s_os / s_g slices of B / s_os over the slices group
+    // (inside the node when the OS shard spans no more nodes than the G shard), then all-reduce
+    // of the slice over the D / s_os copies (inside the node when there is one OS group per node
+    // column: s_os^inter = n).
+    const uint64_t k1 = so / sg, k2 = D / so;
+    add(braidShardTrafficReplica, cfg->os.inter == cfg->g.inter, (k1 - 1) * (B / so));
+    add(braidShardTrafficReplica, n == static_cast<uint64_t>(cfg->os.inter),
+        2 * (k2 - 1) * (B / so) / k2);
+  } else {
+    // Replica all-reduce of the G shard (B / s_g) over the D / s_g ranks holding the same shard.
+    add(braidShardTrafficReplica, n == static_cast<uint64_t>(cfg->g.inter),
+        (cfg->replicaEveryMicrobatch ? m : 1) * (2 * (kr - 1) * (B / sg) / kr));
+  }
   // Redistribution: all-gather of the OS shard (B / s_os) over s_os / s_p ranks.
   add(braidShardTrafficRedistribute, cfg->os.inter == cfg->p.inter, (so / sp - 1) * B / so);
   // Readiness agreement (4 int64) and norm + overflow count (2 doubles) over all ranks.
@@ -411,8 +428,15 @@ static braidResult_t ShardReportImpl(const braidShardConfig_t* cfg, int rank, ui
   if (c.replicaEveryMicrobatch && replica_count > 1)
     s += "  all-reduce gradient shards across replicas " + replicas + "\n";
   s += "per step (accumulation boundary):\n";
-  if (!c.replicaEveryMicrobatch && replica_count > 1)
+  if (SplitBoundary(c, D)) {
+    auto slices = Members(c, rank, [](const RankLayout& x) { return x.slices_color; });
+    auto copies = Members(c, rank, [](const RankLayout& x) { return x.copies_color; });
+    if (so / sg > 1)
+      s += "  reduce-scatter the gradient shard into OS slices over " + slices + "\n";
+    if (D / so > 1) s += "  all-reduce the OS slice across its copies " + copies + "\n";
+  } else if (!c.replicaEveryMicrobatch && replica_count > 1) {
     s += "  all-reduce gradient shards across replicas " + replicas + "\n";
+  }
   s += "  AdamW on OS shard " + std::to_string(l.pos[kOs]) + "/" + std::to_string(so) +
        " (select & drop: keep 1/" + std::to_string(so / sg) + " of the G shard)\n";
   if (so / sp > 1)

@@ -46,7 +46,19 @@ struct RankLayout {
   // hpz_pos of every bucket in the secondary copy. 0 and 0 without a secondary copy.
   int hpz_color = 0;
   int hpz_pos = 0;
+  // The boundary reduction where s_os > s_g (SplitBoundary): first a reduce-scatter of the G
+  // shard over the s_os / s_g ranks of this OS group that hold it (slices group: each gets the
+  // partial sum of its own OS slice), then an all-reduce of the OS slice over the D / s_os ranks
+  // that hold the same OS shard (copies group). Same result as the all-reduce over all D / s_g
+  // replicas followed by "select & drop", with (1 - s_g / s_os) x G fewer bytes per rank.
+  int slices_color = 0;
+  int copies_color = 0;
 };
+
+// Whether the boundary reduces the G shard in the two steps above (s_os > s_g, the replicas of a
+// G shard reduced at the boundary, not every micro-batch) rather than by an all-reduce over the
+// replicas.
+bool SplitBoundary(const braidShardConfig_t& cfg, int nranks);
 
 // Whether the step keeps an hpZ secondary copy of the parameters: hpz > 0, parameters sharded
 // (s_p > 1), and the copy differs from the primary shard: the P group spans nodes, or the copy is

@@ -180,11 +180,51 @@ PlanMemory MemoryOf(const PlanInputs& in, const braidShardConfig_t& c) {
   return m;
 }
 
+namespace {
+
+// The two forms of the boundary reduction (spec step 3) for the replicas of a G shard: (a) an
+// all-reduce of the G shard over the D / s_g replicas, then "select & drop"; (b), where
+// s_os > s_g, a reduce-scatter into the OS slices over the s_os / s_g ranks of an OS group that
+// hold the G shard, then an all-reduce of the slice over its D / s_os copies (the spec's grouped
+// reduce-scatter: (1 - s_g / s_os) G fewer bytes per rank). (b) moves fewer bytes; with one rank
+// per node in a long copies ring its latency can cost more (a 128-node flat ring against a
+// hierarchical all-reduce over all ranks).
+void BoundaryForms(const PlanInputs& in, const braidShardConfig_t& c, CostCache& cost,
+                   std::vector<PlannedCollective>* a, std::vector<PlannedCollective>* b) {
+  const int sg = SizeOf(c.g), so = SizeOf(c.os);
+  const double e = in.e;
+  const Group rep{in.R / c.g.intra, in.n / c.g.inter, c.g.intra};
+  const double shard = e / sg;  // bytes of a G shard per parameter of the bucket
+  Add(*a, cost, in, "boundary gradient all-reduce across " + Shape(rep) + " replicas",
+      braidCollAllReduce, rep, shard, 0, 1);
+  if (so > sg) {
+    const Group slices = GroupOf(in, c.os.intra / c.g.intra, c.os.inter / c.g.inter);
+    const Group copies{in.R / c.os.intra, in.n / c.os.inter, c.os.intra};
+    Add(*b, cost, in, "boundary reduce-scatter into OS slices over " + Shape(slices),
+        braidCollReduceScatter, slices, shard, 0, 1);
+    Add(*b, cost, in, "boundary all-reduce across " + Shape(copies) + " copies of each OS shard",
+        braidCollAllReduce, copies, e / so, 0, 1);
+  }
+}
+
+bool SplitIsCheaper(const std::vector<PlannedCollective>& a,
+                    const std::vector<PlannedCollective>& b) {
+  return !b.empty() && Sum(b, &PlannedCollective::seconds) < Sum(a, &PlannedCollective::seconds);
+}
+
+}  // namespace
+
+bool SplitBoundaryCheaper(const PlanInputs& in, const braidShardConfig_t& c, CostCache& cost) {
+  std::vector<PlannedCollective> a, b;
+  BoundaryForms(in, c, cost, &a, &b);
+  return SplitIsCheaper(a, b);
+}
+
 std::vector<PlannedCollective> CollectivesOf(const PlanInputs& in, const braidShardConfig_t& c,
                                              CostCache& cost) {
   std::vector<PlannedCollective> out;
   const double e = in.e, M = in.micro_batches;
-  const int sp = SizeOf(c.p), sg = SizeOf(c.g), so = SizeOf(c.os);
+  const int sp = SizeOf(c.p), sg = SizeOf(c.g);
   const Group p = GroupOf(in, c.p.intra, c.p.inter);
   const Group g = GroupOf(in, c.g.intra, c.g.inter);
   // Per micro-batch: gather each bucket for the forward pass and again for the backward pass
@@ -209,24 +249,9 @@ std::vector<PlannedCollective> CollectivesOf(const PlanInputs& in, const braidSh
     Add(out, cost, in, "gradient all-reduce across " + Shape(rep) + " replicas every micro-batch",
         braidCollAllReduce, rep, shard, 0, M);
   } else if (rep.size() > 1) {
-    // The boundary (spec step 3): all-reduce the G shard across replicas, then keep the OS
-    // slice; or, where s_os > s_g, reduce-scatter straight into the OS slices and all-reduce
-    // across the copies of each OS shard (the same result with less traffic: the volume of the
-    // spec's grouped reduce-scatter). The plan costs the cheaper of the two.
     std::vector<PlannedCollective> a, b;
-    Add(a, cost, in, "boundary gradient all-reduce across " + Shape(rep) + " replicas",
-        braidCollAllReduce, rep, shard, 0, 1);
-    if (so > sg) {
-      const Group slices = GroupOf(in, c.os.intra / c.g.intra, c.os.inter / c.g.inter);
-      const Group copies{in.R / c.os.intra, in.n / c.os.inter, c.os.intra};
-      Add(b, cost, in, "boundary reduce-scatter into OS slices over " + Shape(slices),
-          braidCollReduceScatter, slices, shard, 0, 1);
-      Add(b, cost, in, "boundary all-reduce across " + Shape(copies) + " copies of each OS shard",
-          braidCollAllReduce, copies, e / so, 0, 1);
-    }
-    const bool use_b =
-        !b.empty() && Sum(b, &PlannedCollective::seconds) < Sum(a, &PlannedCollective::seconds);
-    for (auto& x : use_b ? b : a) out.push_back(x);
+    BoundaryForms(in, c, cost, &a, &b);
+    for (auto& x : SplitIsCheaper(a, b) ? b : a) out.push_back(x);
   }
   // Gradient norm and non-finite count: two doubles all-reduced over the whole job (what the
   // step runs; the spec's minimum is one OS replica), latency only.

@@ -67,6 +67,12 @@ class CostCache {
 // Memory per device (docs/sharding.md, "The planner").
 PlanMemory MemoryOf(const PlanInputs& in, const braidShardConfig_t& cfg);
 
+// Whether the boundary reduction is cheaper as a reduce-scatter into the OS slices plus an
+// all-reduce across their copies than as an all-reduce over the replicas (plan_model.cc,
+// BoundaryForms): what the step does (SplitBoundary in layout.h applies) and the plan costs.
+// False where the split does not apply (s_os = s_g).
+bool SplitBoundaryCheaper(const PlanInputs& in, const braidShardConfig_t& cfg, CostCache& cost);
+
 // The collectives of one step; cfg must be valid for in.R x in.n.
 std::vector<PlannedCollective> CollectivesOf(const PlanInputs& in, const braidShardConfig_t& cfg,
                                              CostCache& cost);

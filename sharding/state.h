@@ -47,7 +47,10 @@ struct braidShard {
   // Views of `comm`, owned; NULL where the group is this rank alone.
   braidComm_t p_comm = nullptr, g_comm = nullptr, replica_comm = nullptr, redist_comm = nullptr;
   braidComm_t hpz_comm = nullptr;  // the hpZ group (SecondaryCopy with hpz > 1)
-  bool secondary = false;          // SecondaryCopy(cfg)
+  // The boundary's two-step reduction (SplitBoundary): slices group and copies group.
+  braidComm_t slices_comm = nullptr, copies_comm = nullptr;
+  bool split_boundary = false;
+  bool secondary = false;  // SecondaryCopy(cfg)
   std::vector<Bucket> buckets;
   // Two padded gradient buffers (s_g > 1): one bucket's reduce-scatter stays in flight while the
   // caller computes the next bucket's gradient; the other buffer takes that gradient.
@@ -56,8 +59,15 @@ struct braidShard {
   int pending_bucket = -1;           // bucket whose reduce-scatter is in flight, or -1
   braidRequest_t pending = nullptr;  // its request (in scratch[slot ^ 1])
   double pending_issued = 0.0;       // its issue time (Now()), for the timeline
+  // Buffers of released gathered buckets, kept for the next gathers (at most two: the bucket in
+  // use and the one prefetched, the planner's buffer estimate): a fresh buffer per gather costs
+  // its page faults and zero-filling, milliseconds per bucket of tens of MB, in the caller's
+  // gather time. Each is max_full bytes, the largest padded bucket.
+  std::vector<std::vector<unsigned char>> spare_full;
+  size_t max_full = 0;
   int last_gather = -1, direction = 1;
-  int64_t t = 0;  // optimizer steps applied
+  bool prefetch = true;  // braidShardSetPrefetch
+  int64_t t = 0;         // optimizer steps applied
   // Between PrepareStep and FinishStep; `skipped`: the prepared step found an overflow.
   bool prepared = false, skipped = false;
   // Dynamic loss scaler (PyTorch's GradScaler) and its state.
@@ -68,9 +78,19 @@ struct braidShard {
   std::string error = "no error";
   // Traffic accounting (braidShardTraffic): for each group the step communicates over, its size
   // and whether all of it is on this rank's node; computed once from the layout at create.
-  enum Group { kGroupP, kGroupG, kGroupReplica, kGroupRedist, kGroupAll, kGroupHpz, kGroups };
-  int group_size[kGroups] = {1, 1, 1, 1, 1, 1};
-  bool group_intra[kGroups] = {true, true, true, true, true, true};
+  enum Group {
+    kGroupP,
+    kGroupG,
+    kGroupReplica,
+    kGroupRedist,
+    kGroupAll,
+    kGroupHpz,
+    kGroupSlices,
+    kGroupCopies,
+    kGroups
+  };
+  int group_size[kGroups] = {1, 1, 1, 1, 1, 1, 1, 1};
+  bool group_intra[kGroups] = {true, true, true, true, true, true, true, true};
   braidShardTraffic_t traffic{};
 
   // Counts what one rank sends in a collective over `group`, by the ring definition of

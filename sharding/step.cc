@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <map>
@@ -20,6 +21,7 @@
 #include "sharding/dtype.h"
 #include "sharding/last_error.h"
 #include "sharding/layout.h"
+#include "sharding/plan_model.h"
 #include "sharding/state.h"
 
 using namespace braid::shard;
@@ -44,6 +46,28 @@ braidResult_t View(braidComm_t comm, int color, int key, int expected_size, brai
   }
   *out = c;
   return braidSuccess;
+}
+
+// Whether the boundary reduction should run split (SplitBoundary): the planner's decision
+// (SplitBoundaryCheaper) for these buckets on this communicator's links, so that the step does
+// what a plan for the same cluster costs.
+bool SplitBoundaryPays(braidComm_t comm, const braidShardConfig_t& cfg, int nbuckets,
+                       const size_t* numel, size_t esize) {
+  PlanInputs in;
+  for (int b = 0; b < nbuckets; ++b) {
+    const double x = static_cast<double>(numel[b]);
+    in.buckets[x] += 1;
+    in.phi += x;
+    in.max_bucket = std::max(in.max_bucket, x);
+  }
+  in.e = static_cast<double>(esize);
+  in.R = cfg.ranksPerNode;
+  in.n = cfg.nodes;
+  const braidShardCluster_t defaults = BRAID_SHARD_CLUSTER_INITIALIZER;
+  in.link = defaults.link;
+  if (braidCommLinkParams(comm, &in.link) != braidSuccess) in.link = defaults.link;
+  CostCache cost(in.link, static_cast<int>(esize));
+  return SplitBoundaryCheaper(in, cfg, cost);
 }
 
 }  // namespace
@@ -91,7 +115,11 @@ namespace {
 braidResult_t StartGather(braidShard* sh, int b) {
   Bucket& k = sh->buckets[b];
   const size_t es = sh->esize;
-  k.full.resize(k.padded * es);
+  if (k.full.empty() && !sh->spare_full.empty()) {
+    k.full.swap(sh->spare_full.back());
+    sh->spare_full.pop_back();
+  }
+  k.full.resize(sh->max_full);  // a no-op for a recycled buffer
   k.gather_issued = braidShard::Now();
   k.from_secondary = sh->secondary && k.secondary_valid && k.gathers > 0;
   ++k.gathers;
@@ -134,6 +162,14 @@ braidResult_t StartGather(braidShard* sh, int b) {
   return rc;
 }
 
+// Bucket k's gathered copy is no longer needed: its buffer is kept for a later gather (two at
+// most), else freed.
+void RecycleFull(braidShard* sh, Bucket& k) {
+  if (k.full.empty()) return;
+  if (sh->spare_full.size() < 2) sh->spare_full.push_back(std::move(k.full));
+  std::vector<unsigned char>().swap(k.full);
+}
+
 // A gather of bucket b has completed: an INT8 secondary gather's encodings are decoded into the
 // full bucket, slice by slice (each rank encoded its slice on its own).
 braidResult_t CompleteGather(braidShard* sh, Bucket& k) {
@@ -166,7 +202,9 @@ void ClassifyGroups(braidShard* sh) {
         l.replica_color == me.replica_color,
         l.redist_color == me.redist_color,
         true,
-        sh->secondary && l.hpz_color == me.hpz_color && l.node == me.node};
+        sh->secondary && l.hpz_color == me.hpz_color && l.node == me.node,
+        l.slices_color == me.slices_color,
+        l.copies_color == me.copies_color};
     for (int g = 0; g < braidShard::kGroups; ++g) {
       if (!member[g]) continue;
       ++sh->group_size[g];
@@ -183,7 +221,7 @@ braidResult_t braid::shard::FinishPrefetches(braidShard* sh, const char* api) {
       braidResult_t rc = sh->WaitTimed(&k.gather, k.gather_issued);
       if (rc != braidSuccess)
         return sh->CommFail(rc, (std::string(api) + ": prefetch").c_str(), sh->p_comm);
-      if (!k.gathered && sh->S(kP) > 1) std::vector<unsigned char>().swap(k.full);
+      if (!k.gathered && sh->S(kP) > 1) RecycleFull(sh, k);
       std::vector<unsigned char>().swap(k.encoded);
     }
   return braidSuccess;
@@ -238,26 +276,28 @@ static braidResult_t ShardCreateImpl(braidComm_t comm, const braidShardConfig_t*
     if (bucketNumel[b] == 0 || !initParams[b])
       local_error = "bucket " + std::to_string(b) + " is empty or has no initial parameters";
 
+  // The boundary's form (SplitBoundary): BRAID_SHARD_BOUNDARY=split or allreduce forces one;
+  // auto (the default) asks the planner's cost model on this communicator's links.
+  int64_t split_vote = 0;
+  const char* boundary_env = std::getenv("BRAID_SHARD_BOUNDARY");
+  const std::string boundary = boundary_env && *boundary_env ? boundary_env : "auto";
+  if (local_error.empty() && boundary != "auto" && boundary != "split" && boundary != "allreduce")
+    local_error = "BRAID_SHARD_BOUNDARY='" + boundary + "': expected auto, split or allreduce";
+  if (local_error.empty() && SplitBoundary(*cfg, sh->nranks))
+    split_vote = boundary == "split" ||
+                 (boundary == "auto" &&
+                  SplitBoundaryPays(comm, *cfg, nbuckets, bucketNumel, ElemSize(paramType)));
+
   // Fingerprint of everything that must match between ranks.
   uint64_t hash = 1469598103934665603ull;
   for (int b = 0; b < nbuckets; ++b) hash = (hash ^ bucketNumel[b]) * 1099511628211ull;
-  std::vector<int64_t> v = {local_error.empty() ? 0 : 1,
-                            nbuckets,
-                            static_cast<int64_t>(hash & 0x7fffffffffffffffll),
-                            paramType,
-                            cfg->ranksPerNode,
-                            cfg->nodes,
-                            cfg->p.intra,
-                            cfg->p.inter,
-                            cfg->g.intra,
-                            cfg->g.inter,
-                            cfg->os.intra,
-                            cfg->os.inter,
-                            cfg->replicaEveryMicrobatch,
-                            cfg->hpz,
-                            cfg->hpzInt8,
-                            cfg->qwz,
-                            cfg->qgz};
+  std::vector<int64_t> v = {local_error.empty() ? 0 : 1, nbuckets,
+                            static_cast<int64_t>(hash & 0x7fffffffffffffffll), paramType,
+                            cfg->ranksPerNode, cfg->nodes, cfg->p.intra, cfg->p.inter, cfg->g.intra,
+                            cfg->g.inter, cfg->os.intra, cfg->os.inter, cfg->replicaEveryMicrobatch,
+                            cfg->hpz, cfg->hpzInt8, cfg->qwz, cfg->qgz,
+                            // Last, agreed by max: this rank's vote for the split boundary.
+                            split_vote};
   std::vector<int64_t> mn, mx;
   if (MinMax(comm, v, &mn, &mx) != braidSuccess)
     return SetLastError(braidErrRemote, std::string("braidShardCreate: agreement failed: ") +
@@ -273,7 +313,7 @@ static braidResult_t ShardCreateImpl(braidComm_t comm, const braidShardConfig_t*
                             std::to_string(mn[1]) + ".." + std::to_string(mx[1]) +
                             ", or different sizes): every rank must register the same buckets "
                             "in the same order");
-  for (size_t i = 3; i < v.size(); ++i)
+  for (size_t i = 3; i + 1 < v.size(); ++i)
     if (mn[i] != mx[i])
       return SetLastError(braidErrInvalidUsage,
                           where + "the ranks passed different configurations or parameter types");
@@ -287,6 +327,12 @@ static braidResult_t ShardCreateImpl(braidComm_t comm, const braidShardConfig_t*
   braidResult_t rc = View(comm, l.group[kP], l.pos[kP], sp, &sh->p_comm);
   if (rc == braidSuccess) rc = View(comm, l.group[kG], l.pos[kG], sg, &sh->g_comm);
   if (rc == braidSuccess) rc = View(comm, l.replica_color, sh->rank, D / sg, &sh->replica_comm);
+  // Agreed above (any rank's vote for it), so all ranks split or none.
+  sh->split_boundary = SplitBoundary(sh->cfg, D) && mx.back() == 1;
+  if (rc == braidSuccess && sh->split_boundary)
+    rc = View(comm, l.slices_color, l.pos[kOs], so / sg, &sh->slices_comm);
+  if (rc == braidSuccess && sh->split_boundary)
+    rc = View(comm, l.copies_color, sh->rank, D / so, &sh->copies_comm);
   if (rc == braidSuccess) rc = View(comm, l.redist_color, l.pos[kOs], so / sp, &sh->redist_comm);
   sh->secondary = SecondaryCopy(sh->cfg);
   // Every rank splits (colour 0 where there is no secondary copy), so the order matches.
@@ -308,6 +354,7 @@ static braidResult_t ShardCreateImpl(braidComm_t comm, const braidShardConfig_t*
     const size_t unit = sh->secondary ? std::lcm<size_t>(so, sh->cfg.hpz) : so;
     k.padded = (k.numel + unit - 1) / unit * unit;
     max_padded = std::max(max_padded, k.padded);
+    sh->max_full = max_padded * sh->esize;
     const unsigned char* init = static_cast<const unsigned char*>(initParams[b]);
     const size_t es = sh->esize;
     // The padding stays zero; the master weights are the exact fp32 values of the parameters.
@@ -367,13 +414,22 @@ static braidResult_t ShardGatherImpl(braidShard_t sh, int b, const void** params
   *params = k.full.data();
   // Prefetch: the next bucket's gather runs while the caller computes on this one.
   const int next = b + sh->direction;
-  if (next >= 0 && next < static_cast<int>(sh->buckets.size())) {
+  if (sh->prefetch && next >= 0 && next < static_cast<int>(sh->buckets.size())) {
     Bucket& nk = sh->buckets[next];
     if (!nk.gather && !nk.gathered) {
       rc = StartGather(sh, next);
       if (rc != braidSuccess) return sh->CommFail(rc, "braidShardGather: prefetch", sh->p_comm);
     }
   }
+  return braidSuccess;
+}
+
+static braidResult_t ShardSetPrefetchImpl(braidShard_t sh, int enable) {
+  if (!sh) return SetLastError(braidErrInvalidArgument, "braidShardSetPrefetch: NULL handle");
+  if (enable != 0 && enable != 1)
+    return sh->Fail(braidErrInvalidArgument,
+                    "braidShardSetPrefetch: enable must be 0 or 1, not " + std::to_string(enable));
+  sh->prefetch = enable == 1;
   return braidSuccess;
 }
 
@@ -397,7 +453,7 @@ static braidResult_t ShardReleaseImpl(braidShard_t sh, int b) {
     }
     k.secondary_valid = true;
   }
-  if (sh->S(kP) > 1) std::vector<unsigned char>().swap(k.full);
+  if (sh->S(kP) > 1) RecycleFull(sh, k);
   return braidSuccess;
 }
 
@@ -568,7 +624,30 @@ braidResult_t Prepare(braidShard* sh, const braidShardStepOptions_t* opts,
   double local[2] = {0.0, 0.0};  // sum of squares, non-finite count (primary replica only)
   for (Bucket& k : sh->buckets) {
     const size_t g_len = k.padded / sg, os_len = k.padded / so;
-    if (!sh->cfg.replicaEveryMicrobatch && sh->replica_comm) {
+    // Select & drop: the OS shard is a sub-slice of the G shard, at `first`.
+    const size_t first =
+        static_cast<size_t>(l.pos[kOs]) * os_len - static_cast<size_t>(l.pos[kG]) * g_len;
+    if (sh->split_boundary) {
+      // Reduce-scatter the G shard into the OS slices over the slices group (its ranks are in
+      // OS-slice order, so this rank's block is the slice at `first`), then all-reduce the slice
+      // over the ranks holding the same OS shard (layout.h, SplitBoundary).
+      start = braidShard::Now();
+      unsigned char* slice = k.grad_shard.data() + first * sh->esize;
+      if (sh->slices_comm) {
+        rc = braidReduceScatter(k.grad_shard.data(), slice, os_len, sh->dtype, braidSum,
+                                sh->slices_comm);
+        if (rc != braidSuccess)
+          return sh->CommFail(rc, (a + ": boundary reduce-scatter").c_str(), sh->slices_comm);
+        sh->CountAllGather(braidShardTrafficReplica, braidShard::kGroupSlices, os_len, sh->esize);
+      }
+      if (sh->copies_comm) {
+        rc = braidAllReduce(slice, slice, os_len, sh->dtype, braidSum, sh->copies_comm);
+        if (rc != braidSuccess)
+          return sh->CommFail(rc, (a + ": boundary all-reduce").c_str(), sh->copies_comm);
+        sh->CountAllReduce(braidShardTrafficReplica, braidShard::kGroupCopies, os_len, sh->esize);
+      }
+      sh->Exposed(start);
+    } else if (!sh->cfg.replicaEveryMicrobatch && sh->replica_comm) {
       start = braidShard::Now();
       rc = braidAllReduce(k.grad_shard.data(), k.grad_shard.data(), g_len, sh->dtype, braidSum,
                           sh->replica_comm);
@@ -577,9 +656,6 @@ braidResult_t Prepare(braidShard* sh, const braidShardStepOptions_t* opts,
       sh->Exposed(start);
       sh->CountAllReduce(braidShardTrafficReplica, braidShard::kGroupReplica, g_len, sh->esize);
     }
-    // Select & drop: the OS shard is a sub-slice of the G shard.
-    const size_t first =
-        static_cast<size_t>(l.pos[kOs]) * os_len - static_cast<size_t>(l.pos[kG]) * g_len;
     k.grad32.resize(os_len);
     for (size_t i = 0; i < os_len; ++i) {
       const float gi = Load(sh->dtype, k.grad_shard.data(), first + i) * scale;
@@ -861,6 +937,8 @@ static braidResult_t ShardDestroyImpl(braidShard_t sh) {
   if (sh->pending) braidWait(&sh->pending, -1);
   DestroyComm(&sh->hpz_comm);
   DestroyComm(&sh->redist_comm);
+  DestroyComm(&sh->copies_comm);
+  DestroyComm(&sh->slices_comm);
   DestroyComm(&sh->replica_comm);
   DestroyComm(&sh->g_comm);
   DestroyComm(&sh->p_comm);
@@ -885,6 +963,9 @@ braidResult_t braidShardCreate(braidComm_t comm, const braidShardConfig_t* cfg, 
 }
 braidResult_t braidShardGather(braidShard_t sh, int b, const void** params) {
   return NoThrow("braidShardGather", [&] { return ShardGatherImpl(sh, b, params); });
+}
+braidResult_t braidShardSetPrefetch(braidShard_t sh, int enable) {
+  return NoThrow("braidShardSetPrefetch", [&] { return ShardSetPrefetchImpl(sh, enable); });
 }
 braidResult_t braidShardRelease(braidShard_t sh, int b) {
   return NoThrow("braidShardRelease", [&] { return ShardReleaseImpl(sh, b); });

@@ -488,6 +488,13 @@ BRAID_API braidResult_t braidEstimateCollective(braidCollective_t collective, ui
                                                 char* algorithm, size_t algorithmLen);
 
 /**
+ * The link model `comm`'s tuner uses (measured at init by link calibration, read from
+ * BRAID_LINK_PROFILE, or the defaults; docs/topology.md), in the form braidEstimateCollective
+ * takes, so that a caller can cost collectives on this communicator's links.
+ */
+BRAID_API braidResult_t braidCommLinkParams(braidComm_t comm, braidLinkParams_t* link);
+
+/**
  * Reads a link profile (the BRAID_LINK_PROFILE file a calibrated job writes: `version 1`, then
  * `intra.alpha_s`, `intra.beta_bytes_s`, `inter.alpha_s`, `inter.beta_bytes_s`; docs/topology.md)
  * into *link. A level the file does not hold keeps the value *link had. A missing, unreadable or

@@ -169,6 +169,14 @@ BRAID_API braidResult_t braidShardCreate(braidComm_t comm, const braidShardConfi
  */
 BRAID_API braidResult_t braidShardGather(braidShard_t shard, int bucket, const void** params);
 
+/**
+ * Turns the prefetch of braidShardGather on (1, the default) or off (0): off, each gather is
+ * issued when the caller asks for it, so none of it overlaps the caller's compute (for measuring
+ * what the overlap hides, perf/shard_step.cc --overlap). The results are the same either way.
+ * Local; ranks of a p-group may differ (the gathers are issued in the same order).
+ */
+BRAID_API braidResult_t braidShardSetPrefetch(braidShard_t shard, int enable);
+
 /** Ends the use of a gathered bucket; with s_p > 1 its full copy is freed. */
 BRAID_API braidResult_t braidShardRelease(braidShard_t shard, int bucket);
 

@@ -50,6 +50,8 @@ struct Case {
   std::string tag;  // the variant's name in the test name
   // "custom" cases: the hpZ secondary copy and the quantized options.
   int hpz = 0, hpz_int8 = 0, qwz = 0, qgz = 0;
+  bool no_prefetch = false;  // braidShardSetPrefetch(sh, 0): every gather issued on demand
+  std::string boundary;      // BRAID_SHARD_BOUNDARY for the job ("": auto)
 };
 
 // A random gradient in [-2, 2) with a full mantissa, rounded to the parameter dtype (so that
@@ -153,6 +155,10 @@ int TrainAndCompare(const Case& c, int rank, int D, const braidUniqueId& id) {
   braidResult_t rc = braidShardCreate(comm, &cfg, static_cast<int>(kBuckets.size()),
                                       kBuckets.data(), c.dt, init.data(), &sh);
   CHECK_OR_FAIL(rc == braidSuccess, "create: %s", braidShardGetLastError(nullptr));
+  CHECK_OR_FAIL(braidShardSetPrefetch(sh, 2) == braidErrInvalidArgument &&
+                    braidShardSetPrefetch(nullptr, 0) == braidErrInvalidArgument,
+                "bad prefetch arguments accepted");
+  if (c.no_prefetch) CHECK_OR_FAIL(braidShardSetPrefetch(sh, 0) == braidSuccess, "prefetch off");
   if (c.scale_mode == 2) {
     braidShardLossScaler_t ls = BRAID_SHARD_LOSS_SCALER_INITIALIZER;
     ls.initScale = 2048.0f;
@@ -380,6 +386,7 @@ TEST_P(ShardStep, BitIdenticalToDataParallelReference) {
   opt.timeout_s = 120;
   opt.init = false;
   opt.env = {{"BRAID_TIMEOUT", "30"}};
+  if (!c.boundary.empty()) opt.env.push_back({"BRAID_SHARD_BOUNDARY", c.boundary});
   auto out = RunJob(opt, [&](braidComm_t, int rank, int n, const braidUniqueId& id) {
     return TrainAndCompare(c, rank, n, id);
   });
@@ -423,6 +430,26 @@ std::vector<Case> Cases() {
   lossy(MakeCase("custom-zero2-qgz", 2, 2, {1, 1}, {2, 2}, {2, 2}), 0, 0, 0, 1);
   lossy(MakeCase("custom-zero3-hpz2int8", 2, 2, {2, 2}, {2, 2}, {2, 2}), 2, 1, 0, 0);
   lossy(MakeCase("custom-zero3-hpz1int8-qwz", 2, 2, {2, 2}, {2, 2}, {2, 2}), 1, 1, 1, 0);
+  // Without the prefetch: the same results.
+  for (const char* p : {"zero3", "paro-iig"}) {
+    Case c = MakeCase(p, 2, 2);
+    c.no_prefetch = true;
+    c.tag = "noprefetch";
+    v.push_back(c);
+  }
+  // The boundary reduction forced each way where s_os > s_g (the default asks the cost model).
+  for (const char* b : {"split", "allreduce"}) {
+    for (Case c : {MakeCase("zero1", 2, 2), MakeCase("paro-nig", 2, 2), MakeCase("zero1", 4, 1),
+                   MakeCase("custom-g2x1-os2x2", 2, 2, {1, 1}, {2, 1}, {2, 2})}) {
+      c.boundary = b;
+      c.tag = b;
+      v.push_back(c);
+    }
+  }
+  Case zpp = MakeCase("zero++", 2, 2);
+  zpp.no_prefetch = true;
+  zpp.tag = "noprefetch";
+  lossy(zpp, 0, 0, 0, 0);
   return v;
 }
 
@@ -610,6 +637,15 @@ TEST(ShardStepErrors, DifferentConfigurationsAndBadQuantizationOptionsFailOnEver
     CHECK_OR_FAIL(
         rc == braidErrInvalidUsage && Contains(braidShardGetLastError(nullptr), "qgz = 2"),
         "qgz = 2: rc %d, message '%s'", rc, braidShardGetLastError(nullptr));
+    // An unknown boundary form (the environment of every rank here; one rank alone would fail
+    // the same way, through the agreement).
+    setenv("BRAID_SHARD_BOUNDARY", "sometimes", 1);
+    rc = braidShardCreate(comm, &cfg, 3, buckets.data(), braidFloat32, init.data(), &sh);
+    unsetenv("BRAID_SHARD_BOUNDARY");
+    CHECK_OR_FAIL(rc == braidErrInvalidUsage &&
+                      Contains(braidShardGetLastError(nullptr), "BRAID_SHARD_BOUNDARY='sometimes'"),
+                  "bad BRAID_SHARD_BOUNDARY: rc %d, message '%s'", rc,
+                  braidShardGetLastError(nullptr));
     bad = cfg;
     bad.hpzInt8 = 1;
     rc = braidShardCreate(comm, &bad, 3, buckets.data(), braidFloat32, init.data(), &sh);

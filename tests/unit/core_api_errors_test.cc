@@ -326,3 +326,25 @@ TEST(ApiQuantize, RefusesBadArgumentsAndRoundTripsTheGrid) {
   ASSERT_EQ(braidDequantize(enc.data(), 256, braidFloat32, &int8, y.data()), braidSuccess);
   EXPECT_EQ(std::memcmp(x.data(), y.data(), x.size() * sizeof(float)), 0);
 }
+
+// The communicator's link model as braidEstimateCollective takes it: believable numbers, and a
+// NULL output or a destroyed communicator refused with a message.
+TEST_F(ApiErrors, CommLinkParams) {
+  braidLinkParams_t link{};
+  EXPECT_EQ(braidCommLinkParams(comm_, nullptr), braidErrInvalidArgument);
+  EXPECT_NE(std::string(braidGetLastError(nullptr)).find("braidCommLinkParams"), std::string::npos);
+  ASSERT_EQ(braidCommLinkParams(comm_, &link), braidSuccess) << last();
+  EXPECT_GT(link.intraLatency, 0.0);
+  EXPECT_GT(link.intraBandwidth, 1e6);
+  EXPECT_GT(link.interLatency, 0.0);
+  EXPECT_GT(link.interBandwidth, 1e6);
+  EXPECT_GE(link.nicsPerNode, 1);
+  double s = 0;
+  EXPECT_EQ(braidEstimateCollective(braidCollAllReduce, 1 << 20, braidFloat32, 0, 2, 2, 1, &link,
+                                    &s, nullptr, 0),
+            braidSuccess);
+  EXPECT_GT(s, 0.0);
+  ASSERT_EQ(braidCommDestroy(comm_), braidSuccess);
+  EXPECT_NE(braidCommLinkParams(comm_, &link), braidSuccess);
+  comm_ = nullptr;
+}

@@ -316,3 +316,16 @@ braidResult_t braidWait(braidRequest_t* request, int64_t timeout_ms) {
 }
 
 }  // extern "C"
+
+braidResult_t braidCommLinkParams(braidComm_t comm, braidLinkParams_t* link) {
+  if (!link) return Fail(InvalidArgument("braidCommLinkParams: link is NULL"));
+  auto ref = UsableComm(comm);
+  if (!ref.ok()) return Fail(ref.status());
+  const LinkModel& m = (*ref)->links().model;
+  link->intraLatency = m.intra.alpha_s;
+  link->intraBandwidth = m.intra.beta_bytes_s;
+  link->interLatency = m.inter.alpha_s;
+  link->interBandwidth = m.inter.beta_bytes_s;
+  link->nicsPerNode = m.nics_per_node;
+  return braidSuccess;
+}
