@@ -222,7 +222,9 @@ int main(int argc, char** argv) {
       const Result& r = results[i];
       // With both settings, "off" follows "on" for the same preset.
       std::string hidden = "";
-      if (!r.overlap && i > 0 && results[i - 1].preset == r.preset && r.t.gather > 0) {
+      // Presets without gathers (s_p = 1) have nothing to hide: "-".
+      if (!r.overlap && i > 0 && results[i - 1].preset == r.preset) hidden = "-";
+      if (!r.overlap && i > 0 && results[i - 1].preset == r.preset && r.t.gather > 1e-3) {
         char b[16];
         std::snprintf(b, sizeof(b), "%.2f", 1.0 - results[i - 1].t.gather / r.t.gather);
         hidden = b;
