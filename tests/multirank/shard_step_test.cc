@@ -409,6 +409,31 @@ std::vector<Case> Cases() {
   v.push_back(MakeCase("custom-g2x1-os2x2", 2, 2, {1, 1}, {2, 1}, {2, 2}));
   v.push_back(MakeCase("custom-partial-os1x2", 2, 2, {1, 1}, {1, 1}, {1, 2}, 1));
   v.push_back(MakeCase("custom-partial-p1x2", 2, 2, {1, 2}, {1, 2}, {2, 2}, 1));
+  // A sweep of every valid factor choice (sharding.md section 1) on 2x2 (parts of a node
+  // allowed), 4x1 and 4x2 (whole nodes first), other than the presets' above.
+  for (auto [R, n, allow] :
+       std::vector<std::tuple<int, int, int>>{{2, 2, 1}, {4, 1, 0}, {4, 2, 0}}) {
+    std::vector<braidShardFactor_t> f;
+    for (int a = 1; a <= R; a *= 2)
+      for (int b = 1; b <= n; b *= 2) f.push_back({a, b});
+    for (const auto& p : f)
+      for (const auto& g : f)
+        for (const auto& os : f) {
+          braidShardConfig_t x = BRAID_SHARD_CONFIG_INITIALIZER;
+          x.ranksPerNode = R;
+          x.nodes = n;
+          x.p = p;
+          x.g = g;
+          x.os = os;
+          x.allowPartialNode = allow;
+          if (braidShardConfigValidate(&x, nullptr, 0) != braidSuccess) continue;
+          const std::string name = "custom-sweep-p" + std::to_string(p.intra) + "x" +
+                                   std::to_string(p.inter) + "-g" + std::to_string(g.intra) + "x" +
+                                   std::to_string(g.inter) + "-os" + std::to_string(os.intra) +
+                                   "x" + std::to_string(os.inter);
+          v.push_back(MakeCase(name, R, n, p, g, os, allow));
+        }
+  }
   // hpZ alone is lossless: zero3 with a secondary copy over 2 ranks of each node (2x2), over 2 of
   // a node of 4 (4x1), and over 1 rank (the whole bucket, no communication), bit for bit.
   for (auto [R, n, h] : std::vector<std::tuple<int, int, int>>{{2, 2, 2}, {4, 1, 2}, {2, 2, 1}}) {
