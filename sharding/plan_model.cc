@@ -234,7 +234,7 @@ std::vector<PlannedCollective> CollectivesOf(const PlanInputs& in, const braidSh
   if (SecondaryCopy(c)) {
     const Group h = GroupOf(in, c.hpz, 1);
     Add(out, cost, in, "backward all-gather from the hpZ copy over " + Shape(h), braidCollAllGather,
-        h, c.hpzInt8 ? e / 2 : e, 0, M);
+        h, e, c.hpzInt8 ? 8 : 0, M);
   } else {
     Add(out, cost, in, "backward all-gather of parameters over " + Shape(p), braidCollAllGather, p,
         e, c.qwz ? 8 : 0, M);

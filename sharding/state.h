@@ -62,9 +62,9 @@ struct braidShard {
   // Buffers of released gathered buckets, kept for the next gathers (at most two: the bucket in
   // use and the one prefetched, the planner's buffer estimate): a fresh buffer per gather costs
   // its page faults and zero-filling, milliseconds per bucket of tens of MB, in the caller's
-  // gather time. Each is max_full bytes, the largest padded bucket.
+  // gather time. A gather takes the smallest spare that holds its bucket, else allocates that
+  // bucket's size; the largest buffers are the ones kept.
   std::vector<std::vector<unsigned char>> spare_full;
-  size_t max_full = 0;
   int last_gather = -1, direction = 1;
   bool prefetch = true;  // braidShardSetPrefetch
   int64_t t = 0;         // optimizer steps applied

@@ -108,6 +108,16 @@ braidResult_t Agree(braidShard* sh, const char* api, const std::string& local_er
 
 namespace {
 
+// Released gathered-bucket buffers kept for reuse (state.h, spare_full): the bucket in use and
+// the one prefetched, the planner's buffer estimate.
+constexpr size_t kSpareFullBuffers = 2;
+
+// Whether the next gather of `k` reads a secondary copy held whole by this rank (hpz = 1): a
+// local copy or decode with nothing in flight, so prefetching it would only do it twice.
+bool GatherIsLocal(const braidShard* sh, const Bucket& k) {
+  return sh->secondary && sh->cfg.hpz == 1 && k.secondary_valid && k.gathers > 0;
+}
+
 // Starts the gather of bucket b into k.full: from the primary P shard over the p-group (INT8 with
 // qwZ), or, for any gather after the first since the bucket's last gradient hand-over (the
 // backward pass), from the hpZ secondary copy over the hpZ group inside the node. A secondary
@@ -115,11 +125,21 @@ namespace {
 braidResult_t StartGather(braidShard* sh, int b) {
   Bucket& k = sh->buckets[b];
   const size_t es = sh->esize;
-  if (k.full.empty() && !sh->spare_full.empty()) {
-    k.full.swap(sh->spare_full.back());
-    sh->spare_full.pop_back();
+  const size_t need = k.padded * es;
+  if (k.full.empty()) {
+    // The smallest spare that holds the bucket, used at its size (no zero-fill, no page
+    // faults); else a buffer of this bucket's size, not the largest bucket's.
+    auto& spares = sh->spare_full;
+    auto fit = spares.end();
+    for (auto it = spares.begin(); it != spares.end(); ++it)
+      if (it->size() >= need && (fit == spares.end() || it->size() < fit->size())) fit = it;
+    if (fit != spares.end()) {
+      k.full.swap(*fit);
+      spares.erase(fit);
+    } else {
+      k.full.resize(need);
+    }
   }
-  k.full.resize(sh->max_full);  // a no-op for a recycled buffer
   k.gather_issued = braidShard::Now();
   k.from_secondary = sh->secondary && k.secondary_valid && k.gathers > 0;
   ++k.gathers;
@@ -166,7 +186,16 @@ braidResult_t StartGather(braidShard* sh, int b) {
 // most), else freed.
 void RecycleFull(braidShard* sh, Bucket& k) {
   if (k.full.empty()) return;
-  if (sh->spare_full.size() < 2) sh->spare_full.push_back(std::move(k.full));
+  auto& spares = sh->spare_full;
+  if (spares.size() < kSpareFullBuffers) {
+    spares.push_back(std::move(k.full));
+  } else {
+    // Keep the largest: a spare serves any bucket up to its size.
+    auto smallest =
+        std::min_element(spares.begin(), spares.end(),
+                         [](const auto& a, const auto& b) { return a.size() < b.size(); });
+    if (smallest->size() < k.full.size()) smallest->swap(k.full);
+  }
   std::vector<unsigned char>().swap(k.full);
 }
 
@@ -220,7 +249,8 @@ braidResult_t braid::shard::FinishPrefetches(braidShard* sh, const char* api) {
     if (k.gather) {
       braidResult_t rc = sh->WaitTimed(&k.gather, k.gather_issued);
       if (rc != braidSuccess)
-        return sh->CommFail(rc, (std::string(api) + ": prefetch").c_str(), sh->p_comm);
+        return sh->CommFail(rc, (std::string(api) + ": prefetch").c_str(),
+                            k.from_secondary ? sh->hpz_comm : sh->p_comm);
       if (!k.gathered && sh->S(kP) > 1) RecycleFull(sh, k);
       std::vector<unsigned char>().swap(k.encoded);
     }
@@ -296,6 +326,10 @@ static braidResult_t ShardCreateImpl(braidComm_t comm, const braidShardConfig_t*
                             cfg->ranksPerNode, cfg->nodes, cfg->p.intra, cfg->p.inter, cfg->g.intra,
                             cfg->g.inter, cfg->os.intra, cfg->os.inter, cfg->replicaEveryMicrobatch,
                             cfg->hpz, cfg->hpzInt8, cfg->qwz, cfg->qgz,
+                            // BRAID_SHARD_BOUNDARY: a form forced on one rank binds them all.
+                            boundary == "split"       ? 1
+                            : boundary == "allreduce" ? 2
+                                                      : 0,
                             // Last, agreed by max: this rank's vote for the split boundary.
                             split_vote};
   std::vector<int64_t> mn, mx;
@@ -313,10 +347,16 @@ static braidResult_t ShardCreateImpl(braidComm_t comm, const braidShardConfig_t*
                             std::to_string(mn[1]) + ".." + std::to_string(mx[1]) +
                             ", or different sizes): every rank must register the same buckets "
                             "in the same order");
-  for (size_t i = 3; i + 1 < v.size(); ++i)
+  for (size_t i = 3; i + 2 < v.size(); ++i)
     if (mn[i] != mx[i])
       return SetLastError(braidErrInvalidUsage,
                           where + "the ranks passed different configurations or parameter types");
+  if (const size_t i = v.size() - 2; mn[i] != mx[i])
+    return SetLastError(braidErrInvalidUsage,
+                        where +
+                            "the ranks have different BRAID_SHARD_BOUNDARY settings (this "
+                            "rank: " +
+                            boundary + "): set it alike on every rank or on none");
 
   sh->layout = Layout(sh->cfg, sh->rank);
   sh->dtype = paramType;
@@ -354,7 +394,6 @@ static braidResult_t ShardCreateImpl(braidComm_t comm, const braidShardConfig_t*
     const size_t unit = sh->secondary ? std::lcm<size_t>(so, sh->cfg.hpz) : so;
     k.padded = (k.numel + unit - 1) / unit * unit;
     max_padded = std::max(max_padded, k.padded);
-    sh->max_full = max_padded * sh->esize;
     const unsigned char* init = static_cast<const unsigned char*>(initParams[b]);
     const size_t es = sh->esize;
     // The padding stays zero; the master weights are the exact fp32 values of the parameters.
@@ -416,9 +455,11 @@ static braidResult_t ShardGatherImpl(braidShard_t sh, int b, const void** params
   const int next = b + sh->direction;
   if (sh->prefetch && next >= 0 && next < static_cast<int>(sh->buckets.size())) {
     Bucket& nk = sh->buckets[next];
-    if (!nk.gather && !nk.gathered) {
+    if (!nk.gather && !nk.gathered && !GatherIsLocal(sh, nk)) {
       rc = StartGather(sh, next);
-      if (rc != braidSuccess) return sh->CommFail(rc, "braidShardGather: prefetch", sh->p_comm);
+      if (rc != braidSuccess)
+        return sh->CommFail(rc, "braidShardGather: prefetch",
+                            nk.from_secondary ? sh->hpz_comm : sh->p_comm);
     }
   }
   return braidSuccess;
@@ -426,9 +467,24 @@ static braidResult_t ShardGatherImpl(braidShard_t sh, int b, const void** params
 
 static braidResult_t ShardSetPrefetchImpl(braidShard_t sh, int enable) {
   if (!sh) return SetLastError(braidErrInvalidArgument, "braidShardSetPrefetch: NULL handle");
-  if (enable != 0 && enable != 1)
+  // Collective: the prefetch decides whether a gather is issued before or after the caller's
+  // next reduce-scatter, and the shard's views must see their collectives in the same order on
+  // every rank, so the ranks agree on the value (a mismatch keeps the old one everywhere).
+  const std::string local_error =
+      enable == 0 || enable == 1 ? "" : "enable must be 0 or 1, not " + std::to_string(enable);
+  std::vector<int64_t> mn, mx;
+  braidResult_t rc = MinMax(sh->comm, {local_error.empty() ? 0 : 1, enable}, &mn, &mx);
+  if (rc != braidSuccess) return sh->CommFail(rc, "braidShardSetPrefetch: agreement", sh->comm);
+  if (!local_error.empty())
+    return sh->Fail(braidErrInvalidArgument, "braidShardSetPrefetch: " + local_error);
+  if (mx[0] != 0)
     return sh->Fail(braidErrInvalidArgument,
-                    "braidShardSetPrefetch: enable must be 0 or 1, not " + std::to_string(enable));
+                    "braidShardSetPrefetch: another rank passed a bad value (see its message)");
+  if (mn[1] != mx[1])
+    return sh->Fail(braidErrInvalidUsage,
+                    "braidShardSetPrefetch: the ranks passed different values (0 and 1): every "
+                    "rank must pass the same one (the prefetch changes the order in which the "
+                    "shard's collectives are issued); the setting is unchanged");
   sh->prefetch = enable == 1;
   return braidSuccess;
 }

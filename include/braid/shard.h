@@ -173,7 +173,9 @@ BRAID_API braidResult_t braidShardGather(braidShard_t shard, int bucket, const v
  * Turns the prefetch of braidShardGather on (1, the default) or off (0): off, each gather is
  * issued when the caller asks for it, so none of it overlaps the caller's compute (for measuring
  * what the overlap hides, perf/shard_step.cc --overlap). The results are the same either way.
- * Local; ranks of a p-group may differ (the gathers are issued in the same order).
+ * Collective over the shard's communicator: the prefetch changes the order in which the shard's
+ * collectives are issued, so every rank must pass the same value; different values give
+ * braidErrInvalidUsage on every rank and leave the setting unchanged.
  */
 BRAID_API braidResult_t braidShardSetPrefetch(braidShard_t shard, int enable);
 

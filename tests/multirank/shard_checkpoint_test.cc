@@ -32,7 +32,8 @@ struct Precision {
 
 struct Target {
   const char* preset;
-  int R, n;  // n > 1: emulated nodes (BRAID_HOSTID)
+  int R, n;     // n > 1: emulated nodes (BRAID_HOSTID)
+  int hpz = 0;  // > 0: the preset with an hpZ secondary copy over this many ranks of a node
 };
 
 // A fresh directory for one test's checkpoint, removed at the end.
@@ -155,6 +156,7 @@ int Create(braidComm_t comm, const Target& t, const Precision& pr, int rank,
   CHECK_OR_FAIL(braidShardPreset(t.preset, comm, &cfg) == braidSuccess, "preset %s", t.preset);
   CHECK_OR_FAIL(cfg.ranksPerNode == t.R && cfg.nodes == t.n, "shape %dx%d", cfg.ranksPerNode,
                 cfg.nodes);
+  if (t.hpz) cfg.hpz = t.hpz;
   std::vector<const void*> ptrs;
   for (const auto& x : init) ptrs.push_back(x.data());
   CHECK_OR_FAIL(braidShardCreate(comm, &cfg, static_cast<int>(kBuckets.size()), kBuckets.data(),
@@ -199,8 +201,17 @@ int LoadAndContinue(const Precision& pr, const Target& t, const std::string& dir
   std::vector<std::vector<unsigned char>> init;
   for (size_t n : kBuckets) init.push_back(ToDt(pr.dt, std::vector<float>(n, 0.25f)));
   if (Create(comm, t, pr, rank, init, &sh)) return 1;
+  // Used before the load: a forward gather and release builds the hpZ copy (of the 0.25s).
+  for (int b = 0; b < static_cast<int>(kBuckets.size()); ++b) {
+    const void* p = nullptr;
+    CHECK_OR_FAIL(braidShardGather(sh, b, &p) == braidSuccess, "gather %d before the load", b);
+    CHECK_OR_FAIL(braidShardRelease(sh, b) == braidSuccess, "release %d before the load", b);
+  }
   CHECK_OR_FAIL(braidShardLoad(sh, dir.c_str()) == braidSuccess, "load");
   if (CheckParams(sh, ref, pr, rank, "after the load")) return 1;
+  // A second gather without a gradient hand-over reads the hpZ copy where there is one: the one
+  // the release above rebuilt from the loaded parameters, not the one from before the load.
+  if (CheckParams(sh, ref, pr, rank, "gathered again after the load")) return 1;
   if (Train(sh, &ref, pr, rank, D, kSavedSteps, kMoreSteps)) return 1;
   if (CheckParams(sh, ref, pr, rank, "after the continued steps")) return 1;
   CHECK_OR_FAIL(braidShardDestroy(sh) == braidSuccess, "destroy");
@@ -229,10 +240,11 @@ TEST_P(ShardCheckpoint, Zero3On4RanksLoadsUnderOtherConfigurationsAndContinuesBi
   });
   ASSERT_TRUE(AllSucceeded(saved)) << "save under zero3: " << DescribeOutcomes(saved);
   ASSERT_TRUE(std::filesystem::exists(dir.path + "/manifest.txt"));
-  // zero1 on 2 ranks (the case), the same configuration, and 2x2 emulated nodes with
-  // parameters sharded inside the node and gradients across both levels.
+  // zero1 on 2 ranks (the case), the same configuration, 2x2 emulated nodes with
+  // parameters sharded inside the node and gradients across both levels, and zero3 across 2x2
+  // with an hpZ copy inside each node (which the load must drop).
   for (const Target& t : {Target{"zero1", 2, 1}, Target{"zero3", 4, 1}, Target{"paro-igg", 2, 2},
-                          Target{"ddp", 1, 1}}) {
+                          Target{"ddp", 1, 1}, Target{"zero3", 2, 2, 2}}) {
     auto out = RunRanks(t.R * t.n, [&](braidComm_t, int rank, int n, const braidUniqueId& id) {
       return LoadAndContinue(pr, t, dir.path, rank, n, id);
     });

@@ -628,6 +628,37 @@ TEST(ShardStepErrors, UnknownBucketIsRefusedWithoutCommunication) {
   });
 }
 
+TEST(ShardStepErrors, PrefetchSettingsThatDifferBetweenRanksAreRefusedOnEveryRank) {
+  TwoRanks("zero3", [](braidComm_t comm, int rank, braidShardConfig_t cfg,
+                       const std::vector<size_t>& buckets, std::vector<const void*>& init) {
+    braidShard_t sh = nullptr;
+    CHECK_OR_FAIL(braidShardCreate(comm, &cfg, 3, buckets.data(), braidFloat32, init.data(), &sh) ==
+                      braidSuccess,
+                  "create");
+    // On and off would issue the backward gathers and the reduce-scatters in different orders.
+    CHECK_OR_FAIL(braidShardSetPrefetch(sh, rank == 0 ? 1 : 0) == braidErrInvalidUsage,
+                  "different settings accepted");
+    CHECK_OR_FAIL(Contains(braidShardGetLastError(sh), "different values"), "message '%s'",
+                  braidShardGetLastError(sh));
+    // A bad value on one rank fails both, each with its own message.
+    CHECK_OR_FAIL(braidShardSetPrefetch(sh, rank == 0 ? 5 : 0) == braidErrInvalidArgument,
+                  "bad value accepted");
+    CHECK_OR_FAIL(Contains(braidShardGetLastError(sh), rank == 0 ? "not 5" : "another rank"),
+                  "message '%s'", braidShardGetLastError(sh));
+    // The same value on both works, and the handle gathers after the refusals.
+    CHECK_OR_FAIL(braidShardSetPrefetch(sh, 0) == braidSuccess, "prefetch off");
+    const void* p = nullptr;
+    for (int b : {2, 1, 0}) {
+      CHECK_OR_FAIL(braidShardGather(sh, b, &p) == braidSuccess, "gather %d", b);
+      CHECK_OR_FAIL(braidShardRelease(sh, b) == braidSuccess, "release %d", b);
+    }
+    CHECK_OR_FAIL(braidShardGather(sh, 1, &p) == braidSuccess, "gather 1");
+    CHECK_OR_FAIL(static_cast<const float*>(p)[63] == 0.5f, "gathered value");
+    CHECK_OR_FAIL(braidShardRelease(sh, 1) == braidSuccess, "release");
+    return braidShardDestroy(sh) == braidSuccess ? 0 : 1;
+  });
+}
+
 TEST(ShardStepErrors, BucketsThatDifferBetweenRanksFailOnEveryRank) {
   TwoRanks("zero3",
            [](braidComm_t comm, int rank, braidShardConfig_t cfg,
@@ -677,6 +708,23 @@ TEST(ShardStepErrors, DifferentConfigurationsAndBadQuantizationOptionsFailOnEver
                       Contains(braidShardGetLastError(nullptr), "BRAID_SHARD_BOUNDARY='sometimes'"),
                   "bad BRAID_SHARD_BOUNDARY: rc %d, message '%s'", rc,
                   braidShardGetLastError(nullptr));
+    // A form forced on one rank only (split against allreduce, and against auto) is refused on
+    // both: the boundary's collectives would differ.
+    braidShardConfig_t z1;
+    CHECK_OR_FAIL(braidShardPreset("zero1", comm, &z1) == braidSuccess, "preset");
+    for (const char* other : {"allreduce", ""}) {
+      if (rank == 0)
+        setenv("BRAID_SHARD_BOUNDARY", "split", 1);
+      else if (*other)
+        setenv("BRAID_SHARD_BOUNDARY", other, 1);
+      rc = braidShardCreate(comm, &z1, 3, buckets.data(), braidFloat32, init.data(), &sh);
+      unsetenv("BRAID_SHARD_BOUNDARY");
+      CHECK_OR_FAIL(
+          rc == braidErrInvalidUsage &&
+              Contains(braidShardGetLastError(nullptr), "different BRAID_SHARD_BOUNDARY settings"),
+          "BRAID_SHARD_BOUNDARY split against '%s': rc %d, message '%s'", other, rc,
+          braidShardGetLastError(nullptr));
+    }
     bad = cfg;
     bad.hpzInt8 = 1;
     rc = braidShardCreate(comm, &bad, 3, buckets.data(), braidFloat32, init.data(), &sh);
