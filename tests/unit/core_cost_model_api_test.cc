@@ -4,14 +4,17 @@
 // every bad argument refused with a message.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdio>
 #include <string>
 #include <unistd.h>
 
 #include "algorithms/builtin_algorithms.h"
 #include "algorithms/cost_model.h"
+#include "algorithms/link_profile.h"
 #include "algorithms/tuner.h"
 #include "braid/braid.h"
+#include "core/runtime/link_fit.h"
 
 namespace braid {
 namespace {
@@ -181,6 +184,59 @@ TEST(CostModelApi, LinkProfileLoad) {
   EXPECT_EQ(braidLinkProfileLoad(path, &link), braidErrInvalidArgument);
   EXPECT_NE(std::string(braidGetLastError(nullptr)).find("does not exist"), std::string::npos);
   EXPECT_EQ(braidLinkProfileLoad(nullptr, &link), braidErrInvalidArgument);
+}
+
+// braid-info --profile's fit: the bandwidth for which the model predicts a measured all-gather.
+// The model's own prediction for a known bandwidth must give that bandwidth back, for either
+// level (the inter-node link shared by the node's concurrent groups included).
+TEST(LinkFit, RecoversTheBandwidthBehindTheModelsOwnPrediction) {
+  const struct {
+    LinkLevel level;
+    uint64_t bytes;
+    int R, n, share;
+    double beta;
+  } cases[] = {{LinkLevel::kIntraNode, 16 << 20, 2, 1, 1, 1.4e9},
+               {LinkLevel::kIntraNode, 64 << 20, 8, 1, 1, 3e11},
+               {LinkLevel::kInterNode, 16 << 20, 1, 2, 2, 1.2e8},
+               {LinkLevel::kInterNode, 64 << 20, 1, 16, 8, 1e11}};
+  for (const auto& c : cases) {
+    braidLinkParams_t truth = kLink;
+    (c.level == LinkLevel::kIntraNode ? truth.intraBandwidth : truth.interBandwidth) = c.beta;
+    double t = 0;
+    ASSERT_EQ(braidEstimateCollective(braidCollAllGather, c.bytes, braidUint8, 0, c.R, c.n, c.share,
+                                      &truth, &t, nullptr, 0),
+              braidSuccess);
+    // Start from another bandwidth: the fit must not read the true one.
+    auto fit = FitLevelBandwidth(braidCollAllGather, c.bytes, c.R, c.n, c.share, kLink, c.level, t);
+    ASSERT_TRUE(fit.ok()) << fit.status().message();
+    EXPECT_FALSE(fit->clamped);
+    EXPECT_NEAR(fit->beta_bytes_s / c.beta, 1.0, 1e-6) << c.R << "x" << c.n;
+  }
+}
+
+TEST(LinkFit, ClampsTimesTheModelCannotProduceAndRefusesBadInput) {
+  // Faster than the latencies alone: the highest believable bandwidth, marked clamped.
+  auto fast =
+      FitLevelBandwidth(braidCollAllGather, 1 << 20, 4, 1, 1, kLink, LinkLevel::kIntraNode, 1e-12);
+  ASSERT_TRUE(fast.ok());
+  EXPECT_TRUE(fast->clamped);
+  EXPECT_EQ(fast->beta_bytes_s, std::exp(std::log(kMaxBetaBytesPerSecond)));
+  // Slower than the slowest believable bandwidth allows.
+  auto slow =
+      FitLevelBandwidth(braidCollAllGather, 1 << 20, 1, 4, 1, kLink, LinkLevel::kInterNode, 1e6);
+  ASSERT_TRUE(slow.ok());
+  EXPECT_TRUE(slow->clamped);
+  EXPECT_EQ(slow->beta_bytes_s, std::exp(std::log(kMinBetaBytesPerSecond)));
+  for (double bad : {0.0, -1.0, std::nan(""), HUGE_VAL})
+    EXPECT_FALSE(
+        FitLevelBandwidth(braidCollAllGather, 1 << 20, 4, 1, 1, kLink, LinkLevel::kIntraNode, bad)
+            .ok())
+        << bad;
+  auto bad_group =
+      FitLevelBandwidth(braidCollAllGather, 1 << 20, 0, 1, 1, kLink, LinkLevel::kIntraNode, 1e-3);
+  ASSERT_FALSE(bad_group.ok());
+  EXPECT_NE(bad_group.status().message().find("ranks per node"), std::string::npos)
+      << bad_group.status().message();
 }
 
 }  // namespace
