@@ -4,8 +4,8 @@
 # (docs/hierarchical.md has the table this prints). Needs root, a release build with braidrun and
 # the perf binaries, and mpicc/mpirun.
 #
-#   perf/emulated_hier.sh [--build DIR] [--shape GxM] [--link RATE] [--size BYTES] [--reps R]
-#                         [--iters N]
+#   perf/emulated_hier.sh [--build DIR] [--shape GxM] [--link RATE] [--size BYTES[,BYTES...]]
+#                         [--reps R] [--iters N] [--no-mpi]
 #
 # Per repetition, in this order: for all-gather, reduce-scatter and all-reduce, braid's perf
 # binary under `braidrun --emulate GxM --link RATE` with each algorithm forced (-A) and with the
@@ -17,31 +17,42 @@
 # iterations); Open MPI rows: the slowest rank's time per call. Every row is checked (#wrong 0,
 # or mpi_coll_perf's check); a failure stops the script. Load averages are printed before and
 # after, since another job on the machine slows the ranks (the shaped link should dominate).
+# Several sizes (--size 1M,16M,64M as bytes) run one after another inside each repetition;
+# --no-mpi leaves Open MPI out (for the tuner's pick against the forced algorithms).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-build=build shape=2x2 link=1gbit size=$((64 << 20)) reps=3 iters=3
+build=build shape=2x2 link=1gbit sizes=$((64 << 20)) reps=3 iters=3 mpi=1
 while (($#)); do
   case $1 in
+    --no-mpi) mpi=0; shift; continue ;;
     --build) build=$2 ;;
     --shape) shape=$2 ;;
     --link) link=$2 ;;
-    --size) size=$2 ;;
+    --size) sizes=$2 ;;
     --reps) reps=$2 ;;
     --iters) iters=$2 ;;
-    *) echo "usage: $0 [--build DIR] [--shape GxM] [--link RATE] [--size BYTES] [--reps R] [--iters N]" >&2; exit 2 ;;
+    *) echo "usage: $0 [--build DIR] [--shape GxM] [--link RATE] [--size BYTES[,BYTES...]] [--reps R] [--iters N] [--no-mpi]" >&2; exit 2 ;;
   esac
   shift 2
 done
 g=${shape%x*} m=${shape#*x} n=$((g * m))
+IFS=, read -r -a size_list <<<"$sizes"
+for v in "${size_list[@]}"; do
+  [[ $v =~ ^[0-9]+$ ]] || { echo "$0: --size '$v': expected bytes (e.g. 1048576,67108864)" >&2; exit 2; }
+done
+# Network namespaces need root; 77 is ctest's "skipped" (perf_emulated_hier_smoke).
+[[ $(id -u) == 0 ]] || { echo "$0: needs root (network namespaces); skipped" >&2; exit 77; }
 mpiperf=$build/perf/mpi_coll_perf_emu
-mpicc -O2 -o "$mpiperf" perf/peers/mpi_coll_perf.c
 emu=hier$$
 hosts=$(for ((i = 1; i <= g; ++i)); do printf '198.18.0.%d:%d,' "$i" "$m"; done)
 hosts=${hosts%,}
-cleanup() { tools/emucluster down "$emu" >/dev/null 2>&1 || true; }
-trap cleanup EXIT
-trap 'exit 130' INT TERM
-tools/emucluster up "$emu" "$g" --link "$link" >/dev/null
+if ((mpi)); then
+  mpicc -O2 -o "$mpiperf" perf/peers/mpi_coll_perf.c
+  cleanup() { tools/emucluster down "$emu" >/dev/null 2>&1 || true; }
+  trap cleanup EXIT
+  trap 'exit 130' INT TERM
+  tools/emucluster up "$emu" "$g" --link "$link" >/dev/null
+fi
 
 declare -A times
 braid_row() {  # coll binary algo
@@ -58,8 +69,8 @@ braid_row() {  # coll binary algo
   row=$(echo "$out" | awk -v s="$size" '$1 == s')
   [[ $(echo "$row" | awk '{print $9}') == 0 ]] || { echo "$out" >&2; echo "braid $1 $3: wrong elements" >&2; exit 1; }
   t=$(echo "$row" | awk '{print $6}')
-  times["$1 braid:$3"]+="$t "
-  printf '  %-14s braid %-12s %9s us\n' "$1" "$3" "$t"
+  times["$size $1 braid:$3"]+="$t "
+  printf '  %-10s %-14s braid %-12s %9s us\n' "$size" "$1" "$3" "$t"
 }
 mpi_row() {  # coll mapping
   local out t
@@ -68,26 +79,29 @@ mpi_row() {  # coll mapping
     --mca oob_tcp_if_include eth0 --mca btl self,tcp --mca btl_tcp_if_include eth0 \
     "$mpiperf" "$1" "$size" "$iters" 2>&1) || { echo "$out" >&2; echo "mpi $1 $2 failed" >&2; exit 1; }
   t=$(echo "$out" | awk '/^mpi /{print $(NF-1)}')
-  times["$1 ompi:by-$2"]+="$t "
-  printf '  %-14s ompi  by-%-9s %9s us\n' "$1" "$2" "$t"
+  times["$size $1 ompi:by-$2"]+="$t "
+  printf '  %-10s %-14s ompi  by-%-9s %9s us\n' "$size" "$1" "$2" "$t"
 }
 
 declare -A algos=([allgather]="ring hring ho_ring tuner" [reducescatter]="ring hring ho_ring tuner"
   [allreduce]="ring hring ho_ring torus2d hier_leader tuner")
 declare -A bins=([allgather]=all_gather_perf [reducescatter]=reduce_scatter_perf
   [allreduce]=all_reduce_perf)
-echo "# $shape nodes, link $link, $size bytes, $reps repetitions, $iters iterations; $(date -u +%FT%TZ)"
+echo "# $shape nodes, link $link, $sizes bytes, $reps repetitions, $iters iterations; $(date -u +%FT%TZ)"
 echo "# load before: $(cut -d' ' -f1-3 /proc/loadavg), $(nproc) cores"
 for ((r = 1; r <= reps; ++r)); do
   echo "# repetition $r (load $(cut -d' ' -f1-3 /proc/loadavg))"
-  for coll in allgather reducescatter allreduce; do
-    for a in ${algos[$coll]}; do braid_row "$coll" "${bins[$coll]}" "$a"; done
-    for map in slot node; do mpi_row "$coll" "$map"; done
+  for size in "${size_list[@]}"; do
+    for coll in allgather reducescatter allreduce; do
+      for a in ${algos[$coll]}; do braid_row "$coll" "${bins[$coll]}" "$a"; done
+      if ((mpi)); then for map in slot node; do mpi_row "$coll" "$map"; done; fi
+    done
   done
 done
 echo "# load after: $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "# medians (us)"
 for key in "${!times[@]}"; do
   med=$(echo "${times[$key]}" | tr ' ' '\n' | grep -v '^$' | sort -n | awk '{v[NR]=$1} END {print (NR%2 ? v[(NR+1)/2] : (v[NR/2]+v[NR/2+1])/2)}')
-  printf '%-14s %-16s %9s   (%s)\n' ${key% *} ${key#* } "$med" "${times[$key]% }"
-done | sort
+  read -r ksize kcoll krow <<<"$key"
+  printf '%-10s %-14s %-16s %9s   (%s)\n' "$ksize" "$kcoll" "$krow" "$med" "${times[$key]% }"
+done | sort -k1,1n -k2,2 -k3,3
