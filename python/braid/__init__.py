@@ -7,6 +7,6 @@
 
 See docs/sharding.md ("Python and PyTorch") and examples/pytorch_sharded.py.
 """
-from .shard import BraidError, Comm, Shard, load_libraries
+from .shard import BraidError, Comm, OsShard, Shard, StepInfo, load_libraries
 
-__all__ = ["BraidError", "Comm", "Shard", "load_libraries"]
+__all__ = ["BraidError", "Comm", "OsShard", "Shard", "StepInfo", "load_libraries"]

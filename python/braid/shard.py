@@ -5,6 +5,7 @@ exactly the bucket's elements and have the shard's dtype; anything else raises V
 TypeError before braid sees it. A failing braid call raises BraidError with braid's own message
 (braidShardGetLastError / braidGetLastError).
 """
+import collections
 import ctypes
 import os
 
@@ -62,6 +63,32 @@ class _StepInfo(ctypes.Structure):
     _fields_ = [("size", ctypes.c_size_t), ("skipped", ctypes.c_int), ("clipped", ctypes.c_int),
                 ("gradNorm", ctypes.c_double), ("lossScale", ctypes.c_float),
                 ("nextLossScale", ctypes.c_float), ("step", ctypes.c_int64)]
+
+
+class _LossScaler(ctypes.Structure):
+    _fields_ = [("size", ctypes.c_size_t), ("initScale", ctypes.c_float),
+                ("growthFactor", ctypes.c_float), ("backoffFactor", ctypes.c_float),
+                ("growthInterval", ctypes.c_int)]
+
+
+class _OsShard(ctypes.Structure):
+    _fields_ = [("size", ctypes.c_size_t), ("offset", ctypes.c_size_t), ("count", ctypes.c_size_t),
+                ("master", ctypes.POINTER(ctypes.c_float)), ("grad", ctypes.POINTER(ctypes.c_float)),
+                ("m", ctypes.POINTER(ctypes.c_float)), ("v", ctypes.POINTER(ctypes.c_float))]
+
+
+class StepInfo(collections.namedtuple(
+        "StepInfo", "step grad_norm skipped clipped loss_scale next_loss_scale")):
+    """What a step did (braidShardStepInfo_t): optimizer steps applied so far, the global
+    gradient norm before clipping, whether the step was skipped (inf/NaN: fp16 overflow) or
+    clipped, the loss scale it divided by and the one to use next (dynamic scaler)."""
+
+
+class OsShard(collections.namedtuple("OsShard", "offset count master grad m v")):
+    """This rank's optimizer-state shard of one bucket during a prepared step
+    (braidShardOsShard_t): elements [offset, offset + count) of the bucket; `master` (update it
+    in place), `grad`, `m`, `v` are ctypes float arrays over braid's memory
+    (torch.frombuffer(x, dtype=torch.float32) views one), valid until finish_step()."""
 
 
 class _Memory(ctypes.Structure):
@@ -122,6 +149,15 @@ def load_libraries():
             (shard, "braidShardReduceGrad", [P, I, P]),
             (shard, "braidShardStepEx", [P, ctypes.POINTER(_StepOptions),
                                          ctypes.POINTER(_StepInfo)]),
+            (shard, "braidShardPrepareStep", [P, ctypes.POINTER(_StepOptions),
+                                              ctypes.POINTER(_StepInfo)]),
+            (shard, "braidShardOptimizerShard", [P, I, ctypes.POINTER(_OsShard)]),
+            (shard, "braidShardFinishStep", [P]),
+            (shard, "braidShardSetLossScaler", [P, ctypes.POINTER(_LossScaler)]),
+            (shard, "braidShardGetLossScale", [P, ctypes.POINTER(ctypes.c_float)]),
+            (shard, "braidShardSetPrefetch", [P, I]),
+            (shard, "braidShardSave", [P, ctypes.c_char_p]),
+            (shard, "braidShardLoad", [P, ctypes.c_char_p]),
             (shard, "braidShardMemory", [P, ctypes.POINTER(_Memory)]),
             (shard, "braidShardTraffic", [P, ctypes.POINTER(_Traffic)]),
             (shard, "braidShardTrafficReset", [P]),
@@ -262,17 +298,101 @@ class Shard:
         self._call("braidShardReduceGrad", bucket,
                    _buffer(grad, self.numel[bucket], self.dtype, "gradient of bucket %d" % bucket))
 
-    def step(self, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.01, max_grad_norm=0.0):
-        """AdamW on braid's OS shards (torch.optim.AdamW's formula) on the mean gradient over
-        ranks and micro-batches; returns (steps applied so far, global gradient norm)."""
-        opts = _StepOptions(size=ctypes.sizeof(_StepOptions), optimizer=0,
-                            adamw=_AdamW(size=ctypes.sizeof(_AdamW), lr=lr, beta1=betas[0],
-                                         beta2=betas[1], eps=eps, weightDecay=weight_decay),
-                            sgd=_SGD(size=ctypes.sizeof(_SGD)), gradDivisor=0.0,
-                            maxGradNorm=max_grad_norm, lossScale=0.0)
+    @staticmethod
+    def _options(optimizer, lr, betas, eps, weight_decay, momentum, dampening, nesterov,
+                 max_grad_norm, loss_scale, grad_divisor):
+        if optimizer not in ("adamw", "sgd"):
+            raise ValueError("optimizer must be 'adamw' or 'sgd', not %r" % (optimizer,))
+        return _StepOptions(
+            size=ctypes.sizeof(_StepOptions), optimizer=0 if optimizer == "adamw" else 1,
+            adamw=_AdamW(size=ctypes.sizeof(_AdamW), lr=lr, beta1=betas[0], beta2=betas[1],
+                         eps=eps, weightDecay=weight_decay),
+            sgd=_SGD(size=ctypes.sizeof(_SGD), lr=lr, momentum=momentum, dampening=dampening,
+                     weightDecay=weight_decay, nesterov=1 if nesterov else 0),
+            gradDivisor=grad_divisor, maxGradNorm=max_grad_norm, lossScale=loss_scale)
+
+    @staticmethod
+    def _info(info):
+        return StepInfo(info.step, info.gradNorm, bool(info.skipped), bool(info.clipped),
+                        info.lossScale, info.nextLossScale)
+
+    def step(self, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.01, max_grad_norm=0.0,
+             optimizer="adamw", momentum=0.9, dampening=0.0, nesterov=False, loss_scale=0.0,
+             grad_divisor=0.0):
+        """The optimizer on braid's OS shards, in fp32, on the gradient sum divided by
+        grad_divisor (0: ranks x micro-batches, the mean) x the loss scale: "adamw"
+        (torch.optim.AdamW's formula: lr, betas, eps, weight_decay) or "sgd" (torch.optim.SGD's:
+        lr, momentum, dampening, nesterov, weight_decay). max_grad_norm > 0 clips the global
+        norm; loss_scale is what the loss was multiplied by (0: the dynamic scaler's, see
+        set_loss_scaler, else 1). Collective. Returns a StepInfo; a step skipped for an
+        overflow returns normally with skipped=True."""
+        opts = self._options(optimizer, lr, betas, eps, weight_decay, momentum, dampening,
+                             nesterov, max_grad_norm, loss_scale, grad_divisor)
         info = _StepInfo(size=ctypes.sizeof(_StepInfo))
         self._call("braidShardStepEx", ctypes.byref(opts), ctypes.byref(info))
-        return info.step, info.gradNorm
+        return self._info(info)
+
+    def prepare_step(self, max_grad_norm=0.0, loss_scale=0.0, grad_divisor=0.0):
+        """The optimizer escape hatch, part 1: the boundary work of step() (reduction, overflow
+        check, norm, clipping) without the update; then optimizer_shard(b) gives each bucket's
+        OS shard to update, and finish_step() redistributes it. Gather, reduce_grad and step
+        are refused in between. Collective. Returns a StepInfo (skipped: leave master alone)."""
+        opts = self._options("adamw", 0.0, (0.9, 0.999), 0.0, 0.0, 0.0, 0.0, False,
+                             max_grad_norm, loss_scale, grad_divisor)
+        info = _StepInfo(size=ctypes.sizeof(_StepInfo))
+        self._call("braidShardPrepareStep", ctypes.byref(opts), ctypes.byref(info))
+        return self._info(info)
+
+    def optimizer_shard(self, bucket):
+        """This rank's OS shard of `bucket` during a prepared step, as an OsShard."""
+        if not 0 <= bucket < len(self.numel):
+            raise IndexError("bucket %d: the shard has %d buckets" % (bucket, len(self.numel)))
+        view = _OsShard(size=ctypes.sizeof(_OsShard))
+        self._call("braidShardOptimizerShard", bucket, ctypes.byref(view))
+        n = view.count
+
+        def arr(ptr):
+            return (ctypes.c_float * n).from_address(ctypes.addressof(ptr.contents)) if n else \
+                (ctypes.c_float * 0)()
+        return OsShard(view.offset, n, arr(view.master), arr(view.grad), arr(view.m),
+                       arr(view.v))
+
+    def finish_step(self):
+        """The optimizer escape hatch, part 2: redistributes the updated master weights."""
+        self._call("braidShardFinishStep")
+
+    def set_loss_scaler(self, init_scale=65536.0, growth_factor=2.0, backoff_factor=0.5,
+                        growth_interval=2000, enable=True):
+        """Dynamic loss scaling (torch.cuda.amp.GradScaler's rule); enable=False turns it off.
+        Every rank must pass the same values."""
+        if not enable:
+            self._call("braidShardSetLossScaler", None)
+            return
+        scaler = _LossScaler(size=ctypes.sizeof(_LossScaler), initScale=init_scale,
+                             growthFactor=growth_factor, backoffFactor=backoff_factor,
+                             growthInterval=growth_interval)
+        self._call("braidShardSetLossScaler", ctypes.byref(scaler))
+
+    def loss_scale(self):
+        """The scale to multiply the next loss by (1 without a dynamic scaler)."""
+        scale = ctypes.c_float()
+        self._call("braidShardGetLossScale", ctypes.byref(scale))
+        return scale.value
+
+    def set_prefetch(self, enable):
+        """Turns the prefetch of the next bucket's gather on or off. Collective: every rank
+        must pass the same value (different ones raise BraidError on every rank)."""
+        self._call("braidShardSetPrefetch", 1 if enable else 0)
+
+    def save(self, directory):
+        """Checkpoint: every rank writes its shards into `directory` (which must exist and be
+        visible to every rank), rank 0 the manifest. Collective."""
+        self._call("braidShardSave", os.fsencode(directory))
+
+    def load(self, directory):
+        """Loads a checkpoint written by save(), under this shard's configuration and rank
+        count (which may differ from the saving job's). Collective."""
+        self._call("braidShardLoad", os.fsencode(directory))
 
     def memory(self):
         """Bytes this rank allocated per state: dict of params, grads, optimizer, total."""
