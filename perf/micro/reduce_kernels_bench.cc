@@ -3,9 +3,12 @@
 // bytes_per_second counts one operand (n * element size) per call, the way an all-reduce's bus
 // bandwidth counts its payload; the memory traffic is three times that (two reads, one write).
 // "inplace" runs dst == a, the shape the all-reduce engine uses for its receive-reduce steps.
+// Memcpy of the same bytes (one read, one write) is the reference "memory speed" the kernels are
+// compared with (docs/performance.md, "Reduction kernels against memcpy").
 #include <benchmark/benchmark.h>
 
 #include <cstdint>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -59,10 +62,23 @@ void BM_ReduceSum(benchmark::State& state, DataType type, cpu::KernelIsa isa, bo
   state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) * static_cast<int64_t>(bytes));
 }
 
+void BM_Memcpy(benchmark::State& state) {
+  const size_t bytes = static_cast<size_t>(state.range(0));
+  const std::vector<uint8_t> a = Fill(DataType::kFloat32, bytes / 4, 1.0f);
+  std::vector<uint8_t> d(bytes);
+  for (auto _ : state) {
+    std::memcpy(d.data(), a.data(), bytes);
+    benchmark::ClobberMemory();
+  }
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) * static_cast<int64_t>(bytes));
+}
+
 const bool kRegistered = [] {
+  benchmark::RegisterBenchmark("Memcpy", BM_Memcpy)->Arg(4 << 10)->Arg(256 << 10)->Arg(16 << 20);
   for (const DataType type :
        {DataType::kFloat32, DataType::kBfloat16, DataType::kFloat16, DataType::kInt32}) {
-    for (const cpu::KernelIsa isa : {cpu::KernelIsa::kAvx2F16c, cpu::KernelIsa::kPortable}) {
+    for (const cpu::KernelIsa isa :
+         {cpu::KernelIsa::kAvx512, cpu::KernelIsa::kAvx2F16c, cpu::KernelIsa::kPortable}) {
       for (const bool in_place : {false, true}) {
         const std::string name = std::string("ReduceSum/") + DataTypeName(type) + "/" +
                                  cpu::KernelIsaName(isa) + (in_place ? "/inplace" : "");

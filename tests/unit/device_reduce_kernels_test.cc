@@ -35,6 +35,7 @@ constexpr size_t kSizes[] = {0, 1, 7, 63, 64, 65, 255, 256, 257, 100003};
 std::vector<KernelIsa> TestedIsas() {
   std::vector<KernelIsa> isas{KernelIsa::kPortable};
   if (cpu::CpuSupports(KernelIsa::kAvx2F16c)) isas.push_back(KernelIsa::kAvx2F16c);
+  if (cpu::CpuSupports(KernelIsa::kAvx512)) isas.push_back(KernelIsa::kAvx512);
   return isas;
 }
 
@@ -306,8 +307,19 @@ INSTANTIATE_TEST_SUITE_P(AllTypesAndOps, ReduceKernelTest, ::testing::ValuesIn(A
                            return TypeOpName(info.param.type, info.param.op);
                          });
 
-// The public entry point is the best tier's.
+// The public entry point is the tier KernelIsaFor picks: AVX-512 (where the CPU has it) for the
+// narrow floats only, else the widest tier.
 TEST(ReduceKernelDispatch, PublicEntryPointMatchesBestTier) {
+  for (const DataType t : kAllTypes) {
+    const bool narrow = t == DataType::kFloat16 || t == DataType::kBfloat16 ||
+                        t == DataType::kFloat8e4m3 || t == DataType::kFloat8e5m2;
+    const KernelIsa want = narrow || !cpu::CpuSupports(KernelIsa::kAvx2F16c) ? cpu::BestKernelIsa()
+                                                                             : KernelIsa::kAvx2F16c;
+    EXPECT_EQ(cpu::KernelIsaFor(t), want) << DataTypeName(t);
+  }
+  if (cpu::CpuSupports(KernelIsa::kAvx512)) {
+    EXPECT_EQ(cpu::BestKernelIsa(), KernelIsa::kAvx512);
+  }
   std::mt19937_64 rng(7);
   const size_t n = 1000;
   for (const DataType t : kAllTypes) {
@@ -315,7 +327,7 @@ TEST(ReduceKernelDispatch, PublicEntryPointMatchesBestTier) {
     const std::vector<uint8_t> b = RandomElements(t, n, rng);
     std::vector<uint8_t> x(a.size()), y(a.size());
     ReduceKernel(t, ReduceOp::kSum, a.data(), b.data(), x.data(), n);
-    cpu::ReduceKernelWithIsa(cpu::BestKernelIsa(), t, ReduceOp::kSum, a.data(), b.data(), y.data(),
+    cpu::ReduceKernelWithIsa(cpu::KernelIsaFor(t), t, ReduceOp::kSum, a.data(), b.data(), y.data(),
                              n);
     EXPECT_EQ(FirstMismatch(t, x.data(), y.data(), n), n) << DataTypeName(t);
   }

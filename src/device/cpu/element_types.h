@@ -51,7 +51,8 @@ struct ElementTraits<DataType::kFloat8e4m3> : NarrowFloatElement<Fp8E4M3Format> 
 template <>
 struct ElementTraits<DataType::kFloat8e5m2> : NarrowFloatElement<Fp8E5M2Format> {};
 
-// The format a tier converts with: the AVX2 tier converts fp16 (and widens e5m2) with F16C.
+// The format a tier converts with: the AVX2 and AVX-512 tiers convert fp16 (and widen e5m2) with
+// F16C.
 template <class Format, KernelIsa kIsa>
 struct TierFormat {
   using Type = Format;
@@ -63,6 +64,14 @@ struct TierFormat<HalfFormat, KernelIsa::kAvx2F16c> {
 };
 template <>
 struct TierFormat<Fp8E5M2Format, KernelIsa::kAvx2F16c> {
+  using Type = Fp8E5M2F16cFormat;
+};
+template <>
+struct TierFormat<HalfFormat, KernelIsa::kAvx512> {
+  using Type = HalfF16cFormat;
+};
+template <>
+struct TierFormat<Fp8E5M2Format, KernelIsa::kAvx512> {
   using Type = Fp8E5M2F16cFormat;
 };
 #endif

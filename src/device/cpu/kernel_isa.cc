@@ -22,23 +22,45 @@ bool DetectAvx2F16c() {
 #endif
 }
 
+bool DetectAvx512() {
+#if BRAID_KERNELS_X86
+  // __builtin_cpu_supports also checks that the OS saves the ZMM and mask registers.
+  return DetectAvx2F16c() && __builtin_cpu_supports("avx512f") &&
+         __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl");
+#else
+  return false;
+#endif
+}
+
 }  // namespace
 
 bool CpuSupports(KernelIsa isa) {
   static const bool avx2_f16c = DetectAvx2F16c();
+  static const bool avx512 = DetectAvx512();
   switch (isa) {
     case KernelIsa::kPortable:
       return true;
     case KernelIsa::kAvx2F16c:
       return avx2_f16c;
+    case KernelIsa::kAvx512:
+      return avx512;
   }
   return false;
 }
 
 KernelIsa BestKernelIsa() {
-  static const KernelIsa best =
-      CpuSupports(KernelIsa::kAvx2F16c) ? KernelIsa::kAvx2F16c : KernelIsa::kPortable;
+  static const KernelIsa best = CpuSupports(KernelIsa::kAvx512)     ? KernelIsa::kAvx512
+                                : CpuSupports(KernelIsa::kAvx2F16c) ? KernelIsa::kAvx2F16c
+                                                                    : KernelIsa::kPortable;
   return best;
+}
+
+KernelIsa KernelIsaFor(DataType type) {
+  const bool narrow = type == DataType::kFloat16 || type == DataType::kBfloat16 ||
+                      type == DataType::kFloat8e4m3 || type == DataType::kFloat8e5m2;
+  static const KernelIsa direct =
+      CpuSupports(KernelIsa::kAvx2F16c) ? KernelIsa::kAvx2F16c : KernelIsa::kPortable;
+  return narrow ? BestKernelIsa() : direct;
 }
 
 const char* KernelIsaName(KernelIsa isa) {
@@ -47,6 +69,8 @@ const char* KernelIsaName(KernelIsa isa) {
       return "portable";
     case KernelIsa::kAvx2F16c:
       return "avx2+f16c";
+    case KernelIsa::kAvx512:
+      return "avx512";
   }
   return "?";
 }

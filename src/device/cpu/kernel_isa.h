@@ -1,7 +1,9 @@
 // Instruction-set tiers of the CPU kernels. Every kernel is written once as portable C++ (plain
-// loops the compiler vectorises) and compiled twice: for the baseline x86-64/any target, and for
-// AVX2 + F16C, picked at run time. The public entry points in reduce_kernels.h use the best tier
-// the CPU supports; the *WithIsa variants below let tests run every tier on one machine.
+// loops the compiler vectorises) and compiled three times: for the baseline x86-64/any target,
+// for AVX2 + F16C and for AVX-512 (F, BW, VL: 512-bit vectors with byte and word lanes, which the
+// bf16 and fp16 conversions need), the best one picked at run time. The public entry points in
+// reduce_kernels.h use the best tier the CPU supports; the *WithIsa variants below let tests run
+// every tier on one machine.
 #pragma once
 
 #include <cstddef>
@@ -29,6 +31,9 @@
 // Applied to the AVX2 tier's entry points only; no FMA, so no multiply-add is ever contracted
 // and both tiers round identically.
 #define BRAID_TARGET_AVX2_F16C __attribute__((target("avx2,f16c")))
+// The AVX-512 tier's entry points. AVX-512F brings fused multiply-add instructions: the device
+// layer is compiled with -ffp-contract=off, so none is contracted and every tier rounds alike.
+#define BRAID_TARGET_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx2,f16c")))
 #else
 #define BRAID_KERNELS_X86 0
 #endif
@@ -48,13 +53,19 @@ BRAID_KERNEL_INLINE Bits SelectBits(bool condition, Bits if_true, Bits if_false)
 enum class KernelIsa : uint8_t {
   kPortable = 0,  // baseline target: SSE2 on x86-64, whatever the compiler targets elsewhere
   kAvx2F16c = 1,  // 256-bit vectors and hardware fp16 conversion
+  kAvx512 = 2,    // 512-bit vectors (AVX-512 F, BW, VL), with AVX2 + F16C's conversions
 };
-inline constexpr int kNumKernelIsas = 2;
+inline constexpr int kNumKernelIsas = 3;
 
 // Whether this CPU can run the tier (kPortable: always).
 bool CpuSupports(KernelIsa isa);
-// The fastest tier this CPU supports; what ReduceKernel and friends use.
+// The widest tier this CPU supports.
 KernelIsa BestKernelIsa();
+// The tier ReduceKernel and friends use for `type`: AVX-512 only for the narrow floats, whose
+// conversions are compute bound (bf16 sums 13-25 % faster than with AVX2 on the development VM's
+// AMD EPYC); the direct types are memory bound from L2 on, and their 512-bit loops measured
+// 5-20 % slower than the 256-bit ones on 16 MiB (docs/performance.md, "Reduction kernels").
+KernelIsa KernelIsaFor(DataType type);
 const char* KernelIsaName(KernelIsa isa);
 
 // Same contracts as ReduceKernel, DivideKernel and ScaleKernel, on an explicit tier. Calling a

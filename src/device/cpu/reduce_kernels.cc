@@ -85,6 +85,10 @@ template <ReduceOp kOp, DataType kType>
 BRAID_TARGET_AVX2_F16C void ReduceAvx2F16c(const void* a, const void* b, void* dst, size_t n) {
   ReduceTyped<kOp, kType, KernelIsa::kAvx2F16c>(a, b, dst, n);
 }
+template <ReduceOp kOp, DataType kType>
+BRAID_TARGET_AVX512 void ReduceAvx512(const void* a, const void* b, void* dst, size_t n) {
+  ReduceTyped<kOp, kType, KernelIsa::kAvx512>(a, b, dst, n);
+}
 #endif
 
 constexpr size_t kTableSize = size_t{kNumKernelIsas} * kNumDataTypes * kNumReduceOps;
@@ -96,6 +100,7 @@ constexpr ReduceFn TableEntry() {
   constexpr auto op = static_cast<ReduceOp>(kIndex % kNumReduceOps);
 #if BRAID_KERNELS_X86
   if constexpr (isa == KernelIsa::kAvx2F16c) return &ReduceAvx2F16c<op, type>;
+  if constexpr (isa == KernelIsa::kAvx512) return &ReduceAvx512<op, type>;
 #endif
   return &ReducePortable<op, type>;
 }
@@ -126,7 +131,7 @@ void ReduceKernelWithIsa(KernelIsa isa, DataType type, ReduceOp op, const void* 
 namespace braid {
 
 void ReduceKernel(DataType type, ReduceOp op, const void* a, const void* b, void* dst, size_t n) {
-  cpu::ReduceKernelWithIsa(cpu::BestKernelIsa(), type, op, a, b, dst, n);
+  cpu::ReduceKernelWithIsa(cpu::KernelIsaFor(type), type, op, a, b, dst, n);
 }
 
 }  // namespace braid

@@ -148,6 +148,14 @@ BRAID_TARGET_AVX2_F16C void ScaleAvx2F16c(const void* src, void* dst, size_t n,
                                           const void* scalar) {
   ScaleTyped<kType, KernelIsa::kAvx2F16c>(src, dst, n, scalar);
 }
+template <DataType kType>
+BRAID_TARGET_AVX512 void DivideAvx512(void* buf, size_t n, uint64_t divisor) {
+  DivideTyped<kType, KernelIsa::kAvx512>(buf, n, divisor);
+}
+template <DataType kType>
+BRAID_TARGET_AVX512 void ScaleAvx512(const void* src, void* dst, size_t n, const void* scalar) {
+  ScaleTyped<kType, KernelIsa::kAvx512>(src, dst, n, scalar);
+}
 #endif
 
 constexpr size_t kTableSize = size_t{kNumKernelIsas} * kNumDataTypes;
@@ -158,6 +166,7 @@ constexpr std::pair<DivideFn, ScaleFn> TableEntry() {
   constexpr auto type = static_cast<DataType>(kIndex % kNumDataTypes);
 #if BRAID_KERNELS_X86
   if constexpr (isa == KernelIsa::kAvx2F16c) return {&DivideAvx2F16c<type>, &ScaleAvx2F16c<type>};
+  if constexpr (isa == KernelIsa::kAvx512) return {&DivideAvx512<type>, &ScaleAvx512<type>};
 #endif
   return {&DividePortable<type>, &ScalePortable<type>};
 }
@@ -199,11 +208,11 @@ void ScaleKernelWithIsa(KernelIsa isa, DataType type, const void* src, void* dst
 namespace braid {
 
 void DivideKernel(DataType type, void* buf, size_t n, uint64_t divisor) {
-  cpu::DivideKernelWithIsa(cpu::BestKernelIsa(), type, buf, n, divisor);
+  cpu::DivideKernelWithIsa(cpu::KernelIsaFor(type), type, buf, n, divisor);
 }
 
 void ScaleKernel(DataType type, const void* src, void* dst, size_t n, const void* scalar) {
-  cpu::ScaleKernelWithIsa(cpu::BestKernelIsa(), type, src, dst, n, scalar);
+  cpu::ScaleKernelWithIsa(cpu::KernelIsaFor(type), type, src, dst, n, scalar);
 }
 
 }  // namespace braid
