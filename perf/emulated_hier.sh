@@ -37,6 +37,7 @@ while (($#)); do
 done
 g=${shape%x*} m=${shape#*x} n=$((g * m))
 IFS=, read -r -a size_list <<<"$sizes"
+((${#size_list[@]})) || { echo "$0: --size '$sizes': expected bytes (e.g. 1048576,67108864)" >&2; exit 2; }
 for v in "${size_list[@]}"; do
   [[ $v =~ ^[0-9]+$ ]] || { echo "$0: --size '$v': expected bytes (e.g. 1048576,67108864)" >&2; exit 2; }
 done
@@ -60,7 +61,7 @@ braid_row() {  # coll binary algo
   local force=(-A "$3")
   [[ $3 == tuner ]] && force=()  # the tuner's own choice (its calibrated model)
   out=$("$build/tools/braidrun" --emulate "$shape" --link "$link" -- \
-    "$build/perf/$2" -b "$size" -e "$size" -n "$iters" -w 1 "${force[@]}" 2>&1) || {
+    "$build/perf/$2" -b "$size" -e "$size" -n "$iters" -w 1 ${force[@]+"${force[@]}"} 2>&1) || {
     echo "$out" >&2
     echo "braid $1 $3 failed" >&2
     exit 1

@@ -48,8 +48,8 @@ void Usage(FILE* out) {
       "  --profile F under a launcher: measure the links (intra-node; inter-node when the job\n"
       "              spans nodes) and write them to F for braid-plan --profile\n"
       "  --fit-bytes S  with --profile: fit each level's bandwidth to an all-gather of S bytes\n"
-      "              run by all of the level's groups at once (default 16777216; 0: keep the\n"
-      "              ping-pong's bandwidth)\n");
+      "              run by all of the level's groups at once (65536..1073741824, default\n"
+      "              16777216; 0: keep the ping-pong's bandwidth)\n");
 }
 
 std::string Gib(double bytes) {
@@ -135,9 +135,18 @@ int PrintPlacement() {
   return braidCommDestroy(comm) == braidSuccess ? 0 : 1;
 }
 
+// Whether any rank passes `failed` (or the agreement itself fails), so that every rank leaves a
+// sequence of collectives at the same point.
+bool AnyFailed(braidComm_t world, bool failed) {
+  int64_t f = failed ? 1 : 0;
+  if (braidAllReduce(&f, &f, 1, braidInt64, braidMax, world) != braidSuccess) return true;
+  return f != 0;
+}
+
 // Median over `reps` runs (after one warm-up) of the slowest rank's time for an all-gather of
 // `bytes` (the gathered size) on `group`, every group of the level running at once; `world`
-// lines the runs up and takes the maximum. Negative on a failed call (the message printed).
+// lines the runs up and takes the maximum. Negative, on every rank, when the all-gather failed
+// on any (the message printed where it failed).
 double TimeAllGather(braidComm_t group, braidComm_t world, uint64_t bytes, int reps) {
   int size = 1;
   braidCommCount(group, &size);
@@ -147,13 +156,15 @@ double TimeAllGather(braidComm_t group, braidComm_t world, uint64_t bytes, int r
   for (int r = 0; r <= reps; ++r) {
     if (braidBarrier(world) != braidSuccess) return -1;
     const auto t0 = std::chrono::steady_clock::now();
-    if (braidAllGather(in.data(), out.data(), per, braidUint8, group) != braidSuccess) {
-      std::fprintf(stderr, "braid-info: all-gather: %s\n", braidGetLastError(group));
+    const bool failed =
+        braidAllGather(in.data(), out.data(), per, braidUint8, group) != braidSuccess;
+    if (failed) std::fprintf(stderr, "braid-info: all-gather: %s\n", braidGetLastError(group));
+    // The time and the failure in one agreement: a rank whose group failed still takes part.
+    double v[2] = {std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(),
+                   failed ? 1.0 : 0.0};
+    if (braidAllReduce(v, v, 2, braidFloat64, braidMax, world) != braidSuccess || v[1] != 0)
       return -1;
-    }
-    double t = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    if (braidAllReduce(&t, &t, 1, braidFloat64, braidMax, world) != braidSuccess) return -1;
-    if (r > 0) times.push_back(t);
+    if (r > 0) times.push_back(v[0]);
   }
   std::sort(times.begin(), times.end());
   return times[times.size() / 2];
@@ -168,16 +179,21 @@ int FitProfile(braidComm_t comm, const char* path, uint64_t bytes, bool root) {
   int rank = 0, nranks = 1;
   braidCommUserRank(comm, &rank);
   braidCommCount(comm, &nranks);
+  // Every failure below is agreed on, so that all ranks leave at the same collective.
   braidComm_t node = nullptr;
-  if (braidCommSplitLevel(comm, braidLevelNode, &node) != braidSuccess) {
-    std::fprintf(stderr, "braid-info: node split: %s\n", braidGetLastError(comm));
+  const bool node_failed = braidCommSplitLevel(comm, braidLevelNode, &node) != braidSuccess;
+  if (node_failed) std::fprintf(stderr, "braid-info: node split: %s\n", braidGetLastError(comm));
+  int R = 1, local = 0;
+  if (!node_failed) {
+    braidCommCount(node, &R);
+    braidCommUserRank(node, &local);
+  }
+  int64_t shape[2] = {R, -R};
+  if (AnyFailed(comm, node_failed) ||
+      braidAllReduce(shape, shape, 2, braidInt64, braidMax, comm) != braidSuccess) {
+    if (node) braidCommDestroy(node);
     return 1;
   }
-  int R = 1, local = 0;
-  braidCommCount(node, &R);
-  braidCommUserRank(node, &local);
-  int64_t shape[2] = {R, -R};
-  if (braidAllReduce(shape, shape, 2, braidInt64, braidMax, comm) != braidSuccess) return 1;
   const bool uniform = shape[0] == -shape[1];
   const int n = uniform ? nranks / R : 0;
   constexpr int kReps = 5;
@@ -186,13 +202,12 @@ int FitProfile(braidComm_t comm, const char* path, uint64_t bytes, bool root) {
   if (uniform && R > 1 && (t_intra = TimeAllGather(node, comm, bytes, kReps)) < 0) rc = 1;
   if (rc == 0 && uniform && n > 1) {
     braidComm_t rail = nullptr;
-    if (braidCommSplit(comm, local, rank, &rail, nullptr) != braidSuccess) {
+    const bool rail_failed = braidCommSplit(comm, local, rank, &rail, nullptr) != braidSuccess;
+    if (rail_failed)
       std::fprintf(stderr, "braid-info: split by local rank: %s\n", braidGetLastError(comm));
+    if (AnyFailed(comm, rail_failed) || (t_inter = TimeAllGather(rail, comm, bytes, kReps)) < 0)
       rc = 1;
-    } else {
-      if ((t_inter = TimeAllGather(rail, comm, bytes, kReps)) < 0) rc = 1;
-      braidCommDestroy(rail);
-    }
+    if (rail) braidCommDestroy(rail);
   }
   braidLinkParams_t link{};
   if (rc == 0 && braidCommLinkParams(comm, &link) != braidSuccess) rc = 1;
@@ -363,11 +378,17 @@ int main(int argc, char** argv) {
     } else if (a == "--fit-bytes" && i + 1 < argc) {
       char* end = nullptr;
       errno = 0;
-      const unsigned long long b = std::strtoull(argv[++i], &end, 10);
-      // At most 1 GiB: every rank holds the gathered buffer.
-      if (errno != 0 || *end != '\0' || argv[i][0] == '-' || b > (1ull << 30)) {
-        std::fprintf(stderr, "braid-info: --fit-bytes '%s': expected bytes, 0..1073741824\n",
-                     argv[i]);
+      const char* arg = argv[++i];
+      const unsigned long long b = std::strtoull(arg, &end, 10);
+      // At least 64 KiB, so that bandwidth and not latency decides the time (a smaller one
+      // gives a meaningless or clamped fit); at most 1 GiB, since every rank holds the gathered
+      // buffer. Digits only (strtoull would take "", "+5" and " 5").
+      const bool digits = *arg != '\0' && std::strspn(arg, "0123456789") == std::strlen(arg);
+      if (!digits || errno != 0 || *end != '\0' || (b != 0 && b < (64u << 10)) ||
+          b > (1ull << 30)) {
+        std::fprintf(stderr,
+                     "braid-info: --fit-bytes '%s': expected 0 or bytes in 65536..1073741824\n",
+                     arg);
         return 2;
       }
       fit_bytes = b;

@@ -220,13 +220,21 @@ TEST(LinkFit, ClampsTimesTheModelCannotProduceAndRefusesBadInput) {
       FitLevelBandwidth(braidCollAllGather, 1 << 20, 4, 1, 1, kLink, LinkLevel::kIntraNode, 1e-12);
   ASSERT_TRUE(fast.ok());
   EXPECT_TRUE(fast->clamped);
-  EXPECT_EQ(fast->beta_bytes_s, std::exp(std::log(kMaxBetaBytesPerSecond)));
+  EXPECT_EQ(fast->beta_bytes_s, kMaxBetaBytesPerSecond);
   // Slower than the slowest believable bandwidth allows.
   auto slow =
       FitLevelBandwidth(braidCollAllGather, 1 << 20, 1, 4, 1, kLink, LinkLevel::kInterNode, 1e6);
   ASSERT_TRUE(slow.ok());
   EXPECT_TRUE(slow->clamped);
-  EXPECT_EQ(slow->beta_bytes_s, std::exp(std::log(kMinBetaBytesPerSecond)));
+  EXPECT_EQ(slow->beta_bytes_s, kMinBetaBytesPerSecond);
+  // Either bound written as a profile reads back (the loader refuses values outside them).
+  for (double beta : {fast->beta_bytes_s, slow->beta_bytes_s}) {
+    LinkProfile p;
+    p.set(LinkClass::kIntraNode, {1e-6, beta});
+    auto back = ParseLinkProfile(FormatLinkProfile(p));
+    ASSERT_TRUE(back.ok()) << back.status().message();
+    EXPECT_EQ(back->of(LinkClass::kIntraNode).beta_bytes_s, beta);
+  }
   for (double bad : {0.0, -1.0, std::nan(""), HUGE_VAL})
     EXPECT_FALSE(
         FitLevelBandwidth(braidCollAllGather, 1 << 20, 4, 1, 1, kLink, LinkLevel::kIntraNode, bad)

@@ -1,5 +1,6 @@
 #include "core/runtime/link_fit.h"
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 
@@ -28,14 +29,17 @@ Result<BandwidthFit> FitLevelBandwidth(braidCollective_t collective, uint64_t by
   double lo = std::log(kMinBetaBytesPerSecond), hi = std::log(kMaxBetaBytesPerSecond);
   BRAID_ASSIGN_OR_RETURN(double slowest, estimate(std::exp(lo)));
   BRAID_ASSIGN_OR_RETURN(double fastest, estimate(std::exp(hi)));
-  if (seconds >= slowest) return BandwidthFit{std::exp(lo), seconds > slowest};
-  if (seconds <= fastest) return BandwidthFit{std::exp(hi), true};
+  // The bounds themselves, not exp(log(bound)), which can land an ulp outside them, and a profile
+  // holding it would be refused when read back.
+  if (seconds >= slowest) return BandwidthFit{kMinBetaBytesPerSecond, seconds > slowest};
+  if (seconds <= fastest) return BandwidthFit{kMaxBetaBytesPerSecond, true};
   for (int i = 0; i < 100 && hi - lo > 1e-9; ++i) {
     const double mid = 0.5 * (lo + hi);
     BRAID_ASSIGN_OR_RETURN(double t, estimate(std::exp(mid)));
     (t > seconds ? lo : hi) = mid;  // too slow: more bandwidth
   }
-  return BandwidthFit{std::exp(0.5 * (lo + hi)), false};
+  return BandwidthFit{
+      std::clamp(std::exp(0.5 * (lo + hi)), kMinBetaBytesPerSecond, kMaxBetaBytesPerSecond), false};
 }
 
 }  // namespace braid
