@@ -47,6 +47,11 @@ expect(TypeError, ["initial bucket 0", "float32", "bfloat16"],
        lambda: Shard(comm, "zero3", [w], dtype="bfloat16"))
 expect(BraidError, ["braidShardPreset", "no-such-preset"],
        lambda: Shard(comm, "no-such-preset", [w]))
+expect(ValueError, ["optimizer must be 'adamw' or 'sgd'", "'lion'"],
+       lambda: shard.step(optimizer="lion"))
+expect(IndexError, ["bucket 2", "1 buckets"], lambda: shard.optimizer_shard(2))
+expect(BraidError, ["braidShardSetLossScaler", "initScale"],
+       lambda: shard.set_loss_scaler(init_scale=0.0))
 # A step before any gradient was handed over: braid's own refusal, with its message.
 expect(BraidError, ["braidShardStepEx", "braidErrInvalidUsage"], lambda: shard.step())
 try:
