@@ -5,7 +5,7 @@
 # the perf binaries, and mpicc/mpirun.
 #
 #   perf/emulated_hier.sh [--build DIR] [--shape GxM] [--link RATE] [--size BYTES[,BYTES...]]
-#                         [--reps R] [--iters N] [--no-mpi]
+#                         [--reps R] [--iters N] [--no-mpi] [--colls C[,C...]]
 #
 # Per repetition, in this order: for all-gather, reduce-scatter and all-reduce, braid's perf
 # binary under `braidrun --emulate GxM --link RATE` with each algorithm forced (-A) and with the
@@ -18,10 +18,12 @@
 # or mpi_coll_perf's check); a failure stops the script. Load averages are printed before and
 # after, since another job on the machine slows the ranks (the shaped link should dominate).
 # Several sizes (--size 1M,16M,64M as bytes) run one after another inside each repetition;
-# --no-mpi leaves Open MPI out (for the tuner's pick against the forced algorithms).
+# --no-mpi leaves Open MPI out (for the tuner's pick against the forced algorithms); --colls
+# runs only the named collectives (allgather, reducescatter, allreduce; default all three).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=build shape=2x2 link=1gbit sizes=$((64 << 20)) reps=3 iters=3 mpi=1
+colls=allgather,reducescatter,allreduce
 while (($#)); do
   case $1 in
     --no-mpi) mpi=0; shift; continue ;;
@@ -29,14 +31,21 @@ while (($#)); do
     --shape) shape=$2 ;;
     --link) link=$2 ;;
     --size) sizes=$2 ;;
+    --colls) colls=$2 ;;
     --reps) reps=$2 ;;
     --iters) iters=$2 ;;
-    *) echo "usage: $0 [--build DIR] [--shape GxM] [--link RATE] [--size BYTES[,BYTES...]] [--reps R] [--iters N] [--no-mpi]" >&2; exit 2 ;;
+    *) echo "usage: $0 [--build DIR] [--shape GxM] [--link RATE] [--size BYTES[,BYTES...]] [--reps R] [--iters N] [--no-mpi] [--colls C[,C...]]" >&2; exit 2 ;;
   esac
   shift 2
 done
 g=${shape%x*} m=${shape#*x} n=$((g * m))
 IFS=, read -r -a size_list <<<"$sizes"
+IFS=, read -r -a coll_list <<<"$colls"
+for c in "${coll_list[@]}"; do
+  [[ $c == allgather || $c == reducescatter || $c == allreduce ]] ||
+    { echo "$0: --colls '$c': expected allgather, reducescatter or allreduce" >&2; exit 2; }
+done
+((${#coll_list[@]})) || { echo "$0: --colls '$colls': expected a list" >&2; exit 2; }
 ((${#size_list[@]})) || { echo "$0: --size '$sizes': expected bytes (e.g. 1048576,67108864)" >&2; exit 2; }
 for v in "${size_list[@]}"; do
   [[ $v =~ ^[0-9]+$ ]] || { echo "$0: --size '$v': expected bytes (e.g. 1048576,67108864)" >&2; exit 2; }
@@ -93,7 +102,7 @@ echo "# load before: $(cut -d' ' -f1-3 /proc/loadavg), $(nproc) cores"
 for ((r = 1; r <= reps; ++r)); do
   echo "# repetition $r (load $(cut -d' ' -f1-3 /proc/loadavg))"
   for size in "${size_list[@]}"; do
-    for coll in allgather reducescatter allreduce; do
+    for coll in "${coll_list[@]}"; do
       for a in ${algos[$coll]}; do braid_row "$coll" "${bins[$coll]}" "$a"; done
       if ((mpi)); then for map in slot node; do mpi_row "$coll" "$map"; done; fi
     done
