@@ -12,14 +12,7 @@ import os
 import shutil
 import sys
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-try:
-    import torch
-except ImportError:
-    if sys.executable != "/usr/bin/python3" and os.path.exists("/usr/bin/python3"):
-        os.execv("/usr/bin/python3", ["/usr/bin/python3"] + sys.argv)
-    print("SKIP: torch is not installed (tools/install-deps.sh installs python3-torch)")
-    sys.exit(77)
+from torch_or_skip import torch  # noqa: E402 (sets the path, skips without torch)
 from braid import BraidError, Comm, Shard  # noqa: E402
 
 comm = Comm.from_env()

@@ -5,18 +5,9 @@ unknown bucket; and braid's own failures (an unknown preset, a step with no grad
 braid's message. Run under braidrun (the ctest pytorch_sharded.shard_errors uses 1 rank); exits
 77 when torch is missing.
 """
-import os
 import sys
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-try:
-    import torch
-except ImportError:
-    # Debian's python3-torch is only seen by Debian's interpreter (not by a pyenv/venv python3).
-    if sys.executable != "/usr/bin/python3" and os.path.exists("/usr/bin/python3"):
-        os.execv("/usr/bin/python3", ["/usr/bin/python3"] + sys.argv)
-    print("SKIP: torch is not installed (tools/install-deps.sh installs python3-torch)")
-    sys.exit(77)
+from torch_or_skip import torch  # noqa: E402 (sets the path, skips without torch)
 from braid import BraidError, Comm, Shard  # noqa: E402
 
 

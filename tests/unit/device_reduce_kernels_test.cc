@@ -311,8 +311,7 @@ INSTANTIATE_TEST_SUITE_P(AllTypesAndOps, ReduceKernelTest, ::testing::ValuesIn(A
 // narrow floats only, else the widest tier.
 TEST(ReduceKernelDispatch, PublicEntryPointMatchesBestTier) {
   for (const DataType t : kAllTypes) {
-    const bool narrow = t == DataType::kFloat16 || t == DataType::kBfloat16 ||
-                        t == DataType::kFloat8e4m3 || t == DataType::kFloat8e5m2;
+    const bool narrow = NarrowFormat(t) != nullptr;  // the test's own list of the narrow floats
     const KernelIsa want = narrow || !cpu::CpuSupports(KernelIsa::kAvx2F16c) ? cpu::BestKernelIsa()
                                                                              : KernelIsa::kAvx2F16c;
     EXPECT_EQ(cpu::KernelIsaFor(t), want) << DataTypeName(t);

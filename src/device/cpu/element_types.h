@@ -3,7 +3,9 @@
 // their Format (narrow_float.h), combined, and rounded back once.
 #pragma once
 
+#include <array>
 #include <cstdint>
+#include <utility>
 
 #include "core/base/datatype.h"
 #include "device/cpu/kernel_isa.h"
@@ -58,26 +60,27 @@ struct TierFormat {
   using Type = Format;
 };
 #if BRAID_KERNELS_X86
-template <>
-struct TierFormat<HalfFormat, KernelIsa::kAvx2F16c> {
+// Every tier above the portable one has F16C.
+template <KernelIsa kIsa>
+requires(kIsa != KernelIsa::kPortable) struct TierFormat<HalfFormat, kIsa> {
   using Type = HalfF16cFormat;
 };
-template <>
-struct TierFormat<Fp8E5M2Format, KernelIsa::kAvx2F16c> {
-  using Type = Fp8E5M2F16cFormat;
-};
-template <>
-struct TierFormat<HalfFormat, KernelIsa::kAvx512> {
-  using Type = HalfF16cFormat;
-};
-template <>
-struct TierFormat<Fp8E5M2Format, KernelIsa::kAvx512> {
+template <KernelIsa kIsa>
+requires(kIsa != KernelIsa::kPortable) struct TierFormat<Fp8E5M2Format, kIsa> {
   using Type = Fp8E5M2F16cFormat;
 };
 #endif
 
 template <DataType kType, KernelIsa kIsa>
 using FormatFor = typename TierFormat<typename ElementTraits<kType>::Format, kIsa>::Type;
+
+// ElementTraits<t>::kNarrowFloat for a type known only at run time (indexed by DataType).
+template <size_t... kType>
+constexpr std::array<bool, sizeof...(kType)> NarrowFloatTable(std::index_sequence<kType...>) {
+  return {ElementTraits<static_cast<DataType>(kType)>::kNarrowFloat...};
+}
+inline constexpr std::array<bool, kNumDataTypes> kIsNarrowFloat =
+    NarrowFloatTable(std::make_index_sequence<kNumDataTypes>());
 
 // Elements per stack block for the narrow floats: 2 KiB of fp32 per operand fits L1 with room.
 inline constexpr size_t kNarrowBlock = 256;

@@ -1,5 +1,7 @@
 #include "device/cpu/kernel_isa.h"
 
+#include "device/cpu/element_types.h"
+
 #if BRAID_KERNELS_X86
 #include <cpuid.h>
 #endif
@@ -56,11 +58,10 @@ KernelIsa BestKernelIsa() {
 }
 
 KernelIsa KernelIsaFor(DataType type) {
-  const bool narrow = type == DataType::kFloat16 || type == DataType::kBfloat16 ||
-                      type == DataType::kFloat8e4m3 || type == DataType::kFloat8e5m2;
   static const KernelIsa direct =
       CpuSupports(KernelIsa::kAvx2F16c) ? KernelIsa::kAvx2F16c : KernelIsa::kPortable;
-  return narrow ? BestKernelIsa() : direct;
+  const int t = static_cast<int>(type);
+  return IsValidDataType(t) && kIsNarrowFloat[static_cast<size_t>(t)] ? BestKernelIsa() : direct;
 }
 
 const char* KernelIsaName(KernelIsa isa) {
