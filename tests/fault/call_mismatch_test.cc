@@ -195,6 +195,42 @@ INSTANTIATE_TEST_SUITE_P(Fault, CallMismatch,
                                   std::get<1>(info.param);
                          });
 
+// On two ranks a call whose data starts with one exchange carries the agreement in that first
+// message (wire_header.h, CallConflict): no agreement message of its own. Every message of an
+// 8-byte all-reduce is a 48-byte header and 8 bytes (padded) of data, so the bytes sent per call
+// are a multiple of 56; a separate 48-byte agreement message would break that. A barrier is
+// the agreement alone: one header each way.
+TEST(CallAgreement, TwoRanksCarryItInTheFirstDataMessage) {
+  JobOptions opt;
+  opt.nranks = 2;
+  opt.timeout_s = 60;
+  opt.env = {{"BRAID_TRANSPORTS", "tcp"}, {"BRAID_TIMEOUT", "10"}};
+  auto out = RunJob(opt, [](braidComm_t comm, int rank, int, const braidUniqueId&) {
+    const int peer = 1 - rank;
+    auto sent = [&] {
+      uint64_t s = 0;
+      return braidCommPeerTraffic(comm, peer, &s, nullptr, nullptr, 0) == braidSuccess
+                 ? s
+                 : ~uint64_t{0};
+    };
+    float in[2] = {1.0f + rank, 2.0f}, res[2] = {};
+    uint64_t before = sent();
+    if (braidAllReduce(in, res, 2, braidFloat32, braidSum, comm) != braidSuccess) return 1;
+    const uint64_t call = sent() - before;
+    if (res[0] != 3.0f || res[1] != 4.0f) return 2;
+    before = sent();
+    if (braidBarrier(comm) != braidSuccess) return 3;
+    const uint64_t barrier = sent() - before;
+    if (call == 0 || call % 56 != 0 || barrier != 48) {
+      std::fprintf(stderr, "[rank %d] all-reduce sent %llu bytes, barrier %llu\n", rank,
+                   static_cast<unsigned long long>(call), static_cast<unsigned long long>(barrier));
+      return 4;
+    }
+    return 0;
+  });
+  EXPECT_TRUE(AllSucceeded(out)) << DescribeOutcomes(out);
+}
+
 class VerifyCallsMixed : public ::testing::TestWithParam<std::string> {};
 
 // Ranks configured differently (BRAID_VERIFY_CALLS=0 on rank 0 only) fail with invalid usage

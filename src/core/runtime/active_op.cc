@@ -128,8 +128,12 @@ Status ActiveOp::prepare(uint64_t coll_seq, std::vector<uint64_t>& p2p_send_seq,
   proto_.codec = PackCodec(d_.codec);
 
   const int express = comm_->expressLane();
+  const bool small = !is_p2p_ && LargestBufferBytes(d_, nranks) <= kExpressBytes;
   stage_ = Stage::kData;
-  if (!is_p2p_ && comm_->config().verify_calls && nranks > 1) {
+  if (!is_p2p_ && comm_->config().verify_calls && nranks == 2 && small &&
+      d_.kind != CollKind::kBarrier && canCarryAgreement()) {
+    carried_agreement_ = true;
+  } else if (!is_p2p_ && comm_->config().verify_calls && nranks > 1) {
     CollArgs bargs;
     bargs.kind = CollKind::kBarrier;
     bargs.nranks = nranks;
@@ -146,7 +150,6 @@ Status ActiveOp::prepare(uint64_t coll_seq, std::vector<uint64_t>& p2p_send_seq,
     // The agreement is a dissemination barrier: a barrier needs nothing more.
     if (d_.kind == CollKind::kBarrier) data_sched_ = RankSchedule{};
   }
-  const bool small = !is_p2p_ && LargestBufferBytes(d_, nranks) <= kExpressBytes;
   data_chans_ = small ? StatesFor(data_sched_, express, true) : StatesFor(data_sched_, 0, false);
 
   BRAID_RETURN_IF_ERROR(bindBuffers().prepend(context()));
@@ -233,29 +236,48 @@ uint32_t ActiveOp::streamOf(const StreamGate& gate, const ChannelState& cs,
   return gate.stream(comm_->rootRank(sop.peer), cs.lane, IsRecv(sop.kind));
 }
 
+bool ActiveOp::canCarryAgreement() const {
+  if (data_sched_.channels.size() != 1) return false;
+  const auto& steps = data_sched_.channels[0].steps;
+  if (steps.empty() || !steps[0].deps.empty() || steps[0].ops.size() != 2) return false;
+  const int peer = 1 - comm_->rank();
+  int sends = 0, recvs = 0;
+  for (const StepOp& op : steps[0].ops) {
+    if (op.peer != peer) return false;
+    sends += op.kind == StepOpKind::kSend;
+    recvs += IsRecv(op.kind);
+  }
+  return sends == 1 && recvs == 1;
+}
+
+Status ActiveOp::conflictError() {
+  // Every rank holds a conflict now (see CallConflict) and none used data: fail cleanly.
+  clean_failure_ = true;
+  return InvalidUsage(context() + "call mismatch: rank " + std::to_string(conflict_.rank_a) +
+                      " called " + DescribeSignature(conflict_.a) + ", rank " +
+                      std::to_string(conflict_.rank_b) + " called " +
+                      DescribeSignature(conflict_.b) +
+                      "; every rank must issue the same collectives in the same order with "
+                      "the same count, type, op and root. No data moved; the communicator is "
+                      "still usable");
+}
+
 Status ActiveOp::advance(StreamGate& gate, bool* moved) {
   budget_ = kSweepBudgetBytes;
   if (stage_ == Stage::kAgreement) {
     auto done = advanceStage(agree_chans_, gate, moved);
     if (!done.ok()) return done.status();
     if (!*done) return Status::Ok();
-    if (have_conflict_) {
-      // Every rank holds a conflict now (see CallConflict) and none moved data: fail cleanly.
-      clean_failure_ = true;
-      return InvalidUsage(context() + "call mismatch: rank " + std::to_string(conflict_.rank_a) +
-                          " called " + DescribeSignature(conflict_.a) + ", rank " +
-                          std::to_string(conflict_.rank_b) + " called " +
-                          DescribeSignature(conflict_.b) +
-                          "; every rank must issue the same collectives in the same order with "
-                          "the same count, type, op and root. No data moved; the communicator is "
-                          "still usable");
-    }
+    if (have_conflict_) return conflictError();
     stage_ = Stage::kData;
     *moved = true;
   }
   if (stage_ == Stage::kData) {
     auto done = advanceStage(data_chans_, gate, moved);
     if (!done.ok()) return done.status();
+    // A conflict found by the first data step fails once that step is complete (advanceStage
+    // stops there): this rank's own first message is then wholly sent.
+    if (have_conflict_) return data_chans_[0].step > 0 ? conflictError() : Status::Ok();
     if (*done) stage_ = Stage::kFinished;
   }
   return Status::Ok();
@@ -267,6 +289,7 @@ Result<bool> ActiveOp::advanceStage(std::vector<ChannelState>& chans, StreamGate
   bool all_done = true;
   for (auto& cs : chans) {
     while (!cs.finished()) {
+      if (have_conflict_ && !agreement && cs.step > 0) break;  // a carried agreement failed
       const Step& step = cs.ch->steps[cs.step];
       // A step with edges waits for the steps of other channels it names.
       if (!std::all_of(step.deps.begin(), step.deps.end(),
@@ -351,11 +374,21 @@ Status ActiveOp::advanceAgreement(ChannelState& cs, size_t i, bool* moved) {
     }
     return SendFramed(ep, pr, reinterpret_cast<const std::byte*>(&sent_[cs.step]), &budget_, moved);
   }
+  if (pr.drop) return dropPayload(ep, sop.peer, pr, moved);
   if (pr.phase == kHeader) {
     auto got = RecvHeader(ep, sop.peer, pr, moved);
     if (!got.ok()) return got.status();
     if (!*got) return Status::Ok();
     const WireHeader& h = pr.hdr;
+    if (h.flags == kWireCarriesAgreement && h.comm == proto_.comm) {
+      // The peer's call starts with an exchange whose first message carries its agreement, this
+      // rank's does not: the calls differ (CallConflict). Its payload is dropped.
+      if (!have_conflict_) {
+        conflict_ = {comm_->rank(), sop.peer, SignatureOf(proto_), SignatureOf(h)};
+        have_conflict_ = true;
+      }
+      return dropPayload(ep, sop.peer, pr, moved);
+    }
     if (!(h.flags & kWireAgreement))
       return InvalidUsage("mismatch with rank " + std::to_string(sop.peer) + ": it sent " +
                           DescribeHeader(h) + " #" + std::to_string(h.seq) +
@@ -385,6 +418,33 @@ Status ActiveOp::advanceAgreement(ChannelState& cs, size_t i, bool* moved) {
       conflict_ = incoming_;
       have_conflict_ = true;
     }
+    pr.phase = kPadding;
+    pr.done = 0;
+  }
+  return RecvPadding(ep, pr, moved);
+}
+
+Status ActiveOp::dropPayload(Endpoint* ep, int peer, OpProgress& pr, bool* moved) {
+  // A conflicting first message is at most an express-lane call's (or a conflict record): a
+  // larger length is a corrupt stream, not a call to skip.
+  if (pr.hdr.payload > kExpressBytes)
+    return RemoteError("rank " + std::to_string(peer) + " sent a first message of " +
+                       std::to_string(pr.hdr.payload) +
+                       " bytes with its call agreement: the stream is corrupt");
+  if (pr.phase == kHeader) {
+    pr.drop = true;
+    pr.phase = kPayload;
+    pr.done = 0;
+  }
+  while (pr.phase == kPayload && pr.done < pr.hdr.payload) {
+    auto view = ep->peek(pr.hdr.payload - pr.done);
+    if (!view.ok()) return view.status();
+    if (view->empty()) return Status::Ok();
+    ep->consume(view->size());
+    pr.done += view->size();
+    *moved = true;
+  }
+  if (pr.phase == kPayload) {
     pr.phase = kPadding;
     pr.done = 0;
   }
@@ -435,6 +495,7 @@ Status ActiveOp::advanceData(ChannelState& cs, size_t i, bool* moved) {
     if (pr.phase == kHeader && pr.done == 0) {
       pr.hdr = proto_;
       pr.hdr.payload = bufs_.bytes(sop.src);
+      if (carried_agreement_ && cs.step == 0) pr.hdr.flags = kWireCarriesAgreement;
       if (is_p2p_) {
         const P2PCall& c = d_.p2p[sop.src.buffer];
         pr.hdr.seq = p2p_seq_[i];
@@ -445,6 +506,7 @@ Status ActiveOp::advanceData(ChannelState& cs, size_t i, bool* moved) {
     return SendFramed(ep, pr, bufs_.at(sop.src), &budget_, moved);
   }
   // Receives.
+  if (pr.drop) return dropPayload(ep, sop.peer, pr, moved);
   const Slice& dst_slice = sop.dst;
   const uint64_t expect = bufs_.bytes(dst_slice);
   const size_t elsize = bufs_.elsize[dst_slice.buffer];
@@ -468,14 +530,37 @@ Status ActiveOp::advanceData(ChannelState& cs, size_t i, bool* moved) {
         return InvalidUsage("receive of " + std::to_string(expect) + " bytes from rank " +
                             std::to_string(sop.peer) + " met " + DescribeHeader(h) +
                             ": send and receive sizes must match");
-    } else if (h.flags != 0 || !(SignatureOf(h) == SignatureOf(proto_))) {
+    } else if (carried_agreement_ && cs.step == 0 &&
+               (h.flags == kWireAgreement || h.flags == kWireCarriesAgreement)) {
+      // The peer's agreement (CallConflict): its first data message, or a plain agreement
+      // message when its call does not start with this exchange.
+      if (h.flags == kWireAgreement || !(SignatureOf(h) == SignatureOf(proto_))) {
+        if (!have_conflict_) {
+          conflict_ = {comm_->rank(), sop.peer, SignatureOf(proto_), SignatureOf(h)};
+          have_conflict_ = true;
+        }
+        return dropPayload(ep, sop.peer, pr, moved);
+      }
+      if (h.payload != expect)
+        return InternalError("schedule mismatch with rank " + std::to_string(sop.peer) +
+                             ": expected " + std::to_string(expect) + " bytes, peer sent " +
+                             std::to_string(h.payload) +
+                             " (ranks configured differently? check "
+                             "BRAID_NCHANNELS/BRAID_CHUNK_BYTES/BRAID_ALGO)");
+    } else if (h.flags != 0 || (carried_agreement_ && cs.step == 0) ||
+               !(SignatureOf(h) == SignatureOf(proto_))) {
+      // Verifying ranks send agreement flags; a message without them here, or with them to a
+      // rank that does not verify, means the ranks set BRAID_VERIFY_CALLS differently.
+      const bool theirs = h.flags & (kWireAgreement | kWireCarriesAgreement);
+      const bool mine = comm_->config().verify_calls;
+      const char* hint = theirs && !mine   ? "with call verification on ("
+                         : !theirs && mine ? "without call verification ("
+                                           : "";
       return InvalidUsage(
           "mismatch with rank " + std::to_string(sop.peer) + ": this rank called " +
           DescribeCall(op_->desc()) + " #" + std::to_string(proto_.seq) + ", rank " +
-          std::to_string(sop.peer) + " called " +
-          (h.flags & kWireAgreement ? "with call verification on (" : "") + DescribeHeader(h) +
-          " #" + std::to_string(h.seq) +
-          (h.flags & kWireAgreement ? "; set BRAID_VERIFY_CALLS alike)" : "") +
+          std::to_string(sop.peer) + " called " + hint + DescribeHeader(h) + " #" +
+          std::to_string(h.seq) + (*hint ? "; set BRAID_VERIFY_CALLS alike)" : "") +
           "; every rank must issue the same collectives in the same order with the same count, "
           "type, op and root");
     } else if (h.payload != expect) {

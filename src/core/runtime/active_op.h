@@ -138,6 +138,14 @@ class ActiveOp {
   // Runs the steps of `chans` as far as possible; true when every channel is finished.
   Result<bool> advanceStage(std::vector<ChannelState>& chans, StreamGate& gate, bool* moved);
   Status advanceAgreement(ChannelState& cs, size_t i, bool* moved);
+  // Reads past the payload and padding of the message whose header pr.hdr holds (a mismatched
+  // call's data), without using them.
+  Status dropPayload(Endpoint* ep, int peer, OpProgress& pr, bool* moved);
+  // The clean failure of a call agreement that found a conflict.
+  Status conflictError();
+  // Whether this rank's half of the data schedule can carry the call agreement (CallConflict):
+  // two ranks, one channel whose first step is one send to the peer and one receive from it.
+  bool canCarryAgreement() const;
   // The error for a message of another communicator where this operation expected its own.
   Status OtherCommunicator(int peer, const WireHeader& h) const;
   Status advanceData(ChannelState& cs, size_t i, bool* moved);
@@ -169,6 +177,8 @@ class ActiveOp {
   // Call agreement state.
   CallConflict conflict_;
   bool have_conflict_ = false;
+  // The first data step carries the agreement (kWireCarriesAgreement); no agreement stage.
+  bool carried_agreement_ = false;
   std::vector<CallConflict> sent_;  // per agreement step: the record its send carries
   CallConflict incoming_;
   int64_t budget_ = 0;  // bytes left in this pass (kSweepBudgetBytes at the start of advance())

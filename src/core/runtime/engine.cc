@@ -110,13 +110,18 @@ bool Engine::beginInline() {
 }
 
 void Engine::endInline() {
+  bool thread_has_work;
   {
     std::lock_guard<std::mutex> lock(mu_);
     inline_busy_ = false;
     if (queue_.empty()) drained_cv_.notify_all();
+    // Operations queued meanwhile (non-blocking calls from another thread) or left active. Only
+    // then: waking an idle thread after every blocking call cost a futex round trip per call and,
+    // on oversubscribed cores, the peer's CPU (docs/performance.md, small messages over TCP).
+    thread_has_work = stop_ || !queue_.empty() || !active_.empty();
   }
   report_cv_.notify_all();
-  cv_.notify_one();  // operations queued meanwhile (non-blocking calls from another thread)
+  if (thread_has_work) cv_.notify_one();
 }
 
 template <typename Drive>

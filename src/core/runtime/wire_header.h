@@ -15,6 +15,9 @@ inline constexpr uint32_t kWireMagic = 0x4d445242;  // "BRDM"
 
 // WireHeader::flags bits.
 inline constexpr uint8_t kWireAgreement = 1;  // a call-agreement message (see CallConflict)
+// A data message that is also its sender's call agreement (two ranks, see CallConflict): its
+// header's signature is checked before its payload is used.
+inline constexpr uint8_t kWireCarriesAgreement = 2;
 
 struct WireHeader {
   uint32_t magic = kWireMagic;
@@ -67,6 +70,14 @@ inline CallSignature SignatureOf(const WireHeader& h) {
 // payload of every later agreement message it sends, so after ceil(log2 N) rounds either every
 // rank holds a conflict or all signatures are equal. Then every rank fails (or none does), and no
 // data has moved: the streams stay in step and the communicator stays usable.
+//
+// Two ranks whose data schedule starts with one exchange (each sends the other one message and
+// receives one, a small all-reduce say) skip the separate exchange: that first data message
+// carries the flag kWireCarriesAgreement and its header is the agreement. A receiver whose call
+// differs, or that meets a plain agreement message instead (the peer's call does not start so),
+// drops the payload unread, finishes sending its own first message and fails like the agreement
+// would: each side sent one message and read one, so the streams stay in step, and no user buffer
+// was written. It saves a round trip per call, the agreement's whole cost on two ranks.
 struct CallConflict {
   int32_t rank_a = -1;  // the rank that noticed
   int32_t rank_b = -1;  // the rank whose call differed

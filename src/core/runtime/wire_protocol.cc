@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstring>
 
 namespace braid {
 
@@ -68,12 +69,15 @@ Status SendFramed(Endpoint* ep, OpProgress& pr, const std::byte* payload, int64_
 }
 
 Result<bool> RecvHeader(Endpoint* ep, int peer, OpProgress& pr, bool* moved) {
+  // Through peek(), not recv(): a stream transport then reads the header together with what
+  // follows it (a small payload, the next frames) in one syscall.
   while (pr.done < sizeof(WireHeader)) {
-    auto r =
-        ep->recv(reinterpret_cast<std::byte*>(&pr.hdr) + pr.done, sizeof(WireHeader) - pr.done);
+    auto r = ep->peek(sizeof(WireHeader) - pr.done);
     if (!r.ok()) return r.status();
-    if (*r == 0) return false;
-    pr.done += *r;
+    if (r->empty()) return false;
+    std::memcpy(reinterpret_cast<std::byte*>(&pr.hdr) + pr.done, r->data(), r->size());
+    ep->consume(r->size());
+    pr.done += r->size();
     *moved = true;
   }
   if (pr.hdr.magic != kWireMagic)

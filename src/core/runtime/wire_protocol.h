@@ -22,6 +22,7 @@ enum Phase : uint8_t { kHeader = 0, kPayload = 1, kPadding = 2, kDone = 3 };
 struct OpProgress {
   Phase phase = kHeader;
   uint64_t done = 0;  // bytes of the current phase (elements of a local step: active_op.cc)
+  bool drop = false;  // a received message of a conflicting call: read past, never used
   WireHeader hdr;
 };
 

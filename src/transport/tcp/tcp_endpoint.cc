@@ -143,7 +143,7 @@ Result<size_t> TcpEndpoint::sendv(std::span<const iovec> parts) {
   }
 }
 
-void TcpEndpoint::fill() {
+void TcpEndpoint::fill(size_t want) {
   if (!rx_error_.ok()) return;
   size_t avail = tail_ - head_;
   // Compact when the buffer's end is reached, or when a short remainder sits so near the end
@@ -153,12 +153,16 @@ void TcpEndpoint::fill() {
     head_ = 0;
     tail_ = avail;
   }
-  while (tail_ < kBufferBytes) {
-    size_t want = kBufferBytes - tail_;
-    ssize_t n = readStream(buf_.get() + tail_, want);
+  // Read what was asked for and at least kReadAheadBytes: a header peeked alone brings a small
+  // payload (and the frames behind it) in the same syscall, while a large payload behind it is
+  // left in the socket for recv() to read straight into its destination.
+  const size_t limit = std::min(kBufferBytes, tail_ + std::max(want, kReadAheadBytes));
+  while (tail_ < limit) {
+    size_t room = limit - tail_;
+    ssize_t n = readStream(buf_.get() + tail_, room);
     if (n > 0) {
       tail_ += static_cast<size_t>(n);
-      if (static_cast<size_t>(n) < want) return;  // drained (or at the marker)
+      if (static_cast<size_t>(n) < room) return;  // drained (or at the marker)
       continue;
     }
     if (n < 0 && errno == EINTR) continue;
@@ -170,7 +174,7 @@ void TcpEndpoint::fill() {
 }
 
 Result<std::span<const std::byte>> TcpEndpoint::peek(size_t max) {
-  if (tail_ - head_ < max) fill();
+  if (tail_ - head_ < max) fill(max - (tail_ - head_));
   size_t avail = tail_ - head_;
   if (avail == 0) {
     last_peek_ = 0;

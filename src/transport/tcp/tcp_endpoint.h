@@ -28,6 +28,8 @@ class TcpEndpoint final : public Endpoint {
  public:
   // Receive-buffer size for peek(): large views let the engine reduce in place.
   static constexpr size_t kBufferBytes = 256 * 1024;
+  // The least peek() reads ahead when it must read at all (fill()).
+  static constexpr size_t kReadAheadBytes = 16 * 1024;
 
   TcpEndpoint(Fd fd, TcpPeer peer);
   ~TcpEndpoint() override;
@@ -55,8 +57,9 @@ class TcpEndpoint final : public Endpoint {
   void report(FailureCause::Reason reason) const;
   // Whether the peer's shutdown marker arrived (cached once seen).
   bool peerShutDown();
-  // Reads what the socket has into the buffer (at most to its end).
-  void fill();
+  // Reads what the socket has into the buffer: `want` bytes or kReadAheadBytes, whichever is
+  // more, at most to the buffer's end.
+  void fill(size_t want);
   // One recv() of the byte stream that never loses the shutdown marker. Linux drops a pending
   // urgent byte when a normal read starts at it; since only FIN follows the marker, such a read
   // returns 0 or EAGAIN, never data. So a one-byte MSG_PEEK (which leaves the urgent byte in
