@@ -231,6 +231,39 @@ TEST(CallAgreement, TwoRanksCarryItInTheFirstDataMessage) {
   EXPECT_TRUE(AllSucceeded(out)) << DescribeOutcomes(out);
 }
 
+// Whether a call carries its agreement must not depend on what each rank chooses alone: one
+// rank all-gathers in place and the other out of place (the out-of-place schedule copies the
+// rank's own block in the first step), and the results must be right on both.
+TEST(CallAgreement, RanksThatPlaceDifferentlyStillAgree) {
+  JobOptions opt;
+  opt.nranks = 2;
+  opt.timeout_s = 60;
+  opt.env = {{"BRAID_TRANSPORTS", "tcp"}, {"BRAID_TIMEOUT", "10"}};
+  auto out = RunJob(opt, [](braidComm_t comm, int rank, int, const braidUniqueId&) {
+    for (size_t count : {size_t{1}, size_t{2}, size_t{1000}}) {
+      for (int in_place_rank : {0, 1}) {
+        std::vector<float> all(2 * count, kSentinel);
+        std::vector<float> mine(count);
+        for (size_t i = 0; i < count; ++i) mine[i] = static_cast<float>(rank * 1000 + i);
+        const float* send = mine.data();
+        if (rank == in_place_rank) {
+          std::copy(mine.begin(), mine.end(), all.begin() + rank * count);
+          send = all.data() + rank * count;
+        }
+        if (braidAllGather(send, all.data(), count, braidFloat32, comm) != braidSuccess) {
+          std::fprintf(stderr, "[rank %d] count %zu: %s\n", rank, count, braidGetLastError(comm));
+          return 1;
+        }
+        for (int r = 0; r < 2; ++r)
+          for (size_t i = 0; i < count; ++i)
+            if (all[r * count + i] != static_cast<float>(r * 1000 + i)) return 2;
+      }
+    }
+    return 0;
+  });
+  EXPECT_TRUE(AllSucceeded(out)) << DescribeOutcomes(out);
+}
+
 class VerifyCallsMixed : public ::testing::TestWithParam<std::string> {};
 
 // Ranks configured differently (BRAID_VERIFY_CALLS=0 on rank 0 only) fail with invalid usage

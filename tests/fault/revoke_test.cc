@@ -34,7 +34,10 @@ TEST_P(Revoke, PendingAndLaterOperationsFailAndPeersFailFast) {
   opt.timeout_s = 90;
   opt.env = {{"BRAID_TRANSPORTS", GetParam()}, {"BRAID_TIMEOUT", "60"}};
   auto out = RunJob(opt, [&](braidComm_t comm, int rank, int, const braidUniqueId&) {
-    std::vector<float> a(1000, 1.0f), b(1000);
+    // Above the express lane, so that the call starts with its agreement: a small call on two
+    // ranks sends its data with the agreement (wire_header.h), and had rank 0's data left before
+    // the revoke, rank 1 would legitimately complete the same call with it.
+    std::vector<float> a(1 << 18, 1.0f), b(1 << 18);
     if (rank == 0) {
       braidRequest_t req;
       if (braidIallReduce(a.data(), b.data(), a.size(), braidFloat32, braidSum, comm, &req) !=

@@ -87,6 +87,7 @@ Result<RankSchedule> ActiveOp::buildSchedule(CollArgs* args) {
   const Algorithm* algo = AlgorithmFor(*comm_, d_, *args);
   if (!algo) return InternalError(std::string("no algorithm can serve ") + DescribeCall(d_));
   algo_name_ = algo->name();
+  algo_ = algo;
   auto sched = BuildSchedule(*algo, *args, rank);
   if (!sched.ok()) return sched.status();
   if (static_cast<int>(sched->channels.size()) > args->nchannels)
@@ -131,7 +132,7 @@ Status ActiveOp::prepare(uint64_t coll_seq, std::vector<uint64_t>& p2p_send_seq,
   const bool small = !is_p2p_ && LargestBufferBytes(d_, nranks) <= kExpressBytes;
   stage_ = Stage::kData;
   if (!is_p2p_ && comm_->config().verify_calls && nranks == 2 && small &&
-      d_.kind != CollKind::kBarrier && canCarryAgreement()) {
+      d_.kind != CollKind::kBarrier && algo_ && carriesAgreement(*algo_)) {
     carried_agreement_ = true;
   } else if (!is_p2p_ && comm_->config().verify_calls && nranks > 1) {
     CollArgs bargs;
@@ -236,30 +237,74 @@ uint32_t ActiveOp::streamOf(const StreamGate& gate, const ChannelState& cs,
   return gate.stream(comm_->rootRank(sop.peer), cs.lane, IsRecv(sop.kind));
 }
 
-bool ActiveOp::canCarryAgreement() const {
-  if (data_sched_.channels.size() != 1) return false;
-  const auto& steps = data_sched_.channels[0].steps;
-  if (steps.empty() || !steps[0].deps.empty() || steps[0].ops.size() != 2) return false;
-  const int peer = 1 - comm_->rank();
+namespace {
+
+// Whether `s`, rank `rank`'s schedule on two ranks, starts with one exchange: one channel whose
+// first step holds one send to the peer and one receive from it, besides local steps.
+bool StartsWithOneExchange(const RankSchedule& s, int rank) {
+  if (s.channels.size() != 1) return false;
+  const auto& steps = s.channels[0].steps;
+  if (steps.empty() || !steps[0].deps.empty()) return false;
   int sends = 0, recvs = 0;
   for (const StepOp& op : steps[0].ops) {
-    if (op.peer != peer) return false;
+    if (!IsTransfer(op.kind)) continue;
+    if (op.peer != 1 - rank) return false;
     sends += op.kind == StepOpKind::kSend;
     recvs += IsRecv(op.kind);
   }
   return sends == 1 && recvs == 1;
 }
 
+}  // namespace
+
+bool ActiveOp::carriesAgreement(const Algorithm& algo) {
+  // The peer decides from its own rank and placement (in place or not is each rank's own
+  // choice), so the answer must not depend on either: every combination must start alike.
+  auto& cache = comm_->carriedAgreementCache();
+  const auto key = std::make_tuple(proto_.coll, proto_.dtype, proto_.op, proto_.count, proto_.root,
+                                   proto_.codec);
+  if (auto it = cache.find(key); it != cache.end()) return it->second;
+  bool carries = true;
+  for (int rank = 0; rank < 2 && carries; ++rank)
+    for (bool in_place : {false, true}) {
+      CollArgs a = args_;
+      a.in_place = in_place;
+      if (!algo.supports(a)) continue;  // a placement no rank can run
+      auto s = BuildSchedule(algo, a, rank);
+      if (!s.ok() || !StartsWithOneExchange(*s, rank)) {
+        carries = false;
+        break;
+      }
+    }
+  if (cache.size() >= 4096) cache.clear();  // call shapes of a long job: keep it bounded
+  cache.emplace(key, carries);
+  return carries;
+}
+
+bool ActiveOp::firstTransfersDone() const {
+  const ChannelState& cs = data_chans_[0];
+  if (cs.step > 0) return true;
+  const auto& ops = cs.ch->steps[0].ops;
+  for (size_t i = 0; i < ops.size(); ++i)
+    if (IsTransfer(ops[i].kind) && cs.progress[i].phase != kDone) return false;
+  return true;
+}
+
 Status ActiveOp::conflictError() {
   // Every rank holds a conflict now (see CallConflict) and none used data: fail cleanly.
   clean_failure_ = true;
-  return InvalidUsage(context() + "call mismatch: rank " + std::to_string(conflict_.rank_a) +
-                      " called " + DescribeSignature(conflict_.a) + ", rank " +
-                      std::to_string(conflict_.rank_b) + " called " +
-                      DescribeSignature(conflict_.b) +
-                      "; every rank must issue the same collectives in the same order with "
-                      "the same count, type, op and root. No data moved; the communicator is "
-                      "still usable");
+  // Equal signatures: one rank's call carried its agreement in its data and the other's did
+  // not, so the ranks built different schedules for the same call.
+  const std::string why =
+      conflict_.a == conflict_.b
+          ? "; the calls are the same but the ranks built different schedules for them (set "
+            "BRAID_ALGO, BRAID_DETERMINISTIC, BRAID_NCHANNELS and BRAID_CHUNK_BYTES alike)"
+          : "; every rank must issue the same collectives in the same order with the same count, "
+            "type, op and root";
+  return InvalidUsage(
+      context() + "call mismatch: rank " + std::to_string(conflict_.rank_a) + " called " +
+      DescribeSignature(conflict_.a) + ", rank " + std::to_string(conflict_.rank_b) + " called " +
+      DescribeSignature(conflict_.b) + why + ". No data moved; the communicator is still usable");
 }
 
 Status ActiveOp::advance(StreamGate& gate, bool* moved) {
@@ -277,7 +322,7 @@ Status ActiveOp::advance(StreamGate& gate, bool* moved) {
     if (!done.ok()) return done.status();
     // A conflict found by the first data step fails once that step is complete (advanceStage
     // stops there): this rank's own first message is then wholly sent.
-    if (have_conflict_) return data_chans_[0].step > 0 ? conflictError() : Status::Ok();
+    if (have_conflict_) return firstTransfersDone() ? conflictError() : Status::Ok();
     if (*done) stage_ = Stage::kFinished;
   }
   return Status::Ok();
@@ -302,6 +347,12 @@ Result<bool> ActiveOp::advanceStage(std::vector<ChannelState>& chans, StreamGate
         if (pr.phase == kDone) continue;
         const StepOp& sop = ops[i];
         const bool transfer = IsTransfer(sop.kind);
+        // A first step that carries the agreement writes nothing before the peer's header has
+        // matched (and nothing at all after a conflict).
+        if (!transfer && carried_agreement_ && !agreement && cs.step == 0 && !agreement_checked_) {
+          step_done = false;
+          continue;
+        }
         // Transfers of one step on the same (peer, direction) go in the order listed.
         bool blocked = false;
         for (size_t j = 0; transfer && j < i && !blocked; ++j)
@@ -380,7 +431,8 @@ Status ActiveOp::advanceAgreement(ChannelState& cs, size_t i, bool* moved) {
     if (!got.ok()) return got.status();
     if (!*got) return Status::Ok();
     const WireHeader& h = pr.hdr;
-    if (h.flags == kWireCarriesAgreement && h.comm == proto_.comm) {
+    if (h.comm != proto_.comm) return OtherCommunicator(sop.peer, h);
+    if (h.flags == kWireCarriesAgreement) {
       // The peer's call starts with an exchange whose first message carries its agreement, this
       // rank's does not: the calls differ (CallConflict). Its payload is dropped.
       if (!have_conflict_) {
@@ -397,7 +449,6 @@ Status ActiveOp::advanceAgreement(ChannelState& cs, size_t i, bool* moved) {
     if (h.payload != 0 && h.payload != sizeof(CallConflict))
       return RemoteError("rank " + std::to_string(sop.peer) + " sent a call-agreement message of " +
                          std::to_string(h.payload) + " bytes: the stream is corrupt");
-    if (h.comm != proto_.comm) return OtherCommunicator(sop.peer, h);
     if (!have_conflict_ && !(SignatureOf(h) == SignatureOf(proto_))) {
       conflict_ = {comm_->rank(), sop.peer, SignatureOf(proto_), SignatureOf(h)};
       have_conflict_ = true;
@@ -541,6 +592,7 @@ Status ActiveOp::advanceData(ChannelState& cs, size_t i, bool* moved) {
         }
         return dropPayload(ep, sop.peer, pr, moved);
       }
+      agreement_checked_ = true;
       if (h.payload != expect)
         return InternalError("schedule mismatch with rank " + std::to_string(sop.peer) +
                              ": expected " + std::to_string(expect) + " bytes, peer sent " +
@@ -551,11 +603,13 @@ Status ActiveOp::advanceData(ChannelState& cs, size_t i, bool* moved) {
                !(SignatureOf(h) == SignatureOf(proto_))) {
       // Verifying ranks send agreement flags; a message without them here, or with them to a
       // rank that does not verify, means the ranks set BRAID_VERIFY_CALLS differently.
+      // (A point-to-point message never carries the flags: no hint for it.)
+      const bool collective = h.coll != static_cast<uint8_t>(CollKind::kSendRecv);
       const bool theirs = h.flags & (kWireAgreement | kWireCarriesAgreement);
       const bool mine = comm_->config().verify_calls;
-      const char* hint = theirs && !mine   ? "with call verification on ("
-                         : !theirs && mine ? "without call verification ("
-                                           : "";
+      const char* hint = collective && theirs && !mine   ? "with call verification on ("
+                         : collective && !theirs && mine ? "without call verification ("
+                                                         : "";
       return InvalidUsage(
           "mismatch with rank " + std::to_string(sop.peer) + ": this rank called " +
           DescribeCall(op_->desc()) + " #" + std::to_string(proto_.seq) + ", rank " +

@@ -143,9 +143,14 @@ class ActiveOp {
   Status dropPayload(Endpoint* ep, int peer, OpProgress& pr, bool* moved);
   // The clean failure of a call agreement that found a conflict.
   Status conflictError();
-  // Whether this rank's half of the data schedule can carry the call agreement (CallConflict):
-  // two ranks, one channel whose first step is one send to the peer and one receive from it.
-  bool canCarryAgreement() const;
+  // Whether this call carries the call agreement in its first message (CallConflict): two ranks,
+  // and the call's schedule on both ranks, in place and out of place, has one channel whose
+  // first step is one send to the peer and one receive from it (plus local steps, which then
+  // wait for the peer's header). Decided alike on both ranks whatever their placements; cached
+  // per call shape on the communicator.
+  bool carriesAgreement(const Algorithm& algo);
+  // Whether the first step of this operation's data is complete as far as its transfers go.
+  bool firstTransfersDone() const;
   // The error for a message of another communicator where this operation expected its own.
   Status OtherCommunicator(int peer, const WireHeader& h) const;
   Status advanceData(ChannelState& cs, size_t i, bool* moved);
@@ -161,6 +166,7 @@ class ActiveOp {
   bool is_p2p_ = false;
   uint64_t seq_ = 0;
   std::string algo_name_;
+  const Algorithm* algo_ = nullptr;  // collectives: the algorithm of the data schedule
   CollArgs args_;
   WireHeader proto_;  // wire identity of this call
   Stage stage_ = Stage::kData;
@@ -179,6 +185,8 @@ class ActiveOp {
   bool have_conflict_ = false;
   // The first data step carries the agreement (kWireCarriesAgreement); no agreement stage.
   bool carried_agreement_ = false;
+  // The peer's carried agreement matched: the first step's local steps may run.
+  bool agreement_checked_ = false;
   std::vector<CallConflict> sent_;  // per agreement step: the record its send carries
   CallConflict incoming_;
   int64_t budget_ = 0;  // bytes left in this pass (kSweepBudgetBytes at the start of advance())
