@@ -104,6 +104,22 @@ class Endpoint {
   // returns those bytes; the error must then come again on the next call (a transport's send
   // errors are sticky).
   virtual Result<size_t> sendv(std::span<const iovec> parts);
+  // Batching of small messages: cork() appends one whole message (`parts`) to the endpoint's
+  // outgoing buffer instead of sending it, and flush() sends everything buffered in one call;
+  // send() and sendv() flush first, so the stream keeps its order. Returns false when the
+  // transport does not batch (a send costs no syscall there: shm) or the buffer is full; the
+  // caller then sends the message itself. `*end` is the stream position at the message's end:
+  // it has gone out once flushedThrough() reaches it. Whoever corks must see that flush() is
+  // called before it sleeps (the engine flushes at the end of every pass).
+  virtual bool cork(std::span<const iovec> parts, uint64_t* end) {
+    (void)parts;
+    (void)end;
+    return false;
+  }
+  // Sends what cork() buffered, as far as the stream takes it; the sticky send error if any.
+  virtual Status flush() { return Status::Ok(); }
+  // Bytes of corked messages handed to the stream so far (a position comparable with `end`).
+  virtual uint64_t flushedThrough() const { return 0; }
   // Reads up to `len` bytes into `data`; returns how many arrived (0 when none yet).
   virtual Result<size_t> recv(void* data, size_t len) = 0;
   // A view of arrived bytes that can be read in place, at most `max` of them (empty when none).

@@ -341,6 +341,81 @@ TEST(TcpEndpoint, GatheredSendAndSmallReadsKeepTheStreamInOrder) {
   EXPECT_TRUE(received == expected);
 }
 
+// Corked messages leave in order with later direct sends (which flush first), a message over
+// the size limit or beyond the buffer is refused (the caller sends it itself), flushedThrough()
+// reaches a message's end once it went out, and a flush into a full stream keeps the rest for
+// later, with arm() then asking for room even when the caller did not.
+TEST(TcpEndpoint, CorkedMessagesKeepTheStreamInOrder) {
+  PairJob job;
+  Endpoint* tx = job.ep(0, 1, 0);
+  Endpoint* rx = job.ep(1, 0, 0);
+  auto one = [](const std::string& s) { return iovec{const_cast<char*>(s.data()), s.size()}; };
+  const std::string a = "first-", b = "second-", c = "direct-", d = "last";
+  uint64_t end_a = 0, end_b = 0, end_d = 0;
+  iovec part = one(a);
+  ASSERT_TRUE(tx->cork(std::span<const iovec>(&part, 1), &end_a));
+  part = one(b);
+  ASSERT_TRUE(tx->cork(std::span<const iovec>(&part, 1), &end_b));
+  EXPECT_EQ(end_a, a.size());
+  EXPECT_EQ(end_b, a.size() + b.size());
+  EXPECT_EQ(tx->flushedThrough(), 0u);    // nothing went out yet
+  auto n = tx->send(c.data(), c.size());  // flushes a and b first
+  ASSERT_TRUE(n.ok() && *n == c.size());
+  EXPECT_EQ(tx->flushedThrough(), end_b);
+  part = one(d);
+  ASSERT_TRUE(tx->cork(std::span<const iovec>(&part, 1), &end_d));
+  ASSERT_TRUE(tx->flush().ok());
+  EXPECT_EQ(tx->flushedThrough(), end_d);
+  const std::string want = a + b + c + d;
+  std::string got(want.size(), '?');
+  ASSERT_TRUE(RecvExactly(rx, got.data(), got.size()));
+  EXPECT_EQ(got, want);
+
+  // Too large for a corked message; and a buffer that is full refuses more.
+  std::vector<char> big(TcpEndpoint::kCorkMessageBytes + 1, 'b');
+  part = {big.data(), big.size()};
+  uint64_t end = 0;
+  EXPECT_FALSE(tx->cork(std::span<const iovec>(&part, 1), &end));
+  std::vector<char> msg(TcpEndpoint::kCorkMessageBytes, 'm');
+  part = {msg.data(), msg.size()};
+  size_t corked = 0;
+  while (tx->cork(std::span<const iovec>(&part, 1), &end)) corked += msg.size();
+  EXPECT_GT(corked, 0u);
+  EXPECT_LE(corked, TcpEndpoint::kCorkBytes);
+
+  // Fill the stream (the receiver does not read), then flush: what does not fit stays corked,
+  // and arm() wants room for it.
+  std::vector<char> chunk(1 << 20, 'z');
+  ASSERT_TRUE(tx->flush().ok());
+  Deadline fill = Deadline::After(10000);
+  for (;;) {
+    ASSERT_FALSE(fill.expired()) << "the stream never filled";
+    auto r = tx->send(chunk.data(), chunk.size());
+    ASSERT_TRUE(r.ok());
+    if (*r == 0) break;
+  }
+  const uint64_t before = tx->flushedThrough();
+  part = {msg.data(), msg.size()};
+  ASSERT_TRUE(tx->cork(std::span<const iovec>(&part, 1), &end));
+  ASSERT_TRUE(tx->flush().ok());
+  EXPECT_LT(tx->flushedThrough(), end);
+  EXPECT_GE(tx->flushedThrough(), before);
+  std::vector<pollfd> fds;
+  EXPECT_FALSE(tx->arm(false, false, fds));
+  ASSERT_EQ(fds.size(), 1u);
+  EXPECT_TRUE(fds[0].events & POLLOUT);
+  tx->disarm(fds);
+  // The receiver drains; the corked message follows everything sent before it.
+  std::vector<char> sink(1 << 20);
+  Deadline drain = Deadline::After(20000);
+  while (tx->flushedThrough() < end) {
+    ASSERT_FALSE(drain.expired()) << "the corked message never went out";
+    auto r = rx->recv(sink.data(), sink.size());
+    ASSERT_TRUE(r.ok());
+    ASSERT_TRUE(tx->flush().ok());
+  }
+}
+
 TEST(TcpEndpoint, ArmAndPollWakeOnData) {
   PairJob job;
   Endpoint* tx = job.ep(0, 1, 0);

@@ -307,8 +307,9 @@ Status ActiveOp::conflictError() {
       DescribeSignature(conflict_.b) + why + ". No data moved; the communicator is still usable");
 }
 
-Status ActiveOp::advance(StreamGate& gate, bool* moved) {
+Status ActiveOp::advance(StreamGate& gate, bool* moved, std::vector<Endpoint*>* corked) {
   budget_ = kSweepBudgetBytes;
+  corked_ = corked;
   if (stage_ == Stage::kAgreement) {
     auto done = advanceStage(agree_chans_, gate, moved);
     if (!done.ok()) return done.status();
@@ -356,9 +357,20 @@ Result<bool> ActiveOp::advanceStage(std::vector<ChannelState>& chans, StreamGate
         // Transfers of one step on the same (peer, direction) go in the order listed.
         bool blocked = false;
         for (size_t j = 0; transfer && j < i && !blocked; ++j)
-          blocked = cs.progress[j].phase != kDone && IsTransfer(ops[j].kind) &&
-                    ops[j].peer == sop.peer && IsRecv(ops[j].kind) == IsRecv(sop.kind);
+          blocked = cs.progress[j].phase != kDone && cs.progress[j].phase != kCorked &&
+                    IsTransfer(ops[j].kind) && ops[j].peer == sop.peer &&
+                    IsRecv(ops[j].kind) == IsRecv(sop.kind);
         const uint32_t s = transfer ? streamOf(gate, cs, sop) : 0;
+        if (pr.phase == kCorked) {
+          // Its place in the stream is fixed (the gate already moved on); it waits for a flush.
+          Endpoint* ep = comm_->endpoint(sop.peer, cs.lane);
+          bool m = false;
+          Status st = AdvanceCorked(ep, pr, &m);
+          if (!st.ok()) return st.prepend(context());
+          if (m) *moved = true;
+          if (pr.phase != kDone) step_done = false;
+          continue;
+        }
         if (blocked || (transfer && !gate.owns(id_, s))) {
           step_done = false;
           continue;
@@ -370,11 +382,11 @@ Result<bool> ActiveOp::advanceStage(std::vector<ChannelState>& chans, StreamGate
           if (transfer) touched_ = true;
         }
         if (!st.ok()) return st.prepend(context());
-        if (pr.phase != kDone) {
-          step_done = false;
-        } else if (transfer) {
-          gate.release(id_, s);
+        if (transfer && !pr.released && (pr.phase == kDone || pr.phase == kCorked)) {
+          gate.release(id_, s);  // a corked message's order on the stream is already fixed
+          pr.released = true;
         }
+        if (pr.phase != kDone) step_done = false;
       }
       if (!step_done || budget_ <= 0) {
         if (step_done) {  // out of budget at a step boundary: enter the next step next pass
@@ -423,7 +435,8 @@ Status ActiveOp::advanceAgreement(ChannelState& cs, size_t i, bool* moved) {
       pr.hdr.payload = have_conflict_ ? sizeof(CallConflict) : 0;
       sent_[cs.step] = conflict_;
     }
-    return SendFramed(ep, pr, reinterpret_cast<const std::byte*>(&sent_[cs.step]), &budget_, moved);
+    return SendFramed(ep, pr, reinterpret_cast<const std::byte*>(&sent_[cs.step]), &budget_, moved,
+                      corked_);
   }
   if (pr.drop) return dropPayload(ep, sop.peer, pr, moved);
   if (pr.phase == kHeader) {
@@ -554,7 +567,7 @@ Status ActiveOp::advanceData(ChannelState& cs, size_t i, bool* moved) {
         pr.hdr.count = c.count;
       }
     }
-    return SendFramed(ep, pr, bufs_.at(sop.src), &budget_, moved);
+    return SendFramed(ep, pr, bufs_.at(sop.src), &budget_, moved, corked_);
   }
   // Receives.
   if (pr.drop) return dropPayload(ep, sop.peer, pr, moved);
@@ -695,7 +708,8 @@ void ActiveOp::collectWaits(const StreamGate& gate, std::vector<TransferWait>& o
     const auto& ops = cs.ch->steps[cs.step].ops;
     for (size_t i = 0; i < ops.size(); ++i) {
       if (cs.progress[i].phase == kDone || !IsTransfer(ops[i].kind)) continue;
-      if (!gate.owns(id_, streamOf(gate, cs, ops[i]))) continue;
+      // A corked send waits for room to flush, whoever heads the stream now.
+      if (cs.progress[i].phase != kCorked && !gate.owns(id_, streamOf(gate, cs, ops[i]))) continue;
       Endpoint* ep = comm_->endpoint(ops[i].peer, cs.lane);
       const bool recv = IsRecv(ops[i].kind);
       auto it =
@@ -767,6 +781,7 @@ std::string ActiveOp::progressReport(const StreamGate& gate) const {
            std::to_string(ops[i].peer) + " " +
            (pr.phase == kHeader    ? "header"
             : pr.phase == kPayload ? "payload"
+            : pr.phase == kCorked  ? "buffered, waiting to flush"
                                    : "padding") +
            " " + std::to_string(pr.done) + " B" +
            (gate.owns(id_, streamOf(gate, cs, ops[i])) ? "" : " (queued behind an earlier op)");

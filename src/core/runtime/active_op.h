@@ -75,7 +75,9 @@ class ActiveOp {
   // Moves whatever the transports and the gate allow now; sets *moved when anything moved.
   // An error leaves the operation unfinished; cleanFailure() then tells whether the streams are
   // still at message boundaries (a call-agreement conflict) or torn.
-  Status advance(StreamGate& gate, bool* moved);
+  // Small sends may be corked (Endpoint::cork): their endpoints are added to `*corked`, which
+  // the caller flushes at the end of its pass.
+  Status advance(StreamGate& gate, bool* moved, std::vector<Endpoint*>* corked = nullptr);
   // Bytes the last advance() moved or computed on (transfers and local steps).
   int64_t bytesLastPass() const { return kSweepBudgetBytes - budget_; }
   bool finished() const { return stage_ == Stage::kFinished; }
@@ -190,6 +192,7 @@ class ActiveOp {
   std::vector<CallConflict> sent_;  // per agreement step: the record its send carries
   CallConflict incoming_;
   int64_t budget_ = 0;  // bytes left in this pass (kSweepBudgetBytes at the start of advance())
+  std::vector<Endpoint*>* corked_ = nullptr;  // this pass's (advance())
 };
 
 }  // namespace braid

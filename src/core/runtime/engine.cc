@@ -330,7 +330,8 @@ bool Engine::sweep(int64_t* bytes) {
     bool moved = false;
     Status st;
     try {
-      st = a.advance(gate_, &moved);
+      // Only with company: one operation alone gains nothing from waiting for the pass's end.
+      st = a.advance(gate_, &moved, active_.size() > 1 ? &corked_ : nullptr);
     } catch (const std::bad_alloc&) {
       st = OutOfMemory(a.context());
     }
@@ -358,6 +359,10 @@ bool Engine::sweep(int64_t* bytes) {
     }
     ++i;
   }
+  // A send error shows at the corked transfer's next pass (AdvanceCorked), where the operation
+  // it belongs to fails with it.
+  for (Endpoint* ep : corked_) (void)ep->flush();
+  corked_.clear();
   return any;
 }
 

@@ -161,6 +161,9 @@ class Engine {
   // inline_busy_).
   std::vector<std::unique_ptr<ActiveOp>> active_;
   StreamGate gate_;
+  // Endpoints that corked small messages during the current pass (Endpoint::cork): flushed at
+  // its end, so that a pass's messages to one peer leave in one syscall.
+  std::vector<Endpoint*> corked_;
   std::vector<std::vector<std::byte>> pool_;  // recycled scratch buffers
   uint64_t next_id_ = 0;
   std::vector<TransferWait> waits_;  // reused by sleepUntilProgress

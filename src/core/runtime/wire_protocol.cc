@@ -26,12 +26,33 @@ std::string DescribeHeader(const WireHeader& h) {
   return DescribeCall(d);
 }
 
+Status AdvanceCorked(Endpoint* ep, OpProgress& pr, bool* moved) {
+  if (ep->flushedThrough() < pr.cork_end) BRAID_RETURN_IF_ERROR(ep->flush());
+  if (ep->flushedThrough() >= pr.cork_end) {
+    pr.phase = kDone;
+    *moved = true;
+  }
+  return Status::Ok();
+}
+
 Status SendFramed(Endpoint* ep, OpProgress& pr, const std::byte* payload, int64_t* budget,
-                  bool* moved) {
+                  bool* moved, std::vector<Endpoint*>* corked) {
   static const std::byte kZeros[8] = {};
+  if (pr.phase == kCorked) return AdvanceCorked(ep, pr, moved);
   const uint64_t payload_len = pr.hdr.payload;
   const uint64_t padding_len = PaddedSize(payload_len) - payload_len;
   auto* header = reinterpret_cast<const std::byte*>(&pr.hdr);
+  if (corked && pr.phase == kHeader && pr.done == 0) {
+    const iovec whole[3] = {{const_cast<std::byte*>(header), sizeof(WireHeader)},
+                            {const_cast<std::byte*>(payload), payload_len},
+                            {const_cast<std::byte*>(kZeros), padding_len}};
+    if (ep->cork(std::span<const iovec>(whole, 3), &pr.cork_end)) {
+      pr.phase = kCorked;
+      *moved = true;
+      if (std::find(corked->begin(), corked->end(), ep) == corked->end()) corked->push_back(ep);
+      return Status::Ok();
+    }
+  }
   for (;;) {
     // What is left of the frame, from the current phase on, in one gathered send: a small
     // message leaves as one segment (one syscall) instead of three.

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "algorithms/schedule.h"
 #include "core/runtime/operation.h"
@@ -16,13 +17,17 @@
 
 namespace braid {
 
-enum Phase : uint8_t { kHeader = 0, kPayload = 1, kPadding = 2, kDone = 3 };
+enum Phase : uint8_t { kHeader = 0, kPayload = 1, kPadding = 2, kDone = 3, kCorked = 4 };
+// kCorked: a send whose whole message the endpoint buffered (Endpoint::cork); done once the
+// endpoint's flushedThrough() reaches OpProgress::cork_end. Its place in the stream is fixed.
 
 // Progress of one transfer of the current step of a channel.
 struct OpProgress {
   Phase phase = kHeader;
-  uint64_t done = 0;  // bytes of the current phase (elements of a local step: active_op.cc)
-  bool drop = false;  // a received message of a conflicting call: read past, never used
+  uint64_t done = 0;      // bytes of the current phase (elements of a local step: active_op.cc)
+  bool drop = false;      // a received message of a conflicting call: read past, never used
+  bool released = false;  // the StreamGate has been told this transfer's order is fixed
+  uint64_t cork_end = 0;  // kCorked: the endpoint's stream position at the message's end
   WireHeader hdr;
 };
 
@@ -53,8 +58,12 @@ std::string DescribeSignature(const CallSignature& s);
 // Sends one framed message as far as the stream allows, and at most about `*budget` bytes
 // (decremented; a fair share of the progress loop, see ActiveOp). `pr.hdr` (with `payload` set)
 // is filled by the caller before the first call; `payload` points at pr.hdr.payload bytes.
+// A small message may be corked instead (phase kCorked): the endpoint is then added to
+// `*corked` (when not null), whose owner must flush it before sleeping.
 Status SendFramed(Endpoint* ep, OpProgress& pr, const std::byte* payload, int64_t* budget,
-                  bool* moved);
+                  bool* moved, std::vector<Endpoint*>* corked = nullptr);
+// A kCorked send: done (phase kDone) once the endpoint flushed its message; flushes if not.
+Status AdvanceCorked(Endpoint* ep, OpProgress& pr, bool* moved);
 // Reads the rest of an incoming header into `pr.hdr`; true once it is complete and valid.
 Result<bool> RecvHeader(Endpoint* ep, int peer, OpProgress& pr, bool* moved);
 // Skips the padding after a payload; marks the transfer done at its end.

@@ -110,7 +110,48 @@ Result<size_t> TcpEndpoint::send(const void* data, size_t len) {
   return sendv(std::span<const iovec>(&one, 1));
 }
 
+bool TcpEndpoint::cork(std::span<const iovec> parts, uint64_t* end) {
+  size_t len = 0;
+  for (const iovec& part : parts) len += part.iov_len;
+  if (!tx_error_.ok() || len > kCorkMessageBytes || cork_.size() - cork_head_ + len > kCorkBytes)
+    return false;
+  if (cork_head_ == cork_.size()) {
+    cork_.clear();
+    cork_head_ = 0;
+  }
+  for (const iovec& part : parts) {
+    const auto* p = static_cast<const std::byte*>(part.iov_base);
+    cork_.insert(cork_.end(), p, p + part.iov_len);
+  }
+  corked_ += len;
+  *end = corked_;
+  return true;
+}
+
+Status TcpEndpoint::flush() {
+  while (cork_head_ < cork_.size()) {
+    const iovec one{cork_.data() + cork_head_, cork_.size() - cork_head_};
+    auto r = sendDirect(std::span<const iovec>(&one, 1));
+    if (!r.ok()) return r.status();
+    if (*r == 0) return Status::Ok();  // the stream is full: the next pass goes on
+    cork_head_ += *r;
+    flushed_ += *r;
+  }
+  cork_.clear();
+  cork_head_ = 0;
+  return tx_error_;
+}
+
 Result<size_t> TcpEndpoint::sendv(std::span<const iovec> parts) {
+  // Corked messages go first: the stream keeps the order in which messages were handed over.
+  if (cork_head_ < cork_.size()) {
+    BRAID_RETURN_IF_ERROR(flush());
+    if (cork_head_ < cork_.size()) return size_t{0};
+  }
+  return sendDirect(parts);
+}
+
+Result<size_t> TcpEndpoint::sendDirect(std::span<const iovec> parts) {
   if (!tx_error_.ok()) return tx_error_;
   if (peer_hung_up_) {
     tx_error_ = peerError(0, "send");
@@ -225,6 +266,7 @@ bool TcpEndpoint::arm(bool want_send, bool want_recv, std::vector<pollfd>& fds) 
   poll_slot_ = -1;
   // The caller should see a pending error (or buffered bytes) now rather than sleep.
   if (want_send && !tx_error_.ok()) return true;
+  want_send = want_send || cork_head_ < cork_.size();  // corked bytes wait for room
   if (want_recv && (!rx_error_.ok() || tail_ > head_)) return true;
   // POLLRDHUP with POLLOUT: a sender blocked on a full buffer wakes when the peer hangs up.
   short ev = static_cast<short>((want_recv ? POLLIN : 0) | (want_send ? POLLOUT | POLLRDHUP : 0));

@@ -36,6 +36,14 @@ class TcpEndpoint final : public Endpoint {
 
   Result<size_t> send(const void* data, size_t len) override;
   Result<size_t> sendv(std::span<const iovec> parts) override;  // one sendmsg
+  // Messages of at most kCorkMessageBytes, up to kCorkBytes buffered: a pass of the engine that
+  // sends several small messages to this peer (a group of small calls, an agreement and its
+  // data) makes one sendmsg of them.
+  bool cork(std::span<const iovec> parts, uint64_t* end) override;
+  Status flush() override;
+  uint64_t flushedThrough() const override { return flushed_; }
+  static constexpr size_t kCorkMessageBytes = 17 * 1024;  // 16 KiB of payload and its header
+  static constexpr size_t kCorkBytes = 128 * 1024;
   Result<size_t> recv(void* data, size_t len) override;
   Result<std::span<const std::byte>> peek(size_t max) override;
   void consume(size_t len) override;
@@ -57,6 +65,8 @@ class TcpEndpoint final : public Endpoint {
   void report(FailureCause::Reason reason) const;
   // Whether the peer's shutdown marker arrived (cached once seen).
   bool peerShutDown();
+  // sendv() without the cork: one sendmsg of `parts`.
+  Result<size_t> sendDirect(std::span<const iovec> parts);
   // Reads what the socket has into the buffer: `want` bytes or kReadAheadBytes, whichever is
   // more, at most to the buffer's end.
   void fill(size_t want);
@@ -71,6 +81,11 @@ class TcpEndpoint final : public Endpoint {
   TcpPeer peer_;
   std::unique_ptr<std::byte[]> buf_;
   size_t head_ = 0, tail_ = 0;
+  // Corked messages: cork_[cork_head_..] not yet sent; flushed_ counts corked bytes sent,
+  // corked_ those ever corked.
+  std::vector<std::byte> cork_;
+  size_t cork_head_ = 0;
+  uint64_t flushed_ = 0, corked_ = 0;
   size_t last_peek_ = 0;
   // Sticky, per direction: the incoming stream ends only after its bytes were delivered, while
   // sends may fail earlier.
