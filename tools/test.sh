@@ -5,20 +5,35 @@
 # Usage: tools/test.sh [--no-sanitizers]
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# Seconds per phase, so that a slow CI run shows where its time went (the suite should stay well
+# under 30 minutes).
+phase_start=$SECONDS
+phase() {
+  echo "[test.sh] $1: $((SECONDS - phase_start)) s (total $SECONDS s)"
+  phase_start=$SECONDS
+}
 bash tools/install-deps.sh
+phase "dependencies"
 jobs=$(nproc)
 
 cmake --preset release >/dev/null
 cmake --build build -j"$jobs"
+phase "release build"
 # Multi-rank tests fork up to 8 processes each: run test binaries one at a time.
 ctest --test-dir build --output-on-failure --timeout 900 -j1
+phase "release tests"
 
 if [ "${1:-}" != "--no-sanitizers" ]; then
-  cmake --preset asan >/dev/null
+  # The sanitizer pass runs the unit and multi-rank tiers only: no perf binaries to build.
+  cmake --preset asan -DBRAID_BUILD_PERF=OFF >/dev/null
   cmake --build build-asan -j"$jobs"
+  phase "asan build"
   ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
     LSAN_OPTIONS=suppressions="$PWD/tools/lsan.supp" \
     ctest --test-dir build-asan --output-on-failure --timeout 900 -j1 -L 'unit|multirank'
-  # libFuzzer targets (clang, ASan+UBSan), 60 s each, two at a time (docs/fuzzing.md).
-  bash tools/fuzz.sh
+  phase "asan tests"
+  # libFuzzer targets (clang, ASan+UBSan), 30 s each, two at a time (docs/fuzzing.md; longer
+  # runs: tools/fuzz.sh SECONDS).
+  bash tools/fuzz.sh 30
+  phase "fuzz build and runs"
 fi
