@@ -364,6 +364,7 @@ Result<bool> ActiveOp::advanceStage(std::vector<ChannelState>& chans, StreamGate
         if (pr.phase == kCorked) {
           // Its place in the stream is fixed (the gate already moved on); it waits for a flush.
           Endpoint* ep = comm_->endpoint(sop.peer, cs.lane);
+          if (!ep) return InternalError("no endpoint to rank " + std::to_string(sop.peer));
           bool m = false;
           Status st = AdvanceCorked(ep, pr, &m);
           if (!st.ok()) return st.prepend(context());
@@ -737,7 +738,9 @@ std::string ActiveOp::pendingDescription(const StreamGate& gate) const {
            std::to_string(info.pid) + ") on lane " + std::to_string(cs.lane) + ", " +
            (stage_ == Stage::kAgreement ? "call agreement " : "") + "step " +
            std::to_string(cs.step + 1) + "/" + std::to_string(cs.ch->steps.size()) +
-           (gate.owns(id_, streamOf(gate, cs, ops[i])) ? "" : " (behind an earlier operation)");
+           (cs.progress[i].phase == kCorked ? " (buffered: waiting for the peer to read)"
+            : gate.owns(id_, streamOf(gate, cs, ops[i])) ? ""
+                                                         : " (behind an earlier operation)");
       ++listed;
     }
   }
@@ -784,7 +787,9 @@ std::string ActiveOp::progressReport(const StreamGate& gate) const {
             : pr.phase == kCorked  ? "buffered, waiting to flush"
                                    : "padding") +
            " " + std::to_string(pr.done) + " B" +
-           (gate.owns(id_, streamOf(gate, cs, ops[i])) ? "" : " (queued behind an earlier op)");
+           (pr.phase == kCorked || gate.owns(id_, streamOf(gate, cs, ops[i]))
+                ? ""
+                : " (queued behind an earlier op)");
     }
     s += "\n";
   }

@@ -323,7 +323,10 @@ bool Engine::sweep(int64_t* bytes) {
   for (size_t i = 0; i < active_.size();) {
     ActiveOp& a = *active_[i];
     if (&a.owner() != comm_ && a.owner().viewAborted()) {
-      if (!dropAbortedView(i)) return true;  // it failed everything
+      if (!dropAbortedView(i)) {  // it failed everything (the endpoints are shut down)
+        corked_.clear();
+        return true;
+      }
       any = true;
       continue;
     }
@@ -350,6 +353,7 @@ bool Engine::sweep(int64_t* bytes) {
         continue;
       }
       failAll(i, st);
+      corked_.clear();  // failAll shut the endpoints down: nothing left to flush
       return true;
     }
     if (a.finished()) {

@@ -49,6 +49,7 @@ Status SendFramed(Endpoint* ep, OpProgress& pr, const std::byte* payload, int64_
     if (ep->cork(std::span<const iovec>(whole, 3), &pr.cork_end)) {
       pr.phase = kCorked;
       *moved = true;
+      *budget -= static_cast<int64_t>(sizeof(WireHeader) + payload_len + padding_len);
       if (std::find(corked->begin(), corked->end(), ep) == corked->end()) corked->push_back(ep);
       return Status::Ok();
     }

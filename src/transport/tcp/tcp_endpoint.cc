@@ -118,6 +118,11 @@ bool TcpEndpoint::cork(std::span<const iovec> parts, uint64_t* end) {
   if (cork_head_ == cork_.size()) {
     cork_.clear();
     cork_head_ = 0;
+  } else if (cork_head_ >= kCorkBytes) {
+    // A stream that never drains whole (a reader keeping pace with a full socket buffer) would
+    // otherwise keep every sent byte in front of the unsent ones.
+    cork_.erase(cork_.begin(), cork_.begin() + static_cast<ptrdiff_t>(cork_head_));
+    cork_head_ = 0;
   }
   for (const iovec& part : parts) {
     const auto* p = static_cast<const std::byte*>(part.iov_base);
