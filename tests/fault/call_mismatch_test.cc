@@ -195,17 +195,22 @@ INSTANTIATE_TEST_SUITE_P(Fault, CallMismatch,
                                   std::get<1>(info.param);
                          });
 
+// The engine's path on two ranks (no small-message board: tcp).
+JobOptions TwoRanksOverTcp() {
+  JobOptions opt;
+  opt.nranks = 2;
+  opt.timeout_s = 60;
+  opt.env = {{"BRAID_TRANSPORTS", "tcp"}, {"BRAID_TIMEOUT", "10"}};
+  return opt;
+}
+
 // On two ranks a call whose data starts with one exchange carries the agreement in that first
 // message (wire_header.h, CallConflict): no agreement message of its own. Every message of an
 // 8-byte all-reduce is a 48-byte header and 8 bytes (padded) of data, so the bytes sent per call
 // are a multiple of 56; a separate 48-byte agreement message would break that. A barrier is
 // the agreement alone: one header each way.
 TEST(CallAgreement, TwoRanksCarryItInTheFirstDataMessage) {
-  JobOptions opt;
-  opt.nranks = 2;
-  opt.timeout_s = 60;
-  opt.env = {{"BRAID_TRANSPORTS", "tcp"}, {"BRAID_TIMEOUT", "10"}};
-  auto out = RunJob(opt, [](braidComm_t comm, int rank, int, const braidUniqueId&) {
+  auto out = RunJob(TwoRanksOverTcp(), [](braidComm_t comm, int rank, int, const braidUniqueId&) {
     const int peer = 1 - rank;
     auto sent = [&] {
       uint64_t s = 0;
@@ -235,11 +240,7 @@ TEST(CallAgreement, TwoRanksCarryItInTheFirstDataMessage) {
 // rank all-gathers in place and the other out of place (the out-of-place schedule copies the
 // rank's own block in the first step), and the results must be right on both.
 TEST(CallAgreement, RanksThatPlaceDifferentlyStillAgree) {
-  JobOptions opt;
-  opt.nranks = 2;
-  opt.timeout_s = 60;
-  opt.env = {{"BRAID_TRANSPORTS", "tcp"}, {"BRAID_TIMEOUT", "10"}};
-  auto out = RunJob(opt, [](braidComm_t comm, int rank, int, const braidUniqueId&) {
+  auto out = RunJob(TwoRanksOverTcp(), [](braidComm_t comm, int rank, int, const braidUniqueId&) {
     for (size_t count : {size_t{1}, size_t{2}, size_t{1000}}) {
       for (int in_place_rank : {0, 1}) {
         std::vector<float> all(2 * count, kSentinel);

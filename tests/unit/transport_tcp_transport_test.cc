@@ -293,6 +293,20 @@ bool RecvExactly(Endpoint* rx, void* out, size_t len, int ms = 5000) {
       ms);
 }
 
+// Sends megabytes of `byte` until the stream accepts nothing more (the peer does not read);
+// `*sent` (if given) gets the bytes it took.
+void FillStream(Endpoint* tx, char byte, uint64_t* sent = nullptr) {
+  std::vector<char> chunk(1 << 20, byte);
+  Deadline fill = Deadline::After(10000);
+  for (;;) {
+    ASSERT_FALSE(fill.expired()) << "the stream never filled";
+    auto r = tx->send(chunk.data(), chunk.size());
+    ASSERT_TRUE(r.ok());
+    if (*r == 0) return;
+    if (sent) *sent += *r;
+  }
+}
+
 // sendv gathers parts into one stream in order; a part the stream takes only in part ends the
 // call, and the rest follows on later calls. A frame's header and payload read apart arrive as
 // sent.
@@ -385,15 +399,8 @@ TEST(TcpEndpoint, CorkedMessagesKeepTheStreamInOrder) {
 
   // Fill the stream (the receiver does not read), then flush: what does not fit stays corked,
   // and arm() wants room for it.
-  std::vector<char> chunk(1 << 20, 'z');
   ASSERT_TRUE(tx->flush().ok());
-  Deadline fill = Deadline::After(10000);
-  for (;;) {
-    ASSERT_FALSE(fill.expired()) << "the stream never filled";
-    auto r = tx->send(chunk.data(), chunk.size());
-    ASSERT_TRUE(r.ok());
-    if (*r == 0) break;
-  }
+  ASSERT_NO_FATAL_FAILURE(FillStream(tx, 'z'));
   const uint64_t before = tx->flushedThrough();
   part = {msg.data(), msg.size()};
   ASSERT_TRUE(tx->cork(std::span<const iovec>(&part, 1), &end));
@@ -423,16 +430,8 @@ TEST(TcpEndpoint, CorkedStreamThatNeverDrainsStaysInOrder) {
   PairJob job;
   Endpoint* tx = job.ep(0, 1, 0);
   Endpoint* rx = job.ep(1, 0, 0);
-  std::vector<uint8_t> chunk(1 << 20, 0xEE);
   uint64_t filler = 0;
-  Deadline fill = Deadline::After(10000);
-  for (;;) {
-    ASSERT_FALSE(fill.expired()) << "the stream never filled";
-    auto r = tx->send(chunk.data(), chunk.size());
-    ASSERT_TRUE(r.ok());
-    if (*r == 0) break;
-    filler += *r;
-  }
+  ASSERT_NO_FATAL_FAILURE(FillStream(tx, static_cast<char>(0xEE), &filler));
   constexpr int kMessages = 4000;
   constexpr size_t kLen = 1000;
   uint64_t received = 0, next_value = 0;  // message bytes: (index within the messages) * 7 % 251
@@ -607,14 +606,7 @@ TEST(TcpEndpoint, BlockedSenderWakesAndFailsWhenThePeerShutsDown) {
   Endpoint* tx = job.ep(0, 1, 0);
   Endpoint* rx = job.ep(1, 0, 0);  // never reads
   std::vector<char> chunk(1 << 20, 'z');
-  // Fill the stream until a send accepts nothing.
-  Deadline fill = Deadline::After(10000);
-  for (;;) {
-    ASSERT_FALSE(fill.expired()) << "the stream never filled";
-    auto n = tx->send(chunk.data(), chunk.size());
-    ASSERT_TRUE(n.ok());
-    if (*n == 0) break;
-  }
+  ASSERT_NO_FATAL_FAILURE(FillStream(tx, 'z'));  // until a send accepts nothing
   std::thread t([&] { rx->shutdown(); });
   // Sleep like the engine until a send fails. The receiver's window may still open a little
   // (autotuning) and wake the sender with room; then it sends and sleeps again. What must hold:
