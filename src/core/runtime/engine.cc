@@ -117,7 +117,7 @@ void Engine::endInline() {
     if (queue_.empty()) drained_cv_.notify_all();
     // Operations queued meanwhile (non-blocking calls from another thread) or left active. Only
     // then: waking an idle thread after every blocking call cost a futex round trip per call and,
-    // on oversubscribed cores, the peer's CPU (docs/performance.md, small messages over TCP).
+    // on oversubscribed cores, the peer's CPU (docs/performance.md, "Small calls over TCP").
     thread_has_work = stop_ || !queue_.empty() || !active_.empty();
   }
   report_cv_.notify_all();

@@ -37,8 +37,8 @@ class TcpEndpoint final : public Endpoint {
   Result<size_t> send(const void* data, size_t len) override;
   Result<size_t> sendv(std::span<const iovec> parts) override;  // one sendmsg
   // Messages of at most kCorkMessageBytes, up to kCorkBytes buffered: a pass of the engine that
-  // sends several small messages to this peer (a group of small calls, an agreement and its
-  // data) makes one sendmsg of them.
+  // sends several small messages to this peer (the operations of a group of small calls, or
+  // of non-blocking calls in flight) makes one sendmsg of them.
   bool cork(std::span<const iovec> parts, uint64_t* end) override;
   Status flush() override;
   uint64_t flushedThrough() const override { return flushed_; }
