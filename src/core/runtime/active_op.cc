@@ -449,10 +449,7 @@ Status ActiveOp::advanceAgreement(ChannelState& cs, size_t i, bool* moved) {
     if (h.flags == kWireCarriesAgreement) {
       // The peer's call starts with an exchange whose first message carries its agreement, this
       // rank's does not: the calls differ (CallConflict). Its payload is dropped.
-      if (!have_conflict_) {
-        conflict_ = {comm_->rank(), sop.peer, SignatureOf(proto_), SignatureOf(h)};
-        have_conflict_ = true;
-      }
+      noteConflict(sop.peer, h);
       return dropPayload(ep, sop.peer, pr, moved);
     }
     if (!(h.flags & kWireAgreement))
@@ -463,10 +460,7 @@ Status ActiveOp::advanceAgreement(ChannelState& cs, size_t i, bool* moved) {
     if (h.payload != 0 && h.payload != sizeof(CallConflict))
       return RemoteError("rank " + std::to_string(sop.peer) + " sent a call-agreement message of " +
                          std::to_string(h.payload) + " bytes: the stream is corrupt");
-    if (!have_conflict_ && !(SignatureOf(h) == SignatureOf(proto_))) {
-      conflict_ = {comm_->rank(), sop.peer, SignatureOf(proto_), SignatureOf(h)};
-      have_conflict_ = true;
-    }
+    if (!(SignatureOf(h) == SignatureOf(proto_))) noteConflict(sop.peer, h);
     pr.phase = kPayload;
     pr.done = 0;
   }
@@ -487,6 +481,12 @@ Status ActiveOp::advanceAgreement(ChannelState& cs, size_t i, bool* moved) {
     pr.done = 0;
   }
   return RecvPadding(ep, pr, moved);
+}
+
+void ActiveOp::noteConflict(int peer, const WireHeader& h) {
+  if (have_conflict_) return;  // the first one found is the one reported
+  conflict_ = {comm_->rank(), peer, SignatureOf(proto_), SignatureOf(h)};
+  have_conflict_ = true;
 }
 
 Status ActiveOp::dropPayload(Endpoint* ep, int peer, OpProgress& pr, bool* moved) {
@@ -600,19 +600,10 @@ Status ActiveOp::advanceData(ChannelState& cs, size_t i, bool* moved) {
       // The peer's agreement (CallConflict): its first data message, or a plain agreement
       // message when its call does not start with this exchange.
       if (h.flags == kWireAgreement || !(SignatureOf(h) == SignatureOf(proto_))) {
-        if (!have_conflict_) {
-          conflict_ = {comm_->rank(), sop.peer, SignatureOf(proto_), SignatureOf(h)};
-          have_conflict_ = true;
-        }
+        noteConflict(sop.peer, h);
         return dropPayload(ep, sop.peer, pr, moved);
       }
       agreement_checked_ = true;
-      if (h.payload != expect)
-        return InternalError("schedule mismatch with rank " + std::to_string(sop.peer) +
-                             ": expected " + std::to_string(expect) + " bytes, peer sent " +
-                             std::to_string(h.payload) +
-                             " (ranks configured differently? check "
-                             "BRAID_NCHANNELS/BRAID_CHUNK_BYTES/BRAID_ALGO)");
     } else if (h.flags != 0 || (carried_agreement_ && cs.step == 0) ||
                !(SignatureOf(h) == SignatureOf(proto_))) {
       // Verifying ranks send agreement flags; a message without them here, or with them to a
@@ -631,13 +622,14 @@ Status ActiveOp::advanceData(ChannelState& cs, size_t i, bool* moved) {
           std::to_string(h.seq) + (*hint ? "; set BRAID_VERIFY_CALLS alike)" : "") +
           "; every rank must issue the same collectives in the same order with the same count, "
           "type, op and root");
-    } else if (h.payload != expect) {
+    }
+    // (A point-to-point size mismatch was refused above, as invalid usage.)
+    if (h.payload != expect)
       return InternalError("schedule mismatch with rank " + std::to_string(sop.peer) +
                            ": expected " + std::to_string(expect) + " bytes, peer sent " +
                            std::to_string(h.payload) +
                            " (ranks configured differently? check "
                            "BRAID_NCHANNELS/BRAID_CHUNK_BYTES/BRAID_ALGO)");
-    }
     pr.phase = kPayload;
     pr.done = 0;
   }

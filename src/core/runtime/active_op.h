@@ -140,6 +140,9 @@ class ActiveOp {
   // Runs the steps of `chans` as far as possible; true when every channel is finished.
   Result<bool> advanceStage(std::vector<ChannelState>& chans, StreamGate& gate, bool* moved);
   Status advanceAgreement(ChannelState& cs, size_t i, bool* moved);
+  // Records that peer `peer`'s call (its header `h`) differs from this rank's, unless a conflict
+  // is already recorded.
+  void noteConflict(int peer, const WireHeader& h);
   // Reads past the payload and padding of the message whose header pr.hdr holds (a mismatched
   // call's data), without using them.
   Status dropPayload(Endpoint* ep, int peer, OpProgress& pr, bool* moved);

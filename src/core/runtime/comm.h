@@ -198,10 +198,10 @@ struct braidComm {
   // Two-rank calls whose first message carries the call agreement (wire_header.h), decided per
   // call shape by ActiveOp and kept here: the decision builds the call's schedule for both ranks
   // and placements. Touched only by the engine's driver (one at a time).
-  std::map<std::tuple<uint8_t, uint8_t, uint8_t, uint64_t, int32_t, uint32_t>, bool>&
-  carriedAgreementCache() {
-    return carried_agreement_cache_;
-  }
+  // Keyed by the call's wire signature less its sequence number and communicator.
+  using CarriedAgreementCache =
+      std::map<std::tuple<uint8_t, uint8_t, uint8_t, uint64_t, int32_t, uint32_t>, bool>;
+  CarriedAgreementCache& carriedAgreementCache() { return carried_agreement_cache_; }
   // The link model the tuner was built with, and where it came from (link_calibration.h).
   const braid::CalibratedLinks& links() const { return links_; }
   const braid::GroupLayout& layout() const { return layout_; }
@@ -275,8 +275,7 @@ struct braidComm {
   std::vector<std::vector<std::unique_ptr<braid::Endpoint>>> endpoints_;  // [peer][channel]
   braid::CalibratedLinks links_;
   std::unique_ptr<braid::Tuner> tuner_;
-  std::map<std::tuple<uint8_t, uint8_t, uint8_t, uint64_t, int32_t, uint32_t>, bool>
-      carried_agreement_cache_;
+  CarriedAgreementCache carried_agreement_cache_;
   std::unique_ptr<braid::Engine> engine_;
   // Before control_: its thread writes here until the listener is destroyed.
   braid::CauseBoard causes_;

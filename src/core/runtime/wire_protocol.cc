@@ -38,7 +38,6 @@ Status AdvanceCorked(Endpoint* ep, OpProgress& pr, bool* moved) {
 Status SendFramed(Endpoint* ep, OpProgress& pr, const std::byte* payload, int64_t* budget,
                   bool* moved, std::vector<Endpoint*>* corked) {
   static const std::byte kZeros[8] = {};
-  if (pr.phase == kCorked) return AdvanceCorked(ep, pr, moved);
   const uint64_t payload_len = pr.hdr.payload;
   const uint64_t padding_len = PaddedSize(payload_len) - payload_len;
   auto* header = reinterpret_cast<const std::byte*>(&pr.hdr);

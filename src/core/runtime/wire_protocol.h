@@ -62,7 +62,8 @@ std::string DescribeSignature(const CallSignature& s);
 // `*corked` (when not null), whose owner must flush it before sleeping.
 Status SendFramed(Endpoint* ep, OpProgress& pr, const std::byte* payload, int64_t* budget,
                   bool* moved, std::vector<Endpoint*>* corked = nullptr);
-// A kCorked send: done (phase kDone) once the endpoint flushed its message; flushes if not.
+// A kCorked send (the caller advances it here, not through SendFramed): done (phase kDone) once
+// the endpoint flushed its message; flushes if not.
 Status AdvanceCorked(Endpoint* ep, OpProgress& pr, bool* moved);
 // Reads the rest of an incoming header into `pr.hdr`; true once it is complete and valid.
 Result<bool> RecvHeader(Endpoint* ep, int peer, OpProgress& pr, bool* moved);

@@ -115,10 +115,7 @@ bool TcpEndpoint::cork(std::span<const iovec> parts, uint64_t* end) {
   for (const iovec& part : parts) len += part.iov_len;
   if (!tx_error_.ok() || len > kCorkMessageBytes || cork_.size() - cork_head_ + len > kCorkBytes)
     return false;
-  if (cork_head_ == cork_.size()) {
-    cork_.clear();
-    cork_head_ = 0;
-  } else if (cork_head_ >= kCorkBytes) {
+  if (cork_head_ >= kCorkBytes) {  // (flush() empties the buffer whenever it drains it)
     // A stream that never drains whole (a reader keeping pace with a full socket buffer) would
     // otherwise keep every sent byte in front of the unsent ones.
     cork_.erase(cork_.begin(), cork_.begin() + static_cast<ptrdiff_t>(cork_head_));
