@@ -421,7 +421,9 @@ BRAID_API braidResult_t braidWait(braidRequest_t* request, int64_t timeout_ms);
  * into one operation (so any pattern of matching sends and receives completes without
  * deadlock), collectives run in call order before them, and communicator inits issued in the
  * group run concurrently (so one thread may initialise several ranks). Blocking calls in a
- * group have completed when braidGroupEnd() returns.
+ * group have completed when braidGroupEnd() returns. As in NCCL, the calls of a group may run
+ * at the same time: one must not read a buffer that an earlier call of the same group writes
+ * (e.g. an all-reduce of what a broadcast of the group receives).
  */
 BRAID_API braidResult_t braidGroupStart(void);
 BRAID_API braidResult_t braidGroupEnd(void);

@@ -7,11 +7,20 @@
 // (core/runtime/one_shot.h runs the collectives on it).
 //
 // Posts are numbered 1, 2, 3 ... alike on every rank (every rank makes the same calls in the same
-// order). A rank's payload has two buffers, used by odd and even numbers: a rank posts call s + 1
-// only after it has read every post of call s, so when a rank posts s + 2 every peer has finished
-// reading its post s, which is what that buffer held. That holds as long as every rank waits for
-// every peer's post of each call, which is what the one-shot collectives do (it also lets every
-// rank compare every peer's signature: a call that differs fails on every rank).
+// order), and every rank reads every peer's post of each call (which also lets every rank compare
+// every peer's signature: a call that differs fails on every rank). A rank may post calls ahead of
+// reading the ones before (a group of small calls: one wait for all of them), so it tells its
+// peers how far it has read: consume(s) says it has read every peer's posts up to s.
+//
+// Where a post lives (BoardPlace) sets what a poster waits for before it writes post s:
+// - its entry s % kEntries (signature, and the payload of a tiny call) and a small call's slot
+//   s % kEntries were last used by post s - kEntries: every peer must have consumed it;
+// - a large call's buffer s & 1 was last used by a post no later than s - 2: every peer must
+//   have consumed s - 2.
+// A rank reads (and consumes) the calls it posted ahead only after posting all of them, so it
+// posts at most kEntries small calls ahead, and a large call alone: then every post it waits for
+// its peers to consume comes before its own first unread one, which is why no batching of the
+// ranks can deadlock (core/runtime/one_shot.cc has the argument).
 #pragma once
 
 #include <cstddef>
@@ -22,25 +31,44 @@
 namespace braid {
 
 // What a rank posts about its call, compared bit for bit between ranks; the transport stores it
-// and never reads it. Three words, so that the post number and both signatures fit one 64-byte
-// cache line (shm_layout.h).
+// and never reads it. Three words, so that a post's number and signature fit one 64-byte cache
+// line (shm_layout.h).
 struct BoardSignature {
   uint64_t words[3] = {};
   friend bool operator==(const BoardSignature&, const BoardSignature&) = default;
 };
 
+// Where a post's payload lives: in its entry, beside its number and signature (a tiny call: the
+// reader's one cache miss brings all of it), in one of kEntries small slots, or in one of two
+// large buffers.
+enum class BoardPlace : uint8_t { kEntry, kSlot, kBuffer };
+
 class LocalBoard {
  public:
+  // Posts a rank may have made beyond the last one every peer has consumed.
+  static constexpr uint32_t kEntries = 16;
+
   virtual ~LocalBoard() = default;
 
-  // Bytes of payload one post may carry.
+  // Bytes of payload one post may carry, in a large buffer (capacity()), a slot or an entry.
   virtual uint64_t capacity() const = 0;
+  virtual uint64_t slotCapacity() const = 0;
+  virtual uint64_t entryCapacity() const = 0;
+  // Where a call whose largest post (on any rank) holds `bytes` lives: every rank must place a
+  // call alike, so by that, not by its own post (a broadcast's root posts a block, the others
+  // nothing).
+  BoardPlace placeFor(uint64_t bytes) const {
+    return bytes <= entryCapacity()  ? BoardPlace::kEntry
+           : bytes <= slotCapacity() ? BoardPlace::kSlot
+                                     : BoardPlace::kBuffer;
+  }
   // Whether `rank` (of the communicator) has a side on this board (this rank always has).
   virtual bool covers(int rank) const = 0;
 
-  // Where this rank writes the payload of post `seq` (capacity() bytes), before post().
-  virtual std::byte* outbox(uint32_t seq) = 0;
-  // Publishes post `seq`: the signature, and the payload written to outbox(seq) (release).
+  // Where this rank writes the payload of post `seq`, placed at `place`, before post().
+  virtual std::byte* outbox(uint32_t seq, BoardPlace place) = 0;
+  // Publishes post `seq`: the signature, and the payload written to outbox(seq, place) (a
+  // sequentially consistent store of its number, which a sleeping reader's futex pairs with).
   virtual void post(uint32_t seq, const BoardSignature& sig) = 0;
 
   // Whether `rank` has posted `seq` (acquire: its signature and payload are then visible).
@@ -48,10 +76,25 @@ class LocalBoard {
   // Sleeps until `rank` posts `seq` or about `timeout_us` passes; returns posted(rank, seq).
   // Costs a syscall: callers spin on posted() first.
   virtual bool sleepUntilPosted(int rank, uint32_t seq, int64_t timeout_us) = 0;
-  // The signature and payload of `rank`'s post `seq` (valid once posted, until this rank posts
-  // seq + 1).
+  // The signature and payload of `rank`'s post `seq` (valid once posted, until this rank
+  // consumes seq).
   virtual BoardSignature signature(int rank, uint32_t seq) const = 0;
-  virtual const std::byte* inbox(int rank, uint32_t seq) const = 0;
+  virtual const std::byte* inbox(int rank, uint32_t seq, BoardPlace place) const = 0;
+
+  // Starts loading `rank`'s post `seq` (its entry, and the first line of its payload) into this
+  // core's cache. A rank about to read several posts asks for all of them first, so that their
+  // misses overlap instead of coming one after another.
+  virtual void prefetch(int rank, uint32_t seq, BoardPlace place) const = 0;
+
+  // Tells the peers that this rank has read every post up to `seq` (release).
+  virtual void consume(uint32_t seq) = 0;
+  // Whether `rank` has consumed `seq` (acquire); the peer's word is loaded only when what this
+  // rank last saw of it is not enough.
+  virtual bool consumed(int rank, uint32_t seq) = 0;
+  // Sleeps a little (until `rank` consumes `seq`, at most `timeout_us`); returns
+  // consumed(rank, seq). Rarely needed (a peer that keeps up has consumed what a post
+  // overwrites), so it may poll.
+  virtual bool sleepUntilConsumed(int rank, uint32_t seq, int64_t timeout_us) = 0;
 
   // Whether `rank`'s process has exited (cheap: asks the kernel at most every few ms), and the
   // error that names it (also reported as a failure cause).

@@ -264,6 +264,167 @@ TEST_P(OneShot, GroupedSmallCallsRunOnTheBoardAndMeetUngroupedOnes) {
   EXPECT_TRUE(AllSucceeded(out)) << DescribeOutcomes(out);
 }
 
+// Small calls are posted ahead of the ones before them (up to 16), large ones alone
+// (local_board.h). Every rank batches its calls differently here: rank r groups them in chunks
+// of 1 (no group), 40, 3, 8 or 17; the calls mix all-reduces, broadcasts (whose non-roots post
+// nothing but place the call by the root's block), all-gathers and reduce-scatters (placed by
+// n blocks), of sizes that go in the post's entry (<= 32 bytes), a slot (<= 4 KiB) or a large
+// buffer. Element i of every input differs by i, so a misplaced offset shows. Three rounds of 40
+// calls (the 16 entries wrap many times): every result is exact on every rank, nothing is
+// written past a buffer's end, and no byte goes through the streams.
+TEST_P(OneShot, RanksBatchingSmallCallsDifferentlyMeetBitExact) {
+  const int n = GetParam();
+  auto out = RunJob(Options(n), [&](braidComm_t comm, int rank, int nranks, const braidUniqueId&) {
+    constexpr size_t kCalls = 40;
+    const size_t chunk = std::vector<size_t>{1, 40, 3, 8, 17}[static_cast<size_t>(rank) % 5];
+    enum class Kind { kAllReduce, kBroadcast, kAllGather, kReduceScatter };
+    struct Call {
+      Kind kind;
+      int root;
+      size_t count;  // per rank
+    };
+    std::vector<Call> calls;
+    for (size_t k = 0; k < kCalls; ++k) {
+      const Kind kind = k % 7 == 3   ? Kind::kBroadcast
+                        : k % 7 == 5 ? Kind::kAllGather
+                        : k % 7 == 6 ? Kind::kReduceScatter
+                                     : Kind::kAllReduce;
+      // Up to 8 floats travel in the post's entry, up to 1024 (4 KiB) in a slot, more in a
+      // large buffer (a reduce-scatter posts n blocks).
+      const size_t count = k % 5 == 4 ? 1500 + k : k % 5 == 1 ? 1 + k % 8 : 1 + (37 * k) % 1024;
+      calls.push_back({kind, static_cast<int>(k) % nranks, count});
+    }
+    const size_t un = static_cast<size_t>(nranks);
+    // Rank r's input element i of call k in round `round`.
+    const auto in = [](int r, size_t k, int round, size_t i) {
+      return static_cast<float>(r + static_cast<int>(k) + round) + 1000.0f * (i % 5);
+    };
+    uint64_t before = 0, after = 0;
+    CHECK_OR_FAIL(SentBytes(comm, nranks, &before), "traffic counters");
+    for (int round = 0; round < 3; ++round) {
+      std::vector<std::vector<float>> send(kCalls), recv(kCalls);
+      for (size_t k = 0; k < kCalls; ++k) {
+        const Call& c = calls[k];
+        const size_t nsend = c.kind == Kind::kReduceScatter ? c.count * un : c.count;
+        const size_t nrecv = c.kind == Kind::kAllGather ? c.count * un : c.count;
+        for (size_t i = 0; i < nsend; ++i) send[k].push_back(in(rank, k, round, i));
+        recv[k].assign(nrecv + 1, -7.0f);
+        recv[k][nrecv] = -99.0f;  // past the end
+      }
+      for (size_t k = 0; k < kCalls; ++k) {
+        if (chunk > 1 && k % chunk == 0) CHECK_OR_FAIL(braidGroupStart() == braidSuccess, "start");
+        const Call& c = calls[k];
+        float* r = recv[k].data();
+        const float* x = send[k].data();
+        braidResult_t rc = braidErrInternal;
+        switch (c.kind) {
+          case Kind::kAllReduce:
+            rc = braidAllReduce(x, r, c.count, braidFloat32, braidSum, comm);
+            break;
+          case Kind::kBroadcast:
+            rc = braidBroadcast(x, r, c.count, braidFloat32, c.root, comm);
+            break;
+          case Kind::kAllGather:
+            rc = braidAllGather(x, r, c.count, braidFloat32, comm);
+            break;
+          case Kind::kReduceScatter:
+            rc = braidReduceScatter(x, r, c.count, braidFloat32, braidSum, comm);
+            break;
+        }
+        CHECK_OR_FAIL(rc == braidSuccess, "round %d call %zu: %s", round, k,
+                      braidGetLastError(comm));
+        if (chunk > 1 && (k % chunk == chunk - 1 || k == kCalls - 1))
+          CHECK_OR_FAIL(braidGroupEnd() == braidSuccess, "round %d group ending at %zu: %s", round,
+                        k, braidGetLastError(comm));
+      }
+      for (size_t k = 0; k < kCalls; ++k) {
+        const Call& c = calls[k];
+        const size_t nrecv = recv[k].size() - 1;
+        for (size_t i = 0; i < nrecv; ++i) {
+          float want = 0;
+          switch (c.kind) {
+            case Kind::kAllReduce:
+              for (int p = 0; p < nranks; ++p) want += in(p, k, round, i);
+              break;
+            case Kind::kBroadcast:
+              want = in(c.root, k, round, i);
+              break;
+            case Kind::kAllGather:
+              want = in(static_cast<int>(i / c.count), k, round, i % c.count);
+              break;
+            case Kind::kReduceScatter:
+              for (int p = 0; p < nranks; ++p)
+                want += in(p, k, round, static_cast<size_t>(rank) * c.count + i);
+              break;
+          }
+          CHECK_OR_FAIL(recv[k][i] == want, "round %d call %zu (kind %d) [%zu]: %g, want %g", round,
+                        k, static_cast<int>(c.kind), i, recv[k][i], want);
+        }
+        CHECK_OR_FAIL(recv[k][nrecv] == -99.0f, "call %zu wrote past its end", k);
+      }
+    }
+    CHECK_OR_FAIL(SentBytes(comm, nranks, &after), "traffic counters");
+    CHECK_OR_FAIL(after == before, "the board calls sent %llu stream bytes",
+                  static_cast<unsigned long long>(after - before));
+    return 0;
+  });
+  EXPECT_TRUE(AllSucceeded(out)) << DescribeOutcomes(out);
+}
+
+// A call that differs in size across the slot edge: rank 0 all-reduces 10 floats (a small slot,
+// posted ahead with its group), the others 2000 (a large buffer, posted alone, after waiting for
+// the peers to read two calls back). Even ranks group the five calls, odd ranks do not. Every
+// rank fails that call with a mismatch naming both counts (not a timeout), completes the other
+// four exactly, and the board stays in step for the next round; nothing goes through the
+// streams.
+TEST_P(OneShot, ACallPlacedDifferentlyByTheRanksFailsOnEveryRankAndTheRestComplete) {
+  const int n = GetParam();
+  auto out = RunJob(Options(n), [&](braidComm_t comm, int rank, int nranks, const braidUniqueId&) {
+    const bool grouped = rank % 2 == 0;
+    uint64_t before = 0, after = 0;
+    CHECK_OR_FAIL(SentBytes(comm, nranks, &before), "traffic counters");
+    // Four rounds of five calls: the 16 entries wrap while calls are placed differently.
+    for (int round = 0; round < 4; ++round) {
+      const size_t counts[5] = {3, 5, rank == 0 ? size_t{10} : size_t{2000}, 7, 1200};
+      // Every call of every round carries its own values: a read of the wrong post shows.
+      const auto value = [&](int r, size_t k) {
+        return static_cast<float>(r + 10 * k + 100 * round);
+      };
+      std::vector<std::vector<float>> bufs;
+      for (size_t k = 0; k < 5; ++k) bufs.emplace_back(counts[k], value(rank, k));
+      std::vector<braidResult_t> rcs;
+      if (grouped) CHECK_OR_FAIL(braidGroupStart() == braidSuccess, "start");
+      for (size_t k = 0; k < 5; ++k)
+        rcs.push_back(braidAllReduce(bufs[k].data(), bufs[k].data(), counts[k], braidFloat32,
+                                     braidSum, comm));
+      const braidResult_t group_rc = grouped ? braidGroupEnd() : rcs[2];
+      const std::string msg = braidGetLastError(comm);
+      CHECK_OR_FAIL(group_rc == braidErrInvalidUsage &&
+                        msg.find("call mismatch") != std::string::npos &&
+                        msg.find(rank == 0 ? "count=2000" : "count=10") != std::string::npos,
+                    "round %d: rc=%d: %s", round, group_rc, msg.c_str());
+      for (size_t k = 0; k < 5; ++k) {
+        if (!grouped)
+          CHECK_OR_FAIL((rcs[k] == braidSuccess) == (k != 2), "round %d call %zu: rc %d", round, k,
+                        rcs[k]);
+        float want = 0;
+        for (int p = 0; p < nranks; ++p) want += value(p, k);
+        const float expect = k == 2 ? value(rank, k) : want;
+        for (float v : bufs[k])
+          CHECK_OR_FAIL(v == expect, "round %d call %zu: %g, want %g", round, k, v, expect);
+      }
+    }
+    CHECK_OR_FAIL(SentBytes(comm, nranks, &after), "traffic counters");
+    CHECK_OR_FAIL(after == before, "the board calls sent %llu stream bytes",
+                  static_cast<unsigned long long>(after - before));
+    braidResult_t async = braidSuccess;
+    CHECK_OR_FAIL(braidCommGetAsyncError(comm, &async) == braidSuccess && async == braidSuccess,
+                  "async error %d after clean mismatches", async);
+    return 0;
+  });
+  EXPECT_TRUE(AllSucceeded(out)) << DescribeOutcomes(out);
+}
+
 // Board calls between non-blocking engine operations in flight, back to back, sizes and kinds
 // mixed, with more ranks than cores: all complete, bit-exact.
 TEST_P(OneShot, BoardCallsInterleaveWithOperationsInFlight) {

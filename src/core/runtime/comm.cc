@@ -610,10 +610,14 @@ std::string braidComm::debugState(Deadline deadline) const {
   const uint32_t started = b.started.load(), completed = b.completed.load();
   s += "  small-message board: " + std::to_string(completed) + " calls completed";
   if (started > completed) {
+    // The first call posted and not complete (a group posts up to 16 ahead of reading them).
     const int peer = b.waiting_on.load();
-    s += "; #" + std::to_string(started - 1) + " " +
+    s += "; #" + std::to_string(completed) + " " +
          CollKindName(static_cast<CollKind>(b.kind.load())) +
          "(count=" + std::to_string(b.count.load()) + ") in progress" +
+         (started - completed > 1 ? " (" + std::to_string(started - completed - 1) +
+                                        " later calls of its group posted ahead)"
+                                  : "") +
          (peer >= 0 ? ", waiting on rank " + std::to_string(peer) : "");
   }
   return s + "\n";

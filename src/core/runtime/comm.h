@@ -123,20 +123,22 @@ struct braidComm {
 
   // The small-message board (transport/local_board.h) when every peer of this communicator is on
   // it (one host, shm to every peer); null for split views and communicators that span hosts.
-  // core/runtime/one_shot.h runs calls on it, one at a time (boardMutex), numbered alike on every
-  // rank (BoardProgress::started).
+  // core/runtime/one_shot.h runs calls on it, for one caller at a time (boardMutex), numbered
+  // alike on every rank (BoardProgress::started).
   braid::LocalBoard* board() const { return root_ ? nullptr : board_; }
   std::mutex& boardMutex() { return board_mu_; }
   // What the board is doing, for the hang report (debugState): read from other threads and
   // signal handlers, so plain atomics.
   struct BoardProgress {
-    // Number of the last call begun (1-based): the board's call counter, advanced under
-    // boardMutex.
+    // Number of the last call posted (1-based): the board's call counter, advanced under
+    // boardMutex. A group posts several before it completes the first.
     std::atomic<uint32_t> started{0};
-    std::atomic<uint32_t> completed{0};  // calls completed
-    std::atomic<int> waiting_on{-1};     // the rank the current call waits for, -1: none
-    std::atomic<int> kind{0};            // CollKind of the current call
-    std::atomic<uint64_t> count{0};      // its count
+    std::atomic<uint32_t> completed{0};  // number of the last call completed
+    // The first call posted and not complete: the rank it waits for (to post it, or to read an
+    // earlier call), -1: none; its CollKind and count.
+    std::atomic<int> waiting_on{-1};
+    std::atomic<int> kind{0};
+    std::atomic<uint64_t> count{0};
   };
   BoardProgress& boardProgress() { return board_progress_; }
   // The CPUs in the union of the ranks' affinity masks (core/base/cpus.h), the same number on

@@ -170,9 +170,10 @@ using namespace braid;
 
 // braidGroupEnd on the small-message board (one_shot.h): a group of blocking collectives of one
 // communicator, without point-to-point calls, each of which the board would take alone, runs
-// them one after another on the board in call order. That is what the same calls issued outside
-// a group do, so ranks that group their small calls differently still meet (the engine would
-// cost about 100x more per call: -m 8 in docs/performance.md). True when it ran the group.
+// them on the board in call order, small ones posted together (one wait for the peers, not one
+// per call). Ranks that group their small calls differently, or not at all, still meet (the
+// engine would cost about 100x more per call: -m 8 in docs/performance.md). True when it ran
+// the group.
 template <typename Note>
 bool RunOnBoardIfSmall(GroupState& g, Note& note) {
   if (g.collectives.empty() || !g.p2p.empty()) return false;
@@ -180,17 +181,15 @@ bool RunOnBoardIfSmall(GroupState& g, Note& note) {
   if (comm->state() != braidComm::State::kReady) return false;
   for (const auto& c : g.collectives)
     if (c.comm != comm || !c.blocking || !OneShotTakes(*comm, c.op->desc())) return false;
-  for (auto& c : g.collectives) {
-    Status st;
-    if (comm->asyncErrorCode() != braidSuccess) {  // an earlier call of the group tore it down
-      st = comm->asyncError();
-      st.prepend(comm->where() + ": " + DescribeCall(c.op->desc()) +
-                 ": not run because the communicator failed earlier: ");
-    } else {
-      st = RunOneShot(*comm, c.op->desc());  // a mismatch leaves it usable: the next one runs
-    }
-    c.op->complete(st);
-    note(comm.get(), st);
+  std::vector<const OpDesc*> calls;
+  calls.reserve(g.collectives.size());
+  for (const auto& c : g.collectives) calls.push_back(&c.op->desc());
+  // A mismatch fails its call alone; the others run.
+  std::vector<Status> results(calls.size());
+  RunOneShotCalls(*comm, calls, results.data());
+  for (size_t i = 0; i < calls.size(); ++i) {
+    g.collectives[i].op->complete(results[i]);
+    note(comm.get(), results[i]);
   }
   return true;
 }

@@ -3,8 +3,10 @@
 #include <sched.h>
 
 #include <algorithm>
+#include <array>
 #include <cstring>
 #include <optional>
+#include <span>
 #include <string>
 
 #include "algorithms/tuner.h"
@@ -21,6 +23,9 @@ constexpr uint64_t kSignatureMagic = 0x6f73;  // "os", in the top 16 bits of wor
 // How long one sleep lasts before the waiter checks for failures again: bounds how late a peer's
 // death, an abort or a revoke is noticed (the post itself wakes the sleeper at once).
 constexpr int64_t kSleepSliceUs = 5000;
+// What a peer did not do in time (Call::await's `what`).
+constexpr const char* kWaitPost = "make this call";
+constexpr const char* kWaitConsumed = "read this rank's earlier calls";
 
 uint64_t PayloadBytes(const OpDesc& d, int nranks, int rank) {
   const uint64_t block = d.count * DataTypeSize(d.dtype);
@@ -83,12 +88,45 @@ inline void CpuRelax() {
 #endif
 }
 
+// How many bytes the largest post of `d` on any rank holds (a broadcast's root posts the block,
+// the others nothing): every rank places the call by it (LocalBoard::outbox).
+uint64_t LargestPost(const OpDesc& d, int nranks) {
+  const uint64_t block = d.count * DataTypeSize(d.dtype);
+  switch (d.kind) {
+    case CollKind::kReduceScatter:
+    case CollKind::kAllToAll:
+      return block * static_cast<uint64_t>(nranks);
+    case CollKind::kBarrier:
+      return 0;
+    default:
+      return block;
+  }
+}
+
+// One call on the board: post() writes this rank's contribution, finish() waits for every peer's,
+// compares the signatures and reads. A rank posts a batch of calls before it finishes any
+// (RunOneShotCalls), which is what makes a group of small calls cost one wait.
 class Call {
  public:
   Call(braidComm& comm, const OpDesc& d, uint32_t seq)
-      : comm_(comm), d_(d), board_(*comm.board()), seq_(seq), n_(comm.nranks()), me_(comm.rank()) {}
+      : comm_(comm),
+        d_(d),
+        board_(*comm.board()),
+        seq_(seq),
+        n_(comm.nranks()),
+        me_(comm.rank()),
+        place_(board_.placeFor(LargestPost(d, comm.nranks()))),
+        mine_(SignatureOf(d, comm.nranks())) {}
 
-  Status run();
+  bool small() const { return place_ != BoardPlace::kBuffer; }
+  // Starts loading every peer's post of this call (LocalBoard::prefetch).
+  void prefetch() const {
+    for (int p = 0; p < n_; ++p)
+      if (p != me_) board_.prefetch(p, seq_, place_);
+  }
+  uint32_t seq() const { return seq_; }
+  Status post();
+  Status finish();
 
  private:
   std::string context() const {
@@ -98,14 +136,19 @@ class Call {
            std::to_string(seq_ - 1) + "): ";
   }
   void fillOutbox();
-  // Waits for `peer`'s post of this call, up to BRAID_TIMEOUT from the first wait that had to
-  // sleep.
+  // Waits until `ready()` holds, a condition on `peer`'s side of the board: spins, then calls
+  // `sleep(slice_us)` (which sleeps until the condition may hold, or the slice passes) until
+  // BRAID_TIMEOUT from the first wait of this call that had to sleep. `what` says what the peer
+  // has not done, for the timeout's message.
+  template <typename Ready, typename Sleep>
+  Status await(int peer, Ready ready, Sleep sleep, const char* what);
+  // Waits for `peer`'s post of this call.
   Status waitFor(int peer);
   // A failure noticed while waiting: a peer's death, an abort or revoke of this communicator, or
   // another rank's failure announced to this one. Ok when none.
   Status failureSeen(int peer);
   Status fail(const Status& st, const std::optional<FailureCause>& local);
-  Status timedOut(int peer);
+  Status timedOut(int peer, const char* what);
   void consume();
   // dst = rank-order fold of block `offset` (bytes) of every post, `count` elements.
   void fold(uint64_t offset, void* dst, uint64_t count) const;
@@ -116,13 +159,15 @@ class Call {
   const uint32_t seq_;
   const int n_;
   const int me_;
+  const BoardPlace place_;
+  const BoardSignature mine_;
   std::optional<Deadline> deadline_;  // set when a wait first goes past spinning
 };
 
 void Call::fillOutbox() {
   const uint64_t bytes = PayloadBytes(d_, n_, me_);
   if (bytes == 0) return;
-  std::byte* out = board_.outbox(seq_);
+  std::byte* out = board_.outbox(seq_, place_);
   const bool reduces = d_.kind == CollKind::kAllReduce || d_.kind == CollKind::kReduce ||
                        d_.kind == CollKind::kReduceScatter;
   if (reduces && d_.premul)
@@ -151,8 +196,9 @@ Status Call::fail(const Status& st, const std::optional<FailureCause>& local) {
   return final;
 }
 
-Status Call::waitFor(int peer) {
-  if (board_.posted(peer, seq_)) return Status::Ok();
+template <typename Ready, typename Sleep>
+Status Call::await(int peer, Ready ready, Sleep sleep, const char* what) {
+  if (ready()) return Status::Ok();
   // Spin while the peer is likely on its way: it is, on a host with a core per rank, unless
   // the program is unbalanced. With more ranks than cores a spinning rank takes the core its
   // peer needs, so it yields instead.
@@ -164,7 +210,7 @@ Status Call::waitFor(int peer) {
   // read costs as much as a few polls).
   int64_t start = 0;
   for (uint32_t i = 1;; ++i) {
-    if (board_.posted(peer, seq_)) return Status::Ok();
+    if (ready()) return Status::Ok();
     // A sched_yield may take a whole time slice: then every round reads the clock.
     if (yield || (i & 63) == 0) {
       const int64_t now = NowMicros();
@@ -179,13 +225,14 @@ Status Call::waitFor(int peer) {
   if (!deadline_) deadline_ = Deadline::After(comm_.config().timeout_ms);
   const Deadline deadline = *deadline_;
   for (;;) {
-    if (board_.sleepUntilPosted(peer, seq_, kSleepSliceUs)) return Status::Ok();
+    sleep(kSleepSliceUs);
+    if (ready()) return Status::Ok();
     // A death seen here was reported as the cause by deathError.
     if (Status st = failureSeen(peer); !st.ok()) return fail(st, std::nullopt);
-    // The peer has not posted this call but sends this rank data for an operation this rank
-    // has not issued (e.g. a call on a split view where this rank called its root): it is in
-    // another call and both would wait for BRAID_TIMEOUT.
-    if (comm_.peerAheadOnStreams(peer) && !board_.posted(peer, seq_))
+    // The peer is not where this call needs it but sends this rank data for an operation this
+    // rank has not issued (e.g. a call on a split view where this rank called its root): it is
+    // in another call and both would wait for BRAID_TIMEOUT.
+    if (comm_.peerAheadOnStreams(peer) && !ready())
       return fail(
           InvalidUsage("call mismatch: rank " + std::to_string(peer) +
                        " is in an operation this rank has not issued (it sent data for it) "
@@ -194,15 +241,48 @@ Status Call::waitFor(int peer) {
                        "or inside a group, where this rank made it blocking: small blocking calls "
                        "run on the shared-memory board, so every rank must use the same form)"),
           std::nullopt);
-    if (deadline.expired()) return timedOut(peer);
+    if (deadline.expired()) return timedOut(peer, what);
   }
 }
 
-Status Call::timedOut(int peer) {
+Status Call::waitFor(int peer) {
+  return await(
+      peer, [&] { return board_.posted(peer, seq_); },
+      [&](int64_t us) { board_.sleepUntilPosted(peer, seq_, us); }, kWaitPost);
+}
+
+Status Call::post() {
+  // What this post overwrites must have been read by every peer (local_board.h): the entry and a
+  // small slot were post seq - kEntries's, a large buffer post seq - 2's at the latest. Peers
+  // that keep up have (a peer posted seq - 1 only after reading seq - 2, and this rank saw that
+  // post), so this costs a load of each peer's `consumed` word every kEntries small calls.
+  const uint32_t entry_free = seq_ - LocalBoard::kEntries;
+  for (int k = 1; k < n_; ++k) {
+    const int peer = (me_ + k) % n_;
+    BRAID_RETURN_IF_ERROR(await(
+        peer, [&] { return board_.consumed(peer, entry_free); },
+        [&](int64_t us) { board_.sleepUntilConsumed(peer, entry_free, us); }, kWaitConsumed));
+  }
+  if (place_ == BoardPlace::kBuffer) {
+    const uint32_t buffer_free = seq_ - 2;
+    for (int k = 1; k < n_; ++k) {
+      const int peer = (me_ + k) % n_;
+      BRAID_RETURN_IF_ERROR(await(
+          peer, [&] { return board_.consumed(peer, buffer_free); },
+          [&](int64_t us) { board_.sleepUntilConsumed(peer, buffer_free, us); }, kWaitConsumed));
+    }
+  }
+  fillOutbox();
+  board_.post(seq_, mine_);
+  return Status::Ok();
+}
+
+Status Call::timedOut(int peer, const char* what) {
+  // Whether the wait was for the peer's post of a call (else for it to read an earlier one).
+  const bool posting = what == kWaitPost;
   const int64_t timeout_s = comm_.config().timeout_ms / 1000;
   const Status st = TimeoutError(
-      "rank " + std::to_string(peer) + " did not make this call within " +
-      std::to_string(timeout_s) +
+      "rank " + std::to_string(peer) + " did not " + what + " within " + std::to_string(timeout_s) +
       " s (BRAID_TIMEOUT): it is stopped, hung, or it called a different collective or count "
       "(every rank must make the same calls in the same order)");
   // Another rank named the cause already (its notice arrived while this one waited).
@@ -218,11 +298,15 @@ Status Call::timedOut(int peer) {
   c.reason = ProbeAlive(comm_.controlPeers(), peer, Deadline::After(kLivenessProbeMs))
                  ? FailureCause::Reason::kNoProgress
                  : FailureCause::Reason::kStalled;
+  // A peer that has not read an earlier call but runs may itself wait for a third rank's post
+  // (it posted ahead in a group): that rank, not this peer, is the cause, and the ranks waiting
+  // for its post name it.
+  if (!posting && c.reason == FailureCause::Reason::kNoProgress) return fail(st, std::nullopt);
   return fail(st, c);
 }
 
 void Call::fold(uint64_t offset, void* dst, uint64_t count) const {
-  const auto at = [&](int r) { return board_.inbox(r, seq_) + offset; };
+  const auto at = [&](int r) { return board_.inbox(r, seq_, place_) + offset; };
   // n_ >= 2: a communicator of one rank has no board (braidComm::connectTransports).
   ReduceKernel(d_.dtype, d_.base_op, at(0), at(1), dst, count);
   for (int r = 2; r < n_; ++r) ReduceKernel(d_.dtype, d_.base_op, dst, at(r), dst, count);
@@ -244,16 +328,16 @@ void Call::consume() {
       break;
     case CollKind::kAllGather:
       for (int r = 0; r < n_; ++r)
-        std::memcpy(recv + static_cast<uint64_t>(r) * block, board_.inbox(r, seq_), block);
+        std::memcpy(recv + static_cast<uint64_t>(r) * block, board_.inbox(r, seq_, place_), block);
       break;
     case CollKind::kAllToAll:
       for (int r = 0; r < n_; ++r)
         std::memcpy(recv + static_cast<uint64_t>(r) * block,
-                    board_.inbox(r, seq_) + static_cast<uint64_t>(me_) * block, block);
+                    board_.inbox(r, seq_, place_) + static_cast<uint64_t>(me_) * block, block);
       break;
     case CollKind::kBroadcast:
       if (me_ != d_.root)
-        std::memcpy(recv, board_.inbox(d_.root, seq_), block);
+        std::memcpy(recv, board_.inbox(d_.root, seq_, place_), block);
       else if (!d_.in_place)
         std::memcpy(recv, d_.sendbuf, block);
       break;
@@ -262,10 +346,7 @@ void Call::consume() {
   }
 }
 
-Status Call::run() {
-  fillOutbox();
-  const BoardSignature mine = SignatureOf(d_, n_);
-  board_.post(seq_, mine);
+Status Call::finish() {
   // Every peer's post, in rank order from the next rank (so that ranks do not all poll rank 0
   // first), before any payload is read: the signatures must all agree.
   for (int k = 1; k < n_; ++k) {
@@ -275,15 +356,17 @@ Status Call::run() {
   for (int k = 1; k < n_; ++k) {
     const int peer = (me_ + k) % n_;
     const BoardSignature theirs = board_.signature(peer, seq_);
-    if (theirs == mine) continue;
+    if (theirs == mine_) continue;
     // Every rank finds a difference (if a differs from b, every rank differs from one of them)
     // at the same call, and every rank has posted it: the board stays in step and the
     // communicator usable, as after any argument error.
+    board_.consume(seq_);
     return InvalidUsage(context() + "call mismatch: rank " + std::to_string(peer) + " called " +
                         DescribeSignature(theirs) + " at this point; every rank must make " +
                         "the same calls in the same order (nothing was transferred)");
   }
   consume();
+  board_.consume(seq_);
   return Status::Ok();
 }
 
@@ -305,12 +388,8 @@ bool OneShotTakes(const braidComm& comm, const OpDesc& d) {
       return false;
   }
   const int n = comm.nranks();
-  // The largest post of the call on any rank (a broadcast's root posts the block).
   const uint64_t block = d.count * DataTypeSize(d.dtype);
-  const uint64_t post = d.kind == CollKind::kReduceScatter || d.kind == CollKind::kAllToAll
-                            ? block * static_cast<uint64_t>(n)
-                        : d.kind == CollKind::kBarrier ? 0
-                                                       : block;
+  const uint64_t post = LargestPost(d, n);
   if (post > board->capacity()) return false;
   const bool fits_default = post <= OneShotDefaultLimit(board->capacity(), n, comm.hostCpus());
   // BRAID_ALGO: a rule that covers the call decides (CollBytes counts as the tuner does).
@@ -329,17 +408,84 @@ uint64_t OneShotDefaultLimit(uint64_t capacity, int nranks, int host_cpus) {
   return nranks > host_cpus ? capacity : std::min(capacity, kOneShotCoreBytes);
 }
 
-Status RunOneShot(braidComm& comm, const OpDesc& d) {
+void RunOneShotCalls(braidComm& comm, std::span<const OpDesc* const> calls, Status* results) {
   std::lock_guard<std::mutex> lock(comm.boardMutex());
   braidComm::BoardProgress& progress = comm.boardProgress();
-  const uint32_t seq = progress.started.load(std::memory_order_relaxed) + 1;
-  progress.kind.store(static_cast<int>(d.kind), std::memory_order_relaxed);
-  progress.count.store(d.count, std::memory_order_relaxed);
-  progress.started.store(seq, std::memory_order_release);
-  Call call(comm, d, seq);
-  Status st = call.run();
-  progress.waiting_on.store(-1, std::memory_order_relaxed);
-  progress.completed.store(seq, std::memory_order_release);
+  // A batch: calls posted before the first of them is read, up to kEntries small calls or one
+  // large call alone (the rules in local_board.h). Then every post this rank waits for its
+  // peers to consume comes before its batch. Why that never deadlocks, whatever batches the
+  // ranks choose (even when they place a mismatched call differently): let c be the last post
+  // every rank has consumed. A rank that has consumed c exactly is in the batch that starts at
+  // c + 1 (posting it, or reading it), so each of its posts waits only for posts up to c to be
+  // consumed, which they are: it posts its whole batch, c + 1 included. A rank that has consumed
+  // more has posted c + 1 already. So every rank's post c + 1 is made, and every rank consumes
+  // c + 1.
+  // On the stack: a call outside a group comes through here too, and should not allocate.
+  std::array<std::optional<Call>, LocalBoard::kEntries> batch;
+  size_t nbatch = 0;
+  size_t next = 0;
+  // The call the hang report names: the first one posted and not yet complete.
+  const auto show = [&](const OpDesc& d) {
+    progress.kind.store(static_cast<int>(d.kind), std::memory_order_relaxed);
+    progress.count.store(d.count, std::memory_order_relaxed);
+  };
+  const auto failed_earlier = [&](size_t i) {
+    Status st = comm.asyncError();
+    return st.prepend(comm.where() + ": " + DescribeCall(*calls[i]) +
+                      ": not completed because the communicator failed: ");
+  };
+  while (next < calls.size()) {
+    const size_t first = next;
+    nbatch = 0;
+    uint32_t seq = progress.started.load(std::memory_order_relaxed);
+    while (next < calls.size() && nbatch < batch.size()) {
+      std::optional<Call>& call = batch[nbatch];
+      const bool small = call.emplace(comm, *calls[next], seq + 1).small();
+      // A large call runs alone.
+      if (!small && nbatch > 0) {
+        call.reset();
+        break;
+      }
+      ++nbatch;
+      const size_t i = next++;
+      if (comm.asyncErrorCode() != braidSuccess) {
+        results[i] = failed_earlier(i);
+        call.reset();
+        continue;
+      }
+      if (nbatch == 1) show(*calls[i]);
+      progress.started.store(++seq, std::memory_order_release);
+      results[i] = call->post();
+      if (!results[i].ok()) call.reset();  // the communicator failed
+      if (!small) break;
+    }
+    // The peers' posts of a batch are read one call after the other; loading them all first
+    // overlaps their cache misses.
+    if (nbatch > 1)
+      for (size_t k = 0; k < nbatch; ++k)
+        if (batch[k]) batch[k]->prefetch();
+    for (size_t k = 0; k < nbatch; ++k) {
+      if (!batch[k]) continue;  // not posted: its result is set
+      show(*calls[first + k]);
+      if (comm.asyncErrorCode() != braidSuccess)
+        results[first + k] = failed_earlier(first + k);
+      else
+        results[first + k] = batch[k]->finish();
+      progress.waiting_on.store(-1, std::memory_order_relaxed);
+      progress.completed.store(batch[k]->seq(), std::memory_order_release);
+      batch[k].reset();
+    }
+    // Also after a failure (a post or a read that did not complete): nothing is in progress.
+    progress.waiting_on.store(-1, std::memory_order_relaxed);
+    progress.completed.store(progress.started.load(std::memory_order_relaxed),
+                             std::memory_order_release);
+  }
+}
+
+Status RunOneShot(braidComm& comm, const OpDesc& d) {
+  const OpDesc* call = &d;
+  Status st;
+  RunOneShotCalls(comm, std::span<const OpDesc* const>(&call, 1), &st);
   return st;
 }
 

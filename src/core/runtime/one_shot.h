@@ -5,16 +5,19 @@
 // rank copies its contribution into its own side of the board and posts it; every rank then
 // waits for every peer's post of the same call, compares the signatures (a call that differs
 // between ranks fails on every rank with both calls named, and the communicator stays usable)
-// and reads what it needs straight from the peers' memory. Reductions fold the contributions in
-// rank order (x0 op x1 op ... op xN-1), so every rank gets the same bits, the same as
-// BRAID_DETERMINISTIC's order. No message, no progress thread, no syscall while the peers keep
-// up: waiting spins (pause, or sched_yield when the host has more ranks than cores) for
-// BRAID_SPIN_US, then sleeps on the peer's post with a futex.
+// and reads what it needs straight from the peers' memory. A group of such calls posts up to 16
+// of them before it reads the first (RunOneShotCalls), so it waits for its peers about once.
+// Reductions fold the contributions in rank order (x0 op x1 op ... op xN-1), so every rank gets the
+// same bits, the same as BRAID_DETERMINISTIC's order. No message, no progress thread, no syscall
+// while the peers keep up: waiting spins (pause, or sched_yield when the host has more ranks than
+// cores) for BRAID_SPIN_US, then sleeps on the peer's post with a futex.
 //
 // It is not a schedule because it is not made of messages: steps are loads of peer memory,
 // which the IR's send/recv steps do not describe; tests/multirank/one_shot_test.cc checks it bit
 // for bit instead of the verifier.
 #pragma once
+
+#include <span>
 
 #include "core/base/status.h"
 #include "core/runtime/comm.h"
@@ -37,5 +40,10 @@ uint64_t OneShotDefaultLimit(uint64_t capacity, int nranks, int host_cpus);
 
 // Runs `d` on the board, on this thread, and returns when this rank's part is done.
 Status RunOneShot(braidComm& comm, const OpDesc& d);
+// Runs the blocking calls `calls` (each taken by OneShotTakes) on the board in order, and sets
+// results[i] to call i's result. Small ones are posted up to LocalBoard::kEntries ahead of the
+// first one read, so a group of them costs about one wait for the peers, not one per call; ranks
+// need not group them alike (a rank that does not group meets one that does).
+void RunOneShotCalls(braidComm& comm, std::span<const OpDesc* const> calls, Status* results);
 
 }  // namespace braid

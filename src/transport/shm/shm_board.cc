@@ -4,6 +4,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <climits>
 #include <cstring>
@@ -19,15 +20,55 @@ long Futex(std::atomic<uint32_t>* word, int op, uint32_t val, const timespec* ts
   return syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), op, val, ts, nullptr, 0);
 }
 
+// How long a poster waiting for a peer to consume sleeps between looks (sleepUntilConsumed).
+constexpr int64_t kConsumedPollUs = 50;
+
+bool Reached(uint32_t value, uint32_t seq) {
+  return static_cast<int32_t>(value - seq) >= 0;
+}
+
+// Sleeps on `word` until it reaches `seq` or about `timeout_us` passes, counted in `waiters` so
+// that the writer wakes it. seq_cst on both sides: either the sleeper sees the new value (and
+// does not sleep), or the writer sees the waiter count and wakes it (the futex also re-checks the
+// word). Returns whether the word reached `seq`.
+bool SleepUntil(std::atomic<uint32_t>& word, std::atomic<uint32_t>& waiters, uint32_t seq,
+                int64_t timeout_us) {
+  waiters.fetch_add(1, std::memory_order_seq_cst);
+  const uint32_t seen = word.load(std::memory_order_seq_cst);
+  if (!Reached(seen, seq)) {
+    timespec ts{static_cast<time_t>(timeout_us / 1000000),
+                static_cast<long>(timeout_us % 1000000) * 1000};
+    // Returns at once when the word is no longer `seen` (EAGAIN), on a wake, a signal or the
+    // timeout; the caller looks again either way.
+    (void)Futex(&word, FUTEX_WAIT, seen, &ts);
+  }
+  waiters.fetch_sub(1, std::memory_order_seq_cst);
+  return Reached(word.load(std::memory_order_acquire), seq);
+}
+
+// Stores `seq` into `word` and wakes whoever sleeps on it.
+void Publish(std::atomic<uint32_t>& word, std::atomic<uint32_t>& waiters, uint32_t seq) {
+  word.store(seq, std::memory_order_seq_cst);
+  if (waiters.load(std::memory_order_seq_cst) != 0)
+    (void)Futex(&word, FUTEX_WAKE, INT_MAX, nullptr);
+}
+
 }  // namespace
 
 ShmBoard::ShmBoard(int rank, int nranks, const SegmentView& mine)
-    : rank_(rank), capacity_(mine.layout.board_bytes), sides_(static_cast<size_t>(nranks)) {
-  Side& s = sides_[static_cast<size_t>(rank)];
-  s.ctl = mine.board();
-  s.payload[0] = mine.boardPayload(0);
-  s.payload[1] = mine.boardPayload(1);
-  s.map = mine.mapping;
+    : rank_(rank),
+      capacity_(mine.layout.board_bytes),
+      slot_bytes_(mine.layout.boardSlotBytes()),
+      sides_(static_cast<size_t>(nranks)) {
+  attach(sides_[static_cast<size_t>(rank)], mine);
+}
+
+void ShmBoard::attach(Side& s, const SegmentView& view) {
+  s.ctl = view.board();
+  s.slots = view.boardSlot(0);
+  s.payload[0] = view.boardPayload(0);
+  s.payload[1] = view.boardPayload(1);
+  s.map = view.mapping;
 }
 
 bool ShmBoard::addPeer(int peer, const SegmentView& theirs, std::shared_ptr<PeerLink> link) {
@@ -35,44 +76,48 @@ bool ShmBoard::addPeer(int peer, const SegmentView& theirs, std::shared_ptr<Peer
       theirs.layout.board_bytes != capacity_)
     return false;
   Side& s = sides_[static_cast<size_t>(peer)];
-  s.ctl = theirs.board();
-  s.payload[0] = theirs.boardPayload(0);
-  s.payload[1] = theirs.boardPayload(1);
-  s.map = theirs.mapping;
+  attach(s, theirs);
   s.link = std::move(link);
   return true;
 }
 
 void ShmBoard::post(uint32_t seq, const BoardSignature& sig) {
   BoardControl* ctl = sides_[static_cast<size_t>(rank_)].ctl;
-  std::memcpy(ctl->signatures[seq & 1].words, sig.words, sizeof(sig.words));
-  // seq_cst store and load: either a peer about to sleep sees the new number (and does not
-  // sleep), or this rank sees its waiter count and wakes it (the futex also re-checks the word).
-  ctl->posted.store(seq, std::memory_order_seq_cst);
-  if (ctl->waiters.load(std::memory_order_seq_cst) != 0)
-    (void)Futex(&ctl->posted, FUTEX_WAKE, INT_MAX, nullptr);
+  BoardEntry& e = ctl->entries[seq % kBoardEntries];
+  std::memcpy(e.signature.words, sig.words, sizeof(sig.words));
+  Publish(e.seq, ctl->waiters, seq);
 }
 
 bool ShmBoard::sleepUntilPosted(int rank, uint32_t seq, int64_t timeout_us) {
-  BoardControl* ctl = sides_[static_cast<size_t>(rank)].ctl;
-  ctl->waiters.fetch_add(1, std::memory_order_seq_cst);
-  const uint32_t seen = ctl->posted.load(std::memory_order_seq_cst);
-  if (static_cast<int32_t>(seen - seq) < 0) {
-    timespec ts{static_cast<time_t>(timeout_us / 1000000),
-                static_cast<long>(timeout_us % 1000000) * 1000};
-    // Returns at once when the word is no longer `seen` (EAGAIN), on a wake, a signal or the
-    // timeout; the caller looks again either way.
-    (void)Futex(&ctl->posted, FUTEX_WAIT, seen, &ts);
-  }
-  ctl->waiters.fetch_sub(1, std::memory_order_seq_cst);
-  return posted(rank, seq);
+  return SleepUntil(entry(rank, seq).seq, sides_[static_cast<size_t>(rank)].ctl->waiters, seq,
+                    timeout_us);
 }
 
 BoardSignature ShmBoard::signature(int rank, uint32_t seq) const {
   BoardSignature sig;
-  std::memcpy(sig.words, sides_[static_cast<size_t>(rank)].ctl->signatures[seq & 1].words,
-              sizeof(sig.words));
+  std::memcpy(sig.words, entry(rank, seq).signature.words, sizeof(sig.words));
   return sig;
+}
+
+void ShmBoard::consume(uint32_t seq) {
+  // Release only, and no wake: a poster rarely waits for it (a peer that keeps up has read what
+  // it overwrites, local_board.h), so the sleeper polls (sleepUntilConsumed) rather than make
+  // every call pay a fence and a load of a waiter count.
+  sides_[static_cast<size_t>(rank_)].ctl->consumed.store(seq, std::memory_order_release);
+}
+
+bool ShmBoard::consumed(int rank, uint32_t seq) {
+  Side& s = sides_[static_cast<size_t>(rank)];
+  if (Reached(s.consumed_seen, seq)) return true;
+  s.consumed_seen = s.ctl->consumed.load(std::memory_order_acquire);
+  return Reached(s.consumed_seen, seq);
+}
+
+bool ShmBoard::sleepUntilConsumed(int rank, uint32_t seq, int64_t timeout_us) {
+  const int64_t us = std::min<int64_t>(timeout_us, kConsumedPollUs);
+  timespec ts{0, static_cast<long>(us) * 1000};
+  (void)nanosleep(&ts, nullptr);
+  return consumed(rank, seq);
 }
 
 Status ShmBoard::deathError(int rank) const {

@@ -6,8 +6,8 @@
 //   [SegmentHeader | writer rank table]                  padded to 256 bytes
 //   [ArenaControl (256 B)]
 //   [RingControl (256 B)] x nslots x nchannels, slot-major  padded to a page
-//   [BoardControl (512 B) | 2 payload buffers of board_bytes]  padded to a page; absent when
-//                                                              board_bytes is 0
+//   [BoardControl (2 KiB) | 16 slots | 2 payload buffers of board_bytes]  padded to a page;
+//                                                           absent when board_bytes is 0
 //   [arena (arena_bytes)]
 //
 // A ring gets its data area from the arena when its writer first sends (shm_arena.h): the arena
@@ -28,7 +28,7 @@
 namespace braid::shm {
 
 inline constexpr uint64_t kSegmentMagic = 0x6d68736469617262ULL;  // "braidshm"
-inline constexpr uint32_t kSegmentVersion = 3;
+inline constexpr uint32_t kSegmentVersion = 4;
 // The smallest ring any segment may promise (its min_ring_bytes), and the arena's unit.
 inline constexpr uint64_t kMinRingBytes = 1 << 10;
 inline constexpr uint64_t kMaxRingBytes = 256 << 20;
@@ -63,23 +63,36 @@ struct RingControl {
 static_assert(sizeof(RingControl) == 256);
 inline constexpr uint64_t kRingControlBytes = sizeof(RingControl);
 
-// The owner's side of the small-message board. `posted` and the signatures are written by the
-// owner and polled by every peer; `waiters` is written by a peer about to sleep on `posted` (a
-// futex) and read by the owner after each post: separate 128-byte blocks, so that a sleeper
-// does not take the line the spinning readers hold.
+// The owner's side of the small-message board (transport/local_board.h has the protocol). Post s
+// lives in entry s % kBoardEntries: its number, signature and (up to 32 bytes) payload in one
+// 64-byte line, so that a reader that sees the number has the rest in the same cache miss. A peer
+// about to sleep on an entry's number (a futex) counts itself in `waiters`, which the owner reads
+// after each post. `consumed` (the number of the last post this rank has read every peer's post
+// of) is written by the owner once per call and read by a peer only when it needs to reuse a slot
+// (a peer waiting for it polls). Separate 128-byte blocks, so that a sleeper does not take the
+// line the spinning readers hold.
 struct BoardSignatureWords {
   uint64_t words[3];
 };
-struct BoardControl {
-  // The signature of the post in each payload buffer (odd and even numbers) share the line of
-  // `posted`: a reader that sees the number has the signature in the same cache miss.
-  alignas(128) std::atomic<uint32_t> posted;  // number of the last post (mod 2^32), 0 = none
-  BoardSignatureWords signatures[2];          // bytes 8..56: the same 64-byte line
-  alignas(128) std::atomic<uint32_t> waiters;
+inline constexpr uint32_t kBoardEntries = 16;
+// A post of at most this many bytes travels in its entry, in the line of its number.
+inline constexpr uint64_t kBoardEntryPayloadBytes = 32;
+struct BoardEntry {
+  alignas(64) std::atomic<uint32_t> seq;  // number of the post this entry holds (0: none yet)
+  BoardSignatureWords signature;          // bytes 8..32
+  alignas(32) std::byte payload[kBoardEntryPayloadBytes];
 };
-inline constexpr uint64_t kBoardControlBytes = 512;
+static_assert(sizeof(BoardEntry) == 64);
+struct BoardControl {
+  alignas(128) BoardEntry entries[kBoardEntries];
+  alignas(128) std::atomic<uint32_t> waiters;
+  alignas(128) std::atomic<uint32_t> consumed;
+};
+inline constexpr uint64_t kBoardControlBytes = 2048;
 static_assert(sizeof(BoardControl) <= kBoardControlBytes);
-static_assert(offsetof(BoardControl, signatures) + sizeof(BoardSignatureWords) * 2 <= 64);
+// Bytes of each of the board's kBoardEntries small slots (or the board's payload size, if
+// smaller): a call whose largest post fits one may be posted ahead of the calls before it.
+inline constexpr uint64_t kBoardSlotBytes = 4096;
 // Payload buffers start at multiples of this (cache lines, and vector loads).
 inline constexpr uint64_t kBoardAlignBytes = 128;
 // The largest payload a board may carry per post.
@@ -135,14 +148,22 @@ struct SegmentLayout {
     uint64_t end = headerBytes() + sizeof(ArenaControl) + nrings() * kRingControlBytes;
     return (end + kPageBytes - 1) / kPageBytes * kPageBytes;
   }
-  // The board: its control block, then payload buffer k (0 or 1).
+  // The board: its control block, kBoardEntries small slots, then large payload buffer k (0 or
+  // 1).
+  uint64_t boardSlotBytes() const {
+    return board_bytes < kBoardSlotBytes ? board_bytes : kBoardSlotBytes;
+  }
   uint64_t boardRegionBytes() const {
     if (board_bytes == 0) return 0;
-    uint64_t b = kBoardControlBytes + 2 * board_bytes;
+    uint64_t b = kBoardControlBytes + kBoardEntries * boardSlotBytes() + 2 * board_bytes;
     return (b + kPageBytes - 1) / kPageBytes * kPageBytes;
   }
+  uint64_t boardSlotOffset(uint32_t k) const {
+    return boardOffset() + kBoardControlBytes + uint64_t{k} * boardSlotBytes();
+  }
   uint64_t boardPayloadOffset(int k) const {
-    return boardOffset() + kBoardControlBytes + static_cast<uint64_t>(k) * board_bytes;
+    return boardOffset() + kBoardControlBytes + kBoardEntries * boardSlotBytes() +
+           static_cast<uint64_t>(k) * board_bytes;
   }
   uint64_t arenaOffset() const { return boardOffset() + boardRegionBytes(); }
   uint64_t totalBytes() const { return arenaOffset() + arena_bytes; }

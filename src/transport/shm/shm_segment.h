@@ -59,11 +59,13 @@ struct SegmentView {
   RingControl* control(uint32_t slot, uint32_t channel) const {
     return reinterpret_cast<RingControl*>(mapping->base() + layout.controlOffset(slot, channel));
   }
-  // The board (null when the segment has none) and its payload buffer k (0 or 1).
+  // The board (null when the segment has none), its small slot k (< kBoardEntries) and its large
+  // payload buffer k (0 or 1).
   BoardControl* board() const {
     if (layout.board_bytes == 0) return nullptr;
     return reinterpret_cast<BoardControl*>(mapping->base() + layout.boardOffset());
   }
+  std::byte* boardSlot(uint32_t k) const { return mapping->base() + layout.boardSlotOffset(k); }
   std::byte* boardPayload(int k) const { return mapping->base() + layout.boardPayloadOffset(k); }
   ArenaControl* arena() const {
     return reinterpret_cast<ArenaControl*>(mapping->base() + layout.arenaControlOffset());

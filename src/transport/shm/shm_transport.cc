@@ -163,7 +163,8 @@ Result<std::unique_ptr<TransportInstance>> ShmTransport::Create(const TransportC
   auto free_res = ShmFreeBytes();
   if (!free_res.ok()) return Status(free_res.status()).prepend(t->who());
   const uint64_t free_bytes = *free_res;
-  // The small-message board is part of the segment (two payloads: small).
+  // The small-message board is part of the segment (shm_layout.h: entries, slots and two
+  // payload buffers of BRAID_ONESHOT_BYTES).
   const uint64_t board_bytes = std::min<uint64_t>(
       (ctx.board_bytes + kBoardAlignBytes - 1) / kBoardAlignBytes * kBoardAlignBytes,
       kMaxBoardBytes);
