@@ -118,6 +118,19 @@ TEST(Simulator, RingAllReduceMatchesClosedForm) {
   }
 }
 
+// Messages of 1 GiB and more (the compiled transfer keeps smaller sizes inline and these in a
+// table of their own): a 2-rank ring all-gather of 3 GiB blocks, unchunked, costs its one
+// message, and the same ring of blocks just under 1 GiB still matches its closed form.
+TEST(Simulator, MessagesOfAGibibyteAndMoreCostTheirBytes) {
+  const LinkModel m;
+  for (uint64_t count : {(uint64_t{3} << 30) / 4, (uint64_t{1} << 28) - 1}) {
+    const double s = 4.0 * static_cast<double>(count);
+    const double expected = m.intra.alpha_s + s / m.intra.beta_bytes_s;
+    EXPECT_CLOSE(Simulate("ring", Args(CollKind::kAllGather, 2, count), m), expected)
+        << "count " << count;
+  }
+}
+
 TEST(Simulator, ChunkingCostsOneAlphaPerMessage) {
   const LinkModel m;
   const int n = 8;
