@@ -17,7 +17,8 @@
 //   3. instance->canConnect(peer, blob)  : symmetric decision; the registry takes, per peer, the
 //                                          highest-priority transport both sides accept
 //   4. instance->connect(peers, ...)     : collective among the ranks concerned; returns the
-//                                          endpoints [peer][channel]
+//                                          endpoints [peer][channel] (with lazy_connect, endpoints
+//                                          that connect when first used: nothing is collective)
 //   5. bootstrap barrier, then instance->finishConnect(): e.g. unlink shm names
 // All steps honour the deadline and never block forever.
 #pragma once
@@ -85,6 +86,10 @@ struct TransportContext {
   // Payload bytes per post of the small-message board (BRAID_ONESHOT_BYTES, agreed by every
   // rank); 0: no board.
   uint64_t board_bytes = 0;
+  // BRAID_LAZY_CONNECT: connect() may return endpoints that connect when first used
+  // (lazy_endpoint.h) instead of connecting before it returns. A transport for which connecting
+  // costs nothing per peer (shm maps every peer's segment for the board anyway) ignores it.
+  bool lazy_connect = false;
 };
 
 // One reliable FIFO byte stream to one peer, both directions. Non-blocking: every call returns
@@ -176,9 +181,10 @@ class Endpoint {
   const TransportInstance* transport() const { return transport_; }
 
   // Traffic counters (bytes accepted by send() and handed out by recv()/consume() since the
-  // endpoint was made). Written by the thread that moves data, readable from any thread.
-  uint64_t bytesSent() const { return sent_bytes_.load(std::memory_order_relaxed); }
-  uint64_t bytesReceived() const { return received_bytes_.load(std::memory_order_relaxed); }
+  // endpoint was made). Written by the thread that moves data, readable from any thread. A
+  // wrapper (lazy_endpoint.h) reports those of the endpoint it wraps.
+  virtual uint64_t bytesSent() const { return sent_bytes_.load(std::memory_order_relaxed); }
+  virtual uint64_t bytesReceived() const { return received_bytes_.load(std::memory_order_relaxed); }
 
  protected:
   void countSent(uint64_t n) { sent_bytes_.fetch_add(n, std::memory_order_relaxed); }

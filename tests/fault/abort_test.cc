@@ -277,6 +277,7 @@ class FakePeer {
     PutField(&info, "");      // and no devices
     PutField(&info, std::to_string(cfg->oneshot_bytes));
     PutField(&info, "3");  // affinity mask: CPUs 0 and 1
+    PutField(&info, cfg->lazy_connect ? "1" : "0");
     auto round1 = bs_->allGather(info, deadline);
     if (!round1.ok()) return Fail(round1.status().message());
     // Round 2: the transport list; only tcp, at our listener.
@@ -388,7 +389,8 @@ TEST(AbortInit, AbortWhileTheRootIsUnreachable) {
   EXPECT_EQ(code, 0);
 }
 
-// (3) The peer completed the rendezvous but stalls in the tcp connect or before the barrier.
+// (3) The peer completed the rendezvous but stalls in the tcp connect or before the barrier
+// (connections made at init: BRAID_LAZY_CONNECT=0; lazily, there is no connect at init).
 class StalledPeer : public ::testing::TestWithParam<std::tuple<Stall, Release>> {};
 
 TEST_P(StalledPeer, ReleaseReturnsWithinTwoSeconds) {
@@ -397,6 +399,7 @@ TEST_P(StalledPeer, ReleaseReturnsWithinTwoSeconds) {
   ASSERT_GT(root.pid, 0);
   Env env = kBaseEnv;
   env.emplace_back("BRAID_TRANSPORTS", "tcp");
+  env.emplace_back("BRAID_LAZY_CONNECT", "0");  // the stalls are those of connecting at init
   int code = RunChild(30, env, [&, stall = stall, how = how] {
     const int fake = stall == Stall::kNeverAccepts ? 1 : 0;
     braidComm_t comm = nullptr;
@@ -514,7 +517,9 @@ TEST(AbortInit, NothingLeaksAfterAbortOrDestroy) {
     roots.push_back(std::make_unique<Root>());
     ASSERT_GT(roots.back()->pid, 0);
   }
-  int code = RunChild(60, kBaseEnv, [&] {
+  Env env = kBaseEnv;
+  env.emplace_back("BRAID_LAZY_CONNECT", "0");  // a tcp connect at init that waits
+  int code = RunChild(60, env, [&] {
     auto missing_rank = [&](const braidUniqueId& id) {
       int threads = Threads();
       braidComm_t comm = nullptr;

@@ -68,8 +68,11 @@ TEST(Placement, FabricSplitSeparatesInfiniBandFromRoCE) {
   opt.nranks = 8;
   opt.timeout_s = 120;
   opt.init = false;
+  // Connections made at init, so that the descriptor count below sees only what the split
+  // itself opens (lazily, the view's first calls would connect pairs: lazy_connect_test.cc).
   opt.env = {{"BRAID_TOPO_FILE", BRAID_TOPOLOGIES_DIR "/mixed-ib-roce.topo"},
-             {"BRAID_TIMEOUT", "30"}};
+             {"BRAID_TIMEOUT", "30"},
+             {"BRAID_LAZY_CONNECT", "0"}};
   auto out = RunJob(opt, [](braidComm_t, int rank, int n, const braidUniqueId& id) {
     static const char* kNodes[] = {"ib0", "ib1", "roce0", "roce1"};
     setenv("BRAID_HOSTID", kNodes[rank % 4], 1);

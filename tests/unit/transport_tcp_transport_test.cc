@@ -13,6 +13,8 @@
 #include <thread>
 #include <vector>
 
+#include <dirent.h>
+
 #include "core/net/handshake.h"
 #include "core/net/socket.h"
 #include "transport/tcp/tcp_endpoint.h"
@@ -23,6 +25,26 @@ namespace braid {
 namespace {
 
 using Endpoints = std::vector<std::vector<std::unique_ptr<Endpoint>>>;
+
+// Connected TCP sockets of this process (both ends of a connection between two ranks of a job
+// count, each rank being a thread here).
+int ConnectedTcpSockets() {
+  int n = 0;
+  DIR* d = opendir("/proc/self/fd");
+  if (!d) return -1;
+  while (dirent* e = readdir(d)) {
+    if (e->d_name[0] == '.') continue;
+    const int fd = std::atoi(e->d_name);
+    int domain = 0;
+    socklen_t len = sizeof(domain);
+    if (getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &domain, &len) != 0 || domain != AF_INET) continue;
+    sockaddr_storage peer{};
+    len = sizeof(peer);
+    if (getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &len) == 0) ++n;
+  }
+  closedir(d);
+  return n;
+}
 
 int64_t ElapsedMs(Clock::time_point t) {
   return std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t).count();
@@ -49,14 +71,22 @@ TransportContext Context(int rank, int nranks, int nchannels) {
 
 struct Job {
   int nranks, nchannels;
+  std::vector<std::unique_ptr<CauseBoard>> causes;  // per rank (lazy jobs)
   std::vector<std::unique_ptr<TransportInstance>> inst;
   std::vector<std::string> blobs;
   std::vector<Endpoints> eps;  // [rank][peer index][channel]
   std::vector<std::vector<int>> peers;
 
-  Job(int n, int c) : nranks(n), nchannels(c), eps(n), peers(n) {
+  // lazy: BRAID_LAZY_CONNECT (connect() returns endpoints that connect when first used).
+  Job(int n, int c, bool lazy = false) : nranks(n), nchannels(c), eps(n), peers(n) {
     for (int r = 0; r < n; ++r) {
-      auto i = TcpTransportFactory()->create(Context(r, n, c));
+      TransportContext ctx = Context(r, n, c);
+      if (lazy) {
+        causes.push_back(std::make_unique<CauseBoard>());
+        ctx.causes = causes.back().get();
+        ctx.lazy_connect = true;
+      }
+      auto i = TcpTransportFactory()->create(ctx);
       EXPECT_TRUE(i.ok()) << i.status().message();
       inst.push_back(std::move(*i));
       blobs.push_back(inst.back()->localBlob());
@@ -750,6 +780,200 @@ TEST(TcpTransport, CreateNeedsASecretAndAValidInterface) {
   EXPECT_STREQ(TcpTransportFactory()->name(), "tcp");
   EXPECT_EQ(TcpTransportFactory()->priority(), 100);
   EXPECT_FALSE((*lo)->canConnect(1, {(*lo)->localBlob(), "garbage"}));
+}
+
+// Lazy connections (BRAID_LAZY_CONNECT, lazy_endpoint.h).
+
+// connect() opens nothing; every stream connects when both of its ranks first use it, carries
+// the same bytes as an eagerly made one, and the listener keeps serving after finishConnect().
+class TcpLazyStream : public ::testing::TestWithParam<std::pair<int, int>> {};
+
+TEST_P(TcpLazyStream, ConnectOnFirstUseBothDirectionsAllChannels) {
+  auto [n, c] = GetParam();
+  const int sockets = ConnectedTcpSockets();
+  Job job(n, c, /*lazy=*/true);
+  auto start = Clock::now();
+  auto st = job.connectAll(10000);
+  for (int r = 0; r < n; ++r) ASSERT_TRUE(st[r].ok()) << st[r].message();
+  EXPECT_LT(ElapsedMs(start), 1000);  // nobody waited for anybody
+  for (int r = 0; r < n; ++r) EXPECT_TRUE(job.inst[r]->finishConnect().ok());
+  EXPECT_EQ(ConnectedTcpSockets(), sockets);
+  EXPECT_NE(job.ep(0, 1, 0)->describe().find("not connected yet (connecting"), std::string::npos)
+      << job.ep(0, 1, 0)->describe();
+  EXPECT_NE(job.ep(1, 0, 0)->describe().find("not connected yet (waiting for it to connect)"),
+            std::string::npos)
+      << job.ep(1, 0, 0)->describe();
+  std::vector<std::string> err(n);
+  std::vector<std::thread> t;
+  for (int r = 0; r < n; ++r) t.emplace_back([&, r] { err[r] = Stream(job, r); });
+  for (auto& x : t) x.join();
+  for (int r = 0; r < n; ++r) EXPECT_EQ(err[r], "") << "rank " << r;
+  // One connection per pair and channel, both of its ends in this process.
+  EXPECT_EQ(ConnectedTcpSockets() - sockets, n * (n - 1) * c);
+  EXPECT_NE(job.ep(0, 1, 0)->describe().find("tcp to rank 1 on host host1 (127.0.0.1:"),
+            std::string::npos)
+      << job.ep(0, 1, 0)->describe();
+  EXPECT_EQ(job.ep(0, 1, 0)->bytesSent(), StreamBytes(0, 1, 0));
+  EXPECT_EQ(job.ep(1, 0, 0)->bytesReceived(), StreamBytes(0, 1, 0));
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, TcpLazyStream,
+                         ::testing::Values(std::make_pair(2, 1), std::make_pair(3, 2)));
+
+// Sends `text` on `tx` and reads it on `rx`, driving both (each side connects its end).
+std::string Exchange(Endpoint* tx, Endpoint* rx, const std::string& text) {
+  size_t sent = 0;
+  std::string got;
+  Deadline d = Deadline::After(5000);
+  while (got.size() < text.size()) {
+    if (d.expired()) return "timed out";
+    if (sent < text.size()) {
+      auto n = tx->send(text.data() + sent, text.size() - sent);
+      if (!n.ok()) return n.status().message();
+      sent += *n;
+    }
+    char buf[64];
+    auto n = rx->recv(buf, sizeof(buf));
+    if (!n.ok()) return n.status().message();
+    got.append(buf, *n);
+    if (got.size() >= text.size()) break;
+    std::vector<pollfd> fds;
+    const bool ready = tx->arm(sent < text.size(), false, fds) | rx->arm(false, true, fds);
+    if (!ready) poll(fds.data(), fds.size(), 100);
+    tx->disarm(fds);
+    rx->disarm(fds);
+  }
+  return got == text ? "" : "got '" + got + "'";
+}
+
+// Of three ranks, only the pair that talks connects, on the channel it uses; which end sends
+// first does not matter (rank 2 accepts from rank 0, and connects to nobody).
+TEST(TcpLazy, OnlyThePairThatTalksConnects) {
+  const int sockets = ConnectedTcpSockets();
+  Job job(3, 2, /*lazy=*/true);
+  auto st = job.connectAll(5000);
+  for (auto& s : st) ASSERT_TRUE(s.ok()) << s.message();
+  EXPECT_EQ(Exchange(job.ep(2, 0, 1), job.ep(0, 2, 1), "from the acceptor"), "");
+  EXPECT_EQ(Exchange(job.ep(0, 2, 1), job.ep(2, 0, 1), "and back"), "");
+  EXPECT_EQ(ConnectedTcpSockets() - sockets, 2);
+  EXPECT_NE(job.ep(0, 2, 0)->describe().find("not connected yet"), std::string::npos);
+  EXPECT_NE(job.ep(0, 1, 1)->describe().find("not connected yet"), std::string::npos);
+}
+
+// A peer whose listener is gone (its process exited) refuses the connection: a RemoteError
+// naming it, reported as a death to the cause board, well before any timeout.
+TEST(TcpLazy, RefusedConnectionIsARemoteErrorNamingThePeer) {
+  Job job(2, 1, /*lazy=*/true);
+  Endpoints out;
+  ASSERT_TRUE(job.inst[0]->connect({1}, job.blobs, Deadline::After(1000), &out).ok());
+  job.inst[1].reset();  // its listener is gone
+  Endpoint* ep = out[0][0].get();
+  auto start = Clock::now();
+  Status err;
+  Deadline d = Deadline::After(5000);
+  while (err.ok() && !d.expired()) {
+    auto n = ep->send("x", 1);
+    if (!n.ok()) {
+      err = n.status();
+      break;
+    }
+    std::vector<pollfd> fds;
+    if (!ep->arm(true, false, fds)) poll(fds.data(), fds.size(), 100);
+    ep->disarm(fds);
+  }
+  EXPECT_LT(ElapsedMs(start), 4000);
+  EXPECT_EQ(err.cls(), ErrorClass::kRemote) << err.message();
+  EXPECT_NE(err.message().find("rank 1 on host host1"), std::string::npos) << err.message();
+  EXPECT_NE(err.message().find("refused the connection"), std::string::npos) << err.message();
+  auto cause = job.causes[0]->first();
+  ASSERT_TRUE(cause.has_value());
+  EXPECT_EQ(cause->rank, 1);
+  EXPECT_EQ(cause->reason, FailureCause::Reason::kDied);
+  // Sticky: the next call fails the same way, and so does an arm (as progress).
+  EXPECT_FALSE(ep->send("x", 1).ok());
+  std::vector<pollfd> fds;
+  EXPECT_TRUE(ep->arm(true, true, fds));
+  ep->disarm(fds);
+}
+
+// A rank waiting for a peer's connection stops waiting once the communicator has a cause (a
+// notice that some rank failed): that peer may never come.
+TEST(TcpLazy, ACauseOnTheBoardEndsAWaitForAPeer) {
+  Job job(2, 1, /*lazy=*/true);
+  Endpoints out;
+  ASSERT_TRUE(job.inst[1]->connect({0}, job.blobs, Deadline::After(1000), &out).ok());
+  Endpoint* ep = out[0][0].get();
+  char buf[4];
+  auto n = ep->recv(buf, sizeof(buf));
+  ASSERT_TRUE(n.ok()) << n.status().message();
+  EXPECT_EQ(*n, 0u);
+  FailureCause c;
+  c.reason = FailureCause::Reason::kDied;
+  c.rank = 0;
+  c.pid = 4242;
+  c.host = "host0";
+  job.causes[1]->offer(c);
+  n = ep->recv(buf, sizeof(buf));
+  ASSERT_FALSE(n.ok());
+  EXPECT_EQ(n.status().cls(), ErrorClass::kRemote);
+  EXPECT_NE(n.status().message().find("gave up connecting with rank 0"), std::string::npos)
+      << n.status().message();
+  EXPECT_NE(n.status().message().find(c.describe()), std::string::npos) << n.status().message();
+}
+
+// shutdown() before the connection was made: later calls fail (nothing to mark on a stream
+// that never existed), and nothing connects.
+TEST(TcpLazy, ShutdownBeforeConnectingFailsLaterCalls) {
+  const int sockets = ConnectedTcpSockets();
+  Job job(2, 1, /*lazy=*/true);
+  auto st = job.connectAll(5000);
+  for (auto& s : st) ASSERT_TRUE(s.ok()) << s.message();
+  Endpoint* ep = job.ep(0, 1, 0);
+  ep->shutdown();
+  ep->shutdown();  // idempotent
+  auto n = ep->send("x", 1);
+  ASSERT_FALSE(n.ok());
+  EXPECT_EQ(n.status().cls(), ErrorClass::kAborted);
+  EXPECT_NE(n.status().message().find("tcp to rank 1"), std::string::npos) << n.status().message();
+  EXPECT_FALSE(ep->peek(1).ok());
+  EXPECT_EQ(ConnectedTcpSockets(), sockets);
+}
+
+// Strangers on the listener that stays open for lazy connections (idle ones, garbage) do not
+// keep the real pair from connecting and talking; the garbage is dropped. (A stranger's
+// handshake moves only while its rank has a connection pending: the stranger then times out.)
+TEST(TcpLazy, StrangersOnTheListenerDoNotStopTheRealPair) {
+  Job job(2, 1, /*lazy=*/true);
+  auto st = job.connectAll(5000);
+  for (auto& s : st) ASSERT_TRUE(s.ok()) << s.message();
+  for (auto& i : job.inst) EXPECT_TRUE(i->finishConnect().ok());
+  auto target = ParseHostPort(job.blobs[1].substr(5));
+  ASSERT_TRUE(target.ok());
+  std::vector<Fd> strangers;
+  for (int i = 0; i < 10; ++i) {
+    auto fd = ConnectWithDeadline(*target, Deadline::After(2000));
+    ASSERT_TRUE(fd.ok()) << fd.status().message();
+    strangers.push_back(std::move(*fd));
+  }
+  std::vector<uint8_t> junk(kHandshakeClientBytes, 0xee);
+  ASSERT_GT(send(strangers[0].get(), junk.data(), junk.size(), MSG_NOSIGNAL), 0);
+  // Rank 1 drives its listener (and so the strangers' handshakes) while it waits for rank 0;
+  // the strangers are queued ahead of rank 0's connection.
+  auto start = Clock::now();
+  EXPECT_EQ(Exchange(job.ep(0, 1, 0), job.ep(1, 0, 0), "through the crowd"), "");
+  EXPECT_LT(ElapsedMs(start), 3000);
+  // The garbage was answered by closing its connection.
+  Deadline d = Deadline::After(3000);
+  bool closed = false;
+  while (!closed && !d.expired()) {
+    char c;
+    pollfd p{strangers[0].get(), POLLIN, 0};
+    if (poll(&p, 1, 100) > 0) {
+      ssize_t n = recv(strangers[0].get(), &c, 1, MSG_DONTWAIT);
+      closed = n == 0 || (n < 0 && errno != EAGAIN);
+    }
+  }
+  EXPECT_TRUE(closed);
 }
 
 }  // namespace

@@ -66,6 +66,11 @@ const std::vector<ConfigVar>& ConfigTable() {
        "new socket, segment or thread; the parent and its views must then be called in the same "
        "order on every rank, and a failure of one stops all); 0: each split is a new, "
        "independent communicator. braidConfig_t.splitShare overrides it per split"},
+      {"BRAID_LAZY_CONNECT", "NCCL_RUNTIME_CONNECT", "int", "1",
+       "1: a TCP connection between two ranks is made when an operation first needs it, so a "
+       "rank holds connections only to the peers its schedules talk to (a ring: 2 of N - 1); "
+       "0: every pair connects at init. shm maps every peer at init either way. Rank 0's "
+       "setting wins"},
       {"BRAID_LINK_CALIBRATION", nullptr, "int", "1",
        "1: at init, a few ping-pongs between one pair of ranks per link class (intra-node, "
        "inter-node) measure the latency and bandwidth the tuner's cost model uses (a few ms); 0: "
@@ -207,6 +212,9 @@ Result<Config> LoadConfigFromEnv() {
   int64_t split_share = 1;
   BRAID_RETURN_IF_ERROR(ReadInt("BRAID_SPLIT_SHARE", 0, 1, &split_share));
   c.split_share = split_share != 0;
+  int64_t lazy_connect = 1;
+  BRAID_RETURN_IF_ERROR(ReadInt("BRAID_LAZY_CONNECT", 0, 1, &lazy_connect));
+  c.lazy_connect = lazy_connect != 0;
   if (!c.dump_signal.empty() && DumpSignalNumber(c.dump_signal) == 0)
     return InvalidArgument("BRAID_DUMP_SIGNAL='" + c.dump_signal +
                            "' is not a signal braid can use: USR1, USR2 or QUIT");

@@ -36,6 +36,7 @@ struct Config {
   bool link_calibration = true;        // BRAID_LINK_CALIBRATION
   std::string link_profile;            // BRAID_LINK_PROFILE
   bool split_share = true;             // BRAID_SPLIT_SHARE
+  bool lazy_connect = true;            // BRAID_LAZY_CONNECT / NCCL_RUNTIME_CONNECT
 };
 
 struct ConfigVar {

@@ -247,6 +247,7 @@ Status braidComm::exchangeRankInfo(Bootstrap& bs, Deadline deadline) {
   PutField(&mine, groups);
   PutField(&mine, std::to_string(c.oneshot_bytes));
   PutField(&mine, AffinityMaskHex());
+  PutField(&mine, c.lazy_connect ? "1" : "0");
   BRAID_ASSIGN_OR_RETURN(auto all, bs.allGather(mine, deadline));
   infos_.resize(nranks_);
   std::vector<std::vector<std::string>> fields(nranks_);
@@ -314,6 +315,14 @@ Status braidComm::exchangeRankInfo(Bootstrap& bs, Deadline deadline) {
     BRAID_WARN("rank %d: BRAID_ONESHOT_BYTES differs from rank 0's; using rank 0's", rank_);
   opts_.config.oneshot_bytes = oneshot;
   host_cpus_ = cpus;
+  // Both ends of a pair must agree on when they connect (an eager rank waits at init for a lazy
+  // peer that does not come): rank 0's choice.
+  uint64_t lazy = 0;
+  if (!number(12, 1, &lazy))
+    return RemoteError("malformed BRAID_LAZY_CONNECT in the init message from rank 0");
+  if ((lazy != 0) != c.lazy_connect)
+    BRAID_WARN("rank %d: BRAID_LAZY_CONNECT differs from rank 0's; using rank 0's", rank_);
+  opts_.config.lazy_connect = lazy != 0;
 
   buildLayout();
   // Bind each rank to a device of its node: local rank k takes device k mod the node's count.
@@ -420,6 +429,7 @@ Status braidComm::connectTransports(Bootstrap& bs, Deadline deadline) {
   ctx.shm_ring_bytes = opts_.config.shm_ring_bytes;
   ctx.causes = &causes_;
   ctx.board_bytes = opts_.config.oneshot_bytes;
+  ctx.lazy_connect = opts_.config.lazy_connect;
   for (int r = 0; r < nranks_; ++r)
     ctx.doorbells.push_back("braid-" + tag_ + "-" + std::to_string(r));
   ctx.doorbell_name = ctx.doorbells[rank_];

@@ -11,6 +11,8 @@
 #include <cstring>
 #include <map>
 #include <memory>
+#include <mutex>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -19,6 +21,7 @@
 #include "core/base/log.h"
 #include "core/net/socket.h"
 #include "core/net/unique_id.h"
+#include "transport/lazy_endpoint.h"
 #include "transport/tcp/tcp_endpoint.h"
 #include "transport/transport.h"
 
@@ -36,6 +39,9 @@ constexpr int kMaxHandshakeRetries = 5;
 // Out of descriptors, a stranger that has been idle this long is dropped to make room: a peer
 // completes its handshake in milliseconds.
 constexpr int kIdleStrangerMs = 250;
+// A lazy connection refused this many times in a row is a peer that is gone: its listener lives
+// as long as its communicator (the first refusals may be a full backlog).
+constexpr int kMaxLazyRefusals = 4;
 
 std::string SecondsText(int64_t ms) {
   char buf[32];
@@ -95,9 +101,13 @@ class TcpInstance final : public TransportInstance {
   ~TcpInstance() override {
     HangUp(listener_.get());
     for (auto& [key, fd] : stash_) HangUp(fd.get());
+    for (auto& in : incoming_) HangUp(in.fd.get());
   }
 
   Status finishConnect() override {
+    // Lazy: the listener serves the connections schedules make later, for the communicator's
+    // life; connections that arrived early wait in the stash for their endpoint.
+    if (ctx_.lazy_connect) return Status::Ok();
     // shutdown, not only close: a forked child may hold a copy of the listener.
     HangUp(listener_.get());
     listener_ = Fd();
@@ -120,6 +130,7 @@ class TcpInstance final : public TransportInstance {
     Clock::time_point retry_at{};
     int backoff_ms = 10;
     int handshake_failures = 0;
+    int refusals = 0;  // in a row (lazy connections only: see kMaxLazyRefusals)
     std::string last_error = "no attempt yet";
   };
   struct Incoming {
@@ -155,6 +166,12 @@ class TcpInstance final : public TransportInstance {
   void driveOutgoing(Outgoing& o, short revents);
   void driveIncoming(Incoming& in);
   void acceptNew(std::vector<Incoming>& incoming);
+  // Lazy connections (lazy_endpoint.h): one (peer, channel) each; the listener and the incoming
+  // handshakes are shared, so each step also moves every other pending connection on.
+  class Connector;
+  Result<std::unique_ptr<Endpoint>> stepLazy(Outgoing* o, int peer, int channel);
+  void armLazy(const Outgoing* o, std::vector<pollfd>& fds);
+
   void drop(Incoming& in, const std::string& why) {
     BRAID_WARN("tcp: rank %d: dropped connection from %s: %s", ctx_.rank, in.from.c_str(),
                why.c_str());
@@ -174,7 +191,43 @@ class TcpInstance final : public TransportInstance {
   std::map<std::pair<int, int>, Fd> stash_;
   std::vector<std::pair<int, int>> taken_;  // (rank, channel) already handed out
   Clock::time_point listener_paused_until_{};
-  Status fatal_;  // a local failure (not a peer's) that ends connect()
+  Status fatal_;  // a failure of an outgoing connection that ends connect() (or a lazy step)
+  // Lazy connections are driven by whichever thread uses an endpoint (the engine's, the link
+  // calibration's at init): one at a time.
+  std::mutex lazy_mu_;
+  std::vector<Incoming> incoming_;  // handshakes in progress on the listener (lazy)
+};
+
+class TcpInstance::Connector final : public PeerConnector {
+ public:
+  Connector(TcpInstance* inst, int peer, int channel, const sockaddr_storage* addr)
+      : inst_(inst), peer_(peer), channel_(channel) {
+    if (addr) {  // this rank connects; else it waits for the peer's connection
+      out_.emplace();
+      out_->peer = peer;
+      out_->channel = channel;
+      out_->addr = *addr;
+    }
+  }
+  Result<std::unique_ptr<Endpoint>> progress() override {
+    std::lock_guard<std::mutex> lock(inst_->lazy_mu_);
+    return inst_->stepLazy(out_ ? &*out_ : nullptr, peer_, channel_);
+  }
+  void arm(std::vector<pollfd>& fds) override {
+    std::lock_guard<std::mutex> lock(inst_->lazy_mu_);
+    inst_->armLazy(out_ ? &*out_ : nullptr, fds);
+  }
+  std::string describe() const override {
+    std::string s = "tcp to " + inst_->peerName(peer_) + " channel " + std::to_string(channel_) +
+                    ", not connected yet (";
+    if (!out_) return s + "waiting for it to connect)";
+    return s + "connecting; last error: " + out_->last_error + ")";
+  }
+
+ private:
+  TcpInstance* inst_;
+  int peer_, channel_;
+  std::optional<Outgoing> out_;
 };
 
 void TcpInstance::startOutgoing(Outgoing& o) {
@@ -206,7 +259,24 @@ void TcpInstance::driveOutgoing(Outgoing& o, short revents) {
   if (o.state == Outgoing::kConnecting) {
     if (!(revents & (POLLOUT | POLLERR | POLLHUP))) return;
     int err = ConnectError(o.fd.get());
+    if (err == ECONNREFUSED && ctx_.lazy_connect && ++o.refusals >= kMaxLazyRefusals) {
+      // At init its listener was up (it published the address), and it stays up as long as its
+      // communicator: the process is gone.
+      if (ctx_.causes) {
+        FailureCause c;
+        c.reason = FailureCause::Reason::kDied;
+        c.rank = o.peer;
+        c.pid = peerOf(o.peer, 0).pid;
+        c.host = peerOf(o.peer, 0).host;
+        ctx_.causes->offer(c);
+      }
+      fatal_ = RemoteError(peerName(o.peer) + " refused the connection for channel " +
+                           std::to_string(o.channel) + " " + std::to_string(o.refusals) +
+                           " times: it probably exited or crashed");
+      return;
+    }
     if (err != 0) return retry(ErrnoMessage("connect", err));
+    o.refusals = 0;
     SetLiveness(o.fd.get());
     HandshakeHello hello;
     hello.purpose = kPurposeTcpData;
@@ -334,6 +404,29 @@ Status TcpInstance::connect(const std::vector<int>& peers, const std::vector<std
   blobs_ = blobs;
   out->clear();
   out->resize(peers.size());
+  if (ctx_.lazy_connect) {
+    // Nothing connects now: each endpoint connects when a schedule first uses it. As at init,
+    // the lower rank of a pair connects and the higher one accepts.
+    for (size_t i = 0; i < peers.size(); ++i) {
+      const int p = peers[i];
+      if (p < 0 || p >= ctx_.nranks || p == ctx_.rank)
+        return InvalidArgument(who + "connect(): bad peer " + std::to_string(p));
+      std::optional<sockaddr_storage> addr;
+      if (p > ctx_.rank) {
+        auto a = ParseBlob(blobs[p]);
+        if (!a.ok())
+          return Status(a.status()).prepend(who + "address of rank " + std::to_string(p) + ": ");
+        addr = *a;
+      }
+      for (int c = 0; c < ctx_.nchannels; ++c) {
+        auto ep = std::make_unique<LazyEndpoint>(
+            std::make_unique<Connector>(this, p, c, addr ? &*addr : nullptr));
+        ep->setTransport(this);
+        (*out)[i].push_back(std::move(ep));
+      }
+    }
+    return Status::Ok();
+  }
   std::vector<Outgoing> outgoing;
   std::vector<std::pair<int, int>> wanted_in;  // (peer index, channel)
   for (size_t i = 0; i < peers.size(); ++i) {
@@ -490,6 +583,85 @@ Status TcpInstance::connect(const std::vector<int>& peers, const std::vector<std
           std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start).count())
           .c_str());
   return Status::Ok();
+}
+
+Result<std::unique_ptr<Endpoint>> TcpInstance::stepLazy(Outgoing* o, int peer, int channel) {
+  const std::string who = "tcp: rank " + std::to_string(ctx_.rank) + ": ";
+  // The communicator failed (a cause arrived): a peer that failed with it never connects, and
+  // one that waits for this rank to connect is failing too.
+  if (ctx_.causes && ctx_.causes->hasStrong())
+    return RemoteError(who + "gave up connecting with " + peerName(peer) + " channel " +
+                       std::to_string(channel) + ": " + ctx_.causes->first()->describe());
+  fatal_ = Status::Ok();
+  auto now = Clock::now();
+  if (o && o->state == Outgoing::kIdle && now >= o->retry_at) startOutgoing(*o);
+  if (fatal_.ok()) {
+    std::vector<pollfd> fds;
+    enum Kind { kListener, kOut, kIn };
+    std::vector<std::pair<Kind, size_t>> owners;
+    if (listener_.valid() && now >= listener_paused_until_) {
+      fds.push_back({listener_.get(), POLLIN, 0});
+      owners.emplace_back(kListener, 0);
+    }
+    if (o && (o->state == Outgoing::kConnecting || o->state == Outgoing::kHandshake)) {
+      fds.push_back(
+          {o->fd.get(),
+           static_cast<short>(o->state == Outgoing::kConnecting ? POLLOUT : o->hs->pollEvents()),
+           0});
+      owners.emplace_back(kOut, 0);
+    }
+    for (size_t k = 0; k < incoming_.size(); ++k) {
+      if (incoming_[k].dead) continue;
+      fds.push_back({incoming_[k].fd.get(), incoming_[k].hs->pollEvents(), 0});
+      owners.emplace_back(kIn, k);
+    }
+    int n = ::poll(fds.data(), fds.size(), 0);
+    if (n < 0 && errno != EINTR) return SystemError(ErrnoMessage(who + "poll", errno));
+    for (size_t k = 0; n > 0 && k < fds.size(); ++k) {
+      if (!fds[k].revents) continue;
+      auto [kind, idx] = owners[k];
+      if (kind == kListener)
+        acceptNew(incoming_);  // (may append to incoming_: indexes of owners stay valid)
+      else if (kind == kOut)
+        driveOutgoing(*o, fds[k].revents);
+      else
+        driveIncoming(incoming_[idx]);
+    }
+    // Handshakes are timed from their accept; one that went on while nobody stepped (no
+    // endpoint was pending) may have finished above, before it is judged here.
+    now = Clock::now();
+    for (auto& in : incoming_)
+      if (!in.dead && now >= in.deadline)
+        drop(in, "did not complete the handshake within " + std::to_string(kHandshakeTimeoutMs) +
+                     " ms");
+    incoming_.erase(std::remove_if(incoming_.begin(), incoming_.end(),
+                                   [](const Incoming& in) { return in.dead; }),
+                    incoming_.end());
+  }
+  if (!fatal_.ok()) return Status(fatal_).prepend(who);
+  std::unique_ptr<Endpoint> ep;
+  if (o && o->state == Outgoing::kDone) {
+    ep = std::make_unique<TcpEndpoint>(std::move(o->fd), peerOf(peer, channel));
+  } else if (!o) {
+    auto it = stash_.find({peer, channel});
+    if (it == stash_.end()) return ep;
+    ep = std::make_unique<TcpEndpoint>(std::move(it->second), peerOf(peer, channel));
+    stash_.erase(it);
+    taken_.emplace_back(peer, channel);
+  }
+  if (ep)
+    BRAID_TRACE("tcp: rank %d: connected to %s channel %d", ctx_.rank, peerName(peer).c_str(),
+                channel);
+  return ep;
+}
+
+void TcpInstance::armLazy(const Outgoing* o, std::vector<pollfd>& fds) {
+  if (listener_.valid() && Clock::now() >= listener_paused_until_)
+    fds.push_back({listener_.get(), POLLIN, 0});
+  if (o && o->state == Outgoing::kConnecting) fds.push_back({o->fd.get(), POLLOUT, 0});
+  if (o && o->state == Outgoing::kHandshake) fds.push_back({o->fd.get(), o->hs->pollEvents(), 0});
+  for (const auto& in : incoming_)
+    if (!in.dead) fds.push_back({in.fd.get(), in.hs->pollEvents(), 0});
 }
 
 class TcpFactory final : public TransportFactory {
