@@ -23,9 +23,11 @@ constexpr uint64_t kSignatureMagic = 0x6f73;  // "os", in the top 16 bits of wor
 // How long one sleep lasts before the waiter checks for failures again: bounds how late a peer's
 // death, an abort or a revoke is noticed (the post itself wakes the sleeper at once).
 constexpr int64_t kSleepSliceUs = 5000;
-// What a peer did not do in time (Call::await's `what`).
-constexpr const char* kWaitPost = "make this call";
-constexpr const char* kWaitConsumed = "read this rank's earlier calls";
+// What a call waits for a peer to do (Call::await).
+enum class Wait {
+  kPost,      // post this call
+  kConsumed,  // read this rank's earlier posts, which this post overwrites
+};
 
 uint64_t PayloadBytes(const OpDesc& d, int nranks, int rank) {
   const uint64_t block = d.count * DataTypeSize(d.dtype);
@@ -141,14 +143,14 @@ class Call {
   // BRAID_TIMEOUT from the first wait of this call that had to sleep. `what` says what the peer
   // has not done, for the timeout's message.
   template <typename Ready, typename Sleep>
-  Status await(int peer, Ready ready, Sleep sleep, const char* what);
+  Status await(int peer, Ready ready, Sleep sleep, Wait what);
   // Waits for `peer`'s post of this call.
   Status waitFor(int peer);
   // A failure noticed while waiting: a peer's death, an abort or revoke of this communicator, or
   // another rank's failure announced to this one. Ok when none.
   Status failureSeen(int peer);
   Status fail(const Status& st, const std::optional<FailureCause>& local);
-  Status timedOut(int peer, const char* what);
+  Status timedOut(int peer, Wait what);
   void consume();
   // dst = rank-order fold of block `offset` (bytes) of every post, `count` elements.
   void fold(uint64_t offset, void* dst, uint64_t count) const;
@@ -197,7 +199,7 @@ Status Call::fail(const Status& st, const std::optional<FailureCause>& local) {
 }
 
 template <typename Ready, typename Sleep>
-Status Call::await(int peer, Ready ready, Sleep sleep, const char* what) {
+Status Call::await(int peer, Ready ready, Sleep sleep, Wait what) {
   if (ready()) return Status::Ok();
   // Spin while the peer is likely on its way: it is, on a host with a core per rank, unless
   // the program is unbalanced. With more ranks than cores a spinning rank takes the core its
@@ -248,7 +250,7 @@ Status Call::await(int peer, Ready ready, Sleep sleep, const char* what) {
 Status Call::waitFor(int peer) {
   return await(
       peer, [&] { return board_.posted(peer, seq_); },
-      [&](int64_t us) { board_.sleepUntilPosted(peer, seq_, us); }, kWaitPost);
+      [&](int64_t us) { board_.sleepUntilPosted(peer, seq_, us); }, Wait::kPost);
 }
 
 Status Call::post() {
@@ -261,7 +263,7 @@ Status Call::post() {
     const int peer = (me_ + k) % n_;
     BRAID_RETURN_IF_ERROR(await(
         peer, [&] { return board_.consumed(peer, entry_free); },
-        [&](int64_t us) { board_.sleepUntilConsumed(peer, entry_free, us); }, kWaitConsumed));
+        [&](int64_t us) { board_.sleepUntilConsumed(peer, entry_free, us); }, Wait::kConsumed));
   }
   if (place_ == BoardPlace::kBuffer) {
     const uint32_t buffer_free = seq_ - 2;
@@ -269,7 +271,7 @@ Status Call::post() {
       const int peer = (me_ + k) % n_;
       BRAID_RETURN_IF_ERROR(await(
           peer, [&] { return board_.consumed(peer, buffer_free); },
-          [&](int64_t us) { board_.sleepUntilConsumed(peer, buffer_free, us); }, kWaitConsumed));
+          [&](int64_t us) { board_.sleepUntilConsumed(peer, buffer_free, us); }, Wait::kConsumed));
     }
   }
   fillOutbox();
@@ -277,12 +279,13 @@ Status Call::post() {
   return Status::Ok();
 }
 
-Status Call::timedOut(int peer, const char* what) {
-  // Whether the wait was for the peer's post of a call (else for it to read an earlier one).
-  const bool posting = what == kWaitPost;
+Status Call::timedOut(int peer, Wait what) {
+  const bool posting = what == Wait::kPost;
   const int64_t timeout_s = comm_.config().timeout_ms / 1000;
   const Status st = TimeoutError(
-      "rank " + std::to_string(peer) + " did not " + what + " within " + std::to_string(timeout_s) +
+      "rank " + std::to_string(peer) + " did not " +
+      (posting ? "make this call" : "read this rank's earlier calls") + " within " +
+      std::to_string(timeout_s) +
       " s (BRAID_TIMEOUT): it is stopped, hung, or it called a different collective or count "
       "(every rank must make the same calls in the same order)");
   // Another rank named the cause already (its notice arrived while this one waited).
