@@ -14,6 +14,7 @@
 // the closed-form estimate the tuner ranks with, the ratio to the flat ring, and the wall and CPU
 // time the simulation (schedule builds included) took; then the tuner's pick for that cluster. Exit
 // 0 when every simulation ran, 1 when one failed, 2 for bad flags.
+#include <algorithm>
 #include <chrono>
 #include <cinttypes>
 #include <cstdio>
@@ -21,6 +22,7 @@
 #include <cstring>
 #include <ctime>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "algorithms/algorithm.h"
@@ -40,6 +42,8 @@ struct Options {
   std::vector<std::string> algos = {"ring", "hring", "ho_ring", "torus2d", "leader"};
   int channels = 2;
   uint64_t chunk = 512 * 1024;
+  // Threads that build the ranks' schedules (simulator.h): the machine's cores by default.
+  int threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
 };
 
 // DGX-A100 (the cluster of the HO-Ring and Lins papers): 8 GPUs on NVSwitch, NVLink 3 at about
@@ -118,7 +122,7 @@ int Usage(const char* why) {
       "sim_at_scale: %s\nusage: sim_at_scale [--nodes G] [--gpus M] "
       "[--links dgx-a100|emulated-1g] [--intra-bw B/s] [--intra-lat S] [--inter-bw B/s] "
       "[--inter-lat S] [--nics K] [--sizes BYTES,...] [--colls allgather,reducescatter,allreduce] "
-      "[--channels C] [--chunk BYTES] [--algos NAME,...]\n",
+      "[--channels C] [--chunk BYTES] [--algos NAME,...] [--threads T]\n",
       why);
   return 2;
 }
@@ -145,6 +149,8 @@ bool ParseArgs(int argc, char** argv, Options* o, std::string* err) {
       ok = positive_int(&o->nodes);
     } else if (flag == "--gpus") {
       ok = positive_int(&o->gpus);
+    } else if (flag == "--threads") {
+      ok = positive_int(&o->threads) && o->threads <= 256;
     } else if (flag == "--nics") {
       ok = positive_int(&o->model.nics_per_node);
     } else if (flag == "--channels") {
@@ -230,9 +236,9 @@ int main(int argc, char** argv) {
   }
   std::printf(
       "# %d nodes x %d ranks = %d ranks; intra %.3g B/s %.3g s, inter (per node) %.3g B/s "
-      "%.3g s; %d channels, chunk %" PRIu64 " B\n",
+      "%.3g s; %d channels, chunk %" PRIu64 " B; %d threads build schedules\n",
       o.nodes, o.gpus, n, o.model.intra.beta_bytes_s, o.model.intra.alpha_s,
-      o.model.inter.beta_bytes_s, o.model.inter.alpha_s, o.channels, o.chunk);
+      o.model.inter.beta_bytes_s, o.model.inter.alpha_s, o.channels, o.chunk, o.threads);
   std::printf("%-14s %12s %-9s %12s %12s %9s %9s %9s\n", "collective", "bytes", "algorithm",
               "simulated_s", "estimate_s", "vs_ring", "sim_ms", "cpu_ms");
   int failures = 0;
@@ -256,7 +262,7 @@ int main(int argc, char** argv) {
         if (!algo->supports(a)) continue;
         const auto t0 = std::chrono::steady_clock::now();
         const double c0 = CpuSeconds();
-        auto t = SimulateSeconds(*algo, a, o.model);
+        auto t = SimulateSeconds(*algo, a, o.model, o.threads);
         const double cpu_ms = 1e3 * (CpuSeconds() - c0);
         const double ms =
             std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0)

@@ -4,13 +4,17 @@
 // then dropped. Two kinds of events drive the run: a transfer becoming ready (both ends posted,
 // always at the current time, so these queue in a FIFO), which reserves the two ports of its
 // class and schedules its end; and a transfer ending (a heap ordered by time), which lets the
-// two lanes it belongs to post their next steps. Streams live in an open-addressing table,
-// drained post queues are reset and message slots recycled, so the hot loop stays in flat,
-// cache-friendly memory.
+// two lanes it belongs to post their next steps. Each event carries what processing it needs
+// (no table of messages to look up), streams live in an open-addressing table and drained post
+// queues are reset, so the hot loop stays in flat, cache-friendly memory.
 #include <algorithm>
+#include <condition_variable>
 #include <cstdint>
+#include <mutex>
+#include <optional>
 #include <queue>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "algorithms/cost_model.h"
@@ -45,6 +49,19 @@ struct CStep {
 struct Dep {
   uint32_t lane;
   uint32_t step;
+};
+
+// One rank's schedule compiled, before it joins the simulation's tables: made by the thread that
+// built the schedule (which then frees it where it was allocated), appended in rank order by
+// Simulation::Append. Offsets are the rank's own; edges name the rank's channel as their lane.
+struct CompiledRank {
+  int rank = 0;
+  std::vector<size_t> lane_steps;  // steps per channel
+  std::vector<CStep> steps;
+  std::vector<Xfer> xfers;     // `stream` unset: see keys
+  std::vector<uint64_t> keys;  // per transfer, its stream's key
+  std::vector<Dep> deps;
+  std::vector<uint64_t> large;  // sizes of its transfers of >= 1 GiB
 };
 
 struct Lane {
@@ -126,19 +143,23 @@ class StreamTable {
   std::vector<Stream> streams_;
 };
 
-struct Msg {
-  int src_lane, dst_lane;
-  int src, dst;
-  LinkClass cls;
-  double bytes;
-};
-
-struct Event {
+// A transfer whose two ends are posted (at time t): it starts once its two ports are free.
+// Everything it needs travels with it, so processing it touches no table but the ports.
+struct ReadyXfer {
   double t;
   uint64_t seq;
-  bool ready;  // false: transfer done
-  uint32_t msg;
-  bool operator>(const Event& o) const { return t != o.t ? t > o.t : seq > o.seq; }
+  int src_lane, dst_lane;
+  int src, dst;
+  double bytes;
+  LinkClass cls;
+};
+
+// A transfer's end: the two lanes it belongs to may go on.
+struct EndXfer {
+  double t;
+  uint64_t seq;
+  int src_lane, dst_lane;
+  bool operator>(const EndXfer& o) const { return t != o.t ? t > o.t : seq > o.seq; }
 };
 
 constexpr int kMaxChannels = 1 << 16;  // stream keys hold the channel in 16 bits
@@ -149,17 +170,9 @@ class Simulation {
   Simulation(const CollArgs& a, const LinkModel& m)
       : a_(a), m_(m), n_(a.nranks), streams_(2 * static_cast<size_t>(a.nranks)) {}
 
-  Result<double> Run(const Algorithm& algo) {
-    for (int r = 0; r < n_; ++r) {
-      auto s = BuildSchedule(algo, a_, r);
-      if (!s.ok()) return s.status();
-      BRAID_RETURN_IF_ERROR(Compile(r, *s));
-      // Ranks' schedules are usually alike: size the tables once from rank 0's.
-      if (r == 0) {
-        xfers_.reserve(xfers_.size() * static_cast<size_t>(n_) + 1);
-        steps_.reserve(steps_.size() * static_cast<size_t>(n_) + 1);
-      }
-    }
+  Result<double> Run(const Algorithm& algo, int threads) {
+    BRAID_RETURN_IF_ERROR(threads > 1 ? BuildAndCompileInParallel(algo, threads)
+                                      : BuildAndCompile(algo));
     if (!deps_.empty()) parked_.resize(lanes_.size());
     AssignPorts();
     send_free_.assign(nports_, 0);
@@ -167,35 +180,30 @@ class Simulation {
     for (size_t l = 0; l < lanes_.size(); ++l) BRAID_RETURN_IF_ERROR(Enter(static_cast<int>(l), 0));
     for (;;) {
       // Transfers become ready at the time their second end is posted, which is always the
-      // current time: they queue in a FIFO, merged with the heap by (time, seq).
-      Event e;
-      if (ready_head_ < ready_.size() &&
-          (events_.empty() || !(ready_[ready_head_] > events_.top()))) {
-        e = ready_[ready_head_++];
-        if (ready_head_ == ready_.size()) {
-          ready_.clear();
-          ready_head_ = 0;
+      // current time: they queue in a FIFO, merged with the heap of ends by (time, seq).
+      if (ready_head_ < ready_.size()) {
+        const ReadyXfer& r = ready_[ready_head_];
+        if (ends_.empty() || r.t < ends_.top().t ||
+            (r.t == ends_.top().t && r.seq < ends_.top().seq)) {
+          const LinkParams& link = r.cls == LinkClass::kInterNode ? nic_ : m_.of(r.cls);
+          double& send_port = send_free_[Port(r.src, r.cls)];
+          double& recv_port = recv_free_[Port(r.dst, r.cls)];
+          const double start = std::max({r.t, send_port, recv_port});
+          const double end = start + link.alpha_s + r.bytes / link.beta_bytes_s;
+          send_port = end;
+          recv_port = end;
+          ends_.push({end, seq_++, r.src_lane, r.dst_lane});
+          if (++ready_head_ == ready_.size()) {
+            ready_.clear();
+            ready_head_ = 0;
+          }
+          continue;
         }
-      } else if (!events_.empty()) {
-        e = events_.top();
-        events_.pop();
-      } else {
-        break;
       }
-      if (e.ready) {
-        const Msg& msg = msgs_[e.msg];
-        const LinkParams& link = msg.cls == LinkClass::kInterNode ? nic_ : m_.of(msg.cls);
-        double& send_port = send_free_[Port(msg.src, msg.cls)];
-        double& recv_port = recv_free_[Port(msg.dst, msg.cls)];
-        const double start = std::max({e.t, send_port, recv_port});
-        const double end = start + link.alpha_s + msg.bytes / link.beta_bytes_s;
-        send_port = end;
-        recv_port = end;
-        events_.push({end, seq_++, false, e.msg});
-        continue;
-      }
-      const int lanes[2] = {msgs_[e.msg].src_lane, msgs_[e.msg].dst_lane};
-      free_msgs_.push_back(e.msg);
+      if (ends_.empty()) break;
+      const EndXfer e = ends_.top();
+      ends_.pop();
+      const int lanes[2] = {e.src_lane, e.dst_lane};
       for (int l : lanes)
         if (--lanes_[l].pending == 0) {
           ++lanes_[l].step;
@@ -213,28 +221,126 @@ class Simulation {
   }
 
  private:
-  // Appends rank's channels as lanes of compiled steps.
-  Status Compile(int rank, const RankSchedule& s) {
+  // How many schedules the builders may hold ahead of the rank being compiled, per thread:
+  // bounds the memory of built schedules (each one is dropped once compiled).
+  static constexpr int kBuildAheadPerThread = 4;
+
+  // Builds and compiles one rank's schedule (any thread); the schedule is freed here.
+  Result<CompiledRank> BuildAndCompileRank(const Algorithm& algo, int rank) const {
+    auto s = BuildSchedule(algo, a_, rank);
+    if (!s.ok()) return s.status();
+    CompiledRank cr;
+    BRAID_RETURN_IF_ERROR(CompileRank(rank, *s, &cr));
+    return cr;
+  }
+
+  Status BuildAndCompile(const Algorithm& algo) {
+    CompiledRank cr;  // reused: its arrays keep their capacity from rank to rank
+    for (int r = 0; r < n_; ++r) {
+      auto s = BuildSchedule(algo, a_, r);
+      if (!s.ok()) return s.status();
+      BRAID_RETURN_IF_ERROR(CompileRank(r, *s, &cr));
+      BRAID_RETURN_IF_ERROR(Append(cr));
+    }
+    return Status::Ok();
+  }
+
+  // Building (and compiling) the schedules is about half of a large simulation and each rank's
+  // is independent, while appending to the shared tables goes in rank order. So `threads - 1`
+  // helpers build ranks ahead (a bounded window) and this thread appends them in order, building
+  // too whenever the next rank is not ready and the window has room. Each schedule is built,
+  // compiled and freed by one thread (handing whole schedules to another thread to free made
+  // the allocator the bottleneck). An error stops everyone; the first in rank order is reported.
+  Status BuildAndCompileInParallel(const Algorithm& algo, int threads) {
+    const int window = kBuildAheadPerThread * threads;
+    std::vector<std::optional<Result<CompiledRank>>> built(static_cast<size_t>(window));
+    std::mutex mu;
+    std::condition_variable cv;
+    int next = 0;      // the next rank to build
+    int appended = 0;  // ranks appended so far
+    bool stop = false;
+    // Builds one more rank if the window allows (lock held on entry and exit); false if not.
+    auto build_one = [&](std::unique_lock<std::mutex>& lock) {
+      if (stop || next >= n_ || next >= appended + window) return false;
+      const int r = next++;
+      lock.unlock();
+      auto cr = BuildAndCompileRank(algo, r);
+      lock.lock();
+      built[static_cast<size_t>(r % window)] = std::move(cr);
+      cv.notify_all();
+      return true;
+    };
+    std::vector<std::thread> helpers;
+    for (int h = 1; h < threads; ++h)
+      helpers.emplace_back([&] {
+        std::unique_lock<std::mutex> lock(mu);
+        while (!stop && next < n_)
+          if (!build_one(lock)) cv.wait(lock);
+      });
+    Status st;
+    {
+      std::unique_lock<std::mutex> lock(mu);
+      while (appended < n_) {
+        auto& slot = built[static_cast<size_t>(appended % window)];
+        if (!slot) {
+          if (!build_one(lock)) cv.wait(lock);
+          continue;
+        }
+        Result<CompiledRank> cr = std::move(*slot);
+        slot.reset();
+        lock.unlock();
+        st = cr.ok() ? Append(*cr) : cr.status();
+        lock.lock();
+        if (!st.ok()) break;
+        ++appended;
+        cv.notify_all();
+      }
+      stop = true;
+    }
+    cv.notify_all();
+    for (auto& t : helpers) t.join();
+    return st;
+  }
+
+  // `rank`'s schedule in compiled form (CompiledRank). Reads nothing but the arguments, so any
+  // thread may run it.
+  Status CompileRank(int rank, const RankSchedule& s, CompiledRank* out) const {
     if (s.channels.size() > static_cast<size_t>(kMaxChannels))
       return InternalError("simulate: rank " + std::to_string(rank) + " has " +
                            std::to_string(s.channels.size()) + " channels, more than " +
                            std::to_string(kMaxChannels));
-    const auto lane_base = static_cast<uint32_t>(lanes_.size());
+    out->rank = rank;
+    out->lane_steps.clear();
+    out->steps.clear();
+    out->xfers.clear();
+    out->keys.clear();
+    out->deps.clear();
+    out->large.clear();
+    size_t nsteps = 0, nops = 0, ndeps = 0;  // (bounds: sized once, no regrowth)
+    for (const auto& ch : s.channels) {
+      nsteps += ch.steps.size();
+      for (const auto& st : ch.steps) {
+        nops += st.ops.size();
+        ndeps += st.deps.size();
+      }
+    }
+    out->steps.reserve(nsteps);
+    out->xfers.reserve(nops);
+    out->keys.reserve(nops);
+    out->deps.reserve(ndeps);
     for (size_t c = 0; c < s.channels.size(); ++c) {
       const auto& steps = s.channels[c].steps;
       if (steps.size() > kMaxSteps)
         return InternalError("simulate: rank " + std::to_string(rank) + " channel " +
                              std::to_string(c) + " has too many steps");
-      Lane lane;
-      lane.rank = rank;
-      lane.channel = static_cast<int>(c);
-      lane.first = steps_.size();
+      out->lane_steps.push_back(steps.size());
       for (size_t k = 0; k < steps.size(); ++k) {
-        if (xfers_.size() + steps[k].ops.size() > UINT32_MAX ||
-            deps_.size() + steps[k].deps.size() > UINT32_MAX)
+        if (out->xfers.size() + steps[k].ops.size() > UINT32_MAX ||
+            out->deps.size() + steps[k].deps.size() > UINT32_MAX)
           return InternalError("simulate: more than 2^32 transfers or edges in all");
-        CStep cs{static_cast<uint32_t>(xfers_.size()), 0, static_cast<uint32_t>(deps_.size()), 0};
-        for (const StepRef& d : steps[k].deps) deps_.push_back({lane_base + d.channel, d.step});
+        CStep cs{static_cast<uint32_t>(out->xfers.size()), 0,
+                 static_cast<uint32_t>(out->deps.size()), 0};
+        for (const StepRef& d : steps[k].deps) out->deps.push_back({d.channel, d.step});
         cs.ndeps = static_cast<uint32_t>(steps[k].deps.size());
         for (const StepOp& op : steps[k].ops) {
           const bool send = op.kind == StepOpKind::kSend;
@@ -245,26 +351,68 @@ class Simulation {
                                  std::to_string(op.peer) + " outside [0, " + std::to_string(n_) +
                                  ")");
           const Slice& sl = send ? op.src : op.dst;
-          Xfer x;
-          x.stream = streams_.Find(send ? Key(rank, op.peer, lane.channel)
-                                        : Key(op.peer, rank, lane.channel));
+          const int ch = static_cast<int>(c);
+          out->keys.push_back(send ? Key(rank, op.peer, ch) : Key(op.peer, rank, ch));
           const uint64_t bytes = sl.count * DataTypeSize(s.buffers[sl.buffer].dtype);
-          x.meta = send ? Xfer::kSend : 0;
+          Xfer x{0, send ? Xfer::kSend : 0};
           if (bytes <= Xfer::kLow) {
             x.meta |= static_cast<uint32_t>(bytes);
           } else {
-            if (large_bytes_.size() > Xfer::kLow)
+            if (out->large.size() >= Xfer::kLow)
               return InternalError("simulate: too many transfers of 1 GiB or more");
-            x.meta |= Xfer::kLarge | static_cast<uint32_t>(large_bytes_.size());
-            large_bytes_.push_back(bytes);
+            x.meta |= Xfer::kLarge | static_cast<uint32_t>(out->large.size());
+            out->large.push_back(bytes);
           }
-          xfers_.push_back(x);
+          out->xfers.push_back(x);
           ++cs.nxfers;
         }
-        steps_.push_back(cs);
+        out->steps.push_back(cs);
       }
-      lane.end = steps_.size();
+    }
+    return Status::Ok();
+  }
+
+  // Appends a compiled rank's channels as lanes (ranks in order), resolving its streams.
+  Status Append(const CompiledRank& cr) {
+    if (xfers_.size() + cr.xfers.size() > UINT32_MAX || deps_.size() + cr.deps.size() > UINT32_MAX)
+      return InternalError("simulate: more than 2^32 transfers or edges in all");
+    if (large_bytes_.size() + cr.large.size() > Xfer::kLow)
+      return InternalError("simulate: too many transfers of 1 GiB or more");
+    const auto lane_base = static_cast<uint32_t>(lanes_.size());
+    const auto xfer_base = static_cast<uint32_t>(xfers_.size());
+    const auto dep_base = static_cast<uint32_t>(deps_.size());
+    const auto large_base = static_cast<uint32_t>(large_bytes_.size());
+    size_t first = steps_.size();
+    for (size_t c = 0; c < cr.lane_steps.size(); ++c) {
+      Lane lane;
+      lane.rank = cr.rank;
+      lane.channel = static_cast<int>(c);
+      lane.first = first;
+      lane.end = first + cr.lane_steps[c];
+      first = lane.end;
       lanes_.push_back(lane);
+    }
+    for (CStep cs : cr.steps) {
+      cs.xfer_begin += xfer_base;
+      cs.dep_begin += dep_base;
+      steps_.push_back(cs);
+    }
+    for (Dep d : cr.deps) {
+      d.lane += lane_base;
+      deps_.push_back(d);
+    }
+    for (size_t i = 0; i < cr.xfers.size(); ++i) {
+      Xfer x = cr.xfers[i];
+      x.stream = streams_.Find(cr.keys[i]);
+      if (x.meta & Xfer::kLarge)
+        x.meta = (x.meta & ~Xfer::kLow) | ((x.meta & Xfer::kLow) + large_base);
+      xfers_.push_back(x);
+    }
+    large_bytes_.insert(large_bytes_.end(), cr.large.begin(), cr.large.end());
+    // Ranks' schedules are usually alike: size the tables once from rank 0's.
+    if (cr.rank == 0) {
+      xfers_.reserve(xfers_.size() * static_cast<size_t>(n_) + 1);
+      steps_.reserve(steps_.size() * static_cast<size_t>(n_) + 1);
     }
     return Status::Ok();
   }
@@ -352,22 +500,8 @@ class Simulation {
                              std::to_string(rcv.bytes) + " on channel " +
                              std::to_string(lanes_[snd.lane].channel));
       const int src = lanes_[snd.lane].rank, dst = lanes_[rcv.lane].rank;
-      const Msg msg{snd.lane,
-                    rcv.lane,
-                    src,
-                    dst,
-                    LinkClassBetween(a_.layout, src, dst),
-                    static_cast<double>(snd.bytes)};
-      uint32_t slot;
-      if (free_msgs_.empty()) {
-        slot = static_cast<uint32_t>(msgs_.size());
-        msgs_.push_back(msg);
-      } else {
-        slot = free_msgs_.back();
-        free_msgs_.pop_back();
-        msgs_[slot] = msg;
-      }
-      ready_.push_back({std::max(snd.t, rcv.t), seq_++, true, slot});
+      ready_.push_back({std::max(snd.t, rcv.t), seq_++, snd.lane, rcv.lane, src, dst,
+                        static_cast<double>(snd.bytes), LinkClassBetween(a_.layout, src, dst)});
     }
     if (s.sh == s.sends.size()) {
       s.sends.clear();
@@ -400,10 +534,8 @@ class Simulation {
   std::vector<int> nic_of_;                    // per rank: its node's NIC (inter-node ports)
   size_t nports_ = 0;
   StreamTable streams_;
-  std::vector<Msg> msgs_;
-  std::vector<uint32_t> free_msgs_;  // slots of msgs_ whose transfer ended
-  std::priority_queue<Event, std::vector<Event>, std::greater<Event>> events_;  // ends
-  std::vector<Event> ready_;  // transfers ready at the current time, in seq order
+  std::priority_queue<EndXfer, std::vector<EndXfer>, std::greater<EndXfer>> ends_;
+  std::vector<ReadyXfer> ready_;  // transfers ready at the current time, in seq order
   size_t ready_head_ = 0;
   uint64_t seq_ = 0;
   double end_ = 0;
@@ -411,14 +543,16 @@ class Simulation {
 
 }  // namespace
 
-Result<double> SimulateSeconds(const Algorithm& algo, const CollArgs& args,
-                               const LinkModel& model) {
+Result<double> SimulateSeconds(const Algorithm& algo, const CollArgs& args, const LinkModel& model,
+                               int threads) {
   if (args.nranks < 1) return InvalidArgument("simulate: nranks must be >= 1");
   if (!algo.supports(args))
     return InvalidArgument(std::string("simulate: ") + algo.name() + " does not support " +
                            CollKindName(args.kind));
+  if (threads < 1) return InvalidArgument("simulate: threads must be >= 1");
   Simulation sim(args, model);
-  return sim.Run(algo);
+  // Below a few dozen ranks the builds take less than starting a thread.
+  return sim.Run(algo, args.nranks >= kParallelBuildRanks ? threads : 1);
 }
 
 }  // namespace braid

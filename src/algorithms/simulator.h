@@ -34,8 +34,11 @@
 // transfers and keeps every message at alpha + b / beta, as the closed forms in cost_model.h
 // assume (they charge k transfers sharing one NIC k times).
 //
-// Cost: O(messages x log(transfers in flight)) time, memory for every rank's schedule plus the
-// posts in flight; a 1024-rank ring all-reduce (2 million messages) takes well under a second.
+// Cost: O(messages x log(transfers in flight)) time, memory for the compiled steps of every rank
+// plus the posts in flight (schedules are built a few at a time, compiled and dropped). Building
+// the schedules is about half of a large simulation: with `threads` > 1 (and at least
+// kParallelBuildRanks ranks) helper threads build them while the caller compiles; the event loop
+// itself is sequential.
 #pragma once
 
 #include "algorithms/algorithm.h"
@@ -44,8 +47,14 @@
 
 namespace braid {
 
+inline constexpr int kParallelBuildRanks = 64;
+
 // Predicted seconds for `algo` serving `args` on `model`, the classes of the links coming from
-// args.layout (no layout: every link intra-node).
-Result<double> SimulateSeconds(const Algorithm& algo, const CollArgs& args, const LinkModel& model);
+// args.layout (no layout: every link intra-node). `threads`: how many threads may build the
+// ranks' schedules (the prediction does not depend on it). Inside a communicator's call
+// (braidGroupSimulateEnd) one, so that a rank never starts threads of its own; tools that
+// simulate clusters (perf/sim_at_scale) pass the machine's cores.
+Result<double> SimulateSeconds(const Algorithm& algo, const CollArgs& args, const LinkModel& model,
+                               int threads = 1);
 
 }  // namespace braid

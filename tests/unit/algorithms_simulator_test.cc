@@ -1,6 +1,7 @@
 // The event simulator against the alpha-beta closed forms of spec/algorithms.md, its link
 // classes (ports per class per rank) on hand-built schedules, and the built-in algorithms'
 // closed-form estimates (what the tuner uses) against the simulator.
+#include <algorithm>
 #include <cmath>
 #include <string>
 #include <utility>
@@ -609,6 +610,71 @@ TEST(Simulator, RingAllReduceAt1024Ranks) {
   a.layout = &nodes;
   EXPECT_CLOSE(Simulate("ring", a, m),
                2 * (n - 1) * (m.inter.alpha_s + shard / m.inter.beta_bytes_s));
+}
+
+// Schedules built by helper threads (perf/sim_at_scale) give exactly the prediction of one
+// thread, for every hierarchical and flat builder, on uneven thread counts.
+TEST(SimulatorThreads, HelpersBuildingSchedulesChangeNothing) {
+  const LinkModel m;
+  const int n = 96;  // above kParallelBuildRanks, 12 nodes of 8
+  const GroupLayout nodes = Nodes(n, 8);
+  for (const char* algo : {"ring", "hring", "ho_ring", "torus2d", "leader", "rd"}) {
+    for (CollKind kind : {CollKind::kAllReduce, CollKind::kAllGather}) {
+      CollArgs a = Args(kind, n, kind == CollKind::kAllReduce ? 1 << 16 : 1 << 10);
+      a.layout = &nodes;
+      if (!FindAlgorithm(algo)->supports(a)) continue;
+      auto one = SimulateSeconds(*FindAlgorithm(algo), a, m, 1);
+      ASSERT_TRUE(one.ok()) << algo << ": " << one.status().message();
+      for (int threads : {2, 3, 8}) {
+        auto many = SimulateSeconds(*FindAlgorithm(algo), a, m, threads);
+        ASSERT_TRUE(many.ok()) << algo << ": " << many.status().message();
+        EXPECT_EQ(*many, *one) << algo << " " << CollKindName(kind) << ", " << threads
+                               << " threads";
+      }
+    }
+  }
+  EXPECT_FALSE(
+      SimulateSeconds(*FindAlgorithm("ring"), Args(CollKind::kAllReduce, n, 64), m, 0).ok());
+}
+
+// A schedule that cannot be built (or compiled) fails the simulation with the same error
+// whichever thread met it: the first failing rank in rank order.
+class FailingAt : public Algorithm {
+ public:
+  explicit FailingAt(std::vector<int> bad) : bad_(std::move(bad)) {}
+  const char* name() const override { return "failing"; }
+  bool supports(const CollArgs&) const override { return true; }
+  Result<RankSchedule> build(const CollArgs& a, int rank) const override {
+    if (std::find(bad_.begin(), bad_.end(), rank) != bad_.end())
+      return InternalError("no schedule for rank " + std::to_string(rank));
+    RankSchedule s;
+    s.channels.resize(1);
+    // A ring of one message; a rank whose neighbour failed is never run.
+    s.scratch_count = 1;
+    StepOp send{}, recv{};
+    send.kind = StepOpKind::kSend;
+    send.peer = (rank + 1) % a.nranks;
+    send.src = {kScratchBuf, 0, 1};
+    recv.kind = StepOpKind::kRecv;
+    recv.peer = (rank + a.nranks - 1) % a.nranks;
+    recv.dst = {kScratchBuf, 0, 1};
+    s.channels[0].steps.push_back({{send, recv}, {}});
+    return s;
+  }
+
+ private:
+  std::vector<int> bad_;
+};
+
+TEST(SimulatorThreads, TheFirstFailingRankIsReportedWhicheverThreadBuiltIt) {
+  const CollArgs a = Args(CollKind::kAllReduce, 200, 64);
+  EXPECT_TRUE(SimulateSeconds(FailingAt({}), a, LinkModel{}, 4).ok());
+  for (int threads : {1, 2, 4}) {
+    auto t = SimulateSeconds(FailingAt({150, 77, 199}), a, LinkModel{}, threads);
+    ASSERT_FALSE(t.ok());
+    EXPECT_NE(t.status().message().find("no schedule for rank 77"), std::string::npos)
+        << threads << " threads: " << t.status().message();
+  }
 }
 
 // Issue 8: a dependency edge between the two channels orders transfers the link classes would
