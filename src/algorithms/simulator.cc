@@ -8,6 +8,7 @@
 // (no table of messages to look up), streams live in an open-addressing table and drained post
 // queues are reset, so the hot loop stays in flat, cache-friendly memory.
 #include <algorithm>
+#include <bit>
 #include <condition_variable>
 #include <cstdint>
 #include <mutex>
@@ -24,11 +25,14 @@
 namespace braid {
 namespace {
 
-// One transfer of a lane in compiled form (8 bytes): which stream, which way, how much.
-// Each rank's schedule is compiled to these as soon as it is built and then dropped, so the
-// simulation walks flat arrays rather than every rank's step vectors. A large simulation reads
-// them at one place per lane, thousands of lanes in turn, so every step costs cache misses:
-// the records are kept small (a 1024-rank all-reduce compiles 4 million steps).
+// Compiled steps. Each rank's schedule is compiled as soon as it is built and then dropped, so
+// the simulation walks one flat array rather than every rank's step vectors. A large simulation
+// reads it at one place per lane, thousands of lanes in turn, so every step costs cache misses
+// (a 1024-rank all-reduce compiles 4 million steps): a step is a few consecutive 8-byte words,
+// its header (transfers in the low 32 bits, edges in the high 32), its edges (Dep) and its
+// transfers (Xfer), one miss where three arrays cost three.
+
+// One transfer: which stream, which way, how much.
 struct Xfer {
   static constexpr uint32_t kSend = 1u << 31;   // a send, else a receive
   static constexpr uint32_t kLarge = 1u << 30;  // the low bits index Simulation::large_bytes_
@@ -37,38 +41,36 @@ struct Xfer {
   uint32_t meta;  // kSend | kLarge | bytes (element count times its buffer's element size)
 };
 
-// One step in compiled form: its transfers and its dependency edges (local ops cost nothing).
-struct CStep {
-  uint32_t xfer_begin;
-  uint32_t nxfers;
-  uint32_t dep_begin;
-  uint32_t ndeps;
-};
-
 // A dependency edge: the lane (of the same rank) and the step of it that must complete first.
 struct Dep {
   uint32_t lane;
   uint32_t step;
 };
 
+static_assert(sizeof(Xfer) == 8 && sizeof(Dep) == 8);
+
+uint64_t StepHeader(uint64_t nxfers, uint64_t ndeps) {
+  return nxfers | ndeps << 32;
+}
+
 // One rank's schedule compiled, before it joins the simulation's tables: made by the thread that
 // built the schedule (which then frees it where it was allocated), appended in rank order by
-// Simulation::Append. Offsets are the rank's own; edges name the rank's channel as their lane.
+// Simulation::Append. Its own numbering: an edge's lane is the rank's channel, a transfer's
+// stream an index into `keys`, a large transfer's size an index into `large`.
 struct CompiledRank {
   int rank = 0;
-  std::vector<size_t> lane_steps;  // steps per channel
-  std::vector<CStep> steps;
-  std::vector<Xfer> xfers;     // `stream` unset: see keys
-  std::vector<uint64_t> keys;  // per transfer, its stream's key
-  std::vector<Dep> deps;
+  std::vector<size_t> lane_words;  // words of `code` per channel, channel after channel
+  std::vector<uint64_t> code;
+  std::vector<uint64_t> keys;   // per transfer, its stream's key
   std::vector<uint64_t> large;  // sizes of its transfers of >= 1 GiB
 };
 
 struct Lane {
   int rank = 0;
   int channel = 0;
-  size_t first = 0, end = 0;  // the lane's steps are steps_[first, end)
-  size_t step = 0;            // the current step, relative to first (= steps completed)
+  size_t pos = 0, end = 0;  // the current step's header and the lane's end, in code_
+  uint32_t step = 0;        // steps completed
+  uint32_t step_words = 0;  // the current step's size (header, edges, transfers)
   int pending = 0;
   bool finished = false;
 };
@@ -173,7 +175,7 @@ class Simulation {
   Result<double> Run(const Algorithm& algo, int threads) {
     BRAID_RETURN_IF_ERROR(threads > 1 ? BuildAndCompileInParallel(algo, threads)
                                       : BuildAndCompile(algo));
-    if (!deps_.empty()) parked_.resize(lanes_.size());
+    if (has_deps_) parked_.resize(lanes_.size());
     AssignPorts();
     send_free_.assign(nports_, 0);
     recv_free_.assign(nports_, 0);
@@ -206,7 +208,7 @@ class Simulation {
       const int lanes[2] = {e.src_lane, e.dst_lane};
       for (int l : lanes)
         if (--lanes_[l].pending == 0) {
-          ++lanes_[l].step;
+          Advance(lanes_[l]);
           BRAID_RETURN_IF_ERROR(Wake(l, e.t));
           BRAID_RETURN_IF_ERROR(Enter(l, e.t));
         }
@@ -310,38 +312,33 @@ class Simulation {
                            std::to_string(s.channels.size()) + " channels, more than " +
                            std::to_string(kMaxChannels));
     out->rank = rank;
-    out->lane_steps.clear();
-    out->steps.clear();
-    out->xfers.clear();
+    out->lane_words.clear();
+    out->code.clear();
     out->keys.clear();
-    out->deps.clear();
     out->large.clear();
-    size_t nsteps = 0, nops = 0, ndeps = 0;  // (bounds: sized once, no regrowth)
-    for (const auto& ch : s.channels) {
-      nsteps += ch.steps.size();
+    size_t words = 0, nops = 0;  // (bounds: sized once, no regrowth)
+    for (const auto& ch : s.channels)
       for (const auto& st : ch.steps) {
+        words += 1 + st.deps.size() + st.ops.size();
         nops += st.ops.size();
-        ndeps += st.deps.size();
       }
-    }
-    out->steps.reserve(nsteps);
-    out->xfers.reserve(nops);
+    out->code.reserve(words);
     out->keys.reserve(nops);
-    out->deps.reserve(ndeps);
     for (size_t c = 0; c < s.channels.size(); ++c) {
       const auto& steps = s.channels[c].steps;
       if (steps.size() > kMaxSteps)
         return InternalError("simulate: rank " + std::to_string(rank) + " channel " +
                              std::to_string(c) + " has too many steps");
-      out->lane_steps.push_back(steps.size());
+      const size_t lane_begin = out->code.size();
       for (size_t k = 0; k < steps.size(); ++k) {
-        if (out->xfers.size() + steps[k].ops.size() > UINT32_MAX ||
-            out->deps.size() + steps[k].deps.size() > UINT32_MAX)
-          return InternalError("simulate: more than 2^32 transfers or edges in all");
-        CStep cs{static_cast<uint32_t>(out->xfers.size()), 0,
-                 static_cast<uint32_t>(out->deps.size()), 0};
-        for (const StepRef& d : steps[k].deps) out->deps.push_back({d.channel, d.step});
-        cs.ndeps = static_cast<uint32_t>(steps[k].deps.size());
+        if (steps[k].ops.size() > UINT32_MAX || steps[k].deps.size() > UINT32_MAX ||
+            out->keys.size() + steps[k].ops.size() > UINT32_MAX)
+          return InternalError("simulate: more than 2^32 transfers or edges in a schedule");
+        const size_t header = out->code.size();
+        out->code.push_back(0);
+        for (const StepRef& d : steps[k].deps)
+          out->code.push_back(std::bit_cast<uint64_t>(Dep{d.channel, d.step}));
+        uint64_t nxfers = 0;
         for (const StepOp& op : steps[k].ops) {
           const bool send = op.kind == StepOpKind::kSend;
           if (!send && op.kind != StepOpKind::kRecv && op.kind != StepOpKind::kRecvReduce) continue;
@@ -352,9 +349,9 @@ class Simulation {
                                  ")");
           const Slice& sl = send ? op.src : op.dst;
           const int ch = static_cast<int>(c);
+          Xfer x{static_cast<uint32_t>(out->keys.size()), send ? Xfer::kSend : 0};
           out->keys.push_back(send ? Key(rank, op.peer, ch) : Key(op.peer, rank, ch));
           const uint64_t bytes = sl.count * DataTypeSize(s.buffers[sl.buffer].dtype);
-          Xfer x{0, send ? Xfer::kSend : 0};
           if (bytes <= Xfer::kLow) {
             x.meta |= static_cast<uint32_t>(bytes);
           } else {
@@ -363,57 +360,52 @@ class Simulation {
             x.meta |= Xfer::kLarge | static_cast<uint32_t>(out->large.size());
             out->large.push_back(bytes);
           }
-          out->xfers.push_back(x);
-          ++cs.nxfers;
+          out->code.push_back(std::bit_cast<uint64_t>(x));
+          ++nxfers;
         }
-        out->steps.push_back(cs);
+        out->code[header] = StepHeader(nxfers, steps[k].deps.size());
       }
+      out->lane_words.push_back(out->code.size() - lane_begin);
     }
     return Status::Ok();
   }
 
   // Appends a compiled rank's channels as lanes (ranks in order), resolving its streams.
   Status Append(const CompiledRank& cr) {
-    if (xfers_.size() + cr.xfers.size() > UINT32_MAX || deps_.size() + cr.deps.size() > UINT32_MAX)
-      return InternalError("simulate: more than 2^32 transfers or edges in all");
     if (large_bytes_.size() + cr.large.size() > Xfer::kLow)
       return InternalError("simulate: too many transfers of 1 GiB or more");
     const auto lane_base = static_cast<uint32_t>(lanes_.size());
-    const auto xfer_base = static_cast<uint32_t>(xfers_.size());
-    const auto dep_base = static_cast<uint32_t>(deps_.size());
     const auto large_base = static_cast<uint32_t>(large_bytes_.size());
-    size_t first = steps_.size();
-    for (size_t c = 0; c < cr.lane_steps.size(); ++c) {
+    size_t pos = code_.size();
+    for (size_t c = 0; c < cr.lane_words.size(); ++c) {
       Lane lane;
       lane.rank = cr.rank;
       lane.channel = static_cast<int>(c);
-      lane.first = first;
-      lane.end = first + cr.lane_steps[c];
-      first = lane.end;
+      lane.pos = pos;
+      lane.end = pos + cr.lane_words[c];
+      pos = lane.end;
       lanes_.push_back(lane);
     }
-    for (CStep cs : cr.steps) {
-      cs.xfer_begin += xfer_base;
-      cs.dep_begin += dep_base;
-      steps_.push_back(cs);
-    }
-    for (Dep d : cr.deps) {
-      d.lane += lane_base;
-      deps_.push_back(d);
-    }
-    for (size_t i = 0; i < cr.xfers.size(); ++i) {
-      Xfer x = cr.xfers[i];
-      x.stream = streams_.Find(cr.keys[i]);
-      if (x.meta & Xfer::kLarge)
-        x.meta = (x.meta & ~Xfer::kLow) | ((x.meta & Xfer::kLow) + large_base);
-      xfers_.push_back(x);
+    for (size_t i = 0; i < cr.code.size();) {
+      const uint64_t header = cr.code[i++];
+      code_.push_back(header);
+      if (header >> 32) has_deps_ = true;
+      for (uint64_t k = 0; k < header >> 32; ++k, ++i) {
+        Dep d = std::bit_cast<Dep>(cr.code[i]);
+        d.lane += lane_base;
+        code_.push_back(std::bit_cast<uint64_t>(d));
+      }
+      for (uint64_t k = 0; k < (header & UINT32_MAX); ++k, ++i) {
+        Xfer x = std::bit_cast<Xfer>(cr.code[i]);
+        x.stream = streams_.Find(cr.keys[x.stream]);
+        if (x.meta & Xfer::kLarge)
+          x.meta = (x.meta & ~Xfer::kLow) | ((x.meta & Xfer::kLow) + large_base);
+        code_.push_back(std::bit_cast<uint64_t>(x));
+      }
     }
     large_bytes_.insert(large_bytes_.end(), cr.large.begin(), cr.large.end());
-    // Ranks' schedules are usually alike: size the tables once from rank 0's.
-    if (cr.rank == 0) {
-      xfers_.reserve(xfers_.size() * static_cast<size_t>(n_) + 1);
-      steps_.reserve(steps_.size() * static_cast<size_t>(n_) + 1);
-    }
+    // Ranks' schedules are usually alike: size the table once from rank 0's.
+    if (cr.rank == 0) code_.reserve(code_.size() * static_cast<size_t>(n_) + 1);
     return Status::Ok();
   }
 
@@ -447,36 +439,46 @@ class Simulation {
   Status Enter(int lane, double t) {
     for (;;) {
       Lane& l = lanes_[lane];
-      if (l.first + l.step >= l.end) {
+      if (l.pos >= l.end) {
         l.finished = true;
         end_ = std::max(end_, t);
         return Status::Ok();
       }
-      const CStep& cs = steps_[l.first + l.step];
-      for (uint32_t i = 0; i < cs.ndeps; ++i) {
-        const Dep& d = deps_[cs.dep_begin + i];
+      const uint64_t* w = &code_[l.pos];
+      const auto nxfers = static_cast<uint32_t>(w[0]);
+      const auto ndeps = static_cast<uint32_t>(w[0] >> 32);
+      for (uint32_t i = 0; i < ndeps; ++i) {
+        const Dep d = std::bit_cast<Dep>(w[1 + i]);
         if (lanes_[d.lane].step <= d.step) {
           parked_[d.lane].push_back(lane);
           return Status::Ok();
         }
       }
-      if (cs.nxfers == 0) {
-        ++l.step;
+      l.step_words = 1 + ndeps + nxfers;
+      if (nxfers == 0) {
+        Advance(l);
         BRAID_RETURN_IF_ERROR(Wake(lane, t));
         continue;
       }
-      for (uint32_t i = 0; i < cs.nxfers; ++i) {
-        const Xfer& x = xfers_[cs.xfer_begin + i];
+      const uint64_t* xfers = w + 1 + ndeps;
+      for (uint32_t i = 0; i < nxfers; ++i) {
+        const Xfer x = std::bit_cast<Xfer>(xfers[i]);
         Stream& s = streams_[x.stream];
         const uint64_t bytes =
             x.meta & Xfer::kLarge ? large_bytes_[x.meta & Xfer::kLow] : x.meta & Xfer::kLow;
         (x.meta & Xfer::kSend ? s.sends : s.recvs).push_back({lane, bytes, t});
       }
-      l.pending = static_cast<int>(cs.nxfers);
-      for (uint32_t i = 0; i < cs.nxfers; ++i)
-        BRAID_RETURN_IF_ERROR(Match(xfers_[cs.xfer_begin + i].stream));
+      l.pending = static_cast<int>(nxfers);
+      for (uint32_t i = 0; i < nxfers; ++i)
+        BRAID_RETURN_IF_ERROR(Match(std::bit_cast<Xfer>(xfers[i]).stream));
       return Status::Ok();
     }
+  }
+
+  // The lane's current step completed: on to the next.
+  static void Advance(Lane& l) {
+    l.pos += l.step_words;
+    ++l.step;
   }
 
   // Lane `lane` completed a step at time t: the lanes parked on it try again.
@@ -525,10 +527,9 @@ class Simulation {
   const LinkParams nic_ = m_.nic();  // what one inter-node transfer gets on its NIC
   const int n_;
   std::vector<Lane> lanes_;
-  std::vector<CStep> steps_;                   // every lane's steps, lane after lane
-  std::vector<Xfer> xfers_;                    // every step's transfers, in step order
+  std::vector<uint64_t> code_;                 // every lane's compiled steps, lane after lane
+  bool has_deps_ = false;                      // some step has an edge
   std::vector<uint64_t> large_bytes_;          // sizes of the transfers of >= 1 GiB
-  std::vector<Dep> deps_;                      // every step's edges, in step order
   std::vector<std::vector<int>> parked_;       // per lane: lanes waiting for its next step
   std::vector<double> send_free_, recv_free_;  // per (port owner, link class): when it frees
   std::vector<int> nic_of_;                    // per rank: its node's NIC (inter-node ports)
