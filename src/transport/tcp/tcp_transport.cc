@@ -13,6 +13,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
@@ -170,7 +171,21 @@ class TcpInstance final : public TransportInstance {
   // handshakes are shared, so each step also moves every other pending connection on.
   class Connector;
   Result<std::unique_ptr<Endpoint>> stepLazy(Outgoing* o, int peer, int channel);
-  void armLazy(const Outgoing* o, std::vector<pollfd>& fds);
+  void armLazy(Outgoing* o, std::vector<pollfd>& fds);
+
+  // What each polled descriptor is, for pollOnce's dispatch.
+  struct FdOwner {
+    enum Kind { kListener, kOut, kIn } kind;
+    size_t index;  // into the outgoing or incoming list
+  };
+  // The descriptors of the listener (unless paused), the outgoing connections in progress and
+  // the incoming handshakes, with their owners when `owners` is not null.
+  void collectFds(std::span<Outgoing> outgoing, const std::vector<Incoming>& incoming,
+                  std::vector<pollfd>& fds, std::vector<FdOwner>* owners) const;
+  // One round of connecting: polls those for up to timeout_ms, drives what is ready (a failed
+  // outgoing connection lands in fatal_), then drops handshakes past their deadline. Only a
+  // failure of poll itself is an error.
+  Status pollOnce(std::span<Outgoing> outgoing, std::vector<Incoming>& incoming, int timeout_ms);
 
   void drop(Incoming& in, const std::string& why) {
     BRAID_WARN("tcp: rank %d: dropped connection from %s: %s", ctx_.rank, in.from.c_str(),
@@ -461,10 +476,6 @@ Status TcpInstance::connect(const std::vector<int>& peers, const std::vector<std
       for (auto& in : v) HangUp(in.fd.get());
     }
   } hang_up_pending{incoming};
-  std::vector<pollfd> fds;
-  enum Kind { kListener, kOut, kIn };
-  std::vector<std::pair<Kind, size_t>> owners;
-
   auto all_in = [&] {
     for (auto [i, c] : wanted_in)
       if (!stash_.count({peers[i], c})) return false;
@@ -510,57 +521,15 @@ Status TcpInstance::connect(const std::vector<int>& peers, const std::vector<std
           wake = std::min(wake, o.retry_at);
       }
     if (!fatal_.ok()) break;
-    fds.clear();
-    owners.clear();
-    if (now >= listener_paused_until_) {
-      fds.push_back({listener_.get(), POLLIN, 0});
-      owners.emplace_back(kListener, 0);
-    } else {
-      wake = std::min(wake, listener_paused_until_);
-    }
-    for (size_t k = 0; k < outgoing.size(); ++k) {
-      auto& o = outgoing[k];
-      if (o.state == Outgoing::kConnecting) {
-        fds.push_back({o.fd.get(), POLLOUT, 0});
-      } else if (o.state == Outgoing::kHandshake) {
-        fds.push_back({o.fd.get(), o.hs->pollEvents(), 0});
-      } else {
-        continue;
-      }
-      owners.emplace_back(kOut, k);
-    }
-    for (size_t k = 0; k < incoming.size(); ++k) {
-      auto& in = incoming[k];
-      if (in.dead) continue;
-      fds.push_back({in.fd.get(), in.hs->pollEvents(), 0});
-      owners.emplace_back(kIn, k);
-      wake = std::min(wake, in.deadline);
-    }
+    if (now < listener_paused_until_) wake = std::min(wake, listener_paused_until_);
+    for (const auto& in : incoming)
+      if (!in.dead) wake = std::min(wake, in.deadline);
     auto wait_ms = std::chrono::duration_cast<std::chrono::milliseconds>(wake - now).count();
     int timeout = static_cast<int>(std::clamp<int64_t>(wait_ms + 1, 0, 1000));
     // An abortable deadline (a pending init that braidCommAbort may stop) is looked at again
     // within kAbortCheckMs.
     timeout = std::min(timeout, deadline.remainingMs(timeout) + 1);
-    int n = ::poll(fds.data(), fds.size(), timeout);
-    if (n < 0 && errno != EINTR) return SystemError(ErrnoMessage(who + "poll", errno));
-    for (size_t k = 0; n > 0 && k < fds.size(); ++k) {
-      if (!fds[k].revents) continue;
-      auto [kind, idx] = owners[k];
-      if (kind == kListener)
-        acceptNew(incoming);
-      else if (kind == kOut)
-        driveOutgoing(outgoing[idx], fds[k].revents);
-      else
-        driveIncoming(incoming[idx]);
-    }
-    now = Clock::now();
-    for (auto& in : incoming)
-      if (!in.dead && now >= in.deadline)
-        drop(in, "did not complete the handshake within " + std::to_string(kHandshakeTimeoutMs) +
-                     " ms");
-    incoming.erase(std::remove_if(incoming.begin(), incoming.end(),
-                                  [](const Incoming& in) { return in.dead; }),
-                   incoming.end());
+    BRAID_RETURN_IF_ERROR(pollOnce(outgoing, incoming, timeout).prepend(who));
   }
   if (!fatal_.ok()) return Status(fatal_).prepend(who);
 
@@ -595,49 +564,9 @@ Result<std::unique_ptr<Endpoint>> TcpInstance::stepLazy(Outgoing* o, int peer, i
   fatal_ = Status::Ok();
   auto now = Clock::now();
   if (o && o->state == Outgoing::kIdle && now >= o->retry_at) startOutgoing(*o);
-  if (fatal_.ok()) {
-    std::vector<pollfd> fds;
-    enum Kind { kListener, kOut, kIn };
-    std::vector<std::pair<Kind, size_t>> owners;
-    if (listener_.valid() && now >= listener_paused_until_) {
-      fds.push_back({listener_.get(), POLLIN, 0});
-      owners.emplace_back(kListener, 0);
-    }
-    if (o && (o->state == Outgoing::kConnecting || o->state == Outgoing::kHandshake)) {
-      fds.push_back(
-          {o->fd.get(),
-           static_cast<short>(o->state == Outgoing::kConnecting ? POLLOUT : o->hs->pollEvents()),
-           0});
-      owners.emplace_back(kOut, 0);
-    }
-    for (size_t k = 0; k < incoming_.size(); ++k) {
-      if (incoming_[k].dead) continue;
-      fds.push_back({incoming_[k].fd.get(), incoming_[k].hs->pollEvents(), 0});
-      owners.emplace_back(kIn, k);
-    }
-    int n = ::poll(fds.data(), fds.size(), 0);
-    if (n < 0 && errno != EINTR) return SystemError(ErrnoMessage(who + "poll", errno));
-    for (size_t k = 0; n > 0 && k < fds.size(); ++k) {
-      if (!fds[k].revents) continue;
-      auto [kind, idx] = owners[k];
-      if (kind == kListener)
-        acceptNew(incoming_);  // (may append to incoming_: indexes of owners stay valid)
-      else if (kind == kOut)
-        driveOutgoing(*o, fds[k].revents);
-      else
-        driveIncoming(incoming_[idx]);
-    }
-    // Handshakes are timed from their accept; one that went on while nobody stepped (no
-    // endpoint was pending) may have finished above, before it is judged here.
-    now = Clock::now();
-    for (auto& in : incoming_)
-      if (!in.dead && now >= in.deadline)
-        drop(in, "did not complete the handshake within " + std::to_string(kHandshakeTimeoutMs) +
-                     " ms");
-    incoming_.erase(std::remove_if(incoming_.begin(), incoming_.end(),
-                                   [](const Incoming& in) { return in.dead; }),
-                    incoming_.end());
-  }
+  if (fatal_.ok())
+    BRAID_RETURN_IF_ERROR(
+        pollOnce(o ? std::span<Outgoing>(o, 1) : std::span<Outgoing>(), incoming_, 0).prepend(who));
   if (!fatal_.ok()) return Status(fatal_).prepend(who);
   std::unique_ptr<Endpoint> ep;
   if (o && o->state == Outgoing::kDone) {
@@ -655,13 +584,58 @@ Result<std::unique_ptr<Endpoint>> TcpInstance::stepLazy(Outgoing* o, int peer, i
   return ep;
 }
 
-void TcpInstance::armLazy(const Outgoing* o, std::vector<pollfd>& fds) {
+void TcpInstance::armLazy(Outgoing* o, std::vector<pollfd>& fds) {
+  collectFds(o ? std::span<Outgoing>(o, 1) : std::span<Outgoing>(), incoming_, fds, nullptr);
+}
+
+void TcpInstance::collectFds(std::span<Outgoing> outgoing, const std::vector<Incoming>& incoming,
+                             std::vector<pollfd>& fds, std::vector<FdOwner>* owners) const {
+  auto add = [&](int fd, short events, FdOwner owner) {
+    fds.push_back({fd, events, 0});
+    if (owners) owners->push_back(owner);
+  };
   if (listener_.valid() && Clock::now() >= listener_paused_until_)
-    fds.push_back({listener_.get(), POLLIN, 0});
-  if (o && o->state == Outgoing::kConnecting) fds.push_back({o->fd.get(), POLLOUT, 0});
-  if (o && o->state == Outgoing::kHandshake) fds.push_back({o->fd.get(), o->hs->pollEvents(), 0});
-  for (const auto& in : incoming_)
-    if (!in.dead) fds.push_back({in.fd.get(), in.hs->pollEvents(), 0});
+    add(listener_.get(), POLLIN, {FdOwner::kListener, 0});
+  for (size_t k = 0; k < outgoing.size(); ++k) {
+    const Outgoing& o = outgoing[k];
+    if (o.state == Outgoing::kConnecting)
+      add(o.fd.get(), POLLOUT, {FdOwner::kOut, k});
+    else if (o.state == Outgoing::kHandshake)
+      add(o.fd.get(), o.hs->pollEvents(), {FdOwner::kOut, k});
+  }
+  for (size_t k = 0; k < incoming.size(); ++k)
+    if (!incoming[k].dead)
+      add(incoming[k].fd.get(), incoming[k].hs->pollEvents(), {FdOwner::kIn, k});
+}
+
+Status TcpInstance::pollOnce(std::span<Outgoing> outgoing, std::vector<Incoming>& incoming,
+                             int timeout_ms) {
+  std::vector<pollfd> fds;
+  std::vector<FdOwner> owners;
+  collectFds(outgoing, incoming, fds, &owners);
+  const int n = ::poll(fds.data(), fds.size(), timeout_ms);
+  if (n < 0 && errno != EINTR) return SystemError(ErrnoMessage("poll", errno));
+  for (size_t k = 0; n > 0 && k < fds.size(); ++k) {
+    if (!fds[k].revents) continue;
+    const FdOwner& w = owners[k];
+    if (w.kind == FdOwner::kListener)
+      acceptNew(incoming);  // (may append to `incoming`: the owners' indexes stay valid)
+    else if (w.kind == FdOwner::kOut)
+      driveOutgoing(outgoing[w.index], fds[k].revents);
+    else
+      driveIncoming(incoming[w.index]);
+  }
+  // Handshakes are timed from their accept. A lazy one may have gone on while nobody stepped
+  // (no endpoint was pending): it was driven above, before it is judged here.
+  const auto now = Clock::now();
+  for (auto& in : incoming)
+    if (!in.dead && now >= in.deadline)
+      drop(in,
+           "did not complete the handshake within " + std::to_string(kHandshakeTimeoutMs) + " ms");
+  incoming.erase(
+      std::remove_if(incoming.begin(), incoming.end(), [](const Incoming& in) { return in.dead; }),
+      incoming.end());
+  return Status::Ok();
 }
 
 class TcpFactory final : public TransportFactory {
