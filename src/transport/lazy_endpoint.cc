@@ -19,6 +19,7 @@ Status LazyEndpoint::connect() {
   }
   if (!*r) return Status::Ok();
   real_ = std::move(*r);
+  hold_reads_ = true;  // until this rank has had its chance to send (see recv())
   real_->setTransport(transport());
   real_ptr_.store(real_.get(), std::memory_order_release);
   connector_.reset();  // (its sockets are the endpoint's now)
@@ -28,18 +29,22 @@ Status LazyEndpoint::connect() {
 Result<size_t> LazyEndpoint::send(const void* data, size_t len) {
   BRAID_RETURN_IF_ERROR(connect());
   if (!real_) return size_t{0};
+  hold_reads_ = false;
   return real_->send(data, len);
 }
 
 Result<size_t> LazyEndpoint::sendv(std::span<const iovec> parts) {
   BRAID_RETURN_IF_ERROR(connect());
   if (!real_) return size_t{0};
+  hold_reads_ = false;
   return real_->sendv(parts);
 }
 
 bool LazyEndpoint::cork(std::span<const iovec> parts, uint64_t* end) {
   // Not up: the caller sends the message itself, which takes nothing until the connection is.
-  return connect().ok() && real_ && real_->cork(parts, end);
+  if (!connect().ok() || !real_) return false;
+  hold_reads_ = false;
+  return real_->cork(parts, end);
 }
 
 Status LazyEndpoint::flush() {
@@ -50,15 +55,28 @@ uint64_t LazyEndpoint::flushedThrough() const {
   return real_ ? real_->flushedThrough() : 0;
 }
 
+// Once the connection is up, the first receive reads nothing unless a send came first. The peer
+// may have connected and sent at once, while this rank's own first message on the endpoint (its
+// call agreement, say) could not leave before the connection existed: the engine's next pass
+// tries every transfer of the step, so that message leaves before anything received is acted on,
+// as when connections were made at init. Otherwise a rank that happened to read first would
+// judge the peer's message before its own went out, and the peer would hear only that it failed,
+// not why (the two ranks' first messages are how each learns how the other called).
+bool LazyEndpoint::holdRead() {
+  if (!hold_reads_) return false;
+  hold_reads_ = false;
+  return true;
+}
+
 Result<size_t> LazyEndpoint::recv(void* data, size_t len) {
   BRAID_RETURN_IF_ERROR(connect());
-  if (!real_) return size_t{0};
+  if (!real_ || holdRead()) return size_t{0};
   return real_->recv(data, len);
 }
 
 Result<std::span<const std::byte>> LazyEndpoint::peek(size_t max) {
   BRAID_RETURN_IF_ERROR(connect());
-  if (!real_) return std::span<const std::byte>();
+  if (!real_ || holdRead()) return std::span<const std::byte>();
   return real_->peek(max);
 }
 
@@ -72,7 +90,8 @@ bool LazyEndpoint::arm(bool want_send, bool want_recv, std::vector<pollfd>& fds)
   if (!connect().ok()) return true;
   if (real_) {
     armed_real_ = true;
-    return real_->arm(want_send, want_recv, fds);
+    // (A held read is progress: the next receive reads.)
+    return real_->arm(want_send, want_recv, fds) || (hold_reads_ && want_recv);
   }
   connector_->arm(fds);
   return false;

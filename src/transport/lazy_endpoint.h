@@ -67,6 +67,9 @@ class LazyEndpoint final : public Endpoint {
   // Drives the connector once; OK with real_ set when up, OK with it null while pending, the
   // connection's error (sticky) when it cannot be made.
   Status connect();
+  // Whether this receive must read nothing (the first after the connection came up, when no send
+  // preceded it); clears the hold.
+  bool holdRead();
 
   std::unique_ptr<PeerConnector> connector_;
   std::unique_ptr<Endpoint> real_;
@@ -74,6 +77,7 @@ class LazyEndpoint final : public Endpoint {
   std::atomic<Endpoint*> real_ptr_{nullptr};
   Status failed_;
   bool armed_real_ = false;  // the last arm() went to real_ (disarm() goes there too)
+  bool hold_reads_ = false;  // see holdRead()
 };
 
 }  // namespace braid

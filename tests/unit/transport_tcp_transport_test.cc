@@ -17,6 +17,7 @@
 
 #include "core/net/handshake.h"
 #include "core/net/socket.h"
+#include "transport/lazy_endpoint.h"
 #include "transport/tcp/tcp_endpoint.h"
 #include "transport/tcp/tcp_transport.h"
 #include "transport/transport.h"
@@ -894,6 +895,47 @@ TEST(TcpLazy, RefusedConnectionIsARemoteErrorNamingThePeer) {
   std::vector<pollfd> fds;
   EXPECT_TRUE(ep->arm(true, true, fds));
   ep->disarm(fds);
+}
+
+// The first receive after the connection came up reads nothing unless this rank sent first, so
+// that its own first message leaves before it acts on the peer's (the call agreement relies on
+// that, as with connections made at init); the bytes are all there on the next call.
+TEST(TcpLazy, TheFirstReceiveAfterConnectingWaitsForThisRanksSend) {
+  Job job(2, 1, /*lazy=*/true);
+  auto st = job.connectAll(5000);
+  for (auto& s : st) ASSERT_TRUE(s.ok()) << s.message();
+  Endpoint* a = job.ep(0, 1, 0);  // connects
+  Endpoint* b = job.ep(1, 0, 0);  // accepts
+  // Rank 0 connects and sends; rank 1 only polls with arm() until its end is up (arm() makes
+  // the connection: no send or receive of rank 1 has run). Over loopback a send that returned
+  // has put its bytes in the peer's socket.
+  auto* lazy_b = dynamic_cast<LazyEndpoint*>(b);
+  ASSERT_NE(lazy_b, nullptr);
+  size_t sent = 0;
+  Deadline d = Deadline::After(5000);
+  while (!d.expired() && !(sent == 5 && lazy_b->connected())) {
+    if (sent < 5) {
+      auto n = a->send("hello" + sent, 5 - sent);
+      ASSERT_TRUE(n.ok()) << n.status().message();
+      sent += *n;
+    }
+    std::vector<pollfd> fds;
+    if (!b->arm(false, true, fds)) poll(fds.data(), fds.size(), 10);
+    b->disarm(fds);
+  }
+  ASSERT_EQ(sent, 5u);
+  ASSERT_TRUE(lazy_b->connected()) << b->describe();
+  char buf[8];
+  auto held = b->recv(buf, sizeof(buf));
+  ASSERT_TRUE(held.ok());
+  EXPECT_EQ(*held, 0u);  // held: rank 1 has not sent yet
+  EXPECT_TRUE(WaitFor(b, [&] { return b->peek(8)->size() == 5; }));
+  auto n = b->recv(buf, sizeof(buf));
+  ASSERT_TRUE(n.ok());
+  EXPECT_EQ(std::string(buf, *n), "hello");
+  // A send first lifts the hold: the peer's next bytes are read at once.
+  ASSERT_EQ(*job.ep(0, 1, 0)->send("again", 5), 5u);
+  EXPECT_EQ(Exchange(job.ep(1, 0, 0), job.ep(0, 1, 0), "back"), "");
 }
 
 // A rank waiting for a peer's connection stops waiting once the communicator has a cause (a

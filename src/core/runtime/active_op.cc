@@ -615,8 +615,11 @@ Status ActiveOp::advanceData(ChannelState& cs, size_t i, bool* moved) {
       const char* hint = collective && theirs && !mine   ? "with call verification on ("
                          : collective && !theirs && mine ? "without call verification ("
                                                          : "";
+      // The variable leads: a peer that hears of this failure through its notice sees only the
+      // start of the message (FailureCause::kDetailBytes).
       return InvalidUsage(
-          "mismatch with rank " + std::to_string(sop.peer) + ": this rank called " +
+          "mismatch with rank " + std::to_string(sop.peer) + ": " +
+          (*hint ? "BRAID_VERIFY_CALLS differs: " : "") + "this rank called " +
           DescribeCall(op_->desc()) + " #" + std::to_string(proto_.seq) + ", rank " +
           std::to_string(sop.peer) + " called " + hint + DescribeHeader(h) + " #" +
           std::to_string(h.seq) + (*hint ? "; set BRAID_VERIFY_CALLS alike)" : "") +
