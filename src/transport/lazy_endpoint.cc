@@ -19,7 +19,7 @@ Status LazyEndpoint::connect() {
   }
   if (!*r) return Status::Ok();
   real_ = std::move(*r);
-  hold_reads_ = true;  // until this rank has had its chance to send (see recv())
+  hold_reads_ = true;  // until this rank has had its chance to send (holdRead())
   real_->setTransport(transport());
   real_ptr_.store(real_.get(), std::memory_order_release);
   connector_.reset();  // (its sockets are the endpoint's now)
