@@ -105,8 +105,18 @@ void LazyEndpoint::disarm(std::span<const pollfd> polled) {
 
 void LazyEndpoint::shutdown() {
   if (real_) return real_->shutdown();
-  if (!failed_.ok()) return;
-  // Never connected: there is no stream to mark. The peer, if it waits for this connection,
+  if (!failed_.ok() || !connector_) return;
+  // The peer may hold a connection this rank never used (it connected for an operation this rank
+  // had not reached): mark that one as shut down, or the peer would take this rank's exit for a
+  // crash and blame it.
+  if (auto ready = connector_->takeReady()) {
+    real_ = std::move(ready);
+    real_->setTransport(transport());
+    real_ptr_.store(real_.get(), std::memory_order_release);
+    connector_.reset();
+    return real_->shutdown();
+  }
+  // Not connected: there is no stream to mark. The peer, if it waits for this connection,
   // hears of the failure through the failure notices (core/net/failure_notice.h).
   failed_ = AbortedError(connector_->describe() + " was shut down after a failure on this rank");
   connector_.reset();

@@ -35,6 +35,10 @@ class PeerConnector {
   virtual Result<std::unique_ptr<Endpoint>> progress() = 0;
   // Appends what to sleep on while it is pending (sockets it waits for).
   virtual void arm(std::vector<pollfd>& fds) = 0;
+  // The endpoint if the connection is complete on this side already (the peer made it, or this
+  // rank's attempt finished), without starting or moving anything; null otherwise. For a
+  // shutdown: the peer must hear of it on a connection it holds, as it would on one made at init.
+  virtual std::unique_ptr<Endpoint> takeReady() = 0;
   // "tcp to rank 3 on host h (10.0.0.3:5123), channel 1, not connected yet (...)"
   virtual std::string describe() const = 0;
 };

@@ -963,6 +963,42 @@ TEST(TcpLazy, ACauseOnTheBoardEndsAWaitForAPeer) {
   EXPECT_NE(n.status().message().find(c.describe()), std::string::npos) << n.status().message();
 }
 
+// A connection the peer made that this rank never used (it waits in this rank's stash) is still
+// marked on shutdown(): the peer reads "shut the stream down", not a crash of this rank.
+TEST(TcpLazy, ShutdownMarksAConnectionThePeerMadeButThisRankNeverUsed) {
+  Job job(2, 2, /*lazy=*/true);
+  auto st = job.connectAll(5000);
+  for (auto& s : st) ASSERT_TRUE(s.ok()) << s.message();
+  auto* a = dynamic_cast<LazyEndpoint*>(job.ep(0, 1, 0));
+  ASSERT_NE(a, nullptr);
+  // Rank 0 connects channel 0 by sending on it; rank 1 drives its listener only through its
+  // channel 1 endpoint, so channel 0's connection lands in its stash, unused.
+  Deadline d = Deadline::After(5000);
+  char buf[4];
+  while (!a->connected() && !d.expired()) {
+    ASSERT_TRUE(a->send("ab", 2).ok());
+    ASSERT_TRUE(job.ep(1, 0, 1)->recv(buf, sizeof(buf)).ok());
+    std::vector<pollfd> fds;
+    const bool ready = a->arm(true, false, fds) | job.ep(1, 0, 1)->arm(false, true, fds);
+    if (!ready) poll(fds.data(), fds.size(), 10);
+    a->disarm(fds);
+    job.ep(1, 0, 1)->disarm(fds);
+  }
+  ASSERT_TRUE(a->connected());
+  job.ep(1, 0, 0)->shutdown();
+  Status err;
+  Deadline until = Deadline::After(5000);
+  while (err.ok() && !until.expired()) {
+    auto n = a->recv(buf, sizeof(buf));
+    if (!n.ok()) err = n.status();
+    std::vector<pollfd> fds;
+    if (err.ok() && !a->arm(false, true, fds)) poll(fds.data(), fds.size(), 10);
+    a->disarm(fds);
+  }
+  EXPECT_EQ(err.cls(), ErrorClass::kRemote) << err.message();
+  EXPECT_NE(err.message().find("shut the stream down"), std::string::npos) << err.message();
+}
+
 // shutdown() before the connection was made: later calls fail (nothing to mark on a stream
 // that never existed), and nothing connects.
 TEST(TcpLazy, ShutdownBeforeConnectingFailsLaterCalls) {

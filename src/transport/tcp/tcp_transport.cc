@@ -171,6 +171,9 @@ class TcpInstance final : public TransportInstance {
   // handshakes are shared, so each step also moves every other pending connection on.
   class Connector;
   Result<std::unique_ptr<Endpoint>> stepLazy(Outgoing* o, int peer, int channel);
+  // The endpoint of a lazy connection complete on this side (its handshake done, or the peer's
+  // authenticated connection waiting in the stash); null otherwise.
+  std::unique_ptr<Endpoint> takeLazy(Outgoing* o, int peer, int channel);
   void armLazy(Outgoing* o, std::vector<pollfd>& fds);
 
   // What each polled descriptor is, for pollOnce's dispatch.
@@ -231,6 +234,10 @@ class TcpInstance::Connector final : public PeerConnector {
   void arm(std::vector<pollfd>& fds) override {
     std::lock_guard<std::mutex> lock(inst_->lazy_mu_);
     inst_->armLazy(out_ ? &*out_ : nullptr, fds);
+  }
+  std::unique_ptr<Endpoint> takeReady() override {
+    std::lock_guard<std::mutex> lock(inst_->lazy_mu_);
+    return inst_->takeLazy(out_ ? &*out_ : nullptr, peer_, channel_);
   }
   std::string describe() const override {
     std::string s = "tcp to " + inst_->peerName(peer_) + " channel " + std::to_string(channel_) +
@@ -568,6 +575,14 @@ Result<std::unique_ptr<Endpoint>> TcpInstance::stepLazy(Outgoing* o, int peer, i
     BRAID_RETURN_IF_ERROR(
         pollOnce(o ? std::span<Outgoing>(o, 1) : std::span<Outgoing>(), incoming_, 0).prepend(who));
   if (!fatal_.ok()) return Status(fatal_).prepend(who);
+  std::unique_ptr<Endpoint> ep = takeLazy(o, peer, channel);
+  if (ep)
+    BRAID_TRACE("tcp: rank %d: connected to %s channel %d", ctx_.rank, peerName(peer).c_str(),
+                channel);
+  return ep;
+}
+
+std::unique_ptr<Endpoint> TcpInstance::takeLazy(Outgoing* o, int peer, int channel) {
   std::unique_ptr<Endpoint> ep;
   if (o && o->state == Outgoing::kDone) {
     ep = std::make_unique<TcpEndpoint>(std::move(o->fd), peerOf(peer, channel));
@@ -578,9 +593,7 @@ Result<std::unique_ptr<Endpoint>> TcpInstance::stepLazy(Outgoing* o, int peer, i
     stash_.erase(it);
     taken_.emplace_back(peer, channel);
   }
-  if (ep)
-    BRAID_TRACE("tcp: rank %d: connected to %s channel %d", ctx_.rank, peerName(peer).c_str(),
-                channel);
+  if (ep) ep->setTransport(this);
   return ep;
 }
 
