@@ -223,8 +223,8 @@ class Simulation {
   }
 
  private:
-  // How many schedules the builders may hold ahead of the rank being compiled, per thread:
-  // bounds the memory of built schedules (each one is dropped once compiled).
+  // How many compiled ranks the helpers may hold ahead of the rank being appended, per thread:
+  // bounds their memory (each is dropped once appended).
   static constexpr int kBuildAheadPerThread = 4;
 
   // Builds and compiles one rank's schedule (any thread); the schedule is freed here.
