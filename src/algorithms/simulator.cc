@@ -52,6 +52,12 @@ static_assert(sizeof(Xfer) == 8 && sizeof(Dep) == 8);
 uint64_t StepHeader(uint64_t nxfers, uint64_t ndeps) {
   return nxfers | ndeps << 32;
 }
+uint32_t StepXfers(uint64_t header) {
+  return static_cast<uint32_t>(header);
+}
+uint32_t StepDeps(uint64_t header) {
+  return static_cast<uint32_t>(header >> 32);
+}
 
 // One rank's schedule compiled, before it joins the simulation's tables: made by the thread that
 // built the schedule (which then frees it where it was allocated), appended in rank order by
@@ -389,13 +395,13 @@ class Simulation {
     for (size_t i = 0; i < cr.code.size();) {
       const uint64_t header = cr.code[i++];
       code_.push_back(header);
-      if (header >> 32) has_deps_ = true;
-      for (uint64_t k = 0; k < header >> 32; ++k, ++i) {
+      if (StepDeps(header)) has_deps_ = true;
+      for (uint32_t k = 0; k < StepDeps(header); ++k, ++i) {
         Dep d = std::bit_cast<Dep>(cr.code[i]);
         d.lane += lane_base;
         code_.push_back(std::bit_cast<uint64_t>(d));
       }
-      for (uint64_t k = 0; k < (header & UINT32_MAX); ++k, ++i) {
+      for (uint32_t k = 0; k < StepXfers(header); ++k, ++i) {
         Xfer x = std::bit_cast<Xfer>(cr.code[i]);
         x.stream = streams_.Find(cr.keys[x.stream]);
         if (x.meta & Xfer::kLarge)
@@ -445,8 +451,8 @@ class Simulation {
         return Status::Ok();
       }
       const uint64_t* w = &code_[l.pos];
-      const auto nxfers = static_cast<uint32_t>(w[0]);
-      const auto ndeps = static_cast<uint32_t>(w[0] >> 32);
+      const uint32_t nxfers = StepXfers(w[0]);
+      const uint32_t ndeps = StepDeps(w[0]);
       for (uint32_t i = 0; i < ndeps; ++i) {
         const Dep d = std::bit_cast<Dep>(w[1 + i]);
         if (lanes_[d.lane].step <= d.step) {

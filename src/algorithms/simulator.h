@@ -37,8 +37,8 @@
 // Cost: O(messages x log(transfers in flight)) time, memory for the compiled steps of every rank
 // plus the posts in flight (schedules are built a few at a time, compiled and dropped). Building
 // the schedules is about half of a large simulation: with `threads` > 1 (and at least
-// kParallelBuildRanks ranks) helper threads build them while the caller compiles; the event loop
-// itself is sequential.
+// kParallelBuildRanks ranks) helper threads build and compile them while the caller appends them
+// in rank order; the event loop itself is sequential.
 #pragma once
 
 #include "algorithms/algorithm.h"

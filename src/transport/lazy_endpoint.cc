@@ -18,12 +18,16 @@ Status LazyEndpoint::connect() {
     return failed_;
   }
   if (!*r) return Status::Ok();
-  real_ = std::move(*r);
+  adopt(std::move(*r));
   hold_reads_ = true;  // until this rank has had its chance to send (holdRead())
+  return Status::Ok();
+}
+
+void LazyEndpoint::adopt(std::unique_ptr<Endpoint> ep) {
+  real_ = std::move(ep);
   real_->setTransport(transport());
   real_ptr_.store(real_.get(), std::memory_order_release);
   connector_.reset();  // (its sockets are the endpoint's now)
-  return Status::Ok();
 }
 
 Result<size_t> LazyEndpoint::send(const void* data, size_t len) {
@@ -110,10 +114,7 @@ void LazyEndpoint::shutdown() {
   // had not reached): mark that one as shut down, or the peer would take this rank's exit for a
   // crash and blame it.
   if (auto ready = connector_->takeReady()) {
-    real_ = std::move(ready);
-    real_->setTransport(transport());
-    real_ptr_.store(real_.get(), std::memory_order_release);
-    connector_.reset();
+    adopt(std::move(ready));
     return real_->shutdown();
   }
   // Not connected: there is no stream to mark. The peer, if it waits for this connection,

@@ -71,6 +71,8 @@ class LazyEndpoint final : public Endpoint {
   // Drives the connector once; OK with real_ set when up, OK with it null while pending, the
   // connection's error (sticky) when it cannot be made.
   Status connect();
+  // Makes `ep` (the connector's, once up) the endpoint every call goes to; drops the connector.
+  void adopt(std::unique_ptr<Endpoint> ep);
   // Whether this receive must read nothing (the first after the connection came up, when no send
   // preceded it); clears the hold.
   bool holdRead();

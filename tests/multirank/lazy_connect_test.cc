@@ -4,44 +4,21 @@
 // BRAID_LAZY_CONNECT=0 init connects every pair and nothing is opened later. A rank that dies
 // before anyone connected to it is named by every survivor: by the ranks whose connection it
 // refuses at once, by the ones that wait for its connection through their notice.
-#include <dirent.h>
 #include <gtest/gtest.h>
 #include <signal.h>
-#include <sys/socket.h>
 
 #include <chrono>
-#include <cstdlib>
 #include <string>
 #include <tuple>
 #include <vector>
 
+#include "common/connected_sockets.h"
 #include "multirank/harness.h"
 
 namespace braid_test {
 namespace {
 
-// Connected TCP sockets of this process (data streams, the bootstrap's connection): the
-// descriptors a lazily connected communicator saves.
-int ConnectedTcpSockets() {
-  int n = 0;
-  DIR* d = opendir("/proc/self/fd");
-  if (!d) return -1;
-  while (dirent* e = readdir(d)) {
-    if (e->d_name[0] == '.') continue;
-    const int fd = std::atoi(e->d_name);
-    int domain = 0, type = 0;
-    socklen_t len = sizeof(domain);
-    if (getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &domain, &len) != 0) continue;
-    len = sizeof(type);
-    if (getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &len) != 0) continue;
-    if ((domain != AF_INET && domain != AF_INET6) || type != SOCK_STREAM) continue;
-    sockaddr_storage peer{};
-    len = sizeof(peer);
-    if (getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &len) == 0) ++n;
-  }
-  closedir(d);
-  return n;
-}
+using braid_test_common::ConnectedTcpSockets;
 
 // Rank r's element i: small integers, so every sum is exact in float.
 float In(int r, size_t i) {

@@ -13,8 +13,7 @@
 #include <thread>
 #include <vector>
 
-#include <dirent.h>
-
+#include "../common/connected_sockets.h"
 #include "core/net/handshake.h"
 #include "core/net/socket.h"
 #include "transport/lazy_endpoint.h"
@@ -27,25 +26,8 @@ namespace {
 
 using Endpoints = std::vector<std::vector<std::unique_ptr<Endpoint>>>;
 
-// Connected TCP sockets of this process (both ends of a connection between two ranks of a job
-// count, each rank being a thread here).
-int ConnectedTcpSockets() {
-  int n = 0;
-  DIR* d = opendir("/proc/self/fd");
-  if (!d) return -1;
-  while (dirent* e = readdir(d)) {
-    if (e->d_name[0] == '.') continue;
-    const int fd = std::atoi(e->d_name);
-    int domain = 0;
-    socklen_t len = sizeof(domain);
-    if (getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &domain, &len) != 0 || domain != AF_INET) continue;
-    sockaddr_storage peer{};
-    len = sizeof(peer);
-    if (getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &len) == 0) ++n;
-  }
-  closedir(d);
-  return n;
-}
+// Both ends of a connection between two ranks of a job count here (each rank is a thread).
+using braid_test_common::ConnectedTcpSockets;
 
 int64_t ElapsedMs(Clock::time_point t) {
   return std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t).count();

@@ -593,8 +593,7 @@ std::unique_ptr<Endpoint> TcpInstance::takeLazy(Outgoing* o, int peer, int chann
     stash_.erase(it);
     taken_.emplace_back(peer, channel);
   }
-  if (ep) ep->setTransport(this);
-  return ep;
+  return ep;  // (LazyEndpoint gives it its transport)
 }
 
 void TcpInstance::armLazy(Outgoing* o, std::vector<pollfd>& fds) {
