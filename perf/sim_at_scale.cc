@@ -2,18 +2,22 @@
 // machine cannot run (issue 10: "simulated at scale"). No network, no ranks: every rank's schedule
 // is built and the event simulation (src/algorithms/simulator.h) prices it on a link model.
 //
-//   sim_at_scale [--nodes G] [--gpus M] [--links dgx-a100|emulated-1g]
+//   sim_at_scale [--nodes G] [--gpus M] [--links dgx-a100|emulated-1g] [--topology FILE]
 //                [--intra-bw B/s] [--intra-lat S] [--inter-bw B/s] [--inter-lat S] [--nics K]
 //                [--sizes BYTES,...] [--colls allgather,reducescatter,allreduce]
 //                [--channels C] [--chunk BYTES] [--algos ring,hring,...]
 //
 // --inter-bw is a node's whole inter-node link, --nics the NICs it is made of (LinkModel, tuner.h;
-// the presets set both). Sizes are the collective's whole buffer, as in the nccl-tests tables
-// (all-gather: the gathered result, reduce-scatter: the input, all-reduce: the buffer). Per
-// (collective, size) it prints one row per algorithm that serves the request: the simulated time,
-// the closed-form estimate the tuner ranks with, the ratio to the flat ring, and the wall and CPU
-// time the simulation (schedule builds included) took; then the tuner's pick for that cluster. Exit
-// 0 when every simulation ran, 1 when one failed, 2 for bad flags.
+// the presets set both). --topology takes the machine from a topology file's first node (G copies
+// of it): one rank per device, the ranks of a device group forming the third level, and the link
+// model from the file's levels (device_group, node, switch per NIC times the node's NICs), e.g.
+// topologies/frontier.topo for the 3-level variants (hring3, ho_ring3); the rows of a 3-level
+// variant also print its time over its 2-level counterpart's. Sizes are the collective's whole
+// buffer, as in the nccl-tests tables (all-gather: the gathered result, reduce-scatter: the input,
+// all-reduce: the buffer). Per (collective, size) it prints one row per algorithm that serves the
+// request: the simulated time, the closed-form estimate the tuner ranks with, the ratio to the flat
+// ring, and the wall and CPU time the simulation (schedule builds included) took; then the tuner's
+// pick for that cluster. Exit 0 when every simulation ran, 1 when one failed, 2 for bad flags.
 #include <algorithm>
 #include <chrono>
 #include <cinttypes>
@@ -28,6 +32,7 @@
 #include "algorithms/algorithm.h"
 #include "algorithms/simulator.h"
 #include "algorithms/tuner.h"
+#include "topology/topology_file.h"
 
 namespace {
 
@@ -39,7 +44,10 @@ struct Options {
   std::vector<uint64_t> sizes = {uint64_t{64} << 20, uint64_t{1} << 30};
   std::vector<CollKind> colls = {CollKind::kAllGather, CollKind::kReduceScatter,
                                  CollKind::kAllReduce};
-  std::vector<std::string> algos = {"ring", "hring", "ho_ring", "torus2d", "leader"};
+  std::vector<std::string> algos = {"ring",     "hring",   "ho_ring", "hring3",
+                                    "ho_ring3", "torus2d", "leader"};
+  // Device groups per node from --topology: rank j of a node is in group dgroup[j]; empty: none.
+  std::vector<int> dgroup;
   int channels = 2;
   uint64_t chunk = 512 * 1024;
   // Threads that build the ranks' schedules (simulator.h): the machine's cores by default.
@@ -66,6 +74,44 @@ LinkModel Emulated1G() {
   m.inter = {50e-6, 0.125e9};
   m.nics_per_node = 1;
   return m;
+}
+
+// The machine of a topology file's first node, `nodes` times (see the header).
+bool FromTopology(const std::string& path, Options* o, std::string* err) {
+  auto t = topo::LoadTopologyFile(path);
+  if (!t.ok()) {
+    *err = t.status().message();
+    return false;
+  }
+  if (t->nodes.empty() || t->nodes[0].devices.empty()) {
+    *err = path + ": the first node has no devices (one rank per device)";
+    return false;
+  }
+  const topo::Node& node = t->nodes[0];
+  auto level = [&](topo::Level l) -> std::optional<topo::Link> { return t->level(l); };
+  const auto group = level(topo::Level::kDeviceGroup), intra = level(topo::Level::kNode);
+  auto inter = level(topo::Level::kSwitch);
+  if (!inter) inter = level(topo::Level::kCluster);
+  if (!intra || !inter) {
+    *err = path + ": needs the node and switch (or cluster) levels' links";
+    return false;
+  }
+  const int nics = std::max<int>(1, static_cast<int>(node.nics.size()));
+  o->model = LinkModel{};
+  o->model.intra = {intra->latency, intra->bandwidth};
+  o->model.inter = {inter->latency, inter->bandwidth * nics};
+  o->model.nics_per_node = nics;
+  if (group) o->model.group = LinkParams{group->latency, group->bandwidth};
+  o->gpus = static_cast<int>(node.devices.size());
+  o->dgroup.clear();
+  std::vector<std::string> names;
+  for (const topo::Device& d : node.devices) {
+    const std::string name = d.group.empty() ? "=" + d.name : d.group;
+    auto it = std::find(names.begin(), names.end(), name);
+    o->dgroup.push_back(static_cast<int>(it - names.begin()));
+    if (it == names.end()) names.push_back(name);
+  }
+  return true;
 }
 
 // The process's CPU time: the simulation's cost on a shared machine, where wall time also counts
@@ -120,7 +166,8 @@ int Usage(const char* why) {
   std::fprintf(
       stderr,
       "sim_at_scale: %s\nusage: sim_at_scale [--nodes G] [--gpus M] "
-      "[--links dgx-a100|emulated-1g] [--intra-bw B/s] [--intra-lat S] [--inter-bw B/s] "
+      "[--links dgx-a100|emulated-1g] [--topology FILE] [--intra-bw B/s] [--intra-lat S] "
+      "[--inter-bw B/s] "
       "[--inter-lat S] [--nics K] [--sizes BYTES,...] [--colls allgather,reducescatter,allreduce] "
       "[--channels C] [--chunk BYTES] [--algos NAME,...] [--threads T]\n",
       why);
@@ -149,6 +196,7 @@ bool ParseArgs(int argc, char** argv, Options* o, std::string* err) {
       ok = positive_int(&o->nodes);
     } else if (flag == "--gpus") {
       ok = positive_int(&o->gpus);
+      o->dgroup.clear();  // a --topology before it no longer describes the node
     } else if (flag == "--threads") {
       ok = positive_int(&o->threads) && o->threads <= 256;
     } else if (flag == "--nics") {
@@ -162,6 +210,8 @@ bool ParseArgs(int argc, char** argv, Options* o, std::string* err) {
         o->model = Emulated1G();
       else
         ok = false;
+    } else if (flag == "--topology") {
+      if (!FromTopology(v, o, err)) return false;
     } else if (flag == "--intra-bw" || flag == "--inter-bw") {
       ok = ParseBytes(v, &x) && x > 0;
       (flag == "--intra-bw" ? o->model.intra : o->model.inter).beta_bytes_s = x;
@@ -228,6 +278,7 @@ int main(int argc, char** argv) {
   for (int r = 0; r < n; ++r) {
     layout.node_of.push_back(r / o.gpus);
     layout.local_rank.push_back(r % o.gpus);
+    if (!o.dgroup.empty()) layout.dgroup_of.push_back(o.dgroup[static_cast<size_t>(r % o.gpus)]);
   }
   auto tuner = Tuner::Create("", n, o.model, &layout);
   if (!tuner.ok()) {
@@ -235,12 +286,17 @@ int main(int argc, char** argv) {
     return 1;
   }
   std::printf(
-      "# %d nodes x %d ranks = %d ranks; intra %.3g B/s %.3g s, inter (per node) %.3g B/s "
-      "%.3g s; %d channels, chunk %" PRIu64 " B; %d threads build schedules\n",
-      o.nodes, o.gpus, n, o.model.intra.beta_bytes_s, o.model.intra.alpha_s,
+      "# %d nodes x %d ranks = %d ranks; intra %.3g B/s %.3g s, inter (per node, %d NICs) %.3g "
+      "B/s %.3g s; %d channels, chunk %" PRIu64 " B; %d threads build schedules\n",
+      o.nodes, o.gpus, n, o.model.intra.beta_bytes_s, o.model.intra.alpha_s, o.model.nics_per_node,
       o.model.inter.beta_bytes_s, o.model.inter.alpha_s, o.channels, o.chunk, o.threads);
-  std::printf("%-14s %12s %-9s %12s %12s %9s %9s %9s\n", "collective", "bytes", "algorithm",
-              "simulated_s", "estimate_s", "vs_ring", "sim_ms", "cpu_ms");
+  if (!o.dgroup.empty())
+    std::printf("# %d device groups per node; device-group link %.3g B/s %.3g s\n",
+                *std::max_element(o.dgroup.begin(), o.dgroup.end()) + 1,
+                o.model.of(LinkClass::kDeviceGroup).beta_bytes_s,
+                o.model.of(LinkClass::kDeviceGroup).alpha_s);
+  std::printf("%-14s %12s %-9s %12s %12s %9s %9s %9s %9s\n", "collective", "bytes", "algorithm",
+              "simulated_s", "estimate_s", "vs_ring", "vs_2lvl", "sim_ms", "cpu_ms");
   int failures = 0;
   for (CollKind kind : o.colls) {
     for (uint64_t bytes : o.sizes) {
@@ -257,6 +313,7 @@ int main(int argc, char** argv) {
       a.count = kind == CollKind::kAllReduce ? elems : elems / static_cast<uint64_t>(n);
       if (a.count == 0) a.count = 1;
       double ring = 0;
+      std::vector<std::pair<std::string, double>> times;  // for the 3-level rows' ratio
       for (const std::string& name : o.algos) {
         const Algorithm* algo = FindAlgorithm(name);
         if (!algo->supports(a)) continue;
@@ -274,10 +331,16 @@ int main(int argc, char** argv) {
           continue;
         }
         if (name == "ring") ring = *t;
-        char ratio[32] = "-";
+        times.emplace_back(name, *t);
+        char ratio[32] = "-", two[32] = "-";
         if (ring > 0) std::snprintf(ratio, sizeof ratio, "%.3f", *t / ring);
-        std::printf("%-14s %12" PRIu64 " %-9s %12.6f %12.6f %9s %9.1f %9.1f\n", CollKindName(kind),
-                    bytes, name.c_str(), *t, algo->estimate_seconds(a, o.model), ratio, ms, cpu_ms);
+        if (name.back() == '3')  // hring3 over hring, ho_ring3 over ho_ring
+          for (const auto& [other, ot] : times)
+            if (other == name.substr(0, name.size() - 1) && ot > 0)
+              std::snprintf(two, sizeof two, "%.3f", *t / ot);
+        std::printf("%-14s %12" PRIu64 " %-9s %12.6f %12.6f %9s %9s %9.1f %9.1f\n",
+                    CollKindName(kind), bytes, name.c_str(), *t, algo->estimate_seconds(a, o.model),
+                    ratio, two, ms, cpu_ms);
       }
       const Algorithm* pick = tuner->choose(a);
       std::printf("%-14s %12" PRIu64 " tuner picks %s\n", CollKindName(kind), bytes,

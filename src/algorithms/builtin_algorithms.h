@@ -18,6 +18,8 @@ const Algorithm& OrderedReductionAlgorithm();   // ordered.cc: "ordered" (determ
 // Hierarchical algorithms (spec/algorithms.md section 2), groups from CollArgs::layout.
 const Algorithm& HierRingAlgorithm();    // hier_ring.cc: "hring"
 const Algorithm& HoRingAlgorithm();      // ho_ring.cc: "ho_ring"
+const Algorithm& HierRing3Algorithm();   // hier_ring.cc: "hring3" (3 levels: device groups)
+const Algorithm& HoRing3Algorithm();     // ho_ring.cc: "ho_ring3" (3 levels: device groups)
 const Algorithm& Torus2dAlgorithm();     // torus2d.cc: "torus2d"
 const Algorithm& HierLeaderAlgorithm();  // hier_leader.cc: "hier_leader"
 const Algorithm& HierTreeAlgorithm();    // hier_tree.cc: "hier_tree" (broadcast, reduce)

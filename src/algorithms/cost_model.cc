@@ -8,10 +8,15 @@
 namespace braid {
 
 LinkClass LinkClassBetween(const GroupLayout* layout, int a, int b) {
-  if (!layout || layout->nnodes <= 1) return LinkClass::kIntraNode;
+  if (!layout) return LinkClass::kIntraNode;
   const int n = static_cast<int>(layout->node_of.size());
+  if (layout->nnodes <= 1 && static_cast<int>(layout->dgroup_of.size()) != n)
+    return LinkClass::kIntraNode;
   if (a < 0 || b < 0 || a >= n || b >= n) return LinkClass::kInterNode;
-  return layout->node_of[a] == layout->node_of[b] ? LinkClass::kIntraNode : LinkClass::kInterNode;
+  if (layout->node_of[a] != layout->node_of[b]) return LinkClass::kInterNode;
+  const auto& dg = layout->dgroup_of;
+  const bool grouped = static_cast<int>(dg.size()) == n && dg[a] >= 0 && dg[a] == dg[b];
+  return grouped ? LinkClass::kDeviceGroup : LinkClass::kIntraNode;
 }
 
 const LinkParams& LinkBetween(const CollArgs& args, const LinkModel& model, int a, int b) {

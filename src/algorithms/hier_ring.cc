@@ -5,10 +5,14 @@
 // the two back to back. Each rank sends (g-1) blocks across groups, the minimum; the intra links
 // idle during the inter phase and vice versa (HO-Ring, ho_ring.cc, overlaps them).
 //
+// With device groups (hring3: the two GCDs of an MI250X inside a Frontier node) the intra phase
+// runs per level (GroupAllGatherSteps): the node's slower links carry fewer steps.
+//
 // Channels take disjoint element ranges of every block, as in ring.cc, and run the two phases one
 // after the other each. The 2D-torus all-reduce (torus2d.cc) is the same schedule with the
 // blocks laid out by column, so that a super-block is one contiguous message.
 #include <algorithm>
+#include <string>
 #include <utility>
 
 #include "algorithms/builtin_algorithms.h"
@@ -101,9 +105,10 @@ void HierAllGather(LaneWriter& w, const Plan& p, const Piece& own, std::vector<S
     first_ops.clear();
   }
   if (p.m() > 1) {
-    // Ring over the group, one super-block (local rank x of every group) per step.
-    RingAllGatherSteps(
-        w, p.m(), p.j, p.at(p.i, p.j + 1), p.at(p.i, p.j - 1),
+    // Ring over the group (per level with device groups), one super-block (local rank x of
+    // every group) per item.
+    GroupAllGatherSteps(
+        w, *p.grid, p.i, p.j,
         [&](int x, bool sending) {
           return p.SuperInUser(x, [&](int rank) { return block(rank, sending); });
         },
@@ -117,26 +122,22 @@ uint64_t HierReduceScatter(LaneWriter& w, const Plan& p, const std::function<Pie
                            const Piece& final, uint64_t base) {
   const int g = p.g(), m = p.m();
   const uint64_t sslot = p.SuperSlot(), L = p.L();
-  // Scratch: two alternating super-block slots for the intra ring's partial sums (M > 2), the
-  // intra result P (a super-block, when the inter ring follows), two alternating block slots for
-  // the inter ring's partial sums (g > 2).
+  // Scratch: super-block slots for the intra phase's partial sums (GroupReduceScatterSlots:
+  // two alternating ones for a ring of M > 2), the intra result P (a super-block, when the inter
+  // ring follows), two alternating block slots for the inter ring's partial sums (g > 2).
   uint64_t used = 0;
   const uint64_t s1 = base + used;
-  if (m > 2) used += 2 * sslot;
+  if (m > 1) used += static_cast<uint64_t>(GroupReduceScatterSlots(*p.grid)) * sslot;
   const uint64_t pslot = base + used;
   if (m > 1 && g > 1) used += sslot;
   const uint64_t s2 = base + used;
   if (g > 2) used += 2 * L;
 
   if (m > 1) {
-    RingReduceScatterSteps(
-        w, m, p.j, p.at(p.i, p.j + 1), p.at(p.i, p.j - 1),
-        [&](int x) { return p.SuperInUser(x, input); },
-        [&](int u, int x) -> Unit {
-          if (u == m - 2) return g == 1 ? Unit{final} : p.SuperInScratch(pslot, x);
-          return p.SuperInScratch(s1 + static_cast<uint64_t>(u % 2) * sslot, x);
-        },
-        p.chunk);
+    GroupReduceScatterSteps(
+        w, *p.grid, p.i, p.j, [&](int x) { return p.SuperInUser(x, input); },
+        [&](int k, int x) { return p.SuperInScratch(s1 + static_cast<uint64_t>(k) * sslot, x); },
+        g == 1 ? Unit{final} : p.SuperInScratch(pslot, p.j), p.chunk);
   }
   if (g > 1) {
     // This rank's contribution to block (x, j): the intra-group sum, or its own input for M = 1.
@@ -238,16 +239,19 @@ RankSchedule BuildHierAllReduce(const CollArgs& a, const GroupGrid& grid, int r,
 
 namespace {
 
+// H-Ring, and with `three_level` its 3-level variant "hring3" (the intra phase per level of a
+// layout with device groups; GroupAllGatherSteps), which serves only such layouts.
 class HRing final : public Algorithm {
  public:
-  const char* name() const override { return "hring"; }
+  explicit HRing(bool three_level) : three_level_(three_level) {}
+  const char* name() const override { return three_level_ ? "hring3" : "hring"; }
 
   bool supports(const CollArgs& a) const override {
     switch (a.kind) {
       case CollKind::kAllReduce:
       case CollKind::kReduceScatter:
       case CollKind::kAllGather:
-        return GroupGridFor(a).has_value();
+        return GroupGridFor(a, three_level_).has_value();
       default:
         return false;
     }
@@ -255,7 +259,7 @@ class HRing final : public Algorithm {
 
   Result<RankSchedule> build(const CollArgs& a, int rank) const override {
     BRAID_RETURN_IF_ERROR(CheckBuildArgs(*this, a, rank));
-    const GroupGrid grid = *GroupGridFor(a);
+    const GroupGrid grid = *GroupGridFor(a, three_level_);
     switch (a.kind) {
       case CollKind::kAllReduce:
         return BuildHierAllReduce(a, grid, rank, BlockLayout::kEvenByRank);
@@ -264,15 +268,18 @@ class HRing final : public Algorithm {
       case CollKind::kAllGather:
         return AllGather(a, grid, rank);
       default:
-        return InvalidArgument("hring: unsupported collective");
+        return InvalidArgument(std::string(name()) + ": unsupported collective");
     }
   }
 
   double estimate_seconds(const CollArgs& a, const LinkModel& m) const override {
-    auto grid = GroupGridFor(a);
+    auto grid = GroupGridFor(a, three_level_);
     if (!grid || a.nranks <= 1) return 0;
     return HierRingSeconds(a, *grid, m, /*columns=*/false);
   }
+
+ private:
+  bool three_level_;
 };
 
 }  // namespace
@@ -290,7 +297,7 @@ double HierRingSeconds(const CollArgs& a, const GroupGrid& grid, const LinkModel
                       ? ChannelsFor(a, a.count, a.count * esize)
                       : ChannelsFor(a, a.count, a.count * static_cast<uint64_t>(n) * esize);
   const double intra = columns ? RingPhaseSeconds(M - 1, 1, s * g, nch, a.chunk_bytes, model.intra)
-                               : RingPhaseSeconds(M - 1, g, s, nch, a.chunk_bytes, model.intra);
+                               : GroupPhaseSeconds(grid, g, s, nch, a.chunk_bytes, model);
   // The M inter rings run at once through each node's one NIC (simulator.h): M transfers share
   // it in every inter step.
   const double inter = RingPhaseSeconds(g - 1, 1, s, nch, a.chunk_bytes, NodeLink(model, M));
@@ -299,7 +306,12 @@ double HierRingSeconds(const CollArgs& a, const GroupGrid& grid, const LinkModel
 }
 
 const Algorithm& HierRingAlgorithm() {
-  static const HRing algo;
+  static const HRing algo(false);
+  return algo;
+}
+
+const Algorithm& HierRing3Algorithm() {
+  static const HRing algo(true);
   return algo;
 }
 

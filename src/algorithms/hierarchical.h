@@ -27,12 +27,23 @@ struct GroupGrid {
   std::vector<int> rank_of;   // [i * m + j] -> rank
   std::vector<int> group_of;  // per rank: i
   std::vector<int> pos_of;    // per rank: j
+  // A third level (GroupGridFor with device_groups): the m ranks of every group as p device
+  // groups of d ranks each, local rank j at (pp_of[j], dd_of[j]) and local_at[pp * d + dd] = j,
+  // the same in every group. Without it p = 1 and the tables are empty.
+  int p = 1, d = 1;
+  std::vector<int> local_at, pp_of, dd_of;
   int at(int64_t i, int64_t j) const { return rank_of[Mod(i, g) * m + Mod(j, m)]; }
+  bool three_level() const { return p > 1 && d > 1; }
+  // The local rank at (pp, dd) of a group (mod p and d).
+  int local(int64_t pp, int64_t dd) const { return local_at[Mod(pp, p) * d + Mod(dd, d)]; }
 };
 
 // The grid of args.layout, or nullopt when the layout does not describe nranks ranks in groups
-// of equal size (uneven groups, a malformed or partial layout). No layout: one group.
-std::optional<GroupGrid> GroupGridFor(const CollArgs& args);
+// of equal size (uneven groups, a malformed or partial layout). No layout: one group. With
+// `device_groups`, also the third level from layout->dgroup_of: nullopt unless every group holds
+// p > 1 device groups of d > 1 ranks each, local ranks placed alike in every group (the 3-level
+// algorithms serve exactly those; everything else takes a 2-level one).
+std::optional<GroupGrid> GroupGridFor(const CollArgs& args, bool device_groups = false);
 
 // A run of elements of one buffer.
 struct Piece {
@@ -87,6 +98,27 @@ void RingReduceScatterSteps(LaneWriter& w, int K, int p, int next, int prev,
                             const std::function<Unit(int x)>& input,
                             const std::function<Unit(int u, int x)>& partial, uint64_t chunk);
 
+// The collective inside group i among its m ranks, this rank at local rank j, over m items (item
+// x belongs to local rank x). Without a third level it is one ring over the group (m-1 steps of
+// one item). With one, the ring runs per level, the slow node level on few items and the fast
+// device-group level on many: all-gather is a ring over the p device groups among the ranks of
+// this rank's position (p-1 steps of one item) and then a ring inside its device group (d-1
+// steps of p items); reduce-scatter is the mirror (device group first). Both levels move every
+// byte once, as the one ring does, but the node link carries (p-1)/(m-1) of the steps.
+//
+// All-gather: where(x, sending) as RingAllGatherSteps'; `first_ops` join the first step.
+void GroupAllGatherSteps(LaneWriter& w, const GroupGrid& grid, int i, int j,
+                         const std::function<Unit(int x, bool sending)>& where, uint64_t chunk,
+                         std::vector<StepOp> first_ops = {});
+// Reduce-scatter: input(x) this rank's contribution to item x, `out` where item j's sum goes,
+// slot(k, x) item x's place in scratch slot k (k < GroupReduceScatterSlots(grid); a slot holds
+// one item at a time, units with input(x)'s piece lengths).
+int GroupReduceScatterSlots(const GroupGrid& grid);
+void GroupReduceScatterSteps(LaneWriter& w, const GroupGrid& grid, int i, int j,
+                             const std::function<Unit(int x)>& input,
+                             const std::function<Unit(int k, int x)>& slot, const Unit& out,
+                             uint64_t chunk);
+
 // Where every rank's block lives in one channel's element range `rc`, for the block layouts of
 // the builders: per-rank blocks (all-gather, reduce-scatter: rank b's block is [b*count + rc.off,
 // + rc.len)), the channel's range cut evenly by rank (all-reduce), or by columns (the 2D torus:
@@ -117,5 +149,9 @@ RankSchedule BuildHierAllReduce(const CollArgs& args, const GroupGrid& grid, int
 // (M-1) intra steps of g blocks (one contiguous column when `columns`), twice for all-reduce.
 double HierRingSeconds(const CollArgs& args, const GroupGrid& grid, const LinkModel& model,
                        bool columns);
+// The closed form of GroupAllGatherSteps (and of the reduce-scatter, the same transfers) when
+// each item is `pieces` messages-worth transfers of `bytes` each.
+double GroupPhaseSeconds(const GroupGrid& grid, int pieces, uint64_t bytes, int nch,
+                         uint64_t chunk_bytes, const LinkModel& model);
 
 }  // namespace braid

@@ -66,7 +66,7 @@ using Marks = std::vector<std::optional<StepRef>>;  // per chunk
 // intra step; `after` (per chunk) gates the first round (all-reduce: the reduce-scatter's end).
 void HoAllGather(LaneWriter& wi, LaneWriter& wx, const Pair& p, const Piece& own,
                  std::vector<StepOp> first_ops, const Marks* after) {
-  const int g = p.grid->g, m = p.grid->m;
+  const int g = p.grid->g;
   auto piece = [&](int rank, uint64_t h, bool sending) {
     if (sending && rank == p.r) return p.Chunk(own, h);
     return p.Chunk(Piece{kRecvBuf, p.blocks[rank].off, p.blocks[rank].len}, h);
@@ -88,8 +88,8 @@ void HoAllGather(LaneWriter& wi, LaneWriter& wx, const Pair& p, const Piece& own
       // first step; the round writes blocks (q, x != j), which the inter ring never touches.
       if (k == 0 && after) wx.Wait((*after)[h]);
       if (k > 0) wx.Wait(arrived[k][h]);
-      RingAllGatherSteps(
-          wx, m, p.j, p.at(p.i, p.j + 1), p.at(p.i, p.j - 1),
+      GroupAllGatherSteps(
+          wx, *p.grid, p.i, p.j,
           [&](int x, bool sending) { return Unit{piece(p.at(q, x), h, sending)}; }, p.chunk,
           k == 0 && h == 0 ? std::move(first_ops) : std::vector<StepOp>{});
     }
@@ -101,17 +101,17 @@ void HoAllGather(LaneWriter& wi, LaneWriter& wx, const Pair& p, const Piece& own
 uint64_t HoReduceScatter(LaneWriter& wi, LaneWriter& wx, const Pair& p,
                          const std::function<Piece(int)>& input, const Piece& final, uint64_t base,
                          Marks* done) {
-  const int g = p.grid->g, m = p.grid->m;
+  const int g = p.grid->g;
   const uint64_t L = MaxLen(p.blocks);
   // Scratch: the group sums of blocks (q, j) for the g-1 other groups (the intra channel may run
   // rounds ahead of the inter channel, so each keeps its own slot; the own group's sum goes
-  // straight to `final`), two alternating slots for the intra rings' partial sums (M > 2) and
-  // two for the inter ring's.
+  // straight to `final`), the intra rounds' partial sums (GroupReduceScatterSlots: two
+  // alternating slots for one ring of M > 2) and two alternating slots for the inter ring's.
   uint64_t used = 0;
   const uint64_t sums = base;
   used += static_cast<uint64_t>(g - 1) * L;
   const uint64_t xalt = base + used;
-  if (m > 2) used += 2 * L;
+  used += static_cast<uint64_t>(GroupReduceScatterSlots(*p.grid)) * L;
   const uint64_t ialt = base + used;
   used += 2 * L;
 
@@ -129,14 +129,12 @@ uint64_t HoReduceScatter(LaneWriter& wi, LaneWriter& wx, const Pair& p,
   for (int k = 0; k < g; ++k) {
     const int q = Mod(p.i - 1 - k, g);
     for (uint64_t h = 0; h < p.c; ++h) {
-      RingReduceScatterSteps(
-          wx, m, p.j, p.at(p.i, p.j + 1), p.at(p.i, p.j - 1),
-          [&](int x) { return Unit{p.Chunk(input(p.at(q, x)), h)}; },
-          [&](int u, int x) -> Unit {
-            if (u == m - 2) return {sum(q, h)};  // x == j: this rank's block of the round
-            return {block_chunk(xalt + static_cast<uint64_t>(u % 2) * L, p.at(q, x), h)};
+      GroupReduceScatterSteps(
+          wx, *p.grid, p.i, p.j, [&](int x) { return Unit{p.Chunk(input(p.at(q, x)), h)}; },
+          [&](int k2, int x) -> Unit {
+            return {block_chunk(xalt + static_cast<uint64_t>(k2) * L, p.at(q, x), h)};
           },
-          p.chunk);
+          Unit{sum(q, h)}, p.chunk);
       reduced[k][h] = wx.Mark();
     }
   }
@@ -234,9 +232,12 @@ RankSchedule Build(const CollArgs& a, const GroupGrid& grid, int r) {
   return s;
 }
 
+// HO-Ring, and with `three_level` "ho_ring3": every intra round runs per level of a layout with
+// device groups (GroupAllGatherSteps), so the round that hides behind the inter ring is shorter.
 class HoRing final : public Algorithm {
  public:
-  const char* name() const override { return "ho_ring"; }
+  explicit HoRing(bool three_level) : three_level_(three_level) {}
+  const char* name() const override { return three_level_ ? "ho_ring3" : "ho_ring"; }
 
   bool supports(const CollArgs& a) const override {
     switch (a.kind) {
@@ -244,7 +245,7 @@ class HoRing final : public Algorithm {
       case CollKind::kReduceScatter:
       case CollKind::kAllGather:
         // The two rings need a channel each.
-        return a.nchannels >= 2 && GroupGridFor(a).has_value();
+        return a.nchannels >= 2 && GroupGridFor(a, three_level_).has_value();
       default:
         return false;
     }
@@ -252,15 +253,15 @@ class HoRing final : public Algorithm {
 
   Result<RankSchedule> build(const CollArgs& a, int rank) const override {
     BRAID_RETURN_IF_ERROR(CheckBuildArgs(*this, a, rank));
-    const GroupGrid grid = *GroupGridFor(a);
+    const GroupGrid grid = *GroupGridFor(a, three_level_);
     const bool empty = a.count == 0 || a.nranks == 1;
-    // One ring left (or nothing to move): H-Ring's schedule is that ring.
-    if (grid.g == 1 || grid.m == 1 || empty) return HierRingAlgorithm().build(a, rank);
+    // One ring left (or nothing to move): H-Ring's schedule is that ring (per level).
+    if (grid.g == 1 || grid.m == 1 || empty) return HRing().build(a, rank);
     return Build(a, grid, rank);
   }
 
   double estimate_seconds(const CollArgs& a, const LinkModel& model) const override {
-    auto grid = GroupGridFor(a);
+    auto grid = GroupGridFor(a, three_level_);
     if (!grid || a.nranks <= 1) return 0;
     const int g = grid->g, M = grid->m, n = a.nranks;
     if (g == 1 || M == 1) return HierRingSeconds(a, *grid, model, false);
@@ -268,24 +269,36 @@ class HoRing final : public Algorithm {
     const uint64_t elems = a.kind == CollKind::kAllReduce ? (a.count + n - 1) / n : a.count;
     const uint64_t c = RoundChunks(elems, ChunkElems(a));
     const uint64_t sc = (elems + c - 1) / c * esize;  // one chunk of a block
-    const double x = TransferSeconds(sc, a.chunk_bytes, model.intra);
+    // One chunk-round inside the group: (M-1) intra transfers of a chunk, or per level.
+    const double x = GroupPhaseSeconds(*grid, 1, sc, 1, a.chunk_bytes, model);
     // The node's M inter channels send through its one NIC (simulator.h): M chunks share it.
     const double y = TransferSeconds(sc, a.chunk_bytes, NodeLink(model, M));
     // spec: max(g(M-1)(a1 + s/B1), (g-1)(a2 + s/B2) + (M-1)(a1 + s/B1)), with chunked rounds
     // and B2 the node link shared by M ranks:
-    // the intra channel's g(M-1)c chunk steps, or the inter channel's (g-1)c chunk steps plus
+    // the intra channel's g c chunk-rounds, or the inter channel's (g-1)c chunk steps plus
     // the one chunk-round that cannot overlap them.
-    const double intra = static_cast<double>(g) * (M - 1) * c * x;
-    const double inter = static_cast<double>(g - 1) * c * y + (M - 1) * x;
+    const double intra = static_cast<double>(g) * c * x;
+    const double inter = static_cast<double>(g - 1) * c * y + x;
     const double one = std::max(intra, inter);
     return a.kind == CollKind::kAllReduce ? 2 * one : one;
   }
+
+ private:
+  const Algorithm& HRing() const {
+    return three_level_ ? HierRing3Algorithm() : HierRingAlgorithm();
+  }
+  bool three_level_;
 };
 
 }  // namespace
 
 const Algorithm& HoRingAlgorithm() {
-  static const HoRing algo;
+  static const HoRing algo(false);
+  return algo;
+}
+
+const Algorithm& HoRing3Algorithm() {
+  static const HoRing algo(true);
   return algo;
 }
 

@@ -61,7 +61,14 @@ std::string FormatDouble(double v) {
 }  // namespace
 
 const char* LinkClassName(LinkClass c) {
-  return c == LinkClass::kIntraNode ? "intra" : "inter";
+  switch (c) {
+    case LinkClass::kIntraNode:
+      return "intra";
+    case LinkClass::kInterNode:
+      return "inter";
+    default:
+      return "group";
+  }
 }
 
 Status CheckLinkParams(const LinkParams& p) {
@@ -85,7 +92,7 @@ Result<LinkProfile> ParseLinkProfile(std::string_view text) {
   if (text.find('\0') != std::string_view::npos)
     return InvalidArgument("the profile holds a NUL byte (not a text file)");
   bool version_seen = false;
-  bool alpha_seen[kNumLinkClasses] = {}, beta_seen[kNumLinkClasses] = {};
+  bool alpha_seen[kNumCalibratedClasses] = {}, beta_seen[kNumCalibratedClasses] = {};
   LinkProfile p;
   int line_no = 0;
   size_t pos = 0;
@@ -132,7 +139,7 @@ Result<LinkProfile> ParseLinkProfile(std::string_view text) {
     if (!terminated) return LineError(line_no, "the file ends inside this line (truncated?)");
   }
   if (!version_seen) return InvalidArgument("empty profile (no 'version 1' line)");
-  for (int c = 0; c < kNumLinkClasses; ++c) {
+  for (int c = 0; c < kNumCalibratedClasses; ++c) {
     const char* name = LinkClassName(static_cast<LinkClass>(c));
     if (alpha_seen[c] != beta_seen[c])
       return InvalidArgument(
@@ -150,7 +157,7 @@ Result<LinkProfile> ParseLinkProfile(std::string_view text) {
 
 std::string FormatLinkProfile(const LinkProfile& p) {
   std::string s = "version 1\n";
-  for (int c = 0; c < kNumLinkClasses; ++c) {
+  for (int c = 0; c < kNumCalibratedClasses; ++c) {
     if (!p.has[c]) continue;
     const std::string name = LinkClassName(static_cast<LinkClass>(c));
     s += name + ".alpha_s " + FormatDouble(p.params[c].alpha_s) + "\n";

@@ -38,8 +38,8 @@ inline constexpr double kMaxBetaBytesPerSecond = 1e13;
 
 // The parameters of the classes a profile holds (`has[c]` says whether class c is present).
 struct LinkProfile {
-  bool has[kNumLinkClasses] = {};
-  LinkParams params[kNumLinkClasses];
+  bool has[kNumCalibratedClasses] = {};
+  LinkParams params[kNumCalibratedClasses];
 
   void set(LinkClass c, const LinkParams& p) {
     has[static_cast<int>(c)] = true;
@@ -49,7 +49,7 @@ struct LinkProfile {
   const LinkParams& of(LinkClass c) const { return params[static_cast<int>(c)]; }
 };
 
-// "intra" / "inter".
+// "intra" / "inter" / "group".
 const char* LinkClassName(LinkClass c);
 
 // OK when both values are finite and inside the bounds above; else an InvalidArgument saying

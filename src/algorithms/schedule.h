@@ -149,6 +149,10 @@ struct GroupLayout {
   int nnodes = 1;
   std::vector<int> node_of;     // node index per rank
   std::vector<int> local_rank;  // index inside its node per rank
+  // The device group inside its node per rank (0, 1, ... by first appearance in the node: the
+  // MI250X of a Frontier GCD), for the 3-level algorithms and the device-group link class.
+  // Empty: no level below the node (every rank of a node meets the others on the node's link).
+  std::vector<int> dgroup_of;
 };
 
 // What an algorithm is asked to build.

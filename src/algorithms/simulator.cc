@@ -415,9 +415,10 @@ class Simulation {
     return Status::Ok();
   }
 
-  // Port owners (simulator.h): every rank owns its intra-node ports; the inter-node ports belong
-  // to the rank's NIC: NIC (local rank mod nics_per_node) of its node, shared by the node's
-  // ranks that map to it. A rank the layout does not place is a node (and NIC) of its own.
+  // Port owners (simulator.h): every rank owns its intra-node and device-group ports; the
+  // inter-node ports belong to the rank's NIC: NIC (local rank mod nics_per_node) of its node,
+  // shared by the node's ranks that map to it. A rank the layout does not place is a node (and NIC)
+  // of its own.
   void AssignPorts() {
     const GroupLayout* l = a_.layout;
     const bool placed = l && l->nnodes > 1;
@@ -434,7 +435,7 @@ class Simulation {
   }
 
   size_t Port(int rank, LinkClass c) const {
-    const size_t owner = c == LinkClass::kIntraNode
+    const size_t owner = c != LinkClass::kInterNode
                              ? static_cast<size_t>(rank)
                              : static_cast<size_t>(n_) + static_cast<size_t>(nic_of_[rank]);
     return owner * kNumLinkClasses + static_cast<size_t>(c);

@@ -10,9 +10,11 @@
 //   meets the k-th receive. A transfer is ready once both are posted (rendezvous, as the
 //   verifier assumes).
 // - Link classes. A transfer runs on the class LinkClassBetween(layout, src, dst) (cost_model.h:
-//   intra-node or inter-node today; the topology issue's levels join as more classes). A
+//   device group, intra-node or inter-node). A
 //   message of b bytes on class c costs model.of(c).alpha_s + b / model.of(c).beta_bytes_s.
-// - Ports. Every rank has one send port and one receive port for intra-node transfers. Inter-node
+// - Ports. Every rank has one send port and one receive port for intra-node transfers, and
+//   another pair for transfers inside its device group (the xGMI links of an MI250X's two GCDs
+//   are not the links to the node's other GCDs, so the two overlap). Inter-node
 //   transfers go through the node's NIC: one send port and one receive port per node (the
 //   layout's node_of; a rank the layout does not place is a node of its own), shared by all the
 //   node's ranks. With model.nics_per_node = k > 1, the node has k NICs, each with its own pair

@@ -260,7 +260,9 @@ std::string Tuner::describe() const {
   // The model the table was computed with: a calibrated model changes the table, so whoever
   // reads the table must see which one it was.
   s += "  link model: " + DescribeLinkParams(LinkClass::kIntraNode, model_.intra) + ", " +
-       DescribeLinkParams(LinkClass::kInterNode, model_.inter) + "\n";
+       DescribeLinkParams(LinkClass::kInterNode, model_.inter) +
+       (model_.group ? ", " + DescribeLinkParams(LinkClass::kDeviceGroup, *model_.group) : "") +
+       "\n";
   auto line = [&](const char* origin, const TunerRule& r) {
     char buf[160];
     const std::string range = FormatSize(r.min_bytes) + "-" + FormatSize(r.max_bytes);

@@ -18,6 +18,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -34,14 +35,16 @@ struct LinkParams {
   bool operator==(const LinkParams&) const = default;
 };
 
-// Link classes, innermost first. A transfer between two ranks runs on the innermost level the
-// two share (LinkClassBetween in cost_model.h); the simulator gives every rank one send and one
-// receive port for intra-node transfers and every node one pair of ports (its NIC) for
-// inter-node ones, shared by its ranks (simulator.h). The topology issue inserts levels (device
-// pair < node < switch domain < cluster): a level is an enumerator here, a field and a case in
-// LinkModel::of, and a rule in LinkClassBetween; the simulator sizes its ports by kNumLinkClasses.
-enum class LinkClass : uint8_t { kIntraNode = 0, kInterNode = 1 };
-inline constexpr int kNumLinkClasses = 2;
+// Link classes. A transfer between two ranks runs on the innermost level the two share
+// (LinkClassBetween in cost_model.h): a device group inside a node (the two GCDs of an MI250X,
+// only where the layout names device groups), the node, or the inter-node link. The simulator
+// gives every rank one send and one receive port per class inside its node, and every node one
+// pair of ports per NIC for inter-node transfers, shared by its ranks (simulator.h). The first
+// kNumCalibratedClasses are what link calibration and link profiles measure and store
+// (link_calibration.h); the device-group link comes from the topology (LinkModel::group).
+enum class LinkClass : uint8_t { kIntraNode = 0, kInterNode = 1, kDeviceGroup = 2 };
+inline constexpr int kNumLinkClasses = 3;
+inline constexpr int kNumCalibratedClasses = 2;
 
 // The cost model's view of a machine: alpha-beta parameters per link class.
 struct LinkModel {
@@ -52,9 +55,22 @@ struct LinkModel {
   // mod nics_per_node), and transfers through different NICs proceed side by side, each paying
   // its own alpha. 1 (the emulated cluster, a calibrated link) is the whole link as one NIC.
   int nics_per_node = 1;
+  // LinkClass::kDeviceGroup: between two ranks of one device group (Frontier: 200 GB/s between
+  // the GCDs of one MI250X, against 50 for the node's other GCDs). Unset: the intra-node link
+  // (host ranks of one node share one memory, whatever their group).
+  std::optional<LinkParams> group = std::nullopt;
   // Field by field (the struct has padding, so memcmp does not compare models).
   bool operator==(const LinkModel&) const = default;
-  const LinkParams& of(LinkClass c) const { return c == LinkClass::kIntraNode ? intra : inter; }
+  const LinkParams& of(LinkClass c) const {
+    switch (c) {
+      case LinkClass::kInterNode:
+        return inter;
+      case LinkClass::kDeviceGroup:
+        return group ? *group : intra;
+      default:
+        return intra;
+    }
+  }
   // One NIC: what one inter-node transfer that has its NIC to itself gets.
   LinkParams nic() const {
     return {inter.alpha_s, inter.beta_bytes_s / (nics_per_node > 1 ? nics_per_node : 1)};

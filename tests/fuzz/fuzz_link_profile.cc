@@ -20,11 +20,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     return 0;
   }
   if (!p->has[0] && !p->has[1]) std::abort();
-  for (int c = 0; c < kNumLinkClasses; ++c)
+  for (int c = 0; c < kNumCalibratedClasses; ++c)
     if (p->has[c] && !CheckLinkParams(p->params[c]).ok()) std::abort();
   auto again = ParseLinkProfile(FormatLinkProfile(*p));
   if (!again.ok()) std::abort();
-  for (int c = 0; c < kNumLinkClasses; ++c) {
+  for (int c = 0; c < kNumCalibratedClasses; ++c) {
     if (again->has[c] != p->has[c]) std::abort();
     if (!p->has[c]) continue;
     if (again->params[c].alpha_s != p->params[c].alpha_s ||

@@ -192,5 +192,90 @@ INSTANTIATE_TEST_SUITE_P(Uneven, HierarchicalCollectives,
                                                               std::string("hier_tree"))),
                          ParamName);
 
+// The 3-level variants on the machine of topologies/frontier.topo (4 MI250X = 8 GCDs in pairs per
+// node): 8 ranks as 2 emulated hosts of 4 (g = 2 nodes of p = 2 GCD pairs of d = 2) or one host of
+// 8 (p = 4), each variant forced, every case bit-exact. The communicator's layout must carry the
+// pairs (local ranks 2k and 2k + 1 share MI250X k) and the tuner hand the forced variant every
+// large call, so the third level really runs.
+using ThreeLevelParam = std::tuple<int, std::string>;  // hosts, algorithm
+
+class ThreeLevelCollectives : public ::testing::TestWithParam<ThreeLevelParam> {};
+
+TEST_P(ThreeLevelCollectives, ForcedVariantOnFrontierGcdPairsIsBitExact) {
+  const auto& [hosts, algo] = GetParam();
+  JobOptions opt;
+  opt.nranks = 8;
+  opt.timeout_s = 300;
+  opt.init = false;
+  opt.env = {{"BRAID_TOPO_FILE", BRAID_TOPOLOGIES_DIR "/frontier.topo"},
+             {"BRAID_TIMEOUT", "60"},
+             {"BRAID_NCHANNELS", "2"},
+             {"BRAID_LINK_CALIBRATION", "0"},
+             {"BRAID_ALGO", "all:" + algo}};
+  const std::vector<Case> cases = Cases(KindsOf(algo));
+  auto out = RunJob(opt, [&](braidComm_t, int rank, int nranks, const braidUniqueId& id) {
+    const int per_host = nranks / hosts;
+    setenv("BRAID_HOSTID", ("frontier-host" + std::to_string(rank / per_host)).c_str(), 1);
+    braidComm_t handle = nullptr;
+    if (braidCommInitRank(&handle, nranks, id, rank) != braidSuccess) {
+      std::fprintf(stderr, "[rank %d] init: %s\n", rank, braidGetLastError(nullptr));
+      return 90;
+    }
+    int code = 0;
+    {
+      auto comm = braid::LookupComm(handle);
+      if (!comm) return 92;
+      const auto& l = comm->layout();
+      for (int r = 0; r < nranks && code == 0; ++r)
+        if (static_cast<int>(l.dgroup_of.size()) != nranks ||
+            l.dgroup_of[r] != (r % per_host) / 2) {
+          std::fprintf(stderr, "[rank %d] rank %d is not in device group %d\n", rank, r,
+                       (r % per_host) / 2);
+          code = 1;
+        }
+      // The cost model's device-group link is the file's (200 GB/s, 1 us between an MI250X's GCDs).
+      const auto& group = comm->tuner().model().group;
+      if (!group || group->beta_bytes_s != 200e9 || group->alpha_s != 1e-6) {
+        std::fprintf(stderr, "[rank %d] device-group link %s\n", rank,
+                     group ? (std::to_string(group->alpha_s) + " s, " +
+                              std::to_string(group->beta_bytes_s) + " B/s")
+                                 .c_str()
+                           : "unset");
+        code = 1;
+      }
+      for (CollKind k : KindsOf(algo)) {
+        braid::CollArgs a;
+        a.kind = k;
+        a.count = kLargeCount;
+        a.nranks = nranks;
+        a.nchannels = comm->nchannels();
+        a.chunk_bytes = comm->config().chunk_bytes;
+        a.layout = &l;
+        const braid::Algorithm* chosen = comm->tuner().choose(a);
+        if (!chosen || algo != chosen->name()) {
+          std::fprintf(stderr, "[rank %d] %s runs %s, not %s\n", rank, braid::CollKindName(k),
+                       chosen ? chosen->name() : "nothing", algo.c_str());
+          code = 1;
+        }
+      }
+    }
+    uint64_t wrong = 0;
+    for (const Case& c : cases) wrong += RunCase(handle, rank, nranks, c);
+    if (wrong) code = 1;
+    if (braidCommDestroy(handle) != braidSuccess && code == 0) code = 91;
+    return code;
+  });
+  EXPECT_TRUE(AllSucceeded(out)) << DescribeOutcomes(out);
+}
+
+INSTANTIATE_TEST_SUITE_P(Frontier, ThreeLevelCollectives,
+                         ::testing::Combine(::testing::Values(2, 1),
+                                            ::testing::Values(std::string("hring3"),
+                                                              std::string("ho_ring3"))),
+                         [](const ::testing::TestParamInfo<ThreeLevelParam>& info) {
+                           return std::to_string(std::get<0>(info.param)) + "hosts_" +
+                                  std::get<1>(info.param);
+                         });
+
 }  // namespace
 }  // namespace braid_test

@@ -103,7 +103,7 @@ TEST(LinkProfileParse, TruncatedFiles) {
   for (size_t n = 0; n <= good.size(); ++n) {
     auto p = ParseLinkProfile(good.substr(0, n));
     if (!p.ok()) continue;
-    for (int c = 0; c < kNumLinkClasses; ++c)
+    for (int c = 0; c < kNumCalibratedClasses; ++c)
       if (p->has[c]) {
         EXPECT_TRUE(CheckLinkParams(p->params[c]).ok()) << n;
       }

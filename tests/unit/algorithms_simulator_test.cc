@@ -270,6 +270,29 @@ TEST(Simulator, ClosedFormEstimatesAgreeOnSeveralChannels) {
   }
 }
 
+// Issue 10's third level: transfers inside a device group (an MI250X's two GCDs) and to the
+// node's other groups take different ports of a rank, so they overlap too.
+TEST(SimulatorLinkClasses, DeviceGroupAndNodeTransfersOverlap) {
+  LinkModel m;
+  m.group = LinkParams{1e-6, 200e9};
+  GroupLayout layout = Nodes(4, 4);  // one node; device groups {0, 1} and {2, 3}
+  layout.dgroup_of = {0, 0, 1, 1};
+  const uint64_t group_count = 1 << 22, node_count = 1 << 18;
+  FixedAlgorithm algo(4);
+  for (int r = 0; r < 4; ++r) {
+    const int partner = r ^ 1, other = r ^ 2;  // same group, the other group
+    algo.Step(r, 0, {Send(partner, group_count), Recv(partner, group_count)});
+    algo.Step(r, 1, {Send(other, node_count), Recv(other, node_count)});
+  }
+  CollArgs a = Args(CollKind::kAllReduce, 4, 0);
+  a.layout = &layout;
+  auto t = SimulateSeconds(algo, a, m);
+  ASSERT_TRUE(t.ok()) << t.status().message();
+  const double group = Msg(*m.group, group_count), node = Msg(m.intra, node_count);
+  EXPECT_NEAR(*t, std::max(group, node), 1e-9 * (group + node));
+  EXPECT_LT(*t, 0.9 * (group + node));
+}
+
 // Issue 8: an intra-node ring and an inter-node ring on separate channels run side by side (the
 // HO-Ring shape). With one port per rank for every class they would serialise: intra + inter.
 TEST(SimulatorLinkClasses, IndependentIntraAndInterTransfersOverlap) {

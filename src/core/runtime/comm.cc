@@ -11,6 +11,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "algorithms/link_profile.h"
 #include "build_info.h"
 #include "core/net/bootstrap.h"
 #include "core/runtime/engine.h"
@@ -248,6 +249,13 @@ Status braidComm::exchangeRankInfo(Bootstrap& bs, Deadline deadline) {
   PutField(&mine, std::to_string(c.oneshot_bytes));
   PutField(&mine, AffinityMaskHex());
   PutField(&mine, c.lazy_connect ? "1" : "0");
+  // The device-group link of this rank's node (rank 0's is the cost model's, so that every rank's
+  // tuner ranks the 3-level algorithms alike).
+  char group_link[64] = "";
+  if (placement.ok() && placement->group_bandwidth > 0)
+    std::snprintf(group_link, sizeof(group_link), "%.17g,%.17g", placement->group_latency_s,
+                  placement->group_bandwidth);
+  PutField(&mine, group_link);
   BRAID_ASSIGN_OR_RETURN(auto all, bs.allGather(mine, deadline));
   infos_.resize(nranks_);
   std::vector<std::vector<std::string>> fields(nranks_);
@@ -323,6 +331,14 @@ Status braidComm::exchangeRankInfo(Bootstrap& bs, Deadline deadline) {
   if ((lazy != 0) != c.lazy_connect)
     BRAID_WARN("rank %d: BRAID_LAZY_CONNECT differs from rank 0's; using rank 0's", rank_);
   opts_.config.lazy_connect = lazy != 0;
+  group_link_.reset();
+  if (fields[0].size() > 13 && !fields[0][13].empty()) {
+    LinkParams g;
+    if (std::sscanf(fields[0][13].c_str(), "%lf,%lf", &g.alpha_s, &g.beta_bytes_s) != 2 ||
+        !CheckLinkParams(g).ok())
+      return RemoteError("malformed device-group link in the init message from rank 0");
+    group_link_ = g;
+  }
 
   buildLayout();
   // Bind each rank to a device of its node: local rank k takes device k mod the node's count.
@@ -331,11 +347,13 @@ Status braidComm::exchangeRankInfo(Bootstrap& bs, Deadline deadline) {
     if (!groups.empty())
       infos_[r].device_group = groups[static_cast<size_t>(layout_.local_rank[r]) % groups.size()];
   }
+  buildDeviceGroupLayout();
   return Status::Ok();
 }
 
 void braidComm::buildLayout() {
   buildNodeLayout();
+  buildDeviceGroupLayout();
   const int node = layout_.node_of[rank_];
   const auto here = std::count(layout_.node_of.begin(), layout_.node_of.end(), node);
   threads_outnumber_cpus_ = 2 * here > host_cpus_;
@@ -358,6 +376,25 @@ void braidComm::buildNodeLayout() {
     layout_.local_rank[r] = count[n]++;
   }
   layout_.nnodes = static_cast<int>(nodes.size());
+}
+
+void braidComm::buildDeviceGroupLayout() {
+  layout_.dgroup_of.clear();
+  bool any = false;
+  for (const auto& info : infos_) any = any || !info.device_group.empty();
+  if (!any) return;
+  // Groups numbered per node in order of first appearance; a rank bound to no device is a group
+  // of its own (its name cannot repeat: it is empty only there).
+  std::vector<std::vector<std::string>> seen(static_cast<size_t>(layout_.nnodes));
+  layout_.dgroup_of.assign(nranks_, 0);
+  for (int r = 0; r < nranks_; ++r) {
+    auto& names = seen[static_cast<size_t>(layout_.node_of[r])];
+    const std::string name =
+        infos_[r].device_group.empty() ? "#rank" + std::to_string(r) : infos_[r].device_group;
+    auto it = std::find(names.begin(), names.end(), name);
+    layout_.dgroup_of[r] = static_cast<int>(it - names.begin());
+    if (it == names.end()) names.push_back(name);
+  }
 }
 
 Status braidComm::initView(std::shared_ptr<braidComm> parent, const std::vector<int>& members,
@@ -524,6 +561,8 @@ Status braidComm::calibrateLinks(Bootstrap& bs, Deadline deadline) {
   s.inherited = opts_.inherited_links;
   s.where = where();
   BRAID_ASSIGN_OR_RETURN(links_, CalibrateLinks(bs, s, deadline));
+  // Calibration measures the node and inter-node links; the device-group link is the topology's.
+  if (group_link_ && !links_.model.group) links_.model.group = group_link_;
   return Status::Ok();
 }
 

@@ -254,6 +254,8 @@ struct braidComm {
   // them (threads_outnumber_cpus_; host_cpus_ must be set first).
   void buildLayout();
   void buildNodeLayout();
+  // layout_.dgroup_of from infos_' device groups (empty when no rank is bound to a device).
+  void buildDeviceGroupLayout();
   // Waits (bounded) until every operation submitted on this communicator has completed.
   bool waitOwnOps(braid::Deadline deadline);
   Status exchangeRankInfo(braid::Bootstrap& bs, braid::Deadline deadline);
@@ -285,6 +287,8 @@ struct braidComm {
   std::mutex board_mu_;
   BoardProgress board_progress_;
   int host_cpus_ = 1;
+  // Rank 0's topology's device-group link (init field 13), for links_.model.group.
+  std::optional<braid::LinkParams> group_link_;
   bool threads_outnumber_cpus_ = false;
   std::unique_ptr<braid::HandshakeListener> control_;
   std::vector<sockaddr_storage> control_addrs_;

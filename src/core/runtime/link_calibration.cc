@@ -171,7 +171,7 @@ Result<std::optional<LinkParams>> MeasurePair(LinkClass c, const Pair& pair,
 std::string EncodeUse(const CalibratedLinks& l) {
   std::string m = "U";
   LinkProfile p;
-  for (int c = 0; c < kNumLinkClasses; ++c) {
+  for (int c = 0; c < kNumCalibratedClasses; ++c) {
     m += static_cast<char>(l.origin[c]);
     if (l.origin[c] != LinkOrigin::kDefault)
       p.set(static_cast<LinkClass>(c), l.model.of(static_cast<LinkClass>(c)));
@@ -188,19 +188,19 @@ Result<CalibratedLinks> DecodeUse(const std::string& m) {
   auto bad = [](const std::string& why) {
     return RemoteError("malformed link model from rank 0: " + why);
   };
-  if (m.size() < 1 + kNumLinkClasses || m[0] != 'U') return bad("no decision");
+  if (m.size() < 1 + kNumCalibratedClasses || m[0] != 'U') return bad("no decision");
   CalibratedLinks l;
   bool any = false;
-  for (int c = 0; c < kNumLinkClasses; ++c) {
+  for (int c = 0; c < kNumCalibratedClasses; ++c) {
     const auto o = static_cast<uint8_t>(m[1 + c]);
     if (o > static_cast<uint8_t>(LinkOrigin::kInherited)) return bad("unknown origin");
     l.origin[c] = static_cast<LinkOrigin>(o);
     any = any || l.origin[c] != LinkOrigin::kDefault;
   }
   if (!any) return l;
-  auto p = ParseLinkProfile(std::string_view(m).substr(1 + kNumLinkClasses));
+  auto p = ParseLinkProfile(std::string_view(m).substr(1 + kNumCalibratedClasses));
   if (!p.ok()) return bad(p.status().message());
-  for (int c = 0; c < kNumLinkClasses; ++c) {
+  for (int c = 0; c < kNumCalibratedClasses; ++c) {
     if (l.origin[c] == LinkOrigin::kDefault) continue;
     if (!p->has[c]) return bad("a class without its parameters");
     SetClass(&l.model, static_cast<LinkClass>(c), p->params[c]);
@@ -211,7 +211,7 @@ Result<CalibratedLinks> DecodeUse(const std::string& m) {
 // Rank 0: the model to use without measuring, or nullopt to measure. `profile` receives the
 // file's classes when it parsed (kept when the new profile is written).
 std::optional<CalibratedLinks> DecideWithoutMeasuring(const LinkCalibrationSetup& s,
-                                                      const bool needed[kNumLinkClasses],
+                                                      const bool needed[kNumCalibratedClasses],
                                                       std::optional<LinkProfile>* profile) {
   CalibratedLinks l;
   if (s.inherited) {
@@ -230,7 +230,7 @@ std::optional<CalibratedLinks> DecideWithoutMeasuring(const LinkCalibrationSetup
     } else if (*loaded) {
       *profile = **loaded;
       bool covers = true;
-      for (int c = 0; c < kNumLinkClasses; ++c) {
+      for (int c = 0; c < kNumCalibratedClasses; ++c) {
         if (!(*profile)->has[c]) {
           covers = covers && !needed[c];
           continue;
@@ -244,7 +244,7 @@ std::optional<CalibratedLinks> DecideWithoutMeasuring(const LinkCalibrationSetup
     }
   }
   bool any_needed = false;
-  for (int c = 0; c < kNumLinkClasses; ++c) any_needed = any_needed || needed[c];
+  for (int c = 0; c < kNumCalibratedClasses; ++c) any_needed = any_needed || needed[c];
   if (!any_needed) {  // one rank: no link to measure (a profile's classes were taken above)
     if (*profile) return l;
     return CalibratedLinks{};
@@ -270,7 +270,7 @@ const char* LinkOriginName(LinkOrigin o) {
 
 std::string CalibratedLinks::describe() const {
   std::string s;
-  for (int c = 0; c < kNumLinkClasses; ++c) {
+  for (int c = 0; c < kNumCalibratedClasses; ++c) {
     const auto cls = static_cast<LinkClass>(c);
     if (c) s += ", ";
     s += DescribeLinkParams(cls, model.of(cls)) + " (" + LinkOriginName(origin[c]) + ")";
@@ -285,9 +285,9 @@ int LinkMeasurementsRun() {
 Result<CalibratedLinks> CalibrateLinks(Bootstrap& bs, const LinkCalibrationSetup& s,
                                        Deadline deadline) {
   if (!s.layout) return InternalError("link calibration without a layout");
-  Pair pairs[kNumLinkClasses];
-  bool needed[kNumLinkClasses];
-  for (int c = 0; c < kNumLinkClasses; ++c) {
+  Pair pairs[kNumCalibratedClasses];
+  bool needed[kNumCalibratedClasses];
+  for (int c = 0; c < kNumCalibratedClasses; ++c) {
     pairs[c] = PairFor(static_cast<LinkClass>(c), *s.layout, s.nranks);
     needed[c] = pairs[c].valid();
   }
@@ -311,7 +311,7 @@ Result<CalibratedLinks> CalibrateLinks(Bootstrap& bs, const LinkCalibrationSetup
   const auto t0 = Clock::now();
   std::string mine;
   LinkProfile measured;
-  for (int c = 0; c < kNumLinkClasses; ++c) {
+  for (int c = 0; c < kNumCalibratedClasses; ++c) {
     const Pair& p = pairs[c];
     if (!p.valid() || (s.rank != p.a && s.rank != p.b)) continue;
     auto r = MeasurePair(static_cast<LinkClass>(c), p, s, deadline);
@@ -326,7 +326,7 @@ Result<CalibratedLinks> CalibrateLinks(Bootstrap& bs, const LinkCalibrationSetup
   // Round 2: the pingers' results; every rank parses the same bytes.
   BRAID_ASSIGN_OR_RETURN(all, bs.allGather(mine, deadline));
   CalibratedLinks l;
-  for (int c = 0; c < kNumLinkClasses; ++c) {
+  for (int c = 0; c < kNumCalibratedClasses; ++c) {
     const Pair& p = pairs[c];
     if (!p.valid() || p.a >= static_cast<int>(all.size()) || all[p.a].empty()) continue;
     auto parsed = ParseLinkProfile(all[p.a]);
@@ -344,7 +344,7 @@ Result<CalibratedLinks> CalibrateLinks(Bootstrap& bs, const LinkCalibrationSetup
       // Classes of an older profile that this communicator could not measure are kept.
       LinkProfile out = old_profile ? *old_profile : LinkProfile{};
       bool any = false;
-      for (int c = 0; c < kNumLinkClasses; ++c) {
+      for (int c = 0; c < kNumCalibratedClasses; ++c) {
         if (l.origin[c] != LinkOrigin::kMeasured) continue;
         out.set(static_cast<LinkClass>(c), l.model.of(static_cast<LinkClass>(c)));
         any = true;

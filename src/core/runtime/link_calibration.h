@@ -40,7 +40,7 @@ const char* LinkOriginName(LinkOrigin o);
 // The model a communicator's tuner is built with, and the origin of each class.
 struct CalibratedLinks {
   LinkModel model;
-  LinkOrigin origin[kNumLinkClasses] = {LinkOrigin::kDefault, LinkOrigin::kDefault};
+  LinkOrigin origin[kNumCalibratedClasses] = {LinkOrigin::kDefault, LinkOrigin::kDefault};
   // "intra 2.10 us 7.90 GB/s (measured), inter 25.00 us 1.20 GB/s (default)"
   std::string describe() const;
 };

@@ -21,6 +21,10 @@ struct NodePlacement {
   // group of its own, named after the device). The rank with local rank k is bound to device
   // k mod the device count (the LOCAL_RANK convention); empty for a node without devices.
   std::vector<std::string> device_groups;
+  // The link between two devices of one group (the file's device-group override of the node's
+  // first group that has one, else its device_group level); 0 when the node has no group of
+  // several devices or the topology gives no such link. The cost model's device-group class.
+  double group_latency_s = 0, group_bandwidth = 0;
 };
 
 // This rank's node in the local topology: the node named `host_id` (BRAID_HOSTID) or
