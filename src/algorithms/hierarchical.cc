@@ -158,8 +158,7 @@ void GroupAllGatherSteps(LaneWriter& w, const GroupGrid& grid, int i, int j,
       [&](int y, bool sending) {
         Unit u;
         for (int z = 0; z < grid.p; ++z) {
-          const Unit part = where(grid.local(z, y), sending);
-          u.insert(u.end(), part.begin(), part.end());
+          u.append(where(grid.local(z, y), sending));
         }
         return u;
       },
@@ -190,8 +189,7 @@ void GroupReduceScatterSteps(LaneWriter& w, const GroupGrid& grid, int i, int j,
   auto concat = [&](int y, const std::function<Unit(int z, int x)>& part) {
     Unit u;
     for (int z = 0; z < p; ++z) {
-      const Unit one = part(z, grid.local(z, y));
-      u.insert(u.end(), one.begin(), one.end());
+      u.append(part(z, grid.local(z, y)));
     }
     return u;
   };

@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <initializer_list>
 #include <optional>
 #include <vector>
 
@@ -55,7 +56,40 @@ struct Piece {
 // The sender's and the receiver's units of an item have the same piece lengths in the same order,
 // and each piece is cut into messages by (len, chunk) alone, so the k-th send meets the k-th
 // receive with an equal count (schedule_builder.h's matching rule).
-using Unit = std::vector<Piece>;
+//
+// Builders make millions of these at 1024 ranks (perf/sim_at_scale), nearly all of one or two
+// pieces (HO-Ring's chunks, a 3-level item): those live inline, with no allocation; longer ones
+// (H-Ring's super-blocks of g pieces) spill to the heap.
+class Unit {
+ public:
+  Unit() = default;
+  Unit(std::initializer_list<Piece> pieces) {
+    for (const Piece& p : pieces) push_back(p);
+  }
+  void push_back(const Piece& p) {
+    if (n_ < kInline) {
+      inline_[n_] = p;
+    } else {
+      if (n_ == kInline) spill_.assign(inline_, inline_ + kInline);
+      spill_.push_back(p);
+    }
+    ++n_;
+  }
+  void append(const Unit& other) {
+    for (const Piece& p : other) push_back(p);
+  }
+  size_t size() const { return n_; }
+  bool empty() const { return n_ == 0; }
+  const Piece* begin() const { return n_ <= kInline ? inline_ : spill_.data(); }
+  const Piece* end() const { return begin() + n_; }
+  const Piece& operator[](size_t i) const { return begin()[i]; }
+
+ private:
+  static constexpr size_t kInline = 2;
+  size_t n_ = 0;
+  Piece inline_[kInline];
+  std::vector<Piece> spill_;  // every piece, once there are more than kInline
+};
 
 // Appends steps to one channel of a schedule. Empty steps are dropped (AddStep), and a dropped
 // step's edges move to the next step added, so an edge never names a step that does not exist

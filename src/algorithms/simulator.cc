@@ -167,7 +167,7 @@ struct EndXfer {
   double t;
   uint64_t seq;
   int src_lane, dst_lane;
-  bool operator>(const EndXfer& o) const { return t != o.t ? t > o.t : seq > o.seq; }
+  uint32_t port;  // its send port
 };
 
 constexpr int kMaxChannels = 1 << 16;  // stream keys hold the channel in 16 bits
@@ -183,8 +183,12 @@ class Simulation {
                                       : BuildAndCompile(algo));
     if (has_deps_) parked_.resize(lanes_.size());
     AssignPorts();
+    if (nports_ >= (size_t{1} << kPortBits))
+      return InvalidArgument("simulate: " + std::to_string(n_) + " ranks are too many ports");
     send_free_.assign(nports_, 0);
     recv_free_.assign(nports_, 0);
+    port_ends_.assign(nports_, PortEnds{});
+    port_queues_.assign(nports_, PortQueue{});
     for (size_t l = 0; l < lanes_.size(); ++l) BRAID_RETURN_IF_ERROR(Enter(static_cast<int>(l), 0));
     for (;;) {
       // Transfers become ready at the time their second end is posted, which is always the
@@ -192,15 +196,16 @@ class Simulation {
       if (ready_head_ < ready_.size()) {
         const ReadyXfer& r = ready_[ready_head_];
         if (ends_.empty() || r.t < ends_.top().t ||
-            (r.t == ends_.top().t && r.seq < ends_.top().seq)) {
+            (r.t == ends_.top().t && r.seq < ends_.top().key >> kPortBits)) {
           const LinkParams& link = r.cls == LinkClass::kInterNode ? nic_ : m_.of(r.cls);
-          double& send_port = send_free_[Port(r.src, r.cls)];
+          const size_t send_index = Port(r.src, r.cls);
+          double& send_port = send_free_[send_index];
           double& recv_port = recv_free_[Port(r.dst, r.cls)];
           const double start = std::max({r.t, send_port, recv_port});
           const double end = start + link.alpha_s + r.bytes / link.beta_bytes_s;
           send_port = end;
           recv_port = end;
-          ends_.push({end, seq_++, r.src_lane, r.dst_lane});
+          PushEnd({end, seq_++, r.src_lane, r.dst_lane, static_cast<uint32_t>(send_index)});
           if (++ready_head_ == ready_.size()) {
             ready_.clear();
             ready_head_ = 0;
@@ -209,8 +214,7 @@ class Simulation {
         }
       }
       if (ends_.empty()) break;
-      const EndXfer e = ends_.top();
-      ends_.pop();
+      const EndXfer e = PopEnd();
       const int lanes[2] = {e.src_lane, e.dst_lane};
       for (int l : lanes)
         if (--lanes_[l].pending == 0) {
@@ -431,14 +435,16 @@ class Simulation {
       const int local = placed && ur < l->local_rank.size() ? std::max(l->local_rank[r], 0) : 0;
       nic_of_[r] = node >= 0 && node < nodes ? node * nics + local % nics : nodes * nics + r;
     }
-    nports_ = static_cast<size_t>(n_ + nodes * nics + n_) * kNumLinkClasses;
+    owners_ = static_cast<size_t>(n_ + nodes * nics + n_);
+    nports_ = owners_ * kNumLinkClasses;
   }
 
+  // Class-major, so that the ports a phase uses (one class at a time, usually) sit together.
   size_t Port(int rank, LinkClass c) const {
     const size_t owner = c != LinkClass::kInterNode
                              ? static_cast<size_t>(rank)
                              : static_cast<size_t>(n_) + static_cast<size_t>(nic_of_[rank]);
-    return owner * kNumLinkClasses + static_cast<size_t>(c);
+    return static_cast<size_t>(c) * owners_ + owner;
   }
 
   // Posts the lane's current step at time t, once its edges allow (else parks the lane on the
@@ -540,10 +546,66 @@ class Simulation {
   std::vector<std::vector<int>> parked_;       // per lane: lanes waiting for its next step
   std::vector<double> send_free_, recv_free_;  // per (port owner, link class): when it frees
   std::vector<int> nic_of_;                    // per rank: its node's NIC (inter-node ports)
-  size_t nports_ = 0;
+  size_t owners_ = 0, nports_ = 0;
   StreamTable streams_;
-  std::priority_queue<EndXfer, std::vector<EndXfer>, std::greater<EndXfer>> ends_;
-  std::vector<ReadyXfer> ready_;  // transfers ready at the current time, in seq order
+  // Transfer ends. A send port's transfers end in the order they took it (each starts when the
+  // previous one ended), so each port keeps its own in a FIFO and only the first of each is in
+  // the heap: the heap holds one end per busy port, not one per transfer in flight (H-Ring's
+  // g pieces per step queued tens of thousands, and half its simulation was heap pops). The
+  // order of events, and so every prediction, is the one a heap of all ends gives.
+  // The heap's entries are 16 bytes (time, then sequence number and port in one word: the
+  // sequence numbers are unique, so the word orders as they do); the lanes wait in the port's
+  // record, which the pop reads anyway.
+  static constexpr int kPortBits = 24;
+  struct HeapEnd {
+    double t;
+    uint64_t key;  // seq << kPortBits | port
+    bool operator>(const HeapEnd& o) const { return t != o.t ? t > o.t : key > o.key; }
+  };
+  // Per send port: the lanes of its end in the heap and how many wait behind it (hot, 12 bytes,
+  // touched by every push and pop), and the waiting ends themselves (touched only when a port
+  // has more than one transfer in flight).
+  struct PortEnds {
+    int src_lane = 0, dst_lane = 0;
+    uint32_t waiting = 0;  // + 1 when an end of this port is in the heap
+  };
+  struct PortQueue {
+    size_t head = 0;
+    std::vector<EndXfer> q;
+  };
+  void ToHeap(PortEnds& p, const EndXfer& e) {
+    p.src_lane = e.src_lane;
+    p.dst_lane = e.dst_lane;
+    ends_.push({e.t, e.seq << kPortBits | e.port});
+  }
+  void PushEnd(const EndXfer& e) {
+    PortEnds& p = port_ends_[e.port];
+    if (p.waiting++ > 0) {
+      port_queues_[e.port].q.push_back(e);
+      return;
+    }
+    ToHeap(p, e);
+  }
+  EndXfer PopEnd() {
+    const HeapEnd h = ends_.top();
+    ends_.pop();
+    const uint32_t port = static_cast<uint32_t>(h.key & ((uint64_t{1} << kPortBits) - 1));
+    PortEnds& p = port_ends_[port];
+    const EndXfer e{h.t, h.key >> kPortBits, p.src_lane, p.dst_lane, port};
+    if (--p.waiting > 0) {
+      PortQueue& pq = port_queues_[port];
+      ToHeap(p, pq.q[pq.head]);
+      if (++pq.head == pq.q.size()) {
+        pq.q.clear();
+        pq.head = 0;
+      }
+    }
+    return e;
+  }
+  std::priority_queue<HeapEnd, std::vector<HeapEnd>, std::greater<HeapEnd>> ends_;
+  std::vector<PortEnds> port_ends_;     // per send port
+  std::vector<PortQueue> port_queues_;  // per send port
+  std::vector<ReadyXfer> ready_;        // transfers ready at the current time, in seq order
   size_t ready_head_ = 0;
   uint64_t seq_ = 0;
   double end_ = 0;
