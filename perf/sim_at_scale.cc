@@ -44,8 +44,8 @@ struct Options {
   std::vector<uint64_t> sizes = {uint64_t{64} << 20, uint64_t{1} << 30};
   std::vector<CollKind> colls = {CollKind::kAllGather, CollKind::kReduceScatter,
                                  CollKind::kAllReduce};
-  std::vector<std::string> algos = {"ring",     "hring",   "ho_ring", "hring3",
-                                    "ho_ring3", "torus2d", "leader"};
+  std::vector<std::string> algos = {"ring",     "hring",   "ho_ring",  "hring3",
+                                    "ho_ring3", "torus2d", "torus2d3", "leader"};
   // Device groups per node from --topology: rank j of a node is in group dgroup[j]; empty: none.
   std::vector<int> dgroup;
   int channels = 2;
@@ -334,7 +334,7 @@ int main(int argc, char** argv) {
         times.emplace_back(name, *t);
         char ratio[32] = "-", two[32] = "-";
         if (ring > 0) std::snprintf(ratio, sizeof ratio, "%.3f", *t / ring);
-        if (name.back() == '3')  // hring3 over hring, ho_ring3 over ho_ring
+        if (name.back() == '3')  // hring3 over hring, ho_ring3 over ho_ring, torus2d3 over torus2d
           for (const auto& [other, ot] : times)
             if (other == name.substr(0, name.size() - 1) && ot > 0)
               std::snprintf(two, sizeof two, "%.3f", *t / ot);

@@ -21,6 +21,7 @@ const Algorithm& HoRingAlgorithm();      // ho_ring.cc: "ho_ring"
 const Algorithm& HierRing3Algorithm();   // hier_ring.cc: "hring3" (3 levels: device groups)
 const Algorithm& HoRing3Algorithm();     // ho_ring.cc: "ho_ring3" (3 levels: device groups)
 const Algorithm& Torus2dAlgorithm();     // torus2d.cc: "torus2d"
+const Algorithm& Torus2d3Algorithm();    // torus2d.cc: "torus2d3" (3 levels: device groups)
 const Algorithm& HierLeaderAlgorithm();  // hier_leader.cc: "hier_leader"
 const Algorithm& HierTreeAlgorithm();    // hier_tree.cc: "hier_tree" (broadcast, reduce)
 // Quantized collectives (spec/algorithms.md section 3): they serve only requests that name a

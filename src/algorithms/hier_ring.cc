@@ -296,7 +296,7 @@ double HierRingSeconds(const CollArgs& a, const GroupGrid& grid, const LinkModel
   const int nch = a.kind == CollKind::kAllReduce
                       ? ChannelsFor(a, a.count, a.count * esize)
                       : ChannelsFor(a, a.count, a.count * static_cast<uint64_t>(n) * esize);
-  const double intra = columns ? RingPhaseSeconds(M - 1, 1, s * g, nch, a.chunk_bytes, model.intra)
+  const double intra = columns ? GroupPhaseSeconds(grid, 1, s * g, nch, a.chunk_bytes, model)
                                : GroupPhaseSeconds(grid, g, s, nch, a.chunk_bytes, model);
   // The M inter rings run at once through each node's one NIC (simulator.h): M transfers share
   // it in every inter step.

@@ -14,30 +14,41 @@
 namespace braid {
 namespace {
 
+// With `three_level` "torus2d3": the intra reduce-scatter and all-gather of the columns run per
+// level of a layout with device groups (GroupAllGatherSteps), as hring3's do.
 class Torus2d final : public Algorithm {
  public:
-  const char* name() const override { return "torus2d"; }
+  explicit Torus2d(bool three_level) : three_level_(three_level) {}
+  const char* name() const override { return three_level_ ? "torus2d3" : "torus2d"; }
 
   bool supports(const CollArgs& a) const override {
-    return a.kind == CollKind::kAllReduce && GroupGridFor(a).has_value();
+    return a.kind == CollKind::kAllReduce && GroupGridFor(a, three_level_).has_value();
   }
 
   Result<RankSchedule> build(const CollArgs& a, int rank) const override {
     BRAID_RETURN_IF_ERROR(CheckBuildArgs(*this, a, rank));
-    return BuildHierAllReduce(a, *GroupGridFor(a), rank, BlockLayout::kColumns);
+    return BuildHierAllReduce(a, *GroupGridFor(a, three_level_), rank, BlockLayout::kColumns);
   }
 
   double estimate_seconds(const CollArgs& a, const LinkModel& m) const override {
-    auto grid = GroupGridFor(a);
+    auto grid = GroupGridFor(a, three_level_);
     if (!grid || a.nranks <= 1) return 0;
     return HierRingSeconds(a, *grid, m, /*columns=*/true);
   }
+
+ private:
+  bool three_level_;
 };
 
 }  // namespace
 
 const Algorithm& Torus2dAlgorithm() {
-  static const Torus2d algo;
+  static const Torus2d algo(false);
+  return algo;
+}
+
+const Algorithm& Torus2d3Algorithm() {
+  static const Torus2d algo(true);
   return algo;
 }
 

@@ -58,7 +58,8 @@ constexpr uint64_t kLargeCount = 40000;
 
 // The collectives `algo` serves ("default": the three the tuner ranks hierarchical ones for).
 std::vector<CollKind> KindsOf(const std::string& algo) {
-  if (algo == "torus2d" || algo == "hier_leader") return {CollKind::kAllReduce};
+  if (algo == "torus2d" || algo == "torus2d3" || algo == "hier_leader")
+    return {CollKind::kAllReduce};
   if (algo == "hier_tree") return {CollKind::kBroadcast, CollKind::kReduce};
   if (algo == "default")
     return {CollKind::kAllReduce, CollKind::kReduceScatter, CollKind::kAllGather,
@@ -271,7 +272,8 @@ TEST_P(ThreeLevelCollectives, ForcedVariantOnFrontierGcdPairsIsBitExact) {
 INSTANTIATE_TEST_SUITE_P(Frontier, ThreeLevelCollectives,
                          ::testing::Combine(::testing::Values(2, 1),
                                             ::testing::Values(std::string("hring3"),
-                                                              std::string("ho_ring3"))),
+                                                              std::string("ho_ring3"),
+                                                              std::string("torus2d3"))),
                          [](const ::testing::TestParamInfo<ThreeLevelParam>& info) {
                            return std::to_string(std::get<0>(info.param)) + "hosts_" +
                                   std::get<1>(info.param);

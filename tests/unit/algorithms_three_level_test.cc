@@ -45,6 +45,7 @@ const Case kCases[] = {
     {"hring3", CollKind::kAllGather},       {"hring3", CollKind::kReduceScatter},
     {"hring3", CollKind::kAllReduce},       {"ho_ring3", CollKind::kAllGather},
     {"ho_ring3", CollKind::kReduceScatter}, {"ho_ring3", CollKind::kAllReduce},
+    {"torus2d3", CollKind::kAllReduce},
 };
 
 std::string CaseName(const ::testing::TestParamInfo<Case>& info) {
@@ -129,10 +130,9 @@ TEST_P(ThreeLevelReductionVerify, PreMultipliedSumAndAvg) {
 }
 
 const Case kReductionCases[] = {
-    {"hring3", CollKind::kReduceScatter},
-    {"hring3", CollKind::kAllReduce},
-    {"ho_ring3", CollKind::kReduceScatter},
-    {"ho_ring3", CollKind::kAllReduce},
+    {"hring3", CollKind::kReduceScatter},   {"hring3", CollKind::kAllReduce},
+    {"ho_ring3", CollKind::kReduceScatter}, {"ho_ring3", CollKind::kAllReduce},
+    {"torus2d3", CollKind::kAllReduce},
 };
 INSTANTIATE_TEST_SUITE_P(ThreeLevel, ThreeLevelReductionVerify,
                          ::testing::ValuesIn(kReductionCases), CaseName);
@@ -287,6 +287,8 @@ TEST(ThreeLevelSimulator, ClosedFormsAgree) {
       {"ho_ring3", CollKind::kReduceScatter, 4, 4, 2, 1 << 18},
       {"ho_ring3", CollKind::kAllReduce, 2, 2, 2, 8 << 18},
       {"hring3", CollKind::kAllGather, 1, 4, 2, 1 << 18},
+      {"torus2d3", CollKind::kAllReduce, 2, 4, 2, 16 << 18},
+      {"torus2d3", CollKind::kAllReduce, 3, 2, 3, 18 << 18},
   };
   for (const C& c : cases) {
     const GroupLayout layout = Grid3(c.g, c.p, c.d);
@@ -322,6 +324,8 @@ TEST(ThreeLevelSimulator, BeatsTwoLevelsOnFrontierLinks) {
     const double o2 = Simulate("ho_ring", a, m), o3 = Simulate("ho_ring3", a, m);
     EXPECT_LT(h3, 0.8 * h2) << CollKindName(kind);
     EXPECT_LT(o3, 0.8 * o2) << CollKindName(kind);
+    if (kind == CollKind::kAllReduce)
+      EXPECT_LT(Simulate("torus2d3", a, m), 0.8 * Simulate("torus2d", a, m));
     const std::string pick = tuner->choose(a)->name();
     EXPECT_TRUE(pick == "ho_ring3" || pick == "hring3") << CollKindName(kind) << ": " << pick;
   }
