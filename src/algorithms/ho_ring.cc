@@ -256,7 +256,7 @@ class HoRing final : public Algorithm {
     const GroupGrid grid = *GroupGridFor(a, three_level_);
     const bool empty = a.count == 0 || a.nranks == 1;
     // One ring left (or nothing to move): H-Ring's schedule is that ring (per level).
-    if (grid.g == 1 || grid.m == 1 || empty) return HRing().build(a, rank);
+    if (grid.g == 1 || grid.m == 1 || empty) return OneRing().build(a, rank);
     return Build(a, grid, rank);
   }
 
@@ -284,7 +284,8 @@ class HoRing final : public Algorithm {
   }
 
  private:
-  const Algorithm& HRing() const {
+  // H-Ring of the same levels: the schedule when one ring is left.
+  const Algorithm& OneRing() const {
     return three_level_ ? HierRing3Algorithm() : HierRingAlgorithm();
   }
   bool three_level_;
