@@ -18,9 +18,12 @@
 #include "algorithms/simulator.h"
 #include "algorithms/tuner.h"
 #include "algorithms/verifier.h"
+#include "hierarchical_cases.h"
 
 namespace braid {
 namespace {
+
+using namespace hierarchical_test;
 
 // g groups of m ranks. Contiguous: rank r is (r / m, r % m). Interleaved: the nodes take turns
 // (rank r is (r % g, r / g)), as a launcher that places ranks round-robin does.
@@ -46,11 +49,6 @@ GroupLayout Uneven(const std::vector<int>& sizes) {
   return l;
 }
 
-struct Case {
-  const char* algo;
-  CollKind kind;
-};
-
 const Case kCases[] = {
     {"hring", CollKind::kAllGather},       {"hring", CollKind::kReduceScatter},
     {"hring", CollKind::kAllReduce},       {"ho_ring", CollKind::kAllGather},
@@ -58,13 +56,6 @@ const Case kCases[] = {
     {"torus2d", CollKind::kAllReduce},     {"hier_leader", CollKind::kAllReduce},
     {"hier_tree", CollKind::kBroadcast},   {"hier_tree", CollKind::kReduce},
 };
-
-std::string CaseName(const ::testing::TestParamInfo<Case>& info) {
-  return std::string(info.param.algo) + "_" + CollKindName(info.param.kind);
-}
-
-constexpr uint64_t kSmallChunk = 16;  // bytes: a few elements per message, many slices
-constexpr uint64_t kDefaultChunk = 512 * 1024;
 
 class HierarchicalVerify : public ::testing::TestWithParam<Case> {
  protected:
@@ -287,31 +278,11 @@ TEST(HoRingStructure, IntraRoundsWaitForInterSteps) {
 
 // ------------------------------------------------------------------ broken HO-Ring schedules
 
-ScheduleSource Mutated(const Algorithm& algo, const CollArgs& args,
-                       std::function<void(int, RankSchedule&)> mutate) {
-  return [&algo, args, mutate](int r) -> Result<RankSchedule> {
-    auto s = BuildSchedule(algo, args, r);
-    if (s.ok() && mutate) mutate(r, *s);
-    return s;
-  };
-}
-
 void ExpectRejected(const CollArgs& args, const ScheduleSource& source,
                     std::vector<std::string> needles) {
   const Status st = VerifyLoweredSchedules(args, "mutated", source);
   ASSERT_FALSE(st.ok()) << "verifier accepted a broken schedule";
   for (const auto& n : needles) EXPECT_NE(st.message().find(n), std::string::npos) << st.message();
-}
-
-CollArgs HoArgs(CollKind kind, const GroupLayout& layout, uint64_t count) {
-  CollArgs a;
-  a.kind = kind;
-  a.count = count;
-  a.nranks = static_cast<int>(layout.node_of.size());
-  a.nchannels = 2;
-  a.chunk_bytes = 64;
-  a.layout = &layout;
-  return a;
 }
 
 // All-gather without the edge "intra round 1 waits for inter step 1": the intra ring may read the
@@ -422,12 +393,6 @@ TEST(HierTreeMutations, TwoFoldsOfOneSliceInOneStepIsARace) {
 }
 
 // ------------------------------------------------------------------ simulator
-
-double Simulate(const char* algo, const CollArgs& a, const LinkModel& m) {
-  auto t = SimulateSeconds(*FindAlgorithm(algo), a, m);
-  EXPECT_TRUE(t.ok()) << algo << ": " << t.status().message();
-  return t.ok() ? *t : -1;
-}
 
 // An inter-node link 10x slower than the intra-node one (both with small latency).
 LinkModel TenToOne() {

@@ -17,9 +17,12 @@
 #include "algorithms/simulator.h"
 #include "algorithms/tuner.h"
 #include "algorithms/verifier.h"
+#include "hierarchical_cases.h"
 
 namespace braid {
 namespace {
+
+using namespace hierarchical_test;
 
 // g nodes of p device groups of d ranks, nodes contiguous. `interleaved_groups`: local rank j
 // sits in device group j % p (the groups take turns), else j / d.
@@ -36,24 +39,12 @@ GroupLayout Grid3(int g, int p, int d, bool interleaved_groups = false) {
   return l;
 }
 
-struct Case {
-  const char* algo;
-  CollKind kind;
-};
-
 const Case kCases[] = {
     {"hring3", CollKind::kAllGather},       {"hring3", CollKind::kReduceScatter},
     {"hring3", CollKind::kAllReduce},       {"ho_ring3", CollKind::kAllGather},
     {"ho_ring3", CollKind::kReduceScatter}, {"ho_ring3", CollKind::kAllReduce},
     {"torus2d3", CollKind::kAllReduce},
 };
-
-std::string CaseName(const ::testing::TestParamInfo<Case>& info) {
-  return std::string(info.param.algo) + "_" + CollKindName(info.param.kind);
-}
-
-constexpr uint64_t kSmallChunk = 16;
-constexpr uint64_t kDefaultChunk = 512 * 1024;
 
 class ThreeLevelVerify : public ::testing::TestWithParam<Case> {
  protected:
@@ -172,26 +163,6 @@ TEST_P(ThreeLevelVerify, LayoutsWithoutAThirdLevelAreRefused) {
 
 INSTANTIATE_TEST_SUITE_P(ThreeLevel, ThreeLevelVerify, ::testing::ValuesIn(kCases), CaseName);
 
-ScheduleSource Mutated(const Algorithm& algo, const CollArgs& args,
-                       std::function<void(int, RankSchedule&)> mutate) {
-  return [&algo, args, mutate](int r) -> Result<RankSchedule> {
-    auto s = BuildSchedule(algo, args, r);
-    if (s.ok() && mutate) mutate(r, *s);
-    return s;
-  };
-}
-
-CollArgs HoArgs(CollKind kind, const GroupLayout& layout, uint64_t count) {
-  CollArgs a;
-  a.kind = kind;
-  a.count = count;
-  a.nranks = static_cast<int>(layout.node_of.size());
-  a.nchannels = 2;
-  a.chunk_bytes = 64;
-  a.layout = &layout;
-  return a;
-}
-
 // ho_ring3 keeps HO-Ring's edges: without them its intra rounds read blocks the inter ring has
 // not delivered (all-gather) or the inter ring forwards sums not yet made (reduce-scatter).
 TEST(ThreeLevelMutations, MissingEdgesAreRaces) {
@@ -234,12 +205,6 @@ TEST(ThreeLevelMutations, DeviceGroupStepToTheWrongPeerIsRejected) {
 }
 
 // ------------------------------------------------------------------ cost model and simulator
-
-double Simulate(const char* algo, const CollArgs& a, const LinkModel& m) {
-  auto t = SimulateSeconds(*FindAlgorithm(algo), a, m);
-  EXPECT_TRUE(t.ok()) << algo << ": " << t.status().message();
-  return t.ok() ? *t : -1;
-}
 
 // Frontier's links (topologies/frontier.topo): 200 GB/s between the GCDs of an MI250X, 50 GB/s
 // to the node's other GCDs, 4 Slingshot NICs of 25 GB/s per node.
@@ -324,8 +289,9 @@ TEST(ThreeLevelSimulator, BeatsTwoLevelsOnFrontierLinks) {
     const double o2 = Simulate("ho_ring", a, m), o3 = Simulate("ho_ring3", a, m);
     EXPECT_LT(h3, 0.8 * h2) << CollKindName(kind);
     EXPECT_LT(o3, 0.8 * o2) << CollKindName(kind);
-    if (kind == CollKind::kAllReduce)
+    if (kind == CollKind::kAllReduce) {
       EXPECT_LT(Simulate("torus2d3", a, m), 0.8 * Simulate("torus2d", a, m));
+    }
     const std::string pick = tuner->choose(a)->name();
     EXPECT_TRUE(pick == "ho_ring3" || pick == "hring3") << CollKindName(kind) << ": " << pick;
   }
