@@ -32,6 +32,7 @@
 #include "algorithms/algorithm.h"
 #include "algorithms/simulator.h"
 #include "algorithms/tuner.h"
+#include "topology/groups.h"
 #include "topology/topology_file.h"
 
 namespace {
@@ -89,7 +90,7 @@ bool FromTopology(const std::string& path, Options* o, std::string* err) {
   }
   const topo::Node& node = t->nodes[0];
   auto level = [&](topo::Level l) -> std::optional<topo::Link> { return t->level(l); };
-  const auto group = level(topo::Level::kDeviceGroup), intra = level(topo::Level::kNode);
+  const auto group = topo::DeviceGroupLink(*t, 0), intra = level(topo::Level::kNode);
   auto inter = level(topo::Level::kSwitch);
   if (!inter) inter = level(topo::Level::kCluster);
   if (!intra || !inter) {

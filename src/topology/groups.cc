@@ -61,6 +61,15 @@ Groups DeviceGroupGroups(const Topology& t) {
   return groups;
 }
 
+std::optional<Link> DeviceGroupLink(const Topology& t, int node) {
+  const std::vector<Device>& devs = t.nodes[static_cast<size_t>(node)].devices;
+  for (size_t a = 0; a < devs.size(); ++a)
+    for (size_t b = a + 1; b < devs.size(); ++b)
+      if (!devs[a].group.empty() && devs[a].group == devs[b].group)
+        return LinkBetween(t, node, static_cast<int>(a), node, static_cast<int>(b));
+  return std::nullopt;
+}
+
 std::optional<NicType> PreferredRdma(const Node& n) {
   for (NicType type : kRdmaOrder)
     if (Has(n, type)) return type;

@@ -37,6 +37,11 @@ Groups SameLocalRankGroups(const Topology& t);
 // one NVSwitch): the innermost level.
 Groups DeviceGroupGroups(const Topology& t);
 
+// The link between two devices of one device group of node `node` (its first group of at least
+// two devices: LinkBetween, so the group's override, else the device_group level); nullopt when
+// the node has no such group or the topology no such link. The cost model's device-group class.
+std::optional<Link> DeviceGroupLink(const Topology& t, int node);
+
 // The RDMA type a node prefers: among the types of its NICs, InfiniBand, then Slingshot, then
 // RoCE (the order of typical latency and of what NCCL/RCCL pick first); nullopt for a node with
 // no RDMA NIC.

@@ -93,6 +93,12 @@ TEST(ShippedTopology, Frontier) {
   EXPECT_EQ(LinkBetween(t, 0, 6, 0, 7)->bandwidth, 200e9);
   // The GCD pairs.
   EXPECT_EQ(DeviceGroupGroups(t), (Groups{{0, 1}, {2, 3}, {4, 5}, {6, 7}}));
+  // The cost model's device-group link: the level's, or a group's override.
+  ASSERT_TRUE(DeviceGroupLink(t, 0));
+  EXPECT_EQ(DeviceGroupLink(t, 0)->bandwidth, 200e9);
+  Topology faster = t;
+  faster.nodes[0].groups[0].link = Link{400e9, 5e-7};
+  EXPECT_EQ(DeviceGroupLink(faster, 0)->bandwidth, 400e9);
   EXPECT_EQ(FabricGroups(t), (std::vector<FabricGroup>{{NicType::kSlingshot, {0}}}));
   ExpectRoundTrip(t);
 }
@@ -155,6 +161,7 @@ TEST(DerivedGroups, UnevenAndCpuOnlyNodes) {
   EXPECT_EQ(NodeLocalGroups(t), (Groups{{0, 1}, {2}, {3}, {4}}));
   EXPECT_EQ(SameLocalRankGroups(t), (Groups{{0, 2, 3, 4}, {1}}));
   EXPECT_TRUE(DeviceGroupGroups(t).empty());
+  for (int node = 0; node < 4; ++node) EXPECT_FALSE(DeviceGroupLink(t, node)) << node;
   // a prefers IB; with b it shares only RoCE.
   EXPECT_EQ(PairNicType(t, 0, 1), NicType::kRoCE);
   EXPECT_EQ(PairNicType(t, 0, 2), NicType::kEthernet);

@@ -47,22 +47,9 @@ Result<NodePlacement> LocalPlacement(const std::string& host_id, const std::stri
     p.nic_types |= static_cast<uint8_t>(1u << static_cast<int>(nic.type));
   for (const auto& d : node.devices)
     p.device_groups.push_back(d.group.empty() ? "=" + d.name : d.group);
-  // A group of several devices makes the device-group link matter.
-  bool grouped = false;
-  for (size_t a = 0; a < node.devices.size() && !grouped; ++a)
-    for (size_t b = a + 1; b < node.devices.size() && !grouped; ++b)
-      grouped = !node.devices[a].group.empty() && node.devices[a].group == node.devices[b].group;
-  if (grouped) {
-    std::optional<topo::Link> link = t.level(topo::Level::kDeviceGroup);
-    for (const auto& g : node.groups)
-      if (g.link) {
-        link = g.link;
-        break;
-      }
-    if (link) {
-      p.group_latency_s = link->latency;
-      p.group_bandwidth = link->bandwidth;
-    }
+  if (auto link = topo::DeviceGroupLink(t, index)) {
+    p.group_latency_s = link->latency;
+    p.group_bandwidth = link->bandwidth;
   }
   auto rdma = topo::PreferredRdma(node);
   p.fabric = static_cast<int8_t>(rdma ? *rdma : topo::NicType::kEthernet);
