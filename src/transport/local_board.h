@@ -67,9 +67,13 @@ class LocalBoard {
 
   // Where this rank writes the payload of post `seq`, placed at `place`, before post().
   virtual std::byte* outbox(uint32_t seq, BoardPlace place) = 0;
-  // Publishes post `seq`: the signature, and the payload written to outbox(seq, place) (a
-  // sequentially consistent store of its number, which a sleeping reader's futex pairs with).
+  // Makes post `seq` visible: the signature, and the payload written to outbox(seq, place) (a
+  // release store of its number; spinning readers see it without more).
   virtual void post(uint32_t seq, const BoardSignature& sig) = 0;
+  // Wakes the readers that sleep on the posts made since the last publish() (one fence for all
+  // of them, paired with a sleeping reader's futex). A rank publishes after posting a batch and
+  // before it waits for anything (a peer may sleep on one of its posts meanwhile).
+  virtual void publish() = 0;
 
   // Whether `rank` has posted `seq` (acquire: its signature and payload are then visible).
   virtual bool posted(int rank, uint32_t seq) const = 0;

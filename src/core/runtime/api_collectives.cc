@@ -173,8 +173,12 @@ braidResult_t CollectiveUnguarded(const Call& c, braidComm_t comm, braidRequest_
     }
     return braidSuccess;
   }
+  if (!request && InGroup()) {
+    GroupAddBlockingCollective(std::move(*ref), std::move(d));
+    return braidSuccess;
+  }
   // Small blocking calls on one host: the shared-memory board, on this thread (one_shot.h).
-  if (!request && !InGroup() && OneShotTakes(*raw, d)) {
+  if (!request && OneShotTakes(*raw, d)) {
     st = RunOneShot(*raw, d);
     return st.ok() ? braidSuccess : Fail(raw, st);
   }

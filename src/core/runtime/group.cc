@@ -23,10 +23,21 @@ struct PendingInit {
   CommOptions opts;
 };
 
+// A blocking call is recorded as its description alone: a group that runs on the board never
+// needs an Operation for it (one allocation, a mutex and a condition variable per call, which
+// cost more than the call itself there: -m 8 in docs/performance.md). The Operation is made when
+// the group goes to the engine (op()).
 struct PendingCollective {
   CommRef comm;
-  std::shared_ptr<Operation> op;
+  OpDesc desc;                     // blocking calls only (a request's call lives in its op)
+  std::shared_ptr<Operation> op;   // the request's; for a blocking call, made on first use
   bool blocking;
+
+  const OpDesc& call() const { return op ? op->desc() : desc; }
+  const std::shared_ptr<Operation>& operation() {
+    if (!op) op = std::make_shared<Operation>(std::move(desc));
+    return op;
+  }
 };
 
 struct PendingP2P {
@@ -43,6 +54,10 @@ struct GroupState {
 };
 
 thread_local GroupState t_group;
+// The group braidGroupEnd is running: swapped with t_group when the outermost level closes and
+// cleared when done, so that both keep their vectors' capacity from group to group (a group of
+// eight small calls would otherwise allocate four times as its vector grows).
+thread_local GroupState t_closing;
 
 // Each send to self must meet a receive from self of the same size, in order.
 Status CheckSelfPairs(const std::vector<P2PCall>& calls, int rank) {
@@ -105,14 +120,25 @@ double P2PSeconds(const braidComm& comm, const std::vector<P2PCall>& calls) {
   return busiest;
 }
 
-// Closes one level of the calling thread's group. Returns true and moves the recorded calls to
-// *out when it was the outermost level.
-bool CloseLevel(GroupState* out) {
-  if (--t_group.depth > 0) return false;
-  *out = std::move(t_group);
-  t_group = GroupState{};
-  return true;
+// Closes one level of the calling thread's group. Returns the recorded calls when it was the
+// outermost level (t_closing, until the ClosedGroup guard clears it), else null.
+GroupState* CloseLevel() {
+  if (--t_group.depth > 0) return nullptr;
+  std::swap(t_group, t_closing);  // t_closing was cleared: t_group starts empty
+  return &t_closing;
 }
+
+// Clears the closed group when braidGroupEnd returns (its references and operations go; the
+// capacity stays).
+struct ClosedGroup {
+  GroupState& g;
+  ~ClosedGroup() {
+    g.depth = 0;
+    g.inits.clear();
+    g.collectives.clear();
+    g.p2p.clear();
+  }
+};
 
 // Runs the group's communicator inits, concurrently: one thread may be initialising several
 // ranks of one communicator, and each needs the others to make progress.
@@ -143,7 +169,11 @@ bool InGroup() {
 }
 
 void GroupAddCollective(const CommRef& comm, std::shared_ptr<Operation> op, bool blocking) {
-  t_group.collectives.push_back({comm, std::move(op), blocking});
+  t_group.collectives.push_back({comm, OpDesc{}, std::move(op), blocking});
+}
+
+void GroupAddBlockingCollective(CommRef comm, OpDesc desc) {
+  t_group.collectives.push_back({std::move(comm), std::move(desc), nullptr, true});
 }
 
 void GroupAddP2P(const CommRef& comm, const P2PCall& call, braidRequest* request) {
@@ -180,15 +210,18 @@ bool RunOnBoardIfSmall(GroupState& g, Note& note) {
   const CommRef& comm = g.collectives[0].comm;
   if (comm->state() != braidComm::State::kReady) return false;
   for (const auto& c : g.collectives)
-    if (c.comm != comm || !c.blocking || !OneShotTakes(*comm, c.op->desc())) return false;
-  std::vector<const OpDesc*> calls;
-  calls.reserve(g.collectives.size());
-  for (const auto& c : g.collectives) calls.push_back(&c.op->desc());
+    if (c.comm != comm || !c.blocking || !OneShotTakes(*comm, c.call())) return false;
+  // Reused from group to group, like the group's own vectors.
+  thread_local std::vector<const OpDesc*> calls;
+  thread_local std::vector<Status> results;
+  calls.clear();
+  for (const auto& c : g.collectives) calls.push_back(&c.call());
   // A mismatch fails its call alone; the others run.
-  std::vector<Status> results(calls.size());
+  results.assign(calls.size(), Status());
   RunOneShotCalls(*comm, calls, results.data());
   for (size_t i = 0; i < calls.size(); ++i) {
-    g.collectives[i].op->complete(results[i]);
+    // An operation exists only if something made one (nothing does for a blocking call now).
+    if (g.collectives[i].op) g.collectives[i].op->complete(results[i]);
     note(comm.get(), results[i]);
   }
   return true;
@@ -208,7 +241,7 @@ bool RunInlineIfAlone(GroupState& g, Note& note) {
       return false;
   }
   std::vector<std::shared_ptr<Operation>> ops;
-  for (const auto& c : g.collectives) ops.push_back(c.op);
+  for (auto& c : g.collectives) ops.push_back(c.operation());
   if (!g.p2p.empty()) {
     OpDesc d;
     d.kind = CollKind::kSendRecv;
@@ -229,8 +262,10 @@ extern "C" braidResult_t braidGroupStart(void) {
 extern "C" braidResult_t braidGroupEnd(void) {
   if (t_group.depth == 0)
     return Fail(InvalidUsage("braidGroupEnd without a matching braidGroupStart"));
-  GroupState g;
-  if (!CloseLevel(&g)) return braidSuccess;
+  GroupState* closed = CloseLevel();
+  if (!closed) return braidSuccess;
+  GroupState& g = *closed;
+  ClosedGroup clear_on_return{g};
 
   Status first;
   auto note = [&](braidComm* comm, const Status& st) {
@@ -250,12 +285,13 @@ extern "C" braidResult_t braidGroupEnd(void) {
   // Collectives in call order, then each communicator's sends and receives as one operation.
   std::vector<std::pair<CommRef, std::shared_ptr<Operation>>> to_wait;
   for (auto& c : g.collectives) {
+    const std::shared_ptr<Operation>& op = c.operation();
     if (c.comm->state() != braidComm::State::kReady) {
-      c.op->complete(InvalidUsage(c.comm->where() + ": communicator not ready"));
+      op->complete(InvalidUsage(c.comm->where() + ": communicator not ready"));
       continue;
     }
-    c.comm->submit(c.op);
-    if (c.blocking) to_wait.emplace_back(c.comm, c.op);
+    c.comm->submit(op);
+    if (c.blocking) to_wait.emplace_back(c.comm, op);
   }
   for (auto& p : g.p2p) {
     // Usage errors of the group itself fail here, before anything runs, and leave the
@@ -298,8 +334,10 @@ extern "C" braidResult_t braidGroupSimulateEnd(double* seconds) {
   if (t_group.depth == 0)
     return Fail(InvalidUsage("braidGroupSimulateEnd without a matching braidGroupStart"));
   *seconds = 0;
-  GroupState g;
-  if (!CloseLevel(&g)) return braidSuccess;
+  GroupState* closed = CloseLevel();
+  if (!closed) return braidSuccess;
+  GroupState& g = *closed;
+  ClosedGroup clear_on_return{g};
 
   Status first;
   auto note = [&](braidComm* comm, const Status& st) {
@@ -323,12 +361,12 @@ extern "C" braidResult_t braidGroupSimulateEnd(double* seconds) {
   for (auto& c : g.collectives) {
     if (c.comm->state() != braidComm::State::kReady) {
       Status st = InvalidUsage(c.comm->where() + ": communicator not ready");
-      c.op->complete(st);
+      if (c.op) c.op->complete(st);
       note(c.comm.get(), st);
       continue;
     }
-    auto t = CollectiveSeconds(*c.comm, c.op->desc());
-    c.op->complete(discard(c.comm));
+    auto t = CollectiveSeconds(*c.comm, c.call());
+    if (c.op) c.op->complete(discard(c.comm));
     if (!t.ok()) {
       Status st = t.status();
       note(c.comm.get(), st.prepend(c.comm->where() + ": braidGroupSimulateEnd: "));

@@ -16,6 +16,9 @@ namespace braid {
 bool InGroup();
 // Records a collective for launch at braidGroupEnd.
 void GroupAddCollective(const CommRef& comm, std::shared_ptr<Operation> op, bool blocking);
+// Records a blocking collective (no request): its Operation is made only if the group runs on
+// the engine (a group of small calls on the board needs none).
+void GroupAddBlockingCollective(CommRef comm, OpDesc desc);
 // Records a point-to-point call; `request` (may be null) receives the fused operation later.
 void GroupAddP2P(const CommRef& comm, const P2PCall& call, braidRequest* request);
 // Records a communicator init to run (concurrently with the group's other inits) at GroupEnd.

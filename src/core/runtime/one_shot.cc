@@ -224,6 +224,8 @@ Status Call::await(int peer, Ready ready, Sleep sleep, Wait what) {
     else
       CpuRelax();
   }
+  // About to sleep: a peer may sleep on one of this rank's posts of the batch too.
+  board_.publish();
   if (!deadline_) deadline_ = Deadline::After(comm_.config().timeout_ms);
   const Deadline deadline = *deadline_;
   for (;;) {
@@ -462,6 +464,8 @@ void RunOneShotCalls(braidComm& comm, std::span<const OpDesc* const> calls, Stat
       if (!results[i].ok()) call.reset();  // the communicator failed
       if (!small) break;
     }
+    // One fence for the whole batch (wakes a peer that sleeps on any of its posts).
+    comm.board()->publish();
     // The peers' posts of a batch are read one call after the other; loading them all first
     // overlaps their cache misses.
     if (nbatch > 1)

@@ -46,13 +46,6 @@ bool SleepUntil(std::atomic<uint32_t>& word, std::atomic<uint32_t>& waiters, uin
   return Reached(word.load(std::memory_order_acquire), seq);
 }
 
-// Stores `seq` into `word` and wakes whoever sleeps on it.
-void Publish(std::atomic<uint32_t>& word, std::atomic<uint32_t>& waiters, uint32_t seq) {
-  word.store(seq, std::memory_order_seq_cst);
-  if (waiters.load(std::memory_order_seq_cst) != 0)
-    (void)Futex(&word, FUTEX_WAKE, INT_MAX, nullptr);
-}
-
 }  // namespace
 
 ShmBoard::ShmBoard(int rank, int nranks, const SegmentView& mine)
@@ -85,7 +78,29 @@ void ShmBoard::post(uint32_t seq, const BoardSignature& sig) {
   BoardControl* ctl = sides_[static_cast<size_t>(rank_)].ctl;
   BoardEntry& e = ctl->entries[seq % kBoardEntries];
   std::memcpy(e.signature.words, sig.words, sizeof(sig.words));
-  Publish(e.seq, ctl->waiters, seq);
+  // Release, not sequentially consistent: a seq_cst store drains the store buffer, and each post
+  // writes a line a peer last read (a miss), so posting a group of calls would stall once per
+  // call (-m 8 in docs/performance.md: this store was a sixth of the time). publish() fences once.
+  e.seq.store(seq, std::memory_order_release);
+  if (unpublished_ == 0) unpublished_from_ = seq;
+  ++unpublished_;
+}
+
+void ShmBoard::publish() {
+  if (unpublished_ == 0) return;
+  BoardControl* ctl = sides_[static_cast<size_t>(rank_)].ctl;
+  // Store(s); fence; load waiters, against the sleeper's seq_cst increment of waiters and load of
+  // the word (SleepUntil): either the sleeper sees the post or this rank sees the sleeper.
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  if (ctl->waiters.load(std::memory_order_relaxed) != 0) {
+    // Rare (a reader outran its spin): wake the sleepers of every post published now (at most
+    // kBoardEntries words; posts wrap only after their readers consumed them).
+    const uint32_t n = std::min<uint32_t>(unpublished_, kBoardEntries);
+    for (uint32_t k = 0; k < n; ++k)
+      (void)Futex(&ctl->entries[(unpublished_from_ + unpublished_ - n + k) % kBoardEntries].seq,
+                  FUTEX_WAKE, INT_MAX, nullptr);
+  }
+  unpublished_ = 0;
 }
 
 bool ShmBoard::sleepUntilPosted(int rank, uint32_t seq, int64_t timeout_us) {

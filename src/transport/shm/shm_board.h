@@ -32,6 +32,7 @@ class ShmBoard final : public LocalBoard {
   }
   std::byte* outbox(uint32_t seq, BoardPlace place) override { return payload(rank_, seq, place); }
   void post(uint32_t seq, const BoardSignature& sig) override;
+  void publish() override;
   bool posted(int rank, uint32_t seq) const override {
     const uint32_t p = entry(rank, seq).seq.load(std::memory_order_acquire);
     return static_cast<int32_t>(p - seq) >= 0;
@@ -80,6 +81,9 @@ class ShmBoard final : public LocalBoard {
   uint64_t capacity_;
   uint64_t slot_bytes_;
   std::vector<Side> sides_;  // indexed by rank
+  // Posts made since the last publish(): `unpublished_` of them, from `unpublished_from_` on.
+  uint32_t unpublished_from_ = 0;
+  uint32_t unpublished_ = 0;
 };
 
 }  // namespace braid::shm
