@@ -26,7 +26,7 @@ struct PendingInit {
 // A blocking call is recorded as its description alone: a group that runs on the board never
 // needs an Operation for it (one allocation, a mutex and a condition variable per call, which
 // cost more than the call itself there: -m 8 in docs/performance.md). The Operation is made when
-// the group goes to the engine (op()).
+// the group goes to the engine (operation()).
 struct PendingCollective {
   CommRef comm;
   OpDesc desc;                     // blocking calls only (a request's call lives in its op)
