@@ -96,7 +96,11 @@ std::string Link(const std::optional<braid::topo::Link>& l) {
 
 std::string List(const std::vector<int>& v) {
   std::string s;
-  for (int x : v) s += (s.empty() ? "" : " ") + std::to_string(x);
+  for (int x : v) {
+    // Two appends: `" " + std::to_string(x)` trips GCC 12's -Wrestrict false positive.
+    if (!s.empty()) s += ' ';
+    s += std::to_string(x);
+  }
   return s;
 }
 

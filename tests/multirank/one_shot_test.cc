@@ -172,6 +172,117 @@ TEST_P(OneShot, ReductionsAreTheRankOrderFoldOnEveryRank) {
   EXPECT_TRUE(AllSucceeded(out)) << DescribeOutcomes(out);
 }
 
+// Large all-reduces on the board two-shot (BRAID_BOARD_TWO_SHOT: each rank folds its 1/N part
+// from every post, posts it, and copies the N parts out) against one-shot and the default:
+// inexact floats, so the bits are those of the rank-order fold computed here on every rank, at
+// counts that cut unevenly (n, 3n+2, 8193, 50000: 200 KB), in and out of place, with AVG; the
+// type x op matrix at a count on a large buffer; and a group that mixes small calls with a
+// two-shot one (it takes two post numbers, so the calls after it must still meet). No stream
+// byte: the board ran all of it.
+TEST_P(OneShot, TwoShotAllReduceIsTheRankOrderFoldAndMeetsTheCallsAroundIt) {
+  const int n = GetParam();
+  auto x = [](int r, uint64_t i) {
+    return static_cast<float>(std::cos(0.11 * static_cast<double>(i) + 0.7 * r) * 333.317 +
+                              r * 1e-3);
+  };
+  std::vector<DataType> types(std::begin(kTypes), std::end(kTypes));
+  std::vector<int> ops(std::begin(kOps), std::end(kOps));
+  // All-reduce over every type and op at 5001 elements (5-40 KB: each on a large buffer).
+  std::vector<Case> matrix;
+  for (const Case& c : Matrix({5001}, types, ops))
+    if (c.kind == CollKind::kAllReduce) matrix.push_back(c);
+  for (const char* mode : {"1", "0", "auto"}) {
+    auto out = RunJob(
+        // The rule keeps 200 KB on the board on 2 ranks too (its default stops at 64 KiB there).
+        Options(n, {{"BRAID_BOARD_TWO_SHOT", mode}, {"BRAID_ALGO", "allreduce:oneshot@0-1M"}}),
+        [&](braidComm_t comm, int rank, int nranks, const braidUniqueId&) {
+          uint64_t before = 0;
+          CHECK_OR_FAIL(SentBytes(comm, nranks, &before), "traffic counters");
+          const uint64_t counts[] = {static_cast<uint64_t>(nranks),
+                                     3 * static_cast<uint64_t>(nranks) + 2, 8193, 50000};
+          for (uint64_t count : counts) {
+            for (int form = 0; form < 3; ++form) {  // out of place, in place, AVG
+              const bool in_place = form == 1, avg = form == 2;
+              std::vector<float> in(count), got(count, -1.0f);
+              for (uint64_t i = 0; i < count; ++i) in[i] = x(rank, i);
+              float* out_buf = in_place ? in.data() : got.data();
+              CHECK_OR_FAIL(braidAllReduce(in.data(), out_buf, count, braidFloat32,
+                                           avg ? braidAvg : braidSum, comm) == braidSuccess,
+                            "mode %s count %llu form %d: %s", mode,
+                            static_cast<unsigned long long>(count), form,
+                            braidGetLastError(comm));
+              for (uint64_t i = 0; i < count; ++i) {
+                float want = x(0, i);
+                for (int q = 1; q < nranks; ++q) want = want + x(q, i);
+                if (avg) want = want / static_cast<float>(nranks);
+                CHECK_OR_FAIL(std::memcmp(&out_buf[i], &want, 4) == 0,
+                              "mode %s count %llu form %d element %llu: %.9g, fold %.9g", mode,
+                              static_cast<unsigned long long>(count), form,
+                              static_cast<unsigned long long>(i), out_buf[i], want);
+              }
+            }
+          }
+          uint64_t wrong = 0;
+          for (const Case& c : matrix) wrong += RunCase(comm, rank, nranks, c);
+          CHECK_OR_FAIL(wrong == 0, "mode %s: %llu wrong elements in the type x op matrix", mode,
+                        static_cast<unsigned long long>(wrong));
+          // small, large (two-shot where the mode says so), small: in a group on even ranks,
+          // one by one on odd ones.
+          std::vector<int32_t> a(5, rank + 1), b(15000, rank), c(3, 2 * rank);  // b: 60 KB
+          if (rank % 2 == 0) CHECK_OR_FAIL(braidGroupStart() == braidSuccess, "group start");
+          CHECK_OR_FAIL(braidAllReduce(a.data(), a.data(), a.size(), braidInt32, braidSum, comm) ==
+                            braidSuccess,
+                        "small 1");
+          CHECK_OR_FAIL(braidAllReduce(b.data(), b.data(), b.size(), braidInt32, braidMax, comm) ==
+                            braidSuccess,
+                        "large");
+          CHECK_OR_FAIL(braidAllReduce(c.data(), c.data(), c.size(), braidInt32, braidSum, comm) ==
+                            braidSuccess,
+                        "small 2");
+          if (rank % 2 == 0)
+            CHECK_OR_FAIL(braidGroupEnd() == braidSuccess, "group end: %s",
+                          braidGetLastError(comm));
+          for (int32_t v : a) CHECK_OR_FAIL(v == nranks * (nranks + 1) / 2, "small 1: %d", v);
+          for (int32_t v : b) CHECK_OR_FAIL(v == nranks - 1, "large: %d", v);
+          for (int32_t v : c) CHECK_OR_FAIL(v == nranks * (nranks - 1), "small 2: %d", v);
+          CHECK_OR_FAIL(braidBarrier(comm) == braidSuccess, "barrier");
+          CHECK_OR_FAIL(SentSince(comm, nranks, before) == 0, "mode %s: stream bytes moved", mode);
+          return 0;
+        });
+    EXPECT_TRUE(AllSucceeded(out)) << "BRAID_BOARD_TWO_SHOT=" << mode << ": "
+                                   << DescribeOutcomes(out);
+  }
+}
+
+// A large call that differs between ranks while both would run two-shot (rank 0 passes one
+// element more), and one that only rank 0 would run two-shot (its count crosses 32 KiB, the
+// others' does not): every rank fails with a call mismatch, writes nothing, and the next
+// two-shot call is bit-exact (the ranks still take the same post numbers).
+TEST_P(OneShot, ATwoShotCallThatDiffersFailsOnEveryRankAndTheNextOneRuns) {
+  const int n = GetParam();
+  auto out = RunJob(Options(n), [&](braidComm_t comm, int rank, int nranks, const braidUniqueId&) {
+    for (int variant = 0; variant < 2; ++variant) {
+      const size_t base = variant == 0 ? 10000 : 8191;  // 40 KB; 32764 B against 32768
+      const size_t count = rank == 0 ? base + 1 : base;
+      std::vector<float> in(base + 1, 1.0f), recv(base + 1, -7.0f);
+      const braidResult_t rc =
+          braidAllReduce(in.data(), recv.data(), count, braidFloat32, braidSum, comm);
+      const std::string msg = braidGetLastError(comm);
+      CHECK_OR_FAIL(rc == braidErrInvalidUsage && msg.find("call mismatch") != std::string::npos,
+                    "variant %d: rc=%d: %s", variant, rc, msg.c_str());
+      for (float v : recv) CHECK_OR_FAIL(v == -7.0f, "receive buffer written after a mismatch");
+      std::vector<float> next(12345, static_cast<float>(rank));
+      CHECK_OR_FAIL(braidAllReduce(next.data(), next.data(), next.size(), braidFloat32, braidSum,
+                                   comm) == braidSuccess,
+                    "the call after the mismatch: %s", braidGetLastError(comm));
+      for (float v : next)
+        CHECK_OR_FAIL(v == static_cast<float>(nranks * (nranks - 1) / 2), "sum %g", v);
+    }
+    return 0;
+  });
+  EXPECT_TRUE(AllSucceeded(out)) << DescribeOutcomes(out);
+}
+
 // Rank 0 passes another count (then another op): every rank fails with invalid usage naming
 // both calls, no receive buffer is written, and the next call succeeds on every rank.
 TEST_P(OneShot, ACallThatDiffersFailsOnEveryRankAndTheCommunicatorGoesOn) {

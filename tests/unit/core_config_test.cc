@@ -98,6 +98,7 @@ TEST_F(ConfigEnvTest, BadValuesNameTheVariable) {
       {"BRAID_INLINE", "yes", "not an integer"},
       {"BRAID_LINK_CALIBRATION", "2", "out of range"},
       {"BRAID_LINK_CALIBRATION", "off", "not an integer"},
+      {"BRAID_BOARD_TWO_SHOT", "yes", "expected auto, 0 or 1"},
   };
   for (const auto& k : cases) {
     Clear();

@@ -29,6 +29,10 @@ const std::vector<ConfigVar>& ConfigTable() {
        "small-message board on one host (docs/performance.md): its size per post; blocking calls "
        "whose per-rank payload fits (up to 64K while every local rank has a core) run on it on "
        "the caller's thread; 0 turns it off, at most 4M"},
+      {"BRAID_BOARD_TWO_SHOT", nullptr, "string", "auto",
+       "all-reduce on the board: 'auto' two-shot from 3 ranks and 32K (each rank folds 1/N of "
+       "the message from every post and posts that part, then copies the N parts out), else "
+       "one-shot (every rank folds all of it); '1' two-shot beyond 4K, '0' one-shot always"},
       {"BRAID_HOSTID", nullptr, "string", "",
        "node identity override (emulated clusters); default hostname+boot id+netns"},
       {"BRAID_TOPO_FILE", nullptr, "string", "",
@@ -189,6 +193,14 @@ Result<Config> LoadConfigFromEnv() {
   BRAID_RETURN_IF_ERROR(ReadBytes("BRAID_CHUNK_BYTES", 4 << 10, 64 << 20, &c.chunk_bytes));
   BRAID_RETURN_IF_ERROR(ReadBytes("BRAID_SHM_RING_BYTES", 64 << 10, 256 << 20, &c.shm_ring_bytes));
   BRAID_RETURN_IF_ERROR(ReadBytes("BRAID_ONESHOT_BYTES", 0, 4 << 20, &c.oneshot_bytes));
+  std::string two_shot = "auto";
+  ReadString("BRAID_BOARD_TWO_SHOT", &two_shot);
+  if (two_shot == "auto")
+    c.board_two_shot = -1;
+  else if (two_shot == "0" || two_shot == "1")
+    c.board_two_shot = two_shot == "1";
+  else
+    return BadValue(Var("BRAID_BOARD_TWO_SHOT"), two_shot.c_str(), "expected auto, 0 or 1");
   ReadString("BRAID_HOSTID", &c.host_id);
   ReadString("BRAID_TOPO_FILE", &c.topo_file);
   ReadString("BRAID_COMM_ID", &c.comm_id);

@@ -256,6 +256,7 @@ Status braidComm::exchangeRankInfo(Bootstrap& bs, Deadline deadline) {
     std::snprintf(group_link, sizeof(group_link), "%.17g,%.17g", placement->group_latency_s,
                   placement->group_bandwidth);
   PutField(&mine, group_link);
+  PutField(&mine, std::to_string(c.board_two_shot));
   BRAID_ASSIGN_OR_RETURN(auto all, bs.allGather(mine, deadline));
   infos_.resize(nranks_);
   std::vector<std::vector<std::string>> fields(nranks_);
@@ -338,6 +339,16 @@ Status braidComm::exchangeRankInfo(Bootstrap& bs, Deadline deadline) {
         !CheckLinkParams(g).ok())
       return RemoteError("malformed device-group link in the init message from rank 0");
     group_link_ = g;
+  }
+  // How the board runs a large all-reduce (one post or two per call): rank 0's, like its size.
+  if (fields[0].size() > 14) {
+    const std::string& v = fields[0][14];
+    if (v != "-1" && v != "0" && v != "1")
+      return RemoteError("malformed BRAID_BOARD_TWO_SHOT in the init message from rank 0");
+    const int two_shot = std::stoi(v);
+    if (two_shot != c.board_two_shot)
+      BRAID_WARN("rank %d: BRAID_BOARD_TWO_SHOT differs from rank 0's; using rank 0's", rank_);
+    opts_.config.board_two_shot = two_shot;
   }
 
   buildLayout();
@@ -656,7 +667,7 @@ std::string braidComm::debugState(Deadline deadline) const {
   if (!board()) return s;
   // The small-message board's calls run on the callers' threads, not the engine (one_shot.h).
   const BoardProgress& b = board_progress_;
-  const uint32_t started = b.started.load(), completed = b.completed.load();
+  const uint32_t started = b.calls_started.load(), completed = b.calls_completed.load();
   s += "  small-message board: " + std::to_string(completed) + " calls completed";
   if (started > completed) {
     // The first call posted and not complete (a group posts up to 16 ahead of reading them).

@@ -130,10 +130,14 @@ struct braidComm {
   // What the board is doing, for the hang report (debugState): read from other threads and
   // signal handlers, so plain atomics.
   struct BoardProgress {
-    // Number of the last call posted (1-based): the board's call counter, advanced under
-    // boardMutex. A group posts several before it completes the first.
+    // Number of the last post made (1-based): the board's post counter, advanced under
+    // boardMutex. A group posts several calls before it completes the first.
+    // Post numbers, which the protocol runs on (a two-shot call takes two), and the calls, which
+    // messages and the hang report count (0-based: the next call's number, the calls completed).
     std::atomic<uint32_t> started{0};
-    std::atomic<uint32_t> completed{0};  // number of the last call completed
+    std::atomic<uint32_t> completed{0};  // number of the last post completed
+    std::atomic<uint32_t> calls_started{0};
+    std::atomic<uint32_t> calls_completed{0};
     // The first call posted and not complete: the rank it waits for (to post it, or to read an
     // earlier call), -1: none; its CollKind and count.
     std::atomic<int> waiting_on{-1};

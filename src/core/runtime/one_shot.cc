@@ -10,6 +10,7 @@
 #include <span>
 #include <string>
 
+#include "algorithms/schedule_builder.h"
 #include "algorithms/tuner.h"
 #include "core/base/clock.h"
 #include "core/base/log.h"
@@ -50,11 +51,11 @@ uint64_t PayloadBytes(const OpDesc& d, int nranks, int rank) {
 // The call as every rank must have made it. Not the payload size (a broadcast's root posts one,
 // the others none) and not the pre-multiplied sum's scalar (each rank may scale by its own, as
 // in NCCL).
-BoardSignature SignatureOf(const OpDesc& d, int nranks) {
+BoardSignature SignatureOf(const OpDesc& d, int nranks, bool two_shot) {
   BoardSignature s;
   s.words[0] = kSignatureMagic << 48 | static_cast<uint64_t>(d.kind) |
                static_cast<uint64_t>(d.dtype) << 8 | static_cast<uint64_t>(d.base_op) << 16 |
-               uint64_t{d.avg} << 24 | uint64_t{d.premul} << 25;
+               uint64_t{d.avg} << 24 | uint64_t{d.premul} << 25 | uint64_t{two_shot} << 26;
   s.words[1] = d.count;
   s.words[2] = static_cast<uint64_t>(static_cast<uint32_t>(d.root)) |
                static_cast<uint64_t>(static_cast<uint32_t>(nranks)) << 32;
@@ -80,7 +81,7 @@ std::string DescribeSignature(const BoardSignature& s) {
   d.premul = (w >> 25 & 1) != 0;
   d.count = s.words[1];
   d.root = static_cast<int32_t>(static_cast<uint32_t>(s.words[2]));
-  return DescribeCall(d);
+  return DescribeCall(d) + (w >> 26 & 1 ? " (two-shot)" : "");
 }
 
 inline void CpuRelax() {
@@ -106,20 +107,41 @@ uint64_t LargestPost(const OpDesc& d, int nranks) {
   }
 }
 
+// Whether the board runs all-reduce `d` two-shot (BRAID_BOARD_TWO_SHOT, config.h): each rank
+// folds its 1/N of the message from every post and posts that part (a second post), then copies
+// the N parts out. One-shot, every rank folds the whole message from N posts: N x the bytes read
+// per rank where two-shot reads about 2 x, for one more wait for the peers. Only for a call on a
+// large buffer (it runs alone, so its second post takes the next number: local_board.h's rules
+// hold as for two calls) and with a part for every rank. `mode`: -1 auto, 0 never, 1 always.
+// Auto: from 3 ranks (on 2 both read about 2 x) and kTwoShotBytes, where the bytes it saves
+// outweigh the wait (measured, docs/performance.md: 3, 4 and 8 ranks on 2 cores, even at 16 KiB,
+// one-shot ahead below). Every rank decides alike: the inputs are in the signature, and the mode
+// is rank 0's (and in the signature too).
+constexpr uint64_t kTwoShotBytes = 32 << 10;
+bool TwoShot(const OpDesc& d, int nranks, BoardPlace place, int mode) {
+  if (d.kind != CollKind::kAllReduce || place != BoardPlace::kBuffer ||
+      d.count < static_cast<uint64_t>(nranks))
+    return false;
+  if (mode != -1) return mode == 1;
+  return nranks >= 3 && d.count * DataTypeSize(d.dtype) >= kTwoShotBytes;
+}
+
 // One call on the board: post() writes this rank's contribution, finish() waits for every peer's,
 // compares the signatures and reads. A rank posts a batch of calls before it finishes any
 // (RunOneShotCalls), which is what makes a group of small calls cost one wait.
 class Call {
  public:
-  Call(braidComm& comm, const OpDesc& d, uint32_t seq)
+  Call(braidComm& comm, const OpDesc& d, uint32_t seq, uint32_t number)
       : comm_(comm),
         d_(d),
         board_(*comm.board()),
         seq_(seq),
+        number_(number),
         n_(comm.nranks()),
         me_(comm.rank()),
         place_(board_.placeFor(LargestPost(d, comm.nranks()))),
-        mine_(SignatureOf(d, comm.nranks())) {}
+        two_shot_(TwoShot(d, n_, place_, comm.config().board_two_shot)),
+        mine_(SignatureOf(d, comm.nranks(), two_shot_)) {}
 
   bool small() const { return place_ != BoardPlace::kBuffer; }
   // Starts loading every peer's post of this call (LocalBoard::prefetch).
@@ -127,7 +149,9 @@ class Call {
     for (int p = 0; p < n_; ++p)
       if (p != me_) board_.prefetch(p, seq_, place_);
   }
-  uint32_t seq() const { return seq_; }
+  // The last post number this call takes (a two-shot call takes two).
+  uint32_t lastSeq() const { return two_shot_ ? seq_ + 1 : seq_; }
+  uint32_t number() const { return number_; }
   Status post();
   Status finish();
 
@@ -136,7 +160,7 @@ class Call {
     // Numbered from 0 like the engine's collectives, in a sequence of their own (an engine
     // operation queued earlier takes its number when it starts, which may be after this call).
     return comm_.where() + ": " + DescribeCall(d_) + " (small-message call #" +
-           std::to_string(seq_ - 1) + "): ";
+           std::to_string(number_) + "): ";
   }
   void fillOutbox();
   // Waits until `ready()` holds, a condition on `peer`'s side of the board: spins, then calls
@@ -145,8 +169,13 @@ class Call {
   // has not done, for the timeout's message.
   template <typename Ready, typename Sleep>
   Status await(int peer, Ready ready, Sleep sleep, Wait what);
-  // Waits for `peer`'s post of this call.
-  Status waitFor(int peer);
+  // Waits for `peer`'s post `seq` (of this call).
+  Status waitFor(int peer, uint32_t seq);
+  // Waits until every peer has consumed what post `seq` overwrites (its entry, and its payload
+  // where it lives on a large buffer).
+  Status awaitFree(uint32_t seq, BoardPlace place);
+  // The rest of a two-shot all-reduce, once every post of this call is known to match.
+  Status finishTwoShot();
   // A failure noticed while waiting: a peer's death, an abort or revoke of this communicator, or
   // another rank's failure announced to this one. Ok when none.
   Status failureSeen(int peer);
@@ -159,10 +188,12 @@ class Call {
   braidComm& comm_;
   const OpDesc& d_;
   LocalBoard& board_;
-  const uint32_t seq_;
+  const uint32_t seq_;     // its (first) post's number
+  const uint32_t number_;  // the call's, counted from 0 (messages)
   const int n_;
   const int me_;
   const BoardPlace place_;
+  const bool two_shot_;
   const BoardSignature mine_;
   std::optional<Deadline> deadline_;  // set when a wait first goes past spinning
 };
@@ -193,7 +224,7 @@ Status Call::fail(const Status& st, const std::optional<FailureCause>& local) {
   // An abort or revoke of this communicator already marked it failed and told the peers.
   if (comm_.asyncErrorCode() != braidSuccess) return Status(st).prepend(context());
   const Status final = comm_.failWithCause(Status(st).prepend(context()), context(),
-                                           CollKindName(d_.kind), seq_ - 1, local);
+                                           CollKindName(d_.kind), number_, local);
   // Like an engine failure: the operations in flight (non-blocking calls, views) end with it too.
   comm_.abortOperations(final);
   return final;
@@ -250,26 +281,26 @@ Status Call::await(int peer, Ready ready, Sleep sleep, Wait what) {
   }
 }
 
-Status Call::waitFor(int peer) {
+Status Call::waitFor(int peer, uint32_t seq) {
   return await(
-      peer, [&] { return board_.posted(peer, seq_); },
-      [&](int64_t us) { board_.sleepUntilPosted(peer, seq_, us); }, Wait::kPost);
+      peer, [&] { return board_.posted(peer, seq); },
+      [&](int64_t us) { board_.sleepUntilPosted(peer, seq, us); }, Wait::kPost);
 }
 
-Status Call::post() {
-  // What this post overwrites must have been read by every peer (local_board.h): the entry and a
-  // small slot were post seq - kEntries's, a large buffer post seq - 2's at the latest. Peers
+Status Call::awaitFree(uint32_t seq, BoardPlace place) {
+  // What post `seq` overwrites must have been read by every peer (local_board.h): the entry and
+  // a small slot were post seq - kEntries's, a large buffer post seq - 2's at the latest. Peers
   // that keep up have (a peer posted seq - 1 only after reading seq - 2, and this rank saw that
   // post), so this costs a load of each peer's `consumed` word every kEntries small calls.
-  const uint32_t entry_free = seq_ - LocalBoard::kEntries;
+  const uint32_t entry_free = seq - LocalBoard::kEntries;
   for (int k = 1; k < n_; ++k) {
     const int peer = (me_ + k) % n_;
     BRAID_RETURN_IF_ERROR(await(
         peer, [&] { return board_.consumed(peer, entry_free); },
         [&](int64_t us) { board_.sleepUntilConsumed(peer, entry_free, us); }, Wait::kConsumed));
   }
-  if (place_ == BoardPlace::kBuffer) {
-    const uint32_t buffer_free = seq_ - 2;
+  if (place == BoardPlace::kBuffer) {
+    const uint32_t buffer_free = seq - 2;
     for (int k = 1; k < n_; ++k) {
       const int peer = (me_ + k) % n_;
       BRAID_RETURN_IF_ERROR(await(
@@ -277,8 +308,38 @@ Status Call::post() {
           [&](int64_t us) { board_.sleepUntilConsumed(peer, buffer_free, us); }, Wait::kConsumed));
     }
   }
+  return Status::Ok();
+}
+
+Status Call::post() {
+  BRAID_RETURN_IF_ERROR(awaitFree(seq_, place_));
   fillOutbox();
   board_.post(seq_, mine_);
+  return Status::Ok();
+}
+
+Status Call::finishTwoShot() {
+  // Post seq_ + 1 goes to this rank's other large buffer, last used by post seq_ - 1 at the
+  // latest, which every peer consumed before it posted seq_ (a large call runs alone): the wait
+  // costs a load. Its part: this rank's 1/N of the elements, folded in rank order from every
+  // post (the bits of the one-shot fold), at its place in the buffer.
+  const uint32_t second = seq_ + 1;
+  BRAID_RETURN_IF_ERROR(awaitFree(second, place_));
+  const uint64_t esize = DataTypeSize(d_.dtype);
+  const ElemRange part = EvenPart(d_.count, static_cast<uint64_t>(n_), static_cast<uint64_t>(me_));
+  fold(part.off * esize, board_.outbox(second, place_) + part.off * esize, part.len);
+  comm_.boardProgress().started.store(second, std::memory_order_release);
+  board_.post(second, mine_);
+  board_.publish();
+  for (int k = 1; k < n_; ++k) BRAID_RETURN_IF_ERROR(waitFor((me_ + k) % n_, second));
+  // Every part from its owner's post (this rank's own from its own).
+  auto* recv = static_cast<std::byte*>(d_.recvbuf);
+  for (int r = 0; r < n_; ++r) {
+    const ElemRange x = EvenPart(d_.count, static_cast<uint64_t>(n_), static_cast<uint64_t>(r));
+    std::memcpy(recv + x.off * esize, board_.inbox(r, second, place_) + x.off * esize,
+                x.len * esize);
+  }
+  board_.consume(second);
   return Status::Ok();
 }
 
@@ -357,7 +418,7 @@ Status Call::finish() {
   // first), before any payload is read: the signatures must all agree.
   for (int k = 1; k < n_; ++k) {
     const int peer = (me_ + k) % n_;
-    BRAID_RETURN_IF_ERROR(waitFor(peer));
+    BRAID_RETURN_IF_ERROR(waitFor(peer, seq_));
   }
   for (int k = 1; k < n_; ++k) {
     const int peer = (me_ + k) % n_;
@@ -371,6 +432,9 @@ Status Call::finish() {
                         DescribeSignature(theirs) + " at this point; every rank must make " +
                         "the same calls in the same order (nothing was transferred)");
   }
+  // Every post of the call matches: a two-shot call goes on to its second post (and consumes
+  // both at the end), so every rank takes the same numbers.
+  if (two_shot_) return finishTwoShot();
   consume();
   board_.consume(seq_);
   return Status::Ok();
@@ -386,9 +450,9 @@ class CallSlot {
   CallSlot& operator=(const CallSlot&) = delete;
   ~CallSlot() { reset(); }
 
-  Call& emplace(braidComm& comm, const OpDesc& d, uint32_t seq) {
+  Call& emplace(braidComm& comm, const OpDesc& d, uint32_t seq, uint32_t number) {
     reset();
-    new (&call_) Call(comm, d, seq);
+    new (&call_) Call(comm, d, seq, number);
     live_ = true;
     return call_;
   }
@@ -474,9 +538,10 @@ void RunOneShotCalls(braidComm& comm, std::span<const OpDesc* const> calls, Stat
     const size_t first = next;
     nbatch = 0;
     uint32_t seq = progress.started.load(std::memory_order_relaxed);
+    uint32_t number = progress.calls_started.load(std::memory_order_relaxed);
     while (next < calls.size() && nbatch < batch.size()) {
       CallSlot& call = batch[nbatch];
-      const bool small = call.emplace(comm, *calls[next], seq + 1).small();
+      const bool small = call.emplace(comm, *calls[next], seq + 1, number).small();
       // A large call runs alone.
       if (!small && nbatch > 0) {
         call.reset();
@@ -491,6 +556,7 @@ void RunOneShotCalls(braidComm& comm, std::span<const OpDesc* const> calls, Stat
       }
       if (nbatch == 1) show(*calls[i]);
       progress.started.store(++seq, std::memory_order_release);
+      progress.calls_started.store(++number, std::memory_order_release);
       results[i] = call->post();
       if (!results[i].ok()) call.reset();  // the communicator failed
       if (!small) break;
@@ -510,13 +576,16 @@ void RunOneShotCalls(braidComm& comm, std::span<const OpDesc* const> calls, Stat
       else
         results[first + k] = batch[k]->finish();
       progress.waiting_on.store(-1, std::memory_order_relaxed);
-      progress.completed.store(batch[k]->seq(), std::memory_order_release);
+      progress.completed.store(batch[k]->lastSeq(), std::memory_order_release);
+      progress.calls_completed.store(batch[k]->number() + 1, std::memory_order_release);
       batch[k].reset();
     }
     // Also after a failure (a post or a read that did not complete): nothing is in progress.
     progress.waiting_on.store(-1, std::memory_order_relaxed);
     progress.completed.store(progress.started.load(std::memory_order_relaxed),
                              std::memory_order_release);
+    progress.calls_completed.store(progress.calls_started.load(std::memory_order_relaxed),
+                                   std::memory_order_release);
   }
 }
 
