@@ -283,6 +283,36 @@ TEST_P(OneShot, ATwoShotCallThatDiffersFailsOnEveryRankAndTheNextOneRuns) {
   EXPECT_TRUE(AllSucceeded(out)) << DescribeOutcomes(out);
 }
 
+// BRAID_BOARD_TWO_SHOT differs between ranks (rank 0: 1, the others 0): rank 0's applies on every
+// rank, so the ranks take the same post numbers and the calls run (without the agreement the
+// form in the signature would differ and every call fail as a mismatch).
+TEST_P(OneShot, RankZerosTwoShotSettingAppliesOnEveryRank) {
+  const int n = GetParam();
+  JobOptions opt = Options(n);
+  opt.init = false;
+  auto out = RunJob(opt, [&](braidComm_t, int rank, int nranks, const braidUniqueId& id) {
+    setenv("BRAID_BOARD_TWO_SHOT", rank == 0 ? "1" : "0", 1);
+    braidComm_t comm = nullptr;
+    CHECK_OR_FAIL(braidCommInitRank(&comm, nranks, id, rank) == braidSuccess, "init: %s",
+                  braidGetLastError(nullptr));
+    uint64_t before = 0;
+    CHECK_OR_FAIL(SentBytes(comm, nranks, &before), "traffic counters");
+    for (int k = 0; k < 3; ++k) {
+      std::vector<float> v(10000, static_cast<float>(rank + k));
+      CHECK_OR_FAIL(
+          braidAllReduce(v.data(), v.data(), v.size(), braidFloat32, braidSum, comm) ==
+              braidSuccess,
+          "call %d: %s", k, braidGetLastError(comm));
+      const float want = static_cast<float>(nranks * (nranks - 1) / 2 + nranks * k);
+      for (float x : v) CHECK_OR_FAIL(x == want, "call %d: %g, want %g", k, x, want);
+    }
+    CHECK_OR_FAIL(SentSince(comm, nranks, before) == 0, "stream bytes moved");
+    CHECK_OR_FAIL(braidCommDestroy(comm) == braidSuccess, "destroy");
+    return 0;
+  });
+  EXPECT_TRUE(AllSucceeded(out)) << DescribeOutcomes(out);
+}
+
 // Rank 0 passes another count (then another op): every rank fails with invalid usage naming
 // both calls, no receive buffer is written, and the next call succeeds on every rank.
 TEST_P(OneShot, ACallThatDiffersFailsOnEveryRankAndTheCommunicatorGoesOn) {
