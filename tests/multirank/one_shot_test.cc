@@ -209,8 +209,7 @@ TEST_P(OneShot, TwoShotAllReduceIsTheRankOrderFoldAndMeetsTheCallsAroundIt) {
               CHECK_OR_FAIL(braidAllReduce(in.data(), out_buf, count, braidFloat32,
                                            avg ? braidAvg : braidSum, comm) == braidSuccess,
                             "mode %s count %llu form %d: %s", mode,
-                            static_cast<unsigned long long>(count), form,
-                            braidGetLastError(comm));
+                            static_cast<unsigned long long>(count), form, braidGetLastError(comm));
               for (uint64_t i = 0; i < count; ++i) {
                 float want = x(0, i);
                 for (int q = 1; q < nranks; ++q) want = want + x(q, i);
@@ -249,8 +248,8 @@ TEST_P(OneShot, TwoShotAllReduceIsTheRankOrderFoldAndMeetsTheCallsAroundIt) {
           CHECK_OR_FAIL(SentSince(comm, nranks, before) == 0, "mode %s: stream bytes moved", mode);
           return 0;
         });
-    EXPECT_TRUE(AllSucceeded(out)) << "BRAID_BOARD_TWO_SHOT=" << mode << ": "
-                                   << DescribeOutcomes(out);
+    EXPECT_TRUE(AllSucceeded(out))
+        << "BRAID_BOARD_TWO_SHOT=" << mode << ": " << DescribeOutcomes(out);
   }
 }
 
@@ -299,10 +298,9 @@ TEST_P(OneShot, RankZerosTwoShotSettingAppliesOnEveryRank) {
     CHECK_OR_FAIL(SentBytes(comm, nranks, &before), "traffic counters");
     for (int k = 0; k < 3; ++k) {
       std::vector<float> v(10000, static_cast<float>(rank + k));
-      CHECK_OR_FAIL(
-          braidAllReduce(v.data(), v.data(), v.size(), braidFloat32, braidSum, comm) ==
-              braidSuccess,
-          "call %d: %s", k, braidGetLastError(comm));
+      CHECK_OR_FAIL(braidAllReduce(v.data(), v.data(), v.size(), braidFloat32, braidSum, comm) ==
+                        braidSuccess,
+                    "call %d: %s", k, braidGetLastError(comm));
       const float want = static_cast<float>(nranks * (nranks - 1) / 2 + nranks * k);
       for (float x : v) CHECK_OR_FAIL(x == want, "call %d: %g, want %g", k, x, want);
     }

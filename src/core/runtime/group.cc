@@ -29,8 +29,8 @@ struct PendingInit {
 // the group goes to the engine (operation()).
 struct PendingCollective {
   CommRef comm;
-  OpDesc desc;                     // blocking calls only (a request's call lives in its op)
-  std::shared_ptr<Operation> op;   // the request's; for a blocking call, made on first use
+  OpDesc desc;                    // blocking calls only (a request's call lives in its op)
+  std::shared_ptr<Operation> op;  // the request's; for a blocking call, made on first use
   bool blocking;
 
   const OpDesc& call() const { return op ? op->desc() : desc; }
