@@ -8,7 +8,10 @@
 // and reads what it needs straight from the peers' memory. A group of such calls posts up to 16
 // of them before it reads the first (RunOneShotCalls), so it waits for its peers about once.
 // Reductions fold the contributions in rank order (x0 op x1 op ... op xN-1), so every rank gets the
-// same bits, the same as BRAID_DETERMINISTIC's order. No message, no progress thread, no syscall
+// same bits, the same as BRAID_DETERMINISTIC's order. A large all-reduce from 3 ranks runs
+// two-shot (BRAID_BOARD_TWO_SHOT): each rank folds its 1/N part from every post and posts that as
+// the call's second post, then copies the N parts out (the same bits, about 2 x the message read
+// per rank instead of N x). No message, no progress thread, no syscall
 // while the peers keep up: waiting spins (pause, or sched_yield when the host has more ranks than
 // cores) for BRAID_SPIN_US, then sleeps on the peer's post with a futex.
 //
