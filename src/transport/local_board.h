@@ -7,9 +7,9 @@
 // (core/runtime/one_shot.h runs the collectives on it).
 //
 // Posts are numbered 1, 2, 3 ... alike on every rank (every rank makes the same calls in the same
-// order; a two-shot all-reduce makes two posts, the second from what it read of the first),
-// and every rank reads every peer's post of each call (which also lets every rank compare every
-// peer's signature: a call that differs fails on every rank). A rank may post calls ahead of
+// order; a two-shot all-reduce makes two posts per round, the second from what it read of the
+// first), and every rank reads every peer's post of each call (which also lets every rank compare
+// every peer's signature: a call that differs fails on every rank). A rank may post calls ahead of
 // reading the ones before (a group of small calls: one wait for all of them), so it tells its
 // peers how far it has read: consume(s) says it has read every peer's posts up to s.
 //

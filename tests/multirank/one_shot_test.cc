@@ -7,7 +7,9 @@
 // ranks on the 2-core machine complete bit-exact, and a killed, stopped or revoking peer is named
 // by every survivor waiting on the board. Order between ranks comes from pipes, never sleeps.
 #include <gtest/gtest.h>
+#include <sched.h>
 #include <signal.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -56,10 +58,18 @@ JobOptions Options(int n, std::vector<std::pair<std::string, std::string>> env =
   return opt;
 }
 
+// "n4": built by appending, not "n" + std::to_string(...), which GCC 12 warns about
+// (-Wrestrict, a false positive in the inlined string insert).
+std::string RanksName(int n) {
+  std::string name = "n";
+  name += std::to_string(n);
+  return name;
+}
+
 class OneShot : public ::testing::TestWithParam<int> {};
 
 INSTANTIATE_TEST_SUITE_P(Ranks, OneShot, ::testing::Values(2, 3, 4, 8),
-                         [](const auto& info) { return "n" + std::to_string(info.param); });
+                         [](const auto& info) { return RanksName(info.param); });
 
 // Every collective x type x op x placement that fits the board: bit-exact, and not one byte
 // through the streams (so the board, not the engine, ran it).
@@ -308,6 +318,137 @@ TEST_P(OneShot, RankZerosTwoShotSettingAppliesOnEveryRank) {
     CHECK_OR_FAIL(braidCommDestroy(comm) == braidSuccess, "destroy");
     return 0;
   });
+  EXPECT_TRUE(AllSucceeded(out)) << DescribeOutcomes(out);
+}
+
+// Whether this job's ranks outnumber the CPUs they may run on (every rank inherits this
+// process's mask): then the board takes a two-shot all-reduce in rounds by default.
+bool RanksOutnumberCpus(int nranks) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  return sched_getaffinity(0, sizeof(set), &set) == 0 && nranks > CPU_COUNT(&set);
+}
+
+// A two-shot all-reduce larger than the board's buffers (BRAID_ONESHOT_BYTES=4096 here) runs in
+// rounds, one piece of the message per round: every piece count (2, 8 and 98 rounds, pieces that
+// do not divide evenly, fewer elements than ranks per part), in and out of place, AVG, every type
+// x op (5001 elements: 5-10 rounds), a group with small calls around it, all the rank-order fold
+// bit for bit and no byte through the streams. By default (no rule) it runs there when the ranks
+// outnumber the cores, and on the engine otherwise.
+TEST_P(OneShot, TwoShotInRoundsIsTheRankOrderFoldAtEverySize) {
+  const int n = GetParam();
+  auto x = [](int r, uint64_t i) {
+    return static_cast<float>(std::sin(0.37 * static_cast<double>(i) + 0.3 * r) * 77.731 +
+                              r * 1e-3);
+  };
+  std::vector<DataType> types(std::begin(kTypes), std::end(kTypes));
+  std::vector<int> ops(std::begin(kOps), std::end(kOps));
+  std::vector<Case> matrix;
+  for (const Case& c : Matrix({5001}, types, ops))
+    if (c.kind == CollKind::kAllReduce) matrix.push_back(c);
+  auto out = RunJob(
+      Options(n, {{"BRAID_ONESHOT_BYTES", "4096"},
+                  {"BRAID_BOARD_TWO_SHOT", "1"},
+                  {"BRAID_ALGO", "allreduce:oneshot"}}),
+      [&](braidComm_t comm, int rank, int nranks, const braidUniqueId&) {
+        uint64_t before = 0;
+        CHECK_OR_FAIL(SentBytes(comm, nranks, &before), "traffic counters");
+        const uint64_t counts[] = {1025, 7 * 1024 + 3, 100000};
+        for (uint64_t count : counts) {
+          for (int form = 0; form < 3; ++form) {  // out of place, in place, AVG
+            const bool in_place = form == 1, avg = form == 2;
+            std::vector<float> in(count), got(count, -1.0f);
+            for (uint64_t i = 0; i < count; ++i) in[i] = x(rank, i);
+            float* out_buf = in_place ? in.data() : got.data();
+            CHECK_OR_FAIL(braidAllReduce(in.data(), out_buf, count, braidFloat32,
+                                         avg ? braidAvg : braidSum, comm) == braidSuccess,
+                          "count %llu form %d: %s", static_cast<unsigned long long>(count), form,
+                          braidGetLastError(comm));
+            for (uint64_t i = 0; i < count; ++i) {
+              float want = x(0, i);
+              for (int q = 1; q < nranks; ++q) want = want + x(q, i);
+              if (avg) want = want / static_cast<float>(nranks);
+              CHECK_OR_FAIL(std::memcmp(&out_buf[i], &want, 4) == 0,
+                            "count %llu form %d element %llu: %.9g, fold %.9g",
+                            static_cast<unsigned long long>(count), form,
+                            static_cast<unsigned long long>(i), out_buf[i], want);
+            }
+          }
+        }
+        uint64_t wrong = 0;
+        for (const Case& c : matrix) wrong += RunCase(comm, rank, nranks, c);
+        CHECK_OR_FAIL(wrong == 0, "%llu wrong elements in the type x op matrix",
+                      static_cast<unsigned long long>(wrong));
+        // small, in rounds, small: in a group on even ranks, one by one on odd ones.
+        std::vector<int32_t> a(5, rank + 1), b(15000, rank), c(3, 2 * rank);
+        if (rank % 2 == 0) CHECK_OR_FAIL(braidGroupStart() == braidSuccess, "group start");
+        CHECK_OR_FAIL(braidAllReduce(a.data(), a.data(), a.size(), braidInt32, braidSum, comm) ==
+                          braidSuccess,
+                      "small 1");
+        CHECK_OR_FAIL(braidAllReduce(b.data(), b.data(), b.size(), braidInt32, braidMax, comm) ==
+                          braidSuccess,
+                      "in rounds");
+        CHECK_OR_FAIL(braidAllReduce(c.data(), c.data(), c.size(), braidInt32, braidSum, comm) ==
+                          braidSuccess,
+                      "small 2");
+        if (rank % 2 == 0)
+          CHECK_OR_FAIL(braidGroupEnd() == braidSuccess, "group end: %s", braidGetLastError(comm));
+        for (int32_t v : a) CHECK_OR_FAIL(v == nranks * (nranks + 1) / 2, "small 1: %d", v);
+        for (int32_t v : b) CHECK_OR_FAIL(v == nranks - 1, "in rounds: %d", v);
+        for (int32_t v : c) CHECK_OR_FAIL(v == nranks * (nranks - 1), "small 2: %d", v);
+        CHECK_OR_FAIL(braidBarrier(comm) == braidSuccess, "barrier");
+        CHECK_OR_FAIL(SentSince(comm, nranks, before) == 0, "stream bytes moved");
+        return 0;
+      });
+  EXPECT_TRUE(AllSucceeded(out)) << DescribeOutcomes(out);
+
+  // The defaults (two-shot auto, no rule): 20000 floats over a 4 KiB board.
+  const bool board_by_default = n >= 3 && RanksOutnumberCpus(n);
+  out = RunJob(
+      Options(n, {{"BRAID_ONESHOT_BYTES", "4096"}}),
+      [&](braidComm_t comm, int rank, int nranks, const braidUniqueId&) {
+        uint64_t before = 0;
+        CHECK_OR_FAIL(SentBytes(comm, nranks, &before), "traffic counters");
+        std::vector<float> v(20000, static_cast<float>(rank));
+        CHECK_OR_FAIL(braidAllReduce(v.data(), v.data(), v.size(), braidFloat32, braidSum, comm) ==
+                          braidSuccess,
+                      "%s", braidGetLastError(comm));
+        for (float f : v)
+          CHECK_OR_FAIL(f == static_cast<float>(nranks * (nranks - 1) / 2), "sum %g", f);
+        const bool on_board = SentSince(comm, nranks, before) == 0;
+        CHECK_OR_FAIL(on_board == board_by_default, "ran %s the board", on_board ? "on" : "off");
+        return 0;
+      });
+  EXPECT_TRUE(AllSucceeded(out)) << "defaults: " << DescribeOutcomes(out);
+}
+
+// A call in rounds that differs between ranks (rank 0 passes one element more): the first
+// round's posts differ, so every rank fails with a call mismatch and writes nothing, and the
+// next call in rounds is bit-exact.
+TEST_P(OneShot, ACallInRoundsThatDiffersFailsOnEveryRankAndTheNextOneRuns) {
+  const int n = GetParam();
+  auto out = RunJob(
+      Options(n, {{"BRAID_ONESHOT_BYTES", "4096"},
+                  {"BRAID_BOARD_TWO_SHOT", "1"},
+                  {"BRAID_ALGO", "allreduce:oneshot"}}),
+      [&](braidComm_t comm, int rank, int nranks, const braidUniqueId&) {
+        const size_t base = 20000;
+        const size_t count = rank == 0 ? base + 1 : base;
+        std::vector<float> in(base + 1, 1.0f), recv(base + 1, -7.0f);
+        const braidResult_t rc =
+            braidAllReduce(in.data(), recv.data(), count, braidFloat32, braidSum, comm);
+        const std::string msg = braidGetLastError(comm);
+        CHECK_OR_FAIL(rc == braidErrInvalidUsage && msg.find("call mismatch") != std::string::npos,
+                      "rc=%d: %s", rc, msg.c_str());
+        for (float v : recv) CHECK_OR_FAIL(v == -7.0f, "receive buffer written after a mismatch");
+        std::vector<float> next(12345, static_cast<float>(rank));
+        CHECK_OR_FAIL(braidAllReduce(next.data(), next.data(), next.size(), braidFloat32, braidSum,
+                                     comm) == braidSuccess,
+                      "the call after the mismatch: %s", braidGetLastError(comm));
+        for (float v : next)
+          CHECK_OR_FAIL(v == static_cast<float>(nranks * (nranks - 1) / 2), "sum %g", v);
+        return 0;
+      });
   EXPECT_TRUE(AllSucceeded(out)) << DescribeOutcomes(out);
 }
 
@@ -612,7 +753,7 @@ TEST_P(OneShot, BoardCallsInterleaveWithOperationsInFlight) {
 class OneShotFailure : public ::testing::TestWithParam<int> {};
 
 INSTANTIATE_TEST_SUITE_P(Ranks, OneShotFailure, ::testing::Values(4, 8),
-                         [](const auto& info) { return "n" + std::to_string(info.param); });
+                         [](const auto& info) { return RanksName(info.param); });
 
 // A rank SIGKILLs itself instead of making a board call: every survivor, all waiting on the
 // board, fails within 1 s naming it (rank, pid, "died"), and so does its next call.
@@ -649,6 +790,69 @@ TEST_P(OneShotFailure, KilledRankIsNamedByEverySurvivorWithinASecond) {
   });
   for (int r = 0; r < n; ++r)
     EXPECT_EQ(out[r].exit_code, r == victim ? 128 + SIGKILL : 0) << DescribeOutcomes(out);
+}
+
+// A rank dies in the middle of a call in rounds: its send buffer's fourth page cannot be read,
+// so it crashes copying in the round that starts there, after the rounds before completed on
+// every rank. Every survivor, waiting for that round's post, fails within 1 s naming it.
+TEST_P(OneShotFailure, RankDyingInALaterRoundIsNamedByEverySurvivorWithinASecond) {
+  const int n = GetParam();
+  const int victim = n / 2;
+  PidPipe victim_pid;
+  auto out = RunJob(
+      Options(n, {{"BRAID_ONESHOT_BYTES", "4096"},
+                  {"BRAID_BOARD_TWO_SHOT", "1"},
+                  {"BRAID_ALGO", "allreduce:oneshot"}}),
+      [&](braidComm_t comm, int rank, int nranks, const braidUniqueId&) {
+        const long page = sysconf(_SC_PAGESIZE);
+        const size_t count = 16 * static_cast<size_t>(page) / sizeof(float);
+        auto* send =
+            static_cast<float*>(mmap(nullptr, count * sizeof(float), PROT_READ | PROT_WRITE,
+                                     MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+        CHECK_OR_FAIL(send != MAP_FAILED, "mmap");
+        for (size_t i = 0; i < count; ++i) send[i] = 1.0f;
+        std::vector<float> recv(count);
+        if (rank == victim) {
+          if (!victim_pid.publish(nranks - 1)) return 5;
+          // Rounds of at most 4096 bytes: the rounds before the fourth page
+          // complete on every rank, the one that reaches it crashes here.
+          CHECK_OR_FAIL(mprotect(reinterpret_cast<char*>(send) + 3 * page,
+                                 static_cast<size_t>(page), PROT_NONE) == 0,
+                        "mprotect");
+          braidAllReduce(send, recv.data(), count, braidFloat32, braidSum, comm);
+          return 6;  // not reached
+        }
+        const pid_t vpid = victim_pid.take();
+        CHECK_OR_FAIL(vpid > 0, "victim pid");
+        // The victim calls right after it publishes its pid and dies a few
+        // rounds in: the survivors' call must end within 1 s of its start.
+        const auto t0 = Clock::now();
+        braidResult_t rc = braidAllReduce(send, recv.data(), count, braidFloat32, braidSum, comm);
+        const double dt = SecondsSince(t0);
+        const std::string msg = braidGetLastError(comm);
+        CHECK_OR_FAIL(
+            rc == braidErrRemote && dt < 1.0 &&
+                msg.find("rank " + std::to_string(victim) + " (host ") != std::string::npos &&
+                msg.find("pid " + std::to_string(vpid) + ") died") != std::string::npos,
+            "rc=%d after %.2fs: %s", rc, dt, msg.c_str());
+        // The first rounds completed: their pieces hold the sum.
+        for (size_t i = 0; i < 3 * static_cast<size_t>(page) / sizeof(float); ++i)
+          CHECK_OR_FAIL(recv[i] == static_cast<float>(nranks),
+                        "element %zu of the first rounds: %g", i, recv[i]);
+        const auto t1 = Clock::now();
+        rc = braidAllReduce(send, send, 16, braidFloat32, braidSum, comm);
+        CHECK_OR_FAIL(rc != braidSuccess && SecondsSince(t1) < 1.0 &&
+                          std::string(braidGetLastError(comm)).find(") died") != std::string::npos,
+                      "the next call: rc=%d: %s", rc, braidGetLastError(comm));
+        munmap(send, count * sizeof(float));
+        return 0;
+      });
+  for (int r = 0; r < n; ++r) {
+    if (r == victim)
+      EXPECT_NE(out[r].exit_code, 0) << DescribeOutcomes(out);  // SIGSEGV, or ASan's report
+    else
+      EXPECT_EQ(out[r].exit_code, 0) << DescribeOutcomes(out);
+  }
 }
 
 // A rank stops (SIGSTOP) instead of making a board call: every survivor times out within

@@ -126,6 +126,16 @@ bool TwoShot(const OpDesc& d, int nranks, BoardPlace place, int mode) {
   return nranks >= 3 && d.count * DataTypeSize(d.dtype) >= kTwoShotBytes;
 }
 
+// A two-shot all-reduce larger than the board's buffers runs in rounds, one two-shot call's
+// posts per piece of the message (RoundsOf): as many rounds as the buffers need, in pieces of
+// even size. Without a BRAID_ALGO rule it does at every size when ranks outnumber the host's
+// cores, where it measured ahead of the engine (whose progress threads share the cores with the
+// callers, docs/performance.md "Two-shot in rounds"); with a core per rank the engine's
+// pipelined ring keeps large calls (not measured here: this host has 2 cores).
+uint32_t RoundsOf(uint64_t bytes, uint64_t capacity) {
+  return bytes <= capacity ? 1 : static_cast<uint32_t>((bytes + capacity - 1) / capacity);
+}
+
 // One call on the board: post() writes this rank's contribution, finish() waits for every peer's,
 // compares the signatures and reads. A rank posts a batch of calls before it finishes any
 // (RunOneShotCalls), which is what makes a group of small calls cost one wait.
@@ -141,6 +151,7 @@ class Call {
         me_(comm.rank()),
         place_(board_.placeFor(LargestPost(d, comm.nranks()))),
         two_shot_(TwoShot(d, n_, place_, comm.config().board_two_shot)),
+        rounds_(two_shot_ ? RoundsOf(d.count * DataTypeSize(d.dtype), board_.capacity()) : 1),
         mine_(SignatureOf(d, comm.nranks(), two_shot_)) {}
 
   bool small() const { return place_ != BoardPlace::kBuffer; }
@@ -149,8 +160,8 @@ class Call {
     for (int p = 0; p < n_; ++p)
       if (p != me_) board_.prefetch(p, seq_, place_);
   }
-  // The last post number this call takes (a two-shot call takes two).
-  uint32_t lastSeq() const { return two_shot_ ? seq_ + 1 : seq_; }
+  // The last post number this call takes (a two-shot call takes two per round).
+  uint32_t lastSeq() const { return two_shot_ ? seq_ + 2 * rounds_ - 1 : seq_; }
   uint32_t number() const { return number_; }
   Status post();
   Status finish();
@@ -162,7 +173,11 @@ class Call {
     return comm_.where() + ": " + DescribeCall(d_) + " (small-message call #" +
            std::to_string(number_) + "): ";
   }
-  void fillOutbox();
+  // Writes this rank's contribution to post `seq`: its payload, or round `round`'s piece of it
+  // (a two-shot all-reduce in rounds), at the start of the post's buffer.
+  void fillOutbox(uint32_t seq, uint32_t round);
+  // Elements of round `round`'s piece of a two-shot all-reduce (all of them in one round).
+  ElemRange piece(uint32_t round) const { return EvenPart(d_.count, rounds_, round); }
   // Waits until `ready()` holds, a condition on `peer`'s side of the board: spins, then calls
   // `sleep(slice_us)` (which sleeps until the condition may hold, or the slice passes) until
   // BRAID_TIMEOUT from the first wait of this call that had to sleep. `what` says what the peer
@@ -174,16 +189,20 @@ class Call {
   // Waits until every peer has consumed what post `seq` overwrites (its entry, and its payload
   // where it lives on a large buffer).
   Status awaitFree(uint32_t seq, BoardPlace place);
-  // The rest of a two-shot all-reduce, once every post of this call is known to match.
+  // The rest of a two-shot all-reduce, once every post of this call is known to match: round 0's
+  // second post, then every later round's two posts.
   Status finishTwoShot();
+  // Round `round` of a two-shot all-reduce from its first post (`first`, made by every rank):
+  // fold this rank's part into the second post, then copy every rank's part out.
+  Status secondShot(uint32_t round, uint32_t first);
   // A failure noticed while waiting: a peer's death, an abort or revoke of this communicator, or
   // another rank's failure announced to this one. Ok when none.
   Status failureSeen(int peer);
   Status fail(const Status& st, const std::optional<FailureCause>& local);
   Status timedOut(int peer, Wait what);
   void consume();
-  // dst = rank-order fold of block `offset` (bytes) of every post, `count` elements.
-  void fold(uint64_t offset, void* dst, uint64_t count) const;
+  // dst = rank-order fold of block `offset` (bytes) of every rank's post `seq`, `count` elements.
+  void fold(uint32_t seq, uint64_t offset, void* dst, uint64_t count) const;
 
   braidComm& comm_;
   const OpDesc& d_;
@@ -194,20 +213,30 @@ class Call {
   const int me_;
   const BoardPlace place_;
   const bool two_shot_;
+  const uint32_t rounds_;  // of a two-shot all-reduce; 1 otherwise
   const BoardSignature mine_;
-  std::optional<Deadline> deadline_;  // set when a wait first goes past spinning
+  // Set when a wait first goes past spinning, for the call (or the round of a two-shot call in
+  // rounds: a call of many rounds may take longer than BRAID_TIMEOUT while every rank keeps up).
+  std::optional<Deadline> deadline_;
 };
 
-void Call::fillOutbox() {
-  const uint64_t bytes = PayloadBytes(d_, n_, me_);
+void Call::fillOutbox(uint32_t seq, uint32_t round) {
+  uint64_t bytes = PayloadBytes(d_, n_, me_);
   if (bytes == 0) return;
-  std::byte* out = board_.outbox(seq_, place_);
+  const uint64_t esize = DataTypeSize(d_.dtype);
+  const auto* in = static_cast<const std::byte*>(d_.sendbuf);
+  if (rounds_ > 1) {
+    const ElemRange x = piece(round);
+    in += x.off * esize;
+    bytes = x.len * esize;
+  }
+  std::byte* out = board_.outbox(seq, place_);
   const bool reduces = d_.kind == CollKind::kAllReduce || d_.kind == CollKind::kReduce ||
                        d_.kind == CollKind::kReduceScatter;
   if (reduces && d_.premul)
-    ScaleKernel(d_.dtype, d_.sendbuf, out, bytes / DataTypeSize(d_.dtype), d_.scalar);
+    ScaleKernel(d_.dtype, in, out, bytes / esize, d_.scalar);
   else
-    std::memcpy(out, d_.sendbuf, bytes);
+    std::memcpy(out, in, bytes);
 }
 
 Status Call::failureSeen(int peer) {
@@ -313,31 +342,56 @@ Status Call::awaitFree(uint32_t seq, BoardPlace place) {
 
 Status Call::post() {
   BRAID_RETURN_IF_ERROR(awaitFree(seq_, place_));
-  fillOutbox();
+  fillOutbox(seq_, 0);
   board_.post(seq_, mine_);
   return Status::Ok();
 }
 
 Status Call::finishTwoShot() {
-  // Post seq_ + 1 goes to this rank's other large buffer, last used by post seq_ - 1 at the
-  // latest, which every peer consumed before it posted seq_ (a large call runs alone): the wait
-  // costs a load. Its part: this rank's 1/N of the elements, folded in rank order from every
-  // post (the bits of the one-shot fold), at its place in the buffer.
-  const uint32_t second = seq_ + 1;
+  for (uint32_t round = 0;; ++round) {
+    const uint32_t first = seq_ + 2 * round;
+    BRAID_RETURN_IF_ERROR(secondShot(round, first));
+    if (round + 1 == rounds_) return Status::Ok();
+    // The next round's first post, to this rank's buffer of `first`: every peer has read that
+    // (folded its part) once it posted first + 1, which this rank waited for, so the wait costs a
+    // load. Every rank posts it only after this round's every post matched (the call's
+    // signature): no round can differ from round 0.
+    const uint32_t next = first + 2;
+    deadline_.reset();
+    BRAID_RETURN_IF_ERROR(awaitFree(next, place_));
+    fillOutbox(next, round + 1);
+    comm_.boardProgress().started.store(next, std::memory_order_release);
+    board_.post(next, mine_);
+    board_.publish();
+    for (int k = 1; k < n_; ++k) BRAID_RETURN_IF_ERROR(waitFor((me_ + k) % n_, next));
+  }
+}
+
+Status Call::secondShot(uint32_t round, uint32_t first) {
+  // The second post goes to this rank's other large buffer, last used by post first - 1 at the
+  // latest, which every peer consumed before it posted `first` (a large call runs alone): the
+  // wait costs a load. Its part: this rank's 1/N of the piece's elements, folded in rank order
+  // from every post (the bits of the one-shot fold), at its place in the buffer.
+  const uint32_t second = first + 1;
   BRAID_RETURN_IF_ERROR(awaitFree(second, place_));
   const uint64_t esize = DataTypeSize(d_.dtype);
-  const ElemRange part = EvenPart(d_.count, static_cast<uint64_t>(n_), static_cast<uint64_t>(me_));
-  fold(part.off * esize, board_.outbox(second, place_) + part.off * esize, part.len);
+  const ElemRange x = piece(round);
+  const auto n = static_cast<uint64_t>(n_);
+  const ElemRange part = EvenPart(x.len, n, static_cast<uint64_t>(me_));
+  fold(first, part.off * esize, board_.outbox(second, place_) + part.off * esize, part.len);
+  // Every rank's `first` is read: a peer may overwrite it with the next round's first post while
+  // this rank waits for the second posts.
+  board_.consume(first);
   comm_.boardProgress().started.store(second, std::memory_order_release);
   board_.post(second, mine_);
   board_.publish();
   for (int k = 1; k < n_; ++k) BRAID_RETURN_IF_ERROR(waitFor((me_ + k) % n_, second));
   // Every part from its owner's post (this rank's own from its own).
-  auto* recv = static_cast<std::byte*>(d_.recvbuf);
-  for (int r = 0; r < n_; ++r) {
-    const ElemRange x = EvenPart(d_.count, static_cast<uint64_t>(n_), static_cast<uint64_t>(r));
-    std::memcpy(recv + x.off * esize, board_.inbox(r, second, place_) + x.off * esize,
-                x.len * esize);
+  auto* recv = static_cast<std::byte*>(d_.recvbuf) + x.off * esize;
+  for (uint64_t r = 0; r < n; ++r) {
+    const ElemRange y = EvenPart(x.len, n, r);
+    std::memcpy(recv + y.off * esize,
+                board_.inbox(static_cast<int>(r), second, place_) + y.off * esize, y.len * esize);
   }
   board_.consume(second);
   return Status::Ok();
@@ -372,8 +426,8 @@ Status Call::timedOut(int peer, Wait what) {
   return fail(st, c);
 }
 
-void Call::fold(uint64_t offset, void* dst, uint64_t count) const {
-  const auto at = [&](int r) { return board_.inbox(r, seq_, place_) + offset; };
+void Call::fold(uint32_t seq, uint64_t offset, void* dst, uint64_t count) const {
+  const auto at = [&](int r) { return board_.inbox(r, seq, place_) + offset; };
   // n_ >= 2: a communicator of one rank has no board (braidComm::connectTransports).
   ReduceKernel(d_.dtype, d_.base_op, at(0), at(1), dst, count);
   for (int r = 2; r < n_; ++r) ReduceKernel(d_.dtype, d_.base_op, dst, at(r), dst, count);
@@ -385,13 +439,13 @@ void Call::consume() {
   auto* recv = static_cast<std::byte*>(d_.recvbuf);
   switch (d_.kind) {
     case CollKind::kAllReduce:
-      fold(0, recv, d_.count);
+      fold(seq_, 0, recv, d_.count);
       break;
     case CollKind::kReduce:
-      if (me_ == d_.root) fold(0, recv, d_.count);
+      if (me_ == d_.root) fold(seq_, 0, recv, d_.count);
       break;
     case CollKind::kReduceScatter:
-      fold(static_cast<uint64_t>(me_) * block, recv, d_.count);
+      fold(seq_, static_cast<uint64_t>(me_) * block, recv, d_.count);
       break;
     case CollKind::kAllGather:
       for (int r = 0; r < n_; ++r)
@@ -490,8 +544,12 @@ bool OneShotTakes(const braidComm& comm, const OpDesc& d) {
   const int n = comm.nranks();
   const uint64_t block = d.count * DataTypeSize(d.dtype);
   const uint64_t post = LargestPost(d, n);
-  if (post > board->capacity()) return false;
-  const bool fits_default = post <= OneShotDefaultLimit(board->capacity(), n, comm.hostCpus());
+  bool fits_default = post <= OneShotDefaultLimit(board->capacity(), n, comm.hostCpus());
+  if (post > board->capacity()) {
+    // Only a two-shot all-reduce, in rounds.
+    if (!TwoShot(d, n, BoardPlace::kBuffer, comm.config().board_two_shot)) return false;
+    fits_default = n > comm.hostCpus();
+  }
   // BRAID_ALGO: a rule that covers the call decides (CollBytes counts as the tuner does).
   const uint64_t coll_bytes =
       d.kind == CollKind::kAllGather ? block * static_cast<uint64_t>(n) : post;

@@ -11,9 +11,10 @@
 // same bits, the same as BRAID_DETERMINISTIC's order. A large all-reduce from 3 ranks runs
 // two-shot (BRAID_BOARD_TWO_SHOT): each rank folds its 1/N part from every post and posts that as
 // the call's second post, then copies the N parts out (the same bits, about 2 x the message read
-// per rank instead of N x). No message, no progress thread, no syscall
-// while the peers keep up: waiting spins (pause, or sched_yield when the host has more ranks than
-// cores) for BRAID_SPIN_US, then sleeps on the peer's post with a futex.
+// per rank instead of N x); one larger than the board's buffers runs in rounds, a piece of the
+// message per round. No message, no progress thread, no syscall while the peers keep up:
+// waiting spins (pause, or sched_yield when the host has more ranks than cores) for
+// BRAID_SPIN_US, then sleeps on the peer's post with a futex.
 //
 // It is not a schedule because it is not made of messages: steps are loads of peer memory,
 // which the IR's send/recv steps do not describe; tests/multirank/one_shot_test.cc checks it bit
@@ -31,8 +32,9 @@ namespace braid {
 // Whether the blocking call `d` (outside a group) runs on `comm`'s board: the communicator has
 // one, the collective is one it serves (all-reduce, reduce, broadcast, all-gather,
 // reduce-scatter, all-to-all, barrier; not quantized), its payload fits the board
-// (BRAID_ONESHOT_BYTES), and BRAID_ALGO, where a rule covers the call, names "oneshot" (without a
-// rule: OneShotDefaultLimit).
+// (BRAID_ONESHOT_BYTES) or it is a two-shot all-reduce (which runs in rounds), and BRAID_ALGO,
+// where a rule covers the call, names "oneshot" (without a rule: OneShotDefaultLimit, or any
+// size in rounds while the host's ranks outnumber its cores).
 bool OneShotTakes(const braidComm& comm, const OpDesc& d);
 
 // The largest post the board takes by default (no BRAID_ALGO rule): kOneShotCoreBytes (or the
