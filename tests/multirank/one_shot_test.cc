@@ -360,13 +360,13 @@ bool RanksOutnumberCpus(int nranks) {
 
 // A two-shot all-reduce larger than the board's buffers (BRAID_ONESHOT_BYTES=4096 here) runs in
 // rounds, one piece of the message per round: 2, 8 and 98 rounds (pieces and parts that do not
-// divide evenly), in and out of place, AVG, every type x op (5001 elements: 5-10 rounds), a group
+// divide evenly), in and out of place, AVG, every type x op (5001 elements: 2-10 rounds), a group
 // with small calls around a call of 15 rounds, all the rank-order fold bit for bit and no byte
 // through the streams. By default (no rule) it runs there when the ranks
 // outnumber the cores, and on the engine otherwise.
 TEST_P(OneShot, TwoShotInRoundsIsTheRankOrderFoldAtEverySize) {
   const int n = GetParam();
-  const std::vector<Case> matrix = AllReduceMatrix();  // 5-10 rounds each
+  const std::vector<Case> matrix = AllReduceMatrix();  // 2-10 rounds each
   auto out = RunJob(
       Options(n, {{"BRAID_ONESHOT_BYTES", "4096"},
                   {"BRAID_BOARD_TWO_SHOT", "1"},
