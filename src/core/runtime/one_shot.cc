@@ -186,6 +186,12 @@ class Call {
   Status await(int peer, Ready ready, Sleep sleep, Wait what);
   // Waits for `peer`'s post `seq` (of this call).
   Status waitFor(int peer, uint32_t seq);
+  // Waits for every peer's post `seq`, from the next rank on (so that ranks do not all poll rank
+  // 0 first).
+  Status waitForAll(uint32_t seq);
+  // Makes this rank's later post `seq` of the call (its outbox written) visible and waits for
+  // every peer's.
+  Status postAndWaitForAll(uint32_t seq);
   // Waits until every peer has consumed what post `seq` overwrites (its entry, and its payload
   // where it lives on a large buffer).
   Status awaitFree(uint32_t seq, BoardPlace place);
@@ -316,6 +322,18 @@ Status Call::waitFor(int peer, uint32_t seq) {
       [&](int64_t us) { board_.sleepUntilPosted(peer, seq, us); }, Wait::kPost);
 }
 
+Status Call::waitForAll(uint32_t seq) {
+  for (int k = 1; k < n_; ++k) BRAID_RETURN_IF_ERROR(waitFor((me_ + k) % n_, seq));
+  return Status::Ok();
+}
+
+Status Call::postAndWaitForAll(uint32_t seq) {
+  comm_.boardProgress().started.store(seq, std::memory_order_release);
+  board_.post(seq, mine_);
+  board_.publish();
+  return waitForAll(seq);
+}
+
 Status Call::awaitFree(uint32_t seq, BoardPlace place) {
   // What post `seq` overwrites must have been read by every peer (local_board.h): the entry and
   // a small slot were post seq - kEntries's, a large buffer post seq - 2's at the latest. Peers
@@ -360,10 +378,7 @@ Status Call::finishTwoShot() {
     deadline_.reset();
     BRAID_RETURN_IF_ERROR(awaitFree(next, place_));
     fillOutbox(next, round + 1);
-    comm_.boardProgress().started.store(next, std::memory_order_release);
-    board_.post(next, mine_);
-    board_.publish();
-    for (int k = 1; k < n_; ++k) BRAID_RETURN_IF_ERROR(waitFor((me_ + k) % n_, next));
+    BRAID_RETURN_IF_ERROR(postAndWaitForAll(next));
   }
 }
 
@@ -382,10 +397,7 @@ Status Call::secondShot(uint32_t round, uint32_t first) {
   // Every rank's `first` is read: a peer may overwrite it with the next round's first post while
   // this rank waits for the second posts.
   board_.consume(first);
-  comm_.boardProgress().started.store(second, std::memory_order_release);
-  board_.post(second, mine_);
-  board_.publish();
-  for (int k = 1; k < n_; ++k) BRAID_RETURN_IF_ERROR(waitFor((me_ + k) % n_, second));
+  BRAID_RETURN_IF_ERROR(postAndWaitForAll(second));
   // Every part from its owner's post (this rank's own from its own).
   auto* recv = static_cast<std::byte*>(d_.recvbuf) + x.off * esize;
   for (uint64_t r = 0; r < n; ++r) {
@@ -468,12 +480,8 @@ void Call::consume() {
 }
 
 Status Call::finish() {
-  // Every peer's post, in rank order from the next rank (so that ranks do not all poll rank 0
-  // first), before any payload is read: the signatures must all agree.
-  for (int k = 1; k < n_; ++k) {
-    const int peer = (me_ + k) % n_;
-    BRAID_RETURN_IF_ERROR(waitFor(peer, seq_));
-  }
+  // Every peer's post before any payload is read: the signatures must all agree.
+  BRAID_RETURN_IF_ERROR(waitForAll(seq_));
   for (int k = 1; k < n_; ++k) {
     const int peer = (me_ + k) % n_;
     const BoardSignature theirs = board_.signature(peer, seq_);
