@@ -15,6 +15,9 @@ const Algorithm& BruckAlgorithm();              // bruck.cc: "bruck"
 const Algorithm& PairwiseAlgorithm();           // pairwise.cc: "pairwise"
 const Algorithm& DisseminationAlgorithm();      // dissemination.cc: "dissemination"
 const Algorithm& OrderedReductionAlgorithm();   // ordered.cc: "ordered" (deterministic mode)
+// The largest all-gather or reduce-scatter (bytes gathered or scattered, N x count) "rd" serves,
+// on a power of two of ranks: latency-bound sizes (recursive_doubling.cc).
+inline constexpr uint64_t kButterflyMaxBytes = 64 * 1024;
 // Hierarchical algorithms (spec/algorithms.md section 2), groups from CollArgs::layout.
 const Algorithm& HierRingAlgorithm();    // hier_ring.cc: "hring"
 const Algorithm& HoRingAlgorithm();      // ho_ring.cc: "ho_ring"

@@ -10,6 +10,14 @@
 // An exchange both sends and overwrites a buffer; ops of one step run concurrently, so the
 // reduction lands in a different buffer from the one being sent, alternating between recvbuf and
 // one scratch buffer of `count` elements, arranged so that the last exchange lands in recvbuf.
+//
+// On a power of two of ranks the same butterfly also serves small all-gathers and
+// reduce-scatters (at most kButterflyMaxBytes gathered or scattered, where latency rules):
+// log2(N) rounds, round k between r and r XOR 2^k. Those are the rounds of the call agreement
+// (DisseminationAlgorithm), so such a call carries its agreement in its data (wire_header.h,
+// CallConflict) and costs log2(N) rounds instead of 2 log2(N); Bruck's all-gather (r - 2^k) and
+// the ring's reduce-scatter (N - 1 steps) cannot. Larger calls keep the ring (and HO-Ring):
+// the butterfly's far partners were never measured against them at bandwidth.
 #include <utility>
 #include <vector>
 
@@ -101,16 +109,117 @@ RankSchedule AllReduce(const CollArgs& a, int r) {
   return s;
 }
 
+bool PowerOfTwo(int n) {
+  return n >= 1 && (n & (n - 1)) == 0;
+}
+
+// All-gather: in round k rank r and r XOR 2^k swap the 2^k blocks each holds, those of the ranks
+// that differ from it only in bits below k: a contiguous run of recvbuf on both sides (from
+// block r & ~(2^k - 1)), so one message each way, straight into place.
+RankSchedule AllGather(const CollArgs& a, int r) {
+  const int n = a.nranks;
+  if (a.count == 0 || n == 1) return LocalCopySchedule(a.count, a.in_place);
+  const uint64_t count = a.count;
+  const uint64_t chunk = ChunkElems(a);
+  RankSchedule s;
+  s.channels.resize(1);
+  for (int d = 1; d < n; d *= 2) {
+    const uint64_t mine = static_cast<uint64_t>(r & ~(d - 1)) * count;
+    const uint64_t theirs = static_cast<uint64_t>((r ^ d) & ~(d - 1)) * count;
+    const uint64_t len = static_cast<uint64_t>(d) * count;
+    Step st;
+    if (d == 1 && !a.in_place) {
+      // The own block leaves straight from the input while it is copied into place.
+      AppendSends(st, r ^ d, kSendBuf, 0, count, chunk);
+      AppendCopy(st, kSendBuf, 0, kRecvBuf, mine, count);
+    } else {
+      AppendSends(st, r ^ d, kRecvBuf, mine, len, chunk);
+    }
+    AppendRecvs(st, r ^ d, kRecvBuf, theirs, len, chunk);
+    AddStep(s.channels[0], std::move(st));
+  }
+  return s;
+}
+
+int BitReverse(int i, int bits) {
+  int out = 0;
+  for (int b = 0; b < bits; ++b) out |= ((i >> b) & 1) << (bits - 1 - b);
+  return out;
+}
+
+// Reduce-scatter by recursive halving in the butterfly's order: in round k rank r keeps the
+// blocks whose index agrees with r in bit k, and sends its partial sums of the others to
+// r XOR 2^k, which does the same with the other half; after log2(N) rounds r holds block r
+// reduced over every rank. The blocks of one round's half are strided in the user's layout
+// (every other block in round 0), so beyond two ranks the input is first copied into scratch
+// with block indices bit-reversed, where each round's half is one contiguous run: one message
+// each way per round, for one local pass over the input. The last round reduces into recvbuf.
+RankSchedule ReduceScatter(const CollArgs& a, int r) {
+  const int n = a.nranks;
+  if (a.count == 0 || n == 1) return LocalCopySchedule(a.count, a.in_place);
+  const uint64_t count = a.count;
+  const uint64_t chunk = ChunkElems(a);
+  // In place, block r of the input is recvbuf itself.
+  auto input = [&](int block) -> std::pair<uint16_t, uint64_t> {
+    if (a.in_place && block == r) return {kRecvBuf, 0};
+    return {kSendBuf, static_cast<uint64_t>(block) * count};
+  };
+  RankSchedule s;
+  s.channels.resize(1);
+  Channel& ch = s.channels[0];
+  if (n == 2) {
+    Step st;
+    const auto [other_buf, other_off] = input(1 - r);
+    const auto [own_buf, own_off] = input(r);
+    AppendSends(st, 1 - r, other_buf, other_off, count, chunk);
+    AppendRecvReduces(st, 1 - r, own_buf, own_off, kRecvBuf, 0, count, chunk);
+    AddStep(ch, std::move(st));
+    return s;
+  }
+  const int bits = FloorLog2(n);
+  s.scratch_count = static_cast<uint64_t>(n) * count;
+  Step permute;
+  for (int i = 0; i < n; ++i) {
+    const auto [buf, off] = input(BitReverse(i, bits));
+    AppendCopy(permute, buf, off, kScratchBuf, static_cast<uint64_t>(i) * count, count);
+  }
+  AddStep(ch, std::move(permute));
+  int lo = 0, len = n;  // the run of scratch positions still held, in blocks
+  for (int k = 0; k < bits; ++k) {
+    const int half = len / 2;
+    const int keep = lo + ((r >> k) & 1) * half;
+    const int give = lo + (1 - ((r >> k) & 1)) * half;
+    const int peer = r ^ (1 << k);
+    const bool last = k == bits - 1;
+    Step st;
+    AppendSends(st, peer, kScratchBuf, static_cast<uint64_t>(give) * count,
+                static_cast<uint64_t>(half) * count, chunk);
+    // The half kept and the half sent are disjoint: the partial sums fold in where they lie.
+    AppendRecvReduces(st, peer, kScratchBuf, static_cast<uint64_t>(keep) * count,
+                      last ? kRecvBuf : kScratchBuf, last ? 0 : static_cast<uint64_t>(keep) * count,
+                      static_cast<uint64_t>(half) * count, chunk);
+    AddStep(ch, std::move(st));
+    lo = keep;
+    len = half;
+  }
+  return s;
+}
+
 class RecursiveDoubling final : public Algorithm {
  public:
   const char* name() const override { return "rd"; }
 
   bool supports(const CollArgs& a) const override {
-    return a.kind == CollKind::kAllReduce && a.nranks >= 1;
+    if (a.kind == CollKind::kAllReduce) return a.nranks >= 1;
+    if (a.kind != CollKind::kAllGather && a.kind != CollKind::kReduceScatter) return false;
+    return PowerOfTwo(a.nranks) &&
+           static_cast<uint64_t>(a.nranks) * a.count * DataTypeSize(a.dtype) <= kButterflyMaxBytes;
   }
 
   Result<RankSchedule> build(const CollArgs& a, int rank) const override {
     BRAID_RETURN_IF_ERROR(CheckBuildArgs(*this, a, rank));
+    if (a.kind == CollKind::kAllGather) return AllGather(a, rank);
+    if (a.kind == CollKind::kReduceScatter) return ReduceScatter(a, rank);
     return AllReduce(a, rank);
   }
 
@@ -119,6 +228,17 @@ class RecursiveDoubling final : public Algorithm {
     if (n <= 1) return 0;
     const int levels = FloorLog2(n);
     const uint64_t bytes = a.count * DataTypeSize(a.dtype);
+    if (a.kind != CollKind::kAllReduce) {
+      // Round k moves 2^k blocks (all-gather) or N / 2^(k+1) (reduce-scatter) to r XOR 2^k.
+      double t = 0;
+      for (int k = 0; k < levels; ++k) {
+        const uint64_t blocks =
+            a.kind == CollKind::kAllGather ? uint64_t{1} << k : uint64_t(n) >> (k + 1);
+        t += TransferSeconds(blocks * bytes, a.chunk_bytes,
+                             PartnerLink(a, m, XorPartner, int64_t{1} << k));
+      }
+      return t;
+    }
     // Exchange k pairs r with r ^ 2^k: inside a node for small distances, else every rank of a
     // node through its NIC at once (PartnerLink). The fold steps of a non-power-of-two N are
     // charged at the flat link.

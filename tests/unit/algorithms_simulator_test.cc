@@ -10,6 +10,7 @@
 #include <gtest/gtest.h>
 
 #include "algorithms/algorithm.h"
+#include "algorithms/builtin_algorithms.h"
 #include "algorithms/codec.h"
 #include "algorithms/cost_model.h"
 #include "algorithms/lowering.h"
@@ -608,7 +609,13 @@ TEST(SimulatorLinkClasses, FlatAlgorithmsUnchangedOnOneNode) {
 }
 
 TEST(Simulator, RefusesUnsupportedRequests) {
-  auto t = SimulateSeconds(*FindAlgorithm("rd"), Args(CollKind::kAllGather, 4, 10), LinkModel{});
+  // "rd" gathers only on a power of two of ranks, and only latency-bound sizes.
+  auto t = SimulateSeconds(*FindAlgorithm("rd"), Args(CollKind::kAllGather, 3, 10), LinkModel{});
+  EXPECT_FALSE(t.ok());
+  t = SimulateSeconds(*FindAlgorithm("rd"),
+                      Args(CollKind::kAllGather, 4, kButterflyMaxBytes / 4 + 1), LinkModel{});
+  EXPECT_FALSE(t.ok());
+  t = SimulateSeconds(*FindAlgorithm("bruck"), Args(CollKind::kAllReduce, 4, 10), LinkModel{});
   EXPECT_FALSE(t.ok());
 }
 

@@ -121,13 +121,25 @@ TEST(TunerChoose, DefaultsPickLatencyAlgorithmsSmallAndRingLarge) {
     EXPECT_STREQ(Choose(*t, Req(CollKind::kBroadcast, n, 256 * K * K)), "ring");
     EXPECT_STREQ(Choose(*t, Req(CollKind::kReduce, n, 64)), "tree");
     EXPECT_STREQ(Choose(*t, Req(CollKind::kReduce, n, 256 * K * K)), "ring");
-    // Bruck's ceil(log2 N) rounds of one message each (gathered rotated at latency-bound
-    // sizes) beat the ring's N-1 steps from N = 4 (a run that wrapped around recvbuf cost a
-    // second message per round, and the ring won at N = 4).
-    EXPECT_STREQ(Choose(*t, Req(CollKind::kAllGather, n, 64 * n)), "bruck");
+    // On a power of two the butterfly's log2 N rounds of one message each (which carry the
+    // call agreement) beat the ring's N-1 steps, and tie with Bruck's (registry order: "rd").
+    EXPECT_STREQ(Choose(*t, Req(CollKind::kAllGather, n, 64 * n)), "rd");
+    EXPECT_STREQ(Choose(*t, Req(CollKind::kReduceScatter, n, 64 * n)), "rd");
     EXPECT_STREQ(Choose(*t, Req(CollKind::kReduceScatter, n, 256 * K * K)), "ring");
     EXPECT_STREQ(Choose(*t, Req(CollKind::kAllToAll, n, 64 * K * n)), "pairwise");
     EXPECT_STREQ(Choose(*t, Req(CollKind::kBarrier, n, 0)), "dissemination");
+  }
+}
+
+// Elsewhere Bruck's ceil(log2 N) rounds of one message each (gathered rotated at latency-bound
+// sizes) beat the ring's N-1 steps (a run that wrapped around recvbuf cost a second message per
+// round, and the ring won at N = 4).
+TEST(TunerChoose, BruckGathersSmallOnOtherRankCounts) {
+  for (int n : {5, 6, 12}) {
+    auto t = Tuner::Create("", n, LinkModel{}, nullptr);
+    ASSERT_TRUE(t.ok());
+    SCOPED_TRACE("N=" + std::to_string(n) + "\n" + t->describe());
+    EXPECT_STREQ(Choose(*t, Req(CollKind::kAllGather, n, 64 * n)), "bruck");
   }
 }
 

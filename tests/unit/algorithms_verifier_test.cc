@@ -27,6 +27,7 @@ const Case kCases[] = {
     {"tree", CollKind::kBroadcast},        {"tree", CollKind::kReduce},
     {"bruck", CollKind::kAllGather},       {"pairwise", CollKind::kAllToAll},
     {"dissemination", CollKind::kBarrier}, {"qtest", CollKind::kAllReduce},
+    {"rd", CollKind::kAllGather},          {"rd", CollKind::kReduceScatter},
 };
 
 constexpr DataType kTypes[] = {DataType::kInt8, DataType::kFloat32, DataType::kFloat64};
@@ -184,7 +185,7 @@ const Case kReductionCases[] = {
     {"ring", CollKind::kReduce},           {"rd", CollKind::kAllReduce},
     {"tree", CollKind::kReduce},           {"ordered", CollKind::kAllReduce},
     {"ordered", CollKind::kReduceScatter}, {"ordered", CollKind::kReduce},
-    {"qtest", CollKind::kAllReduce},
+    {"qtest", CollKind::kAllReduce},       {"rd", CollKind::kReduceScatter},
 };
 INSTANTIATE_TEST_SUITE_P(Builtin, LoweredReductionVerify, ::testing::ValuesIn(kReductionCases),
                          CaseName);
