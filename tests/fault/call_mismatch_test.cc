@@ -187,12 +187,72 @@ TEST_P(CallMismatch, BarrierAgainstAllReduce) {
   EXPECT_TRUE(AllSucceeded(out)) << DescribeOutcomes(out);
 }
 
+// A small all-reduce against a large one: on a power of two of ranks beyond two the small call
+// carries its agreement in its butterfly's data and the large one runs the agreement alone
+// (wire_header.h); every rank must fail alike all the same. The engine's path on every
+// transport: no small-message board (where ranks have a core each, the board would take the
+// small call and the engine the large one; that split fails on both ranks, but not cleanly:
+// the board's own comparison covers calls that both fit it).
+TEST_P(CallMismatch, SmallAgainstLargeAllReduce) {
+  JobOptions opt = Options();
+  opt.env.push_back({"BRAID_ONESHOT_BYTES", "0"});
+  auto out = RunJob(opt, [](braidComm_t comm, int rank, int n, const braidUniqueId&) {
+    const size_t large = size_t{1} << 15;  // 128 KiB of floats: beyond the express lane
+    const size_t count = rank == n - 1 ? large : 1024;
+    std::vector<float> in(large, 1.0f), recv(large, kSentinel);
+    auto t0 = Clock::now();
+    braidResult_t rc = braidAllReduce(in.data(), recv.data(), count, braidFloat32, braidSum, comm);
+    if (int e = ExpectMismatch(rc, comm, rank, t0, {"count=1024", "count=32768", "#0"}, recv))
+      return e;
+    return StillUsable(comm, rank, n);
+  });
+  EXPECT_TRUE(AllSucceeded(out)) << DescribeOutcomes(out);
+}
+
+// In place, the buffer is the input: a mismatch must leave it as it was on every rank, also where
+// the news of the conflict arrives only in a later round of the butterfly, after the earlier
+// rounds' data was combined (rank 0's second partner hears of the last rank's call from its own).
+TEST_P(CallMismatch, InPlaceCallsKeepTheirInput) {
+  auto out = RunJob(Options(), [](braidComm_t comm, int rank, int n, const braidUniqueId&) {
+    const bool odd = rank == n - 1;
+    for (size_t count : {size_t{2}, size_t{1000}}) {
+      std::vector<float> buf((count + 1) * n);  // room for the last rank's larger call
+      for (size_t i = 0; i < buf.size(); ++i) buf[i] = static_cast<float>(rank * 100000 + i);
+      const std::vector<float> input = buf;
+      auto t0 = Clock::now();
+      braidResult_t rc = braidAllReduce(buf.data(), buf.data(), odd ? count + 1 : count,
+                                        braidFloat32, braidSum, comm);
+      if (int e = ExpectMismatch(rc, comm, rank, t0, {"count=" + std::to_string(count), "#"}, {}))
+        return e;
+      if (buf != input) {
+        std::fprintf(stderr, "[rank %d] all-reduce of %zu: the input changed\n", rank, count);
+        return 3;
+      }
+      t0 = Clock::now();
+      rc = braidAllGather(buf.data() + rank * (odd ? count + 1 : count), buf.data(),
+                          odd ? count + 1 : count, braidFloat32, comm);
+      if (int e = ExpectMismatch(rc, comm, rank, t0, {"allgather(count=", "#"}, {})) return e;
+      if (buf != input) {
+        std::fprintf(stderr, "[rank %d] all-gather of %zu: the buffer changed\n", rank, count);
+        return 4;
+      }
+    }
+    return StillUsable(comm, rank, n);
+  });
+  EXPECT_TRUE(AllSucceeded(out)) << DescribeOutcomes(out);
+}
+
 INSTANTIATE_TEST_SUITE_P(Fault, CallMismatch,
-                         ::testing::Combine(::testing::Values(2, 3, 4),
-                                            ::testing::Values("shm", "tcp")),
+                         ::testing::Values(Param{2, "shm"}, Param{2, "tcp"}, Param{3, "shm"},
+                                           Param{3, "tcp"}, Param{4, "shm"}, Param{4, "tcp"},
+                                           Param{8, "tcp"}),
                          [](const auto& info) {
-                           return "n" + std::to_string(std::get<0>(info.param)) + "_" +
-                                  std::get<1>(info.param);
+                           // Appended piece by piece: one chain of + trips GCC 12's -Wrestrict.
+                           std::string name = "n";
+                           name += std::to_string(std::get<0>(info.param));
+                           name += "_";
+                           name += std::get<1>(info.param);
+                           return name;
                          });
 
 // The engine's path on two ranks (no small-message board: tcp).
@@ -232,6 +292,108 @@ TEST(CallAgreement, TwoRanksCarryItInTheFirstDataMessage) {
       return 4;
     }
     return 0;
+  });
+  EXPECT_TRUE(AllSucceeded(out)) << DescribeOutcomes(out);
+}
+
+// Beyond two ranks, on a power of two, a small call whose data moves in the agreement's
+// butterfly carries the agreement in every round's message: per call, each rank sends one
+// message to each butterfly partner (rank XOR 2^k) and nothing to anyone else. A message is a
+// 48-byte header and its data: 8 bytes for an all-reduce of two floats, 2^k blocks of two floats
+// in round k of an all-gather, N / 2^(k+1) in a reduce-scatter's; a barrier's is a header alone.
+class CarriedAgreement : public ::testing::TestWithParam<int> {};
+
+TEST_P(CarriedAgreement, RidesInTheButterflysData) {
+  JobOptions opt;
+  opt.nranks = GetParam();
+  opt.timeout_s = 60;
+  opt.env = {{"BRAID_TRANSPORTS", "tcp"}, {"BRAID_TIMEOUT", "10"}};
+  auto out = RunJob(opt, [](braidComm_t comm, int rank, int n, const braidUniqueId&) {
+    auto sent = [&] {
+      std::vector<uint64_t> s(n, 0);
+      for (int p = 0; p < n; ++p)
+        if (p != rank && braidCommPeerTraffic(comm, p, &s[p], nullptr, nullptr, 0) != braidSuccess)
+          s[p] = ~uint64_t{0};
+      return s;
+    };
+    // `bytes(d)`: what goes to the partner at distance d = 2^k.
+    auto check = [&](const char* what, const std::vector<uint64_t>& before, auto bytes) {
+      const std::vector<uint64_t> after = sent();
+      for (int p = 0; p < n; ++p) {
+        if (p == rank) continue;
+        const int d = p ^ rank;
+        const uint64_t want = (d & (d - 1)) == 0 ? bytes(d) : 0;  // partners differ in one bit
+        if (after[p] - before[p] != want) {
+          std::fprintf(stderr, "[rank %d] %s sent %llu bytes to rank %d, want %llu\n", rank, what,
+                       static_cast<unsigned long long>(after[p] - before[p]), p,
+                       static_cast<unsigned long long>(want));
+          return false;
+        }
+      }
+      return true;
+    };
+    for (bool in_place : {false, true}) {
+      float in[2] = {1.0f + rank, 2.0f * rank}, res[2] = {};
+      float* out_buf = in_place ? in : res;
+      auto before = sent();
+      if (braidAllReduce(in, out_buf, 2, braidFloat32, braidSum, comm) != braidSuccess) return 1;
+      if (!check("the all-reduce", before, [](int) { return 56; })) return 2;
+      const float s = static_cast<float>(n);
+      if (out_buf[0] != s + s * (s - 1) / 2 || out_buf[1] != s * (s - 1)) return 3;
+
+      std::vector<float> all(2 * n, kSentinel), mine = {1.0f * rank, 2.0f * rank};
+      std::copy(mine.begin(), mine.end(), all.begin() + 2 * rank);
+      before = sent();
+      if (braidAllGather(in_place ? all.data() + 2 * rank : mine.data(), all.data(), 2,
+                         braidFloat32, comm) != braidSuccess)
+        return 4;
+      if (!check("the all-gather", before, [](int d) { return 48 + 8 * d; })) return 5;
+      for (int r = 0; r < n; ++r)
+        if (all[2 * r] != 1.0f * r || all[2 * r + 1] != 2.0f * r) return 6;
+
+      std::vector<float> input(2 * n), part(2, kSentinel);
+      for (int i = 0; i < 2 * n; ++i) input[i] = static_cast<float>(i + rank);
+      before = sent();
+      float* scattered = in_place ? input.data() + 2 * rank : part.data();
+      if (braidReduceScatter(input.data(), scattered, 2, braidFloat32, braidSum, comm) !=
+          braidSuccess)
+        return 7;
+      if (!check("the reduce-scatter", before, [n](int d) { return 48 + 8 * (n / (2 * d)); }))
+        return 8;
+      for (int i = 0; i < 2; ++i)
+        if (scattered[i] != n * static_cast<float>(2 * rank + i) + s * (s - 1) / 2) return 9;
+    }
+    auto before = sent();
+    if (braidBarrier(comm) != braidSuccess) return 10;
+    if (!check("the barrier", before, [](int) { return 48; })) return 11;
+    return 0;
+  });
+  EXPECT_TRUE(AllSucceeded(out)) << DescribeOutcomes(out);
+}
+
+INSTANTIATE_TEST_SUITE_P(CallAgreement, CarriedAgreement, ::testing::Values(4, 8));
+
+// Ranks that build different schedules for the same call (here rank 0 alone runs in
+// deterministic mode, the ordered reduction, with the agreement of its own; the others run
+// recursive doubling, whose rounds carry it) fail alike, saying so, instead of misreading each
+// other's messages. (BRAID_ALGO would not do: the ranks take rank 0's at init.)
+TEST(CallAgreement, RanksThatBuildDifferentSchedulesFailAlike) {
+  JobOptions opt;
+  opt.nranks = 4;
+  opt.timeout_s = 60;
+  opt.init = false;
+  opt.env = {{"BRAID_TRANSPORTS", "tcp"}, {"BRAID_TIMEOUT", "10"}};
+  auto out = RunJob(opt, [](braidComm_t, int rank, int n, const braidUniqueId& id) {
+    setenv("BRAID_DETERMINISTIC", rank == 0 ? "1" : "0", 1);
+    braidComm_t comm = nullptr;
+    if (braidCommInitRank(&comm, n, id, rank) != braidSuccess) return 90;
+    std::vector<float> in(256, 1.0f), recv(256, kSentinel);
+    auto t0 = Clock::now();
+    braidResult_t rc =
+        braidAllReduce(in.data(), recv.data(), in.size(), braidFloat32, braidSum, comm);
+    int code = ExpectMismatch(rc, comm, rank, t0, {"different schedules", "#0"}, recv);
+    braidCommDestroy(comm);
+    return code;
   });
   EXPECT_TRUE(AllSucceeded(out)) << DescribeOutcomes(out);
 }

@@ -116,6 +116,54 @@ TEST(GroupSimulateEnd, ForcedRingScalesWithTheBytes) {
   EXPECT_TRUE(AllSucceeded(out)) << DescribeOutcomes(out);
 }
 
+// The estimate prices the call agreement only where it runs as rounds of its own: a small
+// all-reduce on 4 ranks carries it in its data (wire_header.h) and costs the same with
+// BRAID_VERIFY_CALLS on and off; a small broadcast (a tree: no butterfly) costs the agreement's
+// rounds more with it on. Rank 0 of each job writes its estimates to a file.
+TEST(GroupSimulateEnd, PricesTheAgreementWhereItRuns) {
+  const std::string path = ::testing::TempDir() + "braid_simulate_agreement_";
+  double t[2][2] = {};  // [verify][all-reduce, broadcast]
+  for (int verify : {0, 1}) {
+    JobOptions opt;
+    opt.nranks = 4;
+    // The constant link model: a calibration at init would measure each job's links anew.
+    opt.env = {{"BRAID_TRANSPORTS", "tcp"},
+               {"BRAID_VERIFY_CALLS", verify ? "1" : "0"},
+               {"BRAID_LINK_CALIBRATION", "0"},
+               {"BRAID_TIMEOUT", "30"}};
+    const std::string file = path + std::to_string(verify);
+    auto out = RunJob(opt, [&](braidComm_t comm, int rank, int, const braidUniqueId&) {
+      std::vector<float> buf(64, kSentinel);
+      double e[2] = {};
+      for (int k = 0; k < 2; ++k) {
+        CHECK_OR_FAIL(braidGroupStart() == braidSuccess, "group start");
+        const braidResult_t r =
+            k == 0
+                ? braidAllReduce(buf.data(), buf.data(), buf.size(), braidFloat32, braidSum, comm)
+                : braidBroadcast(buf.data(), buf.data(), buf.size(), braidFloat32, 0, comm);
+        CHECK_OR_FAIL(r == braidSuccess, "record");
+        CHECK_OR_FAIL(braidGroupSimulateEnd(&e[k]) == braidSuccess, "simulate");
+      }
+      if (rank == 0) {
+        FILE* f = std::fopen(file.c_str(), "w");
+        CHECK_OR_FAIL(f && std::fprintf(f, "%.17g %.17g\n", e[0], e[1]) > 0, "write %s",
+                      file.c_str());
+        std::fclose(f);
+      }
+      return 0;
+    });
+    ASSERT_TRUE(AllSucceeded(out)) << DescribeOutcomes(out);
+    FILE* f = std::fopen(file.c_str(), "r");
+    ASSERT_NE(f, nullptr) << file;
+    ASSERT_EQ(std::fscanf(f, "%lf %lf", &t[verify][0], &t[verify][1]), 2);
+    std::fclose(f);
+    std::remove(file.c_str());
+  }
+  EXPECT_GT(t[0][0], 0);
+  EXPECT_EQ(t[1][0], t[0][0]) << "a small all-reduce on 4 ranks carries its agreement";
+  EXPECT_GT(t[1][1], t[0][1]) << "a broadcast runs the agreement first";
+}
+
 // Error paths need no communicator: they concern the calling thread's group.
 TEST(GroupSimulateEnd, ErrorPaths) {
   double s = -1;

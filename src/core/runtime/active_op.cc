@@ -131,9 +131,12 @@ Status ActiveOp::prepare(uint64_t coll_seq, std::vector<uint64_t>& p2p_send_seq,
   const int express = comm_->expressLane();
   const bool small = !is_p2p_ && LargestBufferBytes(d_, nranks) <= kExpressBytes;
   stage_ = Stage::kData;
-  if (!is_p2p_ && comm_->config().verify_calls && nranks == 2 && small &&
-      d_.kind != CollKind::kBarrier && algo_ && carriesAgreement(*algo_)) {
+  if (carriesAgreement()) {
     carried_agreement_ = true;
+    // Beyond two ranks a later round may bring the news of a conflict after an earlier round's
+    // data was combined: the call works on a shadow of its receive buffer (bindBuffers).
+    shadow_output_ = nranks > 2;
+    sent_.resize(data_sched_.channels[0].steps.size());
   } else if (!is_p2p_ && comm_->config().verify_calls && nranks > 1) {
     CollArgs bargs;
     bargs.kind = CollKind::kBarrier;
@@ -208,6 +211,11 @@ Status ActiveOp::bindBuffers() {
       for (const auto& op : st.ops)
         if (op.kind == StepOpKind::kDequantizeReduce)
           codec_elems = std::max(codec_elems, op.dst.count);
+  const uint64_t shadow_offset = scratch_bytes;
+  if (shadow_output_) {
+    shadow_bytes_ = table[kRecvBuf].count * bufs_.elsize[kRecvBuf];
+    scratch_bytes += shadow_bytes_;
+  }
   if (scratch.size() < scratch_bytes) scratch.resize(scratch_bytes);
   for (size_t i = 0; i < table.size(); ++i) {
     switch (table[i].role) {
@@ -216,6 +224,12 @@ Status ActiveOp::bindBuffers() {
         break;
       case BufferRole::kUserRecv:
         bufs_.base[i] = static_cast<std::byte*>(d_.recvbuf);
+        if (shadow_output_) {
+          // In place the buffer holds the input, which the schedule reads from it.
+          shadow_ = scratch.data() + shadow_offset;
+          if (shadow_bytes_ && d_.in_place) std::memcpy(shadow_, d_.recvbuf, shadow_bytes_);
+          bufs_.base[i] = shadow_;
+        }
         break;
       case BufferRole::kScratch:
         bufs_.base[i] = scratch.data() + offset[i];
@@ -255,27 +269,68 @@ bool StartsWithOneExchange(const RankSchedule& s, int rank) {
   return sends == 1 && recvs == 1;
 }
 
+// Whether `s`, rank `rank`'s schedule on `n` ranks (a power of two), moves its data in exactly
+// the call agreement's butterfly (DisseminationAlgorithm): one channel whose k-th step with
+// transfers holds one send to rank XOR 2^k and one receive from it, log2(n) such steps, and
+// nothing else but local steps.
+bool IsButterfly(const RankSchedule& s, int rank, int n) {
+  if (s.channels.size() != 1) return false;
+  int round = 0;
+  for (const Step& st : s.channels[0].steps) {
+    if (!st.deps.empty()) return false;
+    int sends = 0, recvs = 0;
+    for (const StepOp& op : st.ops) {
+      if (!IsTransfer(op.kind)) continue;
+      if (op.peer != (rank ^ (1 << round))) return false;
+      sends += op.kind == StepOpKind::kSend;
+      recvs += IsRecv(op.kind);
+    }
+    if (sends + recvs == 0) continue;
+    if (sends != 1 || recvs != 1 || (1 << ++round) > n) return false;
+  }
+  return (1 << round) == n;
+}
+
 }  // namespace
 
-bool ActiveOp::carriesAgreement(const Algorithm& algo) {
-  // The peer decides from its own rank and placement (in place or not is each rank's own
-  // choice), so the answer must not depend on either: every combination must start alike.
+namespace {
+
+// The part of CarriesAgreement that needs no schedule.
+bool MayCarryAgreement(const braidComm& comm, const OpDesc& d, const Algorithm* algo) {
+  const int n = comm.nranks();
+  const bool butterfly = n > 2 && n <= kCarriedAgreementMaxRanks && (n & (n - 1)) == 0;
+  return d.kind != CollKind::kSendRecv && d.kind != CollKind::kBarrier && algo &&
+         comm.config().verify_calls && (n == 2 || butterfly) &&
+         LargestBufferBytes(d, n) <= kExpressBytes;
+}
+
+}  // namespace
+
+bool CarriesAgreement(const braidComm& comm, const OpDesc& d, const Algorithm* algo,
+                      const CollArgs& args) {
+  if (!MayCarryAgreement(comm, d, algo)) return false;
+  const int n = comm.nranks();
+  // The peers decide from their own rank and placement (in place or not is each rank's own
+  // choice), so the answer must not depend on either: every combination must run alike.
+  for (int rank = 0; rank < n; ++rank)
+    for (bool in_place : {false, true}) {
+      CollArgs a = args;
+      a.in_place = in_place;
+      if (!algo->supports(a)) continue;  // a placement no rank can run
+      auto s = BuildSchedule(*algo, a, rank);
+      if (!s.ok() || !(n == 2 ? StartsWithOneExchange(*s, rank) : IsButterfly(*s, rank, n)))
+        return false;
+    }
+  return true;
+}
+
+bool ActiveOp::carriesAgreement() {
+  if (!MayCarryAgreement(*comm_, d_, algo_)) return false;
   auto& cache = comm_->carriedAgreementCache();
   const auto key = std::make_tuple(proto_.coll, proto_.dtype, proto_.op, proto_.count, proto_.root,
                                    proto_.codec);
   if (auto it = cache.find(key); it != cache.end()) return it->second;
-  bool carries = true;
-  for (int rank = 0; rank < 2 && carries; ++rank)
-    for (bool in_place : {false, true}) {
-      CollArgs a = args_;
-      a.in_place = in_place;
-      if (!algo.supports(a)) continue;  // a placement no rank can run
-      auto s = BuildSchedule(algo, a, rank);
-      if (!s.ok() || !StartsWithOneExchange(*s, rank)) {
-        carries = false;
-        break;
-      }
-    }
+  const bool carries = CarriesAgreement(*comm_, d_, algo_, args_);
   if (cache.size() >= 4096) cache.clear();  // call shapes of a long job: keep it bounded
   cache.emplace(key, carries);
   return carries;
@@ -323,8 +378,14 @@ Status ActiveOp::advance(StreamGate& gate, bool* moved, std::vector<Endpoint*>* 
     if (!done.ok()) return done.status();
     // A conflict found by the first data step fails once that step is complete (advanceStage
     // stops there): this rank's own first message is then wholly sent.
-    if (have_conflict_) return firstTransfersDone() ? conflictError() : Status::Ok();
-    if (*done) stage_ = Stage::kFinished;
+    if (have_conflict_ && !shadow_output_)
+      return firstTransfersDone() ? conflictError() : Status::Ok();
+    if (*done) {
+      // Every round of a butterfly ran: all ranks know of a conflict, or none had one.
+      if (have_conflict_) return conflictError();
+      if (shadow_output_ && shadow_bytes_) std::memcpy(d_.recvbuf, shadow_, shadow_bytes_);
+      stage_ = Stage::kFinished;
+    }
   }
   return Status::Ok();
 }
@@ -335,7 +396,9 @@ Result<bool> ActiveOp::advanceStage(std::vector<ChannelState>& chans, StreamGate
   bool all_done = true;
   for (auto& cs : chans) {
     while (!cs.finished()) {
-      if (have_conflict_ && !agreement && cs.step > 0) break;  // a carried agreement failed
+      // A carried agreement failed: on two ranks both know it after the first step and stop;
+      // beyond, the butterfly's later rounds still run to tell the others.
+      if (have_conflict_ && !agreement && cs.step > 0 && !shadow_output_) break;
       const Step& step = cs.ch->steps[cs.step];
       // A step with edges waits for the steps of other channels it names.
       if (!std::all_of(step.deps.begin(), step.deps.end(),
@@ -349,10 +412,17 @@ Result<bool> ActiveOp::advanceStage(std::vector<ChannelState>& chans, StreamGate
         const StepOp& sop = ops[i];
         const bool transfer = IsTransfer(sop.kind);
         // A first step that carries the agreement writes nothing before the peer's header has
-        // matched (and nothing at all after a conflict).
-        if (!transfer && carried_agreement_ && !agreement && cs.step == 0 && !agreement_checked_) {
-          step_done = false;
-          continue;
+        // matched (and nothing at all after a conflict). Rounds that write a shadow
+        // (shadow_output_) need not wait, but skip their local steps after a conflict.
+        if (!transfer && carried_agreement_ && !agreement) {
+          if (shadow_output_ && have_conflict_) {
+            pr.phase = kDone;
+            continue;
+          }
+          if (!shadow_output_ && cs.step == 0 && !agreement_checked_) {
+            step_done = false;
+            continue;
+          }
         }
         // Transfers of one step on the same (peer, direction) go in the order listed.
         bool blocked = false;
@@ -464,6 +534,10 @@ Status ActiveOp::advanceAgreement(ChannelState& cs, size_t i, bool* moved) {
     pr.phase = kPayload;
     pr.done = 0;
   }
+  return recvConflictRecord(ep, pr, moved);
+}
+
+Status ActiveOp::recvConflictRecord(Endpoint* ep, OpProgress& pr, bool* moved) {
   auto* in = reinterpret_cast<std::byte*>(&incoming_);
   while (pr.phase == kPayload && pr.done < pr.hdr.payload) {
     auto r = ep->recv(in + pr.done, pr.hdr.payload - pr.done);
@@ -560,7 +634,14 @@ Status ActiveOp::advanceData(ChannelState& cs, size_t i, bool* moved) {
     if (pr.phase == kHeader && pr.done == 0) {
       pr.hdr = proto_;
       pr.hdr.payload = bufs_.bytes(sop.src);
-      if (carried_agreement_ && cs.step == 0) pr.hdr.flags = kWireCarriesAgreement;
+      if (carriedRound(cs)) pr.hdr.flags = kWireCarriesAgreement;
+      if (carriedRound(cs) && shadow_output_ && have_conflict_) {
+        // A butterfly round after a conflict: the round's message is the conflict record, as
+        // the agreement's would be, and the data (now meaningless) stays here.
+        pr.hdr.flags = kWireAgreement;
+        pr.hdr.payload = sizeof(CallConflict);
+        sent_[cs.step] = conflict_;
+      }
       if (is_p2p_) {
         const P2PCall& c = d_.p2p[sop.src.buffer];
         pr.hdr.seq = p2p_seq_[i];
@@ -568,10 +649,15 @@ Status ActiveOp::advanceData(ChannelState& cs, size_t i, bool* moved) {
         pr.hdr.count = c.count;
       }
     }
-    return SendFramed(ep, pr, bufs_.at(sop.src), &budget_, moved, corked_);
+    const std::byte* data = pr.hdr.flags == kWireAgreement
+                                ? reinterpret_cast<const std::byte*>(&sent_[cs.step])
+                                : bufs_.at(sop.src);
+    return SendFramed(ep, pr, data, &budget_, moved, corked_);
   }
   // Receives.
   if (pr.drop) return dropPayload(ep, sop.peer, pr, moved);
+  if (pr.phase != kHeader && pr.hdr.flags == kWireAgreement)
+    return recvConflictRecord(ep, pr, moved);
   const Slice& dst_slice = sop.dst;
   const uint64_t expect = bufs_.bytes(dst_slice);
   const size_t elsize = bufs_.elsize[dst_slice.buffer];
@@ -595,17 +681,32 @@ Status ActiveOp::advanceData(ChannelState& cs, size_t i, bool* moved) {
         return InvalidUsage("receive of " + std::to_string(expect) + " bytes from rank " +
                             std::to_string(sop.peer) + " met " + DescribeHeader(h) +
                             ": send and receive sizes must match");
-    } else if (carried_agreement_ && cs.step == 0 &&
+    } else if (carriedRound(cs) &&
                (h.flags == kWireAgreement || h.flags == kWireCarriesAgreement)) {
-      // The peer's agreement (CallConflict): its first data message, or a plain agreement
-      // message when its call does not start with this exchange.
-      if (h.flags == kWireAgreement || !(SignatureOf(h) == SignatureOf(proto_))) {
+      // The peer's agreement (CallConflict): its data message of this round, or a plain
+      // agreement message when its call does not run these rounds (or, in a butterfly's later
+      // round, when it knows of a conflict: the message then carries the record).
+      const bool same = SignatureOf(h) == SignatureOf(proto_);
+      if (h.flags == kWireAgreement && shadow_output_) {
+        if (h.payload != 0 && h.payload != sizeof(CallConflict))
+          return RemoteError("rank " + std::to_string(sop.peer) +
+                             " sent a call-agreement message of " + std::to_string(h.payload) +
+                             " bytes: the stream is corrupt");
+        // Without a record, the same call that does not carry its agreement: the ranks built
+        // different schedules for it (conflictError says so).
+        if (!same || h.payload == 0) noteConflict(sop.peer, h);
+        pr.phase = kPayload;
+        pr.done = 0;
+        return recvConflictRecord(ep, pr, moved);
+      }
+      if (h.flags == kWireAgreement || !same) {
         noteConflict(sop.peer, h);
         return dropPayload(ep, sop.peer, pr, moved);
       }
+      // A round after a conflict was found: the data is read past, the call fails at the end.
+      if (have_conflict_) return dropPayload(ep, sop.peer, pr, moved);
       agreement_checked_ = true;
-    } else if (h.flags != 0 || (carried_agreement_ && cs.step == 0) ||
-               !(SignatureOf(h) == SignatureOf(proto_))) {
+    } else if (h.flags != 0 || carriedRound(cs) || !(SignatureOf(h) == SignatureOf(proto_))) {
       // Verifying ranks send agreement flags; a message without them here, or with them to a
       // rank that does not verify, means the ranks set BRAID_VERIFY_CALLS differently.
       // (A point-to-point message never carries the flags: no hint for it.)

@@ -35,6 +35,10 @@ namespace braid {
 
 // Collectives whose largest buffer is at most this many bytes use the express lane.
 inline constexpr uint64_t kExpressBytes = 64 * 1024;
+// Calls on a power of two of at most this many ranks may carry their call agreement in their
+// data (wire_header.h, CallConflict); deciding it builds the call's schedule for every rank once
+// per call shape.
+inline constexpr int kCarriedAgreementMaxRanks = 64;
 // Bytes one operation may move per pass of the progress loop. Without a bound, a large transfer
 // whose peer keeps up would hold the loop until it ends, and a small operation issued meanwhile
 // would wait for it (head-of-line blocking in time, though not on the wire).
@@ -49,6 +53,15 @@ inline constexpr int64_t kMinLocalPieceBytes = 64 << 10;
 // and braidGroupSimulateEnd so that an estimate prices what would run.
 CollArgs CollArgsFor(const braidComm& comm, const OpDesc& d);
 const Algorithm* AlgorithmFor(const braidComm& comm, const OpDesc& d, const CollArgs& args);
+// Whether collective `d`, run by `algo` with `args`, carries its call agreement in its data
+// (wire_header.h, CallConflict) instead of running the agreement first: a verified, express-lane
+// call (not a barrier) on two ranks whose schedule on both ranks, in place and out of place, has
+// one channel whose first step is one send to the peer and one receive from it (plus local
+// steps, which then wait for the peer's header); or on a larger power of two of ranks (at most
+// kCarriedAgreementMaxRanks) whose schedule on every rank moves its data in the agreement's
+// butterfly and nothing else. Decided alike on every rank whatever their placements.
+bool CarriesAgreement(const braidComm& comm, const OpDesc& d, const Algorithm* algo,
+                      const CollArgs& args);
 
 // What an operation waits on when nothing can move (for the engine's poll()).
 struct TransferWait {
@@ -148,12 +161,16 @@ class ActiveOp {
   Status dropPayload(Endpoint* ep, int peer, OpProgress& pr, bool* moved);
   // The clean failure of a call agreement that found a conflict.
   Status conflictError();
-  // Whether this call carries the call agreement in its first message (CallConflict): two ranks,
-  // and the call's schedule on both ranks, in place and out of place, has one channel whose
-  // first step is one send to the peer and one receive from it (plus local steps, which then
-  // wait for the peer's header). Decided alike on both ranks whatever their placements; cached
-  // per call shape on the communicator.
-  bool carriesAgreement(const Algorithm& algo);
+  // CarriesAgreement for this call, cached per call shape on the communicator.
+  bool carriesAgreement();
+  // Whether the data step `cs` is at carries the agreement: the first on two ranks, every one
+  // beyond (a butterfly's rounds).
+  bool carriedRound(const ChannelState& cs) const {
+    return carried_agreement_ && (shadow_output_ || cs.step == 0);
+  }
+  // Receives the payload of a call-agreement message (a conflict record, or nothing) whose
+  // header pr.hdr holds, and adopts the record if this rank has none.
+  Status recvConflictRecord(Endpoint* ep, OpProgress& pr, bool* moved);
   // Whether the first step of this operation's data is complete as far as its transfers go.
   bool firstTransfersDone() const;
   // The error for a message of another communicator where this operation expected its own.
@@ -192,6 +209,12 @@ class ActiveOp {
   bool carried_agreement_ = false;
   // The peer's carried agreement matched: the first step's local steps may run.
   bool agreement_checked_ = false;
+  // The butterfly of a carried agreement on more than two ranks: the data schedule writes a
+  // shadow of the receive buffer (scratch, a copy of it in place), copied out once every round
+  // matched, so that a conflict found in a later round leaves the user's buffers as they were.
+  bool shadow_output_ = false;
+  std::byte* shadow_ = nullptr;
+  uint64_t shadow_bytes_ = 0;
   std::vector<CallConflict> sent_;  // per agreement step: the record its send carries
   CallConflict incoming_;
   int64_t budget_ = 0;  // bytes left in this pass (kSweepBudgetBytes at the start of advance())

@@ -201,9 +201,9 @@ struct braidComm {
   int nlanes() const { return nchannels_ + 1; }
   int expressLane() const { return nchannels_; }
   const braid::Tuner& tuner() const { return *tuner_; }
-  // Two-rank calls whose first message carries the call agreement (wire_header.h), decided per
-  // call shape by ActiveOp and kept here: the decision builds the call's schedule for both ranks
-  // and placements. Touched only by the engine's driver (one at a time).
+  // Whether a call carries its call agreement in its data (CarriesAgreement, active_op.h),
+  // decided per call shape by ActiveOp and kept here: the decision builds the call's schedule for
+  // every rank and placement. Touched only by the engine's driver (one at a time).
   // Keyed by the call's wire signature less its sequence number and communicator.
   using CarriedAgreementCache =
       std::map<std::tuple<uint8_t, uint8_t, uint8_t, uint64_t, int32_t, uint32_t>, bool>;

@@ -79,11 +79,17 @@ Status CheckSelfPairs(const std::vector<P2PCall>& calls, int rank) {
 
 // Predicted seconds of collective `d` on `comm`: the simulator's time for the algorithm the
 // tuner would choose, on the tuner's link model, after the call agreement the engine runs first
-// when BRAID_VERIFY_CALLS is on (a dissemination barrier, which is all a barrier then runs).
+// when BRAID_VERIFY_CALLS is on (a dissemination barrier, which is all a barrier then runs),
+// unless the call carries its agreement in its data.
 Result<double> CollectiveSeconds(const braidComm& comm, const OpDesc& d) {
   const LinkModel& model = comm.tuner().model();
+  const CollArgs a = CollArgsFor(comm, d);
+  const Algorithm* algo = AlgorithmFor(comm, d, a);
+  if (!algo && d.kind != CollKind::kBarrier)
+    return InternalError("no algorithm can serve " + DescribeCall(d));
   double seconds = 0;
-  const bool agreement = comm.config().verify_calls && comm.nranks() > 1;
+  const bool agreement =
+      comm.config().verify_calls && comm.nranks() > 1 && !CarriesAgreement(comm, d, algo, a);
   if (agreement) {
     CollArgs b;
     b.kind = CollKind::kBarrier;
@@ -93,8 +99,6 @@ Result<double> CollectiveSeconds(const braidComm& comm, const OpDesc& d) {
     BRAID_ASSIGN_OR_RETURN(seconds, SimulateSeconds(DisseminationAlgorithm(), b, model));
     if (d.kind == CollKind::kBarrier) return seconds;
   }
-  const CollArgs a = CollArgsFor(comm, d);
-  const Algorithm* algo = AlgorithmFor(comm, d, a);
   if (!algo) return InternalError("no algorithm can serve " + DescribeCall(d));
   double data = 0;
   BRAID_ASSIGN_OR_RETURN(data, SimulateSeconds(*algo, a, model));

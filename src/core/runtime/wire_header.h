@@ -78,6 +78,17 @@ inline CallSignature SignatureOf(const WireHeader& h) {
 // drops the payload unread, finishes sending its own first message and fails like the agreement
 // would: each side sent one message and read one, so the streams stay in step, and no user buffer
 // was written. It saves a round trip per call, the agreement's whole cost on two ranks.
+//
+// On a larger power of two the agreement's rounds are a butterfly (rank r and r XOR 2^k in
+// round k, DisseminationAlgorithm), and a small call whose data moves in that same butterfly
+// (recursive doubling) carries the agreement in every round's message the same way. A rank that
+// knows of a conflict sends its round's message as a plain agreement message with the record
+// instead of its data, so the news spreads exactly as in the agreement; every rank sends and
+// reads one message per round either way, so a mix of carried and plain rounds keeps the
+// streams in step. The data of earlier rounds is combined before later rounds could report a
+// conflict, so such a call writes a shadow of its receive buffer and copies it out only after
+// the last round matched: no user buffer is written on a conflict. It halves a small call's
+// rounds (4 ranks: 2 instead of 4).
 struct CallConflict {
   int32_t rank_a = -1;  // the rank that noticed
   int32_t rank_b = -1;  // the rank whose call differed
