@@ -45,7 +45,10 @@ struct Shape {
   std::string name() const {
     if (!uneven.empty()) {
       std::string s = "uneven";
-      for (int x : uneven) s += "_" + std::to_string(x);
+      for (int x : uneven) {
+        s += "_";  // appended piece by piece: "_" + ... trips GCC 12's -Wrestrict
+        s += std::to_string(x);
+      }
       return s;
     }
     return std::to_string(g) + "x" + std::to_string(m) + (interleaved ? "_interleaved" : "");

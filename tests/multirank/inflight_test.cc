@@ -6,6 +6,7 @@
 #include <signal.h>
 
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <string>
 #include <thread>
@@ -415,13 +416,21 @@ TEST_P(Inflight, DeadPeerFailsEveryPendingOperation) {
   auto out = RunJob(opt, [](braidComm_t comm, int rank, int n, const braidUniqueId&) {
     std::vector<Call> calls;
     for (int k = 0; k < 6; ++k) calls.push_back(MakeCall(k, rank, n));
-    if (rank == n - 1) {
-      float x = 1, y;
-      (void)braidAllReduce(&x, &y, 1, braidFloat32, braidSum, comm);  // everyone is up
-      raise(SIGKILL);
-    }
+    // Everyone is up, and connected to its butterfly partners: the all-reduce makes those
+    // connections (lazily), and the barrier, on the same ones, ends only once every rank has
+    // finished the all-reduce. Without the barrier the last rank could die while a slow rank
+    // still waited to connect for the all-reduce, after a fast one had already reported the
+    // death; a rank that knows the communicator failed gives up connecting, and so that
+    // all-reduce failed too (rightly: the test's sync point was not one).
     float x = 1, y;
-    if (braidAllReduce(&x, &y, 1, braidFloat32, braidSum, comm) != braidSuccess) return 1;
+    const braidResult_t up = braidAllReduce(&x, &y, 1, braidFloat32, braidSum, comm);
+    const braidResult_t synced = up == braidSuccess ? braidBarrier(comm) : up;
+    if (rank == n - 1) raise(SIGKILL);
+    if (synced != braidSuccess) {
+      std::fprintf(stderr, "[rank %d] the sync before the death: %s\n", rank,
+                   braidGetLastError(comm));
+      return 1;
+    }
     // Once one pending operation has seen the death the communicator is failed, and a later
     // call fails as it is issued rather than returning a request: both count as failing.
     int failed = 0;

@@ -368,6 +368,7 @@ void braidComm::buildLayout() {
   const int node = layout_.node_of[rank_];
   const auto here = std::count(layout_.node_of.begin(), layout_.node_of.end(), node);
   threads_outnumber_cpus_ = 2 * here > host_cpus_;
+  ranks_outnumber_cpus_ = here > host_cpus_;
 }
 
 void braidComm::buildNodeLayout() {

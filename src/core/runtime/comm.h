@@ -151,6 +151,9 @@ struct braidComm {
   // Whether this host's ranks, with a caller and a progress thread each, outnumber those CPUs:
   // then a busy progress loop yields now and then (Engine::driveUntilIdle).
   bool threadsOutnumberCpus() const { return threads_outnumber_cpus_; }
+  // Whether this host's ranks alone outnumber those CPUs: then a rank that waits yields at once
+  // instead of polling (Engine::driveUntilIdle, as the board does).
+  bool ranksOutnumberCpus() const { return ranks_outnumber_cpus_; }
   // Whether `peer` is in an operation this rank has not issued: this rank's engine has nothing in
   // flight (nor have its views), yet `peer` has sent it stream bytes. Only while this rank waits
   // in a call off the engine (the board), where it means the two ranks are in different calls.
@@ -294,6 +297,7 @@ struct braidComm {
   // Rank 0's topology's device-group link (init field 13), for links_.model.group.
   std::optional<braid::LinkParams> group_link_;
   bool threads_outnumber_cpus_ = false;
+  bool ranks_outnumber_cpus_ = false;
   std::unique_ptr<braid::HandshakeListener> control_;
   std::vector<sockaddr_storage> control_addrs_;
   bool loopback_root_ = false;
