@@ -212,8 +212,9 @@ class RecursiveDoubling final : public Algorithm {
   bool supports(const CollArgs& a) const override {
     if (a.kind == CollKind::kAllReduce) return a.nranks >= 1;
     if (a.kind != CollKind::kAllGather && a.kind != CollKind::kReduceScatter) return false;
+    // (Divided, not multiplied: an absurd count must not wrap around into "small".)
     return PowerOfTwo(a.nranks) &&
-           static_cast<uint64_t>(a.nranks) * a.count * DataTypeSize(a.dtype) <= kButterflyMaxBytes;
+           a.count <= kButterflyMaxBytes / DataTypeSize(a.dtype) / static_cast<uint64_t>(a.nranks);
   }
 
   Result<RankSchedule> build(const CollArgs& a, int rank) const override {

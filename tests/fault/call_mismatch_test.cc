@@ -236,6 +236,15 @@ TEST_P(CallMismatch, InPlaceCallsKeepTheirInput) {
         std::fprintf(stderr, "[rank %d] all-gather of %zu: the buffer changed\n", rank, count);
         return 4;
       }
+      const size_t mine = odd ? count + 1 : count;
+      t0 = Clock::now();
+      rc = braidReduceScatter(buf.data(), buf.data() + rank * mine, mine, braidFloat32, braidSum,
+                              comm);
+      if (int e = ExpectMismatch(rc, comm, rank, t0, {"reducescatter(count=", "#"}, {})) return e;
+      if (buf != input) {
+        std::fprintf(stderr, "[rank %d] reduce-scatter of %zu: the input changed\n", rank, count);
+        return 5;
+      }
     }
     return StillUsable(comm, rank, n);
   });

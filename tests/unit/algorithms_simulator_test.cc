@@ -612,8 +612,15 @@ TEST(Simulator, RefusesUnsupportedRequests) {
   // "rd" gathers only on a power of two of ranks, and only latency-bound sizes.
   auto t = SimulateSeconds(*FindAlgorithm("rd"), Args(CollKind::kAllGather, 3, 10), LinkModel{});
   EXPECT_FALSE(t.ok());
-  t = SimulateSeconds(*FindAlgorithm("rd"),
-                      Args(CollKind::kAllGather, 4, kButterflyMaxBytes / 4 + 1), LinkModel{});
+  // 4 ranks of floats: up to kButterflyMaxBytes gathered (or scattered), not one element more.
+  const uint64_t most = kButterflyMaxBytes / 4 / 4;
+  for (CollKind k : {CollKind::kAllGather, CollKind::kReduceScatter}) {
+    EXPECT_TRUE(SimulateSeconds(*FindAlgorithm("rd"), Args(k, 4, most), LinkModel{}).ok());
+    EXPECT_FALSE(SimulateSeconds(*FindAlgorithm("rd"), Args(k, 4, most + 1), LinkModel{}).ok());
+  }
+  // A count whose byte size wraps around 2^64 is not small.
+  t = SimulateSeconds(*FindAlgorithm("rd"), Args(CollKind::kAllGather, 4, uint64_t{1} << 62),
+                      LinkModel{});
   EXPECT_FALSE(t.ok());
   t = SimulateSeconds(*FindAlgorithm("bruck"), Args(CollKind::kAllReduce, 4, 10), LinkModel{});
   EXPECT_FALSE(t.ok());

@@ -298,7 +298,13 @@ namespace {
 // The part of CarriesAgreement that needs no schedule.
 bool MayCarryAgreement(const braidComm& comm, const OpDesc& d, const Algorithm* algo) {
   const int n = comm.nranks();
-  const bool butterfly = n > 2 && n <= kCarriedAgreementMaxRanks && (n & (n - 1)) == 0;
+  // Beyond two ranks the shadow is copied out whole on every rank: only collectives whose every
+  // rank holds the whole receive buffer at the end may carry (a rooted one's would copy
+  // scratch that nothing wrote).
+  const bool everyone_receives = d.kind == CollKind::kAllReduce || d.kind == CollKind::kAllGather ||
+                                 d.kind == CollKind::kReduceScatter;
+  const bool butterfly =
+      n > 2 && n <= kCarriedAgreementMaxRanks && (n & (n - 1)) == 0 && everyone_receives;
   return d.kind != CollKind::kSendRecv && d.kind != CollKind::kBarrier && algo &&
          comm.config().verify_calls && (n == 2 || butterfly) &&
          LargestBufferBytes(d, n) <= kExpressBytes;
@@ -564,10 +570,10 @@ void ActiveOp::noteConflict(int peer, const WireHeader& h) {
 }
 
 Status ActiveOp::dropPayload(Endpoint* ep, int peer, OpProgress& pr, bool* moved) {
-  // A conflicting first message is at most an express-lane call's (or a conflict record): a
-  // larger length is a corrupt stream, not a call to skip.
+  // A conflicting message is at most an express-lane call's (or a conflict record): a larger
+  // length is a corrupt stream, not a call to skip.
   if (pr.hdr.payload > kExpressBytes)
-    return RemoteError("rank " + std::to_string(peer) + " sent a first message of " +
+    return RemoteError("rank " + std::to_string(peer) + " sent a message of " +
                        std::to_string(pr.hdr.payload) +
                        " bytes with its call agreement: the stream is corrupt");
   if (pr.phase == kHeader) {
