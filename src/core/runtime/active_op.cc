@@ -291,10 +291,6 @@ bool IsButterfly(const RankSchedule& s, int rank, int n) {
   return (1 << round) == n;
 }
 
-}  // namespace
-
-namespace {
-
 // The part of CarriesAgreement that needs no schedule.
 bool MayCarryAgreement(const braidComm& comm, const OpDesc& d, const Algorithm* algo) {
   const int n = comm.nranks();
