@@ -75,6 +75,10 @@ double TransferSeconds(uint64_t bytes, uint64_t chunk_bytes, const LinkParams& l
 int CeilLog2(int n);
 // floor(log2(n)) for n >= 1.
 int FloorLog2(int n);
+// Whether n (>= 1) is a power of two: where butterflies (rank XOR 2^k) pair every rank.
+inline bool IsPowerOfTwo(int n) {
+  return n >= 1 && (n & (n - 1)) == 0;
+}
 
 // The default estimate for algorithms without a closed form: rank 0's schedule walked step by
 // step, each step costing its busiest port (one send and one receive port per link class, as in

@@ -33,7 +33,7 @@ class Dissemination final : public Algorithm {
     RankSchedule s;
     if (n == 1) return s;
     s.channels.resize(1);
-    const bool butterfly = (n & (n - 1)) == 0;
+    const bool butterfly = IsPowerOfTwo(n);
     for (int64_t d = 1; d < n; d *= 2) {
       const int to = butterfly ? static_cast<int>(rank ^ d) : Mod(rank + d, n);
       const int from = butterfly ? to : Mod(rank - d, n);

@@ -109,10 +109,6 @@ RankSchedule AllReduce(const CollArgs& a, int r) {
   return s;
 }
 
-bool PowerOfTwo(int n) {
-  return n >= 1 && (n & (n - 1)) == 0;
-}
-
 // All-gather: in round k rank r and r XOR 2^k swap the 2^k blocks each holds, those of the ranks
 // that differ from it only in bits below k: a contiguous run of recvbuf on both sides (from
 // block r & ~(2^k - 1)), so one message each way, straight into place.
@@ -213,7 +209,7 @@ class RecursiveDoubling final : public Algorithm {
     if (a.kind == CollKind::kAllReduce) return a.nranks >= 1;
     if (a.kind != CollKind::kAllGather && a.kind != CollKind::kReduceScatter) return false;
     // (Divided, not multiplied: an absurd count must not wrap around into "small".)
-    return PowerOfTwo(a.nranks) &&
+    return IsPowerOfTwo(a.nranks) &&
            a.count <= kButterflyMaxBytes / DataTypeSize(a.dtype) / static_cast<uint64_t>(a.nranks);
   }
 

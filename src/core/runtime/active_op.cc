@@ -6,6 +6,7 @@
 
 #include "algorithms/algorithm.h"
 #include "algorithms/builtin_algorithms.h"
+#include "algorithms/cost_model.h"
 #include "algorithms/lowering.h"
 #include "core/runtime/comm.h"
 #include "device/cpu/codec_kernels.h"
@@ -226,9 +227,8 @@ Status ActiveOp::bindBuffers() {
         bufs_.base[i] = static_cast<std::byte*>(d_.recvbuf);
         if (shadow_output_) {
           // In place the buffer holds the input, which the schedule reads from it.
-          shadow_ = scratch.data() + shadow_offset;
-          if (shadow_bytes_ && d_.in_place) std::memcpy(shadow_, d_.recvbuf, shadow_bytes_);
-          bufs_.base[i] = shadow_;
+          bufs_.base[i] = scratch.data() + shadow_offset;
+          if (shadow_bytes_ && d_.in_place) std::memcpy(bufs_.base[i], d_.recvbuf, shadow_bytes_);
         }
         break;
       case BufferRole::kScratch:
@@ -300,30 +300,34 @@ bool MayCarryAgreement(const braidComm& comm, const OpDesc& d, const Algorithm* 
   const bool everyone_receives = d.kind == CollKind::kAllReduce || d.kind == CollKind::kAllGather ||
                                  d.kind == CollKind::kReduceScatter;
   const bool butterfly =
-      n > 2 && n <= kCarriedAgreementMaxRanks && (n & (n - 1)) == 0 && everyone_receives;
+      n > 2 && n <= kCarriedAgreementMaxRanks && IsPowerOfTwo(n) && everyone_receives;
   return d.kind != CollKind::kSendRecv && d.kind != CollKind::kBarrier && algo &&
          comm.config().verify_calls && (n == 2 || butterfly) &&
          LargestBufferBytes(d, n) <= kExpressBytes;
+}
+
+// The part of CarriesAgreement that builds schedules: `algo`'s schedule on every rank of `n`, in
+// both placements, has the agreement's shape. The peers decide from their own rank and placement
+// (in place or not is each rank's own choice), so the answer must not depend on either: every
+// combination must run alike.
+bool SchedulesCarryAgreement(int n, const Algorithm& algo, const CollArgs& args) {
+  for (int rank = 0; rank < n; ++rank)
+    for (bool in_place : {false, true}) {
+      CollArgs a = args;
+      a.in_place = in_place;
+      if (!algo.supports(a)) continue;  // a placement no rank can run
+      auto s = BuildSchedule(algo, a, rank);
+      if (!s.ok() || !(n == 2 ? StartsWithOneExchange(*s, rank) : IsButterfly(*s, rank, n)))
+        return false;
+    }
+  return true;
 }
 
 }  // namespace
 
 bool CarriesAgreement(const braidComm& comm, const OpDesc& d, const Algorithm* algo,
                       const CollArgs& args) {
-  if (!MayCarryAgreement(comm, d, algo)) return false;
-  const int n = comm.nranks();
-  // The peers decide from their own rank and placement (in place or not is each rank's own
-  // choice), so the answer must not depend on either: every combination must run alike.
-  for (int rank = 0; rank < n; ++rank)
-    for (bool in_place : {false, true}) {
-      CollArgs a = args;
-      a.in_place = in_place;
-      if (!algo->supports(a)) continue;  // a placement no rank can run
-      auto s = BuildSchedule(*algo, a, rank);
-      if (!s.ok() || !(n == 2 ? StartsWithOneExchange(*s, rank) : IsButterfly(*s, rank, n)))
-        return false;
-    }
-  return true;
+  return MayCarryAgreement(comm, d, algo) && SchedulesCarryAgreement(comm.nranks(), *algo, args);
 }
 
 bool ActiveOp::carriesAgreement() {
@@ -332,7 +336,7 @@ bool ActiveOp::carriesAgreement() {
   const auto key = std::make_tuple(proto_.coll, proto_.dtype, proto_.op, proto_.count, proto_.root,
                                    proto_.codec);
   if (auto it = cache.find(key); it != cache.end()) return it->second;
-  const bool carries = CarriesAgreement(*comm_, d_, algo_, args_);
+  const bool carries = SchedulesCarryAgreement(comm_->nranks(), *algo_, args_);
   if (cache.size() >= 4096) cache.clear();  // call shapes of a long job: keep it bounded
   cache.emplace(key, carries);
   return carries;
@@ -385,7 +389,8 @@ Status ActiveOp::advance(StreamGate& gate, bool* moved, std::vector<Endpoint*>* 
     if (*done) {
       // Every round of a butterfly ran: all ranks know of a conflict, or none had one.
       if (have_conflict_) return conflictError();
-      if (shadow_output_ && shadow_bytes_) std::memcpy(d_.recvbuf, shadow_, shadow_bytes_);
+      if (shadow_output_ && shadow_bytes_)
+        std::memcpy(d_.recvbuf, bufs_.base[kRecvBuf], shadow_bytes_);
       stage_ = Stage::kFinished;
     }
   }

@@ -210,10 +210,10 @@ class ActiveOp {
   // The peer's carried agreement matched: the first step's local steps may run.
   bool agreement_checked_ = false;
   // The butterfly of a carried agreement on more than two ranks: the data schedule writes a
-  // shadow of the receive buffer (scratch, a copy of it in place), copied out once every round
-  // matched, so that a conflict found in a later round leaves the user's buffers as they were.
+  // shadow of the receive buffer (scratch, a copy of it in place; bufs_ binds the receive slot
+  // to it), copied out once every round matched, so that a conflict found in a later round leaves
+  // the user's buffers as they were.
   bool shadow_output_ = false;
-  std::byte* shadow_ = nullptr;
   uint64_t shadow_bytes_ = 0;
   std::vector<CallConflict> sent_;  // per agreement step: the record its send carries
   CallConflict incoming_;
