@@ -20,6 +20,11 @@
 # Several sizes (--size 1M,16M,64M as bytes) run one after another inside each repetition;
 # --no-mpi leaves Open MPI out (for the tuner's pick against the forced algorithms); --colls
 # runs only the named collectives (allgather, reducescatter, allreduce; default all three).
+# Before the repetitions, one job calibrates the cluster's links into a profile
+# (BRAID_LINK_PROFILE) that every braid row then reads, so that the tuner of each row and the
+# simulator (perf/sim_at_scale, same shape, one NIC per node) see the same link model; after the
+# medians a summary prints, per collective and size, each braid row against its predicted time,
+# the flat ring and Open MPI's best, and the tuner's pick against the fastest forced algorithm.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=build shape=2x2 link=1gbit sizes=$((64 << 20)) reps=3 iters=3 mpi=1
@@ -64,12 +69,44 @@ if ((mpi)); then
   tools/emucluster up "$emu" "$g" --link "$link" >/dev/null
 fi
 
+# The link model, measured once (rank 0 writes the profile; docs/hierarchical.md).
+workdir=$(mktemp -d)
+profile=$workdir/link.profile
+trap 'rm -rf "$workdir"' EXIT
+if ((mpi)); then trap 'cleanup; rm -rf "$workdir"' EXIT; fi
+if ! out=$("$build/tools/braidrun" --emulate "$shape" --link "$link" -- \
+  env BRAID_LINK_PROFILE="$profile" "$build/perf/all_reduce_perf" -b 8 -e 8 -n 1 -w 0 2>&1) ||
+  [[ ! -s $profile ]]; then
+  echo "$out" >&2
+  echo "$0: the calibration job wrote no link profile ($profile)" >&2
+  exit 1
+fi
+lp() { awk -v k="$1" '$1 == k {print $2}' "$profile"; }
+intra_lat=$(lp intra.alpha_s) intra_bw=$(lp intra.beta_bytes_s)
+inter_lat=$(lp inter.alpha_s) inter_bw=$(lp inter.beta_bytes_s)
+[[ -n $intra_lat && -n $intra_bw && -n $inter_lat && -n $inter_bw ]] ||
+  { echo "$0: link profile without both classes:" >&2; cat "$profile" >&2; exit 1; }
+# Predictions: predicted["SIZE COLL braid:ALGO"] in us, picks["SIZE COLL"] = the tuner's pick.
+declare -A predicted picks
+sim_colls=$(IFS=,; echo "${coll_list[*]}")
+while read -r c b a rest; do
+  if [[ $a == tuner ]]; then
+    picks["$b $c"]=${rest#picks }
+  elif [[ $b =~ ^[0-9]+$ && $rest =~ ^[0-9.]+ ]]; then
+    predicted["$b $c braid:$a"]=$(awk -v t="${rest%% *}" 'BEGIN {printf "%.0f", t * 1e6}')
+  fi
+done < <("$build/perf/sim_at_scale" --nodes "$g" --gpus "$m" --nics 1 --intra-bw "$intra_bw" \
+  --intra-lat "$intra_lat" --inter-bw "$inter_bw" --inter-lat "$inter_lat" --sizes "$sizes" \
+  --colls "$sim_colls" --algos ring,hring,ho_ring,torus2d,hier_leader --threads 1)
+for key in "${!picks[@]}"; do predicted["$key braid:tuner"]=${predicted["$key braid:${picks[$key]}"]:-}; done
+
 declare -A times
 braid_row() {  # coll binary algo
   local out t
   local force=(-A "$3")
   [[ $3 == tuner ]] && force=()  # the tuner's own choice (its calibrated model)
   out=$("$build/tools/braidrun" --emulate "$shape" --link "$link" -- \
+    env BRAID_LINK_PROFILE="$profile" \
     "$build/perf/$2" -b "$size" -e "$size" -n "$iters" -w 1 ${force[@]+"${force[@]}"} 2>&1) || {
     echo "$out" >&2
     echo "braid $1 $3 failed" >&2
@@ -98,6 +135,7 @@ declare -A algos=([allgather]="ring hring ho_ring tuner" [reducescatter]="ring h
 declare -A bins=([allgather]=all_gather_perf [reducescatter]=reduce_scatter_perf
   [allreduce]=all_reduce_perf)
 echo "# $shape nodes, link $link, $sizes bytes, $reps repetitions, $iters iterations; $(date -u +%FT%TZ)"
+echo "# link model (calibrated, every row's): intra $intra_lat s $intra_bw B/s, inter $inter_lat s $inter_bw B/s"
 echo "# load before: $(cut -d' ' -f1-3 /proc/loadavg), $(nproc) cores"
 for ((r = 1; r <= reps; ++r)); do
   echo "# repetition $r (load $(cut -d' ' -f1-3 /proc/loadavg))"
@@ -110,8 +148,46 @@ for ((r = 1; r <= reps; ++r)); do
 done
 echo "# load after: $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "# medians (us)"
+declare -A med
 for key in "${!times[@]}"; do
-  med=$(echo "${times[$key]}" | tr ' ' '\n' | grep -v '^$' | sort -n | awk '{v[NR]=$1} END {print (NR%2 ? v[(NR+1)/2] : (v[NR/2]+v[NR/2+1])/2)}')
+  med[$key]=$(echo "${times[$key]}" | tr ' ' '\n' | grep -v '^$' | sort -n | awk '{v[NR]=$1} END {print (NR%2 ? v[(NR+1)/2] : (v[NR/2]+v[NR/2+1])/2)}')
+done
+for key in "${!times[@]}"; do
   read -r ksize kcoll krow <<<"$key"
-  printf '%-10s %-14s %-16s %9s   (%s)\n' "$ksize" "$kcoll" "$krow" "$med" "${times[$key]% }"
+  printf '%-10s %-14s %-16s %9s   (%s)\n' "$ksize" "$kcoll" "$krow" "${med[$key]}" "${times[$key]% }"
 done | sort -k1,1n -k2,2 -k3,3
+
+# Per collective and size: each braid row's median against its prediction and the flat ring,
+# then the tuner's pick against the fastest forced algorithm and braid's best against Open MPI's.
+lt() { awk -v a="$1" -v b="$2" 'BEGIN {exit !(a < b)}'; }
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN {if (a == "" || b == "" || b == 0) print "-"; else printf "%.2f", a / b}'; }
+echo "# summary (ms; pred: the simulator with the calibrated link model)"
+printf '%-10s %-14s %-12s %10s %10s %9s %8s\n' size collective row median pred meas/pred vs_ring
+for size in "${size_list[@]}"; do
+  for coll in "${coll_list[@]}"; do
+    ring=${med["$size $coll braid:ring"]:-}
+    best="" best_row=""
+    for a in ${algos[$coll]}; do
+      k="$size $coll braid:$a"
+      t=${med[$k]:-}
+      p=${predicted[$k]:-}
+      printf '%-10s %-14s %-12s %10s %10s %9s %8s\n' "$size" "$coll" "$a" \
+        "$(awk -v t="$t" 'BEGIN {printf "%.2f", t / 1000}')" \
+        "$( [[ -n $p ]] && awk -v t="$p" 'BEGIN {printf "%.2f", t / 1000}' || echo -)" \
+        "$(ratio "$t" "$p")" "$(ratio "$t" "$ring")"
+      if [[ $a != tuner ]] && { [[ -z $best ]] || lt "$t" "$best"; }; then
+        best=$t best_row=$a
+      fi
+    done
+    tuner=${med["$size $coll braid:tuner"]:-}
+    echo "$size $coll: tuner (picks ${picks["$size $coll"]:-?}) / fastest forced ($best_row): $(ratio "$tuner" "$best")"
+    if ((mpi)); then
+      mbest=""
+      for map in slot node; do
+        t=${med["$size $coll ompi:by-$map"]:-}
+        if [[ -z $mbest ]] || lt "$t" "$mbest"; then mbest=$t; fi
+      done
+      echo "$size $coll: Open MPI's best $(awk -v t="$mbest" 'BEGIN {printf "%.2f", t / 1000}') ms; braid's fastest / Open MPI's best: $(ratio "$best" "$mbest")"
+    fi
+  done
+done
