@@ -629,8 +629,9 @@ TEST(HierarchicalTuner, PicksTheTreeForRootedCollectivesAcrossNodes) {
 
 // On the emulated 2x2 cluster of docs/hierarchical.md the tuner's own pick for 64 MiB is
 // HO-Ring for all three collectives, with the nominal link (1 Gbit/s) and with what link
-// calibration measured there (inter 12 us, 0.24 GB/s: the tbf burst lets a 512 KiB probe through
-// faster than the rate), so the table's `tuner` rows run HO-Ring.
+// calibration once measured there (inter 12 us, 0.24 GB/s: a 512 KiB probe passed in the 4 ms tbf
+// burst of the time; the 4 MiB probe and the 1 ms bucket now give 8.6 us, 0.12 GB/s), so the
+// table's `tuner` rows run HO-Ring.
 TEST(HierarchicalTuner, PicksHoRingOnTheEmulatedTwoByTwo) {
   LinkModel nominal;
   nominal.intra = {2e-6, 10e9};
