@@ -382,6 +382,47 @@ TEST_P(CarriedAgreement, RidesInTheButterflysData) {
 
 INSTANTIATE_TEST_SUITE_P(CallAgreement, CarriedAgreement, ::testing::Values(4, 8));
 
+// Counts on either side of the board's threshold (BRAID_ONESHOT_BYTES=16K, so on any host: rank
+// 0's all-gather of 4 KiB per rank runs on the shared-memory board, rank 1's of 128 KiB on the
+// engine; an all-gather, since an all-reduce would run on the board at any size where the ranks
+// outnumber the cores). The two paths keep separate sequences, so this is the one mismatch that
+// fails the communicator instead of leaving it usable (docs/reliability.md, "One gap"); it must
+// still fail on both ranks at once (well before BRAID_TIMEOUT), name the mismatch, write no
+// receive buffer, and make later calls fail rather than hang.
+TEST(CallAgreement, CountsStraddlingTheBoardFailOnBothRanks) {
+  JobOptions opt;
+  opt.nranks = 2;
+  opt.timeout_s = 60;
+  opt.env = {
+      {"BRAID_TRANSPORTS", "shm"}, {"BRAID_TIMEOUT", "10"}, {"BRAID_ONESHOT_BYTES", "16384"}};
+  auto out = RunJob(opt, [](braidComm_t comm, int rank, int n, const braidUniqueId&) {
+    const size_t large = size_t{1} << 15;  // 128 KiB of floats per rank: beyond the board
+    const size_t count = rank == n - 1 ? large : 1024;
+    std::vector<float> in(large, 1.0f), recv(large * n, kSentinel);
+    auto t0 = Clock::now();
+    braidResult_t rc = braidAllGather(in.data(), recv.data(), count, braidFloat32, comm);
+    const char* msg = braidGetLastError(comm);
+    if (rc == braidSuccess || SecondsSince(t0) > 8 || !Contains(msg, "call mismatch")) {
+      std::fprintf(stderr, "[rank %d] rc=%d after %.1fs: %s\n", rank, rc, SecondsSince(t0), msg);
+      return 1;
+    }
+    for (size_t i = 0; i < recv.size(); ++i)
+      if (recv[i] != kSentinel) {
+        std::fprintf(stderr, "[rank %d] receive buffer written at %zu\n", rank, i);
+        return 2;
+      }
+    t0 = Clock::now();
+    rc = braidAllReduce(in.data(), recv.data(), 16, braidFloat32, braidSum, comm);
+    if (rc == braidSuccess || SecondsSince(t0) > 8) {
+      std::fprintf(stderr, "[rank %d] the next call: rc=%d after %.1fs\n", rank, rc,
+                   SecondsSince(t0));
+      return 3;
+    }
+    return 0;
+  });
+  EXPECT_TRUE(AllSucceeded(out)) << DescribeOutcomes(out);
+}
+
 // Ranks that build different schedules for the same call (here rank 0 alone runs in
 // deterministic mode, the ordered reduction, with the agreement of its own; the others run
 // recursive doubling, whose rounds carry it) fail alike, saying so, instead of misreading each
