@@ -160,6 +160,7 @@ done | sort -k1,1n -k2,2 -k3,3
 # Per collective and size: each braid row's median against its prediction and the flat ring,
 # then the tuner's pick against the fastest forced algorithm and braid's best against Open MPI's.
 lt() { awk -v a="$1" -v b="$2" 'BEGIN {exit !(a < b)}'; }
+ms() { awk -v t="$1" 'BEGIN {if (t == "") print "-"; else printf "%.2f", t / 1000}'; }
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN {if (a == "" || b == "" || b == 0) print "-"; else printf "%.2f", a / b}'; }
 echo "# summary (ms; pred: the simulator with the calibrated link model)"
 printf '%-10s %-14s %-12s %10s %10s %9s %8s\n' size collective row median pred meas/pred vs_ring
@@ -171,10 +172,8 @@ for size in "${size_list[@]}"; do
       k="$size $coll braid:$a"
       t=${med[$k]:-}
       p=${predicted[$k]:-}
-      printf '%-10s %-14s %-12s %10s %10s %9s %8s\n' "$size" "$coll" "$a" \
-        "$(awk -v t="$t" 'BEGIN {printf "%.2f", t / 1000}')" \
-        "$( [[ -n $p ]] && awk -v t="$p" 'BEGIN {printf "%.2f", t / 1000}' || echo -)" \
-        "$(ratio "$t" "$p")" "$(ratio "$t" "$ring")"
+      printf '%-10s %-14s %-12s %10s %10s %9s %8s\n' "$size" "$coll" "$a" "$(ms "$t")" \
+        "$(ms "$p")" "$(ratio "$t" "$p")" "$(ratio "$t" "$ring")"
       if [[ $a != tuner ]] && { [[ -z $best ]] || lt "$t" "$best"; }; then
         best=$t best_row=$a
       fi
@@ -187,7 +186,7 @@ for size in "${size_list[@]}"; do
         t=${med["$size $coll ompi:by-$map"]:-}
         if [[ -z $mbest ]] || lt "$t" "$mbest"; then mbest=$t; fi
       done
-      echo "$size $coll: Open MPI's best $(awk -v t="$mbest" 'BEGIN {printf "%.2f", t / 1000}') ms; braid's fastest / Open MPI's best: $(ratio "$best" "$mbest")"
+      echo "$size $coll: Open MPI's best $(ms "$mbest") ms; braid's fastest / Open MPI's best: $(ratio "$best" "$mbest")"
     fi
   done
 done

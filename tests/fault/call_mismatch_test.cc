@@ -55,6 +55,17 @@ int StillUsable(braidComm_t comm, int rank, int nranks) {
   return 0;
 }
 
+// Whether a receive buffer still holds only kSentinel (a failed call wrote none of it).
+bool Untouched(int rank, const std::vector<float>& recv) {
+  for (size_t i = 0; i < recv.size(); ++i)
+    if (recv[i] != kSentinel) {
+      std::fprintf(stderr, "[rank %d] receive buffer written at %zu despite the mismatch\n", rank,
+                   i);
+      return false;
+    }
+  return true;
+}
+
 // Checks what every rank must see: invalid usage within the timeout, a message naming the
 // sequence number and both sides (`want` substrings), an untouched receive buffer.
 int ExpectMismatch(braidResult_t rc, braidComm_t comm, int rank, Clock::time_point t0,
@@ -66,13 +77,7 @@ int ExpectMismatch(braidResult_t rc, braidComm_t comm, int rank, Clock::time_poi
     std::fprintf(stderr, "[rank %d] rc=%d after %.1fs: %s\n", rank, rc, SecondsSince(t0), msg);
     return 1;
   }
-  for (size_t i = 0; i < recv.size(); ++i)
-    if (recv[i] != kSentinel) {
-      std::fprintf(stderr, "[rank %d] receive buffer written at %zu despite the mismatch\n", rank,
-                   i);
-      return 2;
-    }
-  return 0;
+  return Untouched(rank, recv) ? 0 : 2;
 }
 
 using Param = std::tuple<int, std::string>;  // ranks, transport
@@ -406,11 +411,7 @@ TEST(CallAgreement, CountsStraddlingTheBoardFailOnBothRanks) {
       std::fprintf(stderr, "[rank %d] rc=%d after %.1fs: %s\n", rank, rc, SecondsSince(t0), msg);
       return 1;
     }
-    for (size_t i = 0; i < recv.size(); ++i)
-      if (recv[i] != kSentinel) {
-        std::fprintf(stderr, "[rank %d] receive buffer written at %zu\n", rank, i);
-        return 2;
-      }
+    if (!Untouched(rank, recv)) return 2;
     t0 = Clock::now();
     rc = braidAllReduce(in.data(), recv.data(), 16, braidFloat32, braidSum, comm);
     if (rc == braidSuccess || SecondsSince(t0) > 8) {
