@@ -18,6 +18,8 @@
 //   s % kEntries were last used by post s - kEntries: every peer must have consumed it;
 // - a large call's buffer s & 1 was last used by a post no later than s - 2: every peer must
 //   have consumed s - 2.
+// A call by reference (core/runtime/one_shot.h) posts addresses, not data: all its posts are in
+// entries, and it runs alone like a large call.
 // A rank reads (and consumes) the calls it posted ahead only after posting all of them, so it
 // posts at most kEntries small calls ahead, and a large call alone: then every post it waits for
 // its peers to consume comes before its own first unread one, which is why no batching of the

@@ -278,17 +278,23 @@ class FakePeer {
     PutField(&info, std::to_string(cfg->oneshot_bytes));
     PutField(&info, "3");  // affinity mask: CPUs 0 and 1
     PutField(&info, cfg->lazy_connect ? "1" : "0");
+    PutField(&info, "");  // no device-group link
+    PutField(&info, std::to_string(cfg->board_two_shot));
+    PutField(&info, "0,0");  // no cross-memory probe word
+    PutField(&info, std::to_string(cfg->single_copy_bytes));
     auto round1 = bs_->allGather(info, deadline);
     if (!round1.ok()) return Fail(round1.status().message());
-    // Round 2: the transport list; only tcp, at our listener.
+    // Round 2: whether this rank reads its peers' memory (no), then the transport list; only
+    // tcp, at our listener.
     std::string transports;
+    PutField(&transports, "0");
     PutField(&transports, "tcp");
     PutField(&transports, "tcp1 " + FormatAddress(*addr));
     auto round2 = bs_->allGather(transports, deadline);
     if (!round2.ok()) return Fail(round2.status().message());
     std::string peer_blob;
     auto f = SplitFields((*round2)[real]);
-    for (size_t i = 0; i + 1 < f.size(); i += 2)
+    for (size_t i = 1; i + 1 < f.size(); i += 2)
       if (f[i] == "tcp") peer_blob = f[i + 1];
     if (peer_blob.rfind("tcp1 ", 0) != 0) return Fail("the real rank published no tcp address");
 

@@ -5,11 +5,22 @@
 // are the rank-order fold on every rank, a call that differs between ranks fails on every rank
 // and leaves the communicator usable, mixed board and engine calls (non-blocking, larger) on 8
 // ranks on the 2-core machine complete bit-exact, and a killed, stopped or revoking peer is named
-// by every survivor waiting on the board. Order between ranks comes from pipes, never sleeps.
+// by every survivor waiting on the board. Calls by reference (BRAID_SINGLE_COPY_BYTES: each rank
+// reads its peers' buffers in place) are bit-exact with no stream byte, fail cleanly on a
+// mismatch or a buffer a peer cannot read, and are turned off on every rank when one rank may not
+// be read. Order between ranks comes from pipes, never sleeps.
 #include <gtest/gtest.h>
+#include <linux/audit.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
 #include <sched.h>
 #include <signal.h>
+#include <stddef.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
+#include <sys/uio.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -939,6 +950,184 @@ TEST(OneShotForms, BlockingAgainstNonBlockingFailsOnBothRanksInSeconds) {
                                  : msg.find("rank 0") != std::string::npos;
     CHECK_OR_FAIL(rc != braidSuccess && dt < 5.0 && named, "rc=%d after %.2fs: %s", rc, dt,
                   msg.c_str());
+    return 0;
+  });
+  EXPECT_TRUE(AllSucceeded(out)) << DescribeOutcomes(out);
+}
+
+// ------------------------------------------------------------------------- calls by reference
+
+// Whether this host lets a process read a sibling's memory (process_vm_readv): the ranks of a
+// job are siblings. Containers and hardened hosts may forbid it; braid then copies through the
+// board, and the tests that need it skip.
+bool HostAllowsCrossMemoryAttach() {
+  static volatile uint64_t word = 0x5eed;
+  const pid_t parent = getpid();
+  std::fflush(stdout);
+  std::fflush(stderr);
+  const pid_t child = fork();
+  if (child == 0) {
+    uint64_t seen = 0;
+    iovec local{&seen, sizeof(seen)};
+    iovec far{const_cast<uint64_t*>(&word), sizeof(seen)};
+    _exit(process_vm_readv(parent, &local, 1, &far, 1, 0) == sizeof(seen) && seen == 0x5eed ? 0
+                                                                                            : 1);
+  }
+  int status = 0;
+  return child > 0 && waitpid(child, &status, 0) == child && WIFEXITED(status) &&
+         WEXITSTATUS(status) == 0;
+}
+
+// Every call from 1 byte runs by reference; no two-shot board, so an all-reduce too large for the
+// board's buffers could only go to the engine (and move stream bytes) if not by reference.
+JobOptions ByReferenceOptions(int n) {
+  return Options(n, {{"BRAID_SINGLE_COPY_BYTES", "1"}, {"BRAID_BOARD_TWO_SHOT", "0"}});
+}
+
+// The collectives that run by reference, out of the case matrix.
+std::vector<Case> ByReferenceCases(const std::vector<uint64_t>& counts,
+                                   const std::vector<DataType>& types) {
+  std::vector<int> ops(std::begin(kOps), std::end(kOps));
+  std::vector<Case> cases;
+  for (const Case& c : Matrix(counts, types, ops))
+    if (c.kind != CollKind::kReduce && c.kind != CollKind::kAllToAll) cases.push_back(c);
+  return cases;
+}
+
+// All-reduce, all-gather, reduce-scatter and broadcast by reference, type x op x placement, at
+// counts that leave ranks' parts empty (1), cut unevenly (7, 300) and span several fold pieces
+// (70001 elements: 280-560 KB per rank, more than the board's buffers hold, so no copying board
+// call could carry them): bit-exact (reductions are the rank-order fold the reference computes),
+// and not one byte through the streams. Float all-reduces whose sums round are the rank-order
+// fold's bits on every rank, in place, out of place and AVG.
+TEST_P(OneShot, CallsByReferenceAreBitExactAndSendNoStreamByte) {
+  if (!HostAllowsCrossMemoryAttach()) GTEST_SKIP() << "this host forbids process_vm_readv";
+  const int n = GetParam();
+  std::vector<DataType> all(std::begin(kTypes), std::end(kTypes));
+  std::vector<Case> cases = ByReferenceCases({1, 7, 300}, all);
+  for (const Case& c : ByReferenceCases({70001}, {DataType::kFloat32, DataType::kFloat64}))
+    cases.push_back(c);
+  auto out = RunJob(
+      ByReferenceOptions(n), [&](braidComm_t comm, int rank, int nranks, const braidUniqueId&) {
+        uint64_t before = 0;
+        CHECK_OR_FAIL(SentBytes(comm, nranks, &before), "traffic counters");
+        uint64_t wrong = 0;
+        for (const Case& c : cases) wrong += RunCase(comm, rank, nranks, c);
+        CHECK_OR_FAIL(wrong == 0, "%llu wrong elements", static_cast<unsigned long long>(wrong));
+        const auto un = static_cast<uint64_t>(nranks);
+        if (CheckRankOrderFold(comm, rank, nranks, "by reference", {un, 3 * un + 2, 70001}) != 0)
+          return 1;
+        CHECK_OR_FAIL(braidBarrier(comm) == braidSuccess, "barrier");
+        CHECK_OR_FAIL(SentSince(comm, nranks, before) == 0, "calls by reference sent stream bytes");
+        return 0;
+      });
+  EXPECT_TRUE(AllSucceeded(out)) << DescribeOutcomes(out);
+}
+
+// A call by reference that differs between ranks (rank 0 passes one element more) fails on every
+// rank naming the mismatch before any rank reads a peer's buffer, and the next one runs; so does
+// one that only some ranks would run by reference (rank 0's 4 KiB reaches the threshold, the
+// others' 4092 bytes go on the copying board).
+TEST_P(OneShot, ACallByReferenceThatDiffersFailsOnEveryRankAndTheNextOneRuns) {
+  if (!HostAllowsCrossMemoryAttach()) GTEST_SKIP() << "this host forbids process_vm_readv";
+  const int n = GetParam();
+  auto out = RunJob(Options(n, {{"BRAID_SINGLE_COPY_BYTES", "4096"}}),
+                    [&](braidComm_t comm, int rank, int nranks, const braidUniqueId&) {
+                      for (size_t base : {size_t{70000}, size_t{1023}})
+                        if (CheckMismatchedCountThenNextCall(comm, rank, nranks, base) != 0)
+                          return 1;
+                      return 0;
+                    });
+  EXPECT_TRUE(AllSucceeded(out)) << DescribeOutcomes(out);
+}
+
+// One rank's receive buffer has a page its own process cannot write, inside a peer's block of an
+// in-place all-gather: its read of that block fails (EFAULT) instead of crashing, it names the
+// peer and the bad address, and every other rank, waiting for its "done" post, fails naming it
+// within seconds; later calls fail instead of hanging.
+TEST_P(OneShot, AnUnwritableBufferFailsEveryRankWithAnErrorInsteadOfACrash) {
+  if (!HostAllowsCrossMemoryAttach()) GTEST_SKIP() << "this host forbids process_vm_readv";
+  const int n = GetParam();
+  const int victim = n - 1;
+  auto out = RunJob(Options(n, {{"BRAID_SINGLE_COPY_BYTES", "4096"}}), [&](braidComm_t comm,
+                                                                           int rank, int nranks,
+                                                                           const braidUniqueId&) {
+    const long page = sysconf(_SC_PAGESIZE);
+    const size_t block = 4 * static_cast<size_t>(page);  // bytes per rank
+    const size_t total = block * static_cast<size_t>(nranks);
+    auto* buf = static_cast<char*>(
+        mmap(nullptr, total, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+    CHECK_OR_FAIL(buf != MAP_FAILED, "mmap");
+    std::memset(buf + rank * block, rank + 1, block);
+    // The victim cannot write the second page of rank 0's block.
+    if (rank == victim)
+      CHECK_OR_FAIL(mprotect(buf + page, static_cast<size_t>(page), PROT_READ) == 0, "mprotect");
+    const auto t0 = Clock::now();
+    const braidResult_t rc = braidAllGather(buf + rank * block, buf, block, braidUint8, comm);
+    const double dt = SecondsSince(t0);
+    const std::string msg = braidGetLastError(comm);
+    const bool named = rank == victim
+                           ? msg.find("rank 0's buffer in place") != std::string::npos &&
+                                 msg.find("Bad address") != std::string::npos
+                           : msg.find("rank " + std::to_string(victim)) != std::string::npos;
+    CHECK_OR_FAIL(rc != braidSuccess && dt < 5.0 && named, "rc=%d after %.2fs: %s", rc, dt,
+                  msg.c_str());
+    const auto t1 = Clock::now();
+    CHECK_OR_FAIL(braidAllGather(buf + rank * block, buf, 16, braidUint8, comm) != braidSuccess &&
+                      SecondsSince(t1) < 5.0,
+                  "the next call: %s", braidGetLastError(comm));
+    munmap(buf, total);
+    return 0;
+  });
+  EXPECT_TRUE(AllSucceeded(out)) << DescribeOutcomes(out);
+}
+
+// Makes process_vm_readv fail with EPERM in this process from now on, as a container's seccomp
+// profile does. False when the filter cannot be installed.
+bool ForbidCrossMemoryAttach() {
+#if defined(__x86_64__)
+  constexpr uint32_t kArch = AUDIT_ARCH_X86_64;
+#elif defined(__aarch64__)
+  constexpr uint32_t kArch = AUDIT_ARCH_AARCH64;
+#else
+  return false;
+#endif
+  sock_filter filter[] = {
+      BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(seccomp_data, arch)),
+      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, kArch, 1, 0),
+      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+      BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(seccomp_data, nr)),
+      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_process_vm_readv, 0, 1),
+      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | EPERM),
+      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+  };
+  sock_fprog prog{static_cast<unsigned short>(sizeof(filter) / sizeof(filter[0])), filter};
+  return prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) == 0 &&
+         prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog) == 0;
+}
+
+// One rank may not read its peers' memory (a seccomp filter refuses process_vm_readv there): its
+// probes at init fail, so no rank runs a call by reference, and the calls run bit-exact the way
+// they would without it (the large ones through the streams).
+TEST_P(OneShot, WhereOneRankMayNotReadItsPeersNoRankCallsByReference) {
+  if (!HostAllowsCrossMemoryAttach()) GTEST_SKIP() << "this host forbids process_vm_readv";
+  const int n = GetParam();
+  JobOptions opt = ByReferenceOptions(n);
+  opt.init = false;
+  auto out = RunJob(opt, [&](braidComm_t, int rank, int nranks, const braidUniqueId& id) {
+    if (rank == nranks - 1) CHECK_OR_FAIL(ForbidCrossMemoryAttach(), "seccomp filter");
+    braidComm_t comm = nullptr;
+    CHECK_OR_FAIL(braidCommInitRank(&comm, nranks, id, rank) == braidSuccess, "init: %s",
+                  braidGetLastError(nullptr));
+    uint64_t before = 0;
+    CHECK_OR_FAIL(SentBytes(comm, nranks, &before), "traffic counters");
+    uint64_t wrong = 0;
+    for (const Case& c : ByReferenceCases({70001}, {DataType::kFloat32}))
+      wrong += RunCase(comm, rank, nranks, c);
+    CHECK_OR_FAIL(wrong == 0, "%llu wrong elements", static_cast<unsigned long long>(wrong));
+    CHECK_OR_FAIL(SentSince(comm, nranks, before) > 0,
+                  "no stream byte moved: the calls ran by reference");
+    CHECK_OR_FAIL(braidCommDestroy(comm) == braidSuccess, "destroy");
     return 0;
   });
   EXPECT_TRUE(AllSucceeded(out)) << DescribeOutcomes(out);

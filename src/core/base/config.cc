@@ -33,6 +33,13 @@ const std::vector<ConfigVar>& ConfigTable() {
        "all-reduce on the board: 'auto' two-shot from 3 ranks and 32K (each rank folds 1/N of "
        "the message from every post and posts that part, then copies the N parts out), else "
        "one-shot (every rank folds all of it); '1' two-shot beyond 4K, '0' one-shot always"},
+      {"BRAID_SINGLE_COPY_BYTES", nullptr, "bytes", "0",
+       "from this per-rank payload, blocking all-reduce, all-gather, reduce-scatter and "
+       "broadcast on one host run on the board by reference: each rank reads its peers' buffers "
+       "in place with one kernel copy (cross-memory attach, process_vm_readv) instead of through "
+       "shared-memory copies; only where every rank may read every peer (probed at init). 0 "
+       "(default): never (it measured no faster on the development host, docs/performance.md). "
+       "Rank 0's setting wins"},
       {"BRAID_HOSTID", nullptr, "string", "",
        "node identity override (emulated clusters); default hostname+boot id+netns"},
       {"BRAID_TOPO_FILE", nullptr, "string", "",
@@ -201,6 +208,8 @@ Result<Config> LoadConfigFromEnv() {
     c.board_two_shot = two_shot == "1";
   else
     return BadValue(Var("BRAID_BOARD_TWO_SHOT"), two_shot.c_str(), "expected auto, 0 or 1");
+  BRAID_RETURN_IF_ERROR(
+      ReadBytes("BRAID_SINGLE_COPY_BYTES", 0, uint64_t{1} << 50, &c.single_copy_bytes));
   ReadString("BRAID_HOSTID", &c.host_id);
   ReadString("BRAID_TOPO_FILE", &c.topo_file);
   ReadString("BRAID_COMM_ID", &c.comm_id);

@@ -24,6 +24,7 @@ struct Config {
   uint64_t shm_ring_bytes = 1 << 20;   // BRAID_SHM_RING_BYTES / NCCL_BUFFSIZE (upper bound)
   uint64_t oneshot_bytes = 256 << 10;  // BRAID_ONESHOT_BYTES (0: no small-message board)
   int board_two_shot = -1;             // BRAID_BOARD_TWO_SHOT: -1 auto, 0 never, 1 always
+  uint64_t single_copy_bytes = 0;      // BRAID_SINGLE_COPY_BYTES (0: never)
   std::string host_id;                 // BRAID_HOSTID
   std::string topo_file;               // BRAID_TOPO_FILE
   std::string comm_id;                 // BRAID_COMM_ID / NCCL_COMM_ID

@@ -16,6 +16,7 @@
 #include "core/net/bootstrap.h"
 #include "core/runtime/engine.h"
 #include "core/runtime/placement.h"
+#include "transport/cross_memory.h"
 #include "core/base/cpus.h"
 #include "core/base/log.h"
 
@@ -257,6 +258,15 @@ Status braidComm::exchangeRankInfo(Bootstrap& bs, Deadline deadline) {
                   placement->group_bandwidth);
   PutField(&mine, group_link);
   PutField(&mine, std::to_string(c.board_two_shot));
+  // Where a peer of this host may read this process's memory to learn whether it can at all
+  // (braidComm::connectTransports), and the size from which the board reads by reference.
+  const CrossMemoryProbe probe = LocalCrossMemoryProbe();
+  char probe_text[40];
+  std::snprintf(probe_text, sizeof(probe_text), "%llx,%llx",
+                static_cast<unsigned long long>(probe.address),
+                static_cast<unsigned long long>(probe.value));
+  PutField(&mine, probe_text);
+  PutField(&mine, std::to_string(c.single_copy_bytes));
   BRAID_ASSIGN_OR_RETURN(auto all, bs.allGather(mine, deadline));
   infos_.resize(nranks_);
   std::vector<std::vector<std::string>> fields(nranks_);
@@ -284,6 +294,13 @@ Status braidComm::exchangeRankInfo(Bootstrap& bs, Deadline deadline) {
       return RemoteError("malformed placement in the init message from rank " + std::to_string(r));
     infos_[r].nic_types = static_cast<uint8_t>(types);
     infos_[r].fabric = static_cast<int8_t>(fabric);
+    // A missing or unreadable probe leaves 0: that peer is not read by reference.
+    unsigned long long address = 0, value = 0;
+    if (fields[r].size() > 15 &&
+        std::sscanf(fields[r][15].c_str(), "%llx,%llx", &address, &value) == 2) {
+      infos_[r].memory_probe_address = address;
+      infos_[r].memory_probe_value = value;
+    }
   }
   control_addrs_.resize(nranks_);
   for (int r = 0; r < nranks_; ++r)
@@ -350,6 +367,13 @@ Status braidComm::exchangeRankInfo(Bootstrap& bs, Deadline deadline) {
       BRAID_WARN("rank %d: BRAID_BOARD_TWO_SHOT differs from rank 0's; using rank 0's", rank_);
     opts_.config.board_two_shot = two_shot;
   }
+  // From which size the board reads peers' buffers in place: rank 0's, like the board's size.
+  uint64_t single_copy = 0;
+  if (!number(16, uint64_t{1} << 50, &single_copy))
+    return RemoteError("malformed BRAID_SINGLE_COPY_BYTES in the init message from rank 0");
+  if (single_copy != c.single_copy_bytes)
+    BRAID_WARN("rank %d: BRAID_SINGLE_COPY_BYTES differs from rank 0's; using rank 0's", rank_);
+  opts_.config.single_copy_bytes = single_copy;
 
   buildLayout();
   // Bind each rank to a device of its node: local rank k takes device k mod the node's count.
@@ -486,6 +510,14 @@ Status braidComm::connectTransports(Bootstrap& bs, Deadline deadline) {
 
   std::vector<std::string> names;
   std::string mine;
+  // Whether this rank can read every peer of its host by cross-memory attach (its first field):
+  // the board reads by reference only where every rank can (transport/cross_memory.h).
+  bool reads_peers = opts_.config.single_copy_bytes > 0;
+  for (int p = 0; p < nranks_ && reads_peers; ++p)
+    if (p != rank_ && infos_[p].host_id == infos_[rank_].host_id)
+      reads_peers = CanReadPeerMemory(
+          infos_[p].pid, {infos_[p].memory_probe_address, infos_[p].memory_probe_value});
+  PutField(&mine, reads_peers ? "1" : "0");
   for (auto* f : factories) {
     auto inst = f->create(ctx);
     if (!inst.ok()) {
@@ -503,10 +535,13 @@ Status braidComm::connectTransports(Bootstrap& bs, Deadline deadline) {
   // blobs[t][r]: rank r's blob for this rank's transport t ("" when r has none).
   std::vector<std::vector<std::string>> blobs(transports_.size(),
                                               std::vector<std::string>(nranks_));
+  bool all_read_peers = true;
   for (int r = 0; r < nranks_; ++r) {
     BRAID_ASSIGN_OR_RETURN(auto f, SplitFields(all[r], r));
-    if (f.size() % 2) return RemoteError("malformed transport list from rank " + std::to_string(r));
-    for (size_t i = 0; i + 1 < f.size(); i += 2)
+    if (f.size() % 2 != 1 || (f[0] != "0" && f[0] != "1"))
+      return RemoteError("malformed transport list from rank " + std::to_string(r));
+    all_read_peers = all_read_peers && f[0] == "1";
+    for (size_t i = 1; i + 1 < f.size(); i += 2)
       for (size_t t = 0; t < names.size(); ++t)
         if (names[t] == f[i]) blobs[t][r] = f[i + 1];
   }
@@ -557,6 +592,12 @@ Status braidComm::connectTransports(Bootstrap& bs, Deadline deadline) {
       all = b->covers(p) && (p == rank_ || transport_of_[p] == names[t]);
     if (all) board_ = b;
   }
+  single_copy_bytes_ = board_ && all_read_peers ? opts_.config.single_copy_bytes : 0;
+  if (rank_ == 0 && board_ && opts_.config.single_copy_bytes > 0 && !all_read_peers)
+    BRAID_INFO(
+        "%s: large calls copy through shared memory: a rank may not read its peers' memory "
+        "(cross-memory attach refused, e.g. by ptrace rules or pid namespaces)",
+        where().c_str());
   return Status::Ok();
 }
 

@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <condition_variable>
+#include <cstddef>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -127,6 +128,14 @@ struct braidComm {
   // alike on every rank (BoardProgress::started).
   braid::LocalBoard* board() const { return root_ ? nullptr : board_; }
   std::mutex& boardMutex() { return board_mu_; }
+  // The per-rank payload from which the board runs a call by reference (one_shot.h: each rank
+  // reads its peers' buffers in place, transport/cross_memory.h); 0 when it never does: no
+  // board, BRAID_SINGLE_COPY_BYTES=0, or a rank that may not read its peers' memory. The same on
+  // every rank.
+  uint64_t singleCopyBytes() const { return board() ? single_copy_bytes_ : 0; }
+  // Scratch of the board's calls by reference (under boardMutex; kept between calls so that a
+  // large call neither allocates nor faults its pages in again).
+  std::vector<std::byte>& boardScratch() { return board_scratch_; }
   // What the board is doing, for the hang report (debugState): read from other threads and
   // signal handlers, so plain atomics.
   struct BoardProgress {
@@ -294,6 +303,8 @@ struct braidComm {
   std::mutex board_mu_;
   BoardProgress board_progress_;
   int host_cpus_ = 1;
+  uint64_t single_copy_bytes_ = 0;  // agreed in connectTransports
+  std::vector<std::byte> board_scratch_;
   // Rank 0's topology's device-group link (init field 13), for links_.model.group.
   std::optional<braid::LinkParams> group_link_;
   bool threads_outnumber_cpus_ = false;

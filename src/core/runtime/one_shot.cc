@@ -4,11 +4,13 @@
 
 #include <algorithm>
 #include <array>
+#include <cerrno>
 #include <cstring>
 #include <new>
 #include <optional>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "algorithms/schedule_builder.h"
 #include "algorithms/tuner.h"
@@ -16,6 +18,7 @@
 #include "core/base/log.h"
 #include "core/net/failure_notice.h"
 #include "device/cpu/reduce_kernels.h"
+#include "transport/cross_memory.h"
 
 namespace braid {
 namespace {
@@ -51,11 +54,12 @@ uint64_t PayloadBytes(const OpDesc& d, int nranks, int rank) {
 // The call as every rank must have made it. Not the payload size (a broadcast's root posts one,
 // the others none) and not the pre-multiplied sum's scalar (each rank may scale by its own, as
 // in NCCL).
-BoardSignature SignatureOf(const OpDesc& d, int nranks, bool two_shot) {
+BoardSignature SignatureOf(const OpDesc& d, int nranks, bool two_shot, bool by_ref) {
   BoardSignature s;
   s.words[0] = kSignatureMagic << 48 | static_cast<uint64_t>(d.kind) |
                static_cast<uint64_t>(d.dtype) << 8 | static_cast<uint64_t>(d.base_op) << 16 |
-               uint64_t{d.avg} << 24 | uint64_t{d.premul} << 25 | uint64_t{two_shot} << 26;
+               uint64_t{d.avg} << 24 | uint64_t{d.premul} << 25 | uint64_t{two_shot} << 26 |
+               uint64_t{by_ref} << 27;
   s.words[1] = d.count;
   s.words[2] = static_cast<uint64_t>(static_cast<uint32_t>(d.root)) |
                static_cast<uint64_t>(static_cast<uint32_t>(nranks)) << 32;
@@ -81,7 +85,8 @@ std::string DescribeSignature(const BoardSignature& s) {
   d.premul = (w >> 25 & 1) != 0;
   d.count = s.words[1];
   d.root = static_cast<int32_t>(static_cast<uint32_t>(s.words[2]));
-  return DescribeCall(d) + (w >> 26 & 1 ? " (two-shot)" : "");
+  return DescribeCall(d) + (w >> 26 & 1 ? " (two-shot)" : "") +
+         (w >> 27 & 1 ? " (by reference)" : "");
 }
 
 inline void CpuRelax() {
@@ -126,6 +131,42 @@ bool TwoShot(const OpDesc& d, int nranks, BoardPlace place, int mode) {
   return nranks >= 3 && d.count * DataTypeSize(d.dtype) >= kTwoShotBytes;
 }
 
+// Whether the board runs `d` by reference (BRAID_SINGLE_COPY_BYTES, braidComm::singleCopyBytes):
+// each rank posts the addresses of its buffers instead of its data, and every rank reads what it
+// needs straight out of its peers' buffers with one kernel copy (transport/cross_memory.h), then
+// posts that it is done, so that no rank returns while a peer may still read its buffers. Data
+// crosses memory once instead of twice (into the board, out of it): for an all-gather or a
+// broadcast the copy lands in the receive buffer, for a reduction it lands in a small scratch
+// that the fold reads while it is in cache. All-reduce goes two-shot: each rank folds its 1/N part
+// from every rank's send buffer into its receive buffer, posts, then copies the other parts
+// from their owners' receive buffers (Call::finishByReference). Every rank decides alike: the
+// inputs are in the signature (which carries the choice too) and the threshold is agreed.
+bool ByReference(const braidComm& comm, const OpDesc& d, int nranks) {
+  const uint64_t from = comm.singleCopyBytes();
+  if (from == 0) return false;
+  switch (d.kind) {
+    case CollKind::kAllReduce:
+    case CollKind::kAllGather:
+    case CollKind::kReduceScatter:
+    case CollKind::kBroadcast:
+      return LargestPost(d, nranks) >= from;
+    default:
+      return false;
+  }
+}
+
+// What a call by reference posts: where this rank's buffers are in its own process, and its
+// pre-multiplied sum's scalar (each rank may have its own; a reader scales what it reads).
+struct RefPost {
+  uint64_t send = 0;
+  uint64_t recv = 0;
+  uint8_t scalar[8] = {};
+};
+static_assert(sizeof(RefPost) <= 32, "a reference post must fit a board entry (shm_layout.h)");
+// Elements a fold by reference reads from one peer at a time: three scratch pieces of this size
+// (the piece read, the next one, this rank's own input when in place) stay in a core's L2.
+constexpr uint64_t kFoldPieceBytes = 128 << 10;
+
 // A two-shot all-reduce larger than the board's buffers runs in rounds, one two-shot call's
 // posts per piece of the message (RoundsOf): as many rounds as the buffers need, in pieces of
 // even size. Without a BRAID_ALGO rule it does at every size when ranks outnumber the host's
@@ -149,19 +190,26 @@ class Call {
         number_(number),
         n_(comm.nranks()),
         me_(comm.rank()),
-        place_(board_.placeFor(LargestPost(d, comm.nranks()))),
-        two_shot_(TwoShot(d, n_, place_, comm.config().board_two_shot)),
+        by_ref_(ByReference(comm, d, n_)),
+        place_(by_ref_ ? BoardPlace::kEntry : board_.placeFor(LargestPost(d, comm.nranks()))),
+        two_shot_(!by_ref_ && TwoShot(d, n_, place_, comm.config().board_two_shot)),
         rounds_(two_shot_ ? RoundsOf(d.count * DataTypeSize(d.dtype), board_.capacity()) : 1),
-        mine_(SignatureOf(d, comm.nranks(), two_shot_)) {}
+        mine_(SignatureOf(d, comm.nranks(), two_shot_, by_ref_)) {}
 
-  bool small() const { return place_ != BoardPlace::kBuffer; }
+  // A call by reference posts in entries but, like a large call, runs alone: it makes more than
+  // one post, and its later ones wait for every peer.
+  bool small() const { return !by_ref_ && place_ != BoardPlace::kBuffer; }
   // Starts loading every peer's post of this call (LocalBoard::prefetch).
   void prefetch() const {
     for (int p = 0; p < n_; ++p)
       if (p != me_) board_.prefetch(p, seq_, place_);
   }
-  // The last post number this call takes (a two-shot call takes two per round).
-  uint32_t lastSeq() const { return two_shot_ ? seq_ + 2 * rounds_ - 1 : seq_; }
+  // The last post number this call takes (a two-shot call takes two per round; one by reference
+  // takes its addresses' post and a "done" post, and an all-reduce one more between them).
+  uint32_t lastSeq() const {
+    if (by_ref_) return seq_ + (d_.kind == CollKind::kAllReduce ? 2 : 1);
+    return two_shot_ ? seq_ + 2 * rounds_ - 1 : seq_;
+  }
   uint32_t number() const { return number_; }
   Status post();
   Status finish();
@@ -170,8 +218,8 @@ class Call {
   std::string context() const {
     // Numbered from 0 like the engine's collectives, in a sequence of their own (an engine
     // operation queued earlier takes its number when it starts, which may be after this call).
-    return comm_.where() + ": " + DescribeCall(d_) + " (small-message call #" +
-           std::to_string(number_) + "): ";
+    return comm_.where() + ": " + DescribeCall(d_) + " (board call #" + std::to_string(number_) +
+           "): ";
   }
   // Writes this rank's contribution to post `seq`: its payload, or round `round`'s piece of it
   // (a two-shot all-reduce in rounds), at the start of the post's buffer.
@@ -201,6 +249,17 @@ class Call {
   // Round `round` of a two-shot all-reduce from its first post (`first`, made by every rank):
   // fold this rank's part into the second post, then copy every rank's part out.
   Status secondShot(uint32_t round, uint32_t first);
+  // The rest of a call by reference (ByReference), once its first post matched on every rank.
+  Status finishByReference();
+  // Post `seq` of a call by reference (no payload: "this rank is past this point"), then every
+  // peer's.
+  Status postMark(uint32_t seq);
+  // Copies `bytes` at `remote` in `peer`'s process to `dst`.
+  Status pull(int peer, uint64_t remote, void* dst, uint64_t bytes);
+  // dst = rank-order fold of `count` elements at byte `offset` of every rank's send buffer
+  // (scaled by its scalar for a pre-multiplied sum), read piece by piece.
+  Status foldByReference(std::span<const RefPost> refs, uint64_t offset, std::byte* dst,
+                         uint64_t count);
   // A failure noticed while waiting: a peer's death, an abort or revoke of this communicator, or
   // another rank's failure announced to this one. Ok when none.
   Status failureSeen(int peer);
@@ -217,6 +276,7 @@ class Call {
   const uint32_t number_;  // the call's, counted from 0 (messages)
   const int n_;
   const int me_;
+  const bool by_ref_;
   const BoardPlace place_;
   const bool two_shot_;
   const uint32_t rounds_;  // of a two-shot all-reduce; 1 otherwise
@@ -227,6 +287,14 @@ class Call {
 };
 
 void Call::fillOutbox(uint32_t seq, uint32_t round) {
+  if (by_ref_) {
+    RefPost ref;
+    ref.send = reinterpret_cast<uint64_t>(d_.sendbuf);
+    ref.recv = reinterpret_cast<uint64_t>(d_.recvbuf);
+    std::memcpy(ref.scalar, d_.scalar, sizeof(ref.scalar));
+    std::memcpy(board_.outbox(seq, place_), &ref, sizeof(ref));
+    return;
+  }
   uint64_t bytes = PayloadBytes(d_, n_, me_);
   if (bytes == 0) return;
   const uint64_t esize = DataTypeSize(d_.dtype);
@@ -409,6 +477,144 @@ Status Call::secondShot(uint32_t round, uint32_t first) {
   return Status::Ok();
 }
 
+Status Call::finishByReference() {
+  // Every rank's addresses, copied: once this rank consumes the post its entry may be reused.
+  // (A call by reference moves at least BRAID_SINGLE_COPY_BYTES: one allocation is nothing.)
+  std::vector<RefPost> refs(static_cast<size_t>(n_));
+  for (int r = 0; r < n_; ++r)
+    std::memcpy(&refs[static_cast<size_t>(r)], board_.inbox(r, seq_, place_), sizeof(RefPost));
+  board_.consume(seq_);
+  const uint64_t esize = DataTypeSize(d_.dtype);
+  const uint64_t block = d_.count * esize;
+  auto* recv = static_cast<std::byte*>(d_.recvbuf);
+  const auto me = static_cast<uint64_t>(me_);
+  uint32_t next = seq_ + 1;
+  // Peers from the next rank on, so that the ranks do not all read rank 0 first.
+  const auto peer = [&](int k) { return (me_ + k) % n_; };
+  switch (d_.kind) {
+    case CollKind::kAllGather:
+      // In place, this rank's block is its send buffer already; peers read it, this rank writes
+      // only the others.
+      for (int k = 1; k < n_; ++k) {
+        const int r = peer(k);
+        BRAID_RETURN_IF_ERROR(pull(r, refs[static_cast<size_t>(r)].send,
+                                   recv + static_cast<uint64_t>(r) * block, block));
+      }
+      if (!d_.in_place) std::memcpy(recv + me * block, d_.sendbuf, block);
+      break;
+    case CollKind::kBroadcast:
+      if (me_ != d_.root)
+        BRAID_RETURN_IF_ERROR(pull(d_.root, refs[static_cast<size_t>(d_.root)].send, recv, block));
+      else if (!d_.in_place)
+        std::memcpy(recv, d_.sendbuf, block);
+      break;
+    case CollKind::kReduceScatter:
+      // In place the receive buffer is this rank's block of its send buffer, which only this
+      // rank reads (each peer reads its own block).
+      BRAID_RETURN_IF_ERROR(foldByReference(refs, me * block, recv, d_.count));
+      break;
+    case CollKind::kAllReduce: {
+      // This rank's part, folded from every send buffer. In place, it overwrites only that part
+      // of its send buffer, which no peer reads (each reads its own part).
+      const auto n = static_cast<uint64_t>(n_);
+      const ElemRange part = EvenPart(d_.count, n, me);
+      BRAID_RETURN_IF_ERROR(
+          foldByReference(refs, part.off * esize, recv + part.off * esize, part.len));
+      // Every part is folded before any rank copies one, or writes one over its own send buffer
+      // (in place) that its owner has yet to read.
+      BRAID_RETURN_IF_ERROR(postMark(next));
+      board_.consume(next++);
+      for (int k = 1; k < n_; ++k) {
+        const int r = peer(k);
+        const ElemRange y = EvenPart(d_.count, n, static_cast<uint64_t>(r));
+        BRAID_RETURN_IF_ERROR(pull(r, refs[static_cast<size_t>(r)].recv + y.off * esize,
+                                   recv + y.off * esize, y.len * esize));
+      }
+      break;
+    }
+    default:
+      return InternalError(context() + "no by-reference form for this collective");
+  }
+  // Peers read this rank's buffers until they post this: only then may the call return (and its
+  // caller reuse or free them).
+  BRAID_RETURN_IF_ERROR(postMark(next));
+  board_.consume(next);
+  return Status::Ok();
+}
+
+Status Call::postMark(uint32_t seq) {
+  // The entry of post seq - kEntries must be read: a load (every peer posted since).
+  BRAID_RETURN_IF_ERROR(awaitFree(seq, place_));
+  return postAndWaitForAll(seq);
+}
+
+Status Call::pull(int peer, uint64_t remote, void* dst, uint64_t bytes) {
+  if (bytes == 0) return Status::Ok();
+  const int err = ReadPeerMemory(comm_.rankInfos()[static_cast<size_t>(peer)].pid, remote, dst,
+                                 static_cast<size_t>(bytes));
+  if (err == 0) return Status::Ok();
+  // Gone: its pid names no process (or a zombie's, which has no memory left to read).
+  if (err == ESRCH || board_.dead(peer)) return fail(board_.deathError(peer), std::nullopt);
+  return fail(
+      SystemError("reading " + std::to_string(bytes) + " bytes of rank " + std::to_string(peer) +
+                  "'s buffer in place (cross-memory attach) failed: " + std::strerror(err) +
+                  (err == EFAULT ? " (a buffer smaller than the call's count, on that "
+                                   "rank or this one?)"
+                                 : "")),
+      std::nullopt);
+}
+
+Status Call::foldByReference(std::span<const RefPost> refs, uint64_t offset, std::byte* dst,
+                             uint64_t count) {
+  const uint64_t esize = DataTypeSize(d_.dtype);
+  const uint64_t per = std::max<uint64_t>(1, kFoldPieceBytes / esize);
+  std::vector<std::byte>& scratch = comm_.boardScratch();
+  scratch.resize(3 * per * esize);
+  std::byte* const first = scratch.data();
+  std::byte* const other = first + per * esize;
+  std::byte* const own_copy = other + per * esize;
+  const auto* send = static_cast<const std::byte*>(d_.sendbuf);
+  for (uint64_t done = 0; done < count; done += per) {
+    const uint64_t len = std::min(per, count - done);
+    const uint64_t at = offset + done * esize;
+    const uint64_t bytes = len * esize;
+    std::byte* out = dst + done * esize;
+    // In place `out` is this rank's own input, which the fold overwrites before it reaches this
+    // rank's turn: read it first.
+    const std::byte* own = send + at;
+    if (d_.in_place) {
+      std::memcpy(own_copy, own, bytes);
+      own = own_copy;
+    }
+    // Rank r's piece, in `tmp` unless it is this rank's and needs no scaling.
+    const auto input = [&](int r, std::byte* tmp, const std::byte** in) -> Status {
+      const RefPost& ref = refs[static_cast<size_t>(r)];
+      if (r == me_) {
+        *in = own;
+      } else {
+        BRAID_RETURN_IF_ERROR(pull(r, ref.send + at, tmp, bytes));
+        *in = tmp;
+      }
+      if (d_.premul) {
+        ScaleKernel(d_.dtype, *in, tmp, len, ref.scalar);
+        *in = tmp;
+      }
+      return Status::Ok();
+    };
+    const std::byte* x = nullptr;
+    const std::byte* y = nullptr;
+    BRAID_RETURN_IF_ERROR(input(0, first, &x));
+    BRAID_RETURN_IF_ERROR(input(1, other, &y));
+    ReduceKernel(d_.dtype, d_.base_op, x, y, out, len);
+    for (int r = 2; r < n_; ++r) {
+      BRAID_RETURN_IF_ERROR(input(r, other, &y));
+      ReduceKernel(d_.dtype, d_.base_op, out, y, out, len);
+    }
+    if (d_.avg) DivideKernel(d_.dtype, out, len, static_cast<uint64_t>(n_));
+  }
+  return Status::Ok();
+}
+
 Status Call::timedOut(int peer, Wait what) {
   const bool posting = what == Wait::kPost;
   const int64_t timeout_s = comm_.config().timeout_ms / 1000;
@@ -495,8 +701,9 @@ Status Call::finish() {
                         "the same calls in the same order (nothing was transferred)");
   }
   // Every post of the call matches: a two-shot call goes on to its second post (and consumes
-  // both at the end), so every rank takes the same numbers.
+  // both at the end), so every rank takes the same numbers; so does a call by reference.
   if (two_shot_) return finishTwoShot();
+  if (by_ref_) return finishByReference();
   consume();
   board_.consume(seq_);
   return Status::Ok();
@@ -552,8 +759,9 @@ bool OneShotTakes(const braidComm& comm, const OpDesc& d) {
   const int n = comm.nranks();
   const uint64_t block = d.count * DataTypeSize(d.dtype);
   const uint64_t post = LargestPost(d, n);
-  bool fits_default = post <= OneShotDefaultLimit(board->capacity(), n, comm.hostCpus());
-  if (post > board->capacity()) {
+  const bool by_ref = ByReference(comm, d, n);
+  bool fits_default = by_ref || post <= OneShotDefaultLimit(board->capacity(), n, comm.hostCpus());
+  if (!by_ref && post > board->capacity()) {
     // Only a two-shot all-reduce, in rounds.
     if (!TwoShot(d, n, BoardPlace::kBuffer, comm.config().board_two_shot)) return false;
     fits_default = n > comm.hostCpus();
