@@ -27,7 +27,7 @@ const std::vector<ConfigVar>& ConfigTable() {
        "with many local ranks rings shrink, docs/scale.md)"},
       {"BRAID_ONESHOT_BYTES", nullptr, "bytes", "256K",
        "small-message board on one host (docs/performance.md): its size per post; blocking calls "
-       "whose per-rank payload fits (up to 64K while every local rank has a core) run on it on "
+       "whose per-rank payload fits (up to 16K-32K while every local rank has a core) run on it on "
        "the caller's thread; 0 turns it off, at most 4M"},
       {"BRAID_BOARD_TWO_SHOT", nullptr, "string", "auto",
        "all-reduce on the board: 'auto' two-shot from 3 ranks and 32K (each rank folds 1/N of "

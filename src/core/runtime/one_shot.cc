@@ -760,7 +760,8 @@ bool OneShotTakes(const braidComm& comm, const OpDesc& d) {
   const uint64_t block = d.count * DataTypeSize(d.dtype);
   const uint64_t post = LargestPost(d, n);
   const bool by_ref = ByReference(comm, d, n);
-  bool fits_default = by_ref || post <= OneShotDefaultLimit(board->capacity(), n, comm.hostCpus());
+  bool fits_default =
+      by_ref || post <= OneShotDefaultLimit(board->capacity(), n, comm.hostCpus(), d.kind);
   if (!by_ref && post > board->capacity()) {
     // Only a two-shot all-reduce, in rounds.
     if (!TwoShot(d, n, BoardPlace::kBuffer, comm.config().board_two_shot)) return false;
@@ -774,12 +775,21 @@ bool OneShotTakes(const braidComm& comm, const OpDesc& d) {
   return fits_default;
 }
 
-uint64_t OneShotDefaultLimit(uint64_t capacity, int nranks, int host_cpus) {
-  // With a core per rank the engine's pipelined ring overtakes the board, whose every rank
-  // reduces the whole message, between 64 and 128 KiB (2 ranks, docs/performance.md). With more
-  // ranks than cores the engine's progress threads and wake-ups cost more than that, and the
-  // board wins up to its size.
-  return nranks > host_cpus ? capacity : std::min(capacity, kOneShotCoreBytes);
+uint64_t OneShotCoreBytes(CollKind kind) {
+  // With a core per rank the engine overtakes the board where its pipelining pays: on the board
+  // every rank copies its whole post in, then (once every peer has posted) reads the peers'
+  // posts, one after the other, where the engine's ring overlaps one chunk's copy with the next
+  // one's. Measured on 2 ranks, board (forced) against engine, 2026-11-27 (docs/performance.md
+  // "Where the board stops paying"): all-gather and all-reduce cross over between 16 and 32 KiB
+  // (a post of 32 KiB: 1.13-1.62 x the engine's time), reduce-scatter and broadcast between 32
+  // and 64 KiB (broadcast reads one post, reduce-scatter a 1/N part of each).
+  return kind == CollKind::kBroadcast || kind == CollKind::kReduceScatter ? 32 << 10 : 16 << 10;
+}
+
+uint64_t OneShotDefaultLimit(uint64_t capacity, int nranks, int host_cpus, CollKind kind) {
+  // With more ranks than cores the engine's progress threads and wake-ups cost more than the
+  // board's copies, and the board wins up to its size (3, 4 and 8 ranks on 2 cores).
+  return nranks > host_cpus ? capacity : std::min(capacity, OneShotCoreBytes(kind));
 }
 
 void RunOneShotCalls(braidComm& comm, std::span<const OpDesc* const> calls, Status* results) {

@@ -42,11 +42,12 @@ namespace braid {
 // size in rounds while the host's ranks outnumber its cores).
 bool OneShotTakes(const braidComm& comm, const OpDesc& d);
 
-// The largest post the board takes by default (no BRAID_ALGO rule): kOneShotCoreBytes (or the
-// board's capacity if smaller) while every rank of the host has a core, the capacity when ranks
-// outnumber the host's CPUs (`host_cpus`: the union of the ranks' masks, alike on every rank).
-inline constexpr uint64_t kOneShotCoreBytes = 64 << 10;
-uint64_t OneShotDefaultLimit(uint64_t capacity, int nranks, int host_cpus);
+// The largest post of a `kind` call the board takes by default (no BRAID_ALGO rule):
+// OneShotCoreBytes(kind) (or the board's capacity if smaller) while every rank of the host has a
+// core, the capacity when ranks outnumber the host's CPUs (`host_cpus`: the union of the ranks'
+// masks, alike on every rank).
+uint64_t OneShotCoreBytes(CollKind kind);
+uint64_t OneShotDefaultLimit(uint64_t capacity, int nranks, int host_cpus, CollKind kind);
 
 // Runs `d` on the board, on this thread, and returns when this rank's part is done.
 Status RunOneShot(braidComm& comm, const OpDesc& d);
