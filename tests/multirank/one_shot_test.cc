@@ -434,6 +434,79 @@ TEST_P(OneShot, ACallInRoundsThatDiffersFailsOnEveryRankAndTheNextOneRuns) {
   EXPECT_TRUE(AllSucceeded(out)) << DescribeOutcomes(out);
 }
 
+// All-gathers larger than the board's buffers run in rounds, a piece of every rank's block per
+// round (BRAID_ONESHOT_BYTES=4096: 1 to 196 rounds, pieces that cut unevenly), every type, in and
+// out of place: bit-exact with no stream byte. By default (no rule) the board takes them where
+// the ranks outnumber the cores, and the engine where each rank has one.
+TEST_P(OneShot, AllGatherInRoundsIsBitExactAtEverySize) {
+  const int n = GetParam();
+  std::vector<DataType> types(std::begin(kTypes), std::end(kTypes));
+  std::vector<Case> cases;
+  for (const Case& c : Matrix({1025, 7 * 1024 + 3, 100000}, types, {braidSum}))
+    if (c.kind == CollKind::kAllGather) cases.push_back(c);
+  auto out = RunJob(
+      Options(n, {{"BRAID_ONESHOT_BYTES", "4096"}, {"BRAID_ALGO", "allgather:oneshot"}}),
+      [&](braidComm_t comm, int rank, int nranks, const braidUniqueId&) {
+        uint64_t before = 0;
+        CHECK_OR_FAIL(SentBytes(comm, nranks, &before), "traffic counters");
+        uint64_t wrong = 0;
+        for (const Case& c : cases) wrong += RunCase(comm, rank, nranks, c);
+        CHECK_OR_FAIL(wrong == 0, "%llu wrong elements", static_cast<unsigned long long>(wrong));
+        CHECK_OR_FAIL(braidBarrier(comm) == braidSuccess, "barrier");
+        CHECK_OR_FAIL(SentSince(comm, nranks, before) == 0, "stream bytes moved");
+        return 0;
+      });
+  EXPECT_TRUE(AllSucceeded(out)) << DescribeOutcomes(out);
+
+  const bool board_by_default = RanksOutnumberCpus(n);
+  out = RunJob(Options(n, {{"BRAID_ONESHOT_BYTES", "4096"}}), [&](braidComm_t comm, int rank,
+                                                                  int nranks,
+                                                                  const braidUniqueId&) {
+    uint64_t before = 0;
+    CHECK_OR_FAIL(SentBytes(comm, nranks, &before), "traffic counters");
+    const size_t count = 5000;  // 20000 bytes per rank: 5 rounds
+    std::vector<float> in(count), got(count * nranks, -1.0f);
+    for (size_t i = 0; i < count; ++i) in[i] = static_cast<float>(rank * 100000 + i);
+    CHECK_OR_FAIL(braidAllGather(in.data(), got.data(), count, braidFloat32, comm) == braidSuccess,
+                  "%s", braidGetLastError(comm));
+    for (int r = 0; r < nranks; ++r)
+      for (size_t i = 0; i < count; ++i)
+        CHECK_OR_FAIL(got[r * count + i] == static_cast<float>(r * 100000 + i),
+                      "block %d element %zu: %g", r, i, got[r * count + i]);
+    const bool on_board = SentSince(comm, nranks, before) == 0;
+    CHECK_OR_FAIL(on_board == board_by_default, "ran %s the board", on_board ? "on" : "off");
+    return 0;
+  });
+  EXPECT_TRUE(AllSucceeded(out)) << "defaults: " << DescribeOutcomes(out);
+}
+
+// An all-gather in rounds whose count differs between ranks (rank 0 one element more) fails on
+// every rank naming the mismatch, writes nothing, and the next one (in rounds too) is exact.
+TEST_P(OneShot, AnAllGatherInRoundsThatDiffersFailsOnEveryRankAndTheNextOneRuns) {
+  const int n = GetParam();
+  auto out = RunJob(
+      Options(n, {{"BRAID_ONESHOT_BYTES", "4096"}, {"BRAID_ALGO", "allgather:oneshot"}}),
+      [&](braidComm_t comm, int rank, int nranks, const braidUniqueId&) {
+        const size_t base = 5000;
+        const size_t count = rank == 0 ? base + 1 : base;
+        std::vector<float> in(base + 1, static_cast<float>(rank)), recv((base + 1) * nranks, -7.0f);
+        const braidResult_t rc = braidAllGather(in.data(), recv.data(), count, braidFloat32, comm);
+        const std::string msg = braidGetLastError(comm);
+        CHECK_OR_FAIL(rc == braidErrInvalidUsage && msg.find("call mismatch") != std::string::npos,
+                      "rc=%d: %s", rc, msg.c_str());
+        for (float v : recv) CHECK_OR_FAIL(v == -7.0f, "receive buffer written after a mismatch");
+        CHECK_OR_FAIL(
+            braidAllGather(in.data(), recv.data(), base, braidFloat32, comm) == braidSuccess,
+            "the call after the mismatch: %s", braidGetLastError(comm));
+        for (int r = 0; r < nranks; ++r)
+          for (size_t i = 0; i < base; ++i)
+            CHECK_OR_FAIL(recv[r * base + i] == static_cast<float>(r), "block %d: %g", r,
+                          recv[r * base + i]);
+        return 0;
+      });
+  EXPECT_TRUE(AllSucceeded(out)) << DescribeOutcomes(out);
+}
+
 // Rank 0 passes another count (then another op): every rank fails with invalid usage naming
 // both calls, no receive buffer is written, and the next call succeeds on every rank.
 TEST_P(OneShot, ACallThatDiffersFailsOnEveryRankAndTheCommunicatorGoesOn) {
@@ -826,6 +899,58 @@ TEST_P(OneShotFailure, RankDyingInALaterRoundIsNamedByEverySurvivorWithinASecond
         CHECK_OR_FAIL(rc != braidSuccess && SecondsSince(t1) < 1.0 &&
                           std::string(braidGetLastError(comm)).find(") died") != std::string::npos,
                       "the next call: rc=%d: %s", rc, braidGetLastError(comm));
+        munmap(send, count * sizeof(float));
+        return 0;
+      });
+  for (int r = 0; r < n; ++r) {
+    if (r == victim)
+      EXPECT_NE(out[r].exit_code, 0) << DescribeOutcomes(out);  // SIGSEGV, or ASan's report
+    else
+      EXPECT_EQ(out[r].exit_code, 0) << DescribeOutcomes(out);
+  }
+}
+
+// The same in an all-gather in rounds: the victim crashes copying its fourth page into the board
+// (round 3's post); every survivor, waiting for that post, fails within 1 s naming it, and holds
+// the first three pages of every rank's block.
+TEST_P(OneShotFailure, RankDyingInALaterRoundOfAnAllGatherIsNamedByEverySurvivor) {
+  const int n = GetParam();
+  const int victim = n / 2;
+  PidPipe victim_pid;
+  auto out = RunJob(
+      Options(n, {{"BRAID_ONESHOT_BYTES", "4096"}, {"BRAID_ALGO", "allgather:oneshot"}}),
+      [&](braidComm_t comm, int rank, int nranks, const braidUniqueId&) {
+        const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+        const size_t count = 16 * page / sizeof(float);  // 16 rounds of a page
+        auto* send =
+            static_cast<float*>(mmap(nullptr, count * sizeof(float), PROT_READ | PROT_WRITE,
+                                     MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+        CHECK_OR_FAIL(send != MAP_FAILED, "mmap");
+        for (size_t i = 0; i < count; ++i) send[i] = static_cast<float>(rank + 1);
+        std::vector<float> recv(count * nranks, 0.0f);
+        if (rank == victim) {
+          if (!victim_pid.publish(nranks - 1)) return 5;
+          CHECK_OR_FAIL(mprotect(reinterpret_cast<char*>(send) + 3 * page, page, PROT_NONE) == 0,
+                        "mprotect");
+          braidAllGather(send, recv.data(), count, braidFloat32, comm);
+          return 6;  // not reached
+        }
+        const pid_t vpid = victim_pid.take();
+        CHECK_OR_FAIL(vpid > 0, "victim pid");
+        const auto t0 = Clock::now();
+        const braidResult_t rc = braidAllGather(send, recv.data(), count, braidFloat32, comm);
+        const double dt = SecondsSince(t0);
+        const std::string msg = braidGetLastError(comm);
+        CHECK_OR_FAIL(
+            rc == braidErrRemote && dt < 1.0 &&
+                msg.find("rank " + std::to_string(victim) + " (host ") != std::string::npos &&
+                msg.find("pid " + std::to_string(vpid) + ") died") != std::string::npos,
+            "rc=%d after %.2fs: %s", rc, dt, msg.c_str());
+        for (int r = 0; r < nranks; ++r)
+          for (size_t i = 0; i < 3 * page / sizeof(float); ++i)
+            CHECK_OR_FAIL(recv[r * count + i] == static_cast<float>(r + 1),
+                          "block %d element %zu of the first rounds: %g", r, i,
+                          recv[r * count + i]);
         munmap(send, count * sizeof(float));
         return 0;
       });

@@ -131,6 +131,15 @@ bool TwoShot(const OpDesc& d, int nranks, BoardPlace place, int mode) {
   return nranks >= 3 && d.count * DataTypeSize(d.dtype) >= kTwoShotBytes;
 }
 
+// An all-gather whose block is larger than the board's buffers runs in rounds (RoundsOf), a
+// piece of every rank's block per round: each rank posts its piece and copies every rank's out.
+// Without a BRAID_ALGO rule only where the host's ranks outnumber its cores, like a two-shot
+// all-reduce in rounds (measured, docs/performance.md "All-gather in rounds"); each rank copies
+// its block in once and N - 1 blocks out, where the engine's ring copies N - 1 blocks in and out.
+bool GathersInRounds(const OpDesc& d, int nranks, uint64_t capacity, bool by_ref) {
+  return d.kind == CollKind::kAllGather && !by_ref && LargestPost(d, nranks) > capacity;
+}
+
 // Whether the board runs `d` by reference (BRAID_SINGLE_COPY_BYTES, braidComm::singleCopyBytes):
 // each rank posts the addresses of its buffers instead of its data, and every rank reads what it
 // needs straight out of its peers' buffers with one kernel copy (transport/cross_memory.h), then
@@ -193,7 +202,9 @@ class Call {
         by_ref_(ByReference(comm, d, n_)),
         place_(by_ref_ ? BoardPlace::kEntry : board_.placeFor(LargestPost(d, comm.nranks()))),
         two_shot_(!by_ref_ && TwoShot(d, n_, place_, comm.config().board_two_shot)),
-        rounds_(two_shot_ ? RoundsOf(d.count * DataTypeSize(d.dtype), board_.capacity()) : 1),
+        rounds_(two_shot_ || GathersInRounds(d, n_, board_.capacity(), by_ref_)
+                    ? RoundsOf(d.count * DataTypeSize(d.dtype), board_.capacity())
+                    : 1),
         mine_(SignatureOf(d, comm.nranks(), two_shot_, by_ref_)) {}
 
   // A call by reference posts in entries but, like a large call, runs alone: it makes more than
@@ -208,7 +219,7 @@ class Call {
   // takes its addresses' post and a "done" post, and an all-reduce one more between them).
   uint32_t lastSeq() const {
     if (by_ref_) return seq_ + (d_.kind == CollKind::kAllReduce ? 2 : 1);
-    return two_shot_ ? seq_ + 2 * rounds_ - 1 : seq_;
+    return two_shot_ ? seq_ + 2 * rounds_ - 1 : seq_ + rounds_ - 1;
   }
   uint32_t number() const { return number_; }
   Status post();
@@ -249,6 +260,8 @@ class Call {
   // Round `round` of a two-shot all-reduce from its first post (`first`, made by every rank):
   // fold this rank's part into the second post, then copy every rank's part out.
   Status secondShot(uint32_t round, uint32_t first);
+  // The rest of an all-gather in rounds (GathersInRounds), once round 0's posts matched.
+  Status finishGatherInRounds();
   // The rest of a call by reference (ByReference), once its first post matched on every rank.
   Status finishByReference();
   // Post `seq` of a call by reference (no payload: "this rank is past this point"), then every
@@ -279,7 +292,7 @@ class Call {
   const bool by_ref_;
   const BoardPlace place_;
   const bool two_shot_;
-  const uint32_t rounds_;  // of a two-shot all-reduce; 1 otherwise
+  const uint32_t rounds_;  // of a two-shot all-reduce or an all-gather in rounds; 1 otherwise
   const BoardSignature mine_;
   // Set when a wait first goes past spinning, for the call (or the round of a two-shot call in
   // rounds: a call of many rounds may take longer than BRAID_TIMEOUT while every rank keeps up).
@@ -475,6 +488,36 @@ Status Call::secondShot(uint32_t round, uint32_t first) {
   }
   board_.consume(second);
   return Status::Ok();
+}
+
+Status Call::finishGatherInRounds() {
+  const uint64_t esize = DataTypeSize(d_.dtype);
+  const uint64_t block = d_.count * esize;
+  auto* recv = static_cast<std::byte*>(d_.recvbuf);
+  for (uint32_t round = 0;; ++round) {
+    const uint32_t s = seq_ + round;
+    const bool last = round + 1 == rounds_;
+    // Every peer's post of this round is in. The next round's piece goes out first, so that this
+    // rank's copy in overlaps its peers' copies out: post s + 1 reuses this rank's buffer of post
+    // s - 1, which its peers consume as soon as they have copied that round out.
+    if (!last) {
+      deadline_.reset();
+      BRAID_RETURN_IF_ERROR(awaitFree(s + 1, place_));
+      fillOutbox(s + 1, round + 1);
+      comm_.boardProgress().started.store(s + 1, std::memory_order_release);
+      board_.post(s + 1, mine_);
+      board_.publish();
+    }
+    const ElemRange x = piece(round);
+    for (int r = 0; r < n_; ++r) {
+      if (r == me_ && d_.in_place) continue;  // this rank's block is its send buffer
+      std::memcpy(recv + static_cast<uint64_t>(r) * block + x.off * esize,
+                  board_.inbox(r, s, place_), x.len * esize);
+    }
+    board_.consume(s);
+    if (last) return Status::Ok();
+    BRAID_RETURN_IF_ERROR(waitForAll(s + 1));
+  }
 }
 
 Status Call::finishByReference() {
@@ -704,6 +747,7 @@ Status Call::finish() {
   // both at the end), so every rank takes the same numbers; so does a call by reference.
   if (two_shot_) return finishTwoShot();
   if (by_ref_) return finishByReference();
+  if (rounds_ > 1) return finishGatherInRounds();
   consume();
   board_.consume(seq_);
   return Status::Ok();
@@ -763,8 +807,10 @@ bool OneShotTakes(const braidComm& comm, const OpDesc& d) {
   bool fits_default =
       by_ref || post <= OneShotDefaultLimit(board->capacity(), n, comm.hostCpus(), d.kind);
   if (!by_ref && post > board->capacity()) {
-    // Only a two-shot all-reduce, in rounds.
-    if (!TwoShot(d, n, BoardPlace::kBuffer, comm.config().board_two_shot)) return false;
+    // Only in rounds: a two-shot all-reduce, or an all-gather.
+    if (!TwoShot(d, n, BoardPlace::kBuffer, comm.config().board_two_shot) &&
+        !GathersInRounds(d, n, board->capacity(), by_ref))
+      return false;
     fits_default = n > comm.hostCpus();
   }
   // BRAID_ALGO: a rule that covers the call decides (CollBytes counts as the tuner does).

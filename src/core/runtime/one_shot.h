@@ -12,7 +12,8 @@
 // two-shot (BRAID_BOARD_TWO_SHOT): each rank folds its 1/N part from every post and posts that as
 // the call's second post, then copies the N parts out (the same bits, about 2 x the message read
 // per rank instead of N x); one larger than the board's buffers runs in rounds, a piece of the
-// message per round. From BRAID_SINGLE_COPY_BYTES (off by default) an all-reduce, all-gather,
+// message per round, and so does an all-gather larger than the board (a piece of every block per
+// round). From BRAID_SINGLE_COPY_BYTES (off by default) an all-reduce, all-gather,
 // reduce-scatter or broadcast runs by reference: ranks post their buffers' addresses, read
 // their peers' buffers in place with one kernel copy (transport/cross_memory.h), and post that
 // they are done reading before they return. No message, no progress thread, no syscall while the
@@ -36,10 +37,10 @@ namespace braid {
 // Whether the blocking call `d` (outside a group) runs on `comm`'s board: the communicator has
 // one, the collective is one it serves (all-reduce, reduce, broadcast, all-gather,
 // reduce-scatter, all-to-all, barrier; not quantized), its payload fits the board
-// (BRAID_ONESHOT_BYTES), it is a two-shot all-reduce (which runs in rounds) or it runs by
-// reference (braidComm::singleCopyBytes), and BRAID_ALGO,
-// where a rule covers the call, names "oneshot" (without a rule: OneShotDefaultLimit, or any
-// size in rounds while the host's ranks outnumber its cores).
+// (BRAID_ONESHOT_BYTES), it is a two-shot all-reduce or an all-gather (which run in rounds) or it
+// runs by reference (braidComm::singleCopyBytes), and BRAID_ALGO, where a rule covers the call,
+// names "oneshot" (without a rule: OneShotDefaultLimit, or any size in rounds while the host's
+// ranks outnumber its cores).
 bool OneShotTakes(const braidComm& comm, const OpDesc& d);
 
 // The largest post of a `kind` call the board takes by default (no BRAID_ALGO rule):
