@@ -370,6 +370,19 @@ bool RanksOutnumberCpus(int nranks) {
   return sched_getaffinity(0, sizeof(set), &set) == 0 && nranks > CPU_COUNT(&set);
 }
 
+// Runs `call` (a collective and the check of its result: 0 when right) and checks where it ran:
+// on the board, which sends no stream byte, exactly when `board` says so. Returns 0, or 1 after
+// printing what failed.
+template <typename CallAndCheck>
+int CheckRanOnTheBoard(braidComm_t comm, int rank, int nranks, bool board, CallAndCheck call) {
+  uint64_t before = 0;
+  CHECK_OR_FAIL(SentBytes(comm, nranks, &before), "traffic counters");
+  if (call() != 0) return 1;
+  const bool on_board = SentSince(comm, nranks, before) == 0;
+  CHECK_OR_FAIL(on_board == board, "ran %s the board", on_board ? "on" : "off");
+  return 0;
+}
+
 // A two-shot all-reduce larger than the board's buffers (BRAID_ONESHOT_BYTES=4096 here) runs in
 // rounds, one piece of the message per round: 2, 8 and 98 rounds (pieces and parts that do not
 // divide evenly), in and out of place, AVG, every type x op (5001 elements: 2-10 rounds), a group
@@ -401,21 +414,18 @@ TEST_P(OneShot, TwoShotInRoundsIsTheRankOrderFoldAtEverySize) {
 
   // The defaults (two-shot auto, no rule): 20000 floats over a 4 KiB board.
   const bool board_by_default = n >= 3 && RanksOutnumberCpus(n);
-  out = RunJob(
-      Options(n, {{"BRAID_ONESHOT_BYTES", "4096"}}),
-      [&](braidComm_t comm, int rank, int nranks, const braidUniqueId&) {
-        uint64_t before = 0;
-        CHECK_OR_FAIL(SentBytes(comm, nranks, &before), "traffic counters");
-        std::vector<float> v(20000, static_cast<float>(rank));
-        CHECK_OR_FAIL(braidAllReduce(v.data(), v.data(), v.size(), braidFloat32, braidSum, comm) ==
-                          braidSuccess,
-                      "%s", braidGetLastError(comm));
-        for (float f : v)
-          CHECK_OR_FAIL(f == static_cast<float>(nranks * (nranks - 1) / 2), "sum %g", f);
-        const bool on_board = SentSince(comm, nranks, before) == 0;
-        CHECK_OR_FAIL(on_board == board_by_default, "ran %s the board", on_board ? "on" : "off");
-        return 0;
-      });
+  out = RunJob(Options(n, {{"BRAID_ONESHOT_BYTES", "4096"}}),
+               [&](braidComm_t comm, int rank, int nranks, const braidUniqueId&) {
+                 return CheckRanOnTheBoard(comm, rank, nranks, board_by_default, [&] {
+                   std::vector<float> v(20000, static_cast<float>(rank));
+                   CHECK_OR_FAIL(braidAllReduce(v.data(), v.data(), v.size(), braidFloat32,
+                                                braidSum, comm) == braidSuccess,
+                                 "%s", braidGetLastError(comm));
+                   for (float f : v)
+                     CHECK_OR_FAIL(f == static_cast<float>(nranks * (nranks - 1) / 2), "sum %g", f);
+                   return 0;
+                 });
+               });
   EXPECT_TRUE(AllSucceeded(out)) << "defaults: " << DescribeOutcomes(out);
 }
 
@@ -459,24 +469,22 @@ TEST_P(OneShot, AllGatherInRoundsIsBitExactAtEverySize) {
   EXPECT_TRUE(AllSucceeded(out)) << DescribeOutcomes(out);
 
   const bool board_by_default = RanksOutnumberCpus(n);
-  out = RunJob(Options(n, {{"BRAID_ONESHOT_BYTES", "4096"}}), [&](braidComm_t comm, int rank,
-                                                                  int nranks,
-                                                                  const braidUniqueId&) {
-    uint64_t before = 0;
-    CHECK_OR_FAIL(SentBytes(comm, nranks, &before), "traffic counters");
-    const size_t count = 5000;  // 20000 bytes per rank: 5 rounds
-    std::vector<float> in(count), got(count * nranks, -1.0f);
-    for (size_t i = 0; i < count; ++i) in[i] = static_cast<float>(rank * 100000 + i);
-    CHECK_OR_FAIL(braidAllGather(in.data(), got.data(), count, braidFloat32, comm) == braidSuccess,
-                  "%s", braidGetLastError(comm));
-    for (int r = 0; r < nranks; ++r)
-      for (size_t i = 0; i < count; ++i)
-        CHECK_OR_FAIL(got[r * count + i] == static_cast<float>(r * 100000 + i),
-                      "block %d element %zu: %g", r, i, got[r * count + i]);
-    const bool on_board = SentSince(comm, nranks, before) == 0;
-    CHECK_OR_FAIL(on_board == board_by_default, "ran %s the board", on_board ? "on" : "off");
-    return 0;
-  });
+  out = RunJob(Options(n, {{"BRAID_ONESHOT_BYTES", "4096"}}),
+               [&](braidComm_t comm, int rank, int nranks, const braidUniqueId&) {
+                 return CheckRanOnTheBoard(comm, rank, nranks, board_by_default, [&] {
+                   const size_t count = 5000;  // 20000 bytes per rank: 5 rounds
+                   std::vector<float> in(count), got(count * nranks, -1.0f);
+                   for (size_t i = 0; i < count; ++i) in[i] = static_cast<float>(rank * 100000 + i);
+                   CHECK_OR_FAIL(braidAllGather(in.data(), got.data(), count, braidFloat32, comm) ==
+                                     braidSuccess,
+                                 "%s", braidGetLastError(comm));
+                   for (int r = 0; r < nranks; ++r)
+                     for (size_t i = 0; i < count; ++i)
+                       CHECK_OR_FAIL(got[r * count + i] == static_cast<float>(r * 100000 + i),
+                                     "block %d element %zu: %g", r, i, got[r * count + i]);
+                   return 0;
+                 });
+               });
   EXPECT_TRUE(AllSucceeded(out)) << "defaults: " << DescribeOutcomes(out);
 }
 
@@ -847,61 +855,68 @@ TEST_P(OneShotFailure, KilledRankIsNamedByEverySurvivorWithinASecond) {
     EXPECT_EQ(out[r].exit_code, r == victim ? 128 + SIGKILL : 0) << DescribeOutcomes(out);
 }
 
-// A rank dies in the middle of a call in rounds: its send buffer's fourth page cannot be read,
-// so it crashes copying in the round that starts there, after the rounds before completed on
-// every rank. Every survivor, waiting for that round's post, fails within 1 s naming it.
-TEST_P(OneShotFailure, RankDyingInALaterRoundIsNamedByEverySurvivorWithinASecond) {
-  const int n = GetParam();
+// A rank dies in the middle of a call in rounds (an all-reduce two-shot, or an all-gather): its
+// send buffer's fourth page cannot be read, so it crashes copying in the round that starts there
+// (rounds of a page: BRAID_ONESHOT_BYTES=4096), after the rounds before completed on every rank.
+// Every survivor, waiting for that round's post, fails within 1 s naming it, holds the first
+// rounds' results, and its next call fails at once.
+void CheckRankDyingInALaterRound(int n, bool gather) {
   const int victim = n / 2;
   PidPipe victim_pid;
-  auto out = RunJob(
-      Options(n, {{"BRAID_ONESHOT_BYTES", "4096"},
-                  {"BRAID_BOARD_TWO_SHOT", "1"},
-                  {"BRAID_ALGO", "allreduce:oneshot"}}),
-      [&](braidComm_t comm, int rank, int nranks, const braidUniqueId&) {
-        const long page = sysconf(_SC_PAGESIZE);
-        const size_t count = 16 * static_cast<size_t>(page) / sizeof(float);
-        auto* send =
-            static_cast<float*>(mmap(nullptr, count * sizeof(float), PROT_READ | PROT_WRITE,
-                                     MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
-        CHECK_OR_FAIL(send != MAP_FAILED, "mmap");
-        for (size_t i = 0; i < count; ++i) send[i] = 1.0f;
-        std::vector<float> recv(count);
-        if (rank == victim) {
-          if (!victim_pid.publish(nranks - 1)) return 5;
-          // Rounds of at most 4096 bytes: the rounds before the fourth page
-          // complete on every rank, the one that reaches it crashes here.
-          CHECK_OR_FAIL(mprotect(reinterpret_cast<char*>(send) + 3 * page,
-                                 static_cast<size_t>(page), PROT_NONE) == 0,
-                        "mprotect");
-          braidAllReduce(send, recv.data(), count, braidFloat32, braidSum, comm);
-          return 6;  // not reached
-        }
-        const pid_t vpid = victim_pid.take();
-        CHECK_OR_FAIL(vpid > 0, "victim pid");
-        // The victim calls right after it publishes its pid and dies a few
-        // rounds in: the survivors' call must end within 1 s of its start.
-        const auto t0 = Clock::now();
-        braidResult_t rc = braidAllReduce(send, recv.data(), count, braidFloat32, braidSum, comm);
-        const double dt = SecondsSince(t0);
-        const std::string msg = braidGetLastError(comm);
-        CHECK_OR_FAIL(
-            rc == braidErrRemote && dt < 1.0 &&
-                msg.find("rank " + std::to_string(victim) + " (host ") != std::string::npos &&
-                msg.find("pid " + std::to_string(vpid) + ") died") != std::string::npos,
-            "rc=%d after %.2fs: %s", rc, dt, msg.c_str());
-        // The first rounds completed: their pieces hold the sum.
-        for (size_t i = 0; i < 3 * static_cast<size_t>(page) / sizeof(float); ++i)
-          CHECK_OR_FAIL(recv[i] == static_cast<float>(nranks),
-                        "element %zu of the first rounds: %g", i, recv[i]);
-        const auto t1 = Clock::now();
-        rc = braidAllReduce(send, send, 16, braidFloat32, braidSum, comm);
-        CHECK_OR_FAIL(rc != braidSuccess && SecondsSince(t1) < 1.0 &&
-                          std::string(braidGetLastError(comm)).find(") died") != std::string::npos,
-                      "the next call: rc=%d: %s", rc, braidGetLastError(comm));
-        munmap(send, count * sizeof(float));
-        return 0;
-      });
+  std::vector<std::pair<std::string, std::string>> env = {{"BRAID_ONESHOT_BYTES", "4096"}};
+  if (gather) {
+    env.emplace_back("BRAID_ALGO", "allgather:oneshot");
+  } else {
+    env.emplace_back("BRAID_BOARD_TWO_SHOT", "1");
+    env.emplace_back("BRAID_ALGO", "allreduce:oneshot");
+  }
+  auto out = RunJob(Options(n, env), [&](braidComm_t comm, int rank, int nranks,
+                                         const braidUniqueId&) {
+    const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+    const size_t count = 16 * page / sizeof(float);
+    auto* send = static_cast<float*>(mmap(nullptr, count * sizeof(float), PROT_READ | PROT_WRITE,
+                                          MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+    CHECK_OR_FAIL(send != MAP_FAILED, "mmap");
+    for (size_t i = 0; i < count; ++i) send[i] = static_cast<float>(gather ? rank + 1 : 1);
+    std::vector<float> recv(gather ? count * nranks : count, 0.0f);
+    const auto call = [&] {
+      return gather ? braidAllGather(send, recv.data(), count, braidFloat32, comm)
+                    : braidAllReduce(send, recv.data(), count, braidFloat32, braidSum, comm);
+    };
+    if (rank == victim) {
+      if (!victim_pid.publish(nranks - 1)) return 5;
+      CHECK_OR_FAIL(mprotect(reinterpret_cast<char*>(send) + 3 * page, page, PROT_NONE) == 0,
+                    "mprotect");
+      call();
+      return 6;  // not reached
+    }
+    const pid_t vpid = victim_pid.take();
+    CHECK_OR_FAIL(vpid > 0, "victim pid");
+    // The victim calls right after it publishes its pid and dies a few rounds in: the
+    // survivors' call must end within 1 s of its start.
+    const auto t0 = Clock::now();
+    braidResult_t rc = call();
+    const double dt = SecondsSince(t0);
+    const std::string msg = braidGetLastError(comm);
+    CHECK_OR_FAIL(rc == braidErrRemote && dt < 1.0 &&
+                      msg.find("rank " + std::to_string(victim) + " (host ") != std::string::npos &&
+                      msg.find("pid " + std::to_string(vpid) + ") died") != std::string::npos,
+                  "rc=%d after %.2fs: %s", rc, dt, msg.c_str());
+    // The first rounds completed: their pieces hold the sum, or every rank's block.
+    for (size_t i = 0; i < 3 * page / sizeof(float); ++i)
+      for (int r = 0; r < (gather ? nranks : 1); ++r) {
+        const float want = static_cast<float>(gather ? r + 1 : nranks);
+        CHECK_OR_FAIL(recv[r * count + i] == want, "block %d element %zu of the first rounds: %g",
+                      r, i, recv[r * count + i]);
+      }
+    const auto t1 = Clock::now();
+    rc = braidAllReduce(send, send, 16, braidFloat32, braidSum, comm);
+    CHECK_OR_FAIL(rc != braidSuccess && SecondsSince(t1) < 1.0 &&
+                      std::string(braidGetLastError(comm)).find(") died") != std::string::npos,
+                  "the next call: rc=%d: %s", rc, braidGetLastError(comm));
+    munmap(send, count * sizeof(float));
+    return 0;
+  });
   for (int r = 0; r < n; ++r) {
     if (r == victim)
       EXPECT_NE(out[r].exit_code, 0) << DescribeOutcomes(out);  // SIGSEGV, or ASan's report
@@ -910,56 +925,12 @@ TEST_P(OneShotFailure, RankDyingInALaterRoundIsNamedByEverySurvivorWithinASecond
   }
 }
 
-// The same in an all-gather in rounds: the victim crashes copying its fourth page into the board
-// (round 3's post); every survivor, waiting for that post, fails within 1 s naming it, and holds
-// the first three pages of every rank's block.
+TEST_P(OneShotFailure, RankDyingInALaterRoundIsNamedByEverySurvivorWithinASecond) {
+  CheckRankDyingInALaterRound(GetParam(), /*gather=*/false);
+}
+
 TEST_P(OneShotFailure, RankDyingInALaterRoundOfAnAllGatherIsNamedByEverySurvivor) {
-  const int n = GetParam();
-  const int victim = n / 2;
-  PidPipe victim_pid;
-  auto out = RunJob(
-      Options(n, {{"BRAID_ONESHOT_BYTES", "4096"}, {"BRAID_ALGO", "allgather:oneshot"}}),
-      [&](braidComm_t comm, int rank, int nranks, const braidUniqueId&) {
-        const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
-        const size_t count = 16 * page / sizeof(float);  // 16 rounds of a page
-        auto* send =
-            static_cast<float*>(mmap(nullptr, count * sizeof(float), PROT_READ | PROT_WRITE,
-                                     MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
-        CHECK_OR_FAIL(send != MAP_FAILED, "mmap");
-        for (size_t i = 0; i < count; ++i) send[i] = static_cast<float>(rank + 1);
-        std::vector<float> recv(count * nranks, 0.0f);
-        if (rank == victim) {
-          if (!victim_pid.publish(nranks - 1)) return 5;
-          CHECK_OR_FAIL(mprotect(reinterpret_cast<char*>(send) + 3 * page, page, PROT_NONE) == 0,
-                        "mprotect");
-          braidAllGather(send, recv.data(), count, braidFloat32, comm);
-          return 6;  // not reached
-        }
-        const pid_t vpid = victim_pid.take();
-        CHECK_OR_FAIL(vpid > 0, "victim pid");
-        const auto t0 = Clock::now();
-        const braidResult_t rc = braidAllGather(send, recv.data(), count, braidFloat32, comm);
-        const double dt = SecondsSince(t0);
-        const std::string msg = braidGetLastError(comm);
-        CHECK_OR_FAIL(
-            rc == braidErrRemote && dt < 1.0 &&
-                msg.find("rank " + std::to_string(victim) + " (host ") != std::string::npos &&
-                msg.find("pid " + std::to_string(vpid) + ") died") != std::string::npos,
-            "rc=%d after %.2fs: %s", rc, dt, msg.c_str());
-        for (int r = 0; r < nranks; ++r)
-          for (size_t i = 0; i < 3 * page / sizeof(float); ++i)
-            CHECK_OR_FAIL(recv[r * count + i] == static_cast<float>(r + 1),
-                          "block %d element %zu of the first rounds: %g", r, i,
-                          recv[r * count + i]);
-        munmap(send, count * sizeof(float));
-        return 0;
-      });
-  for (int r = 0; r < n; ++r) {
-    if (r == victim)
-      EXPECT_NE(out[r].exit_code, 0) << DescribeOutcomes(out);  // SIGSEGV, or ASan's report
-    else
-      EXPECT_EQ(out[r].exit_code, 0) << DescribeOutcomes(out);
-  }
+  CheckRankDyingInALaterRound(GetParam(), /*gather=*/true);
 }
 
 // A rank stops (SIGSTOP) instead of making a board call: every survivor times out within
