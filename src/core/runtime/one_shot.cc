@@ -744,7 +744,8 @@ Status Call::finish() {
                         "the same calls in the same order (nothing was transferred)");
   }
   // Every post of the call matches: a two-shot call goes on to its second post (and consumes
-  // both at the end), so every rank takes the same numbers; so does a call by reference.
+  // both at the end), so every rank takes the same numbers; so do a call by reference and an
+  // all-gather in rounds.
   if (two_shot_) return finishTwoShot();
   if (by_ref_) return finishByReference();
   if (rounds_ > 1) return finishGatherInRounds();
@@ -826,7 +827,7 @@ uint64_t OneShotCoreBytes(CollKind kind) {
   // every rank copies its whole post in, then (once every peer has posted) reads the peers'
   // posts, one after the other, where the engine's ring overlaps one chunk's copy with the next
   // one's. Measured on 2 ranks, board (forced) against engine, 2026-11-27 (docs/performance.md
-  // "Where the board stops paying"): all-gather and all-reduce cross over between 16 and 32 KiB
+  // "Re-measured per collective"): all-gather and all-reduce cross over between 16 and 32 KiB
   // (a post of 32 KiB: 1.13-1.62 x the engine's time), reduce-scatter and broadcast between 32
   // and 64 KiB (broadcast reads one post, reduce-scatter a 1/N part of each).
   return kind == CollKind::kBroadcast || kind == CollKind::kReduceScatter ? 32 << 10 : 16 << 10;
