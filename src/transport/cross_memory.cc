@@ -1,10 +1,11 @@
 #include "transport/cross_memory.h"
 
 #include <sys/uio.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
-#include <random>
+#include <chrono>
 
 namespace braid {
 namespace {
@@ -22,9 +23,12 @@ constexpr size_t kPieceBytes = 1u << 20;
 
 CrossMemoryProbe LocalCrossMemoryProbe() {
   static const CrossMemoryProbe probe = [] {
-    std::random_device rd;
+    // getentropy, not std::random_device (which may throw): a probe needs a value another
+    // process is unlikely to hold at that address, not a secret.
     uint64_t v = 0;
-    while (v == 0) v = (uint64_t{rd()} << 32) ^ rd();
+    if (getentropy(&v, sizeof(v)) != 0 || v == 0)
+      v = static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count()) ^
+          (static_cast<uint64_t>(getpid()) << 40) ^ 1;
     g_probe_word = v;
     CrossMemoryProbe p;
     p.address = reinterpret_cast<uint64_t>(&g_probe_word);
