@@ -63,7 +63,7 @@ struct RankInfo {
   // The device group of the device this rank is bound to (core/runtime/placement.h), unique
   // within its node; empty when its node has no devices.
   std::string device_group;
-  // Its cross-memory probe word (transport/shm/cross_memory.h): where it lives in the rank's
+  // Its cross-memory probe word (transport/cross_memory.h): where it lives in the rank's
   // process and the value it holds; 0 when not known.
   uint64_t memory_probe_address = 0;
   uint64_t memory_probe_value = 0;

@@ -19,7 +19,6 @@
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/syscall.h>
-#include <sys/uio.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -33,6 +32,7 @@
 #include "multirank/collective_cases.h"
 #include "multirank/harness.h"
 #include "multirank/pid_pipe.h"
+#include "transport/cross_memory.h"
 
 namespace braid_test {
 namespace {
@@ -1058,18 +1058,13 @@ TEST(OneShotForms, BlockingAgainstNonBlockingFailsOnBothRanksInSeconds) {
 // job are siblings. Containers and hardened hosts may forbid it; braid then copies through the
 // board, and the tests that need it skip.
 bool HostAllowsCrossMemoryAttach() {
-  static volatile uint64_t word = 0x5eed;
+  // The library's own probe: the child reads this process's probe word, as a peer rank would.
+  const braid::CrossMemoryProbe probe = braid::LocalCrossMemoryProbe();
   const pid_t parent = getpid();
   std::fflush(stdout);
   std::fflush(stderr);
   const pid_t child = fork();
-  if (child == 0) {
-    uint64_t seen = 0;
-    iovec local{&seen, sizeof(seen)};
-    iovec far{const_cast<uint64_t*>(&word), sizeof(seen)};
-    _exit(process_vm_readv(parent, &local, 1, &far, 1, 0) == sizeof(seen) && seen == 0x5eed ? 0
-                                                                                            : 1);
-  }
+  if (child == 0) _exit(braid::CanReadPeerMemory(parent, probe) ? 0 : 1);
   int status = 0;
   return child > 0 && waitpid(child, &status, 0) == child && WIFEXITED(status) &&
          WEXITSTATUS(status) == 0;

@@ -136,8 +136,8 @@ bool TwoShot(const OpDesc& d, int nranks, BoardPlace place, int mode) {
 // Without a BRAID_ALGO rule only where the host's ranks outnumber its cores, like a two-shot
 // all-reduce in rounds (measured, docs/performance.md "All-gather in rounds"); each rank copies
 // its block in once and N - 1 blocks out, where the engine's ring copies N - 1 blocks in and out.
-bool GathersInRounds(const OpDesc& d, int nranks, uint64_t capacity, bool by_ref) {
-  return d.kind == CollKind::kAllGather && !by_ref && LargestPost(d, nranks) > capacity;
+bool GathersInRounds(const OpDesc& d, int nranks, uint64_t capacity) {
+  return d.kind == CollKind::kAllGather && LargestPost(d, nranks) > capacity;
 }
 
 // Whether the board runs `d` by reference (BRAID_SINGLE_COPY_BYTES, braidComm::singleCopyBytes):
@@ -202,7 +202,7 @@ class Call {
         by_ref_(ByReference(comm, d, n_)),
         place_(by_ref_ ? BoardPlace::kEntry : board_.placeFor(LargestPost(d, comm.nranks()))),
         two_shot_(!by_ref_ && TwoShot(d, n_, place_, comm.config().board_two_shot)),
-        rounds_(two_shot_ || GathersInRounds(d, n_, board_.capacity(), by_ref_)
+        rounds_(two_shot_ || (!by_ref_ && GathersInRounds(d, n_, board_.capacity()))
                     ? RoundsOf(d.count * DataTypeSize(d.dtype), board_.capacity())
                     : 1),
         mine_(SignatureOf(d, comm.nranks(), two_shot_, by_ref_)) {}
@@ -251,6 +251,9 @@ class Call {
   // Makes this rank's later post `seq` of the call (its outbox written) visible and waits for
   // every peer's.
   Status postAndWaitForAll(uint32_t seq);
+  // Makes this rank's later post `seq` of the call visible (its outbox written) and wakes the
+  // peers that sleep on it.
+  void publishPost(uint32_t seq);
   // Waits until every peer has consumed what post `seq` overwrites (its entry, and its payload
   // where it lives on a large buffer).
   Status awaitFree(uint32_t seq, BoardPlace place);
@@ -408,10 +411,14 @@ Status Call::waitForAll(uint32_t seq) {
   return Status::Ok();
 }
 
-Status Call::postAndWaitForAll(uint32_t seq) {
+void Call::publishPost(uint32_t seq) {
   comm_.boardProgress().started.store(seq, std::memory_order_release);
   board_.post(seq, mine_);
   board_.publish();
+}
+
+Status Call::postAndWaitForAll(uint32_t seq) {
+  publishPost(seq);
   return waitForAll(seq);
 }
 
@@ -504,9 +511,7 @@ Status Call::finishGatherInRounds() {
       deadline_.reset();
       BRAID_RETURN_IF_ERROR(awaitFree(s + 1, place_));
       fillOutbox(s + 1, round + 1);
-      comm_.boardProgress().started.store(s + 1, std::memory_order_release);
-      board_.post(s + 1, mine_);
-      board_.publish();
+      publishPost(s + 1);
     }
     const ElemRange x = piece(round);
     for (int r = 0; r < n_; ++r) {
@@ -810,7 +815,7 @@ bool OneShotTakes(const braidComm& comm, const OpDesc& d) {
   if (!by_ref && post > board->capacity()) {
     // Only in rounds: a two-shot all-reduce, or an all-gather.
     if (!TwoShot(d, n, BoardPlace::kBuffer, comm.config().board_two_shot) &&
-        !GathersInRounds(d, n, board->capacity(), by_ref))
+        !GathersInRounds(d, n, board->capacity()))
       return false;
     fits_default = n > comm.hostCpus();
   }
