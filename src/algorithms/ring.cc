@@ -4,7 +4,9 @@
 //
 // Channels take disjoint element ranges (of the whole buffer, or of every block for the
 // per-rank-block collectives) and run concurrently. Within a step a block travels as slices of at
-// most chunk_bytes, so the receiver reduces slice k while slice k+1 is on the wire.
+// most chunk_bytes, so the receiver reduces slice k while slice k+1 is on the wire. A channel
+// whose blocks span more than a few chunks runs its steps in pieces (RingPieces): all the steps
+// for the first few chunks of every block, then the next, so what a step sends is still in cache.
 #include <algorithm>
 #include <utility>
 
@@ -22,6 +24,44 @@ ElemRange RingBlock(const ElemRange& rc, int nranks, int b) {
   return x;
 }
 
+// A ring step's block is cut into pieces of this many chunks (see RingPieces).
+constexpr uint64_t kPieceChunks = 2;
+
+// How many pieces a channel's range of `elems` runs in, one after another, where a ring step
+// moves `block_bytes` of it. A ring step sends what the step before it wrote (a partial sum, the
+// block just received, or at the turn from reduce-scatter to all-gather the reduced block); with
+// blocks of tens of MiB that is back in DRAM by then, and the send reads it from there (for TCP,
+// the kernel's copy into the socket; for shm, the copy into the ring). In pieces whose blocks
+// are kPieceChunks chunks, each piece's steps run back to back and every send reads a block that
+// is still in cache. Measured 2026-11-27 (docs/performance.md "The ring in pieces"): 0.50-0.89 of
+// the unpieced time from 64 MiB on 2 and 4 ranks, shm and TCP (2-rank all-reduce: 0.50-0.83),
+// 0.70-1.01 at 16 MiB; one and two chunks per piece measured alike, four slower.
+uint64_t RingPieces(const CollArgs& a, uint64_t block_bytes, uint64_t elems) {
+  const uint64_t piece_bytes = kPieceChunks * std::max<uint64_t>(a.chunk_bytes, 1);
+  return std::clamp<uint64_t>(block_bytes / piece_bytes, 1, std::max<uint64_t>(elems, 1));
+}
+
+// The pieces of a per-rank-block collective's channel range (reduce-scatter, all-gather), whose
+// steps move the whole range: from three ranks on (two make one step, which sends nothing that an
+// earlier step wrote).
+uint64_t BlockRingPieces(const CollArgs& a, const ElemRange& range) {
+  return a.nranks > 2 ? RingPieces(a, range.len * DataTypeSize(a.dtype), range.len) : 1;
+}
+
+// The time of one ring step's `bytes` over `nch` channels, each channel's part sent in `pieces`
+// steps (each with its own messages).
+double PiecedTransferSeconds(uint64_t bytes, uint64_t pieces, uint64_t chunk_bytes,
+                             const LinkParams& link, int nch) {
+  return static_cast<double>(pieces) * TransferSeconds(bytes / pieces, chunk_bytes, link, nch);
+}
+
+// Where piece p of `pieces` of `range` lies.
+ElemRange PieceOf(const ElemRange& range, uint64_t pieces, uint64_t p) {
+  ElemRange x = EvenPart(range.len, pieces, p);
+  x.off += range.off;
+  return x;
+}
+
 RankSchedule AllReduce(const CollArgs& a, int r) {
   const int n = a.nranks;
   if (a.count == 0 || n == 1) return LocalCopySchedule(a.count, a.in_place);
@@ -32,26 +72,31 @@ RankSchedule AllReduce(const CollArgs& a, int r) {
   RankSchedule s;
   s.channels.resize(nch);
   for (int c = 0; c < nch; ++c) {
-    const ElemRange rc = EvenPart(a.count, nch, c);
+    const ElemRange channel_range = EvenPart(a.count, nch, c);
+    const uint64_t pieces = RingPieces(
+        a, channel_range.len / static_cast<uint64_t>(n) * DataTypeSize(a.dtype), channel_range.len);
     Channel& ch = s.channels[c];
-    // Reduce-scatter: at step k send block r-k (own input at k = 0, else the partial sum received
-    // at step k-1) and fold block r-k-1 into recvbuf. Rank r ends owning block r+1.
-    for (int k = 0; k < n - 1; ++k) {
-      const ElemRange sb = RingBlock(rc, n, Mod(r - k, n));
-      const ElemRange rb = RingBlock(rc, n, Mod(r - k - 1, n));
-      Step st;
-      AppendSends(st, next, k == 0 ? in : uint16_t{kRecvBuf}, sb.off, sb.len, chunk);
-      AppendRecvReduces(st, prev, in, rb.off, kRecvBuf, rb.off, rb.len, chunk);
-      AddStep(ch, std::move(st));
-    }
-    // All-gather of the reduced blocks: at step k forward block r+1-k, receive block r-k.
-    for (int k = 0; k < n - 1; ++k) {
-      const ElemRange sb = RingBlock(rc, n, Mod(r + 1 - k, n));
-      const ElemRange rb = RingBlock(rc, n, Mod(r - k, n));
-      Step st;
-      AppendSends(st, next, kRecvBuf, sb.off, sb.len, chunk);
-      AppendRecvs(st, prev, kRecvBuf, rb.off, rb.len, chunk);
-      AddStep(ch, std::move(st));
+    for (uint64_t p = 0; p < pieces; ++p) {
+      const ElemRange rc = PieceOf(channel_range, pieces, p);
+      // Reduce-scatter: at step k send block r-k (own input at k = 0, else the partial sum
+      // received at step k-1) and fold block r-k-1 into recvbuf. Rank r ends owning block r+1.
+      for (int k = 0; k < n - 1; ++k) {
+        const ElemRange sb = RingBlock(rc, n, Mod(r - k, n));
+        const ElemRange rb = RingBlock(rc, n, Mod(r - k - 1, n));
+        Step st;
+        AppendSends(st, next, k == 0 ? in : uint16_t{kRecvBuf}, sb.off, sb.len, chunk);
+        AppendRecvReduces(st, prev, in, rb.off, kRecvBuf, rb.off, rb.len, chunk);
+        AddStep(ch, std::move(st));
+      }
+      // All-gather of the reduced blocks: at step k forward block r+1-k, receive block r-k.
+      for (int k = 0; k < n - 1; ++k) {
+        const ElemRange sb = RingBlock(rc, n, Mod(r + 1 - k, n));
+        const ElemRange rb = RingBlock(rc, n, Mod(r - k, n));
+        Step st;
+        AppendSends(st, next, kRecvBuf, sb.off, sb.len, chunk);
+        AppendRecvs(st, prev, kRecvBuf, rb.off, rb.len, chunk);
+        AddStep(ch, std::move(st));
+      }
     }
   }
   return s;
@@ -89,18 +134,23 @@ RankSchedule ReduceScatter(const CollArgs& a, int r) {
     return {kSendBuf, static_cast<uint64_t>(b) * count + rc.off};
   };
   for (int c = 0; c < nch; ++c) {
-    const ElemRange rc = EvenPart(count, nch, c);
+    const ElemRange channel_range = EvenPart(count, nch, c);
+    const uint64_t pieces = BlockRingPieces(a, channel_range);
     Channel& ch = s.channels[c];
-    // Step k sends block r-k-1 and folds block r-k-2, so the last step (k = N-2) completes
-    // block r on this rank.
-    for (int k = 0; k < n - 1; ++k) {
-      Step st;
-      const auto src = k == 0 ? input(Mod(r - 1, n), rc) : dest(k - 1, rc);
-      AppendSends(st, next, src.first, src.second, rc.len, chunk);
-      const auto local = input(Mod(r - k - 2, n), rc);
-      const auto dst = dest(k, rc);
-      AppendRecvReduces(st, prev, local.first, local.second, dst.first, dst.second, rc.len, chunk);
-      AddStep(ch, std::move(st));
+    for (uint64_t p = 0; p < pieces; ++p) {
+      const ElemRange rc = PieceOf(channel_range, pieces, p);
+      // Step k sends block r-k-1 and folds block r-k-2, so the last step (k = N-2) completes
+      // block r on this rank.
+      for (int k = 0; k < n - 1; ++k) {
+        Step st;
+        const auto src = k == 0 ? input(Mod(r - 1, n), rc) : dest(k - 1, rc);
+        AppendSends(st, next, src.first, src.second, rc.len, chunk);
+        const auto local = input(Mod(r - k - 2, n), rc);
+        const auto dst = dest(k, rc);
+        AppendRecvReduces(st, prev, local.first, local.second, dst.first, dst.second, rc.len,
+                          chunk);
+        AddStep(ch, std::move(st));
+      }
     }
   }
   return s;
@@ -117,22 +167,27 @@ RankSchedule AllGather(const CollArgs& a, int r) {
   RankSchedule s;
   s.channels.resize(nch);
   for (int c = 0; c < nch; ++c) {
-    const ElemRange rc = EvenPart(count, nch, c);
+    const ElemRange channel_range = EvenPart(count, nch, c);
+    const uint64_t pieces = BlockRingPieces(a, channel_range);
     Channel& ch = s.channels[c];
-    for (int k = 0; k < n - 1; ++k) {
-      const uint64_t sb = static_cast<uint64_t>(Mod(r - k, n)) * count + rc.off;
-      const uint64_t rb = static_cast<uint64_t>(Mod(r - k - 1, n)) * count + rc.off;
-      Step st;
-      if (k == 0 && !a.in_place) {
-        // First touch reads the user's buffer directly; the own-block copy overlaps the transfer.
-        AppendSends(st, next, kSendBuf, rc.off, rc.len, chunk);
-        AppendCopy(st, kSendBuf, rc.off, kRecvBuf, static_cast<uint64_t>(r) * count + rc.off,
-                   rc.len);
-      } else {
-        AppendSends(st, next, kRecvBuf, sb, rc.len, chunk);
+    for (uint64_t p = 0; p < pieces; ++p) {
+      const ElemRange rc = PieceOf(channel_range, pieces, p);
+      for (int k = 0; k < n - 1; ++k) {
+        const uint64_t sb = static_cast<uint64_t>(Mod(r - k, n)) * count + rc.off;
+        const uint64_t rb = static_cast<uint64_t>(Mod(r - k - 1, n)) * count + rc.off;
+        Step st;
+        if (k == 0 && !a.in_place) {
+          // First touch reads the user's buffer directly; the own-block copy overlaps the
+          // transfer.
+          AppendSends(st, next, kSendBuf, rc.off, rc.len, chunk);
+          AppendCopy(st, kSendBuf, rc.off, kRecvBuf, static_cast<uint64_t>(r) * count + rc.off,
+                     rc.len);
+        } else {
+          AppendSends(st, next, kRecvBuf, sb, rc.len, chunk);
+        }
+        AppendRecvs(st, prev, kRecvBuf, rb, rc.len, chunk);
+        AddStep(ch, std::move(st));
       }
-      AppendRecvs(st, prev, kRecvBuf, rb, rc.len, chunk);
-      AddStep(ch, std::move(st));
     }
   }
   return s;
@@ -283,14 +338,19 @@ class Ring final : public Algorithm {
     switch (a.kind) {
       case CollKind::kAllReduce: {
         // Channels as AllReduce() takes them; each ring step moves one block split over them.
+        // A channel in pieces sends each piece's part of a block as a step of its own.
         const int nch = ChannelsFor(a, a.count, a.count * esize);
         const uint64_t block = (a.count + n - 1) / n * esize;
-        return 2.0 * (n - 1) * TransferSeconds(block, a.chunk_bytes, l, nch);
+        const uint64_t range = a.count / static_cast<uint64_t>(nch);
+        const uint64_t pieces = RingPieces(a, range / static_cast<uint64_t>(n) * esize, range);
+        return 2.0 * (n - 1) * PiecedTransferSeconds(block, pieces, a.chunk_bytes, l, nch);
       }
       case CollKind::kReduceScatter:
       case CollKind::kAllGather: {
         const int nch = ChannelsFor(a, a.count, a.count * static_cast<uint64_t>(n) * esize);
-        return (n - 1) * TransferSeconds(a.count * esize, a.chunk_bytes, l, nch);
+        const uint64_t pieces =
+            BlockRingPieces(a, ElemRange{0, a.count / static_cast<uint64_t>(nch)});
+        return (n - 1) * PiecedTransferSeconds(a.count * esize, pieces, a.chunk_bytes, l, nch);
       }
       case CollKind::kBroadcast:
       case CollKind::kReduce: {

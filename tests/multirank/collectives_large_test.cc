@@ -73,18 +73,46 @@ TEST_P(CollectivesLarge, SixtyFourMiBBitExact) {
   EXPECT_TRUE(AllSucceeded(out)) << DescribeOutcomes(out);
 }
 
+// The ring with 4 KiB chunks, so that an odd count of 100003 runs in pieces (ring.cc,
+// RingPieces: tens of them per channel, of uneven lengths), every type x op x placement of the
+// collectives that run in pieces (all-reduce; reduce-scatter and all-gather from 3 ranks).
+class RingInPieces : public ::testing::TestWithParam<LargeParam> {};
+
+TEST_P(RingInPieces, EveryTypeOpAndPlacementIsBitExact) {
+  auto [n, transport] = GetParam();
+  JobOptions opt = LargeOptions(n, transport);
+  opt.env.push_back({"BRAID_ALGO", "all:ring"});
+  opt.env.push_back({"BRAID_CHUNK_BYTES", "4096"});
+  std::vector<DataType> types(std::begin(kTypes), std::end(kTypes));
+  std::vector<int> ops(std::begin(kOps), std::end(kOps));
+  std::vector<Case> cases;
+  for (const Case& c : Matrix({100003}, types, ops))
+    if (c.kind == CollKind::kAllReduce || c.kind == CollKind::kReduceScatter ||
+        c.kind == CollKind::kAllGather)
+      cases.push_back(c);
+  auto out = RunJob(opt, [&](braidComm_t comm, int rank, int nranks, const braidUniqueId&) {
+    return RunCases(comm, rank, nranks, cases);
+  });
+  EXPECT_TRUE(AllSucceeded(out)) << DescribeOutcomes(out);
+}
+
+std::string LargeName(const ::testing::TestParamInfo<LargeParam>& info) {
+  // Appended, not "n" + std::to_string(...) (GCC 12's -Wrestrict false positive).
+  std::string name = "n";
+  name += std::to_string(std::get<0>(info.param));
+  name += '_';
+  for (char c : std::get<1>(info.param)) name += c == '-' ? '_' : c;
+  return name;
+}
+
 INSTANTIATE_TEST_SUITE_P(Ranks, CollectivesLarge,
                          ::testing::Combine(::testing::Values(2, 3, 5, 8),
                                             ::testing::Values("shm", "tcp", "shm-engine")),
-                         [](const auto& info) {
-                           // Appended, not "n" + std::to_string(...) (GCC 12's -Wrestrict
-                           // false positive).
-                           std::string name = "n";
-                           name += std::to_string(std::get<0>(info.param));
-                           name += '_';
-                           for (char c : std::get<1>(info.param)) name += c == '-' ? '_' : c;
-                           return name;
-                         });
+                         LargeName);
+INSTANTIATE_TEST_SUITE_P(Ranks, RingInPieces,
+                         ::testing::Combine(::testing::Values(2, 3, 5, 8),
+                                            ::testing::Values("shm", "tcp")),
+                         LargeName);
 
 }  // namespace
 }  // namespace braid_test
