@@ -3,6 +3,7 @@
 
     compare_test.py COMPARE BUILD smoke allgather|reducescatter
     compare_test.py COMPARE BUILD bad-coll
+    compare_test.py COMPARE BUILD slow-phase
 
 smoke: perf/compare at 2 ranks over a few small sizes (-b 8 -e 64K -f 5: 8 B rounds to no element
 and is skipped; 40, 200, 1000, 5000, 25000 B round down to whole 16-byte units per rank). Passes
@@ -12,7 +13,13 @@ Open MPI column that ran (was not reported in "# FAILED peer columns") has a num
 rows (all columns round alike). A failed peer column does not fail the test, as for
 perf_compare_smoke: the peers are baselines.
 bad-coll: perf/compare --coll bogus exits 2 and names the flag on stderr.
+slow-phase: the slow-phase reruns, with the probe's values given (BRAID_COMPARE_FAKE_PROBES,
+cross-core round trips in ns) over the braid columns, 2 repetitions: a run whose probe rose over
+twice the best is run again and replaced when the rerun probes better; a run that stays slow
+through both rerun passes is named in the medians; --no-probe prints no slow-phase line; with one
+CPU (taskset) the probe cannot run and the line says the phase was not checked.
 """
+import os
 import subprocess
 import sys
 
@@ -94,14 +101,56 @@ def bad_coll(compare, build):
     return 0 if ok else 1
 
 
+def slow_phase(compare, build):
+    base = [compare, "-n", "2", "--build", build, "-b", "8", "-e", "64", "-f", "8", "--iters",
+            "3", "--reps", "2", "--only", "braid-shm,braid-tcp"]
+    # Probes come in pairs around each run: rep 1 shm, rep 1 tcp, rep 2 shm, rep 2 tcp, then
+    # the reruns. The first run's second probe is slow.
+    cases = [
+        ("100,450,100", [], "1 run(s) over 2x it, run again 1 time(s), 1 replaced; 0 still slow"),
+        # Every probe after the first four is slow: rep 2's runs and their reruns stay slow.
+        ("100,100,100,100,450", [], "2 run(s) over 2x it, run again 4 time(s), 0 replaced; "
+                                    "2 still slow (in the medians of: braid-shm rep 2, "
+                                    "braid-tcp rep 2)"),
+        ("100,450,100", ["--no-probe"], None),
+    ]
+    problems = []
+    for fake, extra, want in cases:
+        env = dict(os.environ, BRAID_COMPARE_FAKE_PROBES=fake)
+        p = subprocess.run(base + extra, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                           text=True, timeout=200, env=env)
+        print(p.stdout)
+        print(p.stderr, file=sys.stderr)
+        lines = [l for l in p.stdout.splitlines() if l.startswith("# slow phase:")]
+        if p.returncode != 0:
+            problems.append("%s %s: exit status %d" % (fake, extra, p.returncode))
+        if want is None and lines:
+            problems.append("%s %s: a slow-phase line without probes" % (fake, extra))
+        if want is not None and (len(lines) != 1 or want not in lines[0]):
+            problems.append("%s: want a line with %r, got %r" % (fake, want, lines))
+    # One CPU: the probe cannot run, and the line says the phase was not checked.
+    env = {k: v for k, v in os.environ.items() if k != "BRAID_COMPARE_FAKE_PROBES"}
+    p = subprocess.run(["taskset", "-c", "0"] + base, stdout=subprocess.PIPE,
+                       stderr=subprocess.PIPE, text=True, timeout=200, env=env)
+    print(p.stdout)
+    if p.returncode != 0 or "# slow phase: not checked" not in p.stdout:
+        problems.append("one CPU: want exit 0 and a 'not checked' line, got exit %d"
+                        % p.returncode)
+    for x in problems:
+        print("FAIL: " + x)
+    return 1 if problems else 0
+
+
 def main():
     if len(sys.argv) < 4:
-        sys.exit("usage: compare_test.py COMPARE BUILD smoke COLL | bad-coll")
+        sys.exit("usage: compare_test.py COMPARE BUILD smoke COLL | bad-coll | slow-phase")
     compare, build, case = sys.argv[1:4]
     if case == "smoke" and len(sys.argv) == 5 and sys.argv[4] in TITLE:
         return smoke(compare, build, sys.argv[4])
     if case == "bad-coll":
         return bad_coll(compare, build)
+    if case == "slow-phase":
+        return slow_phase(compare, build)
     sys.exit("compare_test.py: unknown case %s" % " ".join(sys.argv[3:]))
 
 
