@@ -41,6 +41,12 @@ uint64_t RingPieces(const CollArgs& a, uint64_t block_bytes, uint64_t elems) {
   return std::clamp<uint64_t>(block_bytes / piece_bytes, 1, std::max<uint64_t>(elems, 1));
 }
 
+// The pieces of an all-reduce's channel range, whose ring steps move one N-th of it.
+uint64_t AllReduceRingPieces(const CollArgs& a, uint64_t range_elems) {
+  return RingPieces(a, range_elems / static_cast<uint64_t>(a.nranks) * DataTypeSize(a.dtype),
+                    range_elems);
+}
+
 // The pieces of a per-rank-block collective's channel range (reduce-scatter, all-gather), whose
 // steps move the whole range: from three ranks on (two make one step, which sends nothing that an
 // earlier step wrote).
@@ -73,8 +79,7 @@ RankSchedule AllReduce(const CollArgs& a, int r) {
   s.channels.resize(nch);
   for (int c = 0; c < nch; ++c) {
     const ElemRange channel_range = EvenPart(a.count, nch, c);
-    const uint64_t pieces = RingPieces(
-        a, channel_range.len / static_cast<uint64_t>(n) * DataTypeSize(a.dtype), channel_range.len);
+    const uint64_t pieces = AllReduceRingPieces(a, channel_range.len);
     Channel& ch = s.channels[c];
     for (uint64_t p = 0; p < pieces; ++p) {
       const ElemRange rc = PieceOf(channel_range, pieces, p);
@@ -341,8 +346,7 @@ class Ring final : public Algorithm {
         // A channel in pieces sends each piece's part of a block as a step of its own.
         const int nch = ChannelsFor(a, a.count, a.count * esize);
         const uint64_t block = (a.count + n - 1) / n * esize;
-        const uint64_t range = a.count / static_cast<uint64_t>(nch);
-        const uint64_t pieces = RingPieces(a, range / static_cast<uint64_t>(n) * esize, range);
+        const uint64_t pieces = AllReduceRingPieces(a, a.count / static_cast<uint64_t>(nch));
         return 2.0 * (n - 1) * PiecedTransferSeconds(block, pieces, a.chunk_bytes, l, nch);
       }
       case CollKind::kReduceScatter:

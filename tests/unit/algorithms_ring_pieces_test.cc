@@ -8,6 +8,7 @@
 
 #include "algorithms/algorithm.h"
 #include "algorithms/lowering.h"
+#include "algorithms/schedule_builder.h"
 #include "algorithms/verifier.h"
 
 namespace braid {
@@ -25,31 +26,25 @@ CollArgs RingArgs(CollKind kind, int n, uint64_t count, uint64_t chunk_bytes, bo
   return a;
 }
 
-// Where piece p of `pieces` over `len` elements starts and ends (EvenPart's rule: the first
-// len % pieces pieces are one longer).
-std::pair<uint64_t, uint64_t> Piece(uint64_t len, uint64_t pieces, uint64_t p) {
-  const uint64_t base = len / pieces, extra = len % pieces;
-  const uint64_t off = p * base + std::min(p, extra);
-  return {off, off + base + (p < extra ? 1 : 0)};
-}
-
 // Every op of step `s` of a schedule in `pieces` pieces of `steps_per_piece` steps touches only
-// elements (of the whole buffer for all-reduce, of each rank's block otherwise) inside its piece.
-void ExpectOpsInsidePieces(const RankSchedule& rs, uint64_t len, uint64_t block, uint64_t pieces,
+// elements inside its piece: of the whole buffer for all-reduce, of each rank's block (`len`
+// elements) otherwise.
+void ExpectOpsInsidePieces(const RankSchedule& rs, uint64_t len, uint64_t pieces,
                            size_t steps_per_piece) {
   ASSERT_EQ(rs.channels.size(), 1u);
   const auto& steps = rs.channels[0].steps;
   ASSERT_EQ(steps.size(), pieces * steps_per_piece);
   for (size_t s = 0; s < steps.size(); ++s) {
-    const auto [lo, hi] = Piece(len, pieces, s / steps_per_piece);
+    const ElemRange piece = EvenPart(len, pieces, s / steps_per_piece);
+    const uint64_t lo = piece.off, hi = piece.off + piece.len;
     for (const StepOp& op : steps[s].ops)
       for (const Slice* x : {&op.src, &op.dst}) {
         if (x->count == 0 ||
             (x->buffer != kSendBuf && x->buffer != kRecvBuf && x->buffer != kScratchBuf))
           continue;
-        // All-reduce's pieces cut the whole buffer (block == len); the per-rank-block
-        // collectives' cut each rank's block alike.
-        const uint64_t at = x->offset % block;
+        // All-reduce's pieces cut the whole buffer; the per-rank-block collectives' cut each
+        // rank's block alike.
+        const uint64_t at = x->offset % len;
         EXPECT_GE(at, lo) << "step " << s;
         EXPECT_LE(at + x->count, hi) << "step " << s;
       }
@@ -66,7 +61,7 @@ TEST(RingPieces, AllReduceRunsEachPieceThroughBothHalvesBeforeTheNext) {
     for (int r = 0; r < 3; ++r) {
       auto s = BuildSchedule(ring, a, r);
       ASSERT_TRUE(s.ok());
-      ExpectOpsInsidePieces(*s, a.count, a.count, 5, 4);
+      ExpectOpsInsidePieces(*s, a.count, 5, 4);
     }
   }
   // Blocks under two chunks: one piece, the plain 2 (N - 1) steps.
@@ -86,7 +81,7 @@ TEST(RingPieces, ReduceScatterAndAllGatherRunInPiecesFromThreeRanks) {
       for (int r = 0; r < 4; ++r) {
         auto s = BuildSchedule(ring, a, r);
         ASSERT_TRUE(s.ok());
-        ExpectOpsInsidePieces(*s, a.count, a.count, 7, 3);
+        ExpectOpsInsidePieces(*s, a.count, 7, 3);
       }
       // Two ranks make one step, nothing of which a later step sends: no pieces.
       auto two = BuildSchedule(ring, RingArgs(kind, 2, 32 * 7 + 3, 64, in_place), 0);
