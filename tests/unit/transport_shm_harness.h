@@ -51,8 +51,10 @@ inline std::vector<std::string> ShmEntries(const std::string& tag) {
 }
 
 inline TransportContext MakeContext(int rank, const std::vector<std::string>& hosts,
-                                    const std::string& tag, int nchannels, size_t ring_bytes) {
+                                    const std::string& tag, int nchannels, size_t ring_bytes,
+                                    uint64_t board_bytes = 0) {
   TransportContext c;
+  c.board_bytes = board_bytes;
   c.rank = rank;
   c.nranks = static_cast<int>(hosts.size());
   c.nchannels = nchannels;
@@ -88,13 +90,14 @@ struct Group {
 };
 
 // Creates every rank's instance (stops at the first failure, which it returns).
+// `board_bytes`: payload bytes per post of each rank's small-message board (0: none).
 inline Status CreateGroup(const std::vector<std::string>& hosts, int nchannels, size_t ring_bytes,
-                          Group* g) {
+                          Group* g, uint64_t board_bytes = 0) {
   g->tag = UniqueTag();
   g->hosts = hosts;
   const int n = static_cast<int>(hosts.size());
   for (int r = 0; r < n; ++r) {
-    auto ctx = MakeContext(r, hosts, g->tag, nchannels, ring_bytes);
+    auto ctx = MakeContext(r, hosts, g->tag, nchannels, ring_bytes, board_bytes);
     auto bell = Doorbell::Bind(ctx.doorbell_name);
     if (!bell.ok()) return bell.status();
     g->bells.push_back(std::move(bell.value()));
@@ -128,8 +131,8 @@ inline Status ConnectGroup(Group* g, bool finish = true) {
 }
 
 inline Status BuildGroup(const std::vector<std::string>& hosts, int nchannels, size_t ring_bytes,
-                         Group* g) {
-  BRAID_RETURN_IF_ERROR(CreateGroup(hosts, nchannels, ring_bytes, g));
+                         Group* g, uint64_t board_bytes = 0) {
+  BRAID_RETURN_IF_ERROR(CreateGroup(hosts, nchannels, ring_bytes, g, board_bytes));
   return ConnectGroup(g);
 }
 
