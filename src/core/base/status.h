@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <utility>
@@ -31,22 +32,37 @@ class [[nodiscard]] Status {
   static Status Error(ErrorClass cls, std::string message) {
     return Status(cls, std::move(message));
   }
+  Status(const Status& o) : rep_(o.rep_ ? std::make_unique<Rep>(*o.rep_) : nullptr) {}
+  Status& operator=(const Status& o) {
+    if (this != &o) rep_ = o.rep_ ? std::make_unique<Rep>(*o.rep_) : nullptr;
+    return *this;
+  }
+  Status(Status&&) noexcept = default;
+  Status& operator=(Status&&) noexcept = default;
 
-  bool ok() const { return cls_ == ErrorClass::kOk; }
-  ErrorClass cls() const { return cls_; }
-  const std::string& message() const { return message_; }
-  braidResult_t code() const { return static_cast<braidResult_t>(cls_); }
+  bool ok() const { return rep_ == nullptr; }
+  ErrorClass cls() const { return rep_ ? rep_->cls : ErrorClass::kOk; }
+  const std::string& message() const;
+  braidResult_t code() const { return static_cast<braidResult_t>(cls()); }
 
   // Prefixes context ("allreduce #12: ") to the message, keeping the class.
   Status& prepend(const std::string& context) {
-    if (!ok()) message_ = context + message_;
+    if (rep_) rep_->message = context + rep_->message;
     return *this;
   }
 
  private:
-  Status(ErrorClass cls, std::string message) : cls_(cls), message_(std::move(message)) {}
-  ErrorClass cls_ = ErrorClass::kOk;
-  std::string message_;
+  // An OK status is one null pointer: the small-message path makes and drops a dozen of them per
+  // call (every BRAID_RETURN_IF_ERROR), where a class and an inline string cost a few stores
+  // each way. Errors, which carry a message, allocate anyway.
+  struct Rep {
+    ErrorClass cls;
+    std::string message;
+  };
+  Status(ErrorClass cls, std::string message)
+      : rep_(cls == ErrorClass::kOk ? nullptr
+                                    : std::make_unique<Rep>(Rep{cls, std::move(message)})) {}
+  std::unique_ptr<Rep> rep_;
 };
 
 inline Status InvalidArgument(std::string m) {
