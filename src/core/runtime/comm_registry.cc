@@ -2,6 +2,7 @@
 
 #include <sys/mman.h>
 
+#include <atomic>
 #include <cstdint>
 #include <mutex>
 #include <unordered_map>
@@ -35,6 +36,15 @@ braidComm_t NextHandle() {
   return reinterpret_cast<braidComm_t>(v);
 }
 
+// Handles unregistered so far (LookupComm's per-thread caches compare it).
+std::atomic<uint64_t> g_unregistered{0};
+
+struct LookupCache {
+  braidComm_t handle = nullptr;
+  std::weak_ptr<braidComm> ref;
+  uint64_t unregistered = 0;
+};
+
 }  // namespace
 
 braidComm_t RegisterComm(CommRef comm) {
@@ -50,14 +60,29 @@ CommRef UnregisterComm(braidComm_t comm) {
   if (it == Registry().end()) return nullptr;
   CommRef ref = std::move(it->second);
   Registry().erase(it);
+  // Every thread's cached lookup (LookupComm) is stale from here on.
+  g_unregistered.fetch_add(1, std::memory_order_release);
   return ref;
 }
 
 CommRef LookupComm(braidComm_t comm) {
   if (!comm) return nullptr;
+  // A thread usually calls on the same communicator again and again: its last lookup is cached,
+  // which spares every call the registry's mutex and hash (a small call on the board costs
+  // about as much as a dozen such steps). The cache is good while no handle has been
+  // unregistered since it was filled: handles are never reused, so a cached handle that is still
+  // registered maps to the same communicator. It holds a weak reference, so a destroyed
+  // communicator is freed when its last call returns, not when this thread next calls.
+  thread_local LookupCache cache;
+  const uint64_t unregistered = g_unregistered.load(std::memory_order_acquire);
+  if (comm == cache.handle && unregistered == cache.unregistered)
+    if (CommRef ref = cache.ref.lock()) return ref;
   std::lock_guard<std::mutex> lock(g_mu);
   auto it = Registry().find(comm);
-  return it == Registry().end() ? nullptr : it->second;
+  if (it == Registry().end()) return nullptr;
+  // Read under the mutex, which every unregister takes: the entry is live as of this count.
+  cache = {comm, it->second, g_unregistered.load(std::memory_order_relaxed)};
+  return it->second;
 }
 
 std::vector<CommRef> LiveComms() {
