@@ -844,7 +844,12 @@ uint64_t OneShotDefaultLimit(uint64_t capacity, int nranks, int host_cpus, CollK
   return nranks > host_cpus ? capacity : std::min(capacity, OneShotCoreBytes(kind));
 }
 
-void RunOneShotCalls(braidComm& comm, std::span<const OpDesc* const> calls, Status* results) {
+namespace {
+
+// RunOneShotCalls with room for `kBatch` calls per batch: 1 for a call outside a group
+// (RunOneShot), whose one slot is all it constructs and destroys, LocalBoard::kEntries for a group.
+template <size_t kBatch>
+void RunBoardCalls(braidComm& comm, std::span<const OpDesc* const> calls, Status* results) {
   std::lock_guard<std::mutex> lock(comm.boardMutex());
   braidComm::BoardProgress& progress = comm.boardProgress();
   // A batch: calls posted before the first of them is read, up to kEntries small calls or one
@@ -857,7 +862,7 @@ void RunOneShotCalls(braidComm& comm, std::span<const OpDesc* const> calls, Stat
   // more has posted c + 1 already. So every rank's post c + 1 is made, and every rank consumes
   // c + 1.
   // On the stack: a call outside a group comes through here too, and should not allocate.
-  std::array<CallSlot, LocalBoard::kEntries> batch;
+  std::array<CallSlot, kBatch> batch;
   size_t nbatch = 0;
   size_t next = 0;
   // The call the hang report names: the first one posted and not yet complete.
@@ -925,10 +930,16 @@ void RunOneShotCalls(braidComm& comm, std::span<const OpDesc* const> calls, Stat
   }
 }
 
+}  // namespace
+
+void RunOneShotCalls(braidComm& comm, std::span<const OpDesc* const> calls, Status* results) {
+  RunBoardCalls<LocalBoard::kEntries>(comm, calls, results);
+}
+
 Status RunOneShot(braidComm& comm, const OpDesc& d) {
   const OpDesc* call = &d;
   Status st;
-  RunOneShotCalls(comm, std::span<const OpDesc* const>(&call, 1), &st);
+  RunBoardCalls<1>(comm, std::span<const OpDesc* const>(&call, 1), &st);
   return st;
 }
 
