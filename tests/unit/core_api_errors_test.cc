@@ -1,14 +1,12 @@
 // Every argument error a user can make on the native C API gets the right status and a message
 // that names the problem, and leaves the communicator usable.
 #include <gtest/gtest.h>
-#include <dirent.h>
 #include <stdlib.h>
 #include <unistd.h>
 
 #include <cstring>
 
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "braid/braid.h"
@@ -204,48 +202,9 @@ TEST(ApiHandles, StaleHandleNeverAliasesANewCommunicator) {
   }
 }
 
-// Each thread caches its last handle lookup (comm_registry.cc): a handle destroyed on another
-// thread must still read as not live here, and its communicator must be gone (its sockets and
-// files closed) when destroy returns, not when this thread next calls.
-TEST(ApiHandles, AHandleDestroyedOnAnotherThreadIsNotLiveHereAndItsResourcesAreGone) {
-  const auto open_fds = [] {
-    int n = 0;
-    if (DIR* d = opendir("/proc/self/fd")) {
-      while (readdir(d)) ++n;
-      closedir(d);
-    }
-    return n;
-  };
-  // Lazily made process-wide state (the handle region, logging) exists before the count.
-  {
-    braidUniqueId id;
-    ASSERT_EQ(braidGetUniqueId(&id), braidSuccess) << braidGetLastError(nullptr);
-    braidComm_t warm = nullptr;
-    ASSERT_EQ(braidCommInitRank(&warm, 1, id, 0), braidSuccess) << braidGetLastError(nullptr);
-    ASSERT_EQ(braidCommDestroy(warm), braidSuccess);
-  }
-  const int before = open_fds();
-  braidUniqueId id;
-  ASSERT_EQ(braidGetUniqueId(&id), braidSuccess) << braidGetLastError(nullptr);
-  braidComm_t comm = nullptr;
-  ASSERT_EQ(braidCommInitRank(&comm, 1, id, 0), braidSuccess) << braidGetLastError(nullptr);
-  ASSERT_GT(open_fds(), before) << "a communicator that holds no descriptor tests nothing here";
-  float x = 2;
-  ASSERT_EQ(braidAllReduce(&x, &x, 1, braidFloat32, braidSum, comm), braidSuccess);
-  int n = 0;
-  ASSERT_EQ(braidCommCount(comm, &n), braidSuccess);  // this thread's last lookup
-  braidResult_t destroyed = braidErrInternal;
-  std::thread([&] { destroyed = braidCommDestroy(comm); }).join();
-  ASSERT_EQ(destroyed, braidSuccess);
-  EXPECT_EQ(open_fds(), before) << "the destroyed communicator is still alive";
-  EXPECT_EQ(braidCommCount(comm, &n), braidErrInvalidUsage);
-  EXPECT_EQ(braidAllReduce(&x, &x, 1, braidFloat32, braidSum, comm), braidErrInvalidUsage);
-  EXPECT_NE(std::string(braidGetLastError(comm)).find("not live"), std::string::npos)
-      << braidGetLastError(comm);
-}
-
-// A view keeps its parent communicator alive after the parent's handle is destroyed: the handle
-// must read as not live all the same, on the thread that used it last too.
+// Each thread caches its last handle lookup (comm_registry.cc). A view keeps its parent
+// communicator alive after the parent's handle is destroyed: the handle must read as not live all
+// the same, on the thread that used it last too (the cache's weak reference still locks).
 TEST(ApiHandles, ADestroyedParentHandleIsNotLiveWhileItsViewKeepsTheCommunicatorAlive) {
   braidUniqueId id;
   ASSERT_EQ(braidGetUniqueId(&id), braidSuccess) << braidGetLastError(nullptr);
