@@ -18,6 +18,8 @@
 #include <string>
 #include <vector>
 
+#include "../common/proc_state.h"
+
 #ifndef BRAIDRUN_PATH
 #error "BRAIDRUN_PATH (the braidrun binary) is set by tests/CMakeLists.txt"
 #endif
@@ -44,12 +46,7 @@ bool WaitUntil(const std::function<bool()>& cond, int limit_ms) {
   return true;
 }
 
-// The state letter of /proc/<pid>/stat: 'T' stopped, 'Z' exited but not reaped ...
-char ProcState(pid_t pid) {
-  std::string stat = ReadFile("/proc/" + std::to_string(pid) + "/stat");
-  size_t paren = stat.rfind(')');
-  return paren != std::string::npos && paren + 2 < stat.size() ? stat[paren + 2] : '?';
-}
+using braid_test_common::ProcState;
 
 struct Launch {
   pid_t pid = -1;

@@ -8,16 +8,18 @@
 
 #include <chrono>
 #include <cstring>
-#include <fstream>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "../common/proc_state.h"
 #include "transport/local_board.h"
 #include "transport_shm_harness.h"
 
 namespace braid::shm_test {
 namespace {
+
+using braid_test_common::ProcState;
 
 class ShmBoardTest : public GuardedTest {
  protected:
@@ -36,15 +38,6 @@ class ShmBoardTest : public GuardedTest {
   LocalBoard* poster_ = nullptr;
   LocalBoard* reader_ = nullptr;
 };
-
-// The state of thread `tid` of this process ('S': asleep), from /proc (always readable).
-char ThreadState(pid_t tid) {
-  std::ifstream in("/proc/self/task/" + std::to_string(tid) + "/stat");
-  std::string line;
-  std::getline(in, line);
-  const size_t paren = line.rfind(')');
-  return paren == std::string::npos || paren + 2 >= line.size() ? '?' : line[paren + 2];
-}
 
 TEST_F(ShmBoardTest, EachRankCoversItsPeerAndAPostLandsInThePlaceItsSizeNames) {
   EXPECT_TRUE(poster_->covers(1));
@@ -88,7 +81,7 @@ TEST_F(ShmBoardTest, PublishWakesAReaderAsleepOnAnyPostOfTheBatch) {
   });
   while (tid.load() == 0) std::this_thread::yield();
   // Asleep (in the futex) before anything is posted, or the test would not test the wake.
-  while (ThreadState(tid.load()) != 'S') std::this_thread::yield();
+  while (ProcState(tid.load()) != 'S') std::this_thread::yield();
   const auto start = std::chrono::steady_clock::now();
   for (uint32_t seq = 1; seq <= 3; ++seq) poster_->post(seq, Sig(seq));
   poster_->publish();
