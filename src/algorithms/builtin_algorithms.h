@@ -18,6 +18,9 @@ const Algorithm& OrderedReductionAlgorithm();   // ordered.cc: "ordered" (determ
 // The largest all-gather or reduce-scatter (bytes gathered or scattered, N x count) "rd" serves,
 // on a power of two of ranks: latency-bound sizes (recursive_doubling.cc).
 inline constexpr uint64_t kButterflyMaxBytes = 64 * 1024;
+// ... and the largest all-gather it serves on one node, where its log2(N) rounds beat the ring's
+// N - 1 steps for the same bytes up to this size (measured, docs/performance.md).
+inline constexpr uint64_t kButterflyAllGatherMaxBytes = 2 * 1024 * 1024;
 // Hierarchical algorithms (spec/algorithms.md section 2), groups from CollArgs::layout.
 const Algorithm& HierRingAlgorithm();    // hier_ring.cc: "hring"
 const Algorithm& HoRingAlgorithm();      // ho_ring.cc: "ho_ring"

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "algorithms/algorithm.h"
+#include "algorithms/builtin_algorithms.h"
 #include "multirank/collective_cases.h"
 #include "multirank/harness.h"
 
@@ -96,6 +97,29 @@ TEST_P(RingInPieces, EveryTypeOpAndPlacementIsBitExact) {
   EXPECT_TRUE(AllSucceeded(out)) << DescribeOutcomes(out);
 }
 
+// The butterfly all-gather ("rd") at the sizes it serves on one node beyond the small ones
+// (up to kButterflyAllGatherMaxBytes gathered), forced, with 4 KiB chunks so every round is many
+// messages: every type at the largest count it takes and at an odd count, both placements.
+class ButterflyAllGather : public ::testing::TestWithParam<LargeParam> {};
+
+TEST_P(ButterflyAllGather, EveryTypeAndPlacementUpToItsCapIsBitExact) {
+  auto [n, transport] = GetParam();
+  JobOptions opt = LargeOptions(n, transport);
+  opt.env.push_back({"BRAID_ALGO", "allgather:rd"});
+  opt.env.push_back({"BRAID_CHUNK_BYTES", "4096"});
+  std::vector<Case> cases;
+  for (DataType t : kTypes) {
+    const uint64_t most = braid::kButterflyAllGatherMaxBytes / braid::DataTypeSize(t) / n;
+    for (bool in_place : {false, true})
+      for (uint64_t count : {most, uint64_t{20011}})
+        cases.push_back({CollKind::kAllGather, t, braidSum, count, in_place});
+  }
+  auto out = RunJob(opt, [&](braidComm_t comm, int rank, int nranks, const braidUniqueId&) {
+    return RunCases(comm, rank, nranks, cases);
+  });
+  EXPECT_TRUE(AllSucceeded(out)) << DescribeOutcomes(out);
+}
+
 std::string LargeName(const ::testing::TestParamInfo<LargeParam>& info) {
   // Appended, not "n" + std::to_string(...) (GCC 12's -Wrestrict false positive).
   std::string name = "n";
@@ -108,6 +132,10 @@ std::string LargeName(const ::testing::TestParamInfo<LargeParam>& info) {
 INSTANTIATE_TEST_SUITE_P(Ranks, CollectivesLarge,
                          ::testing::Combine(::testing::Values(2, 3, 5, 8),
                                             ::testing::Values("shm", "tcp", "shm-engine")),
+                         LargeName);
+INSTANTIATE_TEST_SUITE_P(Ranks, ButterflyAllGather,
+                         ::testing::Combine(::testing::Values(4, 8),
+                                            ::testing::Values("shm-engine", "tcp")),
                          LargeName);
 INSTANTIATE_TEST_SUITE_P(Ranks, RingInPieces,
                          ::testing::Combine(::testing::Values(2, 3, 5, 8),

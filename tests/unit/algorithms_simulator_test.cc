@@ -612,11 +612,28 @@ TEST(Simulator, RefusesUnsupportedRequests) {
   // "rd" gathers only on a power of two of ranks, and only latency-bound sizes.
   auto t = SimulateSeconds(*FindAlgorithm("rd"), Args(CollKind::kAllGather, 3, 10), LinkModel{});
   EXPECT_FALSE(t.ok());
-  // 4 ranks of floats: up to kButterflyMaxBytes gathered (or scattered), not one element more.
-  const uint64_t most = kButterflyMaxBytes / 4 / 4;
-  for (CollKind k : {CollKind::kAllGather, CollKind::kReduceScatter}) {
-    EXPECT_TRUE(SimulateSeconds(*FindAlgorithm("rd"), Args(k, 4, most), LinkModel{}).ok());
-    EXPECT_FALSE(SimulateSeconds(*FindAlgorithm("rd"), Args(k, 4, most + 1), LinkModel{}).ok());
+  // 4 ranks of floats: up to kButterflyMaxBytes scattered, not one element more; as much
+  // gathered across nodes, and up to kButterflyAllGatherMaxBytes gathered on one node.
+  const GroupLayout one_node = Nodes(4, 4), two_nodes = Nodes(4, 2);
+  struct Cap {
+    CollKind kind;
+    const GroupLayout* layout;
+    uint64_t bytes;
+  };
+  for (const Cap& c : {Cap{CollKind::kReduceScatter, nullptr, kButterflyMaxBytes},
+                       Cap{CollKind::kReduceScatter, &one_node, kButterflyMaxBytes},
+                       Cap{CollKind::kReduceScatter, &two_nodes, kButterflyMaxBytes},
+                       Cap{CollKind::kAllGather, &two_nodes, kButterflyMaxBytes},
+                       Cap{CollKind::kAllGather, nullptr, kButterflyAllGatherMaxBytes},
+                       Cap{CollKind::kAllGather, &one_node, kButterflyAllGatherMaxBytes}}) {
+    const uint64_t most = c.bytes / 4 / 4;
+    CollArgs a = Args(c.kind, 4, most);
+    a.layout = c.layout;
+    EXPECT_TRUE(SimulateSeconds(*FindAlgorithm("rd"), a, LinkModel{}).ok())
+        << CollKindName(c.kind) << " " << c.bytes;
+    a.count = most + 1;
+    EXPECT_FALSE(SimulateSeconds(*FindAlgorithm("rd"), a, LinkModel{}).ok())
+        << CollKindName(c.kind) << " " << c.bytes;
   }
   // A count whose byte size wraps around 2^64 is not small.
   t = SimulateSeconds(*FindAlgorithm("rd"), Args(CollKind::kAllGather, 4, uint64_t{1} << 62),
