@@ -25,6 +25,9 @@ class Algorithm {
   // any scale (no simulation). Built-in algorithms override it with a closed alpha-beta form;
   // the default walks rank 0's schedule (cost_model.cc).
   virtual double estimate_seconds(const CollArgs& args, const LinkModel& model) const;
+  // Whether the tuner ranks it on `model` at all (BRAID_ALGO may still name it wherever
+  // supports() holds): for an algorithm measured to lose where the cost model cannot tell.
+  virtual bool rankedOn(const LinkModel&) const { return true; }
 };
 
 // All built-in algorithms, in a stable order.

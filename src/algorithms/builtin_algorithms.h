@@ -10,6 +10,7 @@ namespace braid {
 
 const Algorithm& RingAlgorithm();               // ring.cc: "ring"
 const Algorithm& RecursiveDoublingAlgorithm();  // recursive_doubling.cc: "rd"
+const Algorithm& RabenseifnerAlgorithm();       // rabenseifner.cc: "rabenseifner"
 const Algorithm& BinomialTreeAlgorithm();       // binomial_tree.cc: "tree"
 const Algorithm& BruckAlgorithm();              // bruck.cc: "bruck"
 const Algorithm& PairwiseAlgorithm();           // pairwise.cc: "pairwise"

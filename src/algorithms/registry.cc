@@ -8,13 +8,10 @@ const std::vector<const Algorithm*>& AllAlgorithms() {
   // Order matters only for ties in the tuner: bandwidth algorithms first, "ordered" (chosen by
   // BRAID_DETERMINISTIC, never cheaper) last.
   static const std::vector<const Algorithm*> all = {
-      &RingAlgorithm(),
-      &RecursiveDoublingAlgorithm(),
-      &BinomialTreeAlgorithm(),
-      &BruckAlgorithm(),
-      &PairwiseAlgorithm(),
-      &DisseminationAlgorithm(),
-      &OrderedReductionAlgorithm(),
+      &RingAlgorithm(),          &RecursiveDoublingAlgorithm(),
+      &RabenseifnerAlgorithm(),  &BinomialTreeAlgorithm(),
+      &BruckAlgorithm(),         &PairwiseAlgorithm(),
+      &DisseminationAlgorithm(), &OrderedReductionAlgorithm(),
   };
   return all;
 }

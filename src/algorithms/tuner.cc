@@ -133,7 +133,7 @@ const Algorithm* BestByModel(const CollArgs& args, const LinkModel& model) {
   double best_t = std::numeric_limits<double>::infinity();
   auto consider = [&](const std::vector<const Algorithm*>& list) {
     for (const Algorithm* a : list) {
-      if (!a->supports(args)) continue;
+      if (!a->supports(args) || !a->rankedOn(model)) continue;
       const double t = a->estimate_seconds(args, model);
       if (!best || t < best_t) {
         best = a;
@@ -262,7 +262,7 @@ std::string Tuner::describe() const {
   s += "  link model: " + DescribeLinkParams(LinkClass::kIntraNode, model_.intra) + ", " +
        DescribeLinkParams(LinkClass::kInterNode, model_.inter) +
        (model_.group ? ", " + DescribeLinkParams(LinkClass::kDeviceGroup, *model_.group) : "") +
-       "\n";
+       (model_.intra_tcp ? "; a node's ranks talk over tcp" : "") + "\n";
   auto line = [&](const char* origin, const TunerRule& r) {
     char buf[160];
     const std::string range = FormatSize(r.min_bytes) + "-" + FormatSize(r.max_bytes);

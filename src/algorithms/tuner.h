@@ -59,6 +59,11 @@ struct LinkModel {
   // the GCDs of one MI250X, against 50 for the node's other GCDs). Unset: the intra-node link
   // (host ranks of one node share one memory, whatever their group).
   std::optional<LinkParams> group = std::nullopt;
+  // Whether the ranks of a node talk over TCP (every rank's first transport is tcp, e.g.
+  // BRAID_TRANSPORTS=tcp), not shared memory: a round then costs system calls and wake-ups far
+  // beyond its calibrated alpha, so algorithms that only save rounds pay there (Algorithm::
+  // rankedOn).
+  bool intra_tcp = false;
   // Field by field (the struct has padding, so memcmp does not compare models).
   bool operator==(const LinkModel&) const = default;
   const LinkParams& of(LinkClass c) const {

@@ -120,6 +120,26 @@ TEST_P(ButterflyAllGather, EveryTypeAndPlacementUpToItsCapIsBitExact) {
   EXPECT_TRUE(AllSucceeded(out)) << DescribeOutcomes(out);
 }
 
+// Rabenseifner's all-reduce forced, with 4 KiB chunks: every type x op x placement at an odd
+// count (halves of uneven length in every round, many messages per round).
+class RabenseifnerAllReduce : public ::testing::TestWithParam<LargeParam> {};
+
+TEST_P(RabenseifnerAllReduce, EveryTypeOpAndPlacementIsBitExact) {
+  auto [n, transport] = GetParam();
+  JobOptions opt = LargeOptions(n, transport);
+  opt.env.push_back({"BRAID_ALGO", "allreduce:rabenseifner"});
+  opt.env.push_back({"BRAID_CHUNK_BYTES", "4096"});
+  std::vector<Case> cases;
+  for (DataType t : kTypes)
+    for (int op : kOps)
+      for (bool in_place : {false, true})
+        cases.push_back({CollKind::kAllReduce, t, op, 100003, in_place});
+  auto out = RunJob(opt, [&](braidComm_t comm, int rank, int nranks, const braidUniqueId&) {
+    return RunCases(comm, rank, nranks, cases);
+  });
+  EXPECT_TRUE(AllSucceeded(out)) << DescribeOutcomes(out);
+}
+
 std::string LargeName(const ::testing::TestParamInfo<LargeParam>& info) {
   // Appended, not "n" + std::to_string(...) (GCC 12's -Wrestrict false positive).
   std::string name = "n";
@@ -135,6 +155,10 @@ INSTANTIATE_TEST_SUITE_P(Ranks, CollectivesLarge,
                          LargeName);
 INSTANTIATE_TEST_SUITE_P(Ranks, ButterflyAllGather,
                          ::testing::Combine(::testing::Values(4, 8),
+                                            ::testing::Values("shm-engine", "tcp")),
+                         LargeName);
+INSTANTIATE_TEST_SUITE_P(Ranks, RabenseifnerAllReduce,
+                         ::testing::Combine(::testing::Values(2, 4, 8),
                                             ::testing::Values("shm-engine", "tcp")),
                          LargeName);
 INSTANTIATE_TEST_SUITE_P(Ranks, RingInPieces,

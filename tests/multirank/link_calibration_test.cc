@@ -33,6 +33,7 @@ using braid::LinkOrigin;
 struct Agreed {
   double v[4];
   uint8_t origin[2];
+  uint8_t intra_tcp;
   uint64_t table_hash;  // FNV-1a of Tuner::describe()
 };
 
@@ -52,6 +53,7 @@ Agreed AgreedOf(const braidComm& c) {
   a.v[3] = m.inter.beta_bytes_s;
   a.origin[0] = static_cast<uint8_t>(c.links().origin[0]);
   a.origin[1] = static_cast<uint8_t>(c.links().origin[1]);
+  a.intra_tcp = m.intra_tcp;
   a.table_hash = Fnv(c.tuner().describe());
   return a;
 }
@@ -180,9 +182,12 @@ TEST_P(LinkCalibration, CorruptProfileIsMeasuredOverAndRewritten) {
 }
 
 TEST_P(LinkCalibration, DisabledKeepsTheDefaultsAndWritesNothing) {
+  const bool tcp = std::string(GetParam().transport) == "tcp";
   auto out = RunJob(Options({{"BRAID_LINK_CALIBRATION", "0"}, {"BRAID_LINK_PROFILE", profile_}}),
-                    [](braidComm_t comm, int rank, int nranks, const braidUniqueId&) {
-                      const braid::LinkModel defaults;
+                    [tcp](braidComm_t comm, int rank, int nranks, const braidUniqueId&) {
+                      // The defaults, and the transports' fact (not a measurement).
+                      braid::LinkModel defaults;
+                      defaults.intra_tcp = tcp;
                       const braid::LinkModel& m = braid::LookupComm(comm)->links().model;
                       CHECK_OR_FAIL(m == defaults, "%s",
                                     braid::LookupComm(comm)->links().describe().c_str());
@@ -193,6 +198,26 @@ TEST_P(LinkCalibration, DisabledKeepsTheDefaultsAndWritesNothing) {
                     });
   EXPECT_TRUE(AllSucceeded(out)) << DescribeOutcomes(out);
   EXPECT_NE(access(profile_.c_str(), F_OK), 0) << "a profile was written without measuring";
+}
+
+// LinkModel::intra_tcp says whether the ranks talk over TCP (the tuner ranks Rabenseifner's
+// all-reduce only then), on every rank alike, measured or not.
+TEST_P(LinkCalibration, TheModelSaysWhetherTheRanksTalkOverTcp) {
+  const bool tcp = std::string(GetParam().transport) == "tcp";
+  for (const char* calibrate : {"1", "0"}) {
+    auto out = RunJob(Options({{"BRAID_LINK_CALIBRATION", calibrate}}),
+                      [tcp](braidComm_t comm, int rank, int nranks, const braidUniqueId&) {
+                        const braid::CommRef c = braid::LookupComm(comm);
+                        CHECK_OR_FAIL(c->links().model.intra_tcp == tcp, "intra_tcp %d",
+                                      c->links().model.intra_tcp);
+                        const bool listed =
+                            c->tuner().describe().find("talk over tcp") != std::string::npos;
+                        CHECK_OR_FAIL(listed == tcp, "%s", c->tuner().describe().c_str());
+                        return CheckAgreement(comm, rank, nranks);
+                      });
+    EXPECT_TRUE(AllSucceeded(out)) << "BRAID_LINK_CALIBRATION=" << calibrate << "\n"
+                                   << DescribeOutcomes(out);
+  }
 }
 
 TEST_P(LinkCalibration, SplitChildrenInheritTheParentsModel) {

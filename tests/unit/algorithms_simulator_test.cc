@@ -187,6 +187,40 @@ TEST(Simulator, LatencyAlgorithmsTakeLogSteps) {
   }
 }
 
+// Rabenseifner's all-reduce: the ring's bytes (2 (N-1)/N of the buffer per rank) in 2 log2(N)
+// rounds, with no scratch; so it costs the ring's bandwidth term and 2 log2(N) alphas, where the
+// ring pays 2 (N-1).
+TEST(Simulator, RabenseifnerMovesTheRingsBytesInLogRounds) {
+  const LinkModel m;
+  for (int n : {2, 4, 8, 32}) {
+    const uint64_t count = uint64_t{1} << 16;
+    const CollArgs a = Args(CollKind::kAllReduce, n, count);
+    for (int r = 0; r < n; ++r) {
+      auto s = FindAlgorithm("rabenseifner")->build(a, r);
+      ASSERT_TRUE(s.ok()) << s.status().message();
+      EXPECT_EQ(s->scratch_count, 0u);
+      ASSERT_EQ(s->channels.size(), 1u);
+      EXPECT_EQ(s->channels[0].steps.size(), 2 * std::log2(n)) << "N=" << n;
+      uint64_t sent = 0;
+      for (const Step& st : s->channels[0].steps)
+        for (const StepOp& op : st.ops)
+          if (op.kind == StepOpKind::kSend) sent += op.src.count;
+      EXPECT_EQ(sent, 2 * (n - 1) * count / n) << "N=" << n << " rank " << r;
+    }
+    const double bytes = 4.0 * count;
+    EXPECT_CLOSE(Simulate("rabenseifner", a, m), 2 * std::log2(n) * m.intra.alpha_s +
+                                                     2 * bytes * (n - 1) / n / m.intra.beta_bytes_s)
+        << "N=" << n;
+  }
+  // Not on a non-power of two, nor across nodes.
+  EXPECT_FALSE(FindAlgorithm("rabenseifner")->supports(Args(CollKind::kAllReduce, 6, 100)));
+  CollArgs across = Args(CollKind::kAllReduce, 8, 100);
+  const GroupLayout two_nodes = Nodes(8, 4);
+  across.layout = &two_nodes;
+  EXPECT_FALSE(FindAlgorithm("rabenseifner")->supports(across));
+  EXPECT_FALSE(FindAlgorithm("rabenseifner")->supports(Args(CollKind::kAllGather, 8, 100)));
+}
+
 TEST(Simulator, PortContentionSerialisesAllToAll) {
   // Each rank sends N-1 blocks through one port: (N-1) message times at least.
   const LinkModel m;
@@ -213,6 +247,8 @@ TEST(Simulator, ClosedFormEstimatesAgree) {
       {"ring", CollKind::kBroadcast, 9, 1 << 20, 128 * 1024},
       {"rd", CollKind::kAllReduce, 16, 256, 512 * 1024},
       {"rd", CollKind::kAllReduce, 6, 256, 512 * 1024},
+      {"rabenseifner", CollKind::kAllReduce, 8, 1 << 20, 512 * 1024},
+      {"rabenseifner", CollKind::kAllReduce, 4, 100003, 64 * 1024},
       {"bruck", CollKind::kAllGather, 8, 1000, 512 * 1024},
       {"bruck", CollKind::kAllGather, 11, 1000, 512 * 1024},
       {"pairwise", CollKind::kAllToAll, 6, 5000, 512 * 1024},
@@ -255,6 +291,7 @@ TEST(Simulator, ClosedFormEstimatesAgreeOnSeveralChannels) {
       {"leader", CollKind::kAllReduce, 8, 2, 2, 1 << 19},
       {"bruck", CollKind::kAllGather, 16, 16, 2, 1 << 15},
       {"rd", CollKind::kAllReduce, 8, 8, 2, 1 << 19},
+      {"rabenseifner", CollKind::kAllReduce, 8, 8, 2, 1 << 19},
       {"pairwise", CollKind::kAllToAll, 8, 8, 2, 1 << 16},
   };
   for (const C& c : cases) {

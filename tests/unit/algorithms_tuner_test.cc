@@ -66,9 +66,9 @@ TEST(TunerGrammar, AllAndNcclStyleBareNames) {
 
 TEST(TunerGrammar, Errors) {
   // The list of known names grows as algorithms land: check its start only.
-  ExpectParseError(
-      "allreduce:nope",
-      "unknown algorithm 'nope' (known: ring, rd, tree, bruck, pairwise, dissemination");
+  ExpectParseError("allreduce:nope",
+                   "unknown algorithm 'nope' (known: ring, rd, rabenseifner, tree, bruck, "
+                   "pairwise, dissemination");
   ExpectParseError("allfoo:ring", "unknown collective 'allfoo'");
   ExpectParseError(":ring", "missing collective name");
   ExpectParseError("allreduce:", "no algorithm after 'allreduce:'");
@@ -141,6 +141,39 @@ TEST(TunerChoose, BruckGathersSmallOnOtherRankCounts) {
     SCOPED_TRACE("N=" + std::to_string(n) + "\n" + t->describe());
     EXPECT_STREQ(Choose(*t, Req(CollKind::kAllGather, n, 64 * n)), "bruck");
   }
+}
+
+// Rabenseifner's all-reduce saves rounds, not bytes: ranked only where a node's ranks talk over
+// TCP (it measured slower than the ring over shared memory), on a power of two on one node.
+TEST(TunerChoose, RabenseifnerOnlyWhereTheRanksTalkOverTcp) {
+  LinkModel tcp;
+  tcp.intra_tcp = true;
+  for (int n : {4, 8}) {
+    auto shm = Tuner::Create("", n, LinkModel{}, nullptr);
+    auto sockets = Tuner::Create("", n, tcp, nullptr);
+    ASSERT_TRUE(shm.ok() && sockets.ok());
+    SCOPED_TRACE("N=" + std::to_string(n) + "\n" + shm->describe() + sockets->describe());
+    for (uint64_t bytes = 64; bytes <= uint64_t{1} << 30; bytes *= 4)
+      EXPECT_STRNE(Choose(*shm, Req(CollKind::kAllReduce, n, bytes)), "rabenseifner") << bytes;
+    EXPECT_STREQ(Choose(*sockets, Req(CollKind::kAllReduce, n, 64)), "rd");
+    EXPECT_STREQ(Choose(*sockets, Req(CollKind::kAllReduce, n, 1 * K * K)), "rabenseifner");
+    EXPECT_STREQ(Choose(*sockets, Req(CollKind::kAllReduce, n, 256 * K * K)), "ring");
+  }
+  auto six = Tuner::Create("", 6, tcp, nullptr);
+  ASSERT_TRUE(six.ok());
+  EXPECT_STRNE(Choose(*six, Req(CollKind::kAllReduce, 6, 1 * K * K)), "rabenseifner");
+}
+
+// On one node the butterfly gathers up to kButterflyAllGatherMaxBytes (one round fewer than the
+// ring's steps at 4 ranks, same bytes); above, the ring.
+TEST(TunerChoose, ButterflyGathersUpToTwoMebibytesOnOneNode) {
+  auto t = Tuner::Create("", 4, LinkModel{}, nullptr);
+  ASSERT_TRUE(t.ok());
+  SCOPED_TRACE(t->describe());
+  EXPECT_STREQ(Choose(*t, Req(CollKind::kAllGather, 4, 512 * K)), "rd");
+  EXPECT_STREQ(Choose(*t, Req(CollKind::kAllGather, 4, 2 * K * K)), "rd");
+  EXPECT_STREQ(Choose(*t, Req(CollKind::kAllGather, 4, 16 * K * K)), "ring");
+  EXPECT_STREQ(Choose(*t, Req(CollKind::kReduceScatter, 4, 512 * K)), "ring");
 }
 
 TEST(TunerChoose, OverrideWinsWhenItCanServe) {

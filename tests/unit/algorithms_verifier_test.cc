@@ -21,13 +21,21 @@ struct Case {
 };
 
 const Case kCases[] = {
-    {"ring", CollKind::kAllReduce},        {"ring", CollKind::kReduceScatter},
-    {"ring", CollKind::kAllGather},        {"ring", CollKind::kBroadcast},
-    {"ring", CollKind::kReduce},           {"rd", CollKind::kAllReduce},
-    {"tree", CollKind::kBroadcast},        {"tree", CollKind::kReduce},
-    {"bruck", CollKind::kAllGather},       {"pairwise", CollKind::kAllToAll},
-    {"dissemination", CollKind::kBarrier}, {"qtest", CollKind::kAllReduce},
-    {"rd", CollKind::kAllGather},          {"rd", CollKind::kReduceScatter},
+    {"ring", CollKind::kAllReduce},
+    {"ring", CollKind::kReduceScatter},
+    {"ring", CollKind::kAllGather},
+    {"ring", CollKind::kBroadcast},
+    {"ring", CollKind::kReduce},
+    {"rd", CollKind::kAllReduce},
+    {"tree", CollKind::kBroadcast},
+    {"tree", CollKind::kReduce},
+    {"bruck", CollKind::kAllGather},
+    {"pairwise", CollKind::kAllToAll},
+    {"dissemination", CollKind::kBarrier},
+    {"qtest", CollKind::kAllReduce},
+    {"rd", CollKind::kAllGather},
+    {"rd", CollKind::kReduceScatter},
+    {"rabenseifner", CollKind::kAllReduce},
 };
 
 constexpr DataType kTypes[] = {DataType::kInt8, DataType::kFloat32, DataType::kFloat64};
@@ -181,11 +189,17 @@ TEST_P(LoweredReductionVerify, PreMultipliedSumAndAvg) {
 INSTANTIATE_TEST_SUITE_P(Builtin, AlgorithmVerify, ::testing::ValuesIn(kCases), CaseName);
 
 const Case kReductionCases[] = {
-    {"ring", CollKind::kAllReduce},        {"ring", CollKind::kReduceScatter},
-    {"ring", CollKind::kReduce},           {"rd", CollKind::kAllReduce},
-    {"tree", CollKind::kReduce},           {"ordered", CollKind::kAllReduce},
-    {"ordered", CollKind::kReduceScatter}, {"ordered", CollKind::kReduce},
-    {"qtest", CollKind::kAllReduce},       {"rd", CollKind::kReduceScatter},
+    {"ring", CollKind::kAllReduce},
+    {"ring", CollKind::kReduceScatter},
+    {"ring", CollKind::kReduce},
+    {"rd", CollKind::kAllReduce},
+    {"tree", CollKind::kReduce},
+    {"ordered", CollKind::kAllReduce},
+    {"ordered", CollKind::kReduceScatter},
+    {"ordered", CollKind::kReduce},
+    {"qtest", CollKind::kAllReduce},
+    {"rd", CollKind::kReduceScatter},
+    {"rabenseifner", CollKind::kAllReduce},
 };
 INSTANTIATE_TEST_SUITE_P(Builtin, LoweredReductionVerify, ::testing::ValuesIn(kReductionCases),
                          CaseName);
@@ -193,8 +207,8 @@ INSTANTIATE_TEST_SUITE_P(Builtin, LoweredReductionVerify, ::testing::ValuesIn(kR
 TEST(AlgorithmRegistry, NamesAndLookup) {
   std::vector<std::string> names;
   for (const Algorithm* a : AllAlgorithms()) names.push_back(a->name());
-  EXPECT_EQ(names, (std::vector<std::string>{"ring", "rd", "tree", "bruck", "pairwise",
-                                             "dissemination", "ordered"}));
+  EXPECT_EQ(names, (std::vector<std::string>{"ring", "rd", "rabenseifner", "tree", "bruck",
+                                             "pairwise", "dissemination", "ordered"}));
   EXPECT_EQ(FindAlgorithm("ring"), AllAlgorithms()[0]);
   EXPECT_EQ(FindAlgorithm("nope"), nullptr);
   EXPECT_STREQ(CollKindName(CollKind::kReduceScatter), "reducescatter");

@@ -536,11 +536,15 @@ Status braidComm::connectTransports(Bootstrap& bs, Deadline deadline) {
   std::vector<std::vector<std::string>> blobs(transports_.size(),
                                               std::vector<std::string>(nranks_));
   bool all_read_peers = true;
+  intra_tcp_ = true;
   for (int r = 0; r < nranks_; ++r) {
     BRAID_ASSIGN_OR_RETURN(auto f, SplitFields(all[r], r));
     if (f.size() % 2 != 1 || (f[0] != "0" && f[0] != "1"))
       return RemoteError("malformed transport list from rank " + std::to_string(r));
     all_read_peers = all_read_peers && f[0] == "1";
+    // Lists are in priority order and tcp connects any pair: tcp first on every rank means
+    // every pair talks over it.
+    intra_tcp_ = intra_tcp_ && f.size() >= 3 && f[1] == "tcp";
     for (size_t i = 1; i + 1 < f.size(); i += 2)
       for (size_t t = 0; t < names.size(); ++t)
         if (names[t] == f[i]) blobs[t][r] = f[i + 1];
@@ -614,6 +618,9 @@ Status braidComm::calibrateLinks(Bootstrap& bs, Deadline deadline) {
   s.inherited = opts_.inherited_links;
   s.where = where();
   BRAID_ASSIGN_OR_RETURN(links_, CalibrateLinks(bs, s, deadline));
+  // Not a measured figure: this communicator's own transports (a split's differ from its
+  // parent's whose model it inherits).
+  links_.model.intra_tcp = intra_tcp_ && nranks_ > 1;
   // Calibration measures the node and inter-node links; the device-group link is the topology's.
   if (group_link_ && !links_.model.group) links_.model.group = group_link_;
   return Status::Ok();
