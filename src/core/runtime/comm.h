@@ -291,12 +291,12 @@ struct braidComm {
   braid::GroupLayout layout_;
   braid::Doorbell doorbell_;
   std::vector<std::unique_ptr<braid::TransportInstance>> transports_;
-  std::vector<std::string> transport_of_;  // per peer
+  std::vector<std::string> transport_of_;                                 // per peer
+  std::vector<std::vector<std::unique_ptr<braid::Endpoint>>> endpoints_;  // [peer][channel]
+  braid::CalibratedLinks links_;
   // Every rank's first transport is tcp, so a node's ranks talk over TCP (LinkModel::intra_tcp;
   // computed from the transport lists every rank received alike).
   bool intra_tcp_ = false;
-  std::vector<std::vector<std::unique_ptr<braid::Endpoint>>> endpoints_;  // [peer][channel]
-  braid::CalibratedLinks links_;
   std::unique_ptr<braid::Tuner> tuner_;
   CarriedAgreementCache carried_agreement_cache_;
   std::unique_ptr<braid::Engine> engine_;
