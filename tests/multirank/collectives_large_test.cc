@@ -74,6 +74,19 @@ TEST_P(CollectivesLarge, SixtyFourMiBBitExact) {
   EXPECT_TRUE(AllSucceeded(out)) << DescribeOutcomes(out);
 }
 
+// Runs `cases` on n ranks over `transport` with `algo` forced (a BRAID_ALGO spec) and 4 KiB
+// chunks, so that every step or round is many messages of uneven lengths; bit-exact on every rank.
+void RunForcedInSmallChunks(int n, const std::string& transport, const char* algo,
+                            const std::vector<Case>& cases) {
+  JobOptions opt = LargeOptions(n, transport);
+  opt.env.push_back({"BRAID_ALGO", algo});
+  opt.env.push_back({"BRAID_CHUNK_BYTES", "4096"});
+  auto out = RunJob(opt, [&](braidComm_t comm, int rank, int nranks, const braidUniqueId&) {
+    return RunCases(comm, rank, nranks, cases);
+  });
+  EXPECT_TRUE(AllSucceeded(out)) << DescribeOutcomes(out);
+}
+
 // The ring with 4 KiB chunks, so that an odd count of 100003 runs in pieces (ring.cc,
 // RingPieces: tens of them per channel, of uneven lengths), every type x op x placement of the
 // collectives that run in pieces (all-reduce; reduce-scatter and all-gather from 3 ranks).
@@ -81,9 +94,6 @@ class RingInPieces : public ::testing::TestWithParam<LargeParam> {};
 
 TEST_P(RingInPieces, EveryTypeOpAndPlacementIsBitExact) {
   auto [n, transport] = GetParam();
-  JobOptions opt = LargeOptions(n, transport);
-  opt.env.push_back({"BRAID_ALGO", "all:ring"});
-  opt.env.push_back({"BRAID_CHUNK_BYTES", "4096"});
   std::vector<DataType> types(std::begin(kTypes), std::end(kTypes));
   std::vector<int> ops(std::begin(kOps), std::end(kOps));
   std::vector<Case> cases;
@@ -91,10 +101,7 @@ TEST_P(RingInPieces, EveryTypeOpAndPlacementIsBitExact) {
     if (c.kind == CollKind::kAllReduce || c.kind == CollKind::kReduceScatter ||
         c.kind == CollKind::kAllGather)
       cases.push_back(c);
-  auto out = RunJob(opt, [&](braidComm_t comm, int rank, int nranks, const braidUniqueId&) {
-    return RunCases(comm, rank, nranks, cases);
-  });
-  EXPECT_TRUE(AllSucceeded(out)) << DescribeOutcomes(out);
+  RunForcedInSmallChunks(n, transport, "all:ring", cases);
 }
 
 // The butterfly all-gather ("rd") at the sizes it serves on one node beyond the small ones
@@ -104,9 +111,6 @@ class ButterflyAllGather : public ::testing::TestWithParam<LargeParam> {};
 
 TEST_P(ButterflyAllGather, EveryTypeAndPlacementUpToItsCapIsBitExact) {
   auto [n, transport] = GetParam();
-  JobOptions opt = LargeOptions(n, transport);
-  opt.env.push_back({"BRAID_ALGO", "allgather:rd"});
-  opt.env.push_back({"BRAID_CHUNK_BYTES", "4096"});
   std::vector<Case> cases;
   for (DataType t : kTypes) {
     const uint64_t most = braid::kButterflyAllGatherMaxBytes / braid::DataTypeSize(t) / n;
@@ -114,10 +118,7 @@ TEST_P(ButterflyAllGather, EveryTypeAndPlacementUpToItsCapIsBitExact) {
       for (uint64_t count : {most, uint64_t{20011}})
         cases.push_back({CollKind::kAllGather, t, braidSum, count, in_place});
   }
-  auto out = RunJob(opt, [&](braidComm_t comm, int rank, int nranks, const braidUniqueId&) {
-    return RunCases(comm, rank, nranks, cases);
-  });
-  EXPECT_TRUE(AllSucceeded(out)) << DescribeOutcomes(out);
+  RunForcedInSmallChunks(n, transport, "allgather:rd", cases);
 }
 
 // Rabenseifner's all-reduce forced, with 4 KiB chunks: every type x op x placement at an odd
@@ -126,18 +127,12 @@ class RabenseifnerAllReduce : public ::testing::TestWithParam<LargeParam> {};
 
 TEST_P(RabenseifnerAllReduce, EveryTypeOpAndPlacementIsBitExact) {
   auto [n, transport] = GetParam();
-  JobOptions opt = LargeOptions(n, transport);
-  opt.env.push_back({"BRAID_ALGO", "allreduce:rabenseifner"});
-  opt.env.push_back({"BRAID_CHUNK_BYTES", "4096"});
   std::vector<Case> cases;
   for (DataType t : kTypes)
     for (int op : kOps)
       for (bool in_place : {false, true})
         cases.push_back({CollKind::kAllReduce, t, op, 100003, in_place});
-  auto out = RunJob(opt, [&](braidComm_t comm, int rank, int nranks, const braidUniqueId&) {
-    return RunCases(comm, rank, nranks, cases);
-  });
-  EXPECT_TRUE(AllSucceeded(out)) << DescribeOutcomes(out);
+  RunForcedInSmallChunks(n, transport, "allreduce:rabenseifner", cases);
 }
 
 std::string LargeName(const ::testing::TestParamInfo<LargeParam>& info) {
