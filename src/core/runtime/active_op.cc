@@ -73,7 +73,12 @@ std::string ActiveOp::context() const {
          " [" + algo_name_ + "]: ";
 }
 
-Result<RankSchedule> ActiveOp::buildSchedule(CollArgs* args) {
+// The plan cache's bounds: at most this many call shapes per communicator, each of at most
+// this many ops (a few KiB of schedule).
+constexpr size_t kPlanCacheEntries = 256;
+constexpr size_t kPlanCacheMaxOps = 256;
+
+Result<std::shared_ptr<const RankSchedule>> ActiveOp::buildSchedule(CollArgs* args) {
   const int rank = comm_->rank();
   if (is_p2p_) {
     std::vector<P2PSpec> calls;
@@ -82,20 +87,52 @@ Result<RankSchedule> ActiveOp::buildSchedule(CollArgs* args) {
       calls.push_back({c.peer, c.is_send, c.count * DataTypeSize(c.dtype)});
     algo_name_ = "p2p";
     args->dtype = DataType::kUint8;
-    return BuildPointToPointSchedule(calls, rank, comm_->nranks());
+    auto sched = BuildPointToPointSchedule(calls, rank, comm_->nranks());
+    if (!sched.ok()) return sched.status();
+    return std::make_shared<const RankSchedule>(std::move(*sched));
   }
   *args = CollArgsFor(*comm_, d_);
-  const Algorithm* algo = AlgorithmFor(*comm_, d_, *args);
+  const CollArgs& a = *args;
+  const braidComm::PlanKey key{static_cast<uint8_t>(a.kind),
+                               static_cast<uint8_t>(a.dtype),
+                               static_cast<uint8_t>(a.op),
+                               a.count,
+                               a.root,
+                               a.in_place,
+                               a.premul,
+                               a.avg,
+                               static_cast<uint8_t>(a.memory),
+                               static_cast<uint8_t>(a.codec.id),
+                               a.codec.block,
+                               a.nchannels,
+                               a.chunk_bytes};
+  auto& cache = comm_->planCache();
+  if (auto it = cache.find(key); it != cache.end()) {
+    algo_ = it->second.algo;
+    algo_name_ = algo_->name();
+    return it->second.schedule;
+  }
+  const Algorithm* algo = AlgorithmFor(*comm_, d_, a);
   if (!algo) return InternalError(std::string("no algorithm can serve ") + DescribeCall(d_));
   algo_name_ = algo->name();
   algo_ = algo;
-  auto sched = BuildSchedule(*algo, *args, rank);
+  auto sched = BuildSchedule(*algo, a, rank);
   if (!sched.ok()) return sched.status();
-  if (static_cast<int>(sched->channels.size()) > args->nchannels)
+  if (static_cast<int>(sched->channels.size()) > a.nchannels)
     return InternalError(std::string("algorithm ") + algo->name() + " built " +
                          std::to_string(sched->channels.size()) + " channels, more than the " +
-                         std::to_string(args->nchannels) + " it was given");
-  return sched;
+                         std::to_string(a.nchannels) + " it was given");
+  auto plan = std::make_shared<const RankSchedule>(std::move(*sched));
+  // Only schedules whose build costs as much as their run: a call of many chunks moves enough
+  // bytes to hide its build, and would hold tens of KiB here. Bounded per communicator.
+  size_t ops = 0;
+  for (const Channel& ch : plan->channels)
+    for (const Step& st : ch.steps) ops += st.ops.size();
+  if (ops <= kPlanCacheMaxOps) {
+    if (cache.size() >= kPlanCacheEntries) cache.clear();  // call shapes of a long job
+    cache.emplace(key, braidComm::CachedPlan{algo, plan});
+  }
+  return plan;
 }
 
 std::vector<ActiveOp::ChannelState> ActiveOp::StatesFor(const RankSchedule& s, int lane_base,
@@ -137,30 +174,38 @@ Status ActiveOp::prepare(uint64_t coll_seq, std::vector<uint64_t>& p2p_send_seq,
     // Beyond two ranks a later round may bring the news of a conflict after an earlier round's
     // data was combined: the call works on a shadow of its receive buffer (bindBuffers).
     shadow_output_ = nranks > 2;
-    sent_.resize(data_sched_.channels[0].steps.size());
+    sent_.resize(data_sched_->channels[0].steps.size());
   } else if (!is_p2p_ && comm_->config().verify_calls && nranks > 1) {
-    CollArgs bargs;
-    bargs.kind = CollKind::kBarrier;
-    bargs.nranks = nranks;
-    bargs.dtype = DataType::kUint8;
-    auto agree = DisseminationAlgorithm().build(bargs, comm_->rank());
-    if (!agree.ok()) {
-      Status st = agree.status();
-      return st.prepend(context());
+    auto& agreement = comm_->agreementPlan();
+    if (!agreement) {
+      CollArgs bargs;
+      bargs.kind = CollKind::kBarrier;
+      bargs.nranks = nranks;
+      bargs.dtype = DataType::kUint8;
+      auto agree = DisseminationAlgorithm().build(bargs, comm_->rank());
+      if (!agree.ok()) {
+        Status st = agree.status();
+        return st.prepend(context());
+      }
+      agreement = std::make_shared<const RankSchedule>(std::move(*agree));
     }
-    agree_sched_ = std::move(*agree);
-    agree_chans_ = StatesFor(agree_sched_, express, true);
-    sent_.resize(agree_sched_.channels.empty() ? 0 : agree_sched_.channels[0].steps.size());
+    agree_sched_ = agreement;
+    agree_chans_ = StatesFor(*agree_sched_, express, true);
+    sent_.resize(agree_sched_->channels.empty() ? 0 : agree_sched_->channels[0].steps.size());
     stage_ = Stage::kAgreement;
     // The agreement is a dissemination barrier: a barrier needs nothing more.
-    if (d_.kind == CollKind::kBarrier) data_sched_ = RankSchedule{};
+    if (d_.kind == CollKind::kBarrier) {
+      static const auto kNothing = std::make_shared<const RankSchedule>();
+      data_sched_ = kNothing;
+    }
   }
-  data_chans_ = small ? StatesFor(data_sched_, express, true) : StatesFor(data_sched_, 0, false);
+  data_chans_ = small ? StatesFor(*data_sched_, express, true) : StatesFor(*data_sched_, 0, false);
 
-  BRAID_RETURN_IF_ERROR(bindBuffers().prepend(context()));
+  // (Not bindBuffers().prepend(context()): the context string would be built on every call.)
+  if (Status bound = bindBuffers(); !bound.ok()) return bound.prepend(context());
 
-  if (is_p2p_ && !data_sched_.channels.empty()) {
-    const auto& ops = data_sched_.channels[0].steps[0].ops;
+  if (is_p2p_ && !data_sched_->channels.empty()) {
+    const auto& ops = data_sched_->channels[0].steps[0].ops;
     p2p_seq_.resize(ops.size());
     for (size_t i = 0; i < ops.size(); ++i) {
       if (ops[i].kind == StepOpKind::kSend) p2p_seq_[i] = p2p_send_seq[ops[i].peer]++;
@@ -189,7 +234,7 @@ Status ActiveOp::prepare(uint64_t coll_seq, std::vector<uint64_t>& p2p_send_seq,
 }
 
 Status ActiveOp::bindBuffers() {
-  const auto& table = data_sched_.buffers;
+  const auto& table = data_sched_->buffers;
   bufs_.base.assign(table.size(), nullptr);
   bufs_.elsize.assign(table.size(), 1);
   // Scratch buffers share one allocation from the engine's pool, each at a 64-byte boundary.
@@ -207,7 +252,7 @@ Status ActiveOp::bindBuffers() {
       scratch_bytes += (b.count * bufs_.elsize[i] + 63) / 64 * 64;
     }
   }
-  for (const auto& ch : data_sched_.channels)
+  for (const auto& ch : data_sched_->channels)
     for (const auto& st : ch.steps)
       for (const auto& op : st.ops)
         if (op.kind == StepOpKind::kDequantizeReduce)
@@ -761,8 +806,8 @@ Status ActiveOp::advanceData(ChannelState& cs, size_t i, bool* moved) {
     size_t n = view->size() / elsize;
     if (n == 0) return Status::Ok();
     size_t bytes = n * elsize;
-    ReduceKernel(data_sched_.buffers[dst_slice.buffer].dtype, args_.op, bufs_.at(sop.src) + pr.done,
-                 view->data(), bufs_.at(dst_slice) + pr.done, n);
+    ReduceKernel(data_sched_->buffers[dst_slice.buffer].dtype, args_.op,
+                 bufs_.at(sop.src) + pr.done, view->data(), bufs_.at(dst_slice) + pr.done, n);
     ep->consume(bytes);
     pr.done += bytes;
     budget_ -= static_cast<int64_t>(bytes);
@@ -776,7 +821,7 @@ Status ActiveOp::advanceData(ChannelState& cs, size_t i, bool* moved) {
 }
 
 Status ActiveOp::runLocal(const StepOp& sop) {
-  const DataType dst_type = data_sched_.buffers[sop.dst.buffer].dtype;
+  const DataType dst_type = data_sched_->buffers[sop.dst.buffer].dtype;
   std::byte* dst = bufs_.at(sop.dst);
   switch (sop.kind) {
     case StepOpKind::kCopy: {
@@ -794,7 +839,7 @@ Status ActiveOp::runLocal(const StepOp& sop) {
       DivideKernel(dst_type, dst, sop.dst.count, static_cast<uint64_t>(comm_->nranks()));
       return Status::Ok();
     case StepOpKind::kQuantize:
-      return EncodeKernel(sop.codec, data_sched_.buffers[sop.src.buffer].dtype, bufs_.at(sop.src),
+      return EncodeKernel(sop.codec, data_sched_->buffers[sop.src.buffer].dtype, bufs_.at(sop.src),
                           sop.src.count, dst);
     case StepOpKind::kDequantize:
       return DecodeKernel(sop.codec, dst_type, bufs_.at(sop.src), sop.dst.count, dst);

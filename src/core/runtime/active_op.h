@@ -143,7 +143,9 @@ class ActiveOp {
     uint64_t bytes(const Slice& s) const { return s.count * elsize[s.buffer]; }
   };
 
-  Result<RankSchedule> buildSchedule(CollArgs* args);
+  // The data schedule of this call: from the communicator's plan cache when the same call
+  // shape ran before, else built (and cached; point-to-point groups are built every time).
+  Result<std::shared_ptr<const RankSchedule>> buildSchedule(CollArgs* args);
   // Points every slot of the data schedule's buffer table at memory (user buffers, scratch).
   Status bindBuffers();
   // Runs a local op (copy, reduce, scale, divide, the codecs).
@@ -195,7 +197,8 @@ class ActiveOp {
   bool clean_failure_ = false;
   bool touched_ = false;
 
-  RankSchedule agree_sched_, data_sched_;
+  // Shared with the communicator's plan cache, never modified (ChannelState points into them).
+  std::shared_ptr<const RankSchedule> agree_sched_, data_sched_;
   std::vector<ChannelState> agree_chans_, data_chans_;
   Buffers bufs_;
   std::vector<std::byte> codec_tmp_;  // one decoded slice of a dequantize-reduce

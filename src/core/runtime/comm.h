@@ -220,6 +220,20 @@ struct braidComm {
   using CarriedAgreementCache =
       std::map<std::tuple<uint8_t, uint8_t, uint8_t, uint64_t, int32_t, uint32_t>, bool>;
   CarriedAgreementCache& carriedAgreementCache() { return carried_agreement_cache_; }
+  // This rank's data schedule per call shape: the call's CollArgs less what is fixed for the
+  // communicator (ranks, layout; the tuner and the configuration do not change either), so a
+  // repeated call skips the tuner, the builder and its lowering. Schedules are immutable once
+  // built and shared with the operations that run them. Touched only by the engine's driver.
+  struct CachedPlan {
+    const braid::Algorithm* algo = nullptr;
+    std::shared_ptr<const braid::RankSchedule> schedule;
+  };
+  using PlanKey = std::tuple<uint8_t, uint8_t, uint8_t, uint64_t, int, bool, bool, bool, uint8_t,
+                             uint8_t, uint32_t, int, uint64_t>;
+  using PlanCache = std::map<PlanKey, CachedPlan>;
+  PlanCache& planCache() { return plan_cache_; }
+  // The call agreement's schedule (a dissemination barrier of this rank), built once.
+  std::shared_ptr<const braid::RankSchedule>& agreementPlan() { return agreement_plan_; }
   // The link model the tuner was built with, and where it came from (link_calibration.h).
   const braid::CalibratedLinks& links() const { return links_; }
   const braid::GroupLayout& layout() const { return layout_; }
@@ -299,6 +313,8 @@ struct braidComm {
   bool intra_tcp_ = false;
   std::unique_ptr<braid::Tuner> tuner_;
   CarriedAgreementCache carried_agreement_cache_;
+  PlanCache plan_cache_;
+  std::shared_ptr<const braid::RankSchedule> agreement_plan_;
   std::unique_ptr<braid::Engine> engine_;
   // Before control_: its thread writes here until the listener is destroyed.
   braid::CauseBoard causes_;
