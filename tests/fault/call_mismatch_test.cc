@@ -260,14 +260,7 @@ INSTANTIATE_TEST_SUITE_P(Fault, CallMismatch,
                          ::testing::Values(Param{2, "shm"}, Param{2, "tcp"}, Param{3, "shm"},
                                            Param{3, "tcp"}, Param{4, "shm"}, Param{4, "tcp"},
                                            Param{8, "tcp"}),
-                         [](const auto& info) {
-                           // Appended piece by piece: one chain of + trips GCC 12's -Wrestrict.
-                           std::string name = "n";
-                           name += std::to_string(std::get<0>(info.param));
-                           name += "_";
-                           name += std::get<1>(info.param);
-                           return name;
-                         });
+                         RanksTransportName<::testing::TestParamInfo<Param>>);
 
 // The engine's path on two ranks (no small-message board: tcp).
 JobOptions TwoRanksOverTcp() {

@@ -135,14 +135,7 @@ TEST_P(RabenseifnerAllReduce, EveryTypeOpAndPlacementIsBitExact) {
   RunForcedInSmallChunks(n, transport, "allreduce:rabenseifner", cases);
 }
 
-std::string LargeName(const ::testing::TestParamInfo<LargeParam>& info) {
-  // Appended, not "n" + std::to_string(...) (GCC 12's -Wrestrict false positive).
-  std::string name = "n";
-  name += std::to_string(std::get<0>(info.param));
-  name += '_';
-  for (char c : std::get<1>(info.param)) name += c == '-' ? '_' : c;
-  return name;
-}
+constexpr auto LargeName = RanksTransportName<::testing::TestParamInfo<LargeParam>>;
 
 INSTANTIATE_TEST_SUITE_P(Ranks, CollectivesLarge,
                          ::testing::Combine(::testing::Values(2, 3, 5, 8),

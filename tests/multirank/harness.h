@@ -12,6 +12,7 @@
 #include <functional>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -167,6 +168,18 @@ inline std::string DescribeOutcomes(const std::vector<RankOutcome>& v) {
     s += "rank " + std::to_string(r) + ": " + std::to_string(v[r].exit_code) +
          (v[r].timed_out ? " (timed out)" : "") + (r + 1 < v.size() ? ", " : "");
   return s;
+}
+
+// The name of a test parameterised by (ranks, transport, ...): "n4_tcp" ('-' in the transport
+// becomes '_', which gtest names allow). Appended piece by piece: one chain of + trips GCC 12's
+// -Wrestrict false positive.
+template <typename ParamInfo>
+std::string RanksTransportName(const ParamInfo& info) {
+  std::string name = "n";
+  name += std::to_string(std::get<0>(info.param));
+  name += '_';
+  for (char c : std::string(std::get<1>(info.param))) name += c == '-' ? '_' : c;
+  return name;
 }
 
 inline bool AllSucceeded(const std::vector<RankOutcome>& v) {

@@ -457,15 +457,7 @@ TEST_P(Inflight, DeadPeerFailsEveryPendingOperation) {
 INSTANTIATE_TEST_SUITE_P(Ranks, Inflight,
                          ::testing::Combine(::testing::Values(2, 3, 4, 8),
                                             ::testing::Values("shm", "tcp")),
-                         [](const auto& info) {
-                           // Appended piece by piece: one chain of + trips GCC 12's -Wrestrict
-                           // false positive.
-                           std::string name = "n";
-                           name += std::to_string(std::get<0>(info.param));
-                           name += "_";
-                           name += std::get<1>(info.param);
-                           return name;
-                         });
+                         RanksTransportName<::testing::TestParamInfo<Param>>);
 
 }  // namespace
 }  // namespace braid_test

@@ -115,13 +115,7 @@ TEST_P(PlanCache, RepeatedShapesReuseOneScheduleAndStayBitExact) {
 INSTANTIATE_TEST_SUITE_P(Ranks, PlanCache,
                          ::testing::Combine(::testing::Values(2, 4),
                                             ::testing::Values("shm", "tcp")),
-                         [](const auto& info) {
-                           std::string name = "n";
-                           name += std::to_string(std::get<0>(info.param));
-                           name += "_";
-                           name += std::get<1>(info.param);
-                           return name;
-                         });
+                         RanksTransportName<::testing::TestParamInfo<Param>>);
 
 }  // namespace
 }  // namespace braid_test
