@@ -85,8 +85,8 @@ LinkParams PartnerLink(const CollArgs& args, const LinkModel& model,
 }
 
 LinkParams FlatLink(const CollArgs& args, const LinkModel& model) {
+  if (OnOneNode(args)) return model.intra;
   const GroupLayout* l = args.layout;
-  if (!l || l->nnodes <= 1) return model.intra;
   for (size_t i = 1; i < l->node_of.size(); ++i)
     if (l->node_of[i] != l->node_of[0]) return NodeLink(model, RanksPerNic(args));
   return model.intra;

@@ -54,6 +54,11 @@ inline int64_t TreePartner(int64_t r, int64_t d, int64_t n) {
   return r < d && r + d < n ? r + d : -1;
 }
 
+// Whether args.layout puts every rank on one node (or there is no layout).
+inline bool OnOneNode(const CollArgs& args) {
+  return !args.layout || args.layout->nnodes <= 1;
+}
+
 // The link a flat algorithm's critical path runs on: a flat algorithm's steps are as slow as
 // their slowest link, which is the inter-node one as soon as the group spans nodes, shared by
 // RanksPerNic(args) transfers (the worst step of a tree, recursive doubling or pairwise exchange

@@ -85,8 +85,7 @@ class Rabenseifner final : public Algorithm {
   const char* name() const override { return "rabenseifner"; }
 
   bool supports(const CollArgs& a) const override {
-    const bool one_node = !a.layout || a.layout->nnodes <= 1;
-    return a.kind == CollKind::kAllReduce && IsPowerOfTwo(a.nranks) && one_node;
+    return a.kind == CollKind::kAllReduce && IsPowerOfTwo(a.nranks) && OnOneNode(a);
   }
 
   // Ranked only where a node's ranks talk over TCP. Its gain is rounds, and on 4 ranks over

@@ -214,8 +214,7 @@ class RecursiveDoubling final : public Algorithm {
     // On one node an all-gather keeps the butterfly to larger sizes: same bytes as the ring in
     // log2(N) rounds instead of N - 1 steps. Across nodes its far partners share the NICs and
     // were not measured against the ring and HO-Ring at bandwidth: latency-bound sizes only.
-    const bool one_node = !a.layout || a.layout->nnodes <= 1;
-    const uint64_t max_bytes = a.kind == CollKind::kAllGather && one_node
+    const uint64_t max_bytes = a.kind == CollKind::kAllGather && OnOneNode(a)
                                    ? kButterflyAllGatherMaxBytes
                                    : kButterflyMaxBytes;
     // (Divided, not multiplied: an absurd count must not wrap around into "small".)

@@ -21,6 +21,7 @@
 //   < CollArgs::nchannels.
 #pragma once
 
+#include <compare>
 #include <cstdint>
 #include <string>
 #include <utility>
@@ -82,6 +83,7 @@ struct Codec {
   constexpr Codec() = default;
   constexpr Codec(CodecId i, uint32_t b = 0) : id(i), block(b) {}  // NOLINT: implicit on purpose
   bool operator==(const Codec&) const = default;
+  auto operator<=>(const Codec&) const = default;
   CodecId id = CodecId::kNone;
   uint32_t block = 0;
 };
@@ -182,6 +184,9 @@ struct CollArgs {
   int nchannels = 1;                  // maximum channels the engine can run (streams per peer)
   uint64_t chunk_bytes = 512 * 1024;  // pipelining granularity
   const GroupLayout* layout = nullptr;
+  // Member by member: a call's whole shape (the plan cache's key, braidComm::planCache).
+  bool operator==(const CollArgs&) const = default;
+  auto operator<=>(const CollArgs&) const = default;
 };
 
 }  // namespace braid

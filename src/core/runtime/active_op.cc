@@ -93,21 +93,8 @@ Result<std::shared_ptr<const RankSchedule>> ActiveOp::buildSchedule(CollArgs* ar
   }
   *args = CollArgsFor(*comm_, d_);
   const CollArgs& a = *args;
-  const braidComm::PlanKey key{static_cast<uint8_t>(a.kind),
-                               static_cast<uint8_t>(a.dtype),
-                               static_cast<uint8_t>(a.op),
-                               a.count,
-                               a.root,
-                               a.in_place,
-                               a.premul,
-                               a.avg,
-                               static_cast<uint8_t>(a.memory),
-                               static_cast<uint8_t>(a.codec.id),
-                               a.codec.block,
-                               a.nchannels,
-                               a.chunk_bytes};
   auto& cache = comm_->planCache();
-  if (auto it = cache.find(key); it != cache.end()) {
+  if (auto it = cache.find(a); it != cache.end()) {
     algo_ = it->second.algo;
     algo_name_ = algo_->name();
     return it->second.schedule;
@@ -130,7 +117,7 @@ Result<std::shared_ptr<const RankSchedule>> ActiveOp::buildSchedule(CollArgs* ar
     for (const Step& st : ch.steps) ops += st.ops.size();
   if (ops <= kPlanCacheMaxOps) {
     if (cache.size() >= kPlanCacheEntries) cache.clear();  // call shapes of a long job
-    cache.emplace(key, braidComm::CachedPlan{algo, plan});
+    cache.emplace(a, braidComm::CachedPlan{algo, plan});
   }
   return plan;
 }

@@ -220,17 +220,15 @@ struct braidComm {
   using CarriedAgreementCache =
       std::map<std::tuple<uint8_t, uint8_t, uint8_t, uint64_t, int32_t, uint32_t>, bool>;
   CarriedAgreementCache& carriedAgreementCache() { return carried_agreement_cache_; }
-  // This rank's data schedule per call shape: the call's CollArgs less what is fixed for the
-  // communicator (ranks, layout; the tuner and the configuration do not change either), so a
-  // repeated call skips the tuner, the builder and its lowering. Schedules are immutable once
+  // This rank's data schedule per call shape (the call's CollArgs; the tuner and the
+  // configuration do not change for a communicator), so a repeated call skips the tuner, the
+  // builder and its lowering. Schedules are immutable once
   // built and shared with the operations that run them. Touched only by the engine's driver.
   struct CachedPlan {
     const braid::Algorithm* algo = nullptr;
     std::shared_ptr<const braid::RankSchedule> schedule;
   };
-  using PlanKey = std::tuple<uint8_t, uint8_t, uint8_t, uint64_t, int, bool, bool, bool, uint8_t,
-                             uint8_t, uint32_t, int, uint64_t>;
-  using PlanCache = std::map<PlanKey, CachedPlan>;
+  using PlanCache = std::map<braid::CollArgs, CachedPlan>;
   PlanCache& planCache() { return plan_cache_; }
   // The call agreement's schedule (a dissemination barrier of this rank), built once.
   std::shared_ptr<const braid::RankSchedule>& agreementPlan() { return agreement_plan_; }
