@@ -5,6 +5,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cstdio>
 #include <cstring>
 #include <thread>
 
@@ -209,6 +211,57 @@ TEST(Sockets, ConnectSendRecvWithDeadlines) {
   *c = Fd();
   st = RecvAll(s.get(), &b, 1, Deadline::After(2000));
   EXPECT_EQ(st.cls(), ErrorClass::kRemote);
+}
+
+// What SO_SNDBUF / SO_RCVBUF read back after asking for `bytes`: the kernel doubles the request,
+// capped at net.core.{w,r}mem_max.
+int GrantedBufferBytes(const char* max_file, int bytes) {
+  long max = 0;
+  std::FILE* f = std::fopen(max_file, "r");
+  if (f) {
+    if (std::fscanf(f, "%ld", &max) != 1) max = 0;
+    std::fclose(f);
+  }
+  return 2 * static_cast<int>(max > 0 ? std::min<long>(bytes, max) : bytes);
+}
+
+int SocketOption(int fd, int name) {
+  int v = 0;
+  socklen_t len = sizeof(v);
+  EXPECT_EQ(getsockopt(fd, SOL_SOCKET, name, &v, &len), 0);
+  return v;
+}
+
+TEST(Sockets, BuffersAreSetEachOnItsOwnOnBothEnds) {
+  // Send and receive buffers differ (tcp_transport.cc): each end gets what was asked for, the
+  // accepted end through the listener; an unset one is left to the kernel.
+  const SocketBuffers asked{.send_bytes = 96 << 10, .recv_bytes = 160 << 10};
+  auto l = ListenOn(LoopbackInterface().addr, 16, asked);
+  ASSERT_TRUE(l.ok());
+  auto addr = *LocalAddress(l->get());
+  auto c = ConnectWithDeadline(addr, Deadline::After(2000), asked);
+  ASSERT_TRUE(c.ok()) << c.status().message();
+  auto plain = ConnectWithDeadline(addr, Deadline::After(2000));
+  ASSERT_TRUE(plain.ok()) << plain.status().message();
+  Fd s;
+  for (int i = 0; i < 200 && !s.valid(); ++i) {
+    auto a = AcceptConnection(l->get(), nullptr, asked);
+    ASSERT_TRUE(a.ok());
+    if (a->valid())
+      s = std::move(*a);
+    else
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  ASSERT_TRUE(s.valid());
+  const int send = GrantedBufferBytes("/proc/sys/net/core/wmem_max", asked.send_bytes);
+  const int recv = GrantedBufferBytes("/proc/sys/net/core/rmem_max", asked.recv_bytes);
+  for (int fd : {c->get(), s.get()}) {
+    EXPECT_EQ(SocketOption(fd, SO_SNDBUF), send);
+    EXPECT_EQ(SocketOption(fd, SO_RCVBUF), recv);
+  }
+  // Connected without sizes: neither is what was asked of the others.
+  EXPECT_NE(SocketOption(plain->get(), SO_SNDBUF), send);
+  EXPECT_NE(SocketOption(plain->get(), SO_RCVBUF), recv);
 }
 
 TEST(Sockets, ConnectRefusedIsRemote) {

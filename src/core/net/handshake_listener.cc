@@ -138,7 +138,7 @@ void HandshakeListener::AcceptNew(std::vector<Pending>& pending) {
   for (int i = 0; i < 64; ++i) {
     sockaddr_storage peer{};
     int err = 0;
-    auto r = AcceptConnection(listener_.get(), &peer, 0, &err);
+    auto r = AcceptConnection(listener_.get(), &peer, {}, &err);
     if (!r.ok()) {
       if (IsFdExhaustion(err)) {
         Pending* idle = nullptr;

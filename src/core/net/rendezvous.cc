@@ -244,7 +244,7 @@ void Service::AcceptNew() {
   for (int i = 0; i < 128; ++i) {
     sockaddr_storage peer{};
     int err = 0;
-    auto r = AcceptConnection(listener_.get(), &peer, 0, &err);
+    auto r = AcceptConnection(listener_.get(), &peer, {}, &err);
     if (!r.ok()) {
       // Out of descriptors: make room by dropping an idle stranger, else tell the connecting
       // peer why it cannot be served (a rank then fails at once, naming the limit to raise),

@@ -351,16 +351,17 @@ void HangUp(int fd) {
   if (fd >= 0) ::shutdown(fd, SHUT_RDWR);
 }
 
-void TuneTcpSocket(int fd, int buffer_bytes) {
+void TuneTcpSocket(int fd, SocketBuffers buffers) {
   int one = 1;
   setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-  if (buffer_bytes > 0) {
-    setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &buffer_bytes, sizeof(buffer_bytes));
-    setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &buffer_bytes, sizeof(buffer_bytes));
-  }
+  // Each one set turns off the kernel's autotuning of that buffer, so only what was asked for.
+  if (buffers.send_bytes > 0)
+    setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &buffers.send_bytes, sizeof(buffers.send_bytes));
+  if (buffers.recv_bytes > 0)
+    setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &buffers.recv_bytes, sizeof(buffers.recv_bytes));
 }
 
-Result<Fd> ListenOn(const sockaddr_storage& addr, int backlog, int buffer_bytes) {
+Result<Fd> ListenOn(const sockaddr_storage& addr, int backlog, SocketBuffers buffers) {
   if (addr.ss_family != AF_INET && addr.ss_family != AF_INET6)
     return InvalidArgument("listen: address family must be IPv4 or IPv6");
   if (IsWildcard(addr))
@@ -372,7 +373,7 @@ Result<Fd> ListenOn(const sockaddr_storage& addr, int backlog, int buffer_bytes)
   setsockopt(fd.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
   // Buffer sizes set on the listener are inherited by accepted sockets and take part in the
   // window scale negotiated in the SYN exchange.
-  if (buffer_bytes > 0) TuneTcpSocket(fd.get(), buffer_bytes);
+  if (buffers.send_bytes > 0 || buffers.recv_bytes > 0) TuneTcpSocket(fd.get(), buffers);
   if (::bind(fd.get(), reinterpret_cast<const sockaddr*>(&addr), AddressLength(addr)) != 0) {
     int err = errno;
     std::string m = ErrnoMessage("bind to " + FormatAddress(addr), err);
@@ -401,7 +402,8 @@ Result<sockaddr_storage> PeerAddress(int fd) {
   return a;
 }
 
-Result<Fd> AcceptConnection(int listen_fd, sockaddr_storage* peer, int buffer_bytes, int* error) {
+Result<Fd> AcceptConnection(int listen_fd, sockaddr_storage* peer, SocketBuffers buffers,
+                            int* error) {
   sockaddr_storage a{};
   socklen_t len = sizeof(a);
   int fd =
@@ -415,14 +417,14 @@ Result<Fd> AcceptConnection(int listen_fd, sockaddr_storage* peer, int buffer_by
     return SystemError(SocketErrnoMessage("accept", err));
   }
   if (peer) *peer = a;
-  TuneTcpSocket(fd, buffer_bytes);
+  TuneTcpSocket(fd, buffers);
   return Fd(fd);
 }
 
-Result<Fd> StartConnect(const sockaddr_storage& addr, int buffer_bytes) {
+Result<Fd> StartConnect(const sockaddr_storage& addr, SocketBuffers buffers) {
   Fd fd(::socket(addr.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
   if (!fd.valid()) return SystemError(SocketErrnoMessage("socket", errno));
-  TuneTcpSocket(fd.get(), buffer_bytes);
+  TuneTcpSocket(fd.get(), buffers);
   int rc;
   do {
     rc = ::connect(fd.get(), reinterpret_cast<const sockaddr*>(&addr), AddressLength(addr));
@@ -445,8 +447,9 @@ int ConnectError(int fd) {
   return err;
 }
 
-Result<Fd> ConnectWithDeadline(const sockaddr_storage& addr, Deadline deadline, int buffer_bytes) {
-  BRAID_ASSIGN_OR_RETURN(Fd fd, StartConnect(addr, buffer_bytes));
+Result<Fd> ConnectWithDeadline(const sockaddr_storage& addr, Deadline deadline,
+                               SocketBuffers buffers) {
+  BRAID_ASSIGN_OR_RETURN(Fd fd, StartConnect(addr, buffers));
   BRAID_RETURN_IF_ERROR(WaitFor(fd.get(), POLLOUT, deadline, "connecting"));
   int err = ConnectError(fd.get());
   if (err != 0) return RemoteError(ErrnoMessage("connect to " + FormatAddress(addr), err));

@@ -84,26 +84,33 @@ Status SetNonBlocking(int fd);
 // shutdown(SHUT_RDWR): ends a connection (the peer sees EOF) or stops a listener even where a
 // forked child still holds a copy of the fd, which a plain close() would not. Best effort.
 void HangUp(int fd);
-// Best effort: TCP_NODELAY, and send/receive buffers of `buffer_bytes` (0 = leave as is).
-void TuneTcpSocket(int fd, int buffer_bytes);
+// Socket buffer sizes to ask for (SO_SNDBUF, SO_RCVBUF); 0 leaves that one to the kernel's
+// autotuning. The kernel doubles what it grants and caps it at net.core.{w,r}mem_max.
+struct SocketBuffers {
+  int send_bytes = 0;
+  int recv_bytes = 0;
+};
+
+// Best effort: TCP_NODELAY, and the buffers of `buffers`.
+void TuneTcpSocket(int fd, SocketBuffers buffers);
 
 // A non-blocking listening socket bound to `addr` (port 0 = ephemeral). Refuses the wildcard
 // address (spec/reliability.md item 5).
-Result<Fd> ListenOn(const sockaddr_storage& addr, int backlog, int buffer_bytes = 0);
+Result<Fd> ListenOn(const sockaddr_storage& addr, int backlog, SocketBuffers buffers = {});
 Result<sockaddr_storage> LocalAddress(int fd);
 Result<sockaddr_storage> PeerAddress(int fd);
 // Accepts one pending connection (non-blocking, close-on-exec). An invalid Fd when none is
 // pending; an error Status for a real failure (EMFILE ...), whose errno goes to `*error`.
-Result<Fd> AcceptConnection(int listen_fd, sockaddr_storage* peer, int buffer_bytes = 0,
+Result<Fd> AcceptConnection(int listen_fd, sockaddr_storage* peer, SocketBuffers buffers = {},
                             int* error = nullptr);
 
 // Starts a non-blocking connect; completion is signalled by POLLOUT, then FinishConnect().
-Result<Fd> StartConnect(const sockaddr_storage& addr, int buffer_bytes = 0);
+Result<Fd> StartConnect(const sockaddr_storage& addr, SocketBuffers buffers = {});
 // 0 when the connect succeeded, else its errno.
 int ConnectError(int fd);
 // Connects with a deadline (a single attempt, no retry).
 Result<Fd> ConnectWithDeadline(const sockaddr_storage& addr, Deadline deadline,
-                               int buffer_bytes = 0);
+                               SocketBuffers buffers = {});
 
 // Blocking-style transfers on a (possibly non-blocking) socket, bounded by `deadline`.
 // Errors: TimeoutError at the deadline, RemoteError("connection closed") at EOF/ECONNRESET,
