@@ -65,8 +65,10 @@ inline uint64_t RunCase(braidComm_t comm, int rank, int n, const Case& c) {
       want(recv_n * es + 1, 0xA5);
   // Inputs: element i of rank r's send buffer. For all-to-all and reduce-scatter the block sent
   // to rank q starts at q*cnt; the value depends on the global element index.
-  for (uint64_t i = 0; i < send_n; ++i)
-    Store(c.type, send.data(), i, InputValue(c.type, op, rank, i));
+  const uint64_t period = InputPeriod(c.type, op);
+  TileElements(send.data(), send_n, es, period, [&](void* b, uint64_t i) {
+    Store(c.type, b, i, InputValue(c.type, op, rank, i));
+  });
 
   braidRedOp_t rop = static_cast<braidRedOp_t>(c.op);
   if (c.op == kPreMul) {
@@ -134,40 +136,42 @@ inline uint64_t RunCase(braidComm_t comm, int rank, int n, const Case& c) {
     return cnt ? cnt : 1;
   }
 
-  // Reference.
+  // Reference: one period of the inputs element by element, then tiled (TileElements).
+  const int rop_ref = op == braidNumOps ? braidNumOps : c.op;
+  // Element i of `block` (cnt elements from `b`) is rank q's input element `from` + i.
+  auto inputs_of = [&](uint8_t* block, int q, uint64_t from) {
+    TileElements(block, cnt, es, period, [&](void* b, uint64_t i) {
+      Store(c.type, b, i, InputValue(c.type, op, q, from + i));
+    });
+  };
+  // Element i is the reduction over the ranks of input element `from` + i.
+  auto reduced_from = [&](uint64_t from) {
+    TileElements(want.data(), cnt, es, period, [&](void* b, uint64_t i) {
+      StoreExpected(c.type, b, i, rop_ref, n, from + i);
+    });
+  };
   switch (c.kind) {
     case CollKind::kAllReduce:
-      for (uint64_t i = 0; i < cnt; ++i)
-        StoreExpected(c.type, want.data(), i, op == braidNumOps ? braidNumOps : c.op, n, i);
+      reduced_from(0);
       break;
     case CollKind::kReduceScatter:
-      // Element rank*cnt+i of every rank's input, reduced.
-      for (uint64_t i = 0; i < cnt; ++i)
-        StoreExpected(c.type, want.data(), i, op == braidNumOps ? braidNumOps : c.op, n,
-                      rank * cnt + i);
+      reduced_from(rank * cnt);  // element rank*cnt+i of every rank's input, reduced
       break;
     case CollKind::kAllGather:
-      for (int q = 0; q < n; ++q)
-        for (uint64_t i = 0; i < cnt; ++i)
-          Store(c.type, want.data(), q * cnt + i, InputValue(c.type, op, q, i));
+      for (int q = 0; q < n; ++q) inputs_of(want.data() + q * cnt * es, q, 0);
       break;
     case CollKind::kBroadcast:
-      for (uint64_t i = 0; i < cnt; ++i)
-        Store(c.type, want.data(), i, InputValue(c.type, op, root, i));
+      inputs_of(want.data(), root, 0);
       break;
     case CollKind::kReduce:
-      if (rank == root) {
-        for (uint64_t i = 0; i < cnt; ++i)
-          StoreExpected(c.type, want.data(), i, op == braidNumOps ? braidNumOps : c.op, n, i);
-      } else {
+      if (rank == root)
+        reduced_from(0);
+      else
         check_recv = !c.in_place;  // non-root recvbuff must be left untouched (0xA5)
-      }
       break;
     case CollKind::kAllToAll:
       // Block q of my result is block `rank` of rank q's input.
-      for (int q = 0; q < n; ++q)
-        for (uint64_t i = 0; i < cnt; ++i)
-          Store(c.type, want.data(), q * cnt + i, InputValue(c.type, op, q, rank * cnt + i));
+      for (int q = 0; q < n; ++q) inputs_of(want.data() + q * cnt * es, q, rank * cnt);
       break;
     default:
       break;

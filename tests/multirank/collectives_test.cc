@@ -13,6 +13,31 @@
 namespace braid_test {
 namespace {
 
+// ---------------------------------------------------------------- the reference itself
+
+// The references tile one period of the inputs (reference.h, TileElements): every input repeats
+// with the period InputPeriod names, and a tiled buffer is the one computed element by element.
+TEST(ReferenceInputs, RepeatWithTheirPeriod) {
+  for (DataType t : kTypes) {
+    for (int case_op : kOps) {
+      const int op = case_op == kPreMul ? braidNumOps : case_op;
+      const uint64_t p = InputPeriod(t, op);
+      for (int r = 0; r < 9; ++r)
+        for (uint64_t i = 0; i < 2 * p + 5; ++i)
+          ASSERT_EQ(InputValue(t, op, r, i), InputValue(t, op, r, i + p))
+              << braid::DataTypeName(t) << " op " << op << " rank " << r << " element " << i;
+      // Tiled from an offset, to a length that is not a multiple of the period.
+      const size_t es = braid::DataTypeSize(t);
+      const uint64_t n = 7 * p + p / 2 + 1, from = 12345;
+      std::vector<uint8_t> tiled(n * es), direct(n * es);
+      auto store = [&](void* b, uint64_t i) { StoreExpected(t, b, i, op, 5, from + i); };
+      TileElements(tiled.data(), n, es, p, store);
+      for (uint64_t i = 0; i < n; ++i) store(direct.data(), i);
+      ASSERT_EQ(tiled, direct) << braid::DataTypeName(t) << " op " << op;
+    }
+  }
+}
+
 // ---------------------------------------------------------------- every type x op, small counts
 
 using SmallParam = std::tuple<int, std::string, std::string>;  // nranks, transport, algorithm
