@@ -83,10 +83,7 @@ TEST_P(PeerKilled, SurvivorsFailNamingIt) {
 INSTANTIATE_TEST_SUITE_P(Fault, PeerKilled,
                          ::testing::Combine(::testing::Values(2, 3, 4),
                                             ::testing::Values("shm", "tcp")),
-                         [](const auto& info) {
-                           return "n" + std::to_string(std::get<0>(info.param)) + "_" +
-                                  std::get<1>(info.param);
-                         });
+                         [](const auto& info) { return RanksTransportName(info); });
 
 // Survivors recover (spec/reliability.md item 13): after a rank dies, the others shrink the
 // communicator and complete a checked all-reduce without it.

@@ -40,14 +40,10 @@ std::string Cause(int rank, pid_t pid, const std::string& what, int seq) {
 using Param = std::tuple<int, std::string>;
 class RootCause : public ::testing::TestWithParam<Param> {};
 
-std::string ParamName(const ::testing::TestParamInfo<Param>& info) {
-  return "n" + std::to_string(std::get<0>(info.param)) + "_" + std::get<1>(info.param);
-}
-
 INSTANTIATE_TEST_SUITE_P(Fault, RootCause,
                          ::testing::Combine(::testing::Values(4, 8),
                                             ::testing::Values("shm", "tcp")),
-                         ParamName);
+                         [](const auto& info) { return RanksTransportName(info); });
 
 // A rank in the middle SIGKILLs itself before all-reduce #3: every survivor (neighbour or not)
 // fails within 1 s naming it, its pid and "allreduce #3", and so does its next call.

@@ -70,8 +70,7 @@ INSTANTIATE_TEST_SUITE_P(Ranks, CollectivesSmall,
                                             ::testing::Values("shm", "tcp"),
                                             ::testing::ValuesIn(AlgorithmChoices())),
                          [](const auto& info) {
-                           return "n" + std::to_string(std::get<0>(info.param)) + "_" +
-                                  std::get<1>(info.param) + "_" + std::get<2>(info.param);
+                           return RanksTransportName(info) + "_" + std::get<2>(info.param);
                          });
 
 // The small-message board forced (BRAID_ALGO=all:oneshot): every call that fits runs on it, the
@@ -80,8 +79,7 @@ INSTANTIATE_TEST_SUITE_P(OneShot, CollectivesSmall,
                          ::testing::Combine(::testing::Values(2, 3, 4, 5, 8),
                                             ::testing::Values("shm"), ::testing::Values("oneshot")),
                          [](const auto& info) {
-                           return "n" + std::to_string(std::get<0>(info.param)) + "_" +
-                                  std::get<1>(info.param) + "_" + std::get<2>(info.param);
+                           return RanksTransportName(info) + "_" + std::get<2>(info.param);
                          });
 
 }  // namespace

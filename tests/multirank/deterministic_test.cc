@@ -119,8 +119,7 @@ INSTANTIATE_TEST_SUITE_P(Ranks, Deterministic,
                                             ::testing::Values("shm", "tcp"),
                                             ::testing::Values("default", "ring", "rd", "tree")),
                          [](const auto& info) {
-                           return "n" + std::to_string(std::get<0>(info.param)) + "_" +
-                                  std::get<1>(info.param) + "_" + std::get<2>(info.param);
+                           return RanksTransportName(info) + "_" + std::get<2>(info.param);
                          });
 
 }  // namespace

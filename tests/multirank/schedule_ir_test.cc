@@ -89,8 +89,7 @@ INSTANTIATE_TEST_SUITE_P(Ranks, ScheduleIr,
                                             ::testing::Values("shm", "tcp"),
                                             ::testing::Values("1", "4")),
                          [](const auto& info) {
-                           return "n" + std::to_string(std::get<0>(info.param)) + "_" +
-                                  std::get<1>(info.param) + "_ch" + std::get<2>(info.param);
+                           return RanksTransportName(info) + "_ch" + std::get<2>(info.param);
                          });
 
 }  // namespace
