@@ -11,6 +11,7 @@
 #include "core/runtime/comm.h"
 #include "device/cpu/codec_kernels.h"
 #include "device/cpu/reduce_kernels.h"
+#include "device/cpu/streaming_copy.h"
 
 namespace braid {
 
@@ -642,7 +643,7 @@ Status ActiveOp::advanceData(ChannelState& cs, size_t i, bool* moved) {
                                sop.kind == StepOpKind::kScale) &&
                               bufs_.elsize[sop.src.buffer] == bufs_.elsize[sop.dst.buffer]);
     if (!elementwise) {
-      BRAID_RETURN_IF_ERROR(runLocal(sop));
+      BRAID_RETURN_IF_ERROR(runLocal(sop, bufs_.bytes(sop.src)));
       budget_ -= static_cast<int64_t>(bufs_.bytes(sop.dst));
     } else {
       const uint64_t count = sop.kind == StepOpKind::kDivide ? sop.dst.count : sop.src.count;
@@ -655,7 +656,7 @@ Status ActiveOp::advanceData(ChannelState& cs, size_t i, bool* moved) {
       piece.src.count = n;
       piece.dst.offset += pr.done;
       piece.dst.count = n;
-      BRAID_RETURN_IF_ERROR(runLocal(piece));
+      BRAID_RETURN_IF_ERROR(runLocal(piece, bufs_.bytes(sop.src)));
       budget_ -= static_cast<int64_t>(n * elsize);
       pr.done += n;
       if (pr.done < count) {
@@ -807,13 +808,18 @@ Status ActiveOp::advanceData(ChannelState& cs, size_t i, bool* moved) {
   return RecvPadding(ep, pr, moved);
 }
 
-Status ActiveOp::runLocal(const StepOp& sop) {
+Status ActiveOp::runLocal(const StepOp& sop, uint64_t whole_bytes) {
   const DataType dst_type = data_sched_->buffers[sop.dst.buffer].dtype;
   std::byte* dst = bufs_.at(sop.dst);
   switch (sop.kind) {
     case StepOpKind::kCopy: {
       const std::byte* src = bufs_.at(sop.src);
-      if (dst != src) std::memmove(dst, src, bufs_.bytes(sop.src));
+      const uint64_t bytes = bufs_.bytes(sop.src);
+      const auto d = reinterpret_cast<uintptr_t>(dst), s = reinterpret_cast<uintptr_t>(src);
+      if (whole_bytes >= cpu::kStreamingCopyMinBytes && (d >= s + bytes || s >= d + bytes))
+        cpu::StreamingCopy(dst, src, bytes);
+      else if (dst != src)
+        std::memmove(dst, src, bytes);
       return Status::Ok();
     }
     case StepOpKind::kReduce:

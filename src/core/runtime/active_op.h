@@ -149,7 +149,9 @@ class ActiveOp {
   // Points every slot of the data schedule's buffer table at memory (user buffers, scratch).
   Status bindBuffers();
   // Runs a local op (copy, reduce, scale, divide, the codecs).
-  Status runLocal(const StepOp& sop);
+  // `whole_bytes`: the size of the step op that `sop` is a piece of (a copy streams from
+  // kStreamingCopyMinBytes of it, device/cpu/streaming_copy.h).
+  Status runLocal(const StepOp& sop, uint64_t whole_bytes);
   static std::vector<ChannelState> StatesFor(const RankSchedule& s, int lane_base, bool one_lane);
   uint32_t streamOf(const StreamGate& gate, const ChannelState& cs, const StepOp& sop) const;
   // Runs the steps of `chans` as far as possible; true when every channel is finished.
