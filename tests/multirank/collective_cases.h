@@ -66,9 +66,8 @@ inline uint64_t RunCase(braidComm_t comm, int rank, int n, const Case& c) {
   // Inputs: element i of rank r's send buffer. For all-to-all and reduce-scatter the block sent
   // to rank q starts at q*cnt; the value depends on the global element index.
   const uint64_t period = InputPeriod(c.type, op);
-  TileElements(send.data(), send_n, es, period, [&](void* b, uint64_t i) {
-    Store(c.type, b, i, InputValue(c.type, op, rank, i));
-  });
+  TileElements(send.data(), send_n, es, period,
+               [&](void* b, uint64_t i) { Store(c.type, b, i, InputValue(c.type, op, rank, i)); });
 
   braidRedOp_t rop = static_cast<braidRedOp_t>(c.op);
   if (c.op == kPreMul) {
@@ -146,9 +145,8 @@ inline uint64_t RunCase(braidComm_t comm, int rank, int n, const Case& c) {
   };
   // Element i is the reduction over the ranks of input element `from` + i.
   auto reduced_from = [&](uint64_t from) {
-    TileElements(want.data(), cnt, es, period, [&](void* b, uint64_t i) {
-      StoreExpected(c.type, b, i, rop_ref, n, from + i);
-    });
+    TileElements(want.data(), cnt, es, period,
+                 [&](void* b, uint64_t i) { StoreExpected(c.type, b, i, rop_ref, n, from + i); });
   };
   switch (c.kind) {
     case CollKind::kAllReduce:

@@ -27,7 +27,8 @@ void CheckCopy(KernelIsa isa, size_t n, size_t src_off, size_t dst_off) {
   alignas(64) static std::byte dst_mem[(3 << 20) + 256];
   ASSERT_LE(n + src_off, sizeof(src_mem));
   ASSERT_LE(n + dst_off + kGuard, sizeof(dst_mem));
-  for (size_t i = 0; i < n + src_off; ++i) src_mem[i] = static_cast<std::byte>((i * 131 + 7) & 0xff);
+  for (size_t i = 0; i < n + src_off; ++i)
+    src_mem[i] = static_cast<std::byte>((i * 131 + 7) & 0xff);
   std::memset(dst_mem, 0xA5, n + dst_off + kGuard);
   StreamingCopyWithIsa(isa, dst_mem + dst_off, src_mem + src_off, n);
   ASSERT_EQ(std::memcmp(dst_mem + dst_off, src_mem + src_off, n), 0)
