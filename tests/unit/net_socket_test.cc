@@ -2,6 +2,7 @@
 // (spec/reliability.md item 10), and the bounded socket helpers.
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -178,21 +179,27 @@ TEST(Listen, RefusesWildcardAndBindsLoopback) {
   EXPECT_EQ(FormatAddress(*bound).rfind("127.0.0.1:", 0), 0u);
 }
 
+// The connection pending on `listen_fd` (connected by the caller), waiting up to 2 s for the
+// listener to report it; an invalid Fd if none comes.
+Fd AcceptOne(int listen_fd, SocketBuffers buffers = {}) {
+  for (int i = 0; i < 200; ++i) {
+    auto a = AcceptConnection(listen_fd, nullptr, buffers);
+    EXPECT_TRUE(a.ok()) << a.status().message();
+    if (!a.ok()) return Fd();
+    if (a->valid()) return std::move(*a);
+    pollfd p{listen_fd, POLLIN, 0};
+    ::poll(&p, 1, 10);
+  }
+  return Fd();
+}
+
 TEST(Sockets, ConnectSendRecvWithDeadlines) {
   auto l = ListenOn(LoopbackInterface().addr, 16);
   ASSERT_TRUE(l.ok());
   auto addr = *LocalAddress(l->get());
   auto c = ConnectWithDeadline(addr, Deadline::After(2000));
   ASSERT_TRUE(c.ok()) << c.status().message();
-  Fd s;
-  for (int i = 0; i < 200 && !s.valid(); ++i) {
-    auto a = AcceptConnection(l->get(), nullptr);
-    ASSERT_TRUE(a.ok());
-    if (a->valid())
-      s = std::move(*a);
-    else
-      std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
+  Fd s = AcceptOne(l->get());
   ASSERT_TRUE(s.valid());
   std::string big(3 << 20, 'x');
   for (size_t i = 0; i < big.size(); ++i) big[i] = static_cast<char>(i * 7);
@@ -243,15 +250,7 @@ TEST(Sockets, BuffersAreSetEachOnItsOwnOnBothEnds) {
   ASSERT_TRUE(c.ok()) << c.status().message();
   auto plain = ConnectWithDeadline(addr, Deadline::After(2000));
   ASSERT_TRUE(plain.ok()) << plain.status().message();
-  Fd s;
-  for (int i = 0; i < 200 && !s.valid(); ++i) {
-    auto a = AcceptConnection(l->get(), nullptr, asked);
-    ASSERT_TRUE(a.ok());
-    if (a->valid())
-      s = std::move(*a);
-    else
-      std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
+  Fd s = AcceptOne(l->get(), asked);
   ASSERT_TRUE(s.valid());
   const int send = GrantedBufferBytes("/proc/sys/net/core/wmem_max", asked.send_bytes);
   const int recv = GrantedBufferBytes("/proc/sys/net/core/rmem_max", asked.recv_bytes);
