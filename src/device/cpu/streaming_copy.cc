@@ -3,21 +3,21 @@
 #include <cstdint>
 #include <cstring>
 
-#if BRAID_KERNELS_X86
+#if defined(__x86_64__)
 #include <immintrin.h>
 #endif
 
 namespace braid::cpu {
 namespace {
 
-#if BRAID_KERNELS_X86
+#if defined(__x86_64__)
 // Bytes before dst + head are copied ordinarily, so that every stream store is aligned.
 size_t HeadToAlign(const void* dst, size_t align, size_t n) {
   const size_t head = (align - (reinterpret_cast<uintptr_t>(dst) & (align - 1))) & (align - 1);
   return head < n ? head : n;
 }
 
-// SSE2: the x86-64 baseline.
+// SSE2: the x86-64 baseline (i386 builds take memcpy).
 void StreamSse2(std::byte* dst, const std::byte* src, size_t n) {
   size_t i = HeadToAlign(dst, 16, n);
   std::memcpy(dst, src, i);
@@ -59,7 +59,7 @@ __attribute__((target("avx2"))) void StreamAvx2(std::byte* dst, const std::byte*
 
 void StreamingCopyWithIsa(KernelIsa isa, void* dst, const void* src, size_t n) {
   if (n == 0) return;  // memcpy's pointers must be valid even for no bytes
-#if BRAID_KERNELS_X86
+#if defined(__x86_64__)
   auto* d = static_cast<std::byte*>(dst);
   const auto* s = static_cast<const std::byte*>(src);
   if (isa != KernelIsa::kPortable && CpuSupports(KernelIsa::kAvx2F16c))

@@ -21,7 +21,7 @@ inline constexpr size_t kStreamingCopyMinBytes = 1 << 20;
 
 // Copies n bytes; dst and src must not overlap. Ends with a store fence, so the bytes are ordered
 // before any later store (a flag another thread reads, a completion), as an ordinary copy's are
-// under x86's ordering; non-temporal stores alone are not. Not x86: memcpy.
+// under x86's ordering; non-temporal stores alone are not. Not x86-64: memcpy.
 void StreamingCopy(void* dst, const void* src, size_t n);
 // The same on an explicit tier (tests run every tier the CPU has; kAvx512 uses AVX2's 256-bit
 // stores, as memory, not the vector width, bounds the copy).
