@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "core/base/clock.h"
+#include "transport/tcp/tcp_receive_counters.h"
 
 namespace braid {
 namespace {
@@ -20,7 +21,17 @@ constexpr int kShutdownMarkerWaitMs = 20;
 }  // namespace
 
 TcpEndpoint::TcpEndpoint(Fd fd, TcpPeer peer)
-    : fd_(std::move(fd)), peer_(std::move(peer)), buf_(new std::byte[kBufferBytes]) {}
+    : fd_(std::move(fd)), peer_(std::move(peer)), buf_(new std::byte[kBufferBytes]) {
+  // Where this endpoint's accounting of the stream starts (peerShutDown()): whatever the kernel
+  // received so far less what is still unread was read by the handshake.
+  if (auto c = ReadTcpReceiveCounters(fd_.get())) {
+    consumed_before_ = c->bytes_received - c->unread - (c->fin_received ? 1 : 0);
+  } else {
+    guard_reads_ = true;
+  }
+  // A marker already pending (the peer failed right after connecting) is not in that count.
+  peerShutDown();
+}
 
 // The peer must see the close even if a forked child of this process holds a copy of the fd.
 TcpEndpoint::~TcpEndpoint() {
@@ -41,9 +52,19 @@ std::string TcpEndpoint::describe() const {
 bool TcpEndpoint::peerShutDown() {
   if (marker_seen_) return true;
   char m = 0;
-  // EINVAL / EAGAIN when no urgent byte arrived.
-  if (::recv(fd_.get(), &m, 1, MSG_OOB | MSG_DONTWAIT) == 1 && m == kShutdownMarker)
+  // EINVAL / EAGAIN when no urgent byte is pending: none arrived, or a read dropped it.
+  if (::recv(fd_.get(), &m, 1, MSG_OOB | MSG_DONTWAIT) == 1 && m == kShutdownMarker) {
     marker_seen_ = true;
+    return true;
+  }
+  if (guard_reads_) return false;  // no read can have dropped it
+  // Once the FIN is in, every sequence number the peer sent is counted: the handshake's, what
+  // this endpoint read, what waits unread, the FIN, and one more only if a read dropped the
+  // marker. Without the FIN the count is not final (the marker may be on its way).
+  auto c = ReadTcpReceiveCounters(fd_.get());
+  if (!c || !(c->fin_received || saw_eof_)) return false;
+  const uint64_t accounted = consumed_before_ + read_bytes_ + c->unread + 1;
+  marker_seen_ = c->bytes_received == accounted + 1;
   return marker_seen_;
 }
 
@@ -76,13 +97,16 @@ Status TcpEndpoint::peerError(int err, const char* op) {
 }
 
 ssize_t TcpEndpoint::readStream(void* p, size_t n) {
-  if (!marker_seen_) {
+  if (guard_reads_ && !marker_seen_) {
     char probe;
     ssize_t k = ::recv(fd_.get(), &probe, 1, MSG_PEEK | MSG_DONTWAIT);
     if (k == 0) peerShutDown();  // EOF: the marker, if any, is still there
     if (k <= 0) return k;        // errno is recv's when k < 0
   }
-  return ::recv(fd_.get(), p, n, MSG_DONTWAIT);
+  ssize_t k = ::recv(fd_.get(), p, n, MSG_DONTWAIT);
+  if (k > 0) read_bytes_ += static_cast<uint64_t>(k);
+  if (k == 0 && n > 0) saw_eof_ = true;
+  return k;
 }
 
 void TcpEndpoint::shutdown() {

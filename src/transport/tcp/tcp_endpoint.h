@@ -66,18 +66,19 @@ class TcpEndpoint final : public Endpoint {
   // shows of the peer's failure as a cause.
   Status peerError(int err, const char* op);
   void report(FailureCause::Reason reason) const;
-  // Whether the peer's shutdown marker arrived (cached once seen).
+  // Whether the peer's shutdown marker arrived (cached once seen): still pending as urgent data,
+  // or dropped by a read that started at it (accounted for by tcp_receive_counters.h).
   bool peerShutDown();
   // sendv() without the cork: one sendmsg of `parts`.
   Result<size_t> sendDirect(std::span<const iovec> parts);
   // Reads what the socket has into the buffer: `want` bytes or kReadAheadBytes, whichever is
   // more, at most to the buffer's end.
   void fill(size_t want);
-  // One recv() of the byte stream that never loses the shutdown marker. Linux drops a pending
-  // urgent byte when a normal read starts at it; since only FIN follows the marker, such a read
-  // returns 0 or EAGAIN, never data. So a one-byte MSG_PEEK (which leaves the urgent byte in
-  // place) goes first: EAGAIN or EOF end there (at EOF the marker is fetched), and data means
-  // the real read cannot start at the marker. One extra syscall per successful read.
+  // One recv() of the byte stream. Linux drops a pending urgent byte (the shutdown marker) when
+  // a normal read starts at it; since only FIN follows the marker, such a read returns 0 or
+  // EAGAIN, never data, and peerShutDown() finds the dropped byte in the kernel's counters. Where
+  // the kernel has no such counter (guard_reads_), a one-byte MSG_PEEK (which leaves the urgent
+  // byte in place) goes first, at one more syscall per read.
   ssize_t readStream(void* p, size_t n);
 
   Fd fd_;
@@ -95,6 +96,13 @@ class TcpEndpoint final : public Endpoint {
   Status rx_error_;
   Status tx_error_;
   bool marker_seen_ = false;
+  // Sequence numbers of the incoming stream consumed before this endpoint took the socket (the
+  // handshake's), and bytes read since: what the kernel received beyond them, the unread bytes
+  // and the FIN is the dropped marker. guard_reads_: no counters, peek before each read instead.
+  uint64_t consumed_before_ = 0;
+  uint64_t read_bytes_ = 0;
+  bool guard_reads_ = false;
+  bool saw_eof_ = false;
   bool shut_down_ = false;
   // Index of this endpoint's entry in the array of the last arm(), or -1.
   ptrdiff_t poll_slot_ = -1;
