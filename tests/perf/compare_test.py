@@ -16,7 +16,8 @@ bad-coll: perf/compare --coll bogus exits 2 and names the flag on stderr.
 slow-phase: the slow-phase reruns, with the probe's values given (BRAID_COMPARE_FAKE_PROBES,
 cross-core round trips in ns) over the braid columns, 2 repetitions: a run whose probe rose over
 twice the median is run again and replaced when the rerun probes better; a run that stays slow
-through both rerun passes is named in the medians; --no-probe prints no slow-phase line; with one
+through both rerun passes is named in the medians; a pass whose median probe is over 300 ns gets a
+"# whole pass slow" line (and one at 100 ns none); --no-probe prints no slow-phase line; with one
 CPU (taskset) the probe cannot run and the line says the phase was not checked.
 """
 import os
@@ -122,12 +123,23 @@ def slow_phase(compare, build):
         print(p.stdout)
         print(p.stderr, file=sys.stderr)
         lines = [l for l in p.stdout.splitlines() if l.startswith("# slow phase:")]
+        if any(l.startswith("# whole pass slow:") for l in p.stdout.splitlines()):
+            problems.append("%s %s: a whole-pass line at a 100 ns median" % (fake, extra))
         if p.returncode != 0:
             problems.append("%s %s: exit status %d" % (fake, extra, p.returncode))
         if want is None and lines:
             problems.append("%s %s: a slow-phase line without probes" % (fake, extra))
         if want is not None and (len(lines) != 1 or want not in lines[0]):
             problems.append("%s: want a line with %r, got %r" % (fake, want, lines))
+    # Every probe slow: no run stands out from the median, but the pass is named slow.
+    env = dict(os.environ, BRAID_COMPARE_FAKE_PROBES="450")
+    p = subprocess.run(base, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                       timeout=200, env=env)
+    print(p.stdout)
+    whole = [l for l in p.stdout.splitlines() if l.startswith("# whole pass slow:")]
+    if p.returncode != 0 or len(whole) != 1 or "450 ns is over 300 ns" not in whole[0]:
+        problems.append("every probe at 450 ns: want exit 0 and one whole-pass line, got exit %d, "
+                        "%r" % (p.returncode, whole))
     # One CPU: the probe cannot run, and the line says the phase was not checked.
     env = {k: v for k, v in os.environ.items() if k != "BRAID_COMPARE_FAKE_PROBES"}
     p = subprocess.run(["taskset", "-c", "0"] + base, stdout=subprocess.PIPE,
