@@ -68,6 +68,18 @@ std::optional<TcpReceiveCounters> CountersAt(int fd, uint64_t bytes) {
   return c;
 }
 
+// A pair whose b end read a 9-byte "handshake" and has 6 more bytes ("early-") waiting unread:
+// the socket as an endpoint takes it over.
+void ConnectAfterAHandshake(RawPair* p) {
+  *p = Connect();
+  ASSERT_TRUE(p->a.valid() && p->b.valid());
+  ASSERT_TRUE(SendAll(p->a.get(), "handshake", 9, Deadline::After(5000)).ok());
+  char hs[9];
+  ASSERT_TRUE(RecvAll(p->b.get(), hs, 9, Deadline::After(5000)).ok());
+  ASSERT_TRUE(SendAll(p->a.get(), "early-", 6, Deadline::After(5000)).ok());
+  ASSERT_TRUE(CountersAt(p->b.get(), 15).has_value());  // waiting unread in b's socket
+}
+
 // Reads everything the endpoint delivers until it fails; the failure.
 Status DrainUntilError(Endpoint* e, std::string* got) {
   Deadline d = Deadline::After(5000);
@@ -131,13 +143,8 @@ TEST(TcpReceiveCounters, CountDataUnreadBytesAndTheFinAsOne) {
 // peer then sends more and shuts down. The endpoint's reads run into the marker (a read of 64
 // stops before it, the next starts at it and drops it): still "shut the stream down".
 TEST(TcpShutdownMarker, FoundAfterAReadDroppedItWithBytesFromBeforeTheEndpoint) {
-  RawPair p = Connect();
-  ASSERT_TRUE(p.a.valid() && p.b.valid());
-  ASSERT_TRUE(SendAll(p.a.get(), "handshake", 9, Deadline::After(5000)).ok());
-  char hs[9];
-  ASSERT_TRUE(RecvAll(p.b.get(), hs, 9, Deadline::After(5000)).ok());
-  ASSERT_TRUE(SendAll(p.a.get(), "early-", 6, Deadline::After(5000)).ok());
-  ASSERT_TRUE(CountersAt(p.b.get(), 15).has_value());  // waiting unread in b's socket
+  RawPair p;
+  ASSERT_NO_FATAL_FAILURE(ConnectAfterAHandshake(&p));
   TcpEndpoint rx(std::move(p.b), Peer());
   TcpEndpoint tx(std::move(p.a), Peer());
   ASSERT_EQ(*tx.send("late", 4), 4u);
@@ -151,13 +158,8 @@ TEST(TcpShutdownMarker, FoundAfterAReadDroppedItWithBytesFromBeforeTheEndpoint) 
 
 // The same bytes, but the peer closes without a marker: a crash, not a shutdown.
 TEST(TcpShutdownMarker, APeerThatClosesWithoutOneDied) {
-  RawPair p = Connect();
-  ASSERT_TRUE(p.a.valid() && p.b.valid());
-  ASSERT_TRUE(SendAll(p.a.get(), "handshake", 9, Deadline::After(5000)).ok());
-  char hs[9];
-  ASSERT_TRUE(RecvAll(p.b.get(), hs, 9, Deadline::After(5000)).ok());
-  ASSERT_TRUE(SendAll(p.a.get(), "early-", 6, Deadline::After(5000)).ok());
-  ASSERT_TRUE(CountersAt(p.b.get(), 15).has_value());
+  RawPair p;
+  ASSERT_NO_FATAL_FAILURE(ConnectAfterAHandshake(&p));
   TcpEndpoint rx(std::move(p.b), Peer());
   ASSERT_TRUE(SendAll(p.a.get(), "late", 4, Deadline::After(5000)).ok());
   p.a = Fd();  // close(): FIN, no marker
