@@ -4,6 +4,7 @@
     compare_test.py COMPARE BUILD smoke allgather|reducescatter
     compare_test.py COMPARE BUILD bad-coll
     compare_test.py COMPARE BUILD slow-phase
+    compare_test.py COMPARE BUILD auto-iters
 
 smoke: perf/compare at 2 ranks over a few small sizes (-b 8 -e 64K -f 5: 8 B rounds to no element
 and is skipped; 40, 200, 1000, 5000, 25000 B round down to whole 16-byte units per rank). Passes
@@ -19,6 +20,10 @@ twice the median is run again and replaced when the rerun probes better; a run t
 through both rerun passes is named in the medians; a pass whose median probe is over 300 ns gets a
 "# whole pass slow" line (and one at 100 ns none); --no-probe prints no slow-phase line; with one
 CPU (taskset) the probe cannot run and the line says the phase was not checked.
+auto-iters: --iters auto with --auto-seconds 0.0011 over 8 B-32 KiB (-f 8): the "# iters" line
+gives 200 calls at 8-512 B, 100 at 4 KiB and 50 at 32 KiB, one invocation of each braid
+column per band (the commands show the first band), and the table holds every size with a number
+in both braid columns; --iters that is neither a number nor auto exits non-zero naming it.
 """
 import os
 import subprocess
@@ -153,9 +158,51 @@ def slow_phase(compare, build):
     return 1 if problems else 0
 
 
+def auto_iters(compare, build):
+    cmd = [compare, "-n", "2", "--build", build, "-b", "8", "-e", "32K", "-f", "8", "--iters",
+           "auto", "--auto-seconds", "0.0011", "--reps", "1", "--only", "braid-shm,braid-tcp",
+           "--no-probe"]
+    p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                       timeout=250)
+    print(p.stdout)
+    print(p.stderr, file=sys.stderr)
+    problems = []
+    if p.returncode != 0:
+        problems.append("exit status %d" % p.returncode)
+    lines = p.stdout.splitlines()
+    want = "# iters (auto, about 0.0011 s a size): 200 at 8-512 B; 100 at 4096 B; 50 at 32768 B"
+    if want not in lines:
+        problems.append("no line %r" % want)
+    first_band = "-b 8 -e 512 -f 8 -n 200 -w 10 "
+    if not any(l.startswith("#   braid-shm") and first_band in l for l in lines):
+        problems.append("the braid-shm command does not show the first band (%r)" % first_band)
+    rows = {}
+    for l in lines:
+        f = l.split()
+        if f and not l.startswith("#") and f[0].isdigit():
+            rows[int(f[0])] = f[1:3]
+    if sorted(rows) != [8, 64, 512, 4096, 32768]:
+        problems.append("table sizes %s" % sorted(rows))
+    for size, cells in rows.items():
+        for cell in cells:
+            try:
+                float(cell)
+            except ValueError:
+                problems.append("no number at %d B: %r" % (size, cells))
+    bad = subprocess.run([compare, "--build", build, "--iters", "lots"], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True, timeout=50)
+    if bad.returncode == 0 or "--iters" not in bad.stderr or "lots" not in bad.stderr:
+        problems.append("--iters lots: want a failure naming it, got exit %d, %r"
+                        % (bad.returncode, bad.stderr))
+    for x in problems:
+        print("FAIL: " + x)
+    return 1 if problems else 0
+
+
 def main():
     if len(sys.argv) < 4:
-        sys.exit("usage: compare_test.py COMPARE BUILD smoke COLL | bad-coll | slow-phase")
+        sys.exit("usage: compare_test.py COMPARE BUILD smoke COLL | bad-coll | slow-phase | "
+                 "auto-iters")
     compare, build, case = sys.argv[1:4]
     if case == "smoke" and len(sys.argv) == 5 and sys.argv[4] in TITLE:
         return smoke(compare, build, sys.argv[4])
@@ -163,6 +210,8 @@ def main():
         return bad_coll(compare, build)
     if case == "slow-phase":
         return slow_phase(compare, build)
+    if case == "auto-iters":
+        return auto_iters(compare, build)
     sys.exit("compare_test.py: unknown case %s" % " ".join(sys.argv[3:]))
 
 
