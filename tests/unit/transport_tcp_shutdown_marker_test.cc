@@ -170,6 +170,36 @@ TEST(TcpShutdownMarker, APeerThatClosesWithoutOneDied) {
   EXPECT_NE(err.message().find(kDied), std::string::npos) << err.message();
 }
 
+// A read that starts at the marker before the FIN arrives drops it and finds nothing (EAGAIN);
+// then the FIN comes, this rank sends to the closed peer and a reset answers. The send fails
+// first, in a state no FIN names (closed): still "shut the stream down", not a crash.
+TEST(TcpShutdownMarker, FoundBySendAfterAReadDroppedItAndAResetFollowedTheFin) {
+  RawPair p = Connect();
+  ASSERT_TRUE(p.a.valid() && p.b.valid());
+  TcpEndpoint rx(std::move(p.b), Peer());
+  ASSERT_TRUE(SendAll(p.a.get(), "abc", 3, Deadline::After(5000)).ok());
+  ASSERT_EQ(::send(p.a.get(), "S", 1, MSG_OOB | MSG_NOSIGNAL), 1);
+  ASSERT_TRUE(CountersAt(rx.fd(), 4).has_value());
+  char buf[64];
+  auto n = rx.recv(buf, sizeof(buf));  // stops before the marker
+  ASSERT_TRUE(n.ok() && *n == 3u);
+  n = rx.recv(buf, sizeof(buf));  // starts at it: drops it, nothing to read yet
+  ASSERT_TRUE(n.ok() && *n == 0u);
+  char m;
+  ASSERT_EQ(::recv(rx.fd(), &m, 1, MSG_OOB | MSG_DONTWAIT), -1) << "the marker was not dropped";
+  ::shutdown(p.a.get(), SHUT_WR);
+  ASSERT_TRUE(WaitForEvent(rx.fd(), POLLRDHUP));
+  ASSERT_TRUE(SendAll(rx.fd(), "unread", 6, Deadline::After(5000)).ok());
+  ASSERT_TRUE(CountersAt(p.a.get(), 6).has_value());
+  p.a = Fd();  // closed with data unread: a reset
+  ASSERT_TRUE(WaitForEvent(rx.fd(), POLLERR | POLLHUP));
+  Status err;
+  Deadline d = Deadline::After(5000);
+  while (err.ok() && !d.expired()) err = rx.send("x", 1).status();
+  EXPECT_EQ(err.cls(), ErrorClass::kRemote) << err.message();
+  EXPECT_NE(err.message().find(kShutDown), std::string::npos) << err.message();
+}
+
 // The peer shut down (marker and FIN) before the endpoint took the socket: its bytes first,
 // then "shut the stream down"; and died before it: its bytes, then "closed the connection".
 TEST(TcpShutdownMarker, APeerThatEndedBeforeTheEndpointTookTheSocket) {

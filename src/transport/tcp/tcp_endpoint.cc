@@ -58,13 +58,13 @@ bool TcpEndpoint::peerShutDown() {
     return true;
   }
   if (guard_reads_) return false;  // no read can have dropped it
-  // Once the FIN is in, every sequence number the peer sent is counted: the handshake's, what
-  // this endpoint read, what waits unread, the FIN, and one more only if a read dropped the
-  // marker. Without the FIN the count is not final (the marker may be on its way).
+  // The kernel counts every sequence number the peer sent: the handshake's, what this endpoint
+  // read, what waits unread, the marker if a read dropped it, and the FIN. So two beyond the
+  // first three are the marker and the FIN, whatever the connection's state: no FIN (a reset
+  // alone, which also follows a FIN when this rank sends to the closed peer) leaves at most one.
   auto c = ReadTcpReceiveCounters(fd_.get());
-  if (!c || !(c->fin_received || saw_eof_)) return false;
-  const uint64_t accounted = consumed_before_ + read_bytes_ + c->unread + 1;
-  marker_seen_ = c->bytes_received == accounted + 1;
+  if (!c) return false;
+  marker_seen_ = c->bytes_received == consumed_before_ + read_bytes_ + c->unread + 2;
   return marker_seen_;
 }
 

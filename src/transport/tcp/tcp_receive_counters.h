@@ -5,8 +5,9 @@
 // (clears urg_data) once an ordinary read starts at it, without a trace in what the read
 // returns. Peeking a byte before every read avoided that, at a syscall (and a socket-lock round
 // trip against the sender's delivery) per receive. Instead the endpoint reads freely and, only
-// when the stream ends, compares what the kernel received with what the endpoint read: the one
-// sequence number that was received but never read is the marker.
+// when the connection fails (end of stream, a reset, a failed send), compares what the kernel
+// received with what the endpoint read: the one sequence number beside the FIN that was received
+// but never read is the marker.
 #pragma once
 
 #include <cstdint>
