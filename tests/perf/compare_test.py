@@ -20,12 +20,14 @@ twice the median is run again and replaced when the rerun probes better; a run t
 through both rerun passes is named in the medians; a pass whose median probe is over 300 ns gets a
 "# whole pass slow" line (and one at 100 ns none); --no-probe prints no slow-phase line; with one
 CPU (taskset) the probe cannot run and the line says the phase was not checked.
-auto-iters: --iters auto with --auto-seconds 0.0011 over 8 B-32 KiB (-f 8): the "# iters" line
-gives 200 calls at 8-512 B, 100 at 4 KiB and 50 at 32 KiB, one invocation of each braid
-column per band (the commands show the first band), and the table holds every size with a number
-in both braid columns; --iters that is neither a number nor auto exits non-zero naming it.
+auto-iters: --iters auto with --auto-seconds 0.0011 over 8 B-32 KiB (-f 8), braid's columns:
+each has a "# iters" line whose bands cover the sweep's sizes in order, once each, with counts in
+1-2-5 steps from 10 to 100000 that never grow with the size; its command shows its first band
+(sizes, count, a twentieth as warm-up but at least 2); the table holds every size with a number
+in both columns; --iters that is neither a number nor auto exits non-zero naming it.
 """
 import os
+import re
 import subprocess
 import sys
 
@@ -159,6 +161,8 @@ def slow_phase(compare, build):
 
 
 def auto_iters(compare, build):
+    sweep = [8, 64, 512, 4096, 32768]
+    steps = {100000, 50000, 20000, 10000, 5000, 2000, 1000, 500, 200, 100, 50, 20, 10}
     cmd = [compare, "-n", "2", "--build", build, "-b", "8", "-e", "32K", "-f", "8", "--iters",
            "auto", "--auto-seconds", "0.0011", "--reps", "1", "--only", "braid-shm,braid-tcp",
            "--no-probe"]
@@ -170,18 +174,42 @@ def auto_iters(compare, build):
     if p.returncode != 0:
         problems.append("exit status %d" % p.returncode)
     lines = p.stdout.splitlines()
-    want = "# iters (auto, about 0.0011 s a size): 200 at 8-512 B; 100 at 4096 B; 50 at 32768 B"
-    if want not in lines:
-        problems.append("no line %r" % want)
-    first_band = "-b 8 -e 512 -f 8 -n 200 -w 10 "
-    if not any(l.startswith("#   braid-shm") and first_band in l for l in lines):
-        problems.append("the braid-shm command does not show the first band (%r)" % first_band)
+    for name in ("braid-shm", "braid-tcp"):
+        head = "# iters %s (auto, about 0.0011 s a size): " % name
+        found = [l[len(head):] for l in lines if l.startswith(head)]
+        if len(found) != 1:
+            problems.append("%s: want one line starting %r, got %d" % (name, head, len(found)))
+            continue
+        covered, counts, bands = [], [], []
+        for band in found[0].split("; "):
+            m = re.fullmatch(r"(\d+) at (\d+)(?:-(\d+))? B", band)
+            if not m:
+                problems.append("%s: bad band %r" % (name, band))
+                continue
+            it, b, e = int(m.group(1)), int(m.group(2)), int(m.group(3) or m.group(2))
+            bands.append((it, b, e))
+            in_band = [s for s in sweep if b <= s <= e]
+            if not in_band or in_band[0] != b or in_band[-1] != e:
+                problems.append("%s: band %r does not start and end at sizes of the sweep"
+                                % (name, band))
+            covered += in_band
+            counts.append(it)
+        if covered != sweep:
+            problems.append("%s: bands cover %s, want %s" % (name, covered, sweep))
+        if any(c not in steps for c in counts) or counts != sorted(counts, reverse=True):
+            problems.append("%s: counts %s not in 1-2-5 steps or growing" % (name, counts))
+        if bands:
+            it, b, e = bands[0]
+            shown = "-b %d -e %d -f 8 -n %d -w %d " % (b, e, it, max(2, it // 20))
+            if not any(l.startswith("#   %s" % name) and shown in l for l in lines):
+                problems.append("%s: the command does not show the first band (%r)"
+                                % (name, shown))
     rows = {}
     for l in lines:
         f = l.split()
         if f and not l.startswith("#") and f[0].isdigit():
             rows[int(f[0])] = f[1:3]
-    if sorted(rows) != [8, 64, 512, 4096, 32768]:
+    if sorted(rows) != sweep:
         problems.append("table sizes %s" % sorted(rows))
     for size, cells in rows.items():
         for cell in cells:
