@@ -46,18 +46,22 @@ def rounded_sizes(lo, hi, factor, n, elt=4):
     return out
 
 
+def run_compare(cmd, timeout):
+    """Runs perf/compare, echoes its output; the problems so far (its exit status) and its
+    stdout's lines."""
+    p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                       timeout=timeout)
+    print(p.stdout)
+    print(p.stderr, file=sys.stderr)
+    problems = [] if p.returncode == 0 else ["exit status %d" % p.returncode]
+    return problems, p.stdout.splitlines()
+
+
 def smoke(compare, build, coll):
     n = 2
     cmd = [compare, "-n", str(n), "--coll", coll, "--build", build, "-b", "8", "-e", "64K",
            "-f", "5", "--iters", "3", "--reps", "1"]
-    p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                       timeout=280)
-    print(p.stdout)
-    print(p.stderr, file=sys.stderr)
-    problems = []
-    if p.returncode != 0:
-        problems.append("exit status %d" % p.returncode)
-    lines = p.stdout.splitlines()
+    problems, lines = run_compare(cmd, 280)
     if not any(l.startswith("# perf/compare: %s" % TITLE[coll]) for l in lines):
         problems.append("no header line naming %s" % TITLE[coll])
     if not any(l.startswith("# gloo-tcp: absent") for l in lines):
@@ -166,14 +170,7 @@ def auto_iters(compare, build):
     cmd = [compare, "-n", "2", "--build", build, "-b", "8", "-e", "32K", "-f", "8", "--iters",
            "auto", "--auto-seconds", "0.0011", "--reps", "1", "--only", "braid-shm,braid-tcp",
            "--no-probe"]
-    p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                       timeout=250)
-    print(p.stdout)
-    print(p.stderr, file=sys.stderr)
-    problems = []
-    if p.returncode != 0:
-        problems.append("exit status %d" % p.returncode)
-    lines = p.stdout.splitlines()
+    problems, lines = run_compare(cmd, 250)
     for name in ("braid-shm", "braid-tcp"):
         head = "# iters %s (auto, about 0.0011 s a size): " % name
         found = [l[len(head):] for l in lines if l.startswith(head)]
