@@ -105,7 +105,6 @@ ssize_t TcpEndpoint::readStream(void* p, size_t n) {
   }
   ssize_t k = ::recv(fd_.get(), p, n, MSG_DONTWAIT);
   if (k > 0) read_bytes_ += static_cast<uint64_t>(k);
-  if (k == 0 && n > 0) saw_eof_ = true;
   return k;
 }
 

@@ -102,7 +102,6 @@ class TcpEndpoint final : public Endpoint {
   uint64_t consumed_before_ = 0;
   uint64_t read_bytes_ = 0;
   bool guard_reads_ = false;
-  bool saw_eof_ = false;
   bool shut_down_ = false;
   // Index of this endpoint's entry in the array of the last arm(), or -1.
   ptrdiff_t poll_slot_ = -1;
