@@ -30,7 +30,8 @@ TcpEndpoint::TcpEndpoint(Fd fd, TcpPeer peer)
     guard_reads_ = true;
   }
   // A marker already pending (the peer failed right after connecting) is not in that count.
-  peerShutDown();
+  // (Only the pending one: no read of this endpoint can have dropped one yet.)
+  fetchPendingMarker();
 }
 
 // The peer must see the close even if a forked child of this process holds a copy of the fd.
@@ -49,14 +50,16 @@ std::string TcpEndpoint::describe() const {
   return "tcp to " + peerName() + " channel " + std::to_string(peer_.channel);
 }
 
-bool TcpEndpoint::peerShutDown() {
-  if (marker_seen_) return true;
+bool TcpEndpoint::fetchPendingMarker() {
   char m = 0;
   // EINVAL / EAGAIN when no urgent byte is pending: none arrived, or a read dropped it.
-  if (::recv(fd_.get(), &m, 1, MSG_OOB | MSG_DONTWAIT) == 1 && m == kShutdownMarker) {
+  if (::recv(fd_.get(), &m, 1, MSG_OOB | MSG_DONTWAIT) == 1 && m == kShutdownMarker)
     marker_seen_ = true;
-    return true;
-  }
+  return marker_seen_;
+}
+
+bool TcpEndpoint::peerShutDown() {
+  if (marker_seen_ || fetchPendingMarker()) return true;
   if (guard_reads_) return false;  // no read can have dropped it
   // The kernel counts every sequence number the peer sent: the handshake's, what this endpoint
   // read, what waits unread, the marker if a read dropped it, and the FIN. So two beyond the

@@ -69,6 +69,8 @@ class TcpEndpoint final : public Endpoint {
   // Whether the peer's shutdown marker arrived (cached once seen): still pending as urgent data,
   // or dropped by a read that started at it (accounted for by tcp_receive_counters.h).
   bool peerShutDown();
+  // The marker if it is still pending as urgent data (MSG_OOB); sets marker_seen_.
+  bool fetchPendingMarker();
   // sendv() without the cork: one sendmsg of `parts`.
   Result<size_t> sendDirect(std::span<const iovec> parts);
   // Reads what the socket has into the buffer: `want` bytes or kReadAheadBytes, whichever is
