@@ -11,6 +11,7 @@
 #include <cstring>
 #include <thread>
 
+#include "../common/accept_one.h"
 #include "core/net/socket.h"
 #include "core/net/unique_id.h"
 
@@ -179,19 +180,7 @@ TEST(Listen, RefusesWildcardAndBindsLoopback) {
   EXPECT_EQ(FormatAddress(*bound).rfind("127.0.0.1:", 0), 0u);
 }
 
-// The connection pending on `listen_fd` (connected by the caller), waiting up to 2 s for the
-// listener to report it; an invalid Fd if none comes.
-Fd AcceptOne(int listen_fd, SocketBuffers buffers = {}) {
-  for (int i = 0; i < 200; ++i) {
-    auto a = AcceptConnection(listen_fd, nullptr, buffers);
-    EXPECT_TRUE(a.ok()) << a.status().message();
-    if (!a.ok()) return Fd();
-    if (a->valid()) return std::move(*a);
-    pollfd p{listen_fd, POLLIN, 0};
-    ::poll(&p, 1, 10);
-  }
-  return Fd();
-}
+using braid_test_common::AcceptOne;
 
 TEST(Sockets, ConnectSendRecvWithDeadlines) {
   auto l = ListenOn(LoopbackInterface().addr, 16);

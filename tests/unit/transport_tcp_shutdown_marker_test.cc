@@ -9,6 +9,7 @@
 
 #include <string>
 
+#include "../common/accept_one.h"
 #include "core/base/clock.h"
 #include "core/net/socket.h"
 #include "transport/tcp/tcp_endpoint.h"
@@ -30,17 +31,7 @@ RawPair Connect() {
   EXPECT_TRUE(c.ok()) << c.status().message();
   if (!c.ok()) return p;
   p.a = std::move(*c);
-  for (int i = 0; i < 500 && !p.b.valid(); ++i) {
-    auto s = AcceptConnection(l->get(), nullptr);
-    EXPECT_TRUE(s.ok()) << s.status().message();
-    if (!s.ok()) return p;
-    if (s->valid()) {
-      p.b = std::move(*s);
-      break;
-    }
-    pollfd w{l->get(), POLLIN, 0};
-    ::poll(&w, 1, 10);
-  }
+  p.b = braid_test_common::AcceptOne(l->get());
   EXPECT_TRUE(p.b.valid());
   return p;
 }
