@@ -2,12 +2,18 @@
 #include <sstream>
 
 #include "transport/transport.h"
+#ifdef BRAID_HAVE_UCX
+#include "transport/ucx/ucx_transport.h"
+#endif
 
 namespace braid {
 
 const std::vector<TransportFactory*>& TransportFactories() {
   static const std::vector<TransportFactory*> all = [] {
     std::vector<TransportFactory*> v{ShmTransportFactory(), TcpTransportFactory()};
+#ifdef BRAID_HAVE_UCX
+    v.push_back(UcxTransportFactory());
+#endif
     std::stable_sort(v.begin(), v.end(),
                      [](auto* a, auto* b) { return a->priority() > b->priority(); });
     return v;
@@ -29,6 +35,13 @@ Result<std::vector<TransportFactory*>> SelectTransports(const std::string& list)
       std::string known;
       for (auto* f : TransportFactories())
         known += std::string(known.empty() ? "" : ", ") + f->name();
+#ifndef BRAID_HAVE_UCX
+      if (name == "ucx")
+        return InvalidArgument(
+            "BRAID_TRANSPORTS: this build has no UCX transport (install libucx-dev and rebuild; "
+            "known: " +
+            known + ")");
+#endif
       return InvalidArgument("BRAID_TRANSPORTS: unknown transport '" + name + "' (known: " + known +
                              ")");
     }

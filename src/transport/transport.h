@@ -94,6 +94,18 @@ struct TransportContext {
   // (lazy_endpoint.h) instead of connecting before it returns. A transport for which connecting
   // costs nothing per peer (shm maps every peer's segment for the board anyway) ignores it.
   bool lazy_connect = false;
+  // BRAID_TRANSPORTS as this rank has it ("" = every transport, best per pair). A transport named
+  // there may serve pairs it leaves to others by default (ucx: every pair, not only those on a
+  // common RDMA fabric).
+  std::string transports;
+  // This rank's node's RDMA NICs from the topology (InfiniBand and RoCE), for a transport that
+  // picks its devices per fabric (ucx).
+  struct Nic {
+    std::string name;    // "mlx5_0", or "mlx5_0:2" for a port of a multi-port HCA
+    uint8_t type = 0;    // topo::NicType, as RankInfo::nic_types numbers them
+    int gid_index = -1;  // RoCE v2 GID index (verbs), -1 when not known
+  };
+  std::vector<Nic> local_nics;
 };
 
 // One reliable FIFO byte stream to one peer, both directions. Non-blocking: every call returns

@@ -503,6 +503,11 @@ Status braidComm::connectTransports(Bootstrap& bs, Deadline deadline) {
   ctx.causes = &causes_;
   ctx.board_bytes = opts_.config.oneshot_bytes;
   ctx.lazy_connect = opts_.config.lazy_connect;
+  ctx.transports = opts_.config.transports;
+  // This node's RDMA NICs, for a transport that picks devices per fabric (ucx); the placement
+  // was computed (and cached) by exchangeRankInfo.
+  if (auto placed = LocalPlacement(opts_.config.host_id, infos_[rank_].hostname); placed.ok())
+    ctx.local_nics = placed->rdma_nics;
   for (int r = 0; r < nranks_; ++r)
     ctx.doorbells.push_back("braid-" + tag_ + "-" + std::to_string(r));
   ctx.doorbell_name = ctx.doorbells[rank_];
@@ -913,7 +918,16 @@ std::string braidComm::fabricSummary() const {
   s << where() << ": inter-node pairs by common RDMA fabric:";
   if (pairs.empty()) s << " none (one node)";
   for (auto& [type, k] : pairs) s << " " << type << " " << k;
-  s << "; this build has no RDMA transport, so every inter-node pair uses tcp";
+  // What this rank's own inter-node pairs run on (ucx where both nodes' UCX found their NICs of
+  // the common fabric, or where BRAID_TRANSPORTS forces it; tcp otherwise).
+  std::map<std::string, int> used;
+  for (int p = 0; p < nranks_; ++p)
+    if (p != rank_ && layout_.node_of[p] != layout_.node_of[rank_])
+      used[root_ || !transport_of_.empty() ? transportOf(p) : std::string("?")]++;
+  if (!used.empty()) {
+    s << "; this rank's inter-node peers use";
+    for (auto& [name, k] : used) s << " " << name << ":" << k;
+  }
   return s.str();
 }
 

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "core/base/status.h"
+#include "transport/transport.h"
 
 namespace braid {
 
@@ -17,6 +18,8 @@ struct NodePlacement {
   std::string node;       // the topology node this rank runs on
   uint8_t nic_types = 0;  // a bit per topo::NicType among the node's NICs
   int8_t fabric = -1;     // topo::NicType the node prefers (best RDMA type, else Ethernet)
+  // Its InfiniBand and RoCE NICs, for the transports (TransportContext::local_nics).
+  std::vector<TransportContext::Nic> rdma_nics;
   // The device group of each device of the node, in device order (a device in no group is a
   // group of its own, named after the device). The rank with local rank k is bound to device
   // k mod the device count (the LOCAL_RANK convention); empty for a node without devices.

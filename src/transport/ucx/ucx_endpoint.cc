@@ -1,0 +1,755 @@
+#include "transport/ucx/ucx_endpoint.h"
+
+#include <algorithm>
+#include <cstring>
+#include <thread>
+
+#include "core/base/log.h"
+
+namespace braid::ucx {
+namespace {
+
+constexpr int kKindShift = 61;
+constexpr int kRankShift = 40;
+constexpr int kChannelShift = 32;
+constexpr uint64_t kRankBits = uint64_t{kMaxRanks - 1} << kRankShift;
+constexpr uint64_t kChannelBits = uint64_t{kMaxChannels - 1} << kChannelShift;
+constexpr uint64_t kSeqBits = 0xffffffffull;
+// A stream message: kinds 0-3 (the top bit clear) of one sender, channel and sequence number.
+// Kind 3 (a message of the message interface) is matched too, to be reported as out of step.
+constexpr uint64_t kStreamMask = (uint64_t{1} << 63) | kRankBits | kChannelBits | kSeqBits;
+// The next message-interface message of one sender and channel, of any kind 0-3 (stream bytes or
+// a shutdown marker where a message was due are reported) and any sequence number (UCX matches a
+// sender's messages in the order they were sent; the number is checked after).
+constexpr uint64_t kMessageMask = (uint64_t{1} << 63) | kRankBits | kChannelBits;
+// Credit messages of one sender and channel.
+constexpr uint64_t kCreditMask = (uint64_t{7} << kKindShift) | kRankBits | kChannelBits;
+
+}  // namespace
+
+uint64_t MakeTag(TagKind kind, int rank, int channel, uint32_t seq) {
+  return (static_cast<uint64_t>(kind) << kKindShift) |
+         (static_cast<uint64_t>(rank & (kMaxRanks - 1)) << kRankShift) |
+         (static_cast<uint64_t>(channel & (kMaxChannels - 1)) << kChannelShift) | seq;
+}
+
+TagKind KindOf(uint64_t tag) {
+  return static_cast<TagKind>(tag >> kKindShift);
+}
+
+uint32_t SeqOf(uint64_t tag) {
+  return static_cast<uint32_t>(tag & kSeqBits);
+}
+
+// -------------------------------------------------------------------------------- Registration
+
+Registration::~Registration() {
+  for (auto& m : mappings)
+    if (m.memh) m.context->lib().ucp_mem_unmap(m.context->get(), m.memh);
+}
+
+ucp_mem_h Registration::memhFor(const Context& c) const {
+  for (const auto& m : mappings)
+    if (m.context.get() == &c) return m.memh;
+  return nullptr;
+}
+
+// ------------------------------------------------------------------------------------ Endpoint
+
+Endpoint::Endpoint(Worker* worker, std::shared_ptr<PeerLink> peer, int my_rank, int channel)
+    : worker_(worker), peer_(std::move(peer)), my_rank_(my_rank), channel_(channel) {}
+
+Endpoint::~Endpoint() {
+  std::lock_guard<std::mutex> lock(worker_->mu());
+  const Library& lib = worker_->lib();
+  // A message taken off UCX's queue but never received is received into memory of its own, so
+  // that UCX gets its descriptor back; requests still in flight go to the worker, which lets
+  // the eager sends leave and cancels the rest when the communicator's transport goes.
+  if (msg_) {
+    auto scratch = std::make_shared<std::vector<std::byte>>(msg_len_);
+    ucp_request_param_t p{};
+    void* r = lib.ucp_tag_msg_recv_nbx(worker_->get(), scratch->data(), msg_len_, msg_, &p);
+    if (UCS_PTR_IS_PTR(r)) worker_->retire(r, scratch, false);
+    msg_ = nullptr;
+  }
+  if (incoming_ && incoming_->req) {
+    auto keep = std::make_shared<std::vector<std::byte>>(std::move(buf_));
+    worker_->retire(incoming_->req, keep, false);
+  }
+  // A send the engine never saw accepted (its operation failed): cancelled, not waited for.
+  if (out_ && out_->req) worker_->retire(out_->req, nullptr, false);
+  if (out_ && out_->flush) worker_->retire(out_->flush, nullptr, false);
+  if (credit_recv_) worker_->retire(credit_recv_, credit_in_, false);
+  if (credit_send_) worker_->retire(credit_send_, credit_out_, true);
+  for (auto& m : messages_)
+    if (m.req) worker_->retire(m.req, nullptr, m.send);
+  worker_->touched();
+  peer_.reset();  // (under the lock: the last channel's link retires the UCP endpoint)
+}
+
+std::string Endpoint::describe() const {
+  return "ucx to " + peer_->name() + " channel " + std::to_string(channel_) + " (" +
+         RouteName(worker_->route()) + " route)";
+}
+
+Status Endpoint::ensureEp(ucp_ep_h* ep) {
+  auto r = peer_->ep(channel_);
+  if (!r.ok()) return r.status();
+  *ep = *r;
+  return Status::Ok();
+}
+
+Status Endpoint::peerGone(ucs_status_t st, const char* op) {
+  // A failure UCX reports on an operation is the peer's (its endpoint failed) unless the peer
+  // link says otherwise; the link reports the death once.
+  Status f = peer_->failure();
+  if (!f.ok()) return f;
+  return RemoteError("ucx " + std::string(op) + " with " + peer_->name() +
+                     " failed: " + StatusText(st) + " (the peer or its link failed)");
+}
+
+Status Endpoint::sendError(ucs_status_t st, const char* what) {
+  tx_error_ = peerGone(st, what);
+  return tx_error_;
+}
+
+// ------------------------------------------------------------------------------------ sending
+
+Result<void*> Endpoint::postTagged(TagKind kind, const iovec* parts, size_t n) {
+  ucp_ep_h ep = nullptr;
+  BRAID_RETURN_IF_ERROR(ensureEp(&ep));
+  ucp_request_param_t param{};
+  ucp_dt_iov_t iov[8];
+  const void* buffer = parts[0].iov_base;
+  size_t count = parts[0].iov_len;
+  if (n > 1) {
+    for (size_t i = 0; i < n; ++i) iov[i] = {parts[i].iov_base, parts[i].iov_len};
+    param.op_attr_mask |= UCP_OP_ATTR_FIELD_DATATYPE;
+    param.datatype = ucp_dt_make_iov();
+    buffer = iov;
+    count = n;
+  }
+  worker_->touched();
+  void* r = worker_->lib().ucp_tag_send_nbx(ep, buffer, count,
+                                            MakeTag(kind, my_rank_, channel_, tx_seq_), &param);
+  if (UCS_PTR_IS_ERR(r)) return sendError(UCS_PTR_STATUS(r), "send");
+  return r;
+}
+
+Result<bool> Endpoint::advanceSend() {
+  const Library& lib = worker_->lib();
+  for (int pass = 0; pass < 2; ++pass) {
+    if (!out_->sent) {
+      const ucs_status_t st = out_->req ? lib.ucp_request_check_status(out_->req) : UCS_OK;
+      if (st == UCS_INPROGRESS) {
+        if (pass == 0 && worker_->progress() > 0) continue;
+        return false;
+      }
+      if (out_->req) lib.ucp_request_free(out_->req);
+      out_->req = nullptr;
+      if (st != UCS_OK) return sendError(st, "send");
+      out_->sent = true;
+      // What UCX completed may still sit in its transport's buffer (tcp): flushed, it has left.
+      ucp_ep_h ep = nullptr;
+      BRAID_RETURN_IF_ERROR(ensureEp(&ep));
+      ucp_request_param_t param{};
+      worker_->touched();
+      void* f = lib.ucp_ep_flush_nbx(ep, &param);
+      if (UCS_PTR_IS_ERR(f)) return sendError(UCS_PTR_STATUS(f), "flush");
+      out_->flush = f;
+      out_->flushed = f == nullptr;
+    }
+    if (!out_->flushed) {
+      const ucs_status_t st = lib.ucp_request_check_status(out_->flush);
+      if (st == UCS_INPROGRESS) {
+        if (pass == 0 && worker_->progress() > 0) continue;
+        return false;
+      }
+      lib.ucp_request_free(out_->flush);
+      out_->flush = nullptr;
+      if (st != UCS_OK) return sendError(st, "flush");
+      out_->flushed = true;
+    }
+    return true;
+  }
+  return false;
+}
+
+Status Endpoint::reapSends() {
+  const Library& lib = worker_->lib();
+  if (credit_send_ && lib.ucp_request_check_status(credit_send_) != UCS_INPROGRESS) {
+    lib.ucp_request_free(credit_send_);
+    credit_send_ = nullptr;
+  }
+  return pollCredit();
+}
+
+Status Endpoint::pollCredit() {
+  if (eager_sent_ == 0) return Status::Ok();  // nothing sent eagerly, no credit to come
+  const Library& lib = worker_->lib();
+  for (int i = 0; i < 16; ++i) {
+    if (credit_recv_) {
+      const ucs_status_t st = lib.ucp_request_check_status(credit_recv_);
+      if (st == UCS_INPROGRESS) return Status::Ok();
+      lib.ucp_request_free(credit_recv_);
+      credit_recv_ = nullptr;
+      if (st != UCS_OK) return sendError(st, "credit receive");
+      eager_credited_ = std::max(eager_credited_, *credit_in_);
+    }
+    if (!credit_in_) credit_in_ = std::make_shared<uint64_t>(0);
+    ucp_tag_recv_info_t info{};
+    ucp_request_param_t param{};
+    param.op_attr_mask = UCP_OP_ATTR_FIELD_RECV_INFO;
+    param.recv_info.tag_info = &info;
+    worker_->touched();
+    void* r = lib.ucp_tag_recv_nbx(worker_->get(), credit_in_.get(), sizeof(uint64_t),
+                                   MakeTag(TagKind::kCredit, peer_->info().rank, channel_, 0),
+                                   kCreditMask, &param);
+    if (UCS_PTR_IS_ERR(r)) return sendError(UCS_PTR_STATUS(r), "credit receive");
+    if (r) {
+      credit_recv_ = r;
+      continue;  // (it may have completed already: look once more)
+    }
+    eager_credited_ = std::max(eager_credited_, *credit_in_);
+  }
+  return Status::Ok();
+}
+
+Status Endpoint::sendCredit() {
+  if (eager_taken_ - credit_sent_ < kCreditEvery || credit_send_) return Status::Ok();
+  if (!credit_out_) credit_out_ = std::make_shared<uint64_t>(0);
+  *credit_out_ = eager_taken_;
+  ucp_ep_h ep = nullptr;
+  BRAID_RETURN_IF_ERROR(ensureEp(&ep));
+  ucp_request_param_t param{};
+  worker_->touched();
+  void* r =
+      worker_->lib().ucp_tag_send_nbx(ep, credit_out_.get(), sizeof(uint64_t),
+                                      MakeTag(TagKind::kCredit, my_rank_, channel_, 0), &param);
+  if (UCS_PTR_IS_ERR(r))
+    return RemoteError("ucx: credit to " + peer_->name() + ": " + StatusText(UCS_PTR_STATUS(r)));
+  credit_send_ = r;
+  credit_sent_ = eager_taken_;
+  return Status::Ok();
+}
+
+Result<size_t> Endpoint::send(const void* data, size_t len) {
+  const iovec one{const_cast<void*>(data), len};
+  return sendv(std::span<const iovec>(&one, 1));
+}
+
+Result<size_t> Endpoint::sendv(std::span<const iovec> parts) {
+  std::lock_guard<std::mutex> lock(worker_->mu());
+  return sendLocked(parts);
+}
+
+Result<size_t> Endpoint::sendLocked(std::span<const iovec> parts) {
+  if (!tx_error_.ok()) return tx_error_;
+  BRAID_RETURN_IF_ERROR(reapSends());
+  size_t first = 0;
+  while (first < parts.size() && parts[first].iov_len == 0) ++first;
+  if (first == parts.size()) return size_t{0};
+  if (out_) {
+    // The engine offers the same bytes again until they are taken (ucx_endpoint.h).
+    if (parts[first].iov_base != out_->first || parts[first].iov_len != out_->first_len) {
+      tx_error_ = InternalError(describe() +
+                                ": the stream's sender offered other bytes while a send was in "
+                                "flight; the stream is out of step");
+      return tx_error_;
+    }
+    BRAID_ASSIGN_OR_RETURN(bool done, advanceSend());
+    if (!done) return size_t{0};
+    const size_t n = out_->total;
+    out_.reset();
+    countSent(n);
+    return n;
+  }
+  if (Status f = peer_->failure(); !f.ok()) {
+    tx_error_ = f;
+    return tx_error_;
+  }
+  // Small parts gathered into one eager message; a large part alone, as a rendezvous.
+  iovec gather[8];
+  size_t k = 0, total = 0;
+  for (size_t i = first; i < parts.size() && k < 8; ++i) {
+    const size_t len = parts[i].iov_len;
+    if (len == 0) continue;
+    if (len >= kInPlaceBytes || total + len > kMaxEagerBytes) break;
+    gather[k++] = parts[i];
+    total += len;
+  }
+  TagKind kind = TagKind::kEager;
+  if (k == 0) {
+    gather[k++] = parts[first];
+    total = parts[first].iov_len;
+    kind = TagKind::kInPlace;
+  } else if (eager_sent_ - eager_credited_ + total > kWindowBytes) {
+    if (worker_->progress() > 0) BRAID_RETURN_IF_ERROR(reapSends());
+    if (eager_sent_ - eager_credited_ + total > kWindowBytes) return size_t{0};
+  }
+  BRAID_ASSIGN_OR_RETURN(void* req, postTagged(kind, gather, k));
+  ++tx_seq_;
+  if (kind == TagKind::kEager) eager_sent_ += total;
+  out_ = Outgoing{gather[0].iov_base, gather[0].iov_len, total, req, nullptr, false, false};
+  BRAID_ASSIGN_OR_RETURN(bool done, advanceSend());
+  if (!done) return size_t{0};
+  out_.reset();
+  countSent(total);
+  return total;
+}
+
+void Endpoint::shutdown() {
+  std::lock_guard<std::mutex> lock(worker_->mu());
+  if (shut_down_) return;
+  shut_down_ = true;
+  // The marker is the stream's last message: the peer reads what came before, then fails with
+  // "shut the stream down". Without a live link to the peer there is nothing to mark.
+  if (peer_->failure().ok() && tx_error_.ok()) {
+    const iovec none{nullptr, 0};
+    auto r = postTagged(TagKind::kShutdown, &none, 1);
+    ++tx_seq_;
+    // Briefly, as TCP waits for room for its marker: out now if the link takes it (this is the
+    // error path); otherwise it leaves with the worker's next progress, at the latest when the
+    // communicator is destroyed.
+    Deadline until = Deadline::After(kShutdownMarkerWaitMs);
+    while (r.ok() && *r && worker_->lib().ucp_request_check_status(*r) == UCS_INPROGRESS &&
+           !until.expired())
+      if (worker_->progress() == 0) std::this_thread::yield();
+    if (r.ok() && *r) worker_->retire(*r, nullptr, true);
+  }
+  Status local = AbortedError(describe() + " was shut down after a failure on this rank");
+  if (tx_error_.ok()) tx_error_ = local;
+  if (rx_error_.ok()) rx_error_ = local;
+  if (!messages_failed_) (void)failMessages(local);
+}
+
+// ---------------------------------------------------------------------------------- receiving
+
+Result<bool> Endpoint::probeNext() {
+  if (msg_) return true;
+  const Library& lib = worker_->lib();
+  const uint64_t tag = MakeTag(TagKind::kEager, peer_->info().rank, channel_, rx_seq_);
+  ucp_tag_recv_info_t info{};
+  ucp_tag_message_h m = lib.ucp_tag_probe_nb(worker_->get(), tag, kStreamMask, 1, &info);
+  if (!m && worker_->progress() > 0)
+    m = lib.ucp_tag_probe_nb(worker_->get(), tag, kStreamMask, 1, &info);
+  if (!m) return false;
+  ++rx_seq_;
+  const TagKind kind = KindOf(info.sender_tag);
+  if (kind == TagKind::kShutdown || kind == TagKind::kMessage) {
+    // Received (it frees UCX's descriptor), not delivered.
+    ucp_request_param_t p{};
+    worker_->touched();
+    void* r = lib.ucp_tag_msg_recv_nbx(worker_->get(), nullptr, 0, m, &p);
+    if (UCS_PTR_IS_PTR(r)) worker_->retire(r, nullptr, false);
+    if (kind == TagKind::kShutdown) {
+      peer_shut_down_ = true;
+    } else {
+      rx_error_ = RemoteError(describe() +
+                              ": a message of the message interface arrived on the byte stream; "
+                              "the stream is out of step");
+    }
+    return false;
+  }
+  msg_ = m;
+  msg_len_ = info.length;
+  msg_kind_ = kind;
+  return true;
+}
+
+Status Endpoint::received(uint64_t bytes, TagKind kind) {
+  if (kind != TagKind::kEager) return Status::Ok();
+  eager_taken_ += bytes;
+  return sendCredit();
+}
+
+void Endpoint::compact(size_t need) {
+  if (head_ > 0) {
+    std::memmove(buf_.data(), buf_.data() + head_, tail_ - head_);
+    tail_ -= head_;
+    head_ = 0;
+  }
+  if (buf_.size() < tail_ + need) buf_.resize(std::max(tail_ + need, size_t{64} << 10));
+}
+
+Status Endpoint::fetch() {
+  if (!rx_error_.ok()) return rx_error_;
+  const Library& lib = worker_->lib();
+  if (incoming_) {
+    if (incoming_->direct)
+      return rx_error_ = InternalError(describe() +
+                                       ": a view of the stream was asked for while a receive "
+                                       "into the caller's memory was in flight; out of step");
+    if (!incoming_->done) {
+      ucp_tag_recv_info_t info{};
+      ucs_status_t st = lib.ucp_tag_recv_request_test(incoming_->req, &info);
+      if (st == UCS_INPROGRESS && worker_->progress() > 0)
+        st = lib.ucp_tag_recv_request_test(incoming_->req, &info);
+      if (st == UCS_INPROGRESS) return Status::Ok();
+      lib.ucp_request_free(incoming_->req);
+      incoming_->req = nullptr;
+      if (st != UCS_OK) return rx_error_ = peerGone(st, "recv");
+    }
+    tail_ += incoming_->len;
+    const Incoming done = *incoming_;
+    incoming_.reset();
+    unread_.store(true, std::memory_order_relaxed);
+    return received(done.len, done.kind);
+  }
+  BRAID_ASSIGN_OR_RETURN(bool got, probeNext());
+  if (!got) return rx_error_;
+  compact(msg_len_);
+  ucp_tag_recv_info_t info{};
+  ucp_request_param_t param{};
+  param.op_attr_mask = UCP_OP_ATTR_FIELD_RECV_INFO;
+  param.recv_info.tag_info = &info;
+  worker_->touched();
+  void* r = lib.ucp_tag_msg_recv_nbx(worker_->get(), buf_.data() + tail_, msg_len_, msg_, &param);
+  msg_ = nullptr;
+  if (UCS_PTR_IS_ERR(r)) return rx_error_ = peerGone(UCS_PTR_STATUS(r), "recv");
+  if (r) {
+    incoming_ = Incoming{r, msg_len_, msg_kind_, nullptr, 0, false};
+    return Status::Ok();
+  }
+  tail_ += msg_len_;
+  unread_.store(true, std::memory_order_relaxed);
+  return received(msg_len_, msg_kind_);
+}
+
+Status Endpoint::endOfStream() {
+  if (!rx_error_.ok()) return rx_error_;
+  if (peer_shut_down_) {
+    // Weak: the peer's own notice (failure_notice.h), when it sent one, names the real cause.
+    peer_->report(FailureCause::Reason::kShutDown);
+    rx_error_ =
+        RemoteError(peer_->name() + " shut the stream down after a failure of its own operation");
+    return rx_error_;
+  }
+  if (Status f = peer_->failure(); !f.ok()) {
+    rx_error_ = f;
+    return f;
+  }
+  return Status::Ok();
+}
+
+Result<std::span<const std::byte>> Endpoint::peek(size_t max) {
+  std::lock_guard<std::mutex> lock(worker_->mu());
+  // At least min(max, 8) bytes whenever that many arrived (transport.h): messages are appended
+  // to what is left of the last one until the view is long enough.
+  for (int i = 0; i < 64 && tail_ - head_ < std::min<size_t>(max, 8); ++i) {
+    const size_t before = tail_ - head_;
+    BRAID_RETURN_IF_ERROR(fetch());
+    if (tail_ - head_ == before) break;
+  }
+  if (tail_ - head_ < max && tail_ - head_ >= 8 && !incoming_) BRAID_RETURN_IF_ERROR(fetch());
+  const size_t avail = tail_ - head_;
+  if (avail == 0) {
+    last_peek_ = 0;
+    unread_.store(false, std::memory_order_relaxed);
+    BRAID_RETURN_IF_ERROR(endOfStream());
+    return std::span<const std::byte>();
+  }
+  last_peek_ = std::min(avail, max);
+  return std::span<const std::byte>(buf_.data() + head_, last_peek_);
+}
+
+void Endpoint::consume(size_t len) {
+  std::lock_guard<std::mutex> lock(worker_->mu());
+  const size_t n = std::min(len, last_peek_);
+  head_ += n;
+  countReceived(n);
+  last_peek_ = 0;
+  if (head_ == tail_) {
+    head_ = tail_ = 0;
+    unread_.store(false, std::memory_order_relaxed);
+  }
+}
+
+Result<size_t> Endpoint::recv(void* data, size_t len) {
+  std::lock_guard<std::mutex> lock(worker_->mu());
+  size_t got = 0;
+  Status st = recvLocked(data, len, &got);
+  if (!st.ok()) return st;
+  countReceived(got);
+  return got;
+}
+
+Status Endpoint::recvLocked(void* data, size_t len, size_t* got) {
+  last_peek_ = 0;
+  *got = 0;
+  if (len == 0) return Status::Ok();
+  const Library& lib = worker_->lib();
+  if (tail_ > head_) {
+    *got = std::min(len, tail_ - head_);
+    std::memcpy(data, buf_.data() + head_, *got);
+    head_ += *got;
+    if (head_ == tail_) {
+      head_ = tail_ = 0;
+      unread_.store(false, std::memory_order_relaxed);
+    }
+    return Status::Ok();
+  }
+  if (incoming_ && incoming_->direct) {
+    if (incoming_->direct != data || incoming_->direct_len != len)
+      return rx_error_ = InternalError(describe() +
+                                       ": the stream's reader asked for other bytes while a "
+                                       "receive into its memory was in flight; out of step");
+    ucp_tag_recv_info_t info{};
+    ucs_status_t st = lib.ucp_tag_recv_request_test(incoming_->req, &info);
+    if (st == UCS_INPROGRESS && worker_->progress() > 0)
+      st = lib.ucp_tag_recv_request_test(incoming_->req, &info);
+    if (st == UCS_INPROGRESS) return Status::Ok();
+    lib.ucp_request_free(incoming_->req);
+    const Incoming done = *incoming_;
+    incoming_.reset();
+    if (st != UCS_OK) return rx_error_ = peerGone(st, "recv");
+    *got = done.len;
+    return received(done.len, done.kind);
+  }
+  if (!rx_error_.ok()) return rx_error_;
+  if (!incoming_) {
+    BRAID_ASSIGN_OR_RETURN(bool have, probeNext());
+    if (!have) return endOfStream();
+    if (len >= msg_len_) {
+      // Straight into the caller's memory: no copy beyond UCX's own (none for a rendezvous on
+      // an RDMA device).
+      ucp_tag_recv_info_t info{};
+      ucp_request_param_t param{};
+      param.op_attr_mask = UCP_OP_ATTR_FIELD_RECV_INFO;
+      param.recv_info.tag_info = &info;
+      worker_->touched();
+      void* r = lib.ucp_tag_msg_recv_nbx(worker_->get(), data, msg_len_, msg_, &param);
+      msg_ = nullptr;
+      if (UCS_PTR_IS_ERR(r)) return rx_error_ = peerGone(UCS_PTR_STATUS(r), "recv");
+      if (r) {
+        incoming_ = Incoming{r, msg_len_, msg_kind_, data, len, false};
+        return Status::Ok();
+      }
+      *got = msg_len_;
+      return received(msg_len_, msg_kind_);
+    }
+  }
+  BRAID_RETURN_IF_ERROR(fetch());
+  if (tail_ > head_) return recvLocked(data, len, got);
+  return Status::Ok();
+}
+
+// -------------------------------------------------------------------------------------- waiting
+
+bool Endpoint::readyLocked(bool want_send, bool want_recv) {
+  if (!peer_->failure().ok()) return true;
+  if (!messages_.empty()) {
+    // Messages pending: the stream is not in use (transport.h), and what arrives is theirs.
+    const size_t before = completed_.size();
+    return !progressMessages().ok() || completed_.size() != before;
+  }
+  if (!reapSends().ok() || !tx_error_.ok() || !rx_error_.ok()) return true;
+  if (want_send) {
+    if (out_) {
+      auto done = advanceSend();
+      if (!done.ok() || *done) return true;
+    } else if (eager_sent_ - eager_credited_ < kWindowBytes) {
+      return true;
+    }
+  }
+  if (want_recv) {
+    if (tail_ > head_ || peer_shut_down_) return true;
+    if (incoming_) {
+      ucp_tag_recv_info_t info{};
+      if (worker_->lib().ucp_tag_recv_request_test(incoming_->req, &info) != UCS_INPROGRESS)
+        return true;
+    } else {
+      auto got = probeNext();
+      if (!got.ok() || *got || peer_shut_down_ || !rx_error_.ok()) return true;
+    }
+  }
+  return false;
+}
+
+bool Endpoint::arm(bool want_send, bool want_recv, std::vector<pollfd>& fds) {
+  std::lock_guard<std::mutex> lock(worker_->mu());
+  if (readyLocked(want_send, want_recv)) return true;
+  if (worker_->arm(fds)) return true;
+  peer_->addFds(fds);
+  return false;
+}
+
+void Endpoint::disarm(std::span<const pollfd>) {}
+
+// ------------------------------------------------------------------------------------ messages
+
+Result<uint64_t> Endpoint::postSend(const MemoryRegistration& mem, size_t offset, size_t len) {
+  if (mem.owner() != transport())
+    return InvalidArgument("postSend on " + describe() +
+                           ": the memory is registered with another transport instance "
+                           "(register it with the one that made this endpoint)");
+  BRAID_RETURN_IF_ERROR(mem.checkSlice(offset, len, "postSend"));
+  std::lock_guard<std::mutex> lock(worker_->mu());
+  if (messages_failed_) return *messages_failed_;
+  ucp_ep_h ep = nullptr;
+  if (Status st = ensureEp(&ep); !st.ok()) return failMessages(st);
+  const uint64_t id = next_message_id_++;
+  Message m;
+  m.id = id;
+  m.send = true;
+  m.data = mem.base() + offset;
+  m.capacity = len;
+  m.memh = static_cast<const Registration&>(mem).memhFor(worker_->context());
+  ucp_request_param_t param{};
+  if (m.memh) {
+    param.op_attr_mask |= UCP_OP_ATTR_FIELD_MEMH;
+    param.memh = m.memh;
+  }
+  worker_->touched();
+  void* r = worker_->lib().ucp_tag_send_nbx(
+      ep, m.data, len, MakeTag(TagKind::kMessage, my_rank_, channel_, msg_tx_seq_++), &param);
+  if (UCS_PTR_IS_ERR(r)) return failMessages(peerGone(UCS_PTR_STATUS(r), "message send"));
+  if (!r) {
+    completed_[id] = len;
+    return id;
+  }
+  m.req = r;
+  messages_.push_back(m);
+  return id;
+}
+
+Result<uint64_t> Endpoint::postRecv(const MemoryRegistration& mem, size_t offset, size_t len) {
+  if (mem.owner() != transport())
+    return InvalidArgument("postRecv on " + describe() +
+                           ": the memory is registered with another transport instance "
+                           "(register it with the one that made this endpoint)");
+  BRAID_RETURN_IF_ERROR(mem.checkSlice(offset, len, "postRecv"));
+  std::lock_guard<std::mutex> lock(worker_->mu());
+  if (messages_failed_) return *messages_failed_;
+  Message m;
+  m.id = next_message_id_++;
+  m.data = mem.base() + offset;
+  m.capacity = len;
+  m.memh = static_cast<const Registration&>(mem).memhFor(worker_->context());
+  messages_.push_back(m);
+  return m.id;  // (matched by test(), where a failure is reported)
+}
+
+Status Endpoint::progressMessages() {
+  if (messages_failed_) return *messages_failed_;
+  Status st = advanceMessages();
+  // Completions before a failure are still reported (transport.h).
+  for (auto it = messages_.begin(); it != messages_.end();) {
+    if (!it->done) {
+      ++it;
+      continue;
+    }
+    completed_[it->id] = it->send ? it->capacity : it->len;
+    it = messages_.erase(it);
+  }
+  return st;
+}
+
+Status Endpoint::advanceMessages() {
+  const Library& lib = worker_->lib();
+  worker_->progress();
+  // Completions, in any order.
+  for (auto& m : messages_) {
+    if (!m.req) continue;
+    ucp_tag_recv_info_t info{};
+    const ucs_status_t st =
+        m.send ? lib.ucp_request_check_status(m.req) : lib.ucp_tag_recv_request_test(m.req, &info);
+    if (st == UCS_INPROGRESS) continue;
+    lib.ucp_request_free(m.req);
+    m.req = nullptr;
+    if (st != UCS_OK) return peerGone(st, m.send ? "message send" : "message receive");
+    m.done = true;
+  }
+  // Matches, in post order: the next message from the peer goes to the oldest receive waiting.
+  for (auto& m : messages_) {
+    if (m.send || m.matched) continue;
+    const uint64_t tag = MakeTag(TagKind::kMessage, peer_->info().rank, channel_, 0);
+    ucp_tag_recv_info_t info{};
+    ucp_tag_message_h h = lib.ucp_tag_probe_nb(worker_->get(), tag, kMessageMask, 1, &info);
+    if (!h) {
+      if (peer_->failure().ok()) break;
+      return peer_->failure();
+    }
+    const TagKind kind = KindOf(info.sender_tag);
+    const bool fits = kind == TagKind::kMessage && SeqOf(info.sender_tag) == msg_rx_seq_ &&
+                      info.length <= m.capacity;
+    ucp_request_param_t param{};
+    ucp_tag_recv_info_t got{};
+    param.op_attr_mask = UCP_OP_ATTR_FIELD_RECV_INFO;
+    param.recv_info.tag_info = &got;
+    if (fits && m.memh) {
+      param.op_attr_mask |= UCP_OP_ATTR_FIELD_MEMH;
+      param.memh = m.memh;
+    }
+    worker_->touched();
+    // Anything that does not fit is still received, with no room (UCX frees it): nothing of it
+    // reaches the caller's memory.
+    void* r = lib.ucp_tag_msg_recv_nbx(worker_->get(), fits ? m.data : nullptr,
+                                       fits ? info.length : 0, h, &param);
+    if (UCS_PTR_IS_PTR(r) && !fits) worker_->retire(r, nullptr, false);
+    if (kind == TagKind::kShutdown) {
+      peer_->report(FailureCause::Reason::kShutDown);
+      return RemoteError(peer_->name() +
+                         " shut the stream down after a failure of its own operation");
+    }
+    if (kind != TagKind::kMessage)
+      return RemoteError("garbage on the message stream from " + describe() +
+                         ": stream bytes where a message was due; the stream is out of step");
+    if (SeqOf(info.sender_tag) != msg_rx_seq_)
+      return RemoteError("garbage on the message stream from " + describe() + ": message #" +
+                         std::to_string(SeqOf(info.sender_tag)) + " where #" +
+                         std::to_string(msg_rx_seq_) + " was due; the stream is out of step");
+    if (!fits)
+      return InvalidUsage("a message of " + std::to_string(info.length) + " bytes from " +
+                          describe() + " does not fit the receive of " +
+                          std::to_string(m.capacity) + " bytes posted for it");
+    ++msg_rx_seq_;
+    m.matched = true;
+    m.len = info.length;
+    if (UCS_PTR_IS_ERR(r)) return peerGone(UCS_PTR_STATUS(r), "message receive");
+    if (r)
+      m.req = r;
+    else
+      m.done = true;
+  }
+  return Status::Ok();
+}
+
+Status Endpoint::failMessages(Status st) {
+  if (!messages_failed_) messages_failed_ = st;
+  for (auto& m : messages_)
+    if (m.req) {
+      if (!m.send) worker_->lib().ucp_request_cancel(worker_->get(), m.req);
+      worker_->retire(m.req, nullptr, false);
+    }
+  messages_.clear();
+  return *messages_failed_;
+}
+
+Result<std::optional<size_t>> Endpoint::test(uint64_t id) {
+  std::lock_guard<std::mutex> lock(worker_->mu());
+  if (id == 0 || id >= next_message_id_)
+    return InvalidArgument("message " + std::to_string(id) + " was never posted on " + describe());
+  auto report = [&]() -> std::optional<size_t> {
+    auto it = completed_.find(id);
+    if (it == completed_.end()) return std::nullopt;
+    const size_t n = it->second;
+    completed_.erase(it);
+    return n;
+  };
+  if (auto n = report()) return n;
+  if (messages_failed_) return *messages_failed_;
+  if (Status st = progressMessages(); !st.ok()) return failMessages(st);
+  if (auto n = report()) return n;
+  for (const auto& m : messages_)
+    if (m.id == id) return std::optional<size_t>();
+  return InvalidArgument("message " + std::to_string(id) + " on " + describe() +
+                         " was already reported complete");
+}
+
+void Endpoint::messageWants(bool* want_send, bool* want_recv) const {
+  *want_send = *want_recv = false;
+  for (const auto& m : messages_) (m.send ? *want_send : *want_recv) = true;
+}
+
+}  // namespace braid::ucx
