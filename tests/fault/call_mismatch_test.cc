@@ -261,6 +261,12 @@ INSTANTIATE_TEST_SUITE_P(Fault, CallMismatch,
                                            Param{3, "tcp"}, Param{4, "shm"}, Param{4, "tcp"},
                                            Param{8, "tcp"}),
                          RanksTransportName<::testing::TestParamInfo<Param>>);
+#ifdef BRAID_HAVE_UCX
+INSTANTIATE_TEST_SUITE_P(Ucx, CallMismatch,
+                         ::testing::Values(Param{2, "ucx"}, Param{3, "ucx"}, Param{4, "ucx"},
+                                           Param{8, "ucx"}),
+                         RanksTransportName<::testing::TestParamInfo<Param>>);
+#endif
 
 // The engine's path on two ranks (no small-message board: tcp).
 JobOptions TwoRanksOverTcp() {
@@ -504,6 +510,9 @@ TEST_P(VerifyCallsMixed, ConfigurationMismatchIsNamed) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Fault, VerifyCallsMixed, ::testing::Values("shm", "tcp"));
+#ifdef BRAID_HAVE_UCX
+INSTANTIATE_TEST_SUITE_P(Ucx, VerifyCallsMixed, ::testing::Values("ucx"));
+#endif
 
 }  // namespace
 }  // namespace braid_test

@@ -192,6 +192,9 @@ TEST(HangReportBoard, WaitingBoardCallNamesTheLateRank) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Fault, HangReport, ::testing::Values("shm", "tcp"));
+#ifdef BRAID_HAVE_UCX
+INSTANTIATE_TEST_SUITE_P(Ucx, HangReport, ::testing::Values("ucx"));
+#endif
 
 TEST(HangReportConfig, UnknownSignalIsRejectedAtInit) {
   JobOptions opt;

@@ -31,6 +31,9 @@ bool Contains(const char* hay, const char* needle) {
 class Transports : public ::testing::TestWithParam<std::string> {};
 
 INSTANTIATE_TEST_SUITE_P(Fault, Transports, ::testing::Values("shm", "tcp"));
+#ifdef BRAID_HAVE_UCX
+INSTANTIATE_TEST_SUITE_P(Ucx, Transports, ::testing::Values("ucx"));
+#endif
 
 using KillParam = std::tuple<int, std::string>;
 class PeerKilled : public ::testing::TestWithParam<KillParam> {};
@@ -84,6 +87,11 @@ INSTANTIATE_TEST_SUITE_P(Fault, PeerKilled,
                          ::testing::Combine(::testing::Values(2, 3, 4),
                                             ::testing::Values("shm", "tcp")),
                          [](const auto& info) { return RanksTransportName(info); });
+#ifdef BRAID_HAVE_UCX
+INSTANTIATE_TEST_SUITE_P(Ucx, PeerKilled,
+                         ::testing::Combine(::testing::Values(2, 3, 4), ::testing::Values("ucx")),
+                         [](const auto& info) { return RanksTransportName(info); });
+#endif
 
 // Survivors recover (spec/reliability.md item 13): after a rank dies, the others shrink the
 // communicator and complete a checked all-reduce without it.

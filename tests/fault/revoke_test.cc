@@ -131,6 +131,9 @@ TEST_P(Revoke, RevokedCommunicatorStillShrinks) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Fault, Revoke, ::testing::Values("shm", "tcp"));
+#ifdef BRAID_HAVE_UCX
+INSTANTIATE_TEST_SUITE_P(Ucx, Revoke, ::testing::Values("ucx"));
+#endif
 
 TEST(RevokeArguments, NullAndDeadHandles) {
   EXPECT_EQ(braidCommRevoke(nullptr), braidErrInvalidArgument);

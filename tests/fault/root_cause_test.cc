@@ -44,6 +44,11 @@ INSTANTIATE_TEST_SUITE_P(Fault, RootCause,
                          ::testing::Combine(::testing::Values(4, 8),
                                             ::testing::Values("shm", "tcp")),
                          [](const auto& info) { return RanksTransportName(info); });
+#ifdef BRAID_HAVE_UCX
+INSTANTIATE_TEST_SUITE_P(Ucx, RootCause,
+                         ::testing::Combine(::testing::Values(4, 8), ::testing::Values("ucx")),
+                         [](const auto& info) { return RanksTransportName(info); });
+#endif
 
 // A rank in the middle SIGKILLs itself before all-reduce #3: every survivor (neighbour or not)
 // fails within 1 s naming it, its pid and "allreduce #3", and so does its next call.

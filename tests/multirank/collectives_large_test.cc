@@ -154,5 +154,23 @@ INSTANTIATE_TEST_SUITE_P(Ranks, RingInPieces,
                                             ::testing::Values("shm", "tcp")),
                          LargeName);
 
+#ifdef BRAID_HAVE_UCX
+// UCX forced (collectives_test.cc says how the tiers split).
+INSTANTIATE_TEST_SUITE_P(Ucx, CollectivesLarge,
+                         ::testing::Combine(::testing::Values(2, 3, 5, 8),
+                                            ::testing::Values("ucx")),
+                         LargeName);
+INSTANTIATE_TEST_SUITE_P(Ucx, ButterflyAllGather,
+                         ::testing::Combine(::testing::Values(4, 8), ::testing::Values("ucx")),
+                         LargeName);
+INSTANTIATE_TEST_SUITE_P(Ucx, RabenseifnerAllReduce,
+                         ::testing::Combine(::testing::Values(2, 4, 8), ::testing::Values("ucx")),
+                         LargeName);
+INSTANTIATE_TEST_SUITE_P(Ucx, RingInPieces,
+                         ::testing::Combine(::testing::Values(2, 3, 5, 8),
+                                            ::testing::Values("ucx")),
+                         LargeName);
+#endif
+
 }  // namespace
 }  // namespace braid_test

@@ -82,5 +82,24 @@ INSTANTIATE_TEST_SUITE_P(OneShot, CollectivesSmall,
                            return RanksTransportName(info) + "_" + std::get<2>(info.param);
                          });
 
+#ifdef BRAID_HAVE_UCX
+// UCX forced (BRAID_TRANSPORTS=ucx: every pair over UCX, here its shared memory, or its tcp
+// across emulated nodes): the whole matrix in the ucx tier (ctest -L ucx, tests/CMakeLists.txt),
+// a few cases (UcxQuick) in the default one.
+INSTANTIATE_TEST_SUITE_P(Ucx, CollectivesSmall,
+                         ::testing::Combine(::testing::Values(1, 2, 3, 4, 5, 8),
+                                            ::testing::Values("ucx"),
+                                            ::testing::ValuesIn(AlgorithmChoices())),
+                         [](const auto& info) {
+                           return RanksTransportName(info) + "_" + std::get<2>(info.param);
+                         });
+INSTANTIATE_TEST_SUITE_P(UcxQuick, CollectivesSmall,
+                         ::testing::Combine(::testing::Values(3), ::testing::Values("ucx"),
+                                            ::testing::Values("default", "ring")),
+                         [](const auto& info) {
+                           return RanksTransportName(info) + "_" + std::get<2>(info.param);
+                         });
+#endif
+
 }  // namespace
 }  // namespace braid_test

@@ -121,6 +121,14 @@ INSTANTIATE_TEST_SUITE_P(Ranks, Deterministic,
                          [](const auto& info) {
                            return RanksTransportName(info) + "_" + std::get<2>(info.param);
                          });
+#ifdef BRAID_HAVE_UCX
+INSTANTIATE_TEST_SUITE_P(Ucx, Deterministic,
+                         ::testing::Combine(::testing::Values(2, 3, 5), ::testing::Values("ucx"),
+                                            ::testing::Values("default", "ring", "rd", "tree")),
+                         [](const auto& info) {
+                           return RanksTransportName(info) + "_" + std::get<2>(info.param);
+                         });
+#endif
 
 }  // namespace
 }  // namespace braid_test

@@ -2,13 +2,18 @@
 // over the real transports, with a wall-clock guard so a hang fails the test instead of CI.
 #pragma once
 
+#include <fcntl.h>
+#include <sched.h>
 #include <signal.h>
+#include <sys/mount.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <functional>
 #include <string>
 #include <thread>
@@ -53,6 +58,40 @@ struct JobOptions {
 using RankBody =
     std::function<int(braidComm_t comm, int rank, int nranks, const braidUniqueId& id)>;
 
+// Emulated nodes (tools/ucx-emulated-tier.sh): with BRAID_TEST_EMULATE=<cluster>:<G> in the
+// test's environment, the ranks of every job run across the G nodes of an emulated cluster made
+// by tools/emucluster (network namespaces <cluster>-n0 .. -n<G-1>): rank r of n in node r * G / n,
+// and the rendezvous root in node 0, each on the node's eth0 (BRAID_SOCKET_IFNAME). So the same
+// tests that run on one host run across nodes whose traffic crosses the emulated links. Called
+// in the forked process first thing; false (with a message) when it cannot enter the node.
+inline bool EnterEmulatedNode(int rank, int nranks) {
+  const char* spec = std::getenv("BRAID_TEST_EMULATE");
+  if (!spec || !*spec) return true;
+  const std::string s = spec;
+  const size_t colon = s.find(':');
+  const int g = colon == std::string::npos ? 0 : std::atoi(s.c_str() + colon + 1);
+  if (g < 1 || nranks < 1) {
+    std::fprintf(stderr, "BRAID_TEST_EMULATE='%s': want <cluster>:<nodes>\n", spec);
+    return false;
+  }
+  const int node = static_cast<int>(static_cast<long>(rank) * g / nranks);
+  const std::string ns = "/run/netns/" + s.substr(0, colon) + "-n" + std::to_string(node);
+  const int fd = open(ns.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0 || setns(fd, CLONE_NEWNET) != 0) {
+    std::fprintf(stderr, "cannot enter %s (rank %d): %s\n", ns.c_str(), rank, strerror(errno));
+    if (fd >= 0) close(fd);
+    return false;
+  }
+  close(fd);
+  // As `ip netns exec` does: /sys of the node's namespace, so that its interfaces are the ones
+  // listed there (UCX and the topology discovery read /sys/class/net).
+  if (unshare(CLONE_NEWNS) == 0 && mount("", "/", nullptr, MS_SLAVE | MS_REC, nullptr) == 0 &&
+      umount2("/sys", MNT_DETACH) == 0)
+    mount(ns.c_str(), "/sys", "sysfs", 0, nullptr);
+  setenv("BRAID_SOCKET_IFNAME", "eth0", 1);
+  return true;
+}
+
 // Runs the rendezvous service in a process of its own and returns its pid (and the id).
 // The test process itself never starts the service thread: forking ranks from a process with a
 // running thread can leave a child with an allocator lock held forever (ASan's allocator has no
@@ -65,6 +104,7 @@ inline pid_t StartRootProcess(braidUniqueId* id) {
   pid_t pid = fork();
   if (pid == 0) {
     close(fds[0]);
+    if (!EnterEmulatedNode(0, 1)) _exit(1);
     braidUniqueId mine;
     if (braidGetUniqueId(&mine) != braidSuccess) {
       std::fprintf(stderr, "braidGetUniqueId failed: %s\n", braidGetLastError(nullptr));
@@ -109,6 +149,7 @@ inline std::vector<RankOutcome> RunJob(const JobOptions& opt, const RankBody& bo
     pid_t pid = fork();
     if (pid == 0) {
       setpgid(0, 0);
+      if (!EnterEmulatedNode(r, opt.nranks)) _exit(95);
       for (const auto& [k, v] : opt.env) setenv(k.c_str(), v.c_str(), 1);
       braidComm_t comm = nullptr;
       if (opt.init) {

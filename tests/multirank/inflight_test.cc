@@ -458,6 +458,12 @@ INSTANTIATE_TEST_SUITE_P(Ranks, Inflight,
                          ::testing::Combine(::testing::Values(2, 3, 4, 8),
                                             ::testing::Values("shm", "tcp")),
                          RanksTransportName<::testing::TestParamInfo<Param>>);
+#ifdef BRAID_HAVE_UCX
+INSTANTIATE_TEST_SUITE_P(Ucx, Inflight,
+                         ::testing::Combine(::testing::Values(2, 3, 4, 8),
+                                            ::testing::Values("ucx")),
+                         RanksTransportName<::testing::TestParamInfo<Param>>);
+#endif
 
 }  // namespace
 }  // namespace braid_test

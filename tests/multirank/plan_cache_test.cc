@@ -116,6 +116,11 @@ INSTANTIATE_TEST_SUITE_P(Ranks, PlanCache,
                          ::testing::Combine(::testing::Values(2, 4),
                                             ::testing::Values("shm", "tcp")),
                          RanksTransportName<::testing::TestParamInfo<Param>>);
+#ifdef BRAID_HAVE_UCX
+INSTANTIATE_TEST_SUITE_P(Ucx, PlanCache,
+                         ::testing::Combine(::testing::Values(2, 4), ::testing::Values("ucx")),
+                         RanksTransportName<::testing::TestParamInfo<Param>>);
+#endif
 
 }  // namespace
 }  // namespace braid_test

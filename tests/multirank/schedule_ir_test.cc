@@ -91,6 +91,14 @@ INSTANTIATE_TEST_SUITE_P(Ranks, ScheduleIr,
                          [](const auto& info) {
                            return RanksTransportName(info) + "_ch" + std::get<2>(info.param);
                          });
+#ifdef BRAID_HAVE_UCX
+INSTANTIATE_TEST_SUITE_P(Ucx, ScheduleIr,
+                         ::testing::Combine(::testing::Values(2, 3, 5), ::testing::Values("ucx"),
+                                            ::testing::Values("1", "4")),
+                         [](const auto& info) {
+                           return RanksTransportName(info) + "_ch" + std::get<2>(info.param);
+                         });
+#endif
 
 }  // namespace
 }  // namespace braid_test

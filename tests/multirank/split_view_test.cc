@@ -335,6 +335,9 @@ std::string CaseName(const ::testing::TestParamInfo<Param>& info) {
 INSTANTIATE_TEST_SUITE_P(Ranks, SplitView,
                          ::testing::Values(Param{4, "shm"}, Param{4, "tcp"}, Param{8, "shm"}),
                          CaseName);
+#ifdef BRAID_HAVE_UCX
+INSTANTIATE_TEST_SUITE_P(Ucx, SplitView, ::testing::Values(Param{4, "ucx"}), CaseName);
+#endif
 
 }  // namespace
 }  // namespace braid_test
