@@ -60,7 +60,7 @@ Endpoint::Endpoint(Worker* worker, std::shared_ptr<PeerLink> peer, int my_rank, 
     : worker_(worker), peer_(std::move(peer)), my_rank_(my_rank), channel_(channel) {}
 
 Endpoint::~Endpoint() {
-  std::lock_guard<std::mutex> lock(worker_->mu());
+  Worker::Use use(*worker_);
   const Library& lib = worker_->lib();
   // A message taken off UCX's queue but never received is received into memory of its own, so
   // that UCX gets its descriptor back; requests still in flight go to the worker, which lets
@@ -78,7 +78,6 @@ Endpoint::~Endpoint() {
   }
   // A send the engine never saw accepted (its operation failed): cancelled, not waited for.
   if (out_ && out_->req) worker_->retire(out_->req, nullptr, false);
-  if (out_ && out_->flush) worker_->retire(out_->flush, nullptr, false);
   if (credit_recv_) worker_->retire(credit_recv_, credit_in_, false);
   if (credit_send_) worker_->retire(credit_send_, credit_out_, true);
   for (auto& m : messages_)
@@ -102,7 +101,7 @@ Status Endpoint::ensureEp(ucp_ep_h* ep) {
 Status Endpoint::peerGone(ucs_status_t st, const char* op) {
   // A failure UCX reports on an operation is the peer's (its endpoint failed) unless the peer
   // link says otherwise; the link reports the death once.
-  Status f = peer_->failure();
+  Status f = peer_->fail();
   if (!f.ok()) return f;
   return RemoteError("ucx " + std::string(op) + " with " + peer_->name() +
                      " failed: " + StatusText(st) + " (the peer or its link failed)");
@@ -119,15 +118,16 @@ Result<void*> Endpoint::postTagged(TagKind kind, const iovec* parts, size_t n) {
   ucp_ep_h ep = nullptr;
   BRAID_RETURN_IF_ERROR(ensureEp(&ep));
   ucp_request_param_t param{};
-  ucp_dt_iov_t iov[8];
   const void* buffer = parts[0].iov_base;
   size_t count = parts[0].iov_len;
   if (n > 1) {
-    for (size_t i = 0; i < n; ++i) iov[i] = {parts[i].iov_base, parts[i].iov_len};
+    // UCX reads the descriptors when it sends, which may be after this call returns: they live
+    // in the endpoint, which has one send in flight at a time.
+    for (size_t i = 0; i < n && i < kMaxParts; ++i) iov_[i] = {parts[i].iov_base, parts[i].iov_len};
     param.op_attr_mask |= UCP_OP_ATTR_FIELD_DATATYPE;
     param.datatype = ucp_dt_make_iov();
-    buffer = iov;
-    count = n;
+    buffer = iov_;
+    count = std::min(n, kMaxParts);
   }
   worker_->touched();
   void* r = worker_->lib().ucp_tag_send_nbx(ep, buffer, count,
@@ -138,41 +138,19 @@ Result<void*> Endpoint::postTagged(TagKind kind, const iovec* parts, size_t n) {
 
 Result<bool> Endpoint::advanceSend() {
   const Library& lib = worker_->lib();
-  for (int pass = 0; pass < 2; ++pass) {
-    if (!out_->sent) {
-      const ucs_status_t st = out_->req ? lib.ucp_request_check_status(out_->req) : UCS_OK;
-      if (st == UCS_INPROGRESS) {
-        if (pass == 0 && worker_->progress() > 0) continue;
-        return false;
-      }
-      if (out_->req) lib.ucp_request_free(out_->req);
-      out_->req = nullptr;
-      if (st != UCS_OK) return sendError(st, "send");
-      out_->sent = true;
-      // What UCX completed may still sit in its transport's buffer (tcp): flushed, it has left.
-      ucp_ep_h ep = nullptr;
-      BRAID_RETURN_IF_ERROR(ensureEp(&ep));
-      ucp_request_param_t param{};
-      worker_->touched();
-      void* f = lib.ucp_ep_flush_nbx(ep, &param);
-      if (UCS_PTR_IS_ERR(f)) return sendError(UCS_PTR_STATUS(f), "flush");
-      out_->flush = f;
-      out_->flushed = f == nullptr;
-    }
-    if (!out_->flushed) {
-      const ucs_status_t st = lib.ucp_request_check_status(out_->flush);
-      if (st == UCS_INPROGRESS) {
-        if (pass == 0 && worker_->progress() > 0) continue;
-        return false;
-      }
-      lib.ucp_request_free(out_->flush);
-      out_->flush = nullptr;
-      if (st != UCS_OK) return sendError(st, "flush");
-      out_->flushed = true;
-    }
-    return true;
+  if (!out_->sent && out_->req) {
+    ucs_status_t st = lib.ucp_request_check_status(out_->req);
+    if (st == UCS_INPROGRESS && worker_->progress() > 0)
+      st = lib.ucp_request_check_status(out_->req);
+    if (st == UCS_INPROGRESS) return false;
+    lib.ucp_request_free(out_->req);
+    out_->req = nullptr;
+    if (st != UCS_OK) return sendError(st, "send");
   }
-  return false;
+  // Completed: UCX copied it (eager; its tcp may still hold it in its own buffer, which any
+  // progress sends, the worker's helper thread's too) or the peer has it (rendezvous).
+  out_->sent = true;
+  return true;
 }
 
 Status Endpoint::reapSends() {
@@ -239,7 +217,7 @@ Result<size_t> Endpoint::send(const void* data, size_t len) {
 }
 
 Result<size_t> Endpoint::sendv(std::span<const iovec> parts) {
-  std::lock_guard<std::mutex> lock(worker_->mu());
+  Worker::Use use(*worker_);
   return sendLocked(parts);
 }
 
@@ -258,6 +236,13 @@ Result<size_t> Endpoint::sendLocked(std::span<const iovec> parts) {
       return tx_error_;
     }
     BRAID_ASSIGN_OR_RETURN(bool done, advanceSend());
+    if (!done && !peer_->failure().ok()) {
+      // The peer went with this send under way: it never completes.
+      for (int i = 0; i < 1000 && worker_->progress() > 0; ++i) {
+      }
+      BRAID_ASSIGN_OR_RETURN(done, advanceSend());
+      if (!done) return tx_error_ = peer_->fail();
+    }
     if (!done) return size_t{0};
     const size_t n = out_->total;
     out_.reset();
@@ -265,13 +250,13 @@ Result<size_t> Endpoint::sendLocked(std::span<const iovec> parts) {
     return n;
   }
   if (Status f = peer_->failure(); !f.ok()) {
-    tx_error_ = f;
+    tx_error_ = peer_->fail();
     return tx_error_;
   }
   // Small parts gathered into one eager message; a large part alone, as a rendezvous.
-  iovec gather[8];
+  iovec gather[kMaxParts];
   size_t k = 0, total = 0;
-  for (size_t i = first; i < parts.size() && k < 8; ++i) {
+  for (size_t i = first; i < parts.size() && k < kMaxParts; ++i) {
     const size_t len = parts[i].iov_len;
     if (len == 0) continue;
     if (len >= kInPlaceBytes || total + len > kMaxEagerBytes) break;
@@ -290,7 +275,7 @@ Result<size_t> Endpoint::sendLocked(std::span<const iovec> parts) {
   BRAID_ASSIGN_OR_RETURN(void* req, postTagged(kind, gather, k));
   ++tx_seq_;
   if (kind == TagKind::kEager) eager_sent_ += total;
-  out_ = Outgoing{gather[0].iov_base, gather[0].iov_len, total, req, nullptr, false, false};
+  out_ = Outgoing{gather[0].iov_base, gather[0].iov_len, total, req, false};
   BRAID_ASSIGN_OR_RETURN(bool done, advanceSend());
   if (!done) return size_t{0};
   out_.reset();
@@ -299,7 +284,7 @@ Result<size_t> Endpoint::sendLocked(std::span<const iovec> parts) {
 }
 
 void Endpoint::shutdown() {
-  std::lock_guard<std::mutex> lock(worker_->mu());
+  Worker::Use use(*worker_);
   if (shut_down_) return;
   shut_down_ = true;
   // The marker is the stream's last message: the peer reads what came before, then fails with
@@ -426,14 +411,27 @@ Status Endpoint::endOfStream() {
     return rx_error_;
   }
   if (Status f = peer_->failure(); !f.ok()) {
-    rx_error_ = f;
-    return f;
+    // What the peer sent before it went may still be on its way through this worker (a message's
+    // later fragments, a FIFO entry not yet read): the stream ends only once nothing more comes.
+    for (int i = 0; i < 1000 && worker_->progress() > 0; ++i) {
+    }
+    if (incoming_) {
+      // A message already under way: finished now, or never (its sender went mid-way).
+      ucp_tag_recv_info_t info{};
+      if (incoming_->done ||
+          worker_->lib().ucp_tag_recv_request_test(incoming_->req, &info) != UCS_INPROGRESS)
+        return Status::Ok();
+    } else if (auto more = probeNext(); more.ok() && *more) {
+      return Status::Ok();
+    }
+    rx_error_ = peer_->fail();
+    return rx_error_;
   }
   return Status::Ok();
 }
 
 Result<std::span<const std::byte>> Endpoint::peek(size_t max) {
-  std::lock_guard<std::mutex> lock(worker_->mu());
+  Worker::Use use(*worker_);
   // At least min(max, 8) bytes whenever that many arrived (transport.h): messages are appended
   // to what is left of the last one until the view is long enough.
   for (int i = 0; i < 64 && tail_ - head_ < std::min<size_t>(max, 8); ++i) {
@@ -454,7 +452,7 @@ Result<std::span<const std::byte>> Endpoint::peek(size_t max) {
 }
 
 void Endpoint::consume(size_t len) {
-  std::lock_guard<std::mutex> lock(worker_->mu());
+  Worker::Use use(*worker_);
   const size_t n = std::min(len, last_peek_);
   head_ += n;
   countReceived(n);
@@ -466,7 +464,7 @@ void Endpoint::consume(size_t len) {
 }
 
 Result<size_t> Endpoint::recv(void* data, size_t len) {
-  std::lock_guard<std::mutex> lock(worker_->mu());
+  Worker::Use use(*worker_);
   size_t got = 0;
   Status st = recvLocked(data, len, &got);
   if (!st.ok()) return st;
@@ -498,6 +496,13 @@ Status Endpoint::recvLocked(void* data, size_t len, size_t* got) {
     ucs_status_t st = lib.ucp_tag_recv_request_test(incoming_->req, &info);
     if (st == UCS_INPROGRESS && worker_->progress() > 0)
       st = lib.ucp_tag_recv_request_test(incoming_->req, &info);
+    if (st == UCS_INPROGRESS && !peer_->failure().ok()) {
+      // The sender went mid-way (or its last bytes are still on their way: looked at once more).
+      for (int i = 0; i < 1000 && worker_->progress() > 0; ++i) {
+      }
+      st = lib.ucp_tag_recv_request_test(incoming_->req, &info);
+      if (st == UCS_INPROGRESS) return rx_error_ = peer_->fail();
+    }
     if (st == UCS_INPROGRESS) return Status::Ok();
     lib.ucp_request_free(incoming_->req);
     const Incoming done = *incoming_;
@@ -567,14 +572,31 @@ bool Endpoint::readyLocked(bool want_send, bool want_recv) {
 }
 
 bool Endpoint::arm(bool want_send, bool want_recv, std::vector<pollfd>& fds) {
-  std::lock_guard<std::mutex> lock(worker_->mu());
-  if (readyLocked(want_send, want_recv)) return true;
+  {
+    Worker::Use use(*worker_);
+    if (readyLocked(want_send, want_recv)) return true;
+  }
+  // The communicator's other workers progress too, and wake this rank (Worker::setSiblings).
+  bool progressed = false;
+  for (Worker* w : worker_->siblings()) {
+    Worker::Use use(*w);
+    progressed = w->arm(fds) || progressed;
+  }
+  Worker::Use use(*worker_);
+  if (progressed || readyLocked(want_send, want_recv)) return true;
   if (worker_->arm(fds)) return true;
   peer_->addFds(fds);
   return false;
 }
 
-void Endpoint::disarm(std::span<const pollfd>) {}
+void Endpoint::disarm(std::span<const pollfd>) {
+  for (Worker* w : worker_->siblings()) {
+    Worker::Use use(*w);
+    w->disarmed();
+  }
+  Worker::Use use(*worker_);
+  worker_->disarmed();
+}
 
 // ------------------------------------------------------------------------------------ messages
 
@@ -584,7 +606,7 @@ Result<uint64_t> Endpoint::postSend(const MemoryRegistration& mem, size_t offset
                            ": the memory is registered with another transport instance "
                            "(register it with the one that made this endpoint)");
   BRAID_RETURN_IF_ERROR(mem.checkSlice(offset, len, "postSend"));
-  std::lock_guard<std::mutex> lock(worker_->mu());
+  Worker::Use use(*worker_);
   if (messages_failed_) return *messages_failed_;
   ucp_ep_h ep = nullptr;
   if (Status st = ensureEp(&ep); !st.ok()) return failMessages(st);
@@ -619,7 +641,7 @@ Result<uint64_t> Endpoint::postRecv(const MemoryRegistration& mem, size_t offset
                            ": the memory is registered with another transport instance "
                            "(register it with the one that made this endpoint)");
   BRAID_RETURN_IF_ERROR(mem.checkSlice(offset, len, "postRecv"));
-  std::lock_guard<std::mutex> lock(worker_->mu());
+  Worker::Use use(*worker_);
   if (messages_failed_) return *messages_failed_;
   Message m;
   m.id = next_message_id_++;
@@ -646,8 +668,13 @@ Status Endpoint::progressMessages() {
 }
 
 Status Endpoint::advanceMessages() {
+  if (messages_failed_) return *messages_failed_;
   const Library& lib = worker_->lib();
   worker_->progress();
+  // (A peer that went: whatever it sent before is let in first.)
+  if (!peer_->failure().ok())
+    for (int i = 0; i < 1000 && worker_->progress() > 0; ++i) {
+    }
   // Completions, in any order.
   for (auto& m : messages_) {
     if (!m.req) continue;
@@ -668,7 +695,11 @@ Status Endpoint::advanceMessages() {
     ucp_tag_message_h h = lib.ucp_tag_probe_nb(worker_->get(), tag, kMessageMask, 1, &info);
     if (!h) {
       if (peer_->failure().ok()) break;
-      return peer_->failure();
+      // A peer that went may have sent this message before (endOfStream says why to look again).
+      for (int i = 0; i < 1000 && worker_->progress() > 0; ++i) {
+      }
+      h = lib.ucp_tag_probe_nb(worker_->get(), tag, kMessageMask, 1, &info);
+      if (!h) return peer_->fail();
     }
     const TagKind kind = KindOf(info.sender_tag);
     const bool fits = kind == TagKind::kMessage && SeqOf(info.sender_tag) == msg_rx_seq_ &&
@@ -712,6 +743,10 @@ Status Endpoint::advanceMessages() {
     else
       m.done = true;
   }
+  // A peer that went leaves what it had not finished sending pending for ever.
+  if (!peer_->failure().ok())
+    for (const auto& m : messages_)
+      if (!m.done && (m.req || !m.matched)) return peer_->fail();
   return Status::Ok();
 }
 
@@ -727,7 +762,7 @@ Status Endpoint::failMessages(Status st) {
 }
 
 Result<std::optional<size_t>> Endpoint::test(uint64_t id) {
-  std::lock_guard<std::mutex> lock(worker_->mu());
+  Worker::Use use(*worker_);
   if (id == 0 || id >= next_message_id_)
     return InvalidArgument("message " + std::to_string(id) + " was never posted on " + describe());
   auto report = [&]() -> std::optional<size_t> {

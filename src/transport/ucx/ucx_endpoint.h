@@ -4,11 +4,9 @@
 // The stream. The engine hands sendv() what is left of a frame (header, payload, padding) and
 // retries a call that took nothing with the same bytes (its StreamGate keeps one operation at the
 // head of a stream, and an operation's progress only moves with accepted bytes). So a send is
-// posted straight from the caller's memory (no copy in braid) and accepted only once UCX
-// completed it and the endpoint is flushed, when the same bytes are offered again: until then the
-// operation stays active and its engine keeps progressing the worker. (UCX's tcp keeps what the
-// socket did not take in its own buffer, sent by later progress; were a send accepted before the
-// flush, an engine with nothing else to do would sleep on bytes its peer waits for.)
+// posted straight from the caller's memory (no copy in braid) and accepted once UCX completed it,
+// when the same bytes are offered again. (What UCX's tcp then still holds in its own buffer
+// leaves with later progress: the engine's, or the worker's helper thread's, ucx_worker.h.)
 //   - parts below kInPlaceBytes are gathered into one *eager* message (UCX copies it out);
 //   - a part of kInPlaceBytes or more goes alone, as a *rendezvous* (UCX_RNDV_THRESH is
 //     kInPlaceBytes, ucx_fabric.h): on a verbs device a zero-copy RDMA read by the receiver;
@@ -116,8 +114,7 @@ class Endpoint final : public braid::Endpoint {
   // Posts one tagged send of `parts` (contiguous when one part), never waiting: null when UCX
   // completed it at once, else its request.
   Result<void*> postTagged(TagKind kind, const iovec* parts, size_t n);
-  // Moves the send in flight on: its completion, then the endpoint's flush. True once both are
-  // done (the bytes may be accepted).
+  // Moves the send in flight on; true once UCX completed it (the bytes may be accepted).
   Result<bool> advanceSend();
   // Frees a completed credit send; reads credit messages.
   Status reapSends();
@@ -154,17 +151,18 @@ class Endpoint final : public braid::Endpoint {
   uint32_t tx_seq_ = 0;
   Status tx_error_;
   // The send in flight: the bytes it was posted from (the engine offers them again until they are
-  // taken), its request, then the flush after it.
+  // taken) and its request.
   struct Outgoing {
     const void* first = nullptr;  // the first part's memory and length, and the total
     size_t first_len = 0;
     size_t total = 0;
     void* req = nullptr;
-    void* flush = nullptr;
-    bool sent = false;     // UCX completed the send
-    bool flushed = false;  // and the flush after it
+    bool sent = false;  // UCX completed the send
   };
   std::optional<Outgoing> out_;
+  // The gathered parts of the send in flight, as UCX reads them (possibly after the post).
+  static constexpr size_t kMaxParts = 8;
+  ucp_dt_iov_t iov_[kMaxParts];
   uint64_t eager_sent_ = 0;      // eager bytes sent on the stream
   uint64_t eager_credited_ = 0;  // of which the peer has taken (its last credit)
   void* credit_recv_ = nullptr;  // the pending receive of the peer's next credit

@@ -85,16 +85,24 @@ FabricPlan PlanFabric(Route route, const std::vector<TransportContext::Nic>& nic
   return plan;
 }
 
-Config RouteConfig(Route route, const FabricPlan* plan) {
+Config RouteConfig(Route route, const FabricPlan* plan, const std::vector<Device>& found,
+                   const std::string& ifname) {
   switch (route) {
     case Route::kInfiniBand:
     case Route::kRoCE:
       return plan ? plan->config : Config{};
-    case Route::kNetwork:
-      // "sm": every shared-memory transport (posix, sysv, cma, knem, xpmem).
-      return {{"TLS", "^sm"}};
+    case Route::kNetwork: {
+      std::string devices = ifname;
+      if (devices.empty()) {
+        for (const Device& d : found)
+          if (d.transport == "tcp" && d.name != "lo")
+            devices += (devices.empty() ? "" : ",") + d.name;
+        if (devices.empty()) devices = "lo";
+      }
+      return {{"TLS", "tcp"}, {"NET_DEVICES", devices}};
+    }
     case Route::kLocal:
-      return {};
+      return {{"TLS", "^tcp"}};
   }
   return {};
 }

@@ -6,12 +6,15 @@
 //             that fabric: the worker's UCX context is restricted to those devices
 //             (UCX_NET_DEVICES), so two groups of ranks on two fabrics each use their own NICs,
 //             as Holmes asks. InfiniBand is preferred when the two nodes share both.
-//   local     BRAID_TRANSPORTS names ucx and the pair shares a node: whatever UCX finds (its
-//             shared-memory transports: posix, sysv, cma).
+//   local     BRAID_TRANSPORTS names ucx and the pair shares a node: every UCX transport but tcp
+//             (its shared memory: posix, sysv, cma; verbs where there are devices).
 //   net       BRAID_TRANSPORTS names ucx and the pair is on different nodes without a common
-//             fabric route: UCX's network transports only (UCX_TLS=^sm; here its tcp), so that
-//             ranks of emulated nodes (network namespaces of one machine, which UCX would take
-//             for one host) talk over their links.
+//             fabric route: UCX's tcp, on this node's interfaces other than loopback (or the one
+//             BRAID_SOCKET_IFNAME selects), so that ranks of emulated nodes (network namespaces
+//             of one machine, which UCX would take for one host) talk over their links.
+// Neither forced route lets UCX use tcp over loopback: UCX 1.13 adds a loopback lane beside the
+// others when it can, and its connections there were refused now and then (a rank's send then
+// never completed), which the tests here showed.
 // Without ucx in BRAID_TRANSPORTS only the fabric routes exist, so every other pair keeps shm or
 // tcp. A node whose topology lists an IB or RoCE NIC that UCX does not find gets no route for that
 // fabric: its pairs fall back to tcp, and the rank says so in one log line.
@@ -73,9 +76,12 @@ FabricPlan PlanFabric(Route route, const std::vector<TransportContext::Nic>& nic
                       const std::vector<Device>& found);
 
 // The configuration of a route's UCX context beyond the environment's: the fabric plan's for
-// ib/roce, network transports only for net, nothing for local. The worker's common settings
-// (CommonConfig) come on top.
-Config RouteConfig(Route route, const FabricPlan* plan);
+// ib/roce; for net, tcp on `ifname` (the interface BRAID_SOCKET_IFNAME selects) or, without one,
+// on every network interface UCX found (`found`) but loopback (loopback when it is the only
+// one); for local, every transport but tcp. The worker's common settings (CommonConfig) come on
+// top.
+Config RouteConfig(Route route, const FabricPlan* plan, const std::vector<Device>& found = {},
+                   const std::string& ifname = "");
 // Settings every braid context gets: rendezvous from kInPlaceBytes (so that a receiver never
 // buffers a large message it has not asked for) and a peer-liveness check every second.
 Config CommonConfig(uint64_t in_place_bytes);

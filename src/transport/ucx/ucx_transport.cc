@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "core/base/log.h"
+#include "core/net/socket.h"
 #include "transport/ucx/ucx_context.h"
 #include "transport/ucx/ucx_endpoint.h"
 #include "transport/ucx/ucx_worker.h"
@@ -69,6 +70,16 @@ class Instance final : public TransportInstance {
           continue;
         }
         for (auto& kv : RouteConfig(route, &plan)) config.push_back(kv);
+      } else if (route == Route::kNetwork) {
+        // BRAID_SOCKET_IFNAME's interface, as braid's own sockets pick it (a prefix, exclusions);
+        // else every interface UCX finds but loopback.
+        std::string ifname;
+        if (!ctx_.socket_ifname.empty())
+          if (auto itf = SelectInterface(ctx_.socket_ifname); itf.ok()) ifname = itf->ifname;
+        std::vector<Device> none;
+        auto found = ifname.empty() ? FoundDevices() : Result<std::vector<Device>>(none);
+        if (!found.ok()) return found.status();
+        for (auto& kv : RouteConfig(route, nullptr, *found, ifname)) config.push_back(kv);
       } else {
         for (auto& kv : RouteConfig(route, nullptr)) config.push_back(kv);
       }
@@ -80,6 +91,13 @@ class Instance final : public TransportInstance {
       }
       BRAID_ASSIGN_OR_RETURN(workers_[i], Worker::Create(std::move(*context), route, where));
       blob_.addresses[i] = workers_[i]->address();
+    }
+    for (auto& w : workers_) {
+      if (!w) continue;
+      std::vector<Worker*> others;
+      for (auto& o : workers_)
+        if (o && o != w) others.push_back(o.get());
+      w->setSiblings(std::move(others));
     }
     return Status::Ok();
   }

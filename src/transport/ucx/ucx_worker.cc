@@ -1,10 +1,12 @@
 #include "transport/ucx/ucx_worker.h"
 
 #include <signal.h>
+#include <sys/eventfd.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstring>
 
 #include "core/base/clock.h"
 #include "core/base/log.h"
@@ -70,7 +72,7 @@ Result<ucp_ep_h> PeerLink::ep(int channel) {
   // UCX's shared-memory transports (posix, sysv, cma) do not support peer error handling, and
   // asking for it would move a node's pairs to tcp over loopback: a peer on this node is watched
   // with its pidfd instead. Across nodes, UCX reports a failed peer.
-  if (info_.same_host && pidfd_ >= 0) {
+  if (info_.same_host) {
     params.err_mode = UCP_ERR_HANDLING_MODE_NONE;
   } else {
     params.err_mode = UCP_ERR_HANDLING_MODE_PEER;
@@ -96,15 +98,21 @@ Status PeerLink::failure() {
   for (const auto& slot : slots_)
     if (st == UCS_OK) st = slot->status.load(std::memory_order_relaxed);
   bool exited = false;
-  if (pidfd_ >= 0) {
-    pollfd p{pidfd_, POLLIN, 0};
-    exited = poll(&p, 1, 0) > 0 && (p.revents & (POLLIN | POLLHUP | POLLERR)) != 0;
+  if (info_.same_host && info_.pid > 0) {
+    // At most every kExitCheckUs: hot paths ask. A pidfd turns readable when the process exits;
+    // without one (kernels before 5.3), kill(pid, 0).
+    const int64_t now = NowMicros();
+    if (now >= next_exit_check_us_) {
+      next_exit_check_us_ = now + kExitCheckUs;
+      if (pidfd_ >= 0) {
+        pollfd p{pidfd_, POLLIN, 0};
+        exited = poll(&p, 1, 0) > 0 && (p.revents & (POLLIN | POLLHUP | POLLERR)) != 0;
+      } else {
+        exited = kill(static_cast<pid_t>(info_.pid), 0) != 0 && errno == ESRCH;
+      }
+    }
   }
   if (st == UCS_OK && !exited) return Status::Ok();
-  if (!reported_) {
-    reported_ = true;
-    report(FailureCause::Reason::kDied);
-  }
   if (exited)
     failed_ = RemoteError(name() + " (pid " + std::to_string(info_.pid) +
                           ") exited: it probably crashed or was killed");
@@ -113,6 +121,15 @@ Status PeerLink::failure() {
         RemoteError(name() + " failed or closed its UCX endpoint (" +
                     StatusText(static_cast<ucs_status_t>(st)) + "): it probably exited or crashed");
   return failed_;
+}
+
+Status PeerLink::fail() {
+  Status f = failure();
+  if (!f.ok() && !reported_) {
+    reported_ = true;
+    report(FailureCause::Reason::kDied);
+  }
+  return f;
 }
 
 void PeerLink::addFds(std::vector<pollfd>& fds) const {
@@ -148,7 +165,35 @@ Result<std::unique_ptr<Worker>> Worker::Create(std::shared_ptr<Context> context,
   if (st != UCS_OK) return SystemError(w->where_ + ": ucp_worker_get_address: " + StatusText(st));
   w->address_.assign(reinterpret_cast<const char*>(addr), len);
   lib.ucp_worker_release_address(w->worker_, addr);
+  w->stop_fd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  if (w->stop_fd_ < 0) return SystemError(w->where_ + ": eventfd: " + std::strerror(errno));
+  w->last_use_us_.store(NowMicros(), std::memory_order_relaxed);
+  w->helper_ = std::thread([p = w.get()] { p->helperLoop(); });
   return w;
+}
+
+void Worker::helperLoop() {
+  while (!stop_.load(std::memory_order_acquire)) {
+    const int64_t idle = NowMicros() - last_use_us_.load(std::memory_order_relaxed);
+    if (idle < kIdleUs) {
+      // The engine uses the worker: look again once it has left it alone for kIdleUs.
+      pollfd stop{stop_fd_, POLLIN, 0};
+      poll(&stop, 1, static_cast<int>((kIdleUs - idle) / 1000 + 1));
+      continue;
+    }
+    std::vector<pollfd> fds;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (stop_.load(std::memory_order_acquire)) break;
+      // (Not a use: the engine's next call finds the worker progressed, and arms it again.)
+      for (int i = 0; i < 64 && arm(fds); ++i) fds.clear();
+    }
+    fds.push_back({stop_fd_, POLLIN, 0});
+    // A long timeout only as a safety net: the event fd wakes this thread.
+    poll(fds.data(), fds.size(), 1000);
+    std::lock_guard<std::mutex> lock(mu_);
+    armed_ = false;
+  }
 }
 
 unsigned Worker::progress() {
@@ -203,13 +248,12 @@ void Worker::closeAll() {
   for (auto& r : retired_requests_)
     if (r.wait) waited.push_back(r.request);
   wait_for(waited);
-  // Every send the engine counted as sent was flushed before it was accepted (ucx_endpoint.h);
-  // the markers just waited for are flushed here. Then the endpoints close without asking the
-  // peer (which may have gone already: a flushing close would try to reconnect to it).
+  // What UCX completed may still sit in its transport's buffer (tcp): flushed, it has left (an
+  // endpoint with nothing outstanding flushes at once). Then the endpoints close without asking
+  // the peer, which may have gone already (a flushing close would try to reconnect to it).
   std::vector<void*> flushes;
   for (auto& e : retired_eps_) {
-    // (Only after markers: a flush of an endpoint whose peer has gone tries to reconnect.)
-    if (waited.empty() || e.slot->status.load() != UCS_OK) continue;
+    if (e.slot->status.load() != UCS_OK) continue;
     ucp_request_param_t param{};
     void* f = l.ucp_ep_flush_nbx(e.ep, &param);
     if (UCS_PTR_IS_PTR(f)) flushes.push_back(f);
@@ -253,6 +297,13 @@ void Worker::closeAll() {
 }
 
 Worker::~Worker() {
+  if (helper_.joinable()) {
+    stop_.store(true, std::memory_order_release);
+    uint64_t one = 1;
+    (void)!write(stop_fd_, &one, sizeof(one));
+    helper_.join();
+  }
+  if (stop_fd_ >= 0) close(stop_fd_);
   if (!worker_) return;
   std::lock_guard<std::mutex> lock(mu_);
   closeAll();

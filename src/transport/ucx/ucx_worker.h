@@ -3,7 +3,16 @@
 //
 // The engine drives a communicator's endpoints from one thread at a time (its progress thread,
 // or a caller that took the loop over, or the init thread during link calibration), so the
-// worker is serialized by its own mutex: every call into UCX on it holds mu().
+// worker is serialized by its own mutex: every call into UCX on it holds mu() (Use).
+//
+// UCX moves nothing without progress on both sides: a rendezvous completes at the sender once
+// the receiver's UCX acknowledged it, a first send once the peer's UCX answered the connection,
+// and UCX's tcp sends what the socket did not take from its own buffer. A rank whose engine has
+// finished its part (its operation is done, it sleeps on other fds, it waits in the bootstrap)
+// does not call UCX; a peer may then wait on it forever. So each worker has a helper thread that
+// progresses it while the engine leaves it alone: once nothing used the worker for kIdleUs, the
+// thread arms it and sleeps in poll() on its event fd, and progresses it when UCX has an event
+// (never spinning: while the engine uses the worker, the thread only looks again after kIdleUs).
 //
 // Sleeping: ucp_worker_arm() may only be called once progress has nothing left to do; it then
 // makes the event fd readable when anything arrives or completes. arm() below does both, and
@@ -15,8 +24,9 @@
 // An endpoint per channel, not per peer, because a channel's send is accepted once its UCP
 // endpoint is flushed (ucx_endpoint.h): on a shared one, the flush would wait for the other
 // channels' transfers too, and tie channels together that the schedules keep independent.
-// UCX reports a failed peer from its progress; a peer on this rank's node is also watched with a
-// pidfd, since UCX's shared-memory transports learn of a death only by their keepalive.
+// Across nodes UCX reports a failed peer from its progress. A peer on this rank's node is watched
+// with a pidfd instead (its UCP endpoints use no UCX error handling: UCX's shared-memory transports
+// have none, and asking for it would move the pair to tcp).
 #pragma once
 
 #include <poll.h>
@@ -26,8 +36,10 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
+#include "core/base/clock.h"
 #include "core/base/failure_cause.h"
 #include "core/base/status.h"
 #include "transport/ucx/ucx_context.h"
@@ -57,9 +69,11 @@ class PeerLink {
   // The channel's UCP endpoint, made on first use; an error (naming the peer) when it cannot be
   // made.
   Result<ucp_ep_h> ep(int channel);
-  // Non-OK once UCX reported the peer failed or its process exited (sticky); reports the death
-  // to the cause board the first time.
+  // Non-OK once UCX reported the peer failed or its process exited (sticky). A peer that exited
+  // after its part may still have left messages for this rank: failure() alone is not an error.
   Status failure();
+  // failure(), for an endpoint that fails because of it: the death goes to the cause board (once).
+  Status fail();
   // The descriptors that wake a sleeper when the peer dies (its pidfd), appended to `fds`.
   void addFds(std::vector<pollfd>& fds) const;
   const PeerInfo& info() const { return info_; }
@@ -80,6 +94,8 @@ class PeerLink {
   std::vector<ucp_ep_h> eps_;                      // per channel; null until first used
   std::vector<std::shared_ptr<ErrorSlot>> slots_;  // per channel
   int pidfd_ = -1;
+  static constexpr int64_t kExitCheckUs = 2000;
+  int64_t next_exit_check_us_ = 0;
   Status failed_;
   bool reported_ = false;
 };
@@ -93,6 +109,20 @@ class Worker {
   ~Worker();
   Worker(const Worker&) = delete;
   Worker& operator=(const Worker&) = delete;
+
+  // Holds the worker's mutex and marks it as used by the engine now (the helper thread keeps
+  // off while it is).
+  class Use {
+   public:
+    explicit Use(Worker& w) : w_(w), lock_(w.mu_) {
+      w.last_use_us_.store(NowMicros(), std::memory_order_relaxed);
+    }
+
+   private:
+    Worker& w_;
+    std::lock_guard<std::mutex> lock_;
+  };
+  static constexpr int64_t kIdleUs = 2000;
 
   std::mutex& mu() { return mu_; }
   const Library& lib() const { return context_->lib(); }
@@ -112,6 +142,15 @@ class Worker {
   // Prepares to sleep (mu() held): true when events are pending (the caller must look again
   // instead of sleeping), else the event fd is armed and appended to `fds`.
   bool arm(std::vector<pollfd>& fds);
+  // After the poll() that arm() prepared: whatever woke it, the next arm() progresses first.
+  void disarmed() { armed_ = false; }
+
+  // The communicator's other workers (one per route). A rank that sleeps on some of its
+  // endpoints keeps every worker progressing (Endpoint::arm): a peer's first send on another
+  // route waits for this rank's UCX to answer its connection (wireup), and that peer may have
+  // to finish the send before it sends what this rank waits for.
+  void setSiblings(std::vector<Worker*> siblings) { siblings_ = std::move(siblings); }
+  const std::vector<Worker*>& siblings() const { return siblings_; }
 
   // Takes over a UCP endpoint of a peer link that is going away (mu() held), and requests that
   // nobody waits for any more with the memory they use (kept until the worker is gone): the
@@ -125,6 +164,8 @@ class Worker {
   Worker() = default;
   // Waits (bounded) for retired requests, then closes every retired endpoint.
   void closeAll();
+  // The helper thread (see the top of this file).
+  void helperLoop();
 
   std::shared_ptr<Context> context_;
   Route route_ = Route::kLocal;
@@ -134,6 +175,11 @@ class Worker {
   std::string address_;
   std::mutex mu_;
   bool armed_ = false;
+  std::vector<Worker*> siblings_;
+  std::atomic<int64_t> last_use_us_{0};
+  std::atomic<bool> stop_{false};
+  int stop_fd_ = -1;  // an eventfd that wakes the helper to stop
+  std::thread helper_;
   struct RetiredEp {
     ucp_ep_h ep;
     std::shared_ptr<PeerLink::ErrorSlot> slot;
