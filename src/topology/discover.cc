@@ -15,6 +15,7 @@
 #endif
 
 #include "topology/topology_file.h"
+#include "topology/verbs_ports.h"
 
 namespace braid::topo {
 namespace {
@@ -297,6 +298,10 @@ Result<Discovery> Discover(const DiscoverOptions& options) {
   node.devices = SysfsGpus();
 #endif
   node.nics = DiscoverNics(options, &out.notes);
+  // What verbs adds (RoCE v2 GID indexes, ports sysfs does not show): only for this machine's own
+  // sysfs, not for the fake trees tests point discovery at.
+  if (options.sys_class_infiniband == DiscoverOptions{}.sys_class_infiniband)
+    MergeVerbsPorts(QueryVerbsPorts(&out.notes), &node.nics, &out.notes);
 #ifdef BRAID_HAVE_HWLOC
   for (Nic& nic : node.nics) {
     if (nic.numa >= 0) continue;

@@ -52,6 +52,7 @@ struct Nic {
   NicType type = NicType::kEthernet;
   uint64_t speed_bps = 0;  // link speed in bits/s; 0 = unknown (virtual NICs report none)
   int numa = -1;           // NUMA node (OS index) it hangs off; -1 = unknown
+  int gid_index = -1;      // RoCE: the RoCE v2 GID index (verbs_ports.h); -1 = unknown or n/a
   bool operator==(const Nic&) const = default;
 };
 

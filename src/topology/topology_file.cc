@@ -371,7 +371,7 @@ Status Parser::Statement(const Line& l) {
     return Status::Ok();
   };
   if (k == "nic") {
-    BRAID_RETURN_IF_ERROR(CheckFields(l, {"type", "speed", "numa"}, {"type"}));
+    BRAID_RETURN_IF_ERROR(CheckFields(l, {"type", "speed", "numa", "gid"}, {"type"}));
     BRAID_RETURN_IF_ERROR(duplicate(n.nics, "nic"));
     Nic nic;
     nic.name = l.name;
@@ -403,6 +403,10 @@ Status Parser::Statement(const Line& l) {
       nic.speed_bps = static_cast<uint64_t>(bps);
     }
     BRAID_RETURN_IF_ERROR(Int(l, "numa", 0, kMaxNuma, &nic.numa));
+    // The RoCE v2 GID index (what verbs finds on a real node): RoCE only.
+    if (l.fields.count("gid") && nic.type != NicType::kRoCE)
+      return Error(l.number, "gid= is the RoCE v2 GID index of a roce NIC, not of type=" + type);
+    BRAID_RETURN_IF_ERROR(Int(l, "gid", 0, kMaxGidIndex, &nic.gid_index));
     n.nics.push_back(std::move(nic));
     return Status::Ok();
   }
@@ -553,7 +557,8 @@ std::string DumpTopology(const Topology& t) {
     for (const Nic& nic : n.nics)
       out += "  nic " + nic.name + " type=" + NicTypeName(nic.type) +
              (nic.speed_bps ? " speed=" + FormatSpeed(nic.speed_bps) : "") +
-             (nic.numa >= 0 ? " numa=" + std::to_string(nic.numa) : "") + "\n";
+             (nic.numa >= 0 ? " numa=" + std::to_string(nic.numa) : "") +
+             (nic.gid_index >= 0 ? " gid=" + std::to_string(nic.gid_index) : "") + "\n";
     for (const DeviceGroup& g : n.groups) out += "  group " + g.name + LinkFields(g.link) + "\n";
     for (const Device& d : n.devices)
       out += "  gpu " + d.name + " vendor=" + VendorName(d.vendor) +

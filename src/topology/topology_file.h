@@ -41,6 +41,7 @@ inline constexpr double kMinBandwidth = 1e3, kMaxBandwidth = 1e15;  // bytes/s: 
 inline constexpr double kMinLatency = 1e-10, kMaxLatency = 100;     // s: 0.1 ns .. 100 s
 inline constexpr uint64_t kMinNicSpeed = 1000000, kMaxNicSpeed = 10000000000000;  // 1M..10T b/s
 inline constexpr int kMaxNuma = 4095;
+inline constexpr int kMaxGidIndex = 65535;  // a port's GID table is far smaller
 inline constexpr int kMaxPackages = 64;
 inline constexpr int kMaxThreads = 1 << 20;
 

@@ -46,7 +46,7 @@ Result<NodePlacement> LocalPlacement(const std::string& host_id, const std::stri
   for (const auto& nic : node.nics) {
     p.nic_types |= static_cast<uint8_t>(1u << static_cast<int>(nic.type));
     if (nic.type == topo::NicType::kInfiniBand || nic.type == topo::NicType::kRoCE)
-      p.rdma_nics.push_back({nic.name, static_cast<uint8_t>(nic.type), -1});
+      p.rdma_nics.push_back({nic.name, static_cast<uint8_t>(nic.type), nic.gid_index});
   }
   for (const auto& d : node.devices)
     p.device_groups.push_back(d.group.empty() ? "=" + d.name : d.group);
