@@ -4,10 +4,12 @@
 //   braid-info --topology
 //   braidrun -n N -- braid-info --profile FILE [--fit-bytes S]
 //
-// Prints version and build features, the registered transports, every BRAID_* variable with its
-// default and current value, the tuner's table for N ranks (default 8) and a hardware summary.
+// Prints version and build features, the registered transports (and the devices UCX finds), every
+// BRAID_* variable with its default and current value, the tuner's table for N ranks (default 8)
+// and a hardware summary.
 // --topology prints only the topology: the file BRAID_TOPO_FILE names, else what discovery finds
-// (hwloc + sysfs), with the groups derived from it, and the same in the file format.
+// (hwloc + sysfs), with the groups derived from it, the transport each pair of nodes would use,
+// and the same in the file format; under a launcher every rank adds the transport of each peer.
 // --profile measures the link model under a launcher and writes it for braid-plan --profile:
 // latencies by ping-pong (link calibration), bandwidths fitted to all-gathers of S bytes that
 // every group of a level runs at once (core/runtime/link_fit.h).
@@ -35,6 +37,10 @@
 #include "core/runtime/link_fit.h"
 #include "core/runtime/placement.h"
 #include "transport/transport.h"
+#ifdef BRAID_HAVE_UCX
+#include "transport/ucx/ucx_context.h"
+#include "transport/ucx/ucx_transport.h"
+#endif
 
 namespace {
 
@@ -131,6 +137,13 @@ int PrintPlacement() {
                   me.hostname.c_str(), c->layout().node_of[r], c->layout().local_rank[r],
                   me.device_group.empty() ? "-" : me.device_group.c_str(),
                   braid::FabricName(me.fabric));
+      // What each peer runs on (a ucx endpoint names its route: ib, roce, local or net).
+      for (int q = 0; q < c->nranks(); ++q) {
+        if (q == r) continue;
+        const braid::Endpoint* ep = c->endpoint(q, 0);
+        std::printf("    peer %d: %s%s%s\n", q, c->transportOf(q).c_str(), ep ? ": " : "",
+                    ep ? ep->describe().c_str() : "");
+      }
       std::fflush(stdout);
     }
     if (braidBarrier(comm) != braidSuccess) break;
@@ -307,6 +320,51 @@ int MeasureProfile(const char* path, uint64_t fit_bytes) {
   return braidCommDestroy(comm) == braidSuccess ? rc : 1;
 }
 
+// The transport each pair of the topology's nodes would use by default (BRAID_TRANSPORTS unset):
+// UCX restricted to the devices of their common RDMA fabric (InfiniBand first, then RoCE) where
+// both nodes' UCX finds them, else tcp. Whether UCX finds a node's devices is known here only for
+// this machine's UCX: the line says what it finds for each node's NICs.
+void PrintNodePairs(const braid::topo::Topology& t) {
+  namespace topo = braid::topo;
+  if (t.nodes.size() < 2) return;
+#ifdef BRAID_HAVE_UCX
+  auto found = braid::ucx::FoundDevices();
+#endif
+  std::printf(
+      "transport per node pair (default BRAID_TRANSPORTS; UCX devices as this machine's "
+      "UCX finds them):\n");
+  for (size_t a = 0; a < t.nodes.size(); ++a)
+    for (size_t b = a + 1; b < t.nodes.size(); ++b) {
+      auto type = topo::PairNicType(t, static_cast<int>(a), static_cast<int>(b));
+      std::string what = "tcp";
+      if (type && (*type == topo::NicType::kInfiniBand || *type == topo::NicType::kRoCE)) {
+#ifdef BRAID_HAVE_UCX
+        const auto route = *type == topo::NicType::kInfiniBand ? braid::ucx::Route::kInfiniBand
+                                                               : braid::ucx::Route::kRoCE;
+        std::string ends;
+        bool both = found.ok();
+        for (size_t n : {a, b}) {
+          std::vector<braid::TransportContext::Nic> nics;
+          for (const topo::Nic& nic : t.nodes[n].nics)
+            nics.push_back({nic.name, static_cast<uint8_t>(nic.type), nic.gid_index});
+          auto plan = braid::ucx::PlanFabric(
+              route, nics, found.ok() ? *found : std::vector<braid::ucx::Device>{});
+          std::string devs;
+          for (const auto& d : plan.devices) devs += (devs.empty() ? "" : ",") + d;
+          ends += std::string(ends.empty() ? "" : " | ") + t.nodes[n].name + ": " +
+                  (devs.empty() ? "none found" : devs);
+          both = both && !plan.devices.empty();
+        }
+        what = both ? "ucx (" + ends + ")" : "tcp (ucx if UCX found the devices; " + ends + ")";
+#else
+        what = "tcp (this build has no UCX)";
+#endif
+      }
+      std::printf("  %-10s %-10s %-9s %s\n", t.nodes[a].name.c_str(), t.nodes[b].name.c_str(),
+                  type ? topo::NicTypeName(*type) : "-", what.c_str());
+    }
+}
+
 int PrintTopology() {
   namespace topo = braid::topo;
   auto local = topo::LoadLocalTopology();
@@ -355,6 +413,7 @@ int PrintTopology() {
     for (int n : f.nodes) names += (names.empty() ? "" : " ") + t.nodes[n].name;
     std::printf("  fabric %-8s nodes [%s]\n", topo::NicTypeName(f.type), names.c_str());
   }
+  PrintNodePairs(t);
   std::printf("\nas a file (BRAID_TOPO_FILE):\n%s", topo::DumpTopology(t).c_str());
   return PrintPlacement();
 }
@@ -438,6 +497,9 @@ int main(int argc, char** argv) {
   std::printf("\ntransports (highest priority first):\n");
   for (const braid::TransportFactory* f : braid::TransportFactories())
     std::printf("  %-8s priority %d\n", f->name(), f->priority());
+#ifdef BRAID_HAVE_UCX
+  std::printf("  ucx: %s\n", braid::ucx::DescribeUcx().c_str());
+#endif
 
   std::printf("\nconfiguration (BRAID_* wins over its NCCL_* alias):\n");
   std::printf("  %-22s %-20s %-8s %-8s %-14s %s\n", "variable", "alias", "type", "default",
