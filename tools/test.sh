@@ -2,9 +2,20 @@
 # The README's test command: install dependencies, build, run the whole suite (unit, multirank,
 # fault, NCCL ABI, perf binaries), then an ASan+UBSan build of the unit and multirank tiers and
 # the libFuzzer targets.
-# Usage: tools/test.sh [--no-sanitizers]
+# Usage: tools/test.sh [--no-sanitizers] [--ucx]
+#   --ucx  also the ucx tier (ctest -L ucx: every multirank and fault case with
+#          BRAID_TRANSPORTS=ucx, on one host and across two emulated nodes; docs/transports.md)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+sanitizers=1
+ucx_tier=0
+for arg in "$@"; do
+  case $arg in
+    --no-sanitizers) sanitizers=0 ;;
+    --ucx) ucx_tier=1 ;;
+    *) echo "usage: tools/test.sh [--no-sanitizers] [--ucx]" >&2; exit 2 ;;
+  esac
+done
 # Seconds per phase, so that a slow CI run shows where its time went (the suite should stay well
 # under 30 minutes).
 phase_start=$SECONDS
@@ -19,11 +30,16 @@ jobs=$(nproc)
 cmake --preset release >/dev/null
 cmake --build build -j"$jobs"
 phase "release build"
-# Multi-rank tests fork up to 8 processes each: run test binaries one at a time.
-ctest --test-dir build --output-on-failure --timeout 900 -j1
+# Multi-rank tests fork up to 8 processes each: run test binaries one at a time. The ucx tier
+# (label ucx) only with --ucx.
+ctest --test-dir build --output-on-failure --timeout 900 -j1 -LE '^ucx$'
 phase "release tests"
+if [ "$ucx_tier" = 1 ]; then
+  ctest --test-dir build --output-on-failure --timeout 3600 -j1 -L '^ucx$'
+  phase "ucx tier"
+fi
 
-if [ "${1:-}" != "--no-sanitizers" ]; then
+if [ "$sanitizers" = 1 ]; then
   # The sanitizer pass runs the unit and multi-rank tiers only: no perf binaries to build.
   cmake --preset asan -DBRAID_BUILD_PERF=OFF >/dev/null
   cmake --build build-asan -j"$jobs"

@@ -187,6 +187,15 @@ INSTANTIATE_TEST_SUITE_P(Interleaved, HierarchicalCollectives,
                                                               std::string("torus2d"),
                                                               std::string("hier_tree"))),
                          ParamName);
+#ifdef BRAID_HAVE_UCX
+// UCX forced for every pair, and UCX between nodes with shm inside them (its net route: UCX's tcp).
+INSTANTIATE_TEST_SUITE_P(
+    Ucx, HierarchicalCollectives,
+    ::testing::Combine(::testing::Values(Shape{2, 2, false, {}}, Shape{2, 3, false, {}}),
+                       ::testing::Values(std::string("ucx"), std::string("shm,ucx")),
+                       ::testing::ValuesIn(kAlgorithms)),
+    ParamName);
+#endif
 // Nodes of 2 and 1 ranks: no grid, so the forced algorithm falls back to a flat one.
 INSTANTIATE_TEST_SUITE_P(Uneven, HierarchicalCollectives,
                          ::testing::Combine(::testing::Values(Shape{0, 0, false, {2, 1}}),

@@ -57,9 +57,19 @@ TEST(UcxFabric, AFabricRouteIsRestrictedToItsDevices) {
   mixed[2].gid_index = 1;
   EXPECT_EQ(PlanFabric(Route::kRoCE, mixed, found).config,
             (Config{{"NET_DEVICES", "mlx5_1:1,mlx5_2:1"}}));
-  // The forced routes: shared memory allowed on a node, excluded across nodes.
-  EXPECT_EQ(RouteConfig(Route::kLocal, nullptr), Config{});
-  EXPECT_EQ(RouteConfig(Route::kNetwork, nullptr), (Config{{"TLS", "^sm"}}));
+  // The forced routes: on a node every transport but tcp; across nodes tcp, never on loopback
+  // unless it is all there is, on BRAID_SOCKET_IFNAME's interface when one is selected.
+  EXPECT_EQ(RouteConfig(Route::kLocal, nullptr), (Config{{"TLS", "^tcp"}}));
+  EXPECT_EQ(RouteConfig(Route::kNetwork, nullptr, found),
+            (Config{{"TLS", "tcp"}, {"NET_DEVICES", "eth0"}}));
+  const std::vector<Device> two = {
+      {"tcp", "eth0", true}, {"tcp", "lo", true}, {"tcp", "ib0", true}, {"posix", "memory", false}};
+  EXPECT_EQ(RouteConfig(Route::kNetwork, nullptr, two),
+            (Config{{"TLS", "tcp"}, {"NET_DEVICES", "eth0,ib0"}}));
+  EXPECT_EQ(RouteConfig(Route::kNetwork, nullptr, two, "ib0"),
+            (Config{{"TLS", "tcp"}, {"NET_DEVICES", "ib0"}}));
+  EXPECT_EQ(RouteConfig(Route::kNetwork, nullptr, {{"tcp", "lo", true}}),
+            (Config{{"TLS", "tcp"}, {"NET_DEVICES", "lo"}}));
   EXPECT_EQ(CommonConfig(65536), (Config{{"RNDV_THRESH", "65536"}, {"KEEPALIVE_INTERVAL", "1s"}}));
 }
 
