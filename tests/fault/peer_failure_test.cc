@@ -91,6 +91,10 @@ INSTANTIATE_TEST_SUITE_P(Fault, PeerKilled,
 INSTANTIATE_TEST_SUITE_P(Ucx, PeerKilled,
                          ::testing::Combine(::testing::Values(2, 3, 4), ::testing::Values("ucx")),
                          [](const auto& info) { return RanksTransportName(info); });
+// In the default run (the ucx tier has the rest, collectives_test.cc says how they split).
+INSTANTIATE_TEST_SUITE_P(UcxQuick, PeerKilled,
+                         ::testing::Combine(::testing::Values(3), ::testing::Values("ucx")),
+                         [](const auto& info) { return RanksTransportName(info); });
 #endif
 
 // Survivors recover (spec/reliability.md item 13): after a rank dies, the others shrink the

@@ -48,6 +48,9 @@ INSTANTIATE_TEST_SUITE_P(Fault, RootCause,
 INSTANTIATE_TEST_SUITE_P(Ucx, RootCause,
                          ::testing::Combine(::testing::Values(4, 8), ::testing::Values("ucx")),
                          [](const auto& info) { return RanksTransportName(info); });
+INSTANTIATE_TEST_SUITE_P(UcxQuick, RootCause,
+                         ::testing::Combine(::testing::Values(4), ::testing::Values("ucx")),
+                         [](const auto& info) { return RanksTransportName(info); });
 #endif
 
 // A rank in the middle SIGKILLs itself before all-reduce #3: every survivor (neighbour or not)
