@@ -89,7 +89,8 @@ class Instance final : public TransportInstance {
         SayFallbackOnce(route, ctx_.rank, context.status().message());
         continue;
       }
-      BRAID_ASSIGN_OR_RETURN(workers_[i], Worker::Create(std::move(*context), route, where));
+      BRAID_ASSIGN_OR_RETURN(workers_[i],
+                             Worker::Create(std::move(*context), route, where, ctx_.doorbell_name));
       blob_.addresses[i] = workers_[i]->address();
     }
     for (auto& w : workers_) {

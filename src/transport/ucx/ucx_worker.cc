@@ -10,6 +10,7 @@
 
 #include "core/base/clock.h"
 #include "core/base/log.h"
+#include "core/net/doorbell.h"
 
 namespace braid::ucx {
 namespace {
@@ -139,11 +140,12 @@ void PeerLink::addFds(std::vector<pollfd>& fds) const {
 // -------------------------------------------------------------------------------------- Worker
 
 Result<std::unique_ptr<Worker>> Worker::Create(std::shared_ptr<Context> context, Route route,
-                                               std::string where) {
+                                               std::string where, std::string doorbell) {
   std::unique_ptr<Worker> w(new Worker());
   w->context_ = std::move(context);
   w->route_ = route;
   w->where_ = std::move(where);
+  w->doorbell_ = std::move(doorbell);
   const Library& lib = w->lib();
   ucp_worker_params_t params{};
   params.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE | UCP_WORKER_PARAM_FIELD_EVENTS;
@@ -182,12 +184,19 @@ void Worker::helperLoop() {
       continue;
     }
     std::vector<pollfd> fds;
+    bool moved = false;
     {
       std::lock_guard<std::mutex> lock(mu_);
       if (stop_.load(std::memory_order_acquire)) break;
       // (Not a use: the engine's next call finds the worker progressed, and arms it again.)
-      for (int i = 0; i < 64 && arm(fds); ++i) fds.clear();
+      for (int i = 0; i < 64 && arm(fds); ++i) {
+        fds.clear();
+        moved = true;
+      }
     }
+    // Something arrived or completed while the engine slept, maybe on this very event fd, which
+    // this progress has just emptied: its doorbell wakes it to look.
+    if (moved && !doorbell_.empty()) Doorbell::Ring(doorbell_);
     fds.push_back({stop_fd_, POLLIN, 0});
     // A long timeout only as a safety net: the event fd wakes this thread.
     poll(fds.data(), fds.size(), 1000);

@@ -13,6 +13,8 @@
 // progresses it while the engine leaves it alone: once nothing used the worker for kIdleUs, the
 // thread arms it and sleeps in poll() on its event fd, and progresses it when UCX has an event
 // (never spinning: while the engine uses the worker, the thread only looks again after kIdleUs).
+// What it moves while the engine sleeps, it tells the engine by ringing the rank's doorbell (its
+// progress may have emptied the very event fd the engine sleeps on).
 //
 // Sleeping: ucp_worker_arm() may only be called once progress has nothing left to do; it then
 // makes the event fd readable when anything arrives or completes. arm() below does both, and
@@ -102,9 +104,11 @@ class PeerLink {
 
 class Worker {
  public:
-  // `where` names the communicator's rank for messages ("ucx: rank 2").
+  // `where` names the communicator's rank for messages ("ucx: rank 2"); `doorbell` is this
+  // rank's (TransportContext::doorbell_name), rung by the helper thread when it moved something
+  // while the engine slept ("" for none).
   static Result<std::unique_ptr<Worker>> Create(std::shared_ptr<Context> context, Route route,
-                                                std::string where);
+                                                std::string where, std::string doorbell = "");
   // Closes every UCP endpoint (letting what was sent leave, within a bound) and the worker.
   ~Worker();
   Worker(const Worker&) = delete;
@@ -170,6 +174,7 @@ class Worker {
   std::shared_ptr<Context> context_;
   Route route_ = Route::kLocal;
   std::string where_;
+  std::string doorbell_;
   ucp_worker_h worker_ = nullptr;
   int efd_ = -1;
   std::string address_;
