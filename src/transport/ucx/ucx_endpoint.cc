@@ -158,6 +158,8 @@ Status Endpoint::reapSends() {
   if (credit_send_ && lib.ucp_request_check_status(credit_send_) != UCS_INPROGRESS) {
     lib.ucp_request_free(credit_send_);
     credit_send_ = nullptr;
+    // Credit earned while that one was on its way goes now: the peer may wait for it.
+    BRAID_RETURN_IF_ERROR(sendCredit());
   }
   return pollCredit();
 }
@@ -269,12 +271,16 @@ Result<size_t> Endpoint::sendLocked(std::span<const iovec> parts) {
     total = parts[first].iov_len;
     kind = TagKind::kInPlace;
   } else if (eager_sent_ - eager_credited_ + total > kWindowBytes) {
+    credit_need_ = total;
     if (worker_->progress() > 0) BRAID_RETURN_IF_ERROR(reapSends());
     if (eager_sent_ - eager_credited_ + total > kWindowBytes) return size_t{0};
   }
   BRAID_ASSIGN_OR_RETURN(void* req, postTagged(kind, gather, k));
   ++tx_seq_;
-  if (kind == TagKind::kEager) eager_sent_ += total;
+  if (kind == TagKind::kEager) {
+    eager_sent_ += total;
+    credit_need_ = 0;
+  }
   out_ = Outgoing{gather[0].iov_base, gather[0].iov_len, total, req, false};
   BRAID_ASSIGN_OR_RETURN(bool done, advanceSend());
   if (!done) return size_t{0};
@@ -302,6 +308,10 @@ void Endpoint::shutdown() {
       if (worker_->progress() == 0) std::this_thread::yield();
     if (r.ok() && *r) worker_->retire(*r, nullptr, true);
   }
+  // A receive into the engine's memory under way: cancelled where UCX still can (the operation
+  // that owns the memory has failed, and its caller may reuse it).
+  if (incoming_ && incoming_->direct && incoming_->req)
+    worker_->lib().ucp_request_cancel(worker_->get(), incoming_->req);
   Status local = AbortedError(describe() + " was shut down after a failure on this rank");
   if (tx_error_.ok()) tx_error_ = local;
   if (rx_error_.ok()) rx_error_ = local;
@@ -553,7 +563,8 @@ bool Endpoint::readyLocked(bool want_send, bool want_recv) {
     if (out_) {
       auto done = advanceSend();
       if (!done.ok() || *done) return true;
-    } else if (eager_sent_ - eager_credited_ < kWindowBytes) {
+    } else if (eager_sent_ - eager_credited_ + credit_need_ <= kWindowBytes) {
+      // (Ready once the message the window refused fits: not before, or the engine would spin.)
       return true;
     }
   }

@@ -165,6 +165,7 @@ class Endpoint final : public braid::Endpoint {
   ucp_dt_iov_t iov_[kMaxParts];
   uint64_t eager_sent_ = 0;      // eager bytes sent on the stream
   uint64_t eager_credited_ = 0;  // of which the peer has taken (its last credit)
+  size_t credit_need_ = 0;       // the eager message the window last refused
   void* credit_recv_ = nullptr;  // the pending receive of the peer's next credit
   std::shared_ptr<uint64_t> credit_in_;
   bool shut_down_ = false;
