@@ -168,7 +168,8 @@ braidComm_t InitOnNode(const Shape& s, int rank, int n, const braidUniqueId& id)
   return comm;
 }
 
-using Param = std::tuple<int, int>;  // g, m (m = 0: uneven)
+// g, m (m = 0: uneven), transports ("": the default, shm in a node and tcp across)
+using Param = std::tuple<int, int, std::string>;
 class Quantized : public ::testing::TestWithParam<Param> {
  protected:
   Shape shape() const { return {std::get<0>(GetParam()), std::get<1>(GetParam())}; }
@@ -178,6 +179,8 @@ class Quantized : public ::testing::TestWithParam<Param> {
     o.timeout_s = 180;
     o.init = false;
     o.env = {{"BRAID_TIMEOUT", "60"}};
+    if (!std::get<2>(GetParam()).empty())
+      o.env.push_back({"BRAID_TRANSPORTS", std::get<2>(GetParam())});
     return o;
   }
 };
@@ -395,17 +398,34 @@ TEST_P(Quantized, BadArgumentsAreRefused) {
 
 std::string ShapeName(const ::testing::TestParamInfo<Param>& info) {
   const int g = std::get<0>(info.param), m = std::get<1>(info.param);
-  return m == 0 ? std::string("uneven_2plus1") : std::to_string(g) + "x" + std::to_string(m);
+  std::string name =
+      m == 0 ? std::string("uneven_2plus1") : std::to_string(g) + "x" + std::to_string(m);
+  if (!std::get<2>(info.param).empty()) name += "_" + std::get<2>(info.param);
+  return name;
 }
 
 // 1, 2 and 4 nodes x 1 to 4 ranks (issue 12): g, M > 1 take two hops (intra-node shm,
 // inter-node tcp); one node or one rank per node one hop; 2+1: uneven nodes, one hop.
 INSTANTIATE_TEST_SUITE_P(Shapes, Quantized,
-                         ::testing::Values(Param{1, 1}, Param{1, 2}, Param{1, 3}, Param{1, 4},
-                                           Param{2, 1}, Param{2, 2}, Param{2, 3}, Param{2, 4},
-                                           Param{4, 1}, Param{4, 2}, Param{4, 3}, Param{4, 4},
-                                           Param{2, 0}),
+                         ::testing::Values(Param{1, 1, ""}, Param{1, 2, ""}, Param{1, 3, ""},
+                                           Param{1, 4, ""}, Param{2, 1, ""}, Param{2, 2, ""},
+                                           Param{2, 3, ""}, Param{2, 4, ""}, Param{4, 1, ""},
+                                           Param{4, 2, ""}, Param{4, 3, ""}, Param{4, 4, ""},
+                                           Param{2, 0, ""}),
                          ShapeName);
+#ifdef BRAID_HAVE_UCX
+// Every pair over UCX (its shared memory in a node, its tcp across), and UCX across nodes only.
+INSTANTIATE_TEST_SUITE_P(Ucx, Quantized,
+                         ::testing::Values(Param{2, 2, "ucx"}, Param{2, 4, "ucx"},
+                                           Param{4, 2, "ucx"}, Param{2, 0, "ucx"},
+                                           Param{2, 2, "shm,ucx"}, Param{2, 4, "shm,ucx"}),
+                         [](const auto& info) {
+                           std::string n = ShapeName(info);
+                           for (char& c : n)
+                             if (c == ',') c = '_';
+                           return n;
+                         });
+#endif
 
 }  // namespace
 }  // namespace braid_test

@@ -78,6 +78,8 @@ Endpoint::~Endpoint() {
   }
   // A send the engine never saw accepted (its operation failed): cancelled, not waited for.
   if (out_ && out_->req) worker_->retire(out_->req, nullptr, false);
+  // Eager sends the engine counted as sent: they leave first (Worker::closeAll).
+  for (auto& e : eager_sends_) worker_->retire(e.req, e.copy, true);
   if (credit_recv_) worker_->retire(credit_recv_, credit_in_, false);
   if (credit_send_) worker_->retire(credit_send_, credit_out_, true);
   for (auto& m : messages_)
@@ -114,25 +116,32 @@ Status Endpoint::sendError(ucs_status_t st, const char* what) {
 
 // ------------------------------------------------------------------------------------ sending
 
-Result<void*> Endpoint::postTagged(TagKind kind, const iovec* parts, size_t n) {
+Result<void*> Endpoint::postTagged(TagKind kind, const iovec* parts, size_t n, bool force_immediate,
+                                   bool* refused) {
+  if (refused) *refused = false;
   ucp_ep_h ep = nullptr;
   BRAID_RETURN_IF_ERROR(ensureEp(&ep));
   ucp_request_param_t param{};
   const void* buffer = parts[0].iov_base;
   size_t count = parts[0].iov_len;
   if (n > 1) {
-    // UCX reads the descriptors when it sends, which may be after this call returns: they live
-    // in the endpoint, which has one send in flight at a time.
     for (size_t i = 0; i < n && i < kMaxParts; ++i) iov_[i] = {parts[i].iov_base, parts[i].iov_len};
     param.op_attr_mask |= UCP_OP_ATTR_FIELD_DATATYPE;
     param.datatype = ucp_dt_make_iov();
     buffer = iov_;
     count = std::min(n, kMaxParts);
   }
+  if (force_immediate) param.op_attr_mask |= UCP_OP_ATTR_FLAG_FORCE_IMM_CMPL;
   worker_->touched();
   void* r = worker_->lib().ucp_tag_send_nbx(ep, buffer, count,
                                             MakeTag(kind, my_rank_, channel_, tx_seq_), &param);
-  if (UCS_PTR_IS_ERR(r)) return sendError(UCS_PTR_STATUS(r), "send");
+  if (UCS_PTR_IS_ERR(r)) {
+    if (UCS_PTR_STATUS(r) == UCS_ERR_NO_RESOURCE && force_immediate && refused) {
+      *refused = true;  // (nothing was sent)
+      return static_cast<void*>(nullptr);
+    }
+    return sendError(UCS_PTR_STATUS(r), "send");
+  }
   return r;
 }
 
@@ -155,6 +164,13 @@ Result<bool> Endpoint::advanceSend() {
 
 Status Endpoint::reapSends() {
   const Library& lib = worker_->lib();
+  while (!eager_sends_.empty()) {
+    const ucs_status_t st = lib.ucp_request_check_status(eager_sends_.front().req);
+    if (st == UCS_INPROGRESS) break;
+    lib.ucp_request_free(eager_sends_.front().req);
+    eager_sends_.pop_front();
+    if (st != UCS_OK) return sendError(st, "send");
+  }
   if (credit_send_ && lib.ucp_request_check_status(credit_send_) != UCS_INPROGRESS) {
     lib.ucp_request_free(credit_send_);
     credit_send_ = nullptr;
@@ -265,22 +281,40 @@ Result<size_t> Endpoint::sendLocked(std::span<const iovec> parts) {
     gather[k++] = parts[i];
     total += len;
   }
-  TagKind kind = TagKind::kEager;
-  if (k == 0) {
-    gather[k++] = parts[first];
-    total = parts[first].iov_len;
-    kind = TagKind::kInPlace;
-  } else if (eager_sent_ - eager_credited_ + total > kWindowBytes) {
-    credit_need_ = total;
-    if (worker_->progress() > 0) BRAID_RETURN_IF_ERROR(reapSends());
-    if (eager_sent_ - eager_credited_ + total > kWindowBytes) return size_t{0};
-  }
-  BRAID_ASSIGN_OR_RETURN(void* req, postTagged(kind, gather, k));
-  ++tx_seq_;
-  if (kind == TagKind::kEager) {
+  if (k > 0) {
+    // Eager: accepted at once, as a socket takes bytes. UCX sends it from the engine's memory
+    // when it can complete at once; otherwise from braid's copy, which the send keeps until UCX
+    // is done (and the peer gets it however this rank's operation ends: it is in the stream).
+    if (eager_sent_ - eager_credited_ + total > kWindowBytes) {
+      credit_need_ = total;
+      if (worker_->progress() > 0) BRAID_RETURN_IF_ERROR(reapSends());
+      if (eager_sent_ - eager_credited_ + total > kWindowBytes) return size_t{0};
+    }
+    bool refused = false;
+    BRAID_ASSIGN_OR_RETURN(void* req, postTagged(TagKind::kEager, gather, k, true, &refused));
+    if (refused) {
+      auto copy = std::make_shared<std::vector<std::byte>>(total);
+      size_t at = 0;
+      for (size_t i = 0; i < k; ++i) {
+        std::memcpy(copy->data() + at, gather[i].iov_base, gather[i].iov_len);
+        at += gather[i].iov_len;
+      }
+      const iovec whole{copy->data(), total};
+      BRAID_ASSIGN_OR_RETURN(req, postTagged(TagKind::kEager, &whole, 1, false, nullptr));
+      if (req) eager_sends_.push_back({req, std::move(copy)});
+    }
+    ++tx_seq_;
     eager_sent_ += total;
     credit_need_ = 0;
+    countSent(total);
+    return total;
   }
+  // A large part alone, as a rendezvous from the engine's memory: accepted once UCX completed it
+  // (the receiver has it), when the engine offers the same bytes again.
+  gather[k++] = parts[first];
+  total = parts[first].iov_len;
+  BRAID_ASSIGN_OR_RETURN(void* req, postTagged(TagKind::kInPlace, gather, 1, false, nullptr));
+  ++tx_seq_;
   out_ = Outgoing{gather[0].iov_base, gather[0].iov_len, total, req, false};
   BRAID_ASSIGN_OR_RETURN(bool done, advanceSend());
   if (!done) return size_t{0};
@@ -297,7 +331,7 @@ void Endpoint::shutdown() {
   // "shut the stream down". Without a live link to the peer there is nothing to mark.
   if (peer_->failure().ok() && tx_error_.ok()) {
     const iovec none{nullptr, 0};
-    auto r = postTagged(TagKind::kShutdown, &none, 1);
+    auto r = postTagged(TagKind::kShutdown, &none, 1, false, nullptr);
     ++tx_seq_;
     // Briefly, as TCP waits for room for its marker: out now if the link takes it (this is the
     // error path); otherwise it leaves with the worker's next progress, at the latest when the

@@ -3,14 +3,17 @@
 //
 // The stream. The engine hands sendv() what is left of a frame (header, payload, padding) and
 // retries a call that took nothing with the same bytes (its StreamGate keeps one operation at the
-// head of a stream, and an operation's progress only moves with accepted bytes). So a send is
-// posted straight from the caller's memory (no copy in braid) and accepted once UCX completed it,
-// when the same bytes are offered again. (What UCX's tcp then still holds in its own buffer
-// leaves with later progress: the engine's, or the worker's helper thread's, ucx_worker.h.)
-//   - parts below kInPlaceBytes are gathered into one *eager* message (UCX copies it out);
-//   - a part of kInPlaceBytes or more goes alone, as a *rendezvous* (UCX_RNDV_THRESH is
-//     kInPlaceBytes, ucx_fabric.h): on a verbs device a zero-copy RDMA read by the receiver;
-//     here, cma (process_vm_readv) between ranks of a node and tcp across nodes.
+// head of a stream, and an operation's progress only moves with accepted bytes). So:
+//   - parts below kInPlaceBytes are gathered into one *eager* message and accepted at once, as a
+//     socket takes bytes: UCX sends it from the caller's memory when it can complete at once, else
+//     from braid's copy. (Accepted is in the stream: an operation that then fails cannot take it
+//     back, and its memory may go.)
+//   - a part of kInPlaceBytes or more goes alone, as a *rendezvous* from the caller's memory
+//     (UCX_RNDV_THRESH is kInPlaceBytes, ucx_fabric.h), accepted once UCX completed it (the
+//     receiver has it), when the same bytes are offered again: on a verbs device a zero-copy RDMA
+//     read by the receiver; here cma (process_vm_readv) between ranks of a node, tcp across.
+// What UCX completed but its tcp still holds in its own buffer leaves with later progress: the
+// engine's, or the worker's helper thread's (ucx_worker.h).
 // The receiver probes for the next message of the stream (tags carry the channel and a sequence
 // number, so messages of different channels and peers never mix) and, when the caller's recv()
 // asks for at least the whole message, receives it straight into the caller's memory (again
@@ -112,8 +115,10 @@ class Endpoint final : public braid::Endpoint {
   // --- sending (mu held)
   Result<size_t> sendLocked(std::span<const iovec> parts);
   // Posts one tagged send of `parts` (contiguous when one part), never waiting: null when UCX
-  // completed it at once, else its request.
-  Result<void*> postTagged(TagKind kind, const iovec* parts, size_t n);
+  // completed it at once, else its request. `force_immediate`: UCX completes it at once or refuses
+  // it (*refused, nothing sent).
+  Result<void*> postTagged(TagKind kind, const iovec* parts, size_t n, bool force_immediate,
+                           bool* refused);
   // Moves the send in flight on; true once UCX completed it (the bytes may be accepted).
   Result<bool> advanceSend();
   // Frees a completed credit send; reads credit messages.
@@ -150,8 +155,14 @@ class Endpoint final : public braid::Endpoint {
   // Sending.
   uint32_t tx_seq_ = 0;
   Status tx_error_;
-  // The send in flight: the bytes it was posted from (the engine offers them again until they are
-  // taken) and its request.
+  // Eager sends UCX has not finished, with braid's copy of their bytes.
+  struct EagerSend {
+    void* req;
+    std::shared_ptr<std::vector<std::byte>> copy;
+  };
+  std::deque<EagerSend> eager_sends_;
+  // The rendezvous in flight: the bytes it was posted from (the engine offers them again until
+  // they are taken) and its request.
   struct Outgoing {
     const void* first = nullptr;  // the first part's memory and length, and the total
     size_t first_len = 0;
@@ -160,7 +171,7 @@ class Endpoint final : public braid::Endpoint {
     bool sent = false;  // UCX completed the send
   };
   std::optional<Outgoing> out_;
-  // The gathered parts of the send in flight, as UCX reads them (possibly after the post).
+  // The gathered parts of an eager send UCX completes at once (it reads them during the post).
   static constexpr size_t kMaxParts = 8;
   ucp_dt_iov_t iov_[kMaxParts];
   uint64_t eager_sent_ = 0;      // eager bytes sent on the stream
