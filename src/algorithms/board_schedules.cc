@@ -415,7 +415,14 @@ RankSchedule BoardAgreementSchedule(int nranks, int rank) {
   a.kind = CollKind::kBarrier;
   a.nranks = nranks;
   a.dtype = DataType::kUint8;
-  return OneShot(a, rank, WindowPlace::kEntry);
+  RankSchedule s = OneShot(a, rank, WindowPlace::kEntry);
+  // Lowered as BuildSchedule would: the table's first slots (no buffer is touched), one post.
+  s.buffers.resize(kFirstUserBuf);
+  s.buffers[kSendBuf] = {BufferRole::kUserSend, a.dtype, 0};
+  s.buffers[kRecvBuf] = {BufferRole::kUserRecv, a.dtype, 0};
+  s.buffers[kScratchBuf] = {BufferRole::kScratch, a.dtype, 0};
+  s.posts = 1;
+  return s;
 }
 
 }  // namespace braid

@@ -63,7 +63,7 @@ std::optional<BoardPlan> PlanBoardCall(const CollArgs& a);
 const Algorithm& BoardAlgorithm();
 // The agreement-only schedule a call on the engine takes on a communicator with a board: one
 // post (this rank's signature, no payload), every peer's post awaited and compared. `nranks`
-// ranks; the rank's schedule.
+// ranks; the rank's schedule, lowered (buffer table, posts).
 RankSchedule BoardAgreementSchedule(int nranks, int rank);
 
 }  // namespace braid

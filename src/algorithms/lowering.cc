@@ -115,6 +115,57 @@ Status CheckRemoteSlices(const RankSchedule& s, const StepOp& op, int rank, int 
   return Status::Ok();
 }
 
+// What the engine's one-sided executor (core/runtime/one_sided_run.h) relies on, beyond what the
+// verifier proves: one channel; the call agreement before any user buffer is written (every
+// peer's first post awaited, so that a mismatched call leaves the user's memory as it was); an
+// exposure only before the first post (its record travels in that post's entry, which must then
+// hold no window).
+Status CheckOneSidedShape(RankSchedule& s, int rank, int nranks, const std::string& what) {
+  bool one_sided = false;
+  for (const BufferDesc& b : s.buffers) one_sided = one_sided || b.role == BufferRole::kWindow;
+  for (const Channel& ch : s.channels)
+    for (const Step& st : ch.steps)
+      for (const StepOp& op : st.ops) one_sided = one_sided || IsOneSidedKind(op.kind);
+  if (!one_sided) return Status::Ok();
+  const auto bad = [&](const std::string& m) {
+    return InternalError(what + "rank " + std::to_string(rank) + "'s one-sided schedule: " + m);
+  };
+  if (s.channels.size() != 1) return bad("one-sided steps run on one channel");
+  if (s.posts == 0) return bad("it never posts");
+  std::vector<uint8_t> seen(static_cast<size_t>(nranks), 0);
+  int waited = 0;
+  bool posted = false;
+  for (const Step& st : s.channels[0].steps) {
+    for (const StepOp& op : st.ops) {
+      if (IsTransferKind(op.kind)) return bad("it mixes streams with one-sided steps");
+      const bool user_write = WritesDstKind(op.kind) && !op.dst.remote() &&
+                              (s.buffers[op.dst.buffer].role == BufferRole::kUserRecv ||
+                               s.buffers[op.dst.buffer].role == BufferRole::kUserSend);
+      if (user_write && waited < nranks - 1)
+        return bad("it writes a user buffer before it has seen every peer's first post (the "
+                   "call agreement)");
+      if (op.kind == StepOpKind::kExpose) {
+        if (posted) return bad("it exposes a buffer after its first post");
+        s.exposure = true;
+      }
+      for (const Slice* sl : {&op.src, &op.src2})
+        if (sl->remote() && s.buffers[sl->buffer].role != BufferRole::kWindow) s.exposure = true;
+      if (op.kind == StepOpKind::kSignal && op.counter == Counter::kPosted) posted = true;
+    }
+    for (const StepOp& op : st.ops)
+      if (op.kind == StepOpKind::kWait && op.counter == Counter::kPosted && op.value == 0 &&
+          !seen[static_cast<size_t>(op.peer)]) {
+        seen[static_cast<size_t>(op.peer)] = 1;
+        ++waited;
+      }
+  }
+  if (s.exposure)
+    for (const BufferDesc& b : s.buffers)
+      if (b.role == BufferRole::kWindow && b.place == WindowPlace::kEntry && b.post == 0)
+        return bad("it exposes a buffer and posts data in its first post's entry");
+  return Status::Ok();
+}
+
 }  // namespace
 
 uint64_t SendCount(const CollArgs& a) {
@@ -203,6 +254,7 @@ Result<RankSchedule> BuildSchedule(const Algorithm& algo, const CollArgs& args, 
   BRAID_RETURN_IF_ERROR(
       CheckScheduleStructure(s, rank, args.nranks, std::string(algo.name()) + " "));
   BRAID_RETURN_IF_ERROR(CheckWindows(s, args, std::string(algo.name()) + " "));
+  BRAID_RETURN_IF_ERROR(CheckOneSidedShape(s, rank, args.nranks, std::string(algo.name()) + " "));
   return s;
 }
 

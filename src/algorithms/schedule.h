@@ -232,6 +232,9 @@ struct RankSchedule {
   // Posts on the board the schedule takes (1 + its largest kSignal of kPosted; 0: none), the
   // same on every rank: the engine advances the board's numbering by it (set by BuildSchedule).
   uint32_t posts = 0;
+  // It exposes a buffer (kExpose) or reads one a peer exposed: the call's first post carries
+  // the exposure record (set by BuildSchedule).
+  bool exposure = false;
 };
 
 // How ranks sit on nodes, for hierarchical algorithms (unused by the flat ones).

@@ -1,10 +1,13 @@
-// A board in memory that every rank of a host maps: the small-message path (issue 11).
+// A board in memory that every rank of a host maps: the windows of one-sided schedules (IR v3,
+// algorithms/board_schedules.h) and their counters.
 //
 // Streams cost a message per peer and step, and a wake-up of the peer's progress loop for each.
 // For a few KiB that is all the time there is. On a board each rank posts its contribution to a
 // call (a signature and a payload) into its own memory, and every rank loads its peers' posts
 // directly: one store, one flag, and N-1 loads per call, no syscall while the peers keep up
-// (core/runtime/one_shot.h runs the collectives on it).
+// (core/runtime/one_sided_run.h executes the schedules on it). A post's number is the
+// schedule's kPosted counter, consume() its kConsumed; a window of post s at a place is the
+// payload of post s there (outbox for this rank's, inbox / peerWindow for a peer's).
 //
 // Posts are numbered 1, 2, 3 ... alike on every rank (every rank makes the same calls in the same
 // order; a two-shot all-reduce makes two posts per round, the second from what it read of the
@@ -87,6 +90,8 @@ class LocalBoard {
   // consumes seq).
   virtual BoardSignature signature(int rank, uint32_t seq) const = 0;
   virtual const std::byte* inbox(int rank, uint32_t seq, BoardPlace place) const = 0;
+  // The same window, writable: a put writes a peer's window in place.
+  virtual std::byte* peerWindow(int rank, uint32_t seq, BoardPlace place) = 0;
 
   // Starts loading `rank`'s post `seq` (its entry, and the first line of its payload) into this
   // core's cache. A rank about to read several posts asks for all of them first, so that their
@@ -102,6 +107,13 @@ class LocalBoard {
   // consumed(rank, seq). Rarely needed (a peer that keeps up has consumed what a post
   // overwrites), so it may poll.
   virtual bool sleepUntilConsumed(int rank, uint32_t seq, int64_t timeout_us) = 0;
+
+  // A progress loop that sleeps in poll() (the engine's) rather than on a futex: armBell asks
+  // `rank` to ring this rank's doorbell at its next publish(); the caller then checks once more
+  // whether what it waits for happened, and polls its doorbell. disarmBell after the sleep.
+  // False when the board cannot ring for this rank (the caller then polls with a short timeout).
+  virtual bool armBell(int rank) = 0;
+  virtual void disarmBell(int rank) = 0;
 
   // Whether `rank`'s process has exited (cheap: asks the kernel at most every few ms), and the
   // error that names it (also reported as a failure cause).

@@ -39,11 +39,11 @@
 #include "core/base/failure_cause.h"
 #include "core/base/memory_type.h"
 #include "core/base/status.h"
-#include "transport/local_board.h"
 #include "transport/memory_registration.h"
 
 namespace braid {
 
+class LocalBoard;  // local_board.h: one-sided windows on one host
 class StreamMessages;
 class TransportInstance;
 

@@ -690,6 +690,17 @@ bool braidComm::waitFor(Operation& op, Deadline deadline) {
   return op.wait(deadline, config().spin_us);
 }
 
+bool braidComm::peerSentUnreadStreamBytes(int peer) const {
+  if (root_) return false;
+  for (const auto& ep : endpoints_[static_cast<size_t>(peer)])
+    if (ep && ep->hasUnreadBytes()) return true;
+  return false;
+}
+
+bool braidComm::runBoardCalls(std::span<const OpDesc* const> calls, Status* results) {
+  return !root_ && engine_ && board_ && engine_->runBoardCalls(calls, results);
+}
+
 void braidComm::opDone() {
   {
     std::lock_guard<std::mutex> lock(own_mu_);
@@ -703,33 +714,9 @@ bool braidComm::waitOwnOps(Deadline deadline) {
   return own_cv_.wait_until(lock, deadline.at(), [&] { return own_inflight_ == 0; });
 }
 
-bool braidComm::peerAheadOnStreams(int peer) const {
-  if (root_ || !engine_ || !engine_->idle()) return false;
-  for (const auto& ep : endpoints_[static_cast<size_t>(peer)])
-    if (ep && ep->hasUnreadBytes()) return engine_->idle();  // still idle: the bytes are not ours
-  return false;
-}
-
 std::string braidComm::debugState(Deadline deadline) const {
   if (!engine()) return where() + ": not initialised\n";
-  std::string s = engine()->debugState(deadline);
-  if (!board()) return s;
-  // The small-message board's calls run on the callers' threads, not the engine (one_shot.h).
-  const BoardProgress& b = board_progress_;
-  const uint32_t started = b.calls_started.load(), completed = b.calls_completed.load();
-  s += "  small-message board: " + std::to_string(completed) + " calls completed";
-  if (started > completed) {
-    // The first call posted and not complete (a group posts up to 16 ahead of reading them).
-    const int peer = b.waiting_on.load();
-    s += "; #" + std::to_string(completed) + " " +
-         CollKindName(static_cast<CollKind>(b.kind.load())) +
-         "(count=" + std::to_string(b.count.load()) + ") in progress" +
-         (started - completed > 1 ? " (" + std::to_string(started - completed - 1) +
-                                        " later calls of its group posted ahead)"
-                                  : "") +
-         (peer >= 0 ? ", waiting on rank " + std::to_string(peer) : "");
-  }
-  return s + "\n";
+  return engine()->debugState(deadline);
 }
 
 Status braidComm::drain() {

@@ -12,6 +12,7 @@
 #include "core/net/failure_notice.h"
 #include "core/runtime/hang_report.h"
 #include "core/base/log.h"
+#include "transport/local_board.h"
 
 namespace braid {
 
@@ -27,6 +28,9 @@ constexpr int64_t kStallGraceMs = 600;
 // waits on its peers anyway, and yielding there cost 4 ranks on TCP a third of their small
 // all-reduce speed.
 constexpr int64_t kBusyYieldUs = 200;
+// How long a board stage waiting for a peer to consume sleeps between looks (the peer does not
+// ring for that: see sleepUntilProgress).
+constexpr int64_t kBoardPollUs = 50;
 constexpr int64_t kBusyYieldBytes = 1 << 20;
 
 Status OutOfMemory(const std::string& context) {
@@ -152,6 +156,14 @@ bool Engine::tryRunInline(Operation& op) {
     driveUntilIdle(false);
   });
   return true;
+}
+
+bool Engine::runBoardCalls(std::span<const OpDesc* const> calls, Status* results) {
+  if (!comm_->board() || calls.empty()) return false;
+  if (!beginInline()) return false;
+  bool ran = false;
+  driveOnCaller([&] { ran = driveBoardCalls(calls, results); });
+  return ran;
 }
 
 bool Engine::tryRunInline(const std::vector<std::shared_ptr<Operation>>& ops) {
@@ -383,6 +395,20 @@ bool Engine::dropAbortedView(size_t i) {
   return false;
 }
 
+bool Engine::failBoardStragglers() {
+  // Only while nothing of this rank's runs on the streams: every operation waits on the board.
+  for (const auto& a : active_)
+    if (!a->boardBlocked()) return false;
+  for (size_t i = 0; i < active_.size(); ++i) {
+    const OneSidedRun* run = active_[i]->boardBlocked();
+    const int peer = run->blocked().peer;
+    if (peer < 0 || !comm_->peerSentUnreadStreamBytes(peer) || run->blockedReady()) continue;
+    failAll(i, OtherCallOnTheStreams(peer).prepend(active_[i]->context()));
+    return true;
+  }
+  return false;
+}
+
 void Engine::failStalled(int64_t now_us) {
   const int64_t timeout_us = comm_->config().timeout_ms * 1000;
   // An operation waiting behind an older one that still moves is not stalled.
@@ -518,6 +544,7 @@ void Engine::driveUntilIdle(bool admit_queued, const Operation* target, Deadline
       sched_yield();  // let co-located ranks run (more ranks than cores is the normal case)
       continue;
     }
+    if (failBoardStragglers()) continue;
     // Bounded, so that stall deadlines (and a driving caller's own deadline) are checked.
     sleepUntilProgress(target ? std::clamp<int64_t>(deadline.remainingMs(), 1, 100) : 100,
                        admit_queued);
@@ -550,9 +577,21 @@ std::string Engine::reportHeader() {
 
 void Engine::answerReport() {
   std::string s = reportHeader();
-  s += active_.empty() ? "  nothing in flight\n"
-                       : "  in flight (" + std::to_string(active_.size()) + "):\n";
+  size_t board_calls = 0;
+  for (const BoardCall& c : board_calls_) board_calls += c.live;
+  const size_t inflight = active_.size() + board_calls;
+  s += inflight == 0 ? "  nothing in flight\n"
+                     : "  in flight (" + std::to_string(inflight) + "):\n";
   for (const auto& a : active_) s += a->progressReport(gate_);
+  // Blocking calls a caller runs on the board (runBoardCalls).
+  for (const BoardCall& c : board_calls_) {
+    if (!c.live) continue;
+    s += "  " + DescribeCall(*c.desc) + " #" + std::to_string(c.seq) + " [oneshot] on the board\n";
+    s += "    " + c.run.describe() + "\n";
+    if (c.run.blocked().peer >= 0)
+      s += "    waiting on rank " + std::to_string(c.run.blocked().peer) +
+           " (not there yet, or stuck on an earlier operation)\n";
+  }
   {
     std::lock_guard<std::mutex> lock(mu_);
     report_ = std::move(s);
@@ -593,6 +632,26 @@ void Engine::sleepUntilProgress(int64_t budget_ms, bool admitting) {
   fds_.push_back({comm_->doorbell().fd(), POLLIN, 0});
   fds_.push_back({wake_fd_, POLLIN, 0});
   bool ready = false;
+  // Board stages waiting for a peer's post: that peer rings this rank's doorbell at its next
+  // publish (LocalBoard::armBell); a wait for a peer to consume (rare: a rank far ahead of a
+  // slow one) polls, as does a rank the board cannot ring.
+  board_bells_.clear();
+  int64_t budget_us = budget_ms * 1000;
+  for (const auto& a : active_) {
+    const OneSidedRun* run = a->boardBlocked();
+    if (!run) continue;
+    const int peer = run->blocked().peer;
+    if (peer < 0 || run->blockedReady()) {
+      ready = true;
+      continue;
+    }
+    if (run->blocked().counter == Counter::kPosted && comm_->board()->armBell(peer)) {
+      board_bells_.push_back(peer);
+      if (run->blockedReady()) ready = true;  // posted between the check and the arming
+    } else {
+      budget_us = std::min<int64_t>(budget_us, kBoardPollUs);
+    }
+  }
   size_t armed = 0;
   for (; armed < waits_.size(); ++armed) {
     if (waits_[armed].ep->arm(waits_[armed].send, waits_[armed].recv, fds_)) {
@@ -605,10 +664,13 @@ void Engine::sleepUntilProgress(int64_t budget_ms, bool admitting) {
   const bool new_work = admitting && queued_.load() > 0 && active_.size() < window_;
   const bool handoff = handoff_wanted_.load();  // (only ever set while the thread drives)
   if (!ready && !new_work && !handoff && !aborted_.load()) {
-    int rc = poll(fds_.data(), fds_.size(), static_cast<int>(budget_ms));
+    const timespec ts{static_cast<time_t>(budget_us / 1000000),
+                      static_cast<long>(budget_us % 1000000) * 1000};
+    int rc = ppoll(fds_.data(), fds_.size(), &ts, nullptr);
     (void)rc;  // EINTR or timeout: the caller re-checks everything anyway
   }
   sleeping_.store(false);
+  for (int peer : board_bells_) comm_->board()->disarmBell(peer);
   for (size_t i = 0; i < armed; ++i) waits_[i].ep->disarm(fds_);
   comm_->doorbell().drain();
   uint64_t v;

@@ -10,7 +10,6 @@
 #include "algorithms/cost_model.h"
 #include "algorithms/simulator.h"
 #include "core/runtime/active_op.h"
-#include "core/runtime/one_shot.h"
 #include "core/base/log.h"
 
 namespace braid {
@@ -202,19 +201,18 @@ void GroupAddInit(const CommRef& comm, const UniqueIdData& id, int rank, int nra
 
 using namespace braid;
 
-// braidGroupEnd on the small-message board (one_shot.h): a group of blocking collectives of one
-// communicator, without point-to-point calls, each of which the board would take alone, runs
-// them on the board in call order, small ones posted together (one wait for the peers, not one
-// per call). Ranks that group their small calls differently, or not at all, still meet (the
-// engine would cost about 100x more per call: -m 8 in docs/performance.md). True when it ran
-// the group.
+// braidGroupEnd on the board (Engine::runBoardCalls): a group of blocking collectives of one
+// communicator, without point-to-point calls, each of which runs on the board, runs them on this
+// thread in call order, calls of one post posted together (one wait for the peers, not one per
+// call). Ranks that group their small calls differently, or not at all, still meet. True when it
+// ran the group.
 template <typename Note>
 bool RunOnBoardIfSmall(GroupState& g, Note& note) {
   if (g.collectives.empty() || !g.p2p.empty()) return false;
   const CommRef& comm = g.collectives[0].comm;
   if (comm->state() != braidComm::State::kReady) return false;
   for (const auto& c : g.collectives)
-    if (c.comm != comm || !c.blocking || !OneShotTakes(*comm, c.call())) return false;
+    if (c.comm != comm || !c.blocking) return false;
   // Reused from group to group, like the group's own vectors.
   thread_local std::vector<const OpDesc*> calls;
   thread_local std::vector<Status> results;
@@ -222,7 +220,7 @@ bool RunOnBoardIfSmall(GroupState& g, Note& note) {
   for (const auto& c : g.collectives) calls.push_back(&c.call());
   // A mismatch fails its call alone; the others run.
   results.assign(calls.size(), Status());
-  RunOneShotCalls(*comm, calls, results.data());
+  if (!comm->runBoardCalls(calls, results.data())) return false;
   for (size_t i = 0; i < calls.size(); ++i) {
     // An operation exists only if something made one (nothing does for a blocking call now).
     if (g.collectives[i].op) g.collectives[i].op->complete(results[i]);

@@ -42,6 +42,11 @@ class ShmBoard final : public LocalBoard {
   const std::byte* inbox(int rank, uint32_t seq, BoardPlace place) const override {
     return payload(rank, seq, place);
   }
+  std::byte* peerWindow(int rank, uint32_t seq, BoardPlace place) override {
+    return payload(rank, seq, place);
+  }
+  bool armBell(int rank) override;
+  void disarmBell(int rank) override;
   void prefetch(int rank, uint32_t seq, BoardPlace place) const override {
     __builtin_prefetch(&entry(rank, seq));
     if (place != BoardPlace::kEntry) __builtin_prefetch(payload(rank, seq, place));
@@ -81,6 +86,9 @@ class ShmBoard final : public LocalBoard {
   uint64_t capacity_;
   uint64_t slot_bytes_;
   std::vector<Side> sides_;  // indexed by rank
+  // Rings the doorbells of the ranks that armed a bell on this rank's side.
+  void ringBells();
+
   // Posts made since the last publish(): `unpublished_` of them, from `unpublished_from_` on.
   uint32_t unpublished_from_ = 0;
   uint32_t unpublished_ = 0;

@@ -28,7 +28,7 @@
 namespace braid::shm {
 
 inline constexpr uint64_t kSegmentMagic = 0x6d68736469617262ULL;  // "braidshm"
-inline constexpr uint32_t kSegmentVersion = 4;
+inline constexpr uint32_t kSegmentVersion = 5;
 // The smallest ring any segment may promise (its min_ring_bytes), and the arena's unit.
 inline constexpr uint64_t kMinRingBytes = 1 << 10;
 inline constexpr uint64_t kMaxRingBytes = 256 << 20;
@@ -83,10 +83,17 @@ struct BoardEntry {
   alignas(32) std::byte payload[kBoardEntryPayloadBytes];
 };
 static_assert(sizeof(BoardEntry) == 64);
+// Ranks whose progress loops sleep in poll() on a post of this side (LocalBoard::armBell): a bit
+// per rank of the communicator, rung (and cleared) by the owner's publish(). Ranks beyond
+// kBoardBellRanks poll instead.
+inline constexpr uint32_t kBoardBellWords = 8;
+inline constexpr int kBoardBellRanks = 64 * kBoardBellWords;
 struct BoardControl {
   alignas(128) BoardEntry entries[kBoardEntries];
+  // Futex sleepers and armed bells: the owner's publish() looks further only when it is not 0.
   alignas(128) std::atomic<uint32_t> waiters;
   alignas(128) std::atomic<uint32_t> consumed;
+  alignas(128) std::atomic<uint64_t> bells[kBoardBellWords];
 };
 inline constexpr uint64_t kBoardControlBytes = 2048;
 static_assert(sizeof(BoardControl) <= kBoardControlBytes);
