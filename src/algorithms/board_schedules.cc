@@ -422,6 +422,10 @@ RankSchedule BoardAgreementSchedule(int nranks, int rank) {
   s.buffers[kRecvBuf] = {BufferRole::kUserRecv, a.dtype, 0};
   s.buffers[kScratchBuf] = {BufferRole::kScratch, a.dtype, 0};
   s.posts = 1;
+  for (size_t k = 0; k < s.channels[0].steps.size(); ++k)
+    for (const StepOp& op : s.channels[0].steps[k].ops)
+      if (op.kind == StepOpKind::kSignal && op.counter == Counter::kPosted)
+        s.last_post_step = static_cast<uint32_t>(k);
   return s;
 }
 

@@ -135,8 +135,12 @@ Status CheckOneSidedShape(RankSchedule& s, int rank, int nranks, const std::stri
   std::vector<uint8_t> seen(static_cast<size_t>(nranks), 0);
   int waited = 0;
   bool posted = false;
-  for (const Step& st : s.channels[0].steps) {
+  for (size_t k = 0; k < s.channels[0].steps.size(); ++k) {
+    const Step& st = s.channels[0].steps[k];
     for (const StepOp& op : st.ops) {
+      if ((op.kind == StepOpKind::kSignal && op.counter == Counter::kPosted) ||
+          op.kind == StepOpKind::kPut)
+        s.last_post_step = static_cast<uint32_t>(k);
       if (IsTransferKind(op.kind)) return bad("it mixes streams with one-sided steps");
       const bool user_write = WritesDstKind(op.kind) && !op.dst.remote() &&
                               (s.buffers[op.dst.buffer].role == BufferRole::kUserRecv ||

@@ -235,6 +235,9 @@ struct RankSchedule {
   // It exposes a buffer (kExpose) or reads one a peer exposed: the call's first post carries
   // the exposure record (set by BuildSchedule).
   bool exposure = false;
+  // One-sided schedules: the step (of channel 0) of the last post or put, after which the rank
+  // only reads and consumes (set by BuildSchedule).
+  uint32_t last_post_step = 0;
 };
 
 // How ranks sit on nodes, for hierarchical algorithms (unused by the flat ones).

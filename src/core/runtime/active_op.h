@@ -119,6 +119,10 @@ class ActiveOp {
   // Ranks this operation waits to hear from now (receives pending on streams it owns, or the
   // peer whose board counter it waits for), in its communicator's numbering.
   std::vector<int> waitingOn(const StreamGate& gate) const;
+  // Whether what is left of this operation needs nothing from this rank that a peer waits for:
+  // a one-sided schedule past its last post (it only reads, and consumes what it read). Such an
+  // operation may wait for its caller's next call instead of the progress thread.
+  bool quiet() const { return stage_ == Stage::kBoard && board_started_ && run_.pastLastPost(); }
   // The board run this operation is blocked in (a board stage waiting for a peer), or null.
   const OneSidedRun* boardBlocked() const {
     return board_started_ && !run_.finished() && (stage_ == Stage::kBoard ||

@@ -284,6 +284,10 @@ braidResult_t braidTest(braidRequest_t* request, int* done) {
     return Fail(InvalidUsage(
         "braidTest: the request's group has not ended yet (call braidGroupEnd first)"));
   if (!r->op->done()) {
+    // Nobody drives its communicator's loop (a caller left it quiet): one pass here.
+    if (const braid::CommRef comm = r->comm.lock()) comm->poll();
+  }
+  if (!r->op->done()) {
     *done = 0;
     return braidSuccess;
   }

@@ -7,6 +7,7 @@
 #include <limits>
 #include <string>
 
+#include "algorithms/board_schedules.h"
 #include "algorithms/builtin_algorithms.h"
 #include "algorithms/codec.h"
 #include "algorithms/cost_model.h"
@@ -130,6 +131,16 @@ extern "C" braidResult_t braidEstimateCollective(braidCollective_t collective, u
       };
       consider(AllAlgorithms());
       if (n > 1) consider(HierarchicalAlgorithms());
+      // One node: its ranks share a host, whose board (at BRAID_ONESHOT_BYTES's default size)
+      // runs the small calls as one-sided schedules, priced by the model's board link.
+      if (n == 1) {
+        const CollArgs plain = a;
+        a.board.capacity = 256 << 10;
+        a.board.slot_bytes = 4096;
+        a.board.entry_bytes = 32;
+        consider({&BoardAlgorithm()});
+        a = plain;
+      }
       if (!best)
         return Fail(InternalError("braidEstimateCollective: no algorithm serves " +
                                   std::string(CollKindName(a.kind)) + " on " + std::to_string(N) +

@@ -690,6 +690,10 @@ bool braidComm::waitFor(Operation& op, Deadline deadline) {
   return op.wait(deadline, config().spin_us);
 }
 
+void braidComm::poll() {
+  if (engine() && config().inline_blocking) (void)engine()->poll();
+}
+
 bool braidComm::peerSentUnreadStreamBytes(int peer) const {
   if (root_) return false;
   for (const auto& ep : endpoints_[static_cast<size_t>(peer)])

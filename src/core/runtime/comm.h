@@ -145,6 +145,8 @@ struct braidComm {
   // Whether this host's ranks alone outnumber those CPUs: then a rank that waits yields at once
   // instead of polling (Engine::driveUntilIdle, as the board does).
   bool ranksOutnumberCpus() const { return ranks_outnumber_cpus_; }
+  // One pass of the engine's loop on this thread if nobody drives it (braidTest).
+  void poll();
   // Submits an operation; the engine runs operations in submission order.
   void submit(std::shared_ptr<braid::Operation> op);
   // Runs `op` now on this thread if the engine is idle (see Engine::tryRunInline).

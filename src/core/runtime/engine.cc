@@ -64,16 +64,49 @@ Engine::~Engine() {
 
 void Engine::submit(std::shared_ptr<Operation> op) {
   submitted_.fetch_add(1, std::memory_order_relaxed);
+  bool drive = false;
   {
     std::lock_guard<std::mutex> lock(mu_);
     queue_.push_back(std::move(op));
     queued_.fetch_add(1);
+    // Whoever gets there first drives: when nobody drives the loop, the caller makes a pass
+    // itself (a board call posts; one that completes needs no thread at all) and leaves the
+    // thread asleep while what is left needs nothing from it (ActiveOp::quiet). Not with
+    // BRAID_INLINE=0, whose waits never drive.
+    if (comm_->config().inline_blocking && !driving_ && !inline_busy_ && !handoff_ && !stop_) {
+      inline_busy_ = true;
+      drive = true;
+    }
+  }
+  if (drive) {
+    driveOnCaller([&] { passOnCaller(); });
+    return;
   }
   cv_.notify_one();
   // Pairs with the driver's sleeping_ store and queued_ load (both seq_cst): either the driver
   // sees the new operation before it polls, or we see it sleeping and wake it.
   uint64_t one = 1;
   if (sleeping_.load() && wake_fd_ >= 0) (void)!write(wake_fd_, &one, sizeof(one));
+}
+
+void Engine::passOnCaller() {
+  // A few passes while they move: a board call's post, and what completes meanwhile.
+  int64_t bytes = 0;
+  for (int pass = 0; pass < 4; ++pass) {
+    if (queued_.load() > 0 && active_.size() < window_) admit();
+    if (active_.empty() || !sweep(&bytes)) break;
+  }
+}
+
+bool Engine::poll() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (driving_ || inline_busy_ || handoff_ || stop_ || (queue_.empty() && active_.empty()))
+      return false;
+    inline_busy_ = true;
+  }
+  driveOnCaller([&] { passOnCaller(); });
+  return true;
 }
 
 void Engine::abort(const Status& reason) {
@@ -95,6 +128,8 @@ void Engine::wake() {
 }
 
 bool Engine::drain(Deadline deadline) {
+  // Operations a caller left quiet (endInline) are the thread's now.
+  cv_.notify_one();
   std::unique_lock<std::mutex> lock(mu_);
   // active_ is read only once nobody drives (a caller that drove for its operation may leave
   // others active for the thread).
@@ -113,8 +148,18 @@ bool Engine::beginInline() {
   return true;
 }
 
+bool Engine::quiet() const {
+  for (const auto& a : active_)
+    if (!a->quiet()) return false;
+  return true;
+}
+
 void Engine::endInline() {
   bool thread_has_work;
+  // Read while this caller still drives: operations left that need nothing from this rank but
+  // its own reads (ActiveOp::quiet) wait for the caller's next call into the library (a wait, a
+  // test, another call, or the destroy) instead of waking the thread.
+  const bool left_quiet = quiet();
   {
     std::lock_guard<std::mutex> lock(mu_);
     inline_busy_ = false;
@@ -122,7 +167,7 @@ void Engine::endInline() {
     // Operations queued meanwhile (non-blocking calls from another thread) or left active. Only
     // then: waking an idle thread after every blocking call cost a futex round trip per call and,
     // on oversubscribed cores, the peer's CPU (docs/performance.md, "Small calls over TCP").
-    thread_has_work = stop_ || !queue_.empty() || !active_.empty();
+    thread_has_work = stop_ || !queue_.empty() || (!active_.empty() && !left_quiet);
   }
   report_cv_.notify_all();
   if (thread_has_work) cv_.notify_one();

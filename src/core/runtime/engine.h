@@ -75,6 +75,9 @@ class Engine {
   // path for all of them).
   static constexpr size_t kBoardBatch = 16;
   bool runBoardCalls(std::span<const OpDesc* const> calls, Status* results);
+  // One pass of the loop on the calling thread when nobody drives it and it has work (braidTest):
+  // operations a caller left quiet progress without waking the thread. True when it drove.
+  bool poll();
   // Makes the running and all queued operations fail with `reason` as soon as possible.
   void abort(const Status& reason);
   // Wakes the driver (a split view was aborted: braidComm::viewAborted).
@@ -108,6 +111,11 @@ class Engine {
   // (admit, no target) also returns when a caller asks for the loop (handoff_).
   void driveUntilIdle(bool admit, const Operation* target = nullptr,
                       Deadline deadline = Deadline::Never());
+  // A few passes of the loop on a caller that claimed it (submit, poll).
+  void passOnCaller();
+  // Whether every active operation needs nothing more of the thread (ActiveOp::quiet): a caller
+  // leaves them for its next call instead of waking it. Driver only.
+  bool quiet() const;
   // Moves queued operations into the window.
   void admit();
   // Makes `op` active: checks, builds its schedules, claims its streams.
@@ -206,8 +214,9 @@ class Engine {
   // in board_calls_[i % kBoardBatch]), reused from call to call; the report names those in
   // flight.
   struct Planned {
-    braidComm::CachedPlan plan;
-    uint8_t form = 0;  // BoardForm, for the signature
+    const RankSchedule* schedule = nullptr;
+    std::shared_ptr<const RankSchedule> keep;  // when the memo does not hold it
+    uint8_t form = 0;                          // BoardForm, for the signature
   };
   std::vector<Planned> board_planned_;
   struct BoardCall {

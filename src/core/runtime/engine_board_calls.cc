@@ -56,20 +56,23 @@ bool Engine::driveBoardCalls(std::span<const OpDesc* const> calls, Status* resul
   for (size_t i = 0; i < n; ++i) {
     Planned& p = board_planned_[i];
     const CollArgs args = CollArgsFor(comm, *calls[i]);
+    // The last shape planned here, kept alive by the memo: no plan cache lookup, no reference
+    // count touched.
     if (board_memo_plan_.schedule && args == board_memo_args_) {
-      p.plan = board_memo_plan_;
+      p.schedule = board_memo_plan_.schedule.get();
       p.form = board_memo_form_;
       continue;
     }
     auto plan = PlanFor(comm, *calls[i], args);
     if (!plan.ok() || plan->algo != &BoardAlgorithm()) {
-      for (size_t k = 0; k < i; ++k) board_planned_[k].plan = {};
+      for (size_t k = 0; k < i; ++k) board_planned_[k].keep = {};
       return false;
     }
-    p.plan = std::move(*plan);
+    p.keep = std::move(plan->schedule);
+    p.schedule = p.keep.get();
     p.form = static_cast<uint8_t>(PlanBoardCall(args)->form);
     board_memo_args_ = args;
-    board_memo_plan_ = p.plan;
+    board_memo_plan_ = {&BoardAlgorithm(), p.keep};
     board_memo_form_ = p.form;
   }
   braidComm::CallNumbers& numbers = comm.callNumbers();
@@ -82,7 +85,7 @@ bool Engine::driveBoardCalls(std::span<const OpDesc* const> calls, Status* resul
     BoardCall& c = slot(i);
     results[i] = st;
     c.live = false;
-    board_planned_[i].plan = {};
+    board_planned_[i].keep = {};
     --left;
     completed_.fetch_add(1, std::memory_order_release);
     last_coll_completed_.store(static_cast<int64_t>(c.seq), std::memory_order_relaxed);
@@ -109,7 +112,7 @@ bool Engine::driveBoardCalls(std::span<const OpDesc* const> calls, Status* resul
         complete(i, failed_earlier(i));
         continue;
       }
-      const RankSchedule& s = *p.plan.schedule;
+      const RankSchedule& s = *p.schedule;
       // The call's buffers: the user's, and scratch (by reference in place, a pre-multiplied
       // sum's scaled input) from memory kept between calls.
       c.slots.assign(s.buffers.size(), nullptr);

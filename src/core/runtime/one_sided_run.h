@@ -93,6 +93,8 @@ class OneSidedRun {
   uint32_t epoch() const { return epoch_; }
   // Posts this call takes: the schedule's, or one after a mismatch at its first post.
   uint32_t posts() const { return mismatch_ ? 1 : sched_->posts; }
+  // Whether the run has made its last post (what is left reads, and consumes).
+  bool pastLastPost() const { return step_ > sched_->last_post_step; }
   // Whether the call's agreement is over (every peer's first post seen and compared).
   bool agreed() const { return agreed_; }
 
