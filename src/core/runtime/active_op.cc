@@ -431,8 +431,7 @@ Status ActiveOp::advanceBoard(bool* moved) {
     const bool data = stage_ == Stage::kBoard;
     const RankSchedule& s = data ? *data_sched_ : *comm_->boardAgreementPlan();
     const auto form = data ? static_cast<uint8_t>(PlanBoardCall(args_)->form) : uint8_t{4};
-    run_.start(*comm_, s, d_, BoardSignatureOf(d_, comm_->nranks(), form), bufs_.base,
-               &codec_tmp_);
+    run_.start(*comm_, s, d_, BoardSignatureOf(d_, comm_->nranks(), form), bufs_.base, &codec_tmp_);
     board_started_ = true;
     *moved = true;
   }

@@ -125,8 +125,8 @@ class ActiveOp {
   bool quiet() const { return stage_ == Stage::kBoard && board_started_ && run_.pastLastPost(); }
   // The board run this operation is blocked in (a board stage waiting for a peer), or null.
   const OneSidedRun* boardBlocked() const {
-    return board_started_ && !run_.finished() && (stage_ == Stage::kBoard ||
-                                                  stage_ == Stage::kBoardAgreement)
+    return board_started_ && !run_.finished() &&
+                   (stage_ == Stage::kBoard || stage_ == Stage::kBoardAgreement)
                ? &run_
                : nullptr;
   }

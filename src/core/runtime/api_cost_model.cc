@@ -15,6 +15,7 @@
 #include "algorithms/tuner.h"
 #include "core/base/datatype.h"
 #include "core/runtime/api_errors.h"
+#include "core/runtime/board_selection.h"
 
 namespace braid {
 namespace {
@@ -132,13 +133,12 @@ extern "C" braidResult_t braidEstimateCollective(braidCollective_t collective, u
       consider(AllAlgorithms());
       if (n > 1) consider(HierarchicalAlgorithms());
       // One node: its ranks share a host, whose board (at BRAID_ONESHOT_BYTES's default size)
-      // runs the small calls as one-sided schedules, priced by the model's board link.
+      // runs the small calls as one-sided schedules, priced by the model's board link: those it
+      // takes by default where every rank has a core (board_selection.h), as on a GPU node.
       if (n == 1) {
         const CollArgs plain = a;
-        a.board.capacity = 256 << 10;
-        a.board.slot_bytes = 4096;
-        a.board.entry_bytes = 32;
-        consider({&BoardAlgorithm()});
+        a.board = DefaultBoardArgs();
+        if (BoardLargestPost(a) <= BoardCoreBytes(a.kind)) consider({&BoardAlgorithm()});
         a = plain;
       }
       if (!best)

@@ -8,6 +8,14 @@
 
 namespace braid {
 
+CollArgs::Board DefaultBoardArgs() {
+  CollArgs::Board b;
+  b.capacity = Config().oneshot_bytes;
+  b.slot_bytes = std::min<uint64_t>(b.capacity, 4096);
+  b.entry_bytes = 32;
+  return b;
+}
+
 void FillBoardArgs(const braidComm& comm, CollArgs* a) {
   const LocalBoard* board = comm.board();
   if (!board) {

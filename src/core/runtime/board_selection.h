@@ -20,6 +20,10 @@ struct braidComm;
 
 namespace braid {
 
+// The board a communicator of one host has by default (BRAID_ONESHOT_BYTES, the shm transport's
+// slots and entries), for estimates made without one (braidEstimateCollective).
+CollArgs::Board DefaultBoardArgs();
+
 // Fills args->board from `comm`'s board (capacity 0 when it has none).
 void FillBoardArgs(const braidComm& comm, CollArgs* args);
 

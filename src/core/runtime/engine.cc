@@ -625,8 +625,8 @@ void Engine::answerReport() {
   size_t board_calls = 0;
   for (const BoardCall& c : board_calls_) board_calls += c.live;
   const size_t inflight = active_.size() + board_calls;
-  s += inflight == 0 ? "  nothing in flight\n"
-                     : "  in flight (" + std::to_string(inflight) + "):\n";
+  s +=
+      inflight == 0 ? "  nothing in flight\n" : "  in flight (" + std::to_string(inflight) + "):\n";
   for (const auto& a : active_) s += a->progressReport(gate_);
   // Blocking calls a caller runs on the board (runBoardCalls).
   for (const BoardCall& c : board_calls_) {

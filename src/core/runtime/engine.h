@@ -68,9 +68,9 @@ class Engine {
   bool driveUntilDone(const Operation& op, Deadline deadline);
   // Blocking calls on the host's board (board_selection.h), run on the calling thread when the
   // engine is idle: the engine's one-sided mode without an operation object, a progress thread
-  // or a syscall while the peers keep up. `calls` run in order (kBoardBatch at once at most), a call of
-  // one post posted before the earlier ones are read (a group: one wait for the peers, not one
-  // per call); results[i] gets call i's result. False when the engine is busy, the communicator
+  // or a syscall while the peers keep up. `calls` run in order (kBoardBatch at once at most), a
+  // call of one post posted before the earlier ones are read (a group: one wait for the peers, not
+  // one per call); results[i] gets call i's result. False when the engine is busy, the communicator
   // has no board, or one of the calls does not run on it (the caller then takes the general
   // path for all of them).
   static constexpr size_t kBoardBatch = 16;
@@ -153,7 +153,8 @@ class Engine {
   bool driveBoardCalls(std::span<const OpDesc* const> calls, Status* results);
   // Waits until `run` (blocked) can go on: spins, then sleeps on the peer's flag, checking for
   // failures; `deadline` is set at the first sleep. An error has failed the communicator.
-  Status awaitBoard(OneSidedRun& run, const OpDesc& d, uint64_t seq, std::optional<Deadline>* deadline);
+  Status awaitBoard(OneSidedRun& run, const OpDesc& d, uint64_t seq,
+                    std::optional<Deadline>* deadline);
   // The error of a board call that failed with `st` (not a mismatch): names the cause, fails the
   // communicator and its operations.
   Status failBoardCall(const Status& st, const OpDesc& d, uint64_t seq,

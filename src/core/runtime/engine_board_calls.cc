@@ -118,7 +118,8 @@ bool Engine::driveBoardCalls(std::span<const OpDesc* const> calls, Status* resul
       c.slots.assign(s.buffers.size(), nullptr);
       uint64_t scratch_bytes = 0;
       for (const BufferDesc& b : s.buffers)
-        if (b.role == BufferRole::kScratch) scratch_bytes += (b.count * DataTypeSize(b.dtype) + 63) / 64 * 64;
+        if (b.role == BufferRole::kScratch)
+          scratch_bytes += (b.count * DataTypeSize(b.dtype) + 63) / 64 * 64;
       if (c.scratch.size() < scratch_bytes + 64) c.scratch.resize(scratch_bytes + 64);
       uint64_t at = 0;
       for (size_t k = 0; k < s.buffers.size(); ++k) {

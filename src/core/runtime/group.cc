@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "algorithms/algorithm.h"
+#include "algorithms/board_schedules.h"
 #include "algorithms/builtin_algorithms.h"
 #include "algorithms/cost_model.h"
 #include "algorithms/simulator.h"
@@ -77,9 +78,10 @@ Status CheckSelfPairs(const std::vector<P2PCall>& calls, int rank) {
 }
 
 // Predicted seconds of collective `d` on `comm`: the simulator's time for the algorithm the
-// tuner would choose, on the tuner's link model, after the call agreement the engine runs first
-// when BRAID_VERIFY_CALLS is on (a dissemination barrier, which is all a barrier then runs),
-// unless the call carries its agreement in its data.
+// engine would run, on the tuner's link model, after the call agreement the engine runs first:
+// on a communicator with a board, one post on it (the board's own schedules carry theirs);
+// otherwise, when BRAID_VERIFY_CALLS is on, a dissemination barrier (which is all a barrier then
+// runs), unless the call carries its agreement in its data.
 Result<double> CollectiveSeconds(const braidComm& comm, const OpDesc& d) {
   const LinkModel& model = comm.tuner().model();
   const CollArgs a = CollArgsFor(comm, d);
@@ -87,8 +89,19 @@ Result<double> CollectiveSeconds(const braidComm& comm, const OpDesc& d) {
   if (!algo && d.kind != CollKind::kBarrier)
     return InternalError("no algorithm can serve " + DescribeCall(d));
   double seconds = 0;
-  const bool agreement =
-      comm.config().verify_calls && comm.nranks() > 1 && !CarriesAgreement(comm, d, algo, a);
+  if (comm.board() && algo && algo != &BoardAlgorithm()) {
+    // The board's agreement: one post seen by every peer (BoardAgreementSchedule).
+    CollArgs b = a;
+    b.kind = CollKind::kBarrier;
+    b.dtype = DataType::kUint8;
+    b.count = 0;
+    BRAID_ASSIGN_OR_RETURN(seconds, SimulateSeconds(BoardAlgorithm(), b, model));
+    double data = 0;
+    BRAID_ASSIGN_OR_RETURN(data, SimulateSeconds(*algo, a, model));
+    return seconds + data;
+  }
+  const bool agreement = !comm.board() && comm.config().verify_calls && comm.nranks() > 1 &&
+                         !CarriesAgreement(comm, d, algo, a);
   if (agreement) {
     CollArgs b;
     b.kind = CollKind::kBarrier;

@@ -167,7 +167,8 @@ void OneSidedRun::start(braidComm& comm, const RankSchedule& s, const OpDesc& d,
     const BufferDesc& b = s.buffers[i];
     elsize_[i] = static_cast<uint32_t>(DataTypeSize(b.dtype));
     // This rank's windows: its side of the board at the call's posts.
-    if (b.role == BufferRole::kWindow) slots_[i] = board_->outbox(epoch_ + b.post, PlaceOf(b.place));
+    if (b.role == BufferRole::kWindow)
+      slots_[i] = board_->outbox(epoch_ + b.post, PlaceOf(b.place));
   }
   scratch_ = scratch;
   step_ = 0;
@@ -199,7 +200,8 @@ std::byte* OneSidedRun::window(uint16_t buf, int rank) const {
 
 const std::byte* OneSidedRun::readable(const Slice& sl) const {
   const BufferDesc& b = sched_->buffers[sl.buffer];
-  if (b.role == BufferRole::kWindow) return window(sl.buffer, sl.rank) + sl.offset * elsize_[sl.buffer];
+  if (b.role == BufferRole::kWindow)
+    return window(sl.buffer, sl.rank) + sl.offset * elsize_[sl.buffer];
   if (!sl.remote()) return local(sl);
   return nullptr;
 }
@@ -207,9 +209,8 @@ const std::byte* OneSidedRun::readable(const Slice& sl) const {
 Status OneSidedRun::pull(const Slice& sl, uint64_t from, uint64_t n, std::byte* dst) {
   const size_t es = elsize_[sl.buffer];
   const auto peer = static_cast<size_t>(sl.rank);
-  const uint64_t base = sl.buffer < kExposable && !exposed_.empty()
-                            ? exposed_[peer * kExposable + sl.buffer]
-                            : 0;
+  const uint64_t base =
+      sl.buffer < kExposable && !exposed_.empty() ? exposed_[peer * kExposable + sl.buffer] : 0;
   if (base == 0)
     return InternalError("rank " + std::to_string(sl.rank) + " has not exposed buffer " +
                          std::to_string(sl.buffer) + " to this call");
@@ -279,9 +280,8 @@ bool OneSidedRun::waitMet(const StepOp& op) {
 
 bool OneSidedRun::blockedReady() const {
   if (blocked_.peer < 0) return true;
-  return blocked_.counter == Counter::kConsumed
-             ? board_->consumed(blocked_.peer, blocked_.value)
-             : board_->posted(blocked_.peer, blocked_.value);
+  return blocked_.counter == Counter::kConsumed ? board_->consumed(blocked_.peer, blocked_.value)
+                                                : board_->posted(blocked_.peer, blocked_.value);
 }
 
 void OneSidedRun::publish() {
@@ -301,8 +301,8 @@ Status OneSidedRun::runOp(const StepOp& op) {
     }
     case StepOpKind::kScale:
       // Into a window (the board's form of a pre-multiplied sum) or scratch.
-      ScaleKernel(sched_->buffers[op.dst.buffer].dtype, local(op.src), local(op.dst),
-                  op.src.count, d_->scalar);
+      ScaleKernel(sched_->buffers[op.dst.buffer].dtype, local(op.src), local(op.dst), op.src.count,
+                  d_->scalar);
       return Status::Ok();
     case StepOpKind::kDivide:
       DivideKernel(sched_->buffers[op.dst.buffer].dtype, local(op.dst), op.dst.count,

@@ -144,7 +144,7 @@ class OneSidedRun {
   bool mismatch_ = false;
   bool agreed_ = false;
   bool settled_ = false;  // the clock knows how many posts the call takes
-  int first_waits_ = 0;  // peers whose first post was seen
+  int first_waits_ = 0;   // peers whose first post was seen
   std::vector<uint8_t> seen_first_;
   // Exposed buffers of peers (their first post's record): [peer][slot] addresses.
   std::vector<uint64_t> exposed_;
