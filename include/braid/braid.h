@@ -10,12 +10,9 @@
  *   buffers must stay valid and untouched until braidWait()/braidTest() reports completion.
  * - Collectives of one communicator execute in the order they were called, which must be the
  *   same on every rank. Mismatched calls (another collective, count, type, op or root) are
- *   detected and fail with ::braidErrInvalidUsage on both sides; they never hang. A call and its
- *   non-blocking twin count as different calls: on a communicator whose ranks share one host,
- *   small blocking calls run on a shared-memory board on the caller's thread
- *   (BRAID_ONESHOT_BYTES), grouped or not (a group of blocking calls that each fit runs them on
- *   the board in order), while non-blocking calls and other groups run on the engine, so every
- *   rank must use the same form (a rank that does not is named as in another call).
+ *   detected and fail with ::braidErrInvalidUsage on every rank, naming both calls; they never
+ *   hang, and the communicator stays usable. A call and its non-blocking twin (or the same call
+ *   inside a group) are the same call: ranks may use different forms.
  * - Every wait has a deadline: an operation that makes no progress for BRAID_TIMEOUT seconds
  *   fails with ::braidErrTimeout and the communicator enters an error state.
  * - Counts are in elements of the given data type, never bytes; sizes are 64-bit.

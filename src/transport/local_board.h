@@ -21,12 +21,15 @@
 //   s % kEntries were last used by post s - kEntries: every peer must have consumed it;
 // - a large call's buffer s & 1 was last used by a post no later than s - 2: every peer must
 //   have consumed s - 2.
-// A call by reference (core/runtime/one_shot.h) posts addresses, not data: all its posts are in
-// entries, and it runs alone like a large call.
-// A rank reads (and consumes) the calls it posted ahead only after posting all of them, so it
-// posts at most kEntries small calls ahead, and a large call alone: then every post it waits for
-// its peers to consume comes before its own first unread one, which is why no batching of the
-// ranks can deadlock (core/runtime/one_shot.cc has the argument).
+// A call by reference (algorithms/board_schedules.h) posts addresses, not data: all its posts are
+// in entries.
+// Calls take their posts in the order they were issued (BoardClock, core/runtime/one_sided_run.h),
+// and may post before earlier calls are read. Why no interleaving of the ranks deadlocks: let c be
+// the last post every rank has consumed. Every rank's call that holds post c + 1 can make it (its
+// reuse waits ask for c + 1 - 2 at most, and its window was freed), every rank then reads it (a
+// read waits only for that post) and consumes it. A call's stream stage (a call on the engine
+// after its board agreement) never waits for a later post, so the calls that hold the engine's
+// window ahead of c + 1 complete too.
 #pragma once
 
 #include <cstddef>

@@ -104,6 +104,50 @@ ActiveOp::ActiveOp(braidComm* comm, Operation* op, std::shared_ptr<Operation> ke
   is_p2p_ = d_.kind == CollKind::kSendRecv;
 }
 
+void ActiveOp::reset(braidComm* comm, Operation* op, std::shared_ptr<Operation> keep,
+                     uint64_t id) {
+  comm_ = comm;
+  op_ = op;
+  keep_ = std::move(keep);
+  id_ = id;
+  d_ = op->desc();
+  is_p2p_ = d_.kind == CollKind::kSendRecv;
+  seq_ = 0;
+  algo_name_.clear();
+  algo_ = nullptr;
+  args_ = CollArgs();
+  proto_ = WireHeader();
+  stage_ = Stage::kData;
+  clean_failure_ = false;
+  touched_ = false;
+  agree_chans_.clear();
+  data_chans_.clear();
+  p2p_seq_.clear();
+  claims_.clear();
+  conflict_ = CallConflict();
+  have_conflict_ = false;
+  carried_agreement_ = false;
+  agreement_checked_ = false;
+  shadow_output_ = false;
+  shadow_bytes_ = 0;
+  sent_.clear();
+  incoming_ = CallConflict();
+  board_started_ = false;
+  budget_ = 0;
+  corked_ = nullptr;
+  last_progress_us = 0;
+}
+
+void ActiveOp::recycle() {
+  keep_.reset();
+  agree_sched_.reset();
+  data_sched_.reset();
+  agree_chans_.clear();
+  data_chans_.clear();
+  op_ = nullptr;
+  comm_ = nullptr;
+}
+
 std::string ActiveOp::context() const {
   return comm_->where() + ": " + DescribeCall(d_) + (is_p2p_ ? "" : " #" + std::to_string(seq_)) +
          " [" + algo_name_ + "]: ";

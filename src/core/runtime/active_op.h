@@ -88,6 +88,12 @@ class ActiveOp {
   // the operation works in its ranks; streams are looked up through it and the gate is keyed in
   // root ranks.
   ActiveOp(braidComm* comm, Operation* op, std::shared_ptr<Operation> keep, uint64_t id);
+  // The same on an operation the engine recycles (its vectors keep their capacity, so a small
+  // call's activation allocates nothing).
+  void reset(braidComm* comm, Operation* op, std::shared_ptr<Operation> keep, uint64_t id);
+  // Drops what a retired operation holds (its schedules, its caller's operation) before the
+  // engine keeps it for reuse.
+  void recycle();
 
   // Builds the schedules and the stream claims. `coll_seq` is the communicator's collective
   // number (ignored for point-to-point); `p2p_send_seq` / `p2p_recv_seq` number the point-to-

@@ -257,7 +257,7 @@ struct braidComm {
   // cause: a failure seen here (`local`), another rank's notice, else this rank's own failure,
   // which it then announces to every rank. `ctx` prefixes the operation ("allreduce #5: "),
   // `coll` and `seq` name it in the cause. Marks the communicator failed and shuts its streams
-  // down so that peers fail at once. The engine and the one-shot path (one_shot.h) use it.
+  // down so that peers fail at once. The engine (its board calls too) uses it.
   Status failWithCause(const Status& st, const std::string& ctx, const std::string& coll,
                        uint64_t seq, const std::optional<braid::FailureCause>& local);
   // This rank as a FailureCause of `reason` (its own failure, a revoke).

@@ -269,7 +269,8 @@ void Engine::threadMain() {
 }
 
 void Engine::admit() {
-  std::vector<std::shared_ptr<Operation>> batch;
+  std::vector<std::shared_ptr<Operation>>& batch = admit_batch_;
+  batch.clear();
   {
     std::lock_guard<std::mutex> lock(mu_);
     while (!queue_.empty() && active_.size() + batch.size() < window_) {
@@ -278,7 +279,8 @@ void Engine::admit() {
       queued_.fetch_sub(1);
     }
   }
-  for (auto& op : batch) activate(op.get(), op);
+  for (auto& op : batch) activate(op.get(), std::move(op));
+  batch.clear();
 }
 
 void Engine::finish(Operation* op, const Status& st) {
@@ -308,10 +310,15 @@ void Engine::activate(Operation* op, std::shared_ptr<Operation> keep) {
       return finish(op, st.prepend("not run because the communicator failed earlier: "));
     }
   }
-  auto a = std::make_unique<ActiveOp>(owner, op, std::move(keep), next_id_++);
-  if (!pool_.empty()) {
-    a->scratch = std::move(pool_.back());
-    pool_.pop_back();
+  // A retired operation's state, when there is one: its vectors keep their capacity (scratch
+  // included), so a small call allocates nothing here.
+  std::unique_ptr<ActiveOp> a;
+  if (!spare_.empty()) {
+    a = std::move(spare_.back());
+    spare_.pop_back();
+    a->reset(owner, op, std::move(keep), next_id_++);
+  } else {
+    a = std::make_unique<ActiveOp>(owner, op, std::move(keep), next_id_++);
   }
   Status st;
   braidComm::CallNumbers& numbers = owner->callNumbers();
@@ -335,13 +342,14 @@ void Engine::retire(size_t i, const Status& st) {
   std::unique_ptr<ActiveOp> a = std::move(active_[i]);
   active_.erase(active_.begin() + static_cast<ptrdiff_t>(i));
   gate_.releaseAll(a->id(), a->claims());
-  if (a->scratch.capacity() > 0 && pool_.size() < 2 * window_)
-    pool_.push_back(std::move(a->scratch));
   if (a->isCollective() && &a->owner() == comm_)
     last_coll_completed_.store(static_cast<int64_t>(a->seq()), std::memory_order_relaxed);
   Operation* op = &a->operation();
   std::shared_ptr<Operation> keep = a->releaseKeep();
-  a.reset();  // holds the owner's address: gone before the owner may be
+  // It holds the owner's address: dropped before the owner may go (finish), kept for reuse.
+  a->recycle();
+  if (spare_.size() < 2 * window_) spare_.push_back(std::move(a));
+  a.reset();
   finish(op, st);
 }
 

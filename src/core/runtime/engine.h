@@ -201,7 +201,9 @@ class Engine {
   // Endpoints that corked small messages during the current pass (Endpoint::cork): flushed at
   // its end, so that a pass's messages to one peer leave in one syscall.
   std::vector<Endpoint*> corked_;
-  std::vector<std::vector<std::byte>> pool_;  // recycled scratch buffers
+  // Retired operations' state, for reuse (their scratch included).
+  std::vector<std::unique_ptr<ActiveOp>> spare_;
+  std::vector<std::shared_ptr<Operation>> admit_batch_;  // admit()'s, kept for its capacity
   uint64_t next_id_ = 0;
   std::vector<TransferWait> waits_;  // reused by sleepUntilProgress
   // The stall being looked at (handleStall): which operation, since when, and until when this

@@ -1,4 +1,4 @@
-// The small-message path on one host (issue 11, core/runtime/one_shot.h): blocking calls whose
+// The board on one host (issues 11 and 38: one-sided schedules, core/runtime/one_sided_run.h): calls whose
 // per-rank payload fits BRAID_ONESHOT_BYTES run on the shared-memory board. Checked here: every
 // collective on the board is bit-exact and moves no byte through the streams (the transports'
 // counters), a call one byte over the board goes to the engine and is bit-exact too, reductions
