@@ -279,7 +279,10 @@ void Engine::admit() {
       queued_.fetch_sub(1);
     }
   }
-  for (auto& op : batch) activate(op.get(), std::move(op));
+  for (auto& op : batch) {
+    Operation* raw = op.get();  // before the move: argument order is unspecified
+    activate(raw, std::move(op));
+  }
   batch.clear();
 }
 
