@@ -4,10 +4,13 @@ init_process_group("braid") and DDP as with any backend. Trains the GPT of
 examples/pytorch_sharded.py (same data, same seeds) with torch.optim.AdamW; `--backend gloo`
 trains the same model over gloo, for comparison:
 
-    python3 -m torch.distributed.run --standalone --nproc_per_node 4 examples/torch_ddp.py
-    python3 -m torch.distributed.run --standalone --nproc_per_node 4 examples/torch_ddp.py --backend gloo
+    torchrun --standalone --nproc_per_node 4 --redirects 1 --tee 1 examples/torch_ddp.py
+    torchrun --standalone --nproc_per_node 4 --redirects 1 --tee 1 examples/torch_ddp.py --backend gloo
     build/tools/braidrun -n 4 -- python3 examples/torch_ddp.py
 
+(torchrun is `/usr/bin/python3 -m torch.distributed.run`; torch 1.13's fails on Python 3.11
+unless --redirects and --tee are given non-zero values, which send each rank's output to a log
+folder and to the console.)
 Rank 0 prints the loss of every step (the mean over all ranks' batches, before the update) and,
 with --bench, the median time of a training step (forward, backward with DDP's bucketed
 all-reduces overlapping it, optimizer step) after --warmup steps. --d-model and --layers build a

@@ -36,9 +36,10 @@ def losses(args, backend, env_pairs):
         sys.exit(77)
     if out.returncode != 0:
         sys.exit("FAIL: the %s run failed (exit status %d)" % (backend, out.returncode))
-    # Rank 0's lines: "[rank 0] step" under the env launcher, bare under braidrun/torchrun.
-    return [float(x) for x in re.findall(r"^(?:\[rank 0\] )?step +\d+ +loss ([-0-9.e+naif]+)$",
-                                         out.stdout, re.M)]
+    # Rank 0's lines: "[rank 0] step" under the env launcher, "[default0]:step" under torchrun,
+    # bare under braidrun.
+    return [float(x) for x in re.findall(
+        r"^(?:\[rank 0\] |\[default0\]:)?step +\d+ +loss ([-0-9.e+naif]+)$", out.stdout, re.M)]
 
 
 def main():

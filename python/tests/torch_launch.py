@@ -8,7 +8,8 @@
 env: this script starts the N processes itself with torchrun's variables (MASTER_ADDR,
 MASTER_PORT on a free port, RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE); braidrun: the ranks
 get braidrun's (BRAID_RANK, BRAID_WORLD_SIZE) and meet in a file:// store this script names and
-removes; torchrun: python3 -m torch.distributed.run --standalone. Every rank runs under
+removes; torchrun: python3 -m torch.distributed.run --standalone (with --redirects 1 --tee 1:
+torch 1.13's torchrun fails on Python 3.11 with its default redirects). Every rank runs under
 Debian's python3 when the python3 running this cannot import torch (exit 77, ctest's skip, when
 none can). After --timeout seconds every rank still running is killed (its process group) and
 the launch fails. --expect-exit R=C accepts exit status C from rank R (env mode: a rank that is
@@ -17,6 +18,7 @@ meant to fail); every other rank must exit 0. --expect REGEX must match the comb
 import argparse
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -116,9 +118,17 @@ def main():
             if os.path.exists(store):
                 os.unlink(store)
     else:
-        text, codes, hung = run_single(
-            args, [exe, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node",
-                   str(args.n)] + cmd, dict(os.environ))
+        # torch 1.13's torchrun on Python 3.11 parses its default "--redirects 0" into None (its
+        # Std flag enum's 0 member is not iterated there) and fails; stdout redirected to a log
+        # folder and teed to the console parses.
+        logs = tempfile.mkdtemp(prefix="braid-torchrun-")
+        try:
+            text, codes, hung = run_single(
+                args, [exe, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node",
+                       str(args.n), "--redirects", "1", "--tee", "1", "--log_dir", logs] + cmd,
+                dict(os.environ))
+        finally:
+            shutil.rmtree(logs, ignore_errors=True)
     print(text, end="", flush=True)
     secs = time.monotonic() - start
     if hung:
