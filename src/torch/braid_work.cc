@@ -1,9 +1,12 @@
 #include "braid_work.h"
 
+#include "completer.h"
+
 #include <ATen/core/grad_mode.h>
 #include <ATen/core/ivalue.h>
 #include <c10/util/Exception.h>
 
+#include <optional>
 #include <stdexcept>
 
 namespace braid_torch {
@@ -46,11 +49,23 @@ std::vector<at::Tensor> BraidWork::result() {
 }
 
 bool BraidWork::wait(std::chrono::milliseconds timeout) {
-  std::unique_lock<std::mutex> lock(mutex_);
   const auto limit = timeout != kNoTimeout ? timeout : timeout_;
-  if (limit == kNoTimeout || limit.count() < 0) {
-    cv_.wait(lock, [&] { return completed_; });
-  } else if (!cv_.wait_for(lock, limit, [&] { return completed_; })) {
+  const bool bounded = limit != kNoTimeout && limit.count() >= 0;
+  std::optional<std::chrono::steady_clock::time_point> deadline;
+  if (bounded) deadline = std::chrono::steady_clock::now() + limit;
+  std::shared_ptr<Completer> completer;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!completed_) {
+      TORCH_CHECK(handed_, "braid: ", name_,
+                  " waited for inside a coalescing block (batch_isend_irecv): its calls are "
+                  "issued when the block ends");
+      completer = completer_.lock();  // alive while this Work is in flight
+    }
+  }
+  if (completer) completer->waitFor(*this, deadline);
+  std::unique_lock<std::mutex> lock(mutex_);
+  if (!completed_) {
     TORCH_CHECK(false, "braid: ", name_, " did not complete within ", limit.count(),
                 " ms (the wait's timeout). It is still in flight: braid fails it once it makes "
                 "no progress for the group's timeout (BRAID_TIMEOUT when set)");

@@ -1,22 +1,26 @@
 // A torch Work backed by braid's non-blocking requests (braid.h: braidTest, braidWait). A
 // collective issues its braid calls, hands their requests to the Work together with the buffers
 // braid reads and writes (kept alive until completion) and the steps that finish it (copy a
-// staged output back into a non-contiguous tensor, ...), and passes it to the Completer, whose
-// thread completes it: Work.wait() and the future (get_future(), which DDP's communication hooks
-// chain on) are woken there. A failed request completes the Work with a RuntimeError carrying
-// braid's message, which names the rank that failed.
+// staged output back into a non-contiguous tensor, ...), and passes it to the Completer
+// (completer.h), which completes it: on the thread that waits for it in wait(), else on the
+// Completer's thread; the future (get_future(), which DDP's communication hooks chain on) is
+// marked done there. A failed request completes the Work with a RuntimeError carrying braid's
+// message, which names the rank that failed.
 #pragma once
 
 #include <torch/csrc/distributed/c10d/Work.hpp>
 
 #include <chrono>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "braid/braid.h"
 
 namespace braid_torch {
+
+class Completer;
 
 class BraidWork : public c10d::Work {
  public:
@@ -46,6 +50,12 @@ class BraidWork : public c10d::Work {
   // buffers stay alive until then), and the Work fails with `message`.
   void failIssue(std::string message) { error_ = std::move(message); }
   const std::string& name() const { return name_; }
+  // The Completer took it (from then on wait() may drive it there).
+  void handedOver(std::weak_ptr<Completer> completer) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    completer_ = std::move(completer);
+    handed_ = true;
+  }
 
   // The Completer's side (its thread only).
   // Tests every request without blocking; true when none is left in flight.
@@ -65,7 +75,9 @@ class BraidWork : public c10d::Work {
   std::vector<at::Tensor> keep_;
   std::vector<at::Tensor> outputs_;
   std::vector<std::function<void()>> on_success_;
-  std::string error_;  // the first failure
+  std::string error_;                   // the first failure
+  std::weak_ptr<Completer> completer_;  // guarded by mutex_; set when handed over
+  bool handed_ = false;                 // guarded by mutex_
   c10::intrusive_ptr<c10::ivalue::Future> future_;
 };
 

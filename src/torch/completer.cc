@@ -1,11 +1,12 @@
 #include "completer.h"
 
+#include <algorithm>
 #include <vector>
 
 namespace braid_torch {
 
 namespace {
-// How long a wait on the oldest Work lasts before the younger ones are tested again. It only
+// How long a pass waits on the oldest Work before the younger ones are tested again. It only
 // matters when operations complete out of issue order (point-to-point); in order, the wait
 // returns at the oldest's completion.
 constexpr int64_t kSliceMs = 20;
@@ -23,6 +24,7 @@ Completer::~Completer() {
 }
 
 void Completer::add(c10::intrusive_ptr<BraidWork> work) {
+  work->handedOver(weak_from_this());
   {
     std::lock_guard<std::mutex> lock(mu_);
     queue_.push_back(std::move(work));
@@ -36,35 +38,77 @@ void Completer::drain() {
 }
 
 void Completer::run() {
-  std::vector<c10::intrusive_ptr<BraidWork>> pending;
+  std::unique_lock<std::mutex> lock(mu_);
   for (;;) {
-    {
-      std::unique_lock<std::mutex> lock(mu_);
-      cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
-      if (queue_.empty()) return;  // stop, with nothing left in flight
-      pending.assign(queue_.begin(), queue_.end());
-    }
-    // Test everything; complete what is done, in issue order.
-    std::vector<BraidWork*> done;
-    for (auto& w : pending)
-      if (w->poll()) done.push_back(w.get());
-    if (done.empty()) {
-      pending.front()->waitSlice(kSliceMs);
-      if (pending.front()->poll()) done.push_back(pending.front().get());
-    }
-    for (BraidWork* w : done) w->complete();
-    if (!done.empty()) {
-      std::lock_guard<std::mutex> lock(mu_);
-      for (BraidWork* w : done)
-        for (auto it = queue_.begin(); it != queue_.end(); ++it)
-          if (it->get() == w) {
-            queue_.erase(it);
-            break;
-          }
-      if (queue_.empty()) idle_cv_.notify_all();
-    }
-    pending.clear();
+    cv_.wait(lock, [&] {
+      return (stop_ && queue_.empty()) || (!queue_.empty() && !driving_ && waiters_ == 0);
+    });
+    if (queue_.empty()) return;  // stopped, nothing left in flight
+    driving_ = true;
+    lock.unlock();
+    pass(kSliceMs);
+    lock.lock();
+    driving_ = false;
+    cv_.notify_all();
   }
+}
+
+bool Completer::waitFor(BraidWork& work,
+                        std::optional<std::chrono::steady_clock::time_point> deadline) {
+  std::unique_lock<std::mutex> lock(mu_);
+  ++waiters_;
+  while (!work.isCompleted()) {
+    int64_t slice = kSliceMs;
+    if (deadline) {
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+          *deadline - std::chrono::steady_clock::now());
+      if (left.count() <= 0) break;
+      slice = std::min<int64_t>(slice, left.count());
+    }
+    if (!driving_ && !queue_.empty()) {
+      driving_ = true;
+      lock.unlock();
+      pass(slice);
+      lock.lock();
+      driving_ = false;
+      cv_.notify_all();
+    } else if (deadline) {
+      cv_.wait_until(lock, *deadline);  // woken when a pass ends
+    } else {
+      cv_.wait(lock);
+    }
+  }
+  --waiters_;
+  cv_.notify_all();  // the Completer's thread takes over what is left
+  return work.isCompleted();
+}
+
+void Completer::pass(int64_t slice_ms) {
+  std::vector<c10::intrusive_ptr<BraidWork>> pending;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    pending.assign(queue_.begin(), queue_.end());
+  }
+  if (pending.empty()) return;
+  // Test everything; complete what is done, in issue order.
+  std::vector<BraidWork*> done;
+  for (auto& w : pending)
+    if (w->poll()) done.push_back(w.get());
+  if (done.empty()) {
+    pending.front()->waitSlice(slice_ms);
+    if (pending.front()->poll()) done.push_back(pending.front().get());
+  }
+  if (done.empty()) return;
+  for (BraidWork* w : done) w->complete();
+  std::lock_guard<std::mutex> lock(mu_);
+  for (BraidWork* w : done)
+    for (auto it = queue_.begin(); it != queue_.end(); ++it)
+      if (it->get() == w) {
+        queue_.erase(it);
+        break;
+      }
+  if (queue_.empty()) idle_cv_.notify_all();
+  // Waiters see their Work complete when the pass ends (run/waitFor notify cv_ then).
 }
 
 }  // namespace braid_torch
