@@ -131,7 +131,7 @@ Collectives::WorkPtr Collectives::issue(WorkPtr work, Body&& body) {
   at::NoGradGuard no_grad;  // staging copies are not part of any autograd graph
   std::lock_guard<std::mutex> lock(completer_->issueLock());
   auto hand_over = [&] {
-    if (coalescing_)
+    if (coalescing_ && std::this_thread::get_id() == coalescing_thread_)
       coalesced_.push_back(work);
     else
       completer_->add(work);
@@ -641,11 +641,13 @@ void Collectives::startCoalescing() {
   TORCH_CHECK(!coalescing_, "braid: startCoalescing: already coalescing");
   Check(braidGroupStart(), "coalescing", "braidGroupStart");
   coalescing_ = true;
+  coalescing_thread_ = std::this_thread::get_id();
 }
 
 void Collectives::endCoalescing() {
   std::lock_guard<std::mutex> lock(completer_->issueLock());
-  TORCH_CHECK(coalescing_, "braid: endCoalescing without startCoalescing");
+  TORCH_CHECK(coalescing_ && std::this_thread::get_id() == coalescing_thread_,
+              "braid: endCoalescing without startCoalescing on this thread");
   coalescing_ = false;
   const braidResult_t rc = braidGroupEnd();
   std::string error;

@@ -14,6 +14,7 @@
 
 #include <chrono>
 #include <memory>
+#include <thread>
 #include <vector>
 
 #include "braid/braid.h"
@@ -83,9 +84,11 @@ class Collectives {
   int rank_ = 0;
   int size_ = 0;
   std::shared_ptr<Completer> completer_;
-  // Works issued inside startCoalescing .. endCoalescing: their requests are filled at
-  // braidGroupEnd, so the Completer gets them only then. Guarded by the issue lock.
+  // Works issued inside startCoalescing .. endCoalescing by the thread that started it (braid's
+  // groups are per thread): their requests are filled at braidGroupEnd, so the Completer gets
+  // them only then. Guarded by the issue lock.
   bool coalescing_ = false;
+  std::thread::id coalescing_thread_;
   std::vector<WorkPtr> coalesced_;
 };
 
