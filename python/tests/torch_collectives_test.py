@@ -301,7 +301,9 @@ def check_point_to_point(group, ranks):
 
 def check_async(group, ranks):
     me, n = dist.get_rank(group), len(ranks)
-    xs = [values(torch.float32, ranks[me], 1000 * (k + 1), salt=k) for k in range(4)]
+    # Larger than BRAID_TORCH_BLOCKING_BYTES (256 KiB): braid's non-blocking calls, in flight
+    # together.
+    xs = [values(torch.float32, ranks[me], 70000 * (k + 1), salt=k) for k in range(4)]
     wants = [gloo_all_reduce(x.clone(), ReduceOp.SUM, group) for x in xs]
     gots = [x.clone() for x in xs]
     works = [dist.all_reduce(g, group=group, async_op=True) for g in gots]

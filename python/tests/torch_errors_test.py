@@ -8,6 +8,8 @@ wrong length, mismatched dtypes or sizes, a rank outside the group. (torch 1.13 
 tensor itself before the backend in the collectives it dispatches, all_reduce among them.) Also: monitored_barrier,
 which torch 1.13 only routes to gloo (its refusal is recorded here), and the group's describe().
 Run on 1 rank by torch_launch.py (any launcher works)."""
+import datetime
+import os
 import sys
 
 from torch_env import dist, init, torch
@@ -95,4 +97,10 @@ if "rank %d/%d" % (rank, size) not in info:
 if dist.get_backend() != "braid" or pg.name() != "braid":
     sys.exit("FAIL: backend %r, name %r" % (dist.get_backend(), pg.name()))
 dist.destroy_process_group()
+# A malformed BRAID_TORCH_BLOCKING_BYTES fails the group's creation, before braid's init.
+os.environ["BRAID_TORCH_BLOCKING_BYTES"] = "12Q"
+expect(["BRAID_TORCH_BLOCKING_BYTES='12Q'", "not a size"],
+       lambda: braid.torch.ProcessGroupBraid.create(dist.HashStore(), 0, 1,
+                                                    datetime.timedelta(seconds=10)))
+del os.environ["BRAID_TORCH_BLOCKING_BYTES"]
 print("PASS: %d refusals raised RuntimeError with their reason; %s" % (checks, info), flush=True)

@@ -23,6 +23,9 @@ from torch_env import dist, init, torch
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--case", choices=["raise", "stall", "mismatch"], required=True)
+ap.add_argument("--count", type=int, default=1 << 20,
+                help="elements of the all_reduce the others are in (small: braid's blocking "
+                     "board path, BRAID_TORCH_BLOCKING_BYTES)")
 args = ap.parse_args()
 limit = float(os.environ.get("BRAID_TIMEOUT", "300")) + 1.0
 rank, size = init("braid", timeout_s=600)  # torch's timeout is not what must fire here
@@ -50,7 +53,7 @@ def timed_failure(fn, words):
     sys.exit(1)
 
 
-big = torch.ones(1 << 20)
+big = torch.ones(args.count)
 if args.case in ("raise", "stall"):
     for step in range(5):
         if rank == victim and step == 3:

@@ -41,7 +41,9 @@ class BraidWork : public c10d::Work {
   c10::intrusive_ptr<c10::ivalue::Future> getFuture() override;
 
   // While the collective is issued, before the Completer sees the Work.
-  void addRequest(braidRequest_t request) { requests_.push_back(request); }
+  void addRequest(braidRequest_t request) {
+    if (request) requests_.push_back(request);  // NULL: a blocking call, done already
+  }
   bool hasRequests() const { return !requests_.empty(); }
   void keep(const at::Tensor& t) { keep_.push_back(t); }
   void onSuccess(std::function<void()> step) { on_success_.push_back(std::move(step)); }

@@ -108,8 +108,9 @@ void Irecv(BraidWork& w, const at::Tensor& t, int peer, braidComm_t comm, const 
 
 }  // namespace
 
-Collectives::Collectives(braidComm_t comm, std::shared_ptr<Completer> completer)
-    : comm_(comm), completer_(std::move(completer)) {
+Collectives::Collectives(braidComm_t comm, std::shared_ptr<Completer> completer,
+                         size_t blocking_bytes)
+    : comm_(comm), completer_(std::move(completer)), blocking_bytes_(blocking_bytes) {
   braidCommUserRank(comm_, &rank_);
   braidCommCount(comm_, &size_);
 }
@@ -152,8 +153,18 @@ Collectives::WorkPtr Collectives::issue(WorkPtr work, Body&& body) {
     }
     throw;
   }
+  if (!work->hasRequests() && !(coalescing_ && std::this_thread::get_id() == coalescing_thread_)) {
+    work->complete();  // blocking calls (or nothing to send): done on this thread
+    return work;
+  }
   hand_over();
   return work;
+}
+
+bool Collectives::blocking(const Payload& p, const BraidWork&, int blocks) const {
+  if (coalescing_ && std::this_thread::get_id() == coalescing_thread_) return false;
+  return blocking_bytes_ > 0 &&
+         p.count * TypeBytes(p.type) * static_cast<size_t>(blocks) <= blocking_bytes_;
 }
 
 int Collectives::checkPeer(int peer, const char* what) const {
@@ -171,8 +182,12 @@ Collectives::WorkPtr Collectives::broadcast(at::Tensor& t, int root, Ms timeout)
     const Staged s = Stage(w, t, rank_ == root);
     const Payload p = MovePayload(s.buf);
     braidRequest_t req = nullptr;
-    Check(braidIbroadcast(p.ptr, p.ptr, p.count, p.type, root, comm_, &req), "broadcast",
-          "braidIbroadcast");
+    if (blocking(p, w))
+      Check(braidBroadcast(p.ptr, p.ptr, p.count, p.type, root, comm_), "broadcast",
+            "braidBroadcast");
+    else
+      Check(braidIbroadcast(p.ptr, p.ptr, p.count, p.type, root, comm_, &req), "broadcast",
+            "braidIbroadcast");
     w.addRequest(req);
     CopyBack(w, s);
   });
@@ -187,8 +202,12 @@ Collectives::WorkPtr Collectives::allreduce(at::Tensor& t, const c10d::ReduceOp&
     const Staged s = Stage(w, t, true);
     const Payload p = ReducePayload(s.buf, "allreduce");
     braidRequest_t req = nullptr;
-    Check(braidIallReduce(p.ptr, p.ptr, p.count, p.type, red.r.op, comm_, &req), "allreduce",
-          "braidIallReduce");
+    if (blocking(p, w))
+      Check(braidAllReduce(p.ptr, p.ptr, p.count, p.type, red.r.op, comm_), "allreduce",
+            "braidAllReduce");
+    else
+      Check(braidIallReduce(p.ptr, p.ptr, p.count, p.type, red.r.op, comm_, &req), "allreduce",
+            "braidIallReduce");
     w.addRequest(req);
     AddParity(w, red.r, s.buf);
     CopyBack(w, s);
@@ -215,8 +234,12 @@ Collectives::WorkPtr Collectives::allreduceCoalesced(std::vector<at::Tensor>& ts
     w.keep(buf);
     const Payload p = ReducePayload(buf, "allreduce_coalesced");
     braidRequest_t req = nullptr;
-    Check(braidIallReduce(p.ptr, p.ptr, p.count, p.type, red.r.op, comm_, &req),
-          "allreduce_coalesced", "braidIallReduce");
+    if (blocking(p, w))
+      Check(braidAllReduce(p.ptr, p.ptr, p.count, p.type, red.r.op, comm_), "allreduce_coalesced",
+            "braidAllReduce");
+    else
+      Check(braidIallReduce(p.ptr, p.ptr, p.count, p.type, red.r.op, comm_, &req),
+            "allreduce_coalesced", "braidIallReduce");
     w.addRequest(req);
     AddParity(w, red.r, buf);
     w.onSuccess([ts, buf]() mutable {
@@ -241,8 +264,12 @@ Collectives::WorkPtr Collectives::reduce(at::Tensor& t, const c10d::ReduceOp& op
     const Payload p = ReducePayload(s.buf, "reduce");
     braidRequest_t req = nullptr;
     // In place: braid writes the result on the root only, the others' tensors stay as they were.
-    Check(braidIreduce(p.ptr, p.ptr, p.count, p.type, red.r.op, root, comm_, &req), "reduce",
-          "braidIreduce");
+    if (blocking(p, w))
+      Check(braidReduce(p.ptr, p.ptr, p.count, p.type, red.r.op, root, comm_), "reduce",
+            "braidReduce");
+    else
+      Check(braidIreduce(p.ptr, p.ptr, p.count, p.type, red.r.op, root, comm_, &req), "reduce",
+            "braidIreduce");
     w.addRequest(req);
     if (rank_ == root) {
       AddParity(w, red.r, s.buf);
@@ -288,8 +315,11 @@ Collectives::WorkPtr Collectives::allgather(std::vector<at::Tensor>& outputs,
       out = flat.data_ptr();
     }
     braidRequest_t req = nullptr;
-    Check(braidIallGather(p.ptr, out, p.count, p.type, comm_, &req), "allgather",
-          "braidIallGather");
+    if (blocking(p, w, size_))
+      Check(braidAllGather(p.ptr, out, p.count, p.type, comm_), "allgather", "braidAllGather");
+    else
+      Check(braidIallGather(p.ptr, out, p.count, p.type, comm_, &req), "allgather",
+            "braidIallGather");
     w.addRequest(req);
     if (flat.defined())
       w.onSuccess([outputs, flat, n = input.numel()]() mutable {
@@ -316,8 +346,12 @@ Collectives::WorkPtr Collectives::allgatherBase(at::Tensor& output, const at::Te
     const Staged s = Stage(w, output, false);
     const Payload p = MovePayload(in);
     braidRequest_t req = nullptr;
-    Check(braidIallGather(p.ptr, s.buf.data_ptr(), p.count, p.type, comm_, &req), "_allgather_base",
-          "braidIallGather");
+    if (blocking(p, w, size_))
+      Check(braidAllGather(p.ptr, s.buf.data_ptr(), p.count, p.type, comm_), "_allgather_base",
+            "braidAllGather");
+    else
+      Check(braidIallGather(p.ptr, s.buf.data_ptr(), p.count, p.type, comm_, &req),
+            "_allgather_base", "braidIallGather");
     w.addRequest(req);
     CopyBack(w, s);
   });
@@ -447,9 +481,13 @@ Collectives::WorkPtr Collectives::reduceScatter(at::Tensor& output, std::vector<
     const Staged s = Stage(w, output, false);
     const Payload in = ReducePayload(buf, "reduce_scatter");
     braidRequest_t req = nullptr;
-    Check(braidIreduceScatter(in.ptr, s.buf.data_ptr(), output.numel(), in.type, red.r.op, comm_,
-                              &req),
-          "reduce_scatter", "braidIreduceScatter");
+    if (blocking(in, w))
+      Check(braidReduceScatter(in.ptr, s.buf.data_ptr(), output.numel(), in.type, red.r.op, comm_),
+            "reduce_scatter", "braidReduceScatter");
+    else
+      Check(braidIreduceScatter(in.ptr, s.buf.data_ptr(), output.numel(), in.type, red.r.op, comm_,
+                                &req),
+            "reduce_scatter", "braidIreduceScatter");
     w.addRequest(req);
     AddParity(w, red.r, s.buf);
     CopyBack(w, s);
@@ -474,9 +512,13 @@ Collectives::WorkPtr Collectives::reduceScatterBase(at::Tensor& output, const at
     const Staged s = Stage(w, output, false);
     const Payload p = ReducePayload(in, "_reduce_scatter_base");
     braidRequest_t req = nullptr;
-    Check(
-        braidIreduceScatter(p.ptr, s.buf.data_ptr(), output.numel(), p.type, red.r.op, comm_, &req),
-        "_reduce_scatter_base", "braidIreduceScatter");
+    if (blocking(p, w))
+      Check(braidReduceScatter(p.ptr, s.buf.data_ptr(), output.numel(), p.type, red.r.op, comm_),
+            "_reduce_scatter_base", "braidReduceScatter");
+    else
+      Check(braidIreduceScatter(p.ptr, s.buf.data_ptr(), output.numel(), p.type, red.r.op, comm_,
+                                &req),
+            "_reduce_scatter_base", "braidIreduceScatter");
     w.addRequest(req);
     AddParity(w, red.r, s.buf);
     CopyBack(w, s);
@@ -520,8 +562,12 @@ Collectives::WorkPtr Collectives::alltoallBase(at::Tensor& output, const at::Ten
       const Staged s = Stage(w, output, false);
       const Payload p = MovePayload(in);
       braidRequest_t req = nullptr;
-      Check(braidIallToAll(p.ptr, s.buf.data_ptr(), p.count / size_, p.type, comm_, &req),
-            "alltoall_base", "braidIallToAll");
+      if (blocking(p, w))
+        Check(braidAllToAll(p.ptr, s.buf.data_ptr(), p.count / size_, p.type, comm_),
+              "alltoall_base", "braidAllToAll");
+      else
+        Check(braidIallToAll(p.ptr, s.buf.data_ptr(), p.count / size_, p.type, comm_, &req),
+              "alltoall_base", "braidIallToAll");
       w.addRequest(req);
       CopyBack(w, s);
     });
@@ -631,7 +677,10 @@ Collectives::WorkPtr Collectives::barrier(Ms timeout) {
   auto work = make(OpType::BARRIER, "barrier", timeout);
   return issue(work, [&](BraidWork& w) {
     braidRequest_t req = nullptr;
-    Check(braidIbarrier(comm_, &req), "barrier", "braidIbarrier");
+    if (blocking(Payload{}, w))
+      Check(braidBarrier(comm_), "barrier", "braidBarrier");
+    else
+      Check(braidIbarrier(comm_, &req), "barrier", "braidIbarrier");
     w.addRequest(req);
   });
 }

@@ -3,7 +3,13 @@
 // torch's Backend class is another thin adapter). Every call checks its tensors first (a bad
 // tensor raises before anything is issued, on the rank that passed it), issues braid's
 // non-blocking calls under the Completer's issue lock and returns a BraidWork that the Completer
-// completes. Collectives braid has (all-reduce, all-gather, reduce-scatter, broadcast, reduce,
+// completes. A call whose largest buffer is at most BRAID_TORCH_BLOCKING_BYTES (default 256 KiB)
+// runs as braid's blocking call instead and returns a completed Work: on one host small blocking
+// calls run on braid's shared-memory board on the calling thread, several times faster than a
+// round trip through braid's engine and its progress thread when ranks outnumber cores (the
+// choice depends on the size only, so every rank makes the same call form, as braid requires;
+// the setting must be the same on every rank). Inside a coalescing block calls are never
+// blocking. Collectives braid has (all-reduce, all-gather, reduce-scatter, broadcast, reduce,
 // all-to-all of equal blocks, barrier, send, receive) map to one call each; gather, scatter and
 // all-to-all with uneven splits are a braid group of sends and receives, which braid runs
 // without deadlock in any order. Non-contiguous tensors are staged in contiguous buffers.
@@ -20,6 +26,7 @@
 #include "braid/braid.h"
 #include "braid_work.h"
 #include "completer.h"
+#include "tensor_args.h"
 
 namespace braid_torch {
 
@@ -30,7 +37,8 @@ class Collectives {
 
   // Takes `comm` (destroyed with this object, after its Works complete). `completer` belongs to
   // comm's root communicator, shared with the root's other views.
-  Collectives(braidComm_t comm, std::shared_ptr<Completer> completer);
+  // `blocking_bytes`: BRAID_TORCH_BLOCKING_BYTES (BlockingBytesFromEnv).
+  Collectives(braidComm_t comm, std::shared_ptr<Completer> completer, size_t blocking_bytes);
   ~Collectives();
   Collectives(const Collectives&) = delete;
   Collectives& operator=(const Collectives&) = delete;
@@ -39,6 +47,7 @@ class Collectives {
   int size() const { return size_; }
   braidComm_t comm() const { return comm_; }
   const std::shared_ptr<Completer>& completer() const { return completer_; }
+  size_t blockingBytes() const { return blocking_bytes_; }
 
   // `timeout` is the default of the Work's wait() (kNoTimeout: braid's own deadline).
   WorkPtr broadcast(at::Tensor& t, int root, Ms timeout);
@@ -79,11 +88,14 @@ class Collectives {
   template <typename Body>
   WorkPtr issue(WorkPtr work, Body&& body);
   int checkPeer(int peer, const char* what) const;
+  // Whether a call whose largest buffer is `blocks` x the payload runs as a blocking call.
+  bool blocking(const Payload& p, const BraidWork& w, int blocks = 1) const;
 
   braidComm_t comm_;
   int rank_ = 0;
   int size_ = 0;
   std::shared_ptr<Completer> completer_;
+  const size_t blocking_bytes_;
   // Works issued inside startCoalescing .. endCoalescing by the thread that started it (braid's
   // groups are per thread): their requests are filled at braidGroupEnd, so the Completer gets
   // them only then. Guarded by the issue lock.

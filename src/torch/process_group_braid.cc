@@ -1,5 +1,7 @@
 #include "process_group_braid.h"
 
+#include "tensor_args.h"
+
 #include <Python.h>
 #include <c10/util/Exception.h>
 #include <pybind11/pybind11.h>
@@ -44,6 +46,7 @@ c10::intrusive_ptr<ProcessGroupBraid> ProcessGroupBraid::Create(
     const c10::intrusive_ptr<c10d::Store>& store, int rank, int size, Ms timeout) {
   TORCH_CHECK(store, "braid: no store to meet the other ranks through");
   TORCH_CHECK(size >= 1 && rank >= 0 && rank < size, "braid: rank ", rank, " of ", size);
+  const size_t blocking_bytes = BlockingBytesFromEnv();  // a bad value fails before init
   braidUniqueId id;
   if (rank == 0) {
     const braidResult_t rc = braidGetUniqueId(&id);
@@ -76,7 +79,8 @@ c10::intrusive_ptr<ProcessGroupBraid> ProcessGroupBraid::Create(
       // A store without deleteKey: harmless, the next init sets a fresh id before any reads.
     }
   }
-  auto collectives = std::make_unique<Collectives>(comm, std::make_shared<Completer>());
+  auto collectives =
+      std::make_unique<Collectives>(comm, std::make_shared<Completer>(), blocking_bytes);
   return c10::make_intrusive<ProcessGroupBraid>(std::move(collectives), timeout);
 }
 
@@ -90,7 +94,8 @@ c10::intrusive_ptr<ProcessGroupBraid> ProcessGroupBraid::CreateView(
       parent->comm(), members.data(), static_cast<int>(members.size()), NameTag(name), &view);
   TORCH_CHECK(rc == braidSuccess, "braid: new_group: braidCommSplitRanks failed (",
               braidGetErrorString(rc), "): ", braidGetLastError(nullptr));
-  auto collectives = std::make_unique<Collectives>(view, parent->collectives_->completer());
+  auto collectives = std::make_unique<Collectives>(view, parent->collectives_->completer(),
+                                                   parent->collectives_->blockingBytes());
   return c10::make_intrusive<ProcessGroupBraid>(std::move(collectives), parent->timeout_);
 }
 

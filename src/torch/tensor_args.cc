@@ -2,6 +2,9 @@
 
 #include <c10/util/Exception.h>
 
+#include <cerrno>
+#include <cstdlib>
+
 namespace braid_torch {
 
 std::optional<braidDataType_t> BraidType(at::ScalarType t) {
@@ -58,6 +61,42 @@ std::string DtypeName(at::ScalarType t) {
     default:
       return c10::toString(t);
   }
+}
+
+size_t TypeBytes(braidDataType_t type) {
+  switch (type) {
+    case braidInt8:
+    case braidUint8:
+    case braidFloat8e4m3:
+    case braidFloat8e5m2:
+      return 1;
+    case braidFloat16:
+    case braidBfloat16:
+      return 2;
+    case braidInt32:
+    case braidUint32:
+    case braidFloat32:
+      return 4;
+    default:
+      return 8;
+  }
+}
+
+size_t BlockingBytesFromEnv() {
+  const char* env = std::getenv("BRAID_TORCH_BLOCKING_BYTES");
+  if (!env || !*env) return size_t{256} << 10;
+  char* end = nullptr;
+  errno = 0;
+  const unsigned long long v = std::strtoull(env, &end, 10);
+  int shift = 0;
+  if (*end == 'K' || *end == 'k') shift = 10;
+  if (*end == 'M' || *end == 'm') shift = 20;
+  if (*end == 'G' || *end == 'g') shift = 30;
+  if (shift) ++end;
+  TORCH_CHECK(end != env && *end == '\0' && errno == 0 && env[0] != '-' && (v >> (60 - shift)) == 0,
+              "braid: BRAID_TORCH_BLOCKING_BYTES='", env,
+              "' is not a size (bytes, with an optional K, M or G; 0 turns blocking calls off)");
+  return static_cast<size_t>(v) << shift;
 }
 
 Payload MovePayload(const at::Tensor& t) {

@@ -25,6 +25,12 @@ struct Payload {
   braidDataType_t type = braidUint8;
 };
 
+// Bytes of one element of braid's `type`.
+size_t TypeBytes(braidDataType_t type);
+// BRAID_TORCH_BLOCKING_BYTES (bytes, with an optional K, M or G; default 256K): calls up to this
+// size run as braid's blocking calls (see collectives.h). Throws on a malformed value.
+size_t BlockingBytesFromEnv();
+
 // For collectives that only move data: the element type when braid has it, else the bytes
 // (int16, complex, ...), so every torch dtype can be moved. `t` must be contiguous.
 Payload MovePayload(const at::Tensor& t);
