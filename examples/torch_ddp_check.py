@@ -26,7 +26,7 @@ def losses(args, backend, env_pairs):
     if args.braidrun:
         cmd += ["--braidrun", args.braidrun]
     cmd += ["--", os.path.join(HERE, "torch_ddp.py"), "--backend", backend, "--steps",
-            str(args.steps)]
+            str(args.steps)] + args.ddp_args.split()
     env = dict(os.environ)
     env.update(kv.split("=", 1) for kv in env_pairs)
     print("+ %s%s" % ("".join("%s " % kv for kv in env_pairs), " ".join(cmd)), flush=True)
@@ -53,6 +53,8 @@ def main():
     ap.add_argument("--braid-env", action="append", default=[], metavar="K=V")
     ap.add_argument("--against-braid", action="store_true")
     ap.add_argument("--against-env", action="append", default=[], metavar="K=V")
+    ap.add_argument("--ddp-args", default="", help="more arguments of torch_ddp.py, e.g. "
+                    "'--d-model 128 --bucket-mb 0.3'")
     args = ap.parse_args()
     got = losses(args, "braid", args.braid_env)
     ref_name = "braid" if args.against_braid else "gloo"
