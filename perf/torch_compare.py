@@ -220,6 +220,7 @@ def main():
                 d, params, b * 1e3, g * 1e3, z * 1e3, b / g, (b - z) * 1e3, (g - z) * 1e3,
                 (b - z) / (g - z) if g > z else float("nan")))
     dist.destroy_process_group()
+    out("# torch_compare: done")
     return 0
 
 
