@@ -315,6 +315,16 @@ def check_async(group, ranks):
     for k in range(4):
         same(gots[k], wants[k], "async all_reduce %d" % k)
     same(doubled.wait(), wants[0] * 2, "a future chained on an all_reduce")
+    # A callback that makes a synchronous call of its own (non-blocking underneath: it waits
+    # inside the completion of the first, on whichever thread completes it).
+    def chained(fut):
+        t = fut.value()[0].clone()
+        dist.all_reduce(t, group=group)
+        return t
+    x = xs[1].clone()
+    fut = dist.all_reduce(x, group=group, async_op=True).get_future().then(chained)
+    same(fut.wait(), gloo_all_reduce(wants[1].clone(), ReduceOp.SUM, group),
+         "an all_reduce inside a future's callback")
     dist.barrier(group=group)
 
 

@@ -130,34 +130,39 @@ Collectives::WorkPtr Collectives::make(OpType type, const char* name, Ms timeout
 template <typename Body>
 Collectives::WorkPtr Collectives::issue(WorkPtr work, Body&& body) {
   at::NoGradGuard no_grad;  // staging copies are not part of any autograd graph
-  std::lock_guard<std::mutex> lock(completer_->issueLock());
-  auto hand_over = [&] {
-    if (coalescing_ && std::this_thread::get_id() == coalescing_thread_)
-      coalesced_.push_back(work);
-    else
-      completer_->add(work);
-  };
-  try {
-    body(*work);
-  } catch (const c10::Error& e) {
-    // Requests in flight (or recorded in an open group): their buffers must outlive them.
-    if (work->hasRequests()) {
-      work->failIssue(e.what_without_backtrace());
-      hand_over();
+  bool done_now = false;
+  {
+    std::lock_guard<std::mutex> lock(completer_->issueLock());
+    const bool deferred = coalescing_ && std::this_thread::get_id() == coalescing_thread_;
+    auto hand_over = [&] {
+      if (deferred)
+        coalesced_.push_back(work);
+      else
+        completer_->add(work);
+    };
+    try {
+      body(*work);
+    } catch (const c10::Error& e) {
+      // Requests in flight (or recorded in an open group): their buffers must outlive them.
+      if (work->hasRequests()) {
+        work->failIssue(e.what_without_backtrace());
+        hand_over();
+      }
+      throw;
+    } catch (const std::exception& e) {
+      if (work->hasRequests()) {
+        work->failIssue(e.what());
+        hand_over();
+      }
+      throw;
     }
-    throw;
-  } catch (const std::exception& e) {
-    if (work->hasRequests()) {
-      work->failIssue(e.what());
-      hand_over();
-    }
-    throw;
+    // Blocking calls (or nothing to send) are done already.
+    done_now = !work->hasRequests() && !deferred;
+    if (!done_now) hand_over();
   }
-  if (!work->hasRequests() && !(coalescing_ && std::this_thread::get_id() == coalescing_thread_)) {
-    work->complete();  // blocking calls (or nothing to send): done on this thread
-    return work;
-  }
-  hand_over();
+  // Outside the issue lock: completing runs the future's callbacks, which may issue calls (a
+  // DDP communication hook chaining another all_reduce).
+  if (done_now) work->complete();
   return work;
 }
 

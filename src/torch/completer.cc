@@ -45,6 +45,7 @@ void Completer::run() {
     });
     if (queue_.empty()) return;  // stopped, nothing left in flight
     driving_ = true;
+    driver_ = std::this_thread::get_id();
     lock.unlock();
     pass(kSliceMs);
     lock.lock();
@@ -65,12 +66,16 @@ bool Completer::waitFor(BraidWork& work,
       if (left.count() <= 0) break;
       slice = std::min<int64_t>(slice, left.count());
     }
-    if (!driving_ && !queue_.empty()) {
+    // A wait inside a pass of this very thread (a future's callback that waits for a call) runs
+    // passes of its own: waiting for the outer one to end would never end.
+    const bool nested = driving_ && driver_ == std::this_thread::get_id();
+    if ((!driving_ || nested) && !queue_.empty()) {
       driving_ = true;
+      driver_ = std::this_thread::get_id();
       lock.unlock();
       pass(slice);
       lock.lock();
-      driving_ = false;
+      if (!nested) driving_ = false;
       cv_.notify_all();
     } else if (deadline) {
       cv_.wait_until(lock, *deadline);  // woken when a pass ends
@@ -99,14 +104,19 @@ void Completer::pass(int64_t slice_ms) {
     if (pending.front()->poll()) done.push_back(pending.front().get());
   }
   if (done.empty()) return;
+  // Out of the queue before completing: a pass nested in a completion's callback must not
+  // complete them again. `pending` keeps them alive.
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (BraidWork* w : done)
+      for (auto it = queue_.begin(); it != queue_.end(); ++it)
+        if (it->get() == w) {
+          queue_.erase(it);
+          break;
+        }
+  }
   for (BraidWork* w : done) w->complete();
   std::lock_guard<std::mutex> lock(mu_);
-  for (BraidWork* w : done)
-    for (auto it = queue_.begin(); it != queue_.end(); ++it)
-      if (it->get() == w) {
-        queue_.erase(it);
-        break;
-      }
   if (queue_.empty()) idle_cv_.notify_all();
   // Waiters see their Work complete when the pass ends (run/waitFor notify cv_ then).
 }

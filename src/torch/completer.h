@@ -58,8 +58,9 @@ class Completer : public std::enable_shared_from_this<Completer> {
   std::condition_variable idle_cv_;  // the queue emptied
   // Guarded by mu_.
   std::deque<c10::intrusive_ptr<BraidWork>> queue_;
-  bool driving_ = false;  // a pass is running
-  int waiters_ = 0;       // threads in waitFor: the Completer's thread leaves the passes to them
+  bool driving_ = false;    // a pass is running
+  std::thread::id driver_;  // the thread that runs it
+  int waiters_ = 0;         // threads in waitFor: the Completer's thread leaves the passes to them
   bool stop_ = false;
   std::thread thread_;
 };
