@@ -215,6 +215,20 @@ BRAID_API braidResult_t braidCommSplitByFabric(braidComm_t comm, braidComm_t* ne
                                                const char** fabric);
 
 /**
+ * A view of `comm` (docs/split-views.md) holding the ranks `ranks[0 .. nranks)` of `comm`, the
+ * view's rank i being `ranks[i]`: for frameworks that make a group on its members alone
+ * (torch.distributed's new_group constructs the backend's group on the listed ranks only). Local
+ * like braidCommSplitLevel: only the listed ranks call it, each with the same list and `tag`,
+ * and nothing is sent. `tag` tells views of the same ranks apart on the wire (the framework's
+ * group name or number): views with equal lists and tags are one group to the call check, so a
+ * call on one matched by a call on the other is not caught. Errors: ::braidErrInvalidArgument
+ * for NULL pointers, `nranks` < 1, a rank out of range or listed twice; ::braidErrInvalidUsage
+ * when the calling rank is not listed (it must not call).
+ */
+BRAID_API braidResult_t braidCommSplitRanks(braidComm_t comm, const int* ranks, int nranks,
+                                            uint32_t tag, braidComm_t* newcomm);
+
+/**
  * Creates a communicator of the ranks of `comm` not listed in `excludeRanks` (ordered as in
  * `comm`), for recovery after ranks have died. Only the surviving ranks call it, all with the
  * same list; it works when `comm` is in an error state. `flags`: 0 = wait for pending
