@@ -458,8 +458,15 @@ bool Engine::failBoardStragglers() {
   for (size_t i = 0; i < active_.size(); ++i) {
     const OneSidedRun* run = active_[i]->boardBlocked();
     const int peer = run->blocked().peer;
-    if (peer < 0 || !comm_->peerSentUnreadStreamBytes(peer) || run->blockedReady()) continue;
-    failAll(i, OtherCallOnTheStreams(peer).prepend(active_[i]->context()));
+    if (peer < 0 || !comm_->peerSentUnreadStreamBytes(peer)) continue;
+    // The peer's data may be for any of this rank's calls, not only the one waiting on it: a
+    // peer sends a call's data only after every post of its agreement, so a call it is in is
+    // ready here once its data is seen (read first, above). Any ready call is no straggler:
+    // it moves at the next pass (4 calls in flight, the oldest ready, a later one waiting on
+    // the peer that sent the oldest's data: that is not a mismatch).
+    for (const auto& a : active_)
+      if (a->boardBlocked()->blockedReady()) return false;
+    failAll(i, OtherCallOnTheStreams(peer, run->describe()).prepend(active_[i]->context()));
     return true;
   }
   return false;

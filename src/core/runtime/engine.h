@@ -40,7 +40,7 @@ namespace braid {
 
 // The error of a call waiting on the board for `peer`, which sent stream data for a call this
 // rank has not issued.
-Status OtherCallOnTheStreams(int peer);
+Status OtherCallOnTheStreams(int peer, const std::string& where);
 
 class Engine {
  public:

@@ -32,12 +32,12 @@ inline void CpuRelax() {
 
 }  // namespace
 
-Status OtherCallOnTheStreams(int peer) {
+Status OtherCallOnTheStreams(int peer, const std::string& where) {
   return InvalidUsage("call mismatch: rank " + std::to_string(peer) +
                       " is in an operation this rank has not issued (it sent data for it on the "
                       "streams) instead of this call: another collective, or a call on a split "
                       "view where this rank called its root (a communicator and its views share "
-                      "connections, so every rank must call them in the same order)");
+                      "connections, so every rank must call them in the same order; " + where + ")");
 }
 
 namespace {
@@ -236,7 +236,7 @@ Status Engine::awaitBoard(OneSidedRun& run, const OpDesc& d, uint64_t seq,
     // this rank's (an idle engine) will read: it is in another call, and both would wait for
     // BRAID_TIMEOUT. (Its post, made before its data, would be visible by now.)
     if (comm.peerSentUnreadStreamBytes(b.peer) && !run.blockedReady())
-      return failBoardCall(OtherCallOnTheStreams(b.peer), d, seq, std::nullopt);
+      return failBoardCall(OtherCallOnTheStreams(b.peer, run.describe()), d, seq, std::nullopt);
     if (!(*deadline)->expired()) continue;
     const bool posting = b.counter == Counter::kPosted;
     const int64_t timeout_s = comm.config().timeout_ms / 1000;
