@@ -222,7 +222,8 @@ TEST(BootstrapHostile, RanksCompleteWhileTheServiceIsAttacked) {
         return;
       }
       for (int round = 0; round < kRounds; ++round) {
-        // Stagger the ranks so attacks interleave with every phase.
+        // Stagger the ranks so attacks interleave with every phase (a jitter: nothing asserted
+        // depends on what runs first).
         if (round % 5 == r % 5) std::this_thread::sleep_for(std::chrono::milliseconds(20));
         std::string mine = Tagged(r, round);
         auto all = (*b)->allGather(mine, Deadline::After(10000));

@@ -257,7 +257,7 @@ TEST(TcpEndpoint, PeekKeepsEightByteElementsWhole) {
       auto n = tx->send(data.data() + from, to - from);
       ASSERT_TRUE(n.ok());
       from += *n;
-      if (*n == 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      if (*n == 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));  // paces the retry
     }
   };
   // Fill the receive buffer to 2 bytes short of its end, then consume all but 4 bytes.
