@@ -6,6 +6,7 @@
 #include <dirent.h>
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstring>
 #include <string>
@@ -13,6 +14,7 @@
 #include <tuple>
 #include <vector>
 
+#include "common/proc_state.h"
 #include "multirank/harness.h"
 
 namespace braid_test {
@@ -296,14 +298,23 @@ TEST_P(SplitView, AbortRevokeAndDestroyOrderLeaveTheOthersWorking) {
     int hrank = -1;
     braidCommUserRank(half, &hrank);
     if (rank == 0) {
-      // Its peer (global rank 2) never sends on this view.
+      // Its peer (global rank 2) never sends on this view. The abort comes once the receive
+      // waits: this thread has entered braidRecv and sleeps in a system call.
+      const pid_t receiver = braid_test_common::ThisThreadId();
+      std::atomic<bool> receiving{false}, returned{false};
+      bool aborted_while_waiting = false;
       std::thread aborter([&] {
-        std::this_thread::sleep_for(std::chrono::milliseconds(200));
+        receiving.wait(false);
+        aborted_while_waiting = braid_test_common::WaitUntilBlocked(receiver) && !returned.load();
         braidCommAbort(half);
       });
       float buf[8];
+      receiving.store(true);
+      receiving.notify_one();
       braidResult_t r = braidRecv(buf, 8, braidFloat32, 1, half);
+      returned.store(true);
       aborter.join();
+      CHECK_OR_FAIL(aborted_while_waiting, "the receive did not wait for the abort");
       CHECK_OR_FAIL(r != braidSuccess, "a receive on an aborted view succeeded");
     }
     CHECK_OR_FAIL(CheckedAllReduce(comm, 10, all, rank, 4096) == 0, "root after the abort");

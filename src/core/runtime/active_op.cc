@@ -7,11 +7,11 @@
 #include "algorithms/algorithm.h"
 #include "algorithms/board_schedules.h"
 #include "algorithms/builtin_algorithms.h"
+#include "algorithms/codec_kernels.h"
 #include "algorithms/cost_model.h"
 #include "algorithms/lowering.h"
 #include "core/runtime/board_selection.h"
 #include "core/runtime/comm.h"
-#include "device/cpu/codec_kernels.h"
 #include "device/cpu/reduce_kernels.h"
 #include "device/cpu/streaming_copy.h"
 
