@@ -280,7 +280,9 @@ BRAID_API braidResult_t braidCommDebugState(braidComm_t comm, char* buf, size_t 
  * transport that carries them ("shm", "tcp"; "self" when `peer` is this rank, with zero counts),
  * written to `transport` (at most `len` bytes including the NUL; `transport` may be NULL).
  * `sent` and `received` may be NULL. Shows, e.g., which traffic of a multi-node job crossed the
- * network.
+ * network. Calls run on the shared-memory board (one-sided: a rank reads its peers' posts) count
+ * the bytes a peer read of this rank's posts as sent to it; the reader counts them when it reads,
+ * so `received` is exact once this rank's calls completed, `sent` once the peers' did.
  */
 BRAID_API braidResult_t braidCommPeerTraffic(braidComm_t comm, int peer, uint64_t* sent,
                                              uint64_t* received, char* transport, size_t len);

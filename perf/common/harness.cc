@@ -294,7 +294,7 @@ class RankRunner {
     const double ops = static_cast<double>(o_.iters) * o_.agg_iters;
     if (o_.traffic) {
       // Read after the clock stopped, so the counters cost the timing nothing. What this rank
-      // sent is counted once its operations completed here; peers' bytes are theirs to count.
+      // received is counted once its operations completed here (traffic.cc).
       TrafficBytes after;
       if (!traffic_.Read(&after)) fatal("--traffic: reading the counters", braidErrInternal);
       per_op_[0] = static_cast<double>(after.intra_node - before.intra_node) / ops;

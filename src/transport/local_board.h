@@ -118,6 +118,15 @@ class LocalBoard {
   virtual bool armBell(int rank) = 0;
   virtual void disarmBell(int rank) = 0;
 
+  // Traffic: this rank read `bytes` of `rank`'s posts or exposed buffers, or wrote `bytes` into
+  // its windows (one store to a line only this rank writes: no cost a call would notice).
+  virtual void countRead(int rank, uint64_t bytes) = 0;
+  virtual void countWritten(int rank, uint64_t bytes) = 0;
+  // The bytes moved through the board between this rank and `rank` since init, as a transport
+  // counts them: sent (what `rank` read of this rank's and this rank wrote into `rank`'s) and
+  // received (the other way). Adds to *sent and *received.
+  virtual void traffic(int rank, uint64_t* sent, uint64_t* received) const = 0;
+
   // Whether `rank`'s process has exited (cheap: asks the kernel at most every few ms), and the
   // error that names it (also reported as a failure cause).
   virtual bool dead(int rank) = 0;

@@ -290,6 +290,19 @@ void OneSidedRun::publish() {
   unpublished_ = false;
 }
 
+void OneSidedRun::count(const StepOp& op) {
+  const int me = comm_->rank();
+  const auto remote = [&](const Slice& sl) { return sl.rank != kLocal && sl.rank != me; };
+  if (op.kind == StepOpKind::kPut) {
+    if (remote(op.dst)) board_->countWritten(op.dst.rank, op.dst.count * elsize_[op.dst.buffer]);
+    return;
+  }
+  if (!ReadsSrcKind(op.kind)) return;
+  if (remote(op.src)) board_->countRead(op.src.rank, op.src.count * elsize_[op.src.buffer]);
+  if (op.kind == StepOpKind::kCombine && remote(op.src2))
+    board_->countRead(op.src2.rank, op.src2.count * elsize_[op.src2.buffer]);
+}
+
 Status OneSidedRun::runOp(const StepOp& op) {
   switch (op.kind) {
     case StepOpKind::kCopy: {
@@ -417,6 +430,7 @@ Status OneSidedRun::advance(bool* moved) {
       const StepOp& op = st.ops[i];
       if (op.kind == StepOpKind::kWait) continue;
       BRAID_RETURN_IF_ERROR(runOp(op));
+      count(op);
     }
     *moved = true;
     met_ = 0;

@@ -113,6 +113,8 @@ class OneSidedRun {
 
  private:
   Status runOp(const StepOp& op);
+  // The board's traffic counters: the bytes `op` (run) read from peers or wrote into them.
+  void count(const StepOp& op);
   std::byte* local(const Slice& sl) const {
     return slots_[sl.buffer] + sl.offset * elsize_[sl.buffer];
   }

@@ -54,7 +54,8 @@ ShmBoard::ShmBoard(int rank, int nranks, const SegmentView& mine)
     : rank_(rank),
       capacity_(mine.layout.board_bytes),
       slot_bytes_(mine.layout.boardSlotBytes()),
-      sides_(static_cast<size_t>(nranks)) {
+      sides_(static_cast<size_t>(nranks)),
+      mine_(mine) {
   attach(sides_[static_cast<size_t>(rank)], mine);
 }
 
@@ -73,7 +74,22 @@ bool ShmBoard::addPeer(int peer, const SegmentView& theirs, std::shared_ptr<Peer
   Side& s = sides_[static_cast<size_t>(peer)];
   attach(s, theirs);
   s.link = std::move(link);
+  if (const int slot = theirs.slotOf(rank_); slot >= 0) s.mine_there = theirs.boardTraffic(slot);
+  if (const int slot = mine_.slotOf(peer); slot >= 0) s.theirs_here = mine_.boardTraffic(slot);
   return true;
+}
+
+void ShmBoard::traffic(int rank, uint64_t* sent, uint64_t* received) const {
+  if (!covers(rank) || rank == rank_) return;
+  const Side& s = sides_[static_cast<size_t>(rank)];
+  if (s.theirs_here) {
+    *sent += s.theirs_here->read.load(std::memory_order_relaxed);
+    *received += s.theirs_here->written.load(std::memory_order_relaxed);
+  }
+  if (s.mine_there) {
+    *sent += s.mine_there->written.load(std::memory_order_relaxed);
+    *received += s.mine_there->read.load(std::memory_order_relaxed);
+  }
 }
 
 void ShmBoard::post(uint32_t seq, const BoardSignature& sig) {
