@@ -45,30 +45,35 @@ ADAMW = dict(lr=3e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.01)
 class Block(nn.Module):
     """Pre-norm transformer block: causal self-attention and a 4x MLP."""
 
-    def __init__(self):
+    def __init__(self, d_model=D_MODEL, heads=HEADS):
         super().__init__()
-        self.ln1, self.ln2 = nn.LayerNorm(D_MODEL), nn.LayerNorm(D_MODEL)
-        self.qkv, self.proj = nn.Linear(D_MODEL, 3 * D_MODEL), nn.Linear(D_MODEL, D_MODEL)
-        self.fc, self.out = nn.Linear(D_MODEL, 4 * D_MODEL), nn.Linear(4 * D_MODEL, D_MODEL)
+        self.d, self.heads = d_model, heads
+        self.ln1, self.ln2 = nn.LayerNorm(d_model), nn.LayerNorm(d_model)
+        self.qkv, self.proj = nn.Linear(d_model, 3 * d_model), nn.Linear(d_model, d_model)
+        self.fc, self.out = nn.Linear(d_model, 4 * d_model), nn.Linear(4 * d_model, d_model)
 
     def forward(self, x):
         b, t, _ = x.shape
-        q, k, v = self.qkv(self.ln1(x)).view(b, t, 3, HEADS, D_MODEL // HEADS).unbind(2)
+        d, h = self.d, self.heads
+        q, k, v = self.qkv(self.ln1(x)).view(b, t, 3, h, d // h).unbind(2)
         q, k, v = (y.transpose(1, 2) for y in (q, k, v))  # (b, heads, t, head dim)
-        att = (q @ k.transpose(-2, -1)) / math.sqrt(D_MODEL // HEADS)
+        att = (q @ k.transpose(-2, -1)) / math.sqrt(d // h)
         # Causal mask made here, not a bool buffer: DDP broadcasts buffers and gloo has no bool.
         mask = torch.ones(t, t, dtype=torch.bool).triu(1)
         att = att.masked_fill(mask, float("-inf")).softmax(-1)
-        x = x + self.proj((att @ v).transpose(1, 2).reshape(b, t, D_MODEL))
+        x = x + self.proj((att @ v).transpose(1, 2).reshape(b, t, d))
         return x + self.out(F.gelu(self.fc(self.ln2(x))))
 
 
 class GPT(nn.Module):
-    def __init__(self):
+    """The defaults are the model this example trains; examples/torch_ddp.py also builds larger
+    ones (--d-model, --layers) for its step-time benchmark."""
+
+    def __init__(self, d_model=D_MODEL, layers=LAYERS, heads=HEADS):
         super().__init__()
-        self.tok, self.pos = nn.Embedding(VOCAB, D_MODEL), nn.Embedding(SEQ, D_MODEL)
-        self.blocks = nn.ModuleList(Block() for _ in range(LAYERS))
-        self.ln, self.head = nn.LayerNorm(D_MODEL), nn.Linear(D_MODEL, VOCAB)
+        self.tok, self.pos = nn.Embedding(VOCAB, d_model), nn.Embedding(SEQ, d_model)
+        self.blocks = nn.ModuleList(Block(d_model, heads) for _ in range(layers))
+        self.ln, self.head = nn.LayerNorm(d_model), nn.Linear(d_model, VOCAB)
 
     def forward(self, idx):
         x = self.tok(idx) + self.pos(torch.arange(idx.shape[1]))

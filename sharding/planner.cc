@@ -123,10 +123,13 @@ std::string Explain(const PlanInputs& in, const braidShardPlanEntry_t& best, int
                   Gb(best.memoryBytes) + " per device of " + Gb(in.memory) + " (" +
                   std::to_string(fits) + " of " + std::to_string(considered) +
                   " configurations fit). It " + Describe(b, in.n) + ".";
-  if (ties > 0)
-    s += " " + std::to_string(ties) +
-         (ties == 1 ? " other configuration is" : " other configurations are") +
-         " predicted within 0.1 % of it; it is the least sharded of them.";
+  if (ties > 0) {
+    // Piecewise: a "literal" + std::string&& chain trips GCC 12's -Wrestrict false positive.
+    s += " ";
+    s += std::to_string(ties);
+    s += ties == 1 ? " other configuration is" : " other configurations are";
+    s += " predicted within 0.1 % of it; it is the least sharded of them.";
+  }
   for (const char* name : {"zero3", "mics"}) {
     braidShardConfig_t c;
     if (braidShardPresetForShape(name, in.R, in.n, &c) != braidSuccess) continue;

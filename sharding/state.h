@@ -1,5 +1,5 @@
-// The state behind a braidShard_t handle, shared by the step (step.cc) and the checkpoints
-// (checkpoint.cc). Internal to the sharding library.
+// The state behind a braidShard_t handle, shared by the step (step.cc), its optimizer
+// (optimizer.cc) and the checkpoints (checkpoint.cc). Internal to the sharding library.
 #pragma once
 
 #include <chrono>

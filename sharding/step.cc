@@ -1,8 +1,9 @@
 // The sharded step (spec/sharding.md section 2) on braid's public C API only: sub-communicators
 // are views (braidCommSplit) of the caller's comm. Parameters and gradients live in the parameter
 // dtype (fp32, bf16, fp16), the OS shard in fp32; the boundary is split into Prepare (reduction,
-// overflow check, norm, clipping), the update (built-in AdamW/SGD, or the caller's optimizer) and
-// Finish (redistribution), so that the escape hatch and the built-in step share one code path.
+// overflow check, norm, clipping), the update (built-in AdamW/SGD in optimizer.cc, or the caller's
+// optimizer) and Finish (redistribution), so that the escape hatch and the built-in step share one
+// code path.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -21,6 +22,7 @@
 #include "sharding/dtype.h"
 #include "sharding/last_error.h"
 #include "sharding/layout.h"
+#include "sharding/optimizer.h"
 #include "sharding/plan_model.h"
 #include "sharding/state.h"
 
@@ -732,27 +734,10 @@ braidResult_t Prepare(braidShard* sh, const braidShardStepOptions_t* opts,
   sh->CountAllReduce(braidShardTrafficControl, braidShard::kGroupAll, 2, sizeof(double));
   const bool overflow = local[1] > 0.0 || !std::isfinite(local[0]);
   const double norm = std::sqrt(local[0]);
-  bool clipped = false;
-  if (!overflow && opts->maxGradNorm > 0.0f) {
-    const float coef = static_cast<float>(opts->maxGradNorm / (norm + 1e-6));
-    if (coef < 1.0f) {
-      clipped = true;
-      for (Bucket& k : sh->buckets)
-        for (float& g : k.grad32) g *= coef;
-    }
-  }
-  // Dynamic scaler: backs off on overflow, grows after growthInterval good steps in a row.
-  float next = loss_scale;
-  if (sh->scaler_on && opts->lossScale <= 0.0f) {
-    if (overflow) {
-      sh->scale *= sh->scaler.backoffFactor;
-      sh->good_steps = 0;
-    } else if (++sh->good_steps >= sh->scaler.growthInterval) {
-      sh->scale *= sh->scaler.growthFactor;
-      sh->good_steps = 0;
-    }
-    next = sh->scale;
-  }
+  const bool clipped = !overflow && ClipGradients(sh->buckets, opts->maxGradNorm, norm);
+  // The dynamic scaler moves only when it chose this step's scale.
+  const float next =
+      sh->scaler_on && opts->lossScale <= 0.0f ? UpdateLossScaler(sh, overflow) : loss_scale;
   if (!overflow) ++sh->t;
   sh->prepared = true;
   sh->skipped = overflow;
@@ -765,39 +750,6 @@ braidResult_t Prepare(braidShard* sh, const braidShardStepOptions_t* opts,
     info->step = sh->t;
   }
   return braidSuccess;
-}
-
-// PyTorch's AdamW on one OS shard, in float operations in a fixed order.
-void AdamW(braidShard* sh, Bucket& k, const braidShardAdamW_t& o) {
-  // Bias corrections in double, rounded once to float: the reference does the same.
-  const float bc1 = static_cast<float>(1.0 - std::pow(static_cast<double>(o.beta1), sh->t));
-  const float bc2 = static_cast<float>(1.0 - std::pow(static_cast<double>(o.beta2), sh->t));
-  const float sqrt_bc2 = std::sqrt(bc2);
-  const float step_size = o.lr / bc1;
-  const float decay = 1.0f - o.lr * o.weightDecay;
-  for (size_t i = 0; i < k.master.size(); ++i) {
-    const float gi = k.grad32[i];
-    float p = k.master[i] * decay;
-    k.m[i] = o.beta1 * k.m[i] + (1.0f - o.beta1) * gi;
-    k.v[i] = o.beta2 * k.v[i] + (1.0f - o.beta2) * gi * gi;
-    const float denom = std::sqrt(k.v[i]) / sqrt_bc2 + o.eps;
-    p = p - step_size * (k.m[i] / denom);
-    k.master[i] = p;
-  }
-}
-
-// PyTorch's SGD (weight decay into the gradient, momentum buffer = first gradient on the first
-// step); the buffer is `m`.
-void Sgd(braidShard* sh, Bucket& k, const braidShardSGD_t& o) {
-  for (size_t i = 0; i < k.master.size(); ++i) {
-    float g = k.grad32[i];
-    if (o.weightDecay != 0.0f) g = g + o.weightDecay * k.master[i];
-    if (o.momentum != 0.0f) {
-      k.m[i] = sh->t == 1 ? g : o.momentum * k.m[i] + (1.0f - o.dampening) * g;
-      g = o.nesterov ? g + o.momentum * k.m[i] : k.m[i];
-    }
-    k.master[i] = k.master[i] - o.lr * g;
-  }
 }
 
 // Redistributes the master weights in the parameter dtype and closes the prepared step.
@@ -853,13 +805,7 @@ static braidResult_t ShardStepExImpl(braidShard_t sh, const braidShardStepOption
   braidShardStepInfo_t local{};
   braidResult_t rc = Prepare(sh, opts, &local, api);
   if (rc != braidSuccess) return rc;
-  if (!sh->skipped)
-    for (Bucket& k : sh->buckets) {
-      if (opts->optimizer == braidShardOptAdamW)
-        AdamW(sh, k, opts->adamw);
-      else
-        Sgd(sh, k, opts->sgd);
-    }
+  if (!sh->skipped) ApplyUpdate(sh, *opts);
   rc = Finish(sh, api);
   if (info) {
     const size_t size = info->size;

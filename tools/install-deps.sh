@@ -16,6 +16,7 @@ packages=(
   iproute2                        # emulated clusters (network namespaces, tc)
   clang libclang-rt-dev           # libFuzzer targets (tools/fuzz.sh); -rt-dev holds libFuzzer
   python3-torch                   # examples/pytorch_sharded.py and its ctests (CPU PyTorch 1.13)
+  libtorch-dev pybind11-dev       # the torch.distributed backend (python/braid/torch, C++ extension)
 )
 
 missing=()

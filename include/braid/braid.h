@@ -10,12 +10,9 @@
  *   buffers must stay valid and untouched until braidWait()/braidTest() reports completion.
  * - Collectives of one communicator execute in the order they were called, which must be the
  *   same on every rank. Mismatched calls (another collective, count, type, op or root) are
- *   detected and fail with ::braidErrInvalidUsage on both sides; they never hang. A call and its
- *   non-blocking twin count as different calls: on a communicator whose ranks share one host,
- *   small blocking calls run on a shared-memory board on the caller's thread
- *   (BRAID_ONESHOT_BYTES), grouped or not (a group of blocking calls that each fit runs them on
- *   the board in order), while non-blocking calls and other groups run on the engine, so every
- *   rank must use the same form (a rank that does not is named as in another call).
+ *   detected and fail with ::braidErrInvalidUsage on every rank, naming both calls; they never
+ *   hang, and the communicator stays usable. A call and its non-blocking twin (or the same call
+ *   inside a group) are the same call: ranks may use different forms.
  * - Every wait has a deadline: an operation that makes no progress for BRAID_TIMEOUT seconds
  *   fails with ::braidErrTimeout and the communicator enters an error state.
  * - Counts are in elements of the given data type, never bytes; sizes are 64-bit.
@@ -218,6 +215,20 @@ BRAID_API braidResult_t braidCommSplitByFabric(braidComm_t comm, braidComm_t* ne
                                                const char** fabric);
 
 /**
+ * A view of `comm` (docs/split-views.md) holding the ranks `ranks[0 .. nranks)` of `comm`, the
+ * view's rank i being `ranks[i]`: for frameworks that make a group on its members alone
+ * (torch.distributed's new_group constructs the backend's group on the listed ranks only). Local
+ * like braidCommSplitLevel: only the listed ranks call it, each with the same list and `tag`,
+ * and nothing is sent. `tag` tells views of the same ranks apart on the wire (the framework's
+ * group name or number): views with equal lists and tags are one group to the call check, so a
+ * call on one matched by a call on the other is not caught. Errors: ::braidErrInvalidArgument
+ * for NULL pointers, `nranks` < 1, a rank out of range or listed twice; ::braidErrInvalidUsage
+ * when the calling rank is not listed (it must not call).
+ */
+BRAID_API braidResult_t braidCommSplitRanks(braidComm_t comm, const int* ranks, int nranks,
+                                            uint32_t tag, braidComm_t* newcomm);
+
+/**
  * Creates a communicator of the ranks of `comm` not listed in `excludeRanks` (ordered as in
  * `comm`), for recovery after ranks have died. Only the surviving ranks call it, all with the
  * same list; it works when `comm` is in an error state. `flags`: 0 = wait for pending
@@ -269,7 +280,9 @@ BRAID_API braidResult_t braidCommDebugState(braidComm_t comm, char* buf, size_t 
  * transport that carries them ("shm", "tcp"; "self" when `peer` is this rank, with zero counts),
  * written to `transport` (at most `len` bytes including the NUL; `transport` may be NULL).
  * `sent` and `received` may be NULL. Shows, e.g., which traffic of a multi-node job crossed the
- * network.
+ * network. Calls run on the shared-memory board (one-sided: a rank reads its peers' posts) count
+ * the bytes a peer read of this rank's posts as sent to it; the reader counts them when it reads,
+ * so `received` is exact once this rank's calls completed, `sent` once the peers' did.
  */
 BRAID_API braidResult_t braidCommPeerTraffic(braidComm_t comm, int peer, uint64_t* sent,
                                              uint64_t* received, char* transport, size_t len);

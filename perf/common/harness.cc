@@ -115,6 +115,7 @@ class RankRunner {
     if (printer_) {
       const double avg = s_.busbw_count ? s_.busbw_sum / s_.busbw_count : 0;
       if (o_.traffic) PrintTraffic(stdout, s_.rows);
+      if (o_.predict) PrintPredictions(stdout, s_.rows);
       PrintFooter(stdout, s_.info, o_, s_.total_wrong, avg, s_.max_rel_error);
       if (!o_.json_file.empty() &&
           !WriteJson(o_.json_file, s_.info, o_, s_.devices, s_.rows, s_.total_wrong, avg))
@@ -293,7 +294,7 @@ class RankRunner {
     const double ops = static_cast<double>(o_.iters) * o_.agg_iters;
     if (o_.traffic) {
       // Read after the clock stopped, so the counters cost the timing nothing. What this rank
-      // sent is counted once its operations completed here; peers' bytes are theirs to count.
+      // received is counted once its operations completed here (traffic.cc).
       TrafficBytes after;
       if (!traffic_.Read(&after)) fatal("--traffic: reading the counters", braidErrInternal);
       per_op_[0] = static_cast<double>(after.intra_node - before.intra_node) / ops;
@@ -377,6 +378,16 @@ class RankRunner {
       r.max_rank_inter_node_bytes = max_inter;
     }
     r.time_us = sec * 1e6;
+    if (o_.predict) {
+      // The same call, recorded in a group and priced instead of run.
+      Ptrs p = pointers(c, type.size, in_place, 0);
+      double predicted = 0;
+      check(braidGroupStart(), "braidGroupStart (predict)");
+      check(start(call(type, red, c, p), nullptr), t_.binary);
+      check(braidGroupSimulateEnd(&predicted), "braidGroupSimulateEnd");
+      r.has_prediction = true;
+      r.predicted_us = predicted * 1e6;
+    }
     r.algbw = sec > 0 ? static_cast<double>(row_bytes) / 1e9 / sec : 0;
     r.busbw = r.algbw * t_.bus_factor(nranks_);
     if (o_.check_iters > 0) {

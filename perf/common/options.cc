@@ -14,6 +14,7 @@ namespace {
 constexpr int kOptQuant = 1000;  // long-only options
 constexpr int kOptBlock = 1001;
 constexpr int kOptTraffic = 1002;
+constexpr int kOptPredict = 1003;
 constexpr long kMaxQuantBlock = 1 << 20;  // braid.h: blockSize 1 .. 2^20
 
 void PrintUsage(FILE* out, const char* binary, bool has_op, int quant_block) {
@@ -48,6 +49,8 @@ void PrintUsage(FILE* out, const char* binary, bool has_op, int quant_block) {
       "      --traffic             after the table, the bytes sent per operation to peers on\n"
       "                            the same node and on other nodes (transport counters,\n"
       "                            timed iterations, summed over ranks)\n"
+      "      --predict             after the table, the cost model's prediction for each row's\n"
+      "                            call (braidGroupSimulateEnd) beside the measured time\n"
       "  -h, --help                this text\n",
       binary, has_op ? "sum prod max min avg mulsum all (default sum)" : "ignored (no reduction)");
   if (quant_block > 0)
@@ -136,6 +139,7 @@ bool ParseOptions(int argc, char** argv, const char* binary, bool has_op, int qu
                                  {"quant", required_argument, nullptr, kOptQuant},
                                  {"block", required_argument, nullptr, kOptBlock},
                                  {"traffic", no_argument, nullptr, kOptTraffic},
+                                 {"predict", no_argument, nullptr, kOptPredict},
                                  {"help", no_argument, nullptr, 'h'},
                                  {nullptr, 0, nullptr, 0}};
   *exit_status = 2;
@@ -275,6 +279,9 @@ bool ParseOptions(int argc, char** argv, const char* binary, bool has_op, int qu
         break;
       case kOptTraffic:
         o->traffic = true;
+        break;
+      case kOptPredict:
+        o->predict = true;
         break;
       case 'h':
         PrintUsage(stdout, binary, has_op, quant_block);

@@ -41,6 +41,10 @@ struct Options {
   // --traffic: after the table, the bytes per operation sent within and across nodes (transport
   // counters over the timed iterations, summed over ranks).
   bool traffic = false;
+  // --predict: after the table, what the cost model predicts for each row's call on this
+  // communicator (braidGroupSimulateEnd: the algorithm the call runs, its schedule on the
+  // communicator's calibrated links) beside the measured time.
+  bool predict = false;
 };
 
 // The relative L2 error bound of a codec on the perf data model (see QuantBound in options.cc).

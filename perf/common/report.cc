@@ -160,6 +160,26 @@ void PrintTraffic(FILE* out, const std::vector<RowResult>& rows) {
   std::fflush(out);
 }
 
+void PrintPredictions(FILE* out, const std::vector<RowResult>& rows) {
+  std::fprintf(out,
+               "#\n# Predicted by the cost model (braidGroupSimulateEnd) against measured, per "
+               "operation\n"
+               "#       size      type   redop       side   measured(us)  predicted(us)  "
+               "measured/predicted\n");
+  for (const RowResult& r : rows)
+    for (const auto& [name, s] :
+         {std::pair<const char*, const SideResult&>{"out-of-place", r.out_of_place},
+          {"in-place", r.in_place}}) {
+      if (!s.ran || !s.has_prediction) continue;
+      std::fprintf(out, "# %10llu  %8s  %6s  %12s  %13.2f  %13.2f  %18.2f\n",
+                   static_cast<unsigned long long>(r.size), r.type.c_str(), r.redop.c_str(), name,
+                   s.time_us, s.predicted_us,
+                   s.predicted_us > 0 ? s.time_us / s.predicted_us : 0.0);
+    }
+  std::fprintf(out, "#\n");
+  std::fflush(out);
+}
+
 void PrintFooter(FILE* out, const RunInfo& info, const Options& o, uint64_t wrong, double avg_busbw,
                  double max_rel_error) {
   std::fprintf(out, "# Out of bounds values : %llu %s\n", static_cast<unsigned long long>(wrong),

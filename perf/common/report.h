@@ -25,6 +25,9 @@ struct SideResult {
   double intra_node_bytes = 0;
   double inter_node_bytes = 0;
   double max_rank_inter_node_bytes = 0;
+  // --predict: the model's seconds for one call (braidGroupSimulateEnd), in microseconds.
+  bool has_prediction = false;
+  double predicted_us = 0;
 };
 
 struct RowResult {
@@ -59,6 +62,8 @@ void PrintRow(FILE* out, const RowResult& row);
 // --traffic: one line per row and side, after the table (every line a '#' comment, so parsers of
 // the nccl-tests table are unaffected).
 void PrintTraffic(FILE* out, const std::vector<RowResult>& rows);
+// --predict: one '#' line per row and side, the measured and predicted time and their ratio.
+void PrintPredictions(FILE* out, const std::vector<RowResult>& rows);
 // Totals over `rows`: wrong elements (--quant: sides above the bound) and the average bus
 // bandwidth of every printed busbw; --quant: also the largest relative error.
 void PrintFooter(FILE* out, const RunInfo& info, const Options& o, uint64_t wrong, double avg_busbw,

@@ -27,11 +27,15 @@ bool NodeTraffic::Init(braidComm_t comm) {
 bool NodeTraffic::Read(TrafficBytes* out) const {
   *out = {};
   for (size_t peer = 0; peer < same_node_.size(); ++peer) {
-    uint64_t sent = 0;
-    if (braidCommPeerTraffic(comm_, static_cast<int>(peer), &sent, nullptr, nullptr, 0) !=
+    // Counted where the bytes arrive: summed over ranks, what was received is what was sent,
+    // and a rank's own operations are complete only once it received all of theirs. A rank's
+    // sent bytes are not all counted when its call completes: a peer reads its board posts
+    // (one-sided) when the peer gets there.
+    uint64_t received = 0;
+    if (braidCommPeerTraffic(comm_, static_cast<int>(peer), nullptr, &received, nullptr, 0) !=
         braidSuccess)
       return false;
-    (same_node_[peer] ? out->intra_node : out->inter_node) += sent;
+    (same_node_[peer] ? out->intra_node : out->inter_node) += received;
   }
   return true;
 }

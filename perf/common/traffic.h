@@ -1,5 +1,6 @@
-// --traffic: the bytes a rank sent to peers on its own node and on other nodes, from the
-// transports' counters (braidCommPeerTraffic), so a run shows what crossed the node links.
+// --traffic: the bytes a rank received from peers on its own node and on other nodes (summed over
+// ranks: the bytes sent), from the transports' and the board's counters (braidCommPeerTraffic),
+// so a run shows what crossed the node links.
 #pragma once
 
 #include <cstdint>
@@ -10,8 +11,8 @@
 namespace braid_perf {
 
 struct TrafficBytes {
-  uint64_t intra_node = 0;  // sent to peers on this rank's node
-  uint64_t inter_node = 0;  // sent to peers on other nodes
+  uint64_t intra_node = 0;  // received from peers on this rank's node
+  uint64_t inter_node = 0;  // received from peers on other nodes
 };
 
 // Which peers share this rank's node, as braid sees nodes (BRAID_HOSTID, else host, boot id and
@@ -21,7 +22,7 @@ class NodeTraffic {
  public:
   // Collective over `comm` (a node view and one all-gather on it). False after a braid error.
   bool Init(braidComm_t comm);
-  // The bytes sent since init, summed over the peers of each kind.
+  // The bytes received since init, summed over the peers of each kind.
   bool Read(TrafficBytes* out) const;
 
  private:

@@ -9,6 +9,8 @@ import collections
 import ctypes
 import os
 
+from . import _library
+
 # braidDataType_t values (braid.h; they are NCCL's).
 _FLOAT16, _FLOAT32, _FLOAT64, _BFLOAT16 = 6, 7, 8, 9
 _DTYPES = {"float32": (_FLOAT32, 4), "float16": (_FLOAT16, 2), "bfloat16": (_BFLOAT16, 2)}
@@ -110,28 +112,15 @@ class _Traffic(ctypes.Structure):
 _libs = None
 
 
-def _find(name, subdir):
-    """BRAID_LIB_DIR (a folder holding the library, or a build tree), else this checkout's
-    build/."""
-    here = os.path.dirname(os.path.abspath(__file__))
-    roots = [os.environ["BRAID_LIB_DIR"]] if os.environ.get("BRAID_LIB_DIR") else []
-    roots.append(os.path.join(here, "..", "..", "build"))
-    for root in roots:
-        for path in (os.path.join(root, name), os.path.join(root, subdir, name)):
-            if os.path.exists(path):
-                return path
-    raise OSError("braid: %s not found in %s; build it (cmake --build build --target braid_shard) "
-                  "or set BRAID_LIB_DIR" % (name, " or ".join(roots)))
-
-
 def load_libraries():
     """Loads libbraid.so and libbraid_shard.so once and declares the functions used here."""
     global _libs
     if _libs is not None:
         return _libs
-    # libbraid first and global, so that libbraid_shard resolves against this very copy.
-    core = ctypes.CDLL(_find("libbraid.so", "src"), mode=ctypes.RTLD_GLOBAL)
-    shard = ctypes.CDLL(_find("libbraid_shard.so", "sharding"))
+    # libbraid first and global (_library), so that libbraid_shard resolves against this copy.
+    core = _library.load_core()
+    shard = ctypes.CDLL(_library.find("libbraid_shard.so", "sharding",
+                                      "build it (cmake --build build --target braid_shard)"))
     P, I, S = ctypes.c_void_p, ctypes.c_int, ctypes.c_size_t
     for lib, name, args in [
             (core, "braidInitFromEnv", [ctypes.POINTER(P)]),

@@ -37,6 +37,9 @@ const Algorithm& QuantizedAllGatherAlgorithm();      // quantized.cc: "qwz"
 const Algorithm& QuantizedReduceScatterAlgorithm();  // quantized.cc: "qgz"
 // test_codec_allreduce.cc: "qtest", by name only (TestingAlgorithms()).
 const Algorithm& TestCodecAllReduceAlgorithm();
+// board_put_allgather.cc: "putgather", an all-gather by puts into the peers' windows, by name
+// only: the proof vehicle of the IR's put (the board's own forms only get).
+const Algorithm& BoardPutAllGatherAlgorithm();
 
 // The hierarchical algorithms: FindAlgorithm knows them (BRAID_ALGO), and the tuner ranks them
 // beside AllAlgorithms() for communicators that span several nodes in groups of equal size.

@@ -1,6 +1,6 @@
 // Codecs of quantized transfers, as the IR sees them: a name, which types they encode, the size of
-// encoded data. The kernels that encode and decode live with the other kernels
-// (device/cpu/codec_kernels.h), the block codecs themselves in src/quant.
+// encoded data. The kernels that encode and decode are dispatched in algorithms/codec_kernels.h,
+// the block codecs themselves live in src/quant.
 #pragma once
 
 #include <cstdint>

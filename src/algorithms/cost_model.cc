@@ -127,10 +127,57 @@ int FloorLog2(int n) {
   return k;
 }
 
+bool IsOneSidedSchedule(const RankSchedule& s) {
+  for (const BufferDesc& b : s.buffers)
+    if (b.role == BufferRole::kWindow) return true;
+  for (const Channel& ch : s.channels)
+    for (const Step& st : ch.steps)
+      for (const StepOp& op : st.ops)
+        if (IsOneSidedKind(op.kind)) return true;
+  return false;
+}
+
+double OneSidedOpSeconds(const RankSchedule& s, const StepOp& op, const LinkModel& model) {
+  if (IsTransferKind(op.kind) || op.kind == StepOpKind::kSignal || op.kind == StepOpKind::kWait ||
+      op.kind == StepOpKind::kExpose)
+    return 0;
+  const Slice& sized = WritesDstKind(op.kind) ? op.dst : op.src;
+  const auto bytes = static_cast<double>(sized.count * DataTypeSize(s.buffers[sized.buffer].dtype));
+  // A peer's exposed buffer (not a window) is read across processes.
+  const auto across = [&](const Slice& sl) {
+    return sl.remote() && s.buffers[sl.buffer].role != BufferRole::kWindow;
+  };
+  const bool pulled = (ReadsSrcKind(op.kind) && across(op.src)) ||
+                      (ReadsSrc2Kind(op.kind) && across(op.src2));
+  if (pulled) return model.cross_memory.alpha_s + bytes / model.cross_memory.beta_bytes_s;
+  return bytes / model.board.beta_bytes_s;
+}
+
+// Rank 0's one-sided schedule walked in order: its data ops at their cost, a wait for a peer's
+// post at the time this rank made the same post (the ranks run alike) plus the board's alpha.
+double EstimateOneSided(const RankSchedule& s, const LinkModel& model) {
+  double t = 0;
+  std::vector<std::pair<int32_t, double>> posted;  // (value, when this rank signalled it)
+  for (const Step& st : s.channels[0].steps) {
+    double work = 0, ready = t;
+    for (const StepOp& op : st.ops) {
+      work += OneSidedOpSeconds(s, op, model);
+      if (op.kind == StepOpKind::kSignal && op.counter == Counter::kPosted)
+        posted.push_back({op.value, t});
+      if (op.kind == StepOpKind::kWait && op.counter == Counter::kPosted && op.value >= 0)
+        for (const auto& [v, when] : posted)
+          if (v == op.value) ready = std::max(ready, when + model.board.alpha_s);
+    }
+    t = std::max(t + work, ready);
+  }
+  return t;
+}
+
 double EstimateFromRankSchedule(const Algorithm& algo, const CollArgs& args,
                                 const LinkModel& model) {
   auto sched = BuildSchedule(algo, args, 0);
   if (!sched.ok()) return std::numeric_limits<double>::infinity();
+  if (IsOneSidedSchedule(*sched)) return EstimateOneSided(*sched, model);
   // Busy time per port over the whole schedule: [class][0] send, [class][1] receive.
   double port_total[kNumLinkClasses][2] = {};
   const int nic_share = RanksPerNic(args);

@@ -54,6 +54,14 @@ inline int64_t TreePartner(int64_t r, int64_t d, int64_t n) {
   return r < d && r + d < n ? r + d : -1;
 }
 
+// One-sided schedules (IR v3): whether `s` has windows or one-sided ops, and what one of its
+// data ops costs (a copy, scale, reduce, get, put or combine: its bytes at model.board's rate,
+// or model.cross_memory's for a read of a peer's exposed buffer, a syscall each). Signals and
+// waits cost model.board.alpha between the signal and the wait that sees it. Their local ops are
+// priced (they are the call: a one-shot all-reduce is copies), a two-sided schedule's are free.
+bool IsOneSidedSchedule(const RankSchedule& s);
+double OneSidedOpSeconds(const RankSchedule& s, const StepOp& op, const LinkModel& model);
+
 // Whether args.layout puts every rank on one node (or there is no layout).
 inline bool OnOneNode(const CollArgs& args) {
   return !args.layout || args.layout->nnodes <= 1;

@@ -9,28 +9,58 @@
 namespace braid {
 namespace {
 
-bool IsTransferKind(StepOpKind k) {
-  return k == StepOpKind::kSend || k == StepOpKind::kRecv || k == StepOpKind::kRecvReduce;
-}
-bool IsQuantizeKind(StepOpKind k) {
-  return k == StepOpKind::kQuantize || k == StepOpKind::kDequantize ||
-         k == StepOpKind::kDequantizeReduce;
-}
-bool ReadsSrc(StepOpKind k) {
-  return k != StepOpKind::kRecv && k != StepOpKind::kDivide;
-}
-bool WritesDst(StepOpKind k) {
-  return k != StepOpKind::kSend;
-}
-
-// Every slice of `s` that names `from` names `to` instead.
+// Every slice of `s` that names `from` names `to` instead (a peer's too: every rank's table has
+// the same layout).
 void RenameBuffer(RankSchedule& s, uint16_t from, uint16_t to) {
   for (auto& ch : s.channels)
     for (auto& st : ch.steps)
       for (auto& op : st.ops) {
-        if (ReadsSrc(op.kind) && op.src.buffer == from) op.src.buffer = to;
-        if (WritesDst(op.kind) && op.dst.buffer == from) op.dst.buffer = to;
+        if (ReadsSrcKind(op.kind) && op.src.buffer == from) op.src.buffer = to;
+        if (ReadsSrc2Kind(op.kind) && op.src2.buffer == from) op.src2.buffer = to;
+        if (WritesDstKind(op.kind) && op.dst.buffer == from) op.dst.buffer = to;
       }
+}
+
+// Whether every read of the send buffer in `s` is a local copy of this rank's: then a
+// pre-multiplied sum scales in those copies (the board posts the scaled input straight into its
+// window) instead of a scaled scratch copy of the whole input first.
+bool SendBufferOnlyCopied(const RankSchedule& s) {
+  for (const auto& ch : s.channels)
+    for (const auto& st : ch.steps)
+      for (const auto& op : st.ops) {
+        const bool reads = (ReadsSrcKind(op.kind) && op.src.buffer == kSendBuf) ||
+                           (ReadsSrc2Kind(op.kind) && op.src2.buffer == kSendBuf);
+        if (reads && (op.kind != StepOpKind::kCopy || op.src.remote())) return false;
+      }
+  return true;
+}
+
+// 1 + the largest post a schedule signals (0: it posts nothing).
+uint32_t PostsOf(const RankSchedule& s) {
+  int64_t last = -1;
+  for (const auto& ch : s.channels)
+    for (const auto& st : ch.steps)
+      for (const auto& op : st.ops)
+        if (op.kind == StepOpKind::kSignal && op.counter == Counter::kPosted)
+          last = std::max<int64_t>(last, op.value);
+  return static_cast<uint32_t>(last + 1);
+}
+
+// A window larger than its place on the board can hold.
+Status CheckWindows(const RankSchedule& s, const CollArgs& args, const std::string& what) {
+  for (size_t i = 0; i < s.buffers.size(); ++i) {
+    const BufferDesc& b = s.buffers[i];
+    if (b.role != BufferRole::kWindow) continue;
+    const uint64_t room = b.place == WindowPlace::kEntry  ? args.board.entry_bytes
+                          : b.place == WindowPlace::kSlot ? args.board.slot_bytes
+                                                          : args.board.capacity;
+    const uint64_t bytes = b.count * DataTypeSize(b.dtype);
+    if (bytes > room)
+      return InternalError(what + "window " + std::to_string(i) + " of " + std::to_string(bytes) +
+                           " bytes does not fit its place on the board (" + std::to_string(room) +
+                           " bytes)");
+  }
+  return Status::Ok();
 }
 
 bool HoldsResult(const CollArgs& a, int rank) {
@@ -43,6 +73,101 @@ bool HoldsResult(const CollArgs& a, int rank) {
     default:
       return false;
   }
+}
+
+// What a slice on a peer may name, and which ops may name one (IR v3): gets read a peer's slice,
+// puts write a peer's window, kCombine and kReduce may read a peer's; nothing else touches a
+// peer's memory. A peer's slice is of a window or of a buffer the peer exposes (its user
+// buffers, or scratch: a pre-multiplied sum's scaled input); an exposed buffer is one of the
+// first four slots (the exposure record a post carries holds four addresses).
+Status CheckRemoteSlices(const RankSchedule& s, const StepOp& op, int rank, int nranks) {
+  const auto check = [&](const Slice& sl, bool write) -> Status {
+    if (!sl.remote()) return Status::Ok();
+    if (sl.rank < 0 || sl.rank >= nranks || sl.rank == rank)
+      return InvalidArgument("names rank " + std::to_string(sl.rank) +
+                             "'s memory, which is not another rank");
+    const BufferRole role = s.buffers[sl.buffer].role;
+    if (role == BufferRole::kUserP2P || (role != BufferRole::kWindow && sl.buffer > kFirstUserBuf))
+      return InvalidArgument("names buffer " + std::to_string(sl.buffer) + " of rank " +
+                             std::to_string(sl.rank) +
+                             ", which is neither a window nor a buffer a rank can expose");
+    if (write && role != BufferRole::kWindow)
+      return InvalidArgument("writes into rank " + std::to_string(sl.rank) +
+                             "'s buffer, which is not a window");
+    return Status::Ok();
+  };
+  const bool src_may = op.kind == StepOpKind::kGet || op.kind == StepOpKind::kCombine ||
+                       op.kind == StepOpKind::kReduce;
+  if (op.kind == StepOpKind::kGet && !op.src.remote())
+    return InvalidArgument("gets from this rank's own memory (a copy)");
+  if (op.kind == StepOpKind::kPut && !op.dst.remote())
+    return InvalidArgument("puts into this rank's own memory (a copy)");
+  if (op.kind == StepOpKind::kExpose && op.src.buffer > kFirstUserBuf)
+    return InvalidArgument("exposes buffer " + std::to_string(op.src.buffer) +
+                           ": only the first four slots can be exposed");
+  if (ReadsSrcKind(op.kind) && op.src.remote() && !src_may)
+    return InvalidArgument("reads another rank's memory, which only get, combine and reduce may");
+  if (WritesDstKind(op.kind) && op.dst.remote() && op.kind != StepOpKind::kPut)
+    return InvalidArgument("writes another rank's memory, which only put may");
+  if (ReadsSrcKind(op.kind)) BRAID_RETURN_IF_ERROR(check(op.src, false));
+  if (ReadsSrc2Kind(op.kind)) BRAID_RETURN_IF_ERROR(check(op.src2, false));
+  if (WritesDstKind(op.kind)) BRAID_RETURN_IF_ERROR(check(op.dst, true));
+  return Status::Ok();
+}
+
+// What the engine's one-sided executor (core/runtime/one_sided_run.h) relies on, beyond what the
+// verifier proves: one channel; the call agreement before any user buffer is written (every
+// peer's first post awaited, so that a mismatched call leaves the user's memory as it was); an
+// exposure only before the first post (its record travels in that post's entry, which must then
+// hold no window).
+Status CheckOneSidedShape(RankSchedule& s, int rank, int nranks, const std::string& what) {
+  bool one_sided = false;
+  for (const BufferDesc& b : s.buffers) one_sided = one_sided || b.role == BufferRole::kWindow;
+  for (const Channel& ch : s.channels)
+    for (const Step& st : ch.steps)
+      for (const StepOp& op : st.ops) one_sided = one_sided || IsOneSidedKind(op.kind);
+  if (!one_sided) return Status::Ok();
+  const auto bad = [&](const std::string& m) {
+    return InternalError(what + "rank " + std::to_string(rank) + "'s one-sided schedule: " + m);
+  };
+  if (s.channels.size() != 1) return bad("one-sided steps run on one channel");
+  if (s.posts == 0) return bad("it never posts");
+  std::vector<uint8_t> seen(static_cast<size_t>(nranks), 0);
+  int waited = 0;
+  bool posted = false;
+  for (size_t k = 0; k < s.channels[0].steps.size(); ++k) {
+    const Step& st = s.channels[0].steps[k];
+    for (const StepOp& op : st.ops) {
+      if ((op.kind == StepOpKind::kSignal && op.counter == Counter::kPosted) ||
+          op.kind == StepOpKind::kPut)
+        s.last_post_step = static_cast<uint32_t>(k);
+      if (IsTransferKind(op.kind)) return bad("it mixes streams with one-sided steps");
+      const bool user_write = WritesDstKind(op.kind) && !op.dst.remote() &&
+                              (s.buffers[op.dst.buffer].role == BufferRole::kUserRecv ||
+                               s.buffers[op.dst.buffer].role == BufferRole::kUserSend);
+      if (user_write && waited < nranks - 1)
+        return bad("it writes a user buffer before it has seen every peer's first post (the "
+                   "call agreement)");
+      if (op.kind == StepOpKind::kExpose) {
+        if (posted) return bad("it exposes a buffer after its first post");
+        s.exposure = true;
+      }
+      for (const Slice* sl : {&op.src, &op.src2})
+        if (sl->remote() && s.buffers[sl->buffer].role != BufferRole::kWindow) s.exposure = true;
+      if (op.kind == StepOpKind::kSignal && op.counter == Counter::kPosted) posted = true;
+    }
+    for (const StepOp& op : st.ops)
+      if (op.kind == StepOpKind::kWait && op.counter == Counter::kPosted && op.value == 0 &&
+          !seen[static_cast<size_t>(op.peer)]) {
+        seen[static_cast<size_t>(op.peer)] = 1;
+        ++waited;
+      }
+  }
+  if (s.exposure)
+    for (const BufferDesc& b : s.buffers)
+      if (b.role == BufferRole::kWindow && b.place == WindowPlace::kEntry && b.post == 0)
+        return bad("it exposes a buffer and posts data in its first post's entry");
+  return Status::Ok();
 }
 
 }  // namespace
@@ -95,7 +220,13 @@ Result<RankSchedule> BuildSchedule(const Algorithm& algo, const CollArgs& args, 
   s.buffers[kRecvBuf] = {BufferRole::kUserRecv, args.dtype, RecvCount(args), args.memory};
   s.buffers[kScratchBuf] = {BufferRole::kScratch, args.dtype, s.scratch_count, MemoryType::kHost};
 
-  if (args.premul) {
+  if (args.premul && SendBufferOnlyCopied(s)) {
+    for (auto& ch : s.channels)
+      for (auto& st : ch.steps)
+        for (auto& op : st.ops)
+          if (op.kind == StepOpKind::kCopy && op.src.buffer == kSendBuf)
+            op.kind = StepOpKind::kScale;
+  } else if (args.premul) {
     const uint64_t n = SendCount(args);
     const uint16_t scaled = AddBuffer(s, args.dtype, n);
     RenameBuffer(s, kSendBuf, scaled);
@@ -123,8 +254,11 @@ Result<RankSchedule> BuildSchedule(const Algorithm& algo, const CollArgs& args, 
     s.channels[0].steps.push_back(std::move(divide));
   }
 
+  s.posts = PostsOf(s);
   BRAID_RETURN_IF_ERROR(
       CheckScheduleStructure(s, rank, args.nranks, std::string(algo.name()) + " "));
+  BRAID_RETURN_IF_ERROR(CheckWindows(s, args, std::string(algo.name()) + " "));
+  BRAID_RETURN_IF_ERROR(CheckOneSidedShape(s, rank, args.nranks, std::string(algo.name()) + " "));
   return s;
 }
 
@@ -189,6 +323,8 @@ Status CheckScheduleStructure(const RankSchedule& s, int rank, int nranks,
         return b == kScratchBuf ? std::string("scratch") : "scratch buffer " + std::to_string(b);
       case BufferRole::kUserP2P:
         return "buffer of call " + std::to_string(b);
+      case BufferRole::kWindow:
+        return "window " + std::to_string(b);
     }
     return std::string("?");
   };
@@ -224,12 +360,17 @@ Status CheckScheduleStructure(const RankSchedule& s, int rank, int nranks,
         };
         if (static_cast<int>(op.kind) >= kNumStepOpKinds)
           return InternalError(where() + "unknown kind");
-        if (IsTransferKind(op.kind) && (op.peer < 0 || op.peer >= nranks || op.peer == rank))
+        if ((IsTransferKind(op.kind) || op.kind == StepOpKind::kWait) &&
+            (op.peer < 0 || op.peer >= nranks || op.peer == rank))
           return InternalError(where() + "peer " + std::to_string(op.peer) +
                                " is not another rank");
-        const bool reads = ReadsSrc(op.kind), writes = WritesDst(op.kind);
+        const bool reads = ReadsSrcKind(op.kind), writes = WritesDstKind(op.kind);
         if (reads && !slice_ok(op.src)) return InternalError(where() + bounds(op.src));
+        if (ReadsSrc2Kind(op.kind) && !slice_ok(op.src2))
+          return InternalError(where() + bounds(op.src2));
         if (writes && !slice_ok(op.dst)) return InternalError(where() + bounds(op.dst));
+        if (Status st = CheckRemoteSlices(s, op, rank, nranks); !st.ok())
+          return InternalError(where() + st.message());
         if (IsQuantizeKind(op.kind) != (op.codec != CodecId::kNone))
           return InternalError(where() + "codec " + CodecName(op.codec) +
                                (op.codec == CodecId::kNone ? " on a quantize kind"
@@ -259,8 +400,15 @@ Status CheckScheduleStructure(const RankSchedule& s, int rank, int nranks,
           case StepOpKind::kCopy:
           case StepOpKind::kReduce:
           case StepOpKind::kScale:
+          case StepOpKind::kGet:
+          case StepOpKind::kPut:
             if (op.src.count != op.dst.count || dtype(op.src) != dtype(op.dst))
               return InternalError(where() + "src and dst differ in count or type");
+            break;
+          case StepOpKind::kCombine:
+            if (op.src.count != op.dst.count || op.src2.count != op.dst.count ||
+                dtype(op.src) != dtype(op.dst) || dtype(op.src2) != dtype(op.dst))
+              return InternalError(where() + "its operands differ in count or type");
             break;
           default:
             break;

@@ -1,5 +1,6 @@
 // The registry of built-in algorithms and the names of the schedule IR's enums.
 #include "algorithms/algorithm.h"
+#include "algorithms/board_schedules.h"
 #include "algorithms/builtin_algorithms.h"
 
 namespace braid {
@@ -38,13 +39,15 @@ const Algorithm* QuantizedAlgorithmFor(CollKind kind) {
 }
 
 const std::vector<const Algorithm*>& TestingAlgorithms() {
-  static const std::vector<const Algorithm*> testing = {&TestCodecAllReduceAlgorithm()};
+  static const std::vector<const Algorithm*> testing = {&TestCodecAllReduceAlgorithm(),
+                                                        &BoardPutAllGatherAlgorithm()};
   return testing;
 }
 
 const Algorithm* FindAlgorithm(const std::string& name) {
   // Issue 10's short name for the leader-based all-reduce (BRAID_ALGO="allreduce:leader").
   if (name == "leader") return &HierLeaderAlgorithm();
+  if (name == BoardAlgorithm().name()) return &BoardAlgorithm();
   for (const auto* list : {&AllAlgorithms(), &HierarchicalAlgorithms(), &TestingAlgorithms()})
     for (const Algorithm* a : *list)
       if (name == a->name()) return a;
@@ -97,6 +100,18 @@ const char* StepOpKindName(StepOpKind k) {
       return "dequantize";
     case StepOpKind::kDequantizeReduce:
       return "dequantize-reduce";
+    case StepOpKind::kExpose:
+      return "expose";
+    case StepOpKind::kGet:
+      return "get";
+    case StepOpKind::kPut:
+      return "put";
+    case StepOpKind::kCombine:
+      return "combine";
+    case StepOpKind::kSignal:
+      return "signal";
+    case StepOpKind::kWait:
+      return "wait";
   }
   return "?";
 }

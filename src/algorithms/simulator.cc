@@ -8,6 +8,7 @@
 // (no table of messages to look up), streams live in an open-addressing table and drained post
 // queues are reset, so the hot loop stays in flat, cache-friendly memory.
 #include <algorithm>
+#include <array>
 #include <bit>
 #include <condition_variable>
 #include <cstdint>
@@ -49,12 +50,32 @@ struct Dep {
 
 static_assert(sizeof(Xfer) == 8 && sizeof(Dep) == 8);
 
-uint64_t StepHeader(uint64_t nxfers, uint64_t ndeps) {
-  return nxfers | ndeps << 32;
+// A step with one-sided ops (IR v3) says so in its header; after its transfers come a word with
+// their count, a word with the seconds its data ops take, and one word per signal or wait.
+constexpr uint64_t kOneSidedStep = uint64_t{1} << 31;
+uint64_t StepHeader(uint64_t nxfers, uint64_t ndeps, bool one_sided = false) {
+  return nxfers | ndeps << 32 | (one_sided ? kOneSidedStep : 0);
 }
 uint32_t StepXfers(uint64_t header) {
-  return static_cast<uint32_t>(header);
+  return static_cast<uint32_t>(header & (kOneSidedStep - 1));
 }
+bool StepOneSided(uint64_t header) {
+  return (header & kOneSidedStep) != 0;
+}
+// A signal or a wait: value (relative post number) in the low 32 bits, the peer (waits) above.
+struct SigWait {
+  static constexpr uint64_t kSignal = uint64_t{1} << 63;
+  static constexpr uint64_t kConsumed = uint64_t{1} << 62;
+  static uint64_t Pack(bool signal, Counter c, int32_t value, int peer) {
+    return (signal ? kSignal : 0) | (c == Counter::kConsumed ? kConsumed : 0) |
+           static_cast<uint64_t>(static_cast<uint32_t>(peer) & 0x3fffffff) << 32 |
+           static_cast<uint32_t>(value);
+  }
+  static bool Signal(uint64_t w) { return (w & kSignal) != 0; }
+  static int Counter(uint64_t w) { return (w & kConsumed) ? 1 : 0; }
+  static int32_t Value(uint64_t w) { return static_cast<int32_t>(static_cast<uint32_t>(w)); }
+  static int Peer(uint64_t w) { return static_cast<int>((w >> 32) & 0x3fffffff); }
+};
 uint32_t StepDeps(uint64_t header) {
   return static_cast<uint32_t>(header >> 32);
 }
@@ -76,8 +97,9 @@ struct Lane {
   int channel = 0;
   size_t pos = 0, end = 0;  // the current step's header and the lane's end, in code_
   uint32_t step = 0;        // steps completed
-  uint32_t step_words = 0;  // the current step's size (header, edges, transfers)
-  int pending = 0;
+  uint32_t step_words = 0;  // the current step's size (header, edges, transfers, one-sided)
+  int pending = 0;          // transfers and waits of the step not complete
+  double ready_at = 0;      // one-sided step: when its data ops (and met waits) are done
   bool finished = false;
 };
 
@@ -189,8 +211,23 @@ class Simulation {
     recv_free_.assign(nports_, 0);
     port_ends_.assign(nports_, PortEnds{});
     port_queues_.assign(nports_, PortQueue{});
+    if (has_one_sided_) {
+      counters_.assign(static_cast<size_t>(n_), {});
+      counter_waits_.assign(static_cast<size_t>(n_), {});
+    }
     for (size_t l = 0; l < lanes_.size(); ++l) BRAID_RETURN_IF_ERROR(Enter(static_cast<int>(l), 0));
     for (;;) {
+      // One-sided steps whose data ops and waits are done (IR v3): before anything later.
+      if (!local_ends_.empty() &&
+          (ends_.empty() || local_ends_.top().t <= ends_.top().t) &&
+          (ready_head_ >= ready_.size() || local_ends_.top().t <= ready_[ready_head_].t)) {
+        const LocalEnd e = local_ends_.top();
+        local_ends_.pop();
+        Advance(lanes_[e.lane]);
+        BRAID_RETURN_IF_ERROR(Wake(e.lane, e.t));
+        BRAID_RETURN_IF_ERROR(Enter(e.lane, e.t));
+        continue;
+      }
       // Transfers become ready at the time their second end is posted, which is always the
       // current time: they queue in a FIFO, merged with the heap of ends by (time, seq).
       if (ready_head_ < ready_.size()) {
@@ -217,11 +254,7 @@ class Simulation {
       const EndXfer e = PopEnd();
       const int lanes[2] = {e.src_lane, e.dst_lane};
       for (int l : lanes)
-        if (--lanes_[l].pending == 0) {
-          Advance(lanes_[l]);
-          BRAID_RETURN_IF_ERROR(Wake(l, e.t));
-          BRAID_RETURN_IF_ERROR(Enter(l, e.t));
-        }
+        if (--lanes_[l].pending == 0) BRAID_RETURN_IF_ERROR(StepDone(l, e.t));
     }
     for (const Lane& l : lanes_)
       if (!l.finished)
@@ -329,9 +362,10 @@ class Simulation {
     size_t words = 0, nops = 0;  // (bounds: sized once, no regrowth)
     for (const auto& ch : s.channels)
       for (const auto& st : ch.steps) {
-        words += 1 + st.deps.size() + st.ops.size();
+        words += 3 + st.deps.size() + st.ops.size();
         nops += st.ops.size();
       }
+    const bool one_sided = IsOneSidedSchedule(s);
     out->code.reserve(words);
     out->keys.reserve(nops);
     for (size_t c = 0; c < s.channels.size(); ++c) {
@@ -373,7 +407,26 @@ class Simulation {
           out->code.push_back(std::bit_cast<uint64_t>(x));
           ++nxfers;
         }
-        out->code[header] = StepHeader(nxfers, steps[k].deps.size());
+        if (one_sided) {
+          // Its data ops' seconds and its signals and waits (cost_model.h prices them).
+          const size_t count_at = out->code.size();
+          out->code.push_back(0);
+          double work = 0;
+          for (const StepOp& op : steps[k].ops) work += OneSidedOpSeconds(s, op, m_);
+          out->code.push_back(std::bit_cast<uint64_t>(work));
+          uint64_t nsw = 0;
+          for (const StepOp& op : steps[k].ops) {
+            if (op.kind != StepOpKind::kSignal && op.kind != StepOpKind::kWait) continue;
+            if (op.kind == StepOpKind::kWait && (op.peer < 0 || op.peer >= n_))
+              return InternalError("simulate: rank " + std::to_string(rank) + " waits for rank " +
+                                   std::to_string(op.peer));
+            out->code.push_back(SigWait::Pack(op.kind == StepOpKind::kSignal, op.counter,
+                                              op.value, op.peer < 0 ? 0 : op.peer));
+            ++nsw;
+          }
+          out->code[count_at] = nsw;
+        }
+        out->code[header] = StepHeader(nxfers, steps[k].deps.size(), one_sided);
       }
       out->lane_words.push_back(out->code.size() - lane_begin);
     }
@@ -411,6 +464,11 @@ class Simulation {
         if (x.meta & Xfer::kLarge)
           x.meta = (x.meta & ~Xfer::kLow) | ((x.meta & Xfer::kLow) + large_base);
         code_.push_back(std::bit_cast<uint64_t>(x));
+      }
+      if (StepOneSided(header)) {
+        has_one_sided_ = true;
+        const uint64_t nsw = cr.code[i];
+        for (uint64_t k = 0; k < 2 + nsw; ++k) code_.push_back(cr.code[i++]);
       }
     }
     large_bytes_.insert(large_bytes_.end(), cr.large.begin(), cr.large.end());
@@ -468,7 +526,41 @@ class Simulation {
         }
       }
       l.step_words = 1 + ndeps + nxfers;
+      l.pending = 0;
+      l.ready_at = t;
+      if (StepOneSided(w[0])) {
+        const uint64_t* os = w + 1 + ndeps + nxfers;
+        const uint64_t nsw = os[0];
+        l.step_words += static_cast<uint32_t>(2 + nsw);
+        l.ready_at = t + std::bit_cast<double>(os[1]);
+        for (uint64_t k = 0; k < nsw; ++k) {
+          const uint64_t sw = os[2 + k];
+          if (SigWait::Signal(sw)) {
+            Signal(l.rank, SigWait::Counter(sw), SigWait::Value(sw), t);
+            continue;
+          }
+          const int32_t value = SigWait::Value(sw);
+          if (value < 0) continue;  // a post of an earlier call: done before this one
+          const auto& history = counters_[static_cast<size_t>(SigWait::Peer(sw))]
+                                         [static_cast<size_t>(SigWait::Counter(sw))];
+          const auto seen = std::find_if(history.begin(), history.end(),
+                                         [&](const auto& h) { return h.first >= value; });
+          if (seen != history.end()) {
+            l.ready_at = std::max(l.ready_at, seen->second + m_.board.alpha_s);
+            continue;
+          }
+          counter_waits_[static_cast<size_t>(SigWait::Peer(sw))]
+                        [static_cast<size_t>(SigWait::Counter(sw))]
+                            .push_back({lane, value});
+          ++l.pending;
+        }
+      }
       if (nxfers == 0) {
+        if (l.pending > 0) return Status::Ok();  // a wait parked it
+        if (l.ready_at > t) {
+          local_ends_.push({l.ready_at, lane});
+          return Status::Ok();
+        }
         Advance(l);
         BRAID_RETURN_IF_ERROR(Wake(lane, t));
         continue;
@@ -481,10 +573,42 @@ class Simulation {
             x.meta & Xfer::kLarge ? large_bytes_[x.meta & Xfer::kLow] : x.meta & Xfer::kLow;
         (x.meta & Xfer::kSend ? s.sends : s.recvs).push_back({lane, bytes, t});
       }
-      l.pending = static_cast<int>(nxfers);
+      l.pending += static_cast<int>(nxfers);
       for (uint32_t i = 0; i < nxfers; ++i)
         BRAID_RETURN_IF_ERROR(Match(std::bit_cast<Xfer>(xfers[i]).stream));
       return Status::Ok();
+    }
+  }
+
+  // Every transfer and wait of lane `lane`'s step is done at time t: the step completes once its
+  // data ops are too.
+  Status StepDone(int lane, double t) {
+    Lane& l = lanes_[lane];
+    if (l.ready_at > t) {
+      local_ends_.push({l.ready_at, lane});
+      return Status::Ok();
+    }
+    Advance(l);
+    BRAID_RETURN_IF_ERROR(Wake(lane, t));
+    return Enter(lane, t);
+  }
+
+  // Rank `rank` sets its counter `c` to `value` at time t: the waits it meets see it
+  // model.board.alpha later.
+  void Signal(int rank, int c, int32_t value, double t) {
+    counters_[static_cast<size_t>(rank)][static_cast<size_t>(c)].push_back({value, t});
+    auto& parked = counter_waits_[static_cast<size_t>(rank)][static_cast<size_t>(c)];
+    for (size_t i = 0; i < parked.size();) {
+      if (parked[i].second > value) {
+        ++i;
+        continue;
+      }
+      const int w = parked[i].first;
+      parked[i] = parked.back();
+      parked.pop_back();
+      Lane& wl = lanes_[w];
+      wl.ready_at = std::max(wl.ready_at, t + m_.board.alpha_s);
+      if (--wl.pending == 0) local_ends_.push({std::max(wl.ready_at, t), w});
     }
   }
 
@@ -609,6 +733,17 @@ class Simulation {
   size_t ready_head_ = 0;
   uint64_t seq_ = 0;
   double end_ = 0;
+  // One-sided schedules (IR v3): each rank's counters as they were signalled (value, time), the
+  // waits parked on them (lane, value), and the one-sided steps' completions.
+  bool has_one_sided_ = false;
+  std::vector<std::array<std::vector<std::pair<int32_t, double>>, 2>> counters_;
+  std::vector<std::array<std::vector<std::pair<int, int32_t>>, 2>> counter_waits_;
+  struct LocalEnd {
+    double t;
+    int lane;
+    bool operator>(const LocalEnd& o) const { return t != o.t ? t > o.t : lane > o.lane; }
+  };
+  std::priority_queue<LocalEnd, std::vector<LocalEnd>, std::greater<LocalEnd>> local_ends_;
 };
 
 }  // namespace

@@ -59,6 +59,14 @@ struct LinkModel {
   // the GCDs of one MI250X, against 50 for the node's other GCDs). Unset: the intra-node link
   // (host ranks of one node share one memory, whatever their group).
   std::optional<LinkParams> group = std::nullopt;
+  // One-sided steps (IR v3) are priced by the kind of exposed memory they touch, not by a link
+  // class: `board` is a host's shared-memory board (alpha: a flag one rank stores and a peer sees,
+  // a cache line crossing cores; beta: what one rank copies into or out of mapped memory),
+  // `cross_memory` a read of a peer's buffer in place (process_vm_readv: a syscall each, and the
+  // kernel's copy). Defaults measured on the 2-core development VM (docs/performance.md "One-sided
+  // steps priced"); CUDA IPC and RDMA writes will add theirs.
+  LinkParams board{0.2e-6, 10e9};
+  LinkParams cross_memory{2e-6, 7.5e9};
   // Whether the ranks of a node talk over TCP (every rank's first transport is tcp, e.g.
   // BRAID_TRANSPORTS=tcp), not shared memory: a round then costs system calls and wake-ups far
   // beyond its calibrated alpha, so algorithms that only save rounds pay there (Algorithm::
@@ -82,9 +90,9 @@ struct LinkModel {
   }
 };
 
-// The small-message path of one host (core/runtime/one_shot.h): not a schedule, so not in the
-// algorithm registry, but a name BRAID_ALGO accepts ("oneshot" forces it where it applies, any
-// other rule covering a call keeps the call off it).
+// The board's algorithm (algorithms/board_schedules.h), named in BRAID_ALGO ("oneshot" forces it
+// where it applies, any other rule covering a call keeps the call off it:
+// core/runtime/board_selection.h).
 inline constexpr const char* kOneShotAlgorithm = "oneshot";
 
 struct TunerRule {

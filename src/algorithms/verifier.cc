@@ -28,6 +28,8 @@
 #include "algorithms/verifier.h"
 
 #include <algorithm>
+#include <array>
+#include <climits>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -119,21 +121,18 @@ std::string Describe(const Sym& s) {
          (s.divided ? " (divided)" : "");
 }
 
-bool IsRecvKind(StepOpKind k) {
-  return k == StepOpKind::kRecv || k == StepOpKind::kRecvReduce;
-}
 bool IsTransfer(StepOpKind k) {
-  return k == StepOpKind::kSend || IsRecvKind(k);
+  return IsTransferKind(k);
 }
+// Which slices an op touches (schedule.h). kExpose names a buffer, not memory it accesses.
 bool ReadsSrc(StepOpKind k) {
-  return k != StepOpKind::kRecv && k != StepOpKind::kDivide;
+  return ReadsSrcKind(k) && k != StepOpKind::kExpose;
 }
 bool WritesDst(StepOpKind k) {
-  return k != StepOpKind::kSend;
+  return WritesDstKind(k);
 }
-// Ops that read their destination before writing it.
 bool ReadsDst(StepOpKind k) {
-  return k == StepOpKind::kReduce || k == StepOpKind::kDivide || k == StepOpKind::kDequantizeReduce;
+  return ReadsDstKind(k);
 }
 
 struct View {
@@ -151,10 +150,13 @@ struct View {
 struct ROp {  // an op of the current step, slices resolved to physical offsets
   StepOpKind kind;
   int peer = -1;
-  uint64_t src = 0, dst = 0;
+  uint64_t src = 0, dst = 0, src2 = 0;
   uint64_t scount = 0, dcount = 0;
-  uint16_t sbuf = 0, dbuf = 0;
+  uint16_t sbuf = 0, dbuf = 0, s2buf = 0;
+  int sr = 0, dr = 0, s2r = 0;  // whose memory each slice is (a peer's for one-sided ops)
   Codec codec;
+  Counter counter = Counter::kPosted;
+  int64_t value = 0;  // kSignal, kWait: the absolute post number
   bool done = false;
 };
 
@@ -182,6 +184,45 @@ struct Thread {
   uint64_t know = 0, know_start = 0;  // barrier: ranks heard from (now, at the step's start)
   std::vector<ROp> cur;
   std::vector<uint64_t> know_done;  // know at each step's completion (for edges)
+  // One-sided schedules: happens-before across ranks. clock[u] = steps of thread u that happen
+  // before this thread's next step (its own entry: the steps it completed); consumed[r] = the
+  // largest value of rank r's kConsumed counter this thread knows of (through waits, and
+  // through whatever it learned from the threads it synchronised with).
+  std::vector<uint32_t> clock;
+  std::vector<int64_t> consumed;
+  std::vector<std::vector<uint32_t>> clock_done;  // clock at each step's completion (for edges)
+  std::vector<std::vector<int64_t>> consumed_done;
+  std::vector<uint32_t> clock_start;  // clock when the current step was posted
+};
+
+// A rank's counter as it was set by one kSignal: what a waiter that sees it learns.
+struct SignalRec {
+  int64_t value = 0;
+  std::vector<uint32_t> clock;
+  std::vector<int64_t> consumed;
+  uint64_t know = 0;
+};
+
+// Memory that ranks share through one-sided steps (a window, or a buffer its owner exposes):
+// who wrote it last, what it holds (a window: the post its content belongs to), who has read
+// that content.
+struct Access1 {
+  int32_t thread = -1;  // -1: content from before the call
+  uint32_t step = 0;
+  uint32_t op = 0;
+};
+struct SharedCell {
+  Access1 write;
+  int64_t post = 0;  // windows: the post whose data it holds
+  std::vector<Access1> reads;
+};
+
+// Memory of one place and slot of a rank's board side: the windows whose posts fall there.
+struct WindowRegion {
+  WindowPlace place;
+  uint32_t slot;
+  uint64_t base, count;
+  DataType dtype;
 };
 
 struct WriteStamp {
@@ -234,6 +275,7 @@ class SymbolicRun {
     }
     max_ch_ = max_ch;
     track_channels_ = max_ch > 1;
+    for (const RankSchedule& rs : sched_) one_sided_ = one_sided_ || UsesOneSided(rs);
     views_.resize(n_);
     for (int r = 0; r < n_; ++r) BRAID_RETURN_IF_ERROR(p2p_ ? SetUpP2PMemory(r) : SetUpMemory(r));
     if (track_channels_)
@@ -242,6 +284,7 @@ class SymbolicRun {
     total_know_.assign(n_, 0);
     for (int r = 0; r < n_; ++r) total_know_[r] = uint64_t{1} << r;
     BRAID_RETURN_IF_ERROR(RunThreads());
+    if (one_sided_) BRAID_RETURN_IF_ERROR(CheckOneSidedEnd());
     return p2p_ ? CheckFinalP2P() : CheckFinal();
   }
 
@@ -259,8 +302,10 @@ class SymbolicRun {
     if (b[kSendBuf].role != BufferRole::kUserSend || b[kRecvBuf].role != BufferRole::kUserRecv)
       return bad("slots 0 and 1 must be the user's send and receive buffers");
     for (size_t i = 0; i < b.size(); ++i) {
-      if (i >= kScratchBuf && b[i].role != BufferRole::kScratch)
-        return bad("slot " + std::to_string(i) + " must be scratch");
+      if (i >= kScratchBuf && b[i].role != BufferRole::kScratch && b[i].role != BufferRole::kWindow)
+        return bad("slot " + std::to_string(i) + " must be scratch or a window");
+      if (b[i].role == BufferRole::kWindow && i < kFirstUserBuf)
+        return bad("slot " + std::to_string(i) + " cannot be a window");
       if (i <= kScratchBuf && b[i].dtype != a_.dtype)
         return bad("slot " + std::to_string(i) + " is " + DataTypeName(b[i].dtype) +
                    ", the collective's type is " + DataTypeName(a_.dtype));
@@ -311,12 +356,80 @@ class SymbolicRun {
     send.name = "sendbuf";
     recv.name = "recvbuf";
     for (size_t i = kScratchBuf; i < table.size(); ++i) {
+      if (table[i].role == BufferRole::kWindow) continue;
       views[i] = {true,           true,
                   total,          table[i].count,
                   table[i].dtype, i == kScratchBuf ? "scratch" : "scratch" + std::to_string(i)};
       total += table[i].count;
     }
+    // Windows: every window whose post falls on the same place and slot of the board (post s and
+    // s + WindowDepth share memory) is one region, as large as the largest of them.
+    const uint64_t window_base = total;
+    std::vector<WindowRegion> regions;
+    for (size_t i = kScratchBuf; i < table.size(); ++i) {
+      const BufferDesc& b = table[i];
+      if (b.role != BufferRole::kWindow) continue;
+      const uint32_t depth = WindowDepth(b.place);
+      const uint32_t slot = static_cast<uint32_t>((kEpoch + b.post) % depth);
+      auto it = std::find_if(regions.begin(), regions.end(), [&](const WindowRegion& w) {
+        return w.place == b.place && w.slot == slot;
+      });
+      if (it == regions.end()) {
+        regions.push_back({b.place, slot, 0, 0, b.dtype});
+        it = regions.end() - 1;
+      }
+      if (it->dtype != b.dtype)
+        return InternalError(prefix_ + "rank " + std::to_string(r) + ": windows " + "of types " +
+                             DataTypeName(it->dtype) + " and " + DataTypeName(b.dtype) +
+                             " share board memory");
+      it->count = std::max(it->count, b.count);
+    }
+    for (WindowRegion& w : regions) {
+      w.base = total;
+      total += w.count;
+    }
+    for (size_t i = kScratchBuf; i < table.size(); ++i) {
+      const BufferDesc& b = table[i];
+      if (b.role != BufferRole::kWindow) continue;
+      const uint32_t slot = static_cast<uint32_t>((kEpoch + b.post) % WindowDepth(b.place));
+      const WindowRegion& w = *std::find_if(regions.begin(), regions.end(), [&](const auto& x) {
+        return x.place == b.place && x.slot == slot;
+      });
+      static const char* kPlaces[] = {"entry", "slot", "buffer"};
+      views[i] = {true,
+                  true,
+                  w.base,
+                  b.count,
+                  b.dtype,
+                  std::string("window ") + std::to_string(i) + " (" +
+                      kPlaces[static_cast<int>(b.place)] + " of post " + std::to_string(b.post) +
+                      ")"};
+    }
     mem_.emplace_back(total);
+    if (one_sided_) {
+      meta_.emplace_back(total);
+      shared_.emplace_back(total, uint8_t{0});
+      // A window's memory holds, before the call, the post that last used it: the largest post
+      // before the call's epoch that falls on its slot.
+      for (const WindowRegion& w : regions) {
+        const int64_t depth = WindowDepth(w.place);
+        const int64_t prev = kEpoch - 1 - ((kEpoch - 1 - w.slot) % depth);
+        for (uint64_t k = 0; k < w.count; ++k) {
+          meta_[r][w.base + k].post = prev;
+          shared_[r][w.base + k] = kWindowMemory;
+        }
+      }
+      (void)window_base;
+      // Buffers this rank exposes anywhere in its schedule are shared for the whole call.
+      for (const Channel& ch : sched_[r].channels)
+        for (const Step& st : ch.steps)
+          for (const StepOp& op : st.ops)
+            if (op.kind == StepOpKind::kExpose && op.src.buffer < views.size()) {
+              const View& v = views[op.src.buffer];
+              for (uint64_t k = 0; k < v.size; ++k)
+                if (shared_[r][v.base + k] == 0) shared_[r][v.base + k] = kExposedMemory;
+            }
+    }
     const bool has_input = !(a_.kind == CollKind::kBroadcast && !root);
     if (has_input) {
       for (uint64_t i = 0; i < in; ++i) {
@@ -445,13 +558,22 @@ class SymbolicRun {
   }
 
   // ---------------------------------------------------------------- ops
-  Result<uint64_t> Resolve(const Thread& th, int op, const Slice& s, bool write) const {
-    const auto& views = views_[th.r];
+  // The physical offset of slice `s` in the memory of rank *owner (this rank's, or for a slice
+  // on a peer, the peer's: a window, or a buffer the peer exposes).
+  Result<uint64_t> Resolve(const Thread& th, int op, const Slice& s, bool write, int* owner) const {
+    const int r = s.remote() ? s.rank : th.r;
+    *owner = r;
+    if (s.remote() && (!one_sided_ || r < 0 || r >= n_ || r == th.r))
+      return Fail(th, op, "names rank " + std::to_string(s.rank) + "'s memory");
+    const auto& views = views_[r];
     if (s.buffer >= views.size())
       return Fail(th, op,
                   "refers to buffer slot " + std::to_string(s.buffer) + ", which the table lacks");
     const View& v = views[s.buffer];
-    if (!v.exists)
+    // A peer's input is readable through its send buffer also where the peer's own schedule
+    // reads it elsewhere (an all-gather in place: its block of the receive buffer).
+    const bool peer_input = s.remote() && s.buffer == kSendBuf;
+    if (!v.exists && !peer_input)
       return Fail(th, op,
                   "references " + v.name + ", which this rank may not use " +
                       (a_.in_place && a_.kind == CollKind::kAllGather
@@ -466,12 +588,18 @@ class SymbolicRun {
     if (s.offset > v.size || s.count > v.size - s.offset)
       return Fail(th, op,
                   "slice [" + std::to_string(s.offset) + ", " + std::to_string(s.offset + s.count) +
-                      ") of " + v.name + " is out of bounds (size " + std::to_string(v.size) + ")");
+                      ") of " + (s.remote() ? "rank " + std::to_string(r) + "'s " : "") + v.name +
+                      " is out of bounds (size " + std::to_string(v.size) + ")");
     return v.base + s.offset;
   }
 
   Status UnwrittenError(const Thread& th, int op, uint64_t phys) const {
-    return Fail(th, op, "reads " + Where(th.r, phys) + ", which nothing has written");
+    return UnwrittenError(th, op, th.r, phys);
+  }
+  Status UnwrittenError(const Thread& th, int op, int owner, uint64_t phys) const {
+    return Fail(th, op,
+                "reads " + (owner == th.r ? "" : "rank " + std::to_string(owner) + "'s ") +
+                    Where(owner, phys) + ", which nothing has written");
   }
 
   Status CombineError(const Thread& th, int op, uint64_t phys, const Sym& a, const Sym& b) const {
@@ -548,11 +676,17 @@ class SymbolicRun {
     std::vector<Iv>& iv = iv_;
     iv.clear();
     const auto& cur = th.cur;
+    // Memory other ranks touch too (windows, exposed buffers) is checked access by access, with
+    // the same rule for ops of one step (SharedAccess).
+    const auto mine = [&](int owner, uint64_t at) { return owner == th.r && !IsShared(owner, at); };
     for (uint32_t i = 0; i < cur.size(); ++i) {
       const ROp& o = cur[i];
-      if (ReadsSrc(o.kind) && o.scount) iv.push_back({o.src, o.src + o.scount, i, false});
-      if (WritesDst(o.kind) && o.dcount) {
-        const bool same = ReadsSrc(o.kind) && o.src == o.dst;
+      if (ReadsSrc(o.kind) && o.scount && mine(o.sr, o.src))
+        iv.push_back({o.src, o.src + o.scount, i, false});
+      if (ReadsSrc2Kind(o.kind) && o.dcount && mine(o.s2r, o.src2))
+        iv.push_back({o.src2, o.src2 + o.dcount, i, false});
+      if (WritesDst(o.kind) && o.dcount && mine(o.dr, o.dst)) {
+        const bool same = ReadsSrc(o.kind) && o.src == o.dst && o.sr == o.dr;
         if (!same || o.kind == StepOpKind::kRecvReduce)
           iv.push_back({o.dst, o.dst + o.dcount, i, true});
       }
@@ -583,22 +717,41 @@ class SymbolicRun {
     ROp& o = th.cur[i];
     const int oi = static_cast<int>(i);
     Sym* m = mem_[th.r].data();
+    Sym* ms = mem_[o.sr].data();  // the source's memory (a peer's for a get)
+    Sym* md = mem_[o.dr].data();  // the destination's (a peer's window for a put)
     switch (o.kind) {
       case StepOpKind::kCopy:
+      case StepOpKind::kGet:
+      case StepOpKind::kPut:
         for (uint64_t k = 0; k < o.scount; ++k) {
-          if (!m[o.src + k].valid) return UnwrittenError(th, oi, o.src + k);
-          m[o.dst + k] = m[o.src + k];
+          if (!ms[o.src + k].valid) return UnwrittenError(th, oi, o.sr, o.src + k);
+          md[o.dst + k] = ms[o.src + k];
         }
         break;
       case StepOpKind::kReduce:
         for (uint64_t k = 0; k < o.scount; ++k) {
-          const Sym& x = m[o.src + k];
+          const Sym& x = ms[o.src + k];
           Sym& y = m[o.dst + k];
-          if (!x.valid) return UnwrittenError(th, oi, o.src + k);
+          if (!x.valid) return UnwrittenError(th, oi, o.sr, o.src + k);
           if (!y.valid) return UnwrittenError(th, oi, o.dst + k);
           if (!Combinable(x, y)) return CombineError(th, oi, o.dst + k, x, y);
           y = Combined(x, y);
         }
+        break;
+      case StepOpKind::kCombine: {
+        const Sym* m2 = mem_[o.s2r].data();
+        for (uint64_t k = 0; k < o.dcount; ++k) {
+          const Sym x = ms[o.src + k], y = m2[o.src2 + k];
+          if (!x.valid) return UnwrittenError(th, oi, o.sr, o.src + k);
+          if (!y.valid) return UnwrittenError(th, oi, o.s2r, o.src2 + k);
+          if (!Combinable(x, y)) return CombineError(th, oi, o.dst + k, x, y);
+          m[o.dst + k] = Combined(x, y);
+        }
+        break;
+      }
+      case StepOpKind::kExpose:
+        exposed_[static_cast<size_t>(th.r) * kExposable + o.sbuf] = {
+            ThreadIndex(th), static_cast<uint32_t>(th.si), i};
         break;
       case StepOpKind::kScale:
         if (!a_.premul)
@@ -712,6 +865,10 @@ class SymbolicRun {
     auto& cur = th.cur;
     cur.clear();
     th.posted = true;
+    if (one_sided_) {
+      th.clock[static_cast<size_t>(t)] = static_cast<uint32_t>(th.si);
+      th.clock_start = th.clock;
+    }
     for (uint32_t i = 0; i < st.ops.size(); ++i) {
       const StepOp& op = st.ops[i];
       const int oi = static_cast<int>(i);
@@ -719,33 +876,59 @@ class SymbolicRun {
       ro.kind = op.kind;
       ro.peer = op.peer;
       ro.codec = op.codec;
-      if (ReadsSrc(op.kind)) {
-        BRAID_ASSIGN_OR_RETURN(ro.src, Resolve(th, oi, op.src, false));
+      ro.sr = ro.dr = ro.s2r = th.r;
+      if (IsOneSidedKind(op.kind) && !one_sided_)
+        return Fail(th, oi, "is a one-sided step in a schedule without windows");
+      if (op.kind == StepOpKind::kExpose) {
+        if (op.src.buffer >= kExposable || op.src.buffer >= views_[th.r].size())
+          return Fail(th, oi, "exposes buffer slot " + std::to_string(op.src.buffer));
+        ro.sbuf = op.src.buffer;
+      } else if (ReadsSrc(op.kind)) {
+        BRAID_ASSIGN_OR_RETURN(ro.src, Resolve(th, oi, op.src, false, &ro.sr));
         ro.scount = op.src.count;
         ro.sbuf = op.src.buffer;
       }
+      if (ReadsSrc2Kind(op.kind)) {
+        BRAID_ASSIGN_OR_RETURN(ro.src2, Resolve(th, oi, op.src2, false, &ro.s2r));
+        ro.s2buf = op.src2.buffer;
+        if (op.src2.count != op.dst.count) return Fail(th, oi, "its operands differ in count");
+      }
       if (WritesDst(op.kind)) {
-        BRAID_ASSIGN_OR_RETURN(ro.dst, Resolve(th, oi, op.dst, true));
+        BRAID_ASSIGN_OR_RETURN(ro.dst, Resolve(th, oi, op.dst, true, &ro.dr));
         ro.dcount = op.dst.count;
         ro.dbuf = op.dst.buffer;
       }
+      if (op.kind == StepOpKind::kSignal || op.kind == StepOpKind::kWait) {
+        ro.counter = op.counter;
+        ro.value = kEpoch + op.value;
+      }
       const bool same_type = !(ReadsSrc(op.kind) && WritesDst(op.kind)) ||
-                             TypeOf(th.r, ro.sbuf) == TypeOf(th.r, ro.dbuf);
+                             TypeOf(ro.sr, ro.sbuf) == TypeOf(ro.dr, ro.dbuf);
       switch (op.kind) {
         case StepOpKind::kRecvReduce:
         case StepOpKind::kCopy:
         case StepOpKind::kReduce:
-        case StepOpKind::kScale: {
-          if (ro.scount != ro.dcount || !same_type)
+        case StepOpKind::kScale:
+        case StepOpKind::kGet:
+        case StepOpKind::kPut:
+        case StepOpKind::kCombine: {
+          if (ro.scount != ro.dcount || !same_type ||
+              (op.kind == StepOpKind::kCombine &&
+               TypeOf(ro.s2r, ro.s2buf) != TypeOf(ro.dr, ro.dbuf)))
             return Fail(th, oi,
                         "src has " + std::to_string(ro.scount) + " elements but dst has " +
                             std::to_string(ro.dcount) + (same_type ? "" : " of another type"));
-          const bool overlap = ro.src < ro.dst + ro.dcount && ro.dst < ro.src + ro.scount;
+          const bool overlap =
+              ro.sr == ro.dr && ro.src < ro.dst + ro.dcount && ro.dst < ro.src + ro.scount;
           if (overlap && (ro.src != ro.dst || op.kind == StepOpKind::kReduce) && ro.dcount > 0)
             return Fail(
                 th, oi,
                 "src and dst overlap" +
                     std::string(op.kind == StepOpKind::kReduce ? "" : " without being identical"));
+          const bool overlap2 = op.kind == StepOpKind::kCombine && ro.s2r == ro.dr &&
+                                ro.src2 < ro.dst + ro.dcount && ro.dst < ro.src2 + ro.dcount;
+          if (overlap2 && ro.src2 != ro.dst && ro.dcount > 0)
+            return Fail(th, oi, "src2 and dst overlap without being identical");
           break;
         }
         case StepOpKind::kQuantize:
@@ -764,20 +947,30 @@ class SymbolicRun {
     for (uint32_t i = 0; i < cur.size(); ++i) {
       const ROp& o = cur[i];
       const int oi = static_cast<int>(i);
-      if (ReadsSrc(o.kind)) BRAID_RETURN_IF_ERROR(Access(th, oi, o.src, o.scount, false));
-      if (ReadsDst(o.kind)) BRAID_RETURN_IF_ERROR(Access(th, oi, o.dst, o.dcount, false));
-      if (WritesDst(o.kind)) BRAID_RETURN_IF_ERROR(Access(th, oi, o.dst, o.dcount, true));
+      const uint16_t s_buf = o.sbuf, d_buf = o.dbuf;
+      if (ReadsSrc(o.kind))
+        BRAID_RETURN_IF_ERROR(Touch(th, oi, o.sr, s_buf, o.src, o.scount, false));
+      if (ReadsSrc2Kind(o.kind))
+        BRAID_RETURN_IF_ERROR(Touch(th, oi, o.s2r, o.s2buf, o.src2, o.dcount, false));
+      if (ReadsDst(o.kind))
+        BRAID_RETURN_IF_ERROR(Touch(th, oi, o.dr, d_buf, o.dst, o.dcount, false));
+      if (WritesDst(o.kind))
+        BRAID_RETURN_IF_ERROR(Touch(th, oi, o.dr, d_buf, o.dst, o.dcount, true));
     }
-    // Local ops now (they conflict with nothing else in the step, so their timing is free).
-    int transfers = 0;
+    // Local ops now (they conflict with nothing else in the step, so their timing is free); so
+    // are one-sided ops, whose order with other ranks' is the happens-before SharedAccess checks.
+    int pending = 0;
     for (uint32_t i = 0; i < cur.size(); ++i) {
-      if (IsTransfer(cur[i].kind))
-        ++transfers;
+      const StepOpKind k = cur[i].kind;
+      if (IsTransfer(k) || k == StepOpKind::kWait)
+        ++pending;
+      else if (k == StepOpKind::kSignal)
+        BRAID_RETURN_IF_ERROR(Signal(t, i));
       else
         BRAID_RETURN_IF_ERROR(RunLocal(th, i));
     }
-    th.pending = transfers;
-    if (transfers == 0) {
+    th.pending = pending;
+    if (pending == 0) {
       done_.push_back(t);
       return Status::Ok();
     }
@@ -792,6 +985,236 @@ class SymbolicRun {
       const ROp& o = cur[i];
       if (o.kind == StepOpKind::kSend) BRAID_RETURN_IF_ERROR(Match(StreamId(th.c, th.r, o.peer)));
       if (IsRecvKind(o.kind)) BRAID_RETURN_IF_ERROR(Match(StreamId(th.c, o.peer, th.r)));
+      if (o.kind == StepOpKind::kWait) BRAID_RETURN_IF_ERROR(Wait(t, i));
+    }
+    return Status::Ok();
+  }
+
+  // ---------------------------------------------------------------- one-sided (IR v3)
+  // Whether `rs` has windows or one-sided ops: then happens-before is tracked across ranks.
+  static bool UsesOneSided(const RankSchedule& rs) {
+    for (const BufferDesc& b : rs.buffers)
+      if (b.role == BufferRole::kWindow) return true;
+    for (const Channel& ch : rs.channels)
+      for (const Step& st : ch.steps)
+        for (const StepOp& op : st.ops)
+          if (IsOneSidedKind(op.kind) || op.src.remote()) return true;
+    return false;
+  }
+  int ThreadIndex(const Thread& th) const { return base_[th.r] + th.c; }
+  bool IsShared(int owner, uint64_t phys) const { return one_sided_ && shared_[owner][phys] != 0; }
+  // Whether access `a` happens before thread th's current step (op `op` of it): an earlier step
+  // of a thread th has synchronised with. Ops of one step are concurrent, except an op with
+  // itself (a reduce reads and writes its destination).
+  bool Before(const Access1& a, const Thread& th, uint32_t op) const {
+    if (a.thread < 0) return true;
+    const int t = ThreadIndex(th);
+    if (a.thread == t && a.step == th.si) return a.op == op;
+    return th.clock[static_cast<size_t>(a.thread)] > a.step;
+  }
+  std::string AccessName(const Access1& a) const {
+    const Thread& w = threads_[static_cast<size_t>(a.thread)];
+    return "rank " + std::to_string(w.r) + " channel " + std::to_string(w.c) + " step " +
+           std::to_string(a.step);
+  }
+
+  // Records an access of thread `th` (its current step, op `op`) to [at, at + n) of rank
+  // `owner`'s memory: private memory of this rank goes to Access (races between its channels);
+  // shared memory (a window, an exposed buffer) to SharedAccess.
+  Status Touch(const Thread& th, int op, int owner, uint16_t buf, uint64_t at, uint64_t n,
+               bool write) {
+    if (n == 0) return Status::Ok();
+    const BufferDesc& b = sched_[owner].buffers[buf];
+    if (owner == th.r && !IsShared(owner, at)) return Access(th, op, at, n, write);
+    if (owner != th.r && b.role != BufferRole::kWindow) {
+      // A peer's buffer: readable once the peer has exposed it (and signalled since).
+      const Access1& e = exposed_[static_cast<size_t>(owner) * kExposable + buf];
+      if (e.thread < 0 || !Before(e, th, static_cast<uint32_t>(op)))
+        return Fail(th, op,
+                    "reads rank " + std::to_string(owner) + "'s " + views_[owner][buf].name +
+                        ", which that rank has not exposed to it (an expose, then a signal this "
+                        "rank waits for, must come first)");
+    }
+    const int64_t post = b.role == BufferRole::kWindow ? kEpoch + b.post : -1;
+    return SharedAccess(th, static_cast<uint32_t>(op), owner, at, n, write, post);
+  }
+
+  Status SharedAccess(const Thread& th, uint32_t op, int owner, uint64_t lo, uint64_t n, bool write,
+                      int64_t post) {
+    const int t = ThreadIndex(th);
+    const std::string whose = owner == th.r ? "its own " : "rank " + std::to_string(owner) + "'s ";
+    for (uint64_t i = lo; i < lo + n; ++i) {
+      SharedCell& c = meta_[owner][i];
+      if (!Before(c.write, th, op) && !write && post >= 0 && c.post > post)
+        return Fail(th, static_cast<int>(op),
+                    "reads " + whose + Where(owner, i) + " for post " + PostName(post) +
+                        ", which " + AccessName(c.write) + " rewrote for post " + PostName(c.post) +
+                        " with nothing ordering the two: a region reused too early (the writer "
+                        "must wait until this rank has consumed post " +
+                        PostName(post) + ")");
+      if (!Before(c.write, th, op))
+        return Fail(th, static_cast<int>(op),
+                    (write ? "writes " : "reads ") + whose + Where(owner, i) + ", which " +
+                        AccessName(c.write) +
+                        " writes with nothing ordering the two (a get or put before the signal "
+                        "that publishes it, or a missing wait)");
+      if (!write) {
+        if (post >= 0 && c.post != post)
+          return Fail(th, static_cast<int>(op),
+                      "reads " + whose + Where(owner, i) + " for post " + PostName(post) +
+                          ", but it holds post " + PostName(c.post) +
+                          "'s data: a get before the signal of its post (no wait for it)");
+        if (post >= 0 && counter_[th.r][1] >= post)
+          return Fail(th, static_cast<int>(op),
+                      "reads post " + PostName(post) +
+                          " after signalling that it had consumed it (its memory may be "
+                          "rewritten already)");
+        c.reads.push_back({t, static_cast<uint32_t>(th.si), op});
+        if (post >= 0) window_reads_[th.r].push_back({post, {t, static_cast<uint32_t>(th.si), op}});
+        continue;
+      }
+      for (const Access1& r : c.reads)
+        if (!Before(r, th, op))
+          return Fail(th, static_cast<int>(op),
+                      "writes " + whose + Where(owner, i) + " while " + AccessName(r) +
+                          " may still read it (a region reused too early: the write must wait "
+                          "until that rank has consumed it)");
+      if (c.write.thread < 0 && post >= 0 && c.post < kEpoch) {
+        // What the window held before the call: every rank read it, and the reuse rule asks for
+        // each one's consumed counter to have passed it.
+        for (int r = 0; r < n_; ++r)
+          if (r != th.r && th.consumed[static_cast<size_t>(r)] < c.post)
+            return Fail(th, static_cast<int>(op),
+                        "writes " + whose + Where(owner, i) + " (post " + PostName(post) +
+                            ") over post " + PostName(c.post) + " before rank " +
+                            std::to_string(r) +
+                            " has consumed it: a region reused too early (a missing wait for "
+                            "that rank's consumed counter)");
+      }
+      c.write = {t, static_cast<uint32_t>(th.si), op};
+      c.reads.clear();
+      if (post >= 0) c.post = post;
+    }
+    return Status::Ok();
+  }
+
+  static std::string PostName(int64_t post) {
+    const int64_t rel = post - kEpoch;
+    return rel >= 0 ? std::to_string(rel) : "e" + std::to_string(rel);
+  }
+
+  // Merges what a waiter learns from signal `rec` (or a sender from its message).
+  void Learn(Thread& th, const std::vector<uint32_t>& clock, const std::vector<int64_t>& consumed) {
+    for (size_t k = 0; k < clock.size(); ++k) th.clock[k] = std::max(th.clock[k], clock[k]);
+    for (size_t k = 0; k < consumed.size(); ++k)
+      th.consumed[k] = std::max(th.consumed[k], consumed[k]);
+  }
+
+  Status Signal(int t, uint32_t i) {
+    Thread& th = threads_[t];
+    const ROp& o = th.cur[i];
+    const int c = static_cast<int>(o.counter);
+    if (th.c != signal_channel_[th.r]) {
+      if (signal_channel_[th.r] >= 0)
+        return Fail(th, static_cast<int>(i),
+                    "signals from a second channel (a rank's counters move on one channel, or "
+                    "their order would depend on the interleaving)");
+      signal_channel_[th.r] = th.c;
+    }
+    int64_t& value = counter_[th.r][c];
+    if (o.counter == Counter::kPosted ? o.value <= value : o.value < value)
+      return Fail(th, static_cast<int>(i),
+                  std::string(o.counter == Counter::kPosted ? "posts " : "consumes ") +
+                      PostName(o.value) + " after " + PostName(value) +
+                      " (counters only move forward)");
+    if (o.counter == Counter::kConsumed)
+      for (const auto& [post, read] : window_reads_[th.r])
+        if (post <= o.value && !Before(read, th, i))
+          return Fail(th, static_cast<int>(i),
+                      "signals that it has consumed post " + PostName(o.value) + " while its " +
+                          "read of post " + PostName(post) + " (" + AccessName(read) +
+                          ") may not have happened yet");
+    value = o.value;
+    SignalRec rec;
+    rec.value = o.value;
+    rec.clock = th.clock_start;
+    rec.consumed = th.consumed;
+    // What a waiter learns of this rank's own counter: its value now (before the call: every
+    // earlier post, which the call's previous calls consumed before this call began).
+    rec.consumed[static_cast<size_t>(th.r)] = counter_[th.r][1];
+    rec.know = th.know_start;
+    signals_[th.r][c].push_back(std::move(rec));
+    // Wake the waits this satisfies.
+    auto& parked = waits_[th.r][c];
+    std::vector<OpRef> still;
+    for (const OpRef& w : parked) {
+      const ROp& wo = threads_[w.thread].cur[w.op];
+      if (wo.value <= value)
+        Satisfy(w.thread, w.op, signals_[th.r][c].back());
+      else
+        still.push_back(w);
+    }
+    parked.swap(still);
+    return Status::Ok();
+  }
+
+  void Satisfy(int t, uint32_t i, const SignalRec& rec) {
+    Thread& th = threads_[t];
+    Learn(th, rec.clock, rec.consumed);
+    th.know |= rec.know;
+    th.cur[i].done = true;
+    if (--th.pending == 0) done_.push_back(t);
+  }
+
+  Status Wait(int t, uint32_t i) {
+    Thread& th = threads_[t];
+    const ROp& o = th.cur[i];
+    const int c = static_cast<int>(o.counter);
+    const auto p = static_cast<size_t>(o.peer);
+    if (o.value < kEpoch) {
+      // A post before this call: complete (and, for kConsumed, its memory free) before the
+      // call began. The wait orders nothing of this call but tells what is free.
+      if (o.counter == Counter::kConsumed) th.consumed[p] = std::max(th.consumed[p], o.value);
+      th.cur[i].done = true;
+      if (--th.pending == 0) done_.push_back(t);
+      return Status::Ok();
+    }
+    for (const SignalRec& rec : signals_[p][c])
+      if (rec.value >= o.value) {
+        Satisfy(t, i, rec);
+        return Status::Ok();
+      }
+    waits_[p][c].push_back({t, i});
+    return Status::Ok();
+  }
+
+  // After every thread ran: exposed buffers were read only before their owner's call ended
+  // (its caller may reuse them at once), and every window read was consumed.
+  Status CheckOneSidedEnd() const {
+    for (int q = 0; q < n_; ++q) {
+      std::vector<uint32_t> end(threads_.size(), 0);
+      for (size_t c = 0; c < sched_[q].channels.size(); ++c) {
+        const Thread& th = threads_[static_cast<size_t>(base_[q]) + c];
+        for (size_t k = 0; k < end.size(); ++k) end[k] = std::max(end[k], th.clock[k]);
+        end[static_cast<size_t>(base_[q]) + c] = static_cast<uint32_t>(th.si);
+      }
+      for (uint64_t i = 0; i < meta_[q].size(); ++i) {
+        if (shared_[q][i] != kExposedMemory) continue;
+        for (const Access1& r : meta_[q][i].reads)
+          if (threads_[static_cast<size_t>(r.thread)].r != q &&
+              end[static_cast<size_t>(r.thread)] <= r.step)
+            return InternalError(prefix_ + "rank " + std::to_string(q) +
+                                 "'s call may return while " + AccessName(r) + " still reads " +
+                                 Where(q, i) +
+                                 " (a missing wait for that rank's post that it is done)");
+      }
+      int64_t last_read = -1;
+      for (const auto& wr : window_reads_[q]) last_read = std::max(last_read, wr.first);
+      if (last_read >= 0 && counter_[q][1] < last_read)
+        return InternalError(prefix_ + "rank " + std::to_string(q) + " reads post " +
+                             PostName(last_read) +
+                             " but never signals that it consumed it (its peers could never "
+                             "reuse that memory)");
     }
     return Status::Ok();
   }
@@ -831,6 +1254,10 @@ class SymbolicRun {
         m[ro.dst + k] = Combined(local, v);
       }
       rth.know |= sth.know_start;
+      if (one_sided_) {
+        std::vector<int64_t> none;
+        Learn(rth, sth.clock_start, none);
+      }
       so.done = ro.done = true;
       if (--sth.pending == 0) done_.push_back(sr.thread);
       if (--rth.pending == 0) done_.push_back(rr.thread);
@@ -863,7 +1290,11 @@ class SymbolicRun {
         waiting_[th.r].push_back(t);
         return Status::Ok();
       }
-    for (const StepRef& d : st.deps) th.know |= ThreadOf(th.r, d.channel).know_done[d.step];
+    for (const StepRef& d : st.deps) {
+      const Thread& dt = ThreadOf(th.r, d.channel);
+      th.know |= dt.know_done[d.step];
+      if (one_sided_) Learn(th, dt.clock_done[d.step], dt.consumed_done[d.step]);
+    }
     th.know_start = th.know;
     return Post(t);
   }
@@ -881,6 +1312,19 @@ class SymbolicRun {
         threads_.push_back(std::move(th));
       }
     }
+    if (one_sided_) {
+      for (Thread& th : threads_) {
+        th.clock.assign(threads_.size(), 0);
+        th.consumed.assign(static_cast<size_t>(n_), INT64_MIN);
+        th.consumed[static_cast<size_t>(th.r)] = INT64_MAX;  // its own reads: program order
+      }
+      exposed_.assign(static_cast<size_t>(n_) * kExposable, Access1{});
+      counter_.assign(static_cast<size_t>(n_), {kEpoch - 1, kEpoch - 1});
+      signals_.resize(static_cast<size_t>(n_));
+      waits_.resize(static_cast<size_t>(n_));
+      window_reads_.resize(static_cast<size_t>(n_));
+      signal_channel_.assign(static_cast<size_t>(n_), -1);
+    }
     waiting_.resize(n_);
     for (int t = 0; t < static_cast<int>(threads_.size()); ++t) BRAID_RETURN_IF_ERROR(TryPost(t));
     while (!done_.empty()) {
@@ -888,6 +1332,13 @@ class SymbolicRun {
       done_.pop_back();
       Thread& th = threads_[t];
       th.know_done[th.si] = th.know;
+      if (one_sided_) {
+        th.clock[static_cast<size_t>(t)] = static_cast<uint32_t>(th.si + 1);
+        if (sched_[th.r].channels.size() > 1) {
+          th.clock_done.push_back(th.clock);
+          th.consumed_done.push_back(th.consumed);
+        }
+      }
       th.posted = false;
       ++th.si;
       BRAID_RETURN_IF_ERROR(TryPost(t));
@@ -915,6 +1366,16 @@ class SymbolicRun {
       for (uint32_t i = 0; i < th.cur.size() && listed < 4; ++i) {
         if (th.cur[i].done) continue;
         const int p = th.cur[i].peer;
+        if (th.cur[i].kind == StepOpKind::kWait) {
+          const int64_t at = counter_[static_cast<size_t>(p)][static_cast<int>(th.cur[i].counter)];
+          stuck += (listed ? "; " : "") + At(th, static_cast<int>(i)) + " waits for rank " +
+                   std::to_string(p) + "'s " +
+                   (th.cur[i].counter == Counter::kPosted ? "posted" : "consumed") +
+                   " counter to reach " + PostName(th.cur[i].value) + ", which it never does (it " +
+                   "reached " + PostName(at) + ")";
+          ++listed;
+          continue;
+        }
         std::string peer_state;
         if (th.c >= static_cast<int>(sched_[p].channels.size())) {
           peer_state = "rank " + std::to_string(p) + " has no channel " + std::to_string(th.c);
@@ -1082,6 +1543,21 @@ class SymbolicRun {
   std::vector<Iv> iv_, active_;
   std::vector<int> done_;
   std::vector<uint64_t> total_know_;
+
+  // One-sided schedules (IR v3). The call's epoch: any value works (windows of posts s and
+  // s + depth share memory whatever it is), large enough that earlier calls' posts are positive.
+  static constexpr int64_t kEpoch = int64_t{1} << 20;
+  static constexpr uint16_t kExposable = kFirstUserBuf + 1;  // slots a rank can expose
+  static constexpr uint8_t kWindowMemory = 1, kExposedMemory = 2;
+  bool one_sided_ = false;
+  std::vector<std::vector<SharedCell>> meta_;  // per rank, per cell of its memory
+  std::vector<std::vector<uint8_t>> shared_;   // per rank, per cell: 0, kWindowMemory, kExposed...
+  std::vector<Access1> exposed_;               // per rank and exposable slot: its kExpose
+  std::vector<std::array<int64_t, 2>> counter_;                 // per rank: posted, consumed
+  std::vector<std::array<std::vector<SignalRec>, 2>> signals_;  // per rank and counter, in order
+  std::vector<std::array<std::vector<OpRef>, 2>> waits_;        // parked waits on a rank's counter
+  std::vector<std::vector<std::pair<int64_t, Access1>>> window_reads_;  // per reader: (post, read)
+  std::vector<int> signal_channel_;  // per rank: the channel its signals come from (-1: none yet)
 };
 
 }  // namespace

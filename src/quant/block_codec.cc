@@ -2,11 +2,8 @@
 
 #include <string>
 
+#include "core/base/cpu_features.h"
 #include "quant/block_kernels.h"
-
-#if defined(__x86_64__)
-#include <cpuid.h>
-#endif
 
 namespace braid::quant {
 namespace detail {
@@ -87,29 +84,12 @@ void DequantizeScalar(const BlockFormat& f, DataType type, const uint8_t* src, u
 
 namespace {
 
-bool DetectAvx2F16c();
-
-bool DetectAvx512() {
+// The vector tiers are compiled on x86-64 only (block_codec_avx2.cc, block_codec_avx512.cc).
 #if defined(__x86_64__)
-  __builtin_cpu_init();
-  // GCC's check of "avx512f" includes the OS's saving of the ZMM state (XGETBV).
-  return __builtin_cpu_supports("avx512f") && DetectAvx2F16c();
+constexpr bool kVectorTiersBuilt = true;
 #else
-  return false;
+constexpr bool kVectorTiersBuilt = false;
 #endif
-}
-
-bool DetectAvx2F16c() {
-#if defined(__x86_64__)
-  __builtin_cpu_init();
-  // F16C from CPUID: not every compiler's __builtin_cpu_supports knows it.
-  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
-  const bool f16c = __get_cpuid(1, &eax, &ebx, &ecx, &edx) && (ecx & bit_F16C) != 0;
-  return __builtin_cpu_supports("avx2") && f16c;
-#else
-  return false;
-#endif
-}
 
 Status Check(const BlockFormat& f, DataType type, const char* what) {
   if (!IsValidFormat(f))
@@ -130,8 +110,9 @@ Isa Effective(Isa isa) {
 }  // namespace
 
 bool CpuSupports(Isa isa) {
-  static const bool avx2 = DetectAvx2F16c();
-  static const bool avx512 = DetectAvx512();
+  static const bool avx2 = kVectorTiersBuilt && HostCpuFeatures().avx2_f16c;
+  // The codecs' AVX-512 tier needs AVX-512F only (with AVX2 and F16C).
+  static const bool avx512 = avx2 && HostCpuFeatures().avx512f;
   switch (isa) {
     case Isa::kScalar:
       return true;

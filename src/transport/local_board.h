@@ -1,10 +1,13 @@
-// A board in memory that every rank of a host maps: the small-message path (issue 11).
+// A board in memory that every rank of a host maps: the windows of one-sided schedules (IR v3,
+// algorithms/board_schedules.h) and their counters.
 //
 // Streams cost a message per peer and step, and a wake-up of the peer's progress loop for each.
 // For a few KiB that is all the time there is. On a board each rank posts its contribution to a
 // call (a signature and a payload) into its own memory, and every rank loads its peers' posts
 // directly: one store, one flag, and N-1 loads per call, no syscall while the peers keep up
-// (core/runtime/one_shot.h runs the collectives on it).
+// (core/runtime/one_sided_run.h executes the schedules on it). A post's number is the
+// schedule's kPosted counter, consume() its kConsumed; a window of post s at a place is the
+// payload of post s there (outbox for this rank's, inbox / peerWindow for a peer's).
 //
 // Posts are numbered 1, 2, 3 ... alike on every rank (every rank makes the same calls in the same
 // order; a two-shot all-reduce makes two posts per round, the second from what it read of the
@@ -18,12 +21,15 @@
 //   s % kEntries were last used by post s - kEntries: every peer must have consumed it;
 // - a large call's buffer s & 1 was last used by a post no later than s - 2: every peer must
 //   have consumed s - 2.
-// A call by reference (core/runtime/one_shot.h) posts addresses, not data: all its posts are in
-// entries, and it runs alone like a large call.
-// A rank reads (and consumes) the calls it posted ahead only after posting all of them, so it
-// posts at most kEntries small calls ahead, and a large call alone: then every post it waits for
-// its peers to consume comes before its own first unread one, which is why no batching of the
-// ranks can deadlock (core/runtime/one_shot.cc has the argument).
+// A call by reference (algorithms/board_schedules.h) posts addresses, not data: all its posts are
+// in entries.
+// Calls take their posts in the order they were issued (BoardClock, core/runtime/one_sided_run.h),
+// and may post before earlier calls are read. Why no interleaving of the ranks deadlocks: let c be
+// the last post every rank has consumed. Every rank's call that holds post c + 1 can make it (its
+// reuse waits ask for c + 1 - 2 at most, and its window was freed), every rank then reads it (a
+// read waits only for that post) and consumes it. A call's stream stage (a call on the engine
+// after its board agreement) never waits for a later post, so the calls that hold the engine's
+// window ahead of c + 1 complete too.
 #pragma once
 
 #include <cstddef>
@@ -87,6 +93,8 @@ class LocalBoard {
   // consumes seq).
   virtual BoardSignature signature(int rank, uint32_t seq) const = 0;
   virtual const std::byte* inbox(int rank, uint32_t seq, BoardPlace place) const = 0;
+  // The same window, writable: a put writes a peer's window in place.
+  virtual std::byte* peerWindow(int rank, uint32_t seq, BoardPlace place) = 0;
 
   // Starts loading `rank`'s post `seq` (its entry, and the first line of its payload) into this
   // core's cache. A rank about to read several posts asks for all of them first, so that their
@@ -102,6 +110,22 @@ class LocalBoard {
   // consumed(rank, seq). Rarely needed (a peer that keeps up has consumed what a post
   // overwrites), so it may poll.
   virtual bool sleepUntilConsumed(int rank, uint32_t seq, int64_t timeout_us) = 0;
+
+  // A progress loop that sleeps in poll() (the engine's) rather than on a futex: armBell asks
+  // `rank` to ring this rank's doorbell at its next publish(); the caller then checks once more
+  // whether what it waits for happened, and polls its doorbell. disarmBell after the sleep.
+  // False when the board cannot ring for this rank (the caller then polls with a short timeout).
+  virtual bool armBell(int rank) = 0;
+  virtual void disarmBell(int rank) = 0;
+
+  // Traffic: this rank read `bytes` of `rank`'s posts or exposed buffers, or wrote `bytes` into
+  // its windows (one store to a line only this rank writes: no cost a call would notice).
+  virtual void countRead(int rank, uint64_t bytes) = 0;
+  virtual void countWritten(int rank, uint64_t bytes) = 0;
+  // The bytes moved through the board between this rank and `rank` since init, as a transport
+  // counts them: sent (what `rank` read of this rank's and this rank wrote into `rank`'s) and
+  // received (the other way). Adds to *sent and *received.
+  virtual void traffic(int rank, uint64_t* sent, uint64_t* received) const = 0;
 
   // Whether `rank`'s process has exited (cheap: asks the kernel at most every few ms), and the
   // error that names it (also reported as a failure cause).

@@ -39,11 +39,11 @@
 #include "core/base/failure_cause.h"
 #include "core/base/memory_type.h"
 #include "core/base/status.h"
-#include "transport/local_board.h"
 #include "transport/memory_registration.h"
 
 namespace braid {
 
+class LocalBoard;  // local_board.h: one-sided windows on one host
 class StreamMessages;
 class TransportInstance;
 
@@ -173,7 +173,8 @@ class Endpoint {
 
   // Whether bytes from the peer have arrived that nobody has read yet, where the transport can
   // tell without touching the stream (safe from any thread; false when it cannot tell). The
-  // small-message board uses it to see a peer that is in another call (one_shot.h).
+  // board's executor uses it to see a peer that is in another call (comm.h,
+  // peerSentUnreadStreamBytes).
   virtual bool hasUnreadBytes() const { return false; }
 
   // Message interface. postSend / postRecv name `len` bytes at `offset` of memory registered

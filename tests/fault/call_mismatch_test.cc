@@ -386,42 +386,98 @@ TEST_P(CarriedAgreement, RidesInTheButterflysData) {
 
 INSTANTIATE_TEST_SUITE_P(CallAgreement, CarriedAgreement, ::testing::Values(4, 8));
 
-// Counts on either side of the board's threshold (BRAID_ONESHOT_BYTES=16K, so on any host: rank
-// 0's all-gather of 4 KiB per rank runs on the shared-memory board, rank 1's of 128 KiB on the
-// engine; an all-gather, since an all-reduce would run on the board at any size where the ranks
-// outnumber the cores). The two paths keep separate sequences, so this is the one mismatch that
-// fails the communicator instead of leaving it usable (docs/reliability.md, "One gap"); it must
-// still fail on both ranks at once (well before BRAID_TIMEOUT), name the mismatch, write no
-// receive buffer, and make later calls fail rather than hang.
-TEST(CallAgreement, CountsStraddlingTheBoardFailOnBothRanks) {
+// Calls on either side of what the board takes (one_sided_run.h: every call of a communicator on
+// one host, whatever runs it, posts its signature on the board in one numbering): a rank whose
+// call runs on the board against one whose call runs on the engine's streams, in either order of
+// sizes and kinds, blocking or not. Every rank fails at once (well before BRAID_TIMEOUT) with
+// invalid usage naming both calls, writes no receive buffer, and the communicator stays usable:
+// the next matched call succeeds, bit-exact.
+struct Straddle {
+  const char* name;
+  int nranks;
+  // The call rank r makes (the last rank's differs); returns its result.
+  braidResult_t (*call)(braidComm_t comm, int rank, int n, std::vector<float>& in,
+                        std::vector<float>& recv);
+};
+
+braidResult_t AllGatherSmallAgainstLarge(braidComm_t comm, int rank, int n, std::vector<float>& in,
+                                        std::vector<float>& recv) {
+  // BRAID_ONESHOT_BYTES=16K: 4 KiB per rank on the board, the last rank's 128 KiB beyond it.
+  const size_t count = rank == n - 1 ? size_t{1} << 15 : 1024;
+  return braidAllGather(in.data(), recv.data(), count, braidFloat32, comm);
+}
+
+braidResult_t AllReduceSmallAgainstLarge(braidComm_t comm, int rank, int n,
+                                         std::vector<float>& in, std::vector<float>& recv) {
+  // 4 KiB on the board against 1 MiB on the engine; the large one non-blocking.
+  if (rank != n - 1) return braidAllReduce(in.data(), recv.data(), 1024, braidFloat32, braidSum, comm);
+  braidRequest_t req = nullptr;
+  braidResult_t rc =
+      braidIallReduce(in.data(), recv.data(), size_t{1} << 18, braidFloat32, braidSum, comm, &req);
+  return rc == braidSuccess ? braidWait(&req, -1) : rc;
+}
+
+braidResult_t BroadcastAgainstAllReduce(braidComm_t comm, int rank, int n, std::vector<float>& in,
+                                        std::vector<float>& recv) {
+  // 4 MB: one rank broadcasts it, the others all-reduce it.
+  const size_t count = size_t{1} << 20;
+  if (rank == n - 1) return braidBroadcast(in.data(), recv.data(), count, braidFloat32, 0, comm);
+  return braidAllReduce(in.data(), recv.data(), count, braidFloat32, braidSum, comm);
+}
+
+const Straddle kStraddles[] = {
+    {"AllGatherOnBoardAgainstEngine", 2, AllGatherSmallAgainstLarge},
+    {"AllReduceOnBoardAgainstNonBlockingEngine", 2, AllReduceSmallAgainstLarge},
+    {"AllGatherOnBoardAgainstEngine4", 4, AllGatherSmallAgainstLarge},
+    {"BroadcastAgainstAllReduce4MB", 4, BroadcastAgainstAllReduce},
+};
+
+class CountsStraddling : public ::testing::TestWithParam<Straddle> {};
+
+TEST_P(CountsStraddling, FailOnEveryRankNamingBothCallsAndLeaveTheCommunicatorUsable) {
   JobOptions opt;
-  opt.nranks = 2;
+  opt.nranks = GetParam().nranks;
   opt.timeout_s = 60;
   opt.env = {
       {"BRAID_TRANSPORTS", "shm"}, {"BRAID_TIMEOUT", "10"}, {"BRAID_ONESHOT_BYTES", "16384"}};
-  auto out = RunJob(opt, [](braidComm_t comm, int rank, int n, const braidUniqueId&) {
-    const size_t large = size_t{1} << 15;  // 128 KiB of floats per rank: beyond the board
-    const size_t count = rank == n - 1 ? large : 1024;
+  const auto call = GetParam().call;
+  auto out = RunJob(opt, [call](braidComm_t comm, int rank, int n, const braidUniqueId&) {
+    const size_t large = size_t{1} << 20;
     std::vector<float> in(large, 1.0f), recv(large * n, kSentinel);
     auto t0 = Clock::now();
-    braidResult_t rc = braidAllGather(in.data(), recv.data(), count, braidFloat32, comm);
-    const char* msg = braidGetLastError(comm);
-    if (rc == braidSuccess || SecondsSince(t0) > 8 || !Contains(msg, "call mismatch")) {
-      std::fprintf(stderr, "[rank %d] rc=%d after %.1fs: %s\n", rank, rc, SecondsSince(t0), msg);
+    braidResult_t rc = call(comm, rank, n, in, recv);
+    const std::string msg = braidGetLastError(comm);
+    // Both calls named: this rank's (the context) and the peer's it met.
+    const bool both = Contains(msg.c_str(), "call mismatch") &&
+                      (Contains(msg.c_str(), "allgather(count=1024") ||
+                       Contains(msg.c_str(), "allreduce(count=1024") ||
+                       Contains(msg.c_str(), "broadcast(")) &&
+                      (Contains(msg.c_str(), "count=32768") || Contains(msg.c_str(), "count=262144") ||
+                       Contains(msg.c_str(), "allreduce(count=1048576"));
+    if (rc != braidErrInvalidUsage || SecondsSince(t0) > 8 || !both) {
+      std::fprintf(stderr, "[rank %d] rc=%d after %.1fs: %s\n", rank, rc, SecondsSince(t0),
+                   msg.c_str());
       return 1;
     }
     if (!Untouched(rank, recv)) return 2;
-    t0 = Clock::now();
-    rc = braidAllReduce(in.data(), recv.data(), 16, braidFloat32, braidSum, comm);
-    if (rc == braidSuccess || SecondsSince(t0) > 8) {
-      std::fprintf(stderr, "[rank %d] the next call: rc=%d after %.1fs\n", rank, rc,
-                   SecondsSince(t0));
-      return 3;
+    // The communicator is usable: a matched call (on the board, then on the engine) is exact.
+    for (size_t count : {size_t{16}, size_t{1} << 16}) {
+      for (size_t i = 0; i < count; ++i) in[i] = static_cast<float>(rank + 1);
+      rc = braidAllReduce(in.data(), recv.data(), count, braidFloat32, braidSum, comm);
+      const float want = static_cast<float>(n * (n + 1) / 2);
+      if (rc != braidSuccess || recv[0] != want || recv[count - 1] != want) {
+        std::fprintf(stderr, "[rank %d] the next call (count %zu): rc=%d %s\n", rank, count, rc,
+                     braidGetLastError(comm));
+        return 3;
+      }
     }
     return 0;
   });
   EXPECT_TRUE(AllSucceeded(out)) << DescribeOutcomes(out);
 }
+
+INSTANTIATE_TEST_SUITE_P(CallAgreement, CountsStraddling, ::testing::ValuesIn(kStraddles),
+                         [](const auto& info) { return std::string(info.param.name); });
 
 // Ranks that build different schedules for the same call (here rank 0 alone runs in
 // deterministic mode, the ordered reduction, with the agreement of its own; the others run

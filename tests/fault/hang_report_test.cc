@@ -130,9 +130,10 @@ TEST_P(HangReport, SignalDumpsEveryCommunicatorToTheLog) {
   EXPECT_EQ(std::system(rm.c_str()), 0);
 }
 
-// A blocking call on the small-message board waits on the caller's thread: the report (read
-// from another thread here, as BRAID_DUMP_SIGNAL's handler thread does) names the call and the
-// rank it waits for, and counts it once done.
+// A blocking call on the board waits on the caller's thread (the engine's one-sided mode): the
+// report (read from another thread here, as BRAID_DUMP_SIGNAL's handler thread does) names the
+// call, its number in the communicator's one numbering, its board step and the rank it waits
+// for, and counts it once done.
 TEST(HangReportBoard, WaitingBoardCallNamesTheLateRank) {
   int gate[2];
   ASSERT_EQ(pipe(gate), 0);
@@ -157,19 +158,17 @@ TEST(HangReportBoard, WaitingBoardCallNamesTheLateRank) {
     std::thread caller(
         [&] { rc = braidAllReduce(a.data(), b.data(), 7, braidFloat32, braidSum, comm); });
     std::string report;
-    const std::string want =
-        "small-message board: 1 calls completed; #1 allreduce(count=7) in "
-        "progress, waiting on rank " +
-        std::to_string(late);
+    const std::string want = "allreduce(count=7, float, sum) #1 [oneshot] on the board";
+    const std::string waiting = "waiting on rank " + std::to_string(late);
     auto until = std::chrono::steady_clock::now() + std::chrono::seconds(20);
     while (std::chrono::steady_clock::now() < until) {
       std::vector<char> buf(1 << 16);
       if (braidCommDebugState(comm, buf.data(), buf.size()) != braidSuccess) break;
       report = buf.data();
-      if (Has(report, want)) break;
+      if (Has(report, want) && Has(report, waiting)) break;
       std::this_thread::yield();
     }
-    const bool named = Has(report, want);
+    const bool named = Has(report, want) && Has(report, waiting);
     if (write(gate[1], &c, 1) != 1) return 4;
     caller.join();
     if (!named) {
@@ -180,7 +179,7 @@ TEST(HangReportBoard, WaitingBoardCallNamesTheLateRank) {
     if (rc != braidSuccess) return 6;
     std::vector<char> buf(1 << 16);
     if (braidCommDebugState(comm, buf.data(), buf.size()) != braidSuccess) return 7;
-    if (!Has(buf.data(), "small-message board: 2 calls completed\n")) {
+    if (!Has(buf.data(), "last completed #1\n") || !Has(buf.data(), "nothing in flight")) {
       std::fprintf(stderr, "[rank %d] idle report:\n%s\n", rank, buf.data());
       return 8;
     }

@@ -1,7 +1,8 @@
 // Running out of memory is an error with a message, never an exception through the C API or a
 // crash (issue 7 item 5: a pre-multiplied-sum all-reduce of 640 MiB under `ulimit -v` ended in
 // std::bad_alloc and exit 134). Runs in a forked child whose address space is capped just above
-// what it already uses, so the engine's scratch for the call cannot be had.
+// what it already uses, so the engine's scratch for the call cannot be had: the frames of a
+// quantized all-gather (a pre-multiplied sum on one rank now scales in its copy and needs none).
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/resource.h>
@@ -35,14 +36,16 @@ int Child() {
     return 10;
   const size_t count = size_t{64} << 20;  // 256 MiB of floats
   std::vector<float> in(count, 1.0f), out(count, 0.0f);
-  float two = 2.0f;
-  braidRedOp_t op;
-  if (braidRedOpCreatePreMulSum(&op, &two, braidFloat32, comm) != braidSuccess) return 11;
-  // The pre-multiplied input needs another 256 MiB: allow 64 MiB more than now.
+  braidQuantConfig_t quant{};
+  quant.bits = 8;
+  quant.blockSize = 2048;
+  quant.symmetric = 1;
+  // Its INT8 frames need another 64 MiB and more: allow 16 MiB more than now.
   rlimit lim{};
-  lim.rlim_cur = lim.rlim_max = static_cast<rlim_t>(VirtualBytes() + (64ll << 20));
+  lim.rlim_cur = lim.rlim_max = static_cast<rlim_t>(VirtualBytes() + (16ll << 20));
   if (setrlimit(RLIMIT_AS, &lim) != 0) return 12;
-  braidResult_t rc = braidAllReduce(in.data(), out.data(), count, braidFloat32, op, comm);
+  braidResult_t rc =
+      braidAllGatherQuantized(in.data(), out.data(), count, braidFloat32, &quant, comm);
   const char* msg = braidGetLastError(comm);
   if (rc != braidErrSystem || !std::strstr(msg, "out of memory")) {
     std::fprintf(stderr, "rc=%d: %s\n", rc, msg);
@@ -55,7 +58,7 @@ int Child() {
   return 0;
 }
 
-TEST(OutOfMemory, HugePreMulSumIsASystemErrorNotACrash) {
+TEST(OutOfMemory, HugeQuantizedAllGatherIsASystemErrorNotACrash) {
 #if defined(__SANITIZE_ADDRESS__)
   GTEST_SKIP() << "ASan reserves terabytes of shadow memory: RLIMIT_AS cannot be applied";
 #endif

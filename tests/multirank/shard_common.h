@@ -95,9 +95,10 @@ enum Optimizer { kAdamW = 0, kSgd = 1, kHatch = 2 };
 // The test's own optimizer for the escape hatch: plain SGD with a fixed rate.
 constexpr float kHatchLr = 0.5f;
 
-// Plain data parallelism in the same float operations and order as sharding/step.cc (which is
-// what makes bit-identity the right bar): fp32 master weights, parameters = master rounded to
-// the parameter dtype, PyTorch's AdamW (bias corrections in double rounded once to float) or SGD.
+// Plain data parallelism in the same float operations and order as sharding/step.cc and
+// optimizer.cc (which is what makes bit-identity the right bar): fp32 master weights, parameters =
+// master rounded to the parameter dtype, PyTorch's AdamW (bias corrections in double rounded once
+// to float) or SGD.
 struct Ref {
   braidDataType_t dt = braidFloat32;
   std::vector<std::vector<float>> p, master, m, v;

@@ -6,6 +6,7 @@
 #include <dirent.h>
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstring>
 #include <string>
@@ -13,6 +14,7 @@
 #include <tuple>
 #include <vector>
 
+#include "common/proc_state.h"
 #include "multirank/harness.h"
 
 namespace braid_test {
@@ -296,14 +298,23 @@ TEST_P(SplitView, AbortRevokeAndDestroyOrderLeaveTheOthersWorking) {
     int hrank = -1;
     braidCommUserRank(half, &hrank);
     if (rank == 0) {
-      // Its peer (global rank 2) never sends on this view.
+      // Its peer (global rank 2) never sends on this view. The abort comes once the receive
+      // waits: this thread has entered braidRecv and sleeps in a system call.
+      const pid_t receiver = braid_test_common::ThisThreadId();
+      std::atomic<bool> receiving{false}, returned{false};
+      bool aborted_while_waiting = false;
       std::thread aborter([&] {
-        std::this_thread::sleep_for(std::chrono::milliseconds(200));
+        receiving.wait(false);
+        aborted_while_waiting = braid_test_common::WaitUntilBlocked(receiver) && !returned.load();
         braidCommAbort(half);
       });
       float buf[8];
+      receiving.store(true);
+      receiving.notify_one();
       braidResult_t r = braidRecv(buf, 8, braidFloat32, 1, half);
+      returned.store(true);
       aborter.join();
+      CHECK_OR_FAIL(aborted_while_waiting, "the receive did not wait for the abort");
       CHECK_OR_FAIL(r != braidSuccess, "a receive on an aborted view succeeded");
     }
     CHECK_OR_FAIL(CheckedAllReduce(comm, 10, all, rank, 4096) == 0, "root after the abort");
@@ -323,6 +334,78 @@ TEST_P(SplitView, AbortRevokeAndDestroyOrderLeaveTheOthersWorking) {
                   "view after its root");
     CHECK_OR_FAIL(braidCommDestroy(last) == braidSuccess, "destroy view");
     if (rank != 0) CHECK_OR_FAIL(braidCommDestroy(half) == braidSuccess, "destroy half");
+    return 0;
+  });
+  EXPECT_TRUE(AllSucceeded(out)) << DescribeOutcomes(out);
+}
+
+// braidCommSplitRanks (torch's new_group: only the members construct the group): a view of the
+// listed ranks in the list's order, made by those ranks alone with no communication and no
+// descriptor; two views of the same ranks (other tags) and the root interleave bit-exactly; a
+// bad list fails at once on the caller with a clear message.
+TEST_P(SplitView, SplitRanksIsMadeByTheListedRanksAlone) {
+  auto out = RunJob(Options(), [](braidComm_t comm, int rank, int n, const braidUniqueId&) {
+    std::vector<int> all;
+    for (int r = 0; r < n; ++r) all.push_back(r);
+    // The odd ranks, highest first: view rank 0 is the last odd rank.
+    std::vector<int> odd;
+    for (int r = n - 1; r >= 0; --r)
+      if (r % 2) odd.push_back(r);
+    const std::vector<int> head = {0, 1, 2};  // ranks 0-2 only
+    const int fds = CountEntries("/proc/self/fd"), threads = CountEntries("/proc/self/task");
+    braidComm_t v_odd = nullptr, v_odd2 = nullptr, v_head = nullptr;
+    if (rank % 2) {
+      CHECK_OR_FAIL(braidCommSplitRanks(comm, odd.data(), static_cast<int>(odd.size()), 7,
+                                        &v_odd) == braidSuccess,
+                    "odd view: %s", braidGetLastError(comm));
+      CHECK_OR_FAIL(braidCommSplitRanks(comm, odd.data(), static_cast<int>(odd.size()), 8,
+                                        &v_odd2) == braidSuccess,
+                    "second odd view: %s", braidGetLastError(comm));
+    }
+    if (rank < 3)
+      CHECK_OR_FAIL(braidCommSplitRanks(comm, head.data(), 3, 7, &v_head) == braidSuccess,
+                    "head view: %s", braidGetLastError(comm));
+    CHECK_OR_FAIL(CountEntries("/proc/self/fd") == fds, "the views opened descriptors");
+    CHECK_OR_FAIL(CountEntries("/proc/self/task") == threads, "the views started threads");
+    auto me_in = [&](const std::vector<int>& m) {
+      for (size_t i = 0; i < m.size(); ++i)
+        if (m[i] == rank) return static_cast<int>(i);
+      return -1;
+    };
+    if (v_odd) {
+      int vr = -1, vn = 0;
+      CHECK_OR_FAIL(braidCommUserRank(v_odd, &vr) == braidSuccess && vr == me_in(odd),
+                    "odd view rank %d", vr);
+      CHECK_OR_FAIL(
+          braidCommCount(v_odd, &vn) == braidSuccess && vn == static_cast<int>(odd.size()),
+          "odd view size %d", vn);
+      CHECK_OR_FAIL(CheckedAllReduce(v_odd, 1, odd, vr, 3001) == 0, "odd view");
+      CHECK_OR_FAIL(CheckedAllReduce(v_odd2, 2, odd, vr, 17) == 0, "second odd view");
+    }
+    if (v_head) CHECK_OR_FAIL(CheckedAllReduce(v_head, 3, head, rank, 70000) == 0, "head view");
+    CHECK_OR_FAIL(CheckedAllReduce(comm, 4, all, rank, 999) == 0, "root after the views");
+    // Bad lists: this rank not listed, a rank twice, out of range, empty.
+    braidComm_t bad = nullptr;
+    const std::vector<int> others = {(rank + 1) % n};
+    CHECK_OR_FAIL(
+        braidCommSplitRanks(comm, others.data(), 1, 0, &bad) == braidErrInvalidUsage && !bad,
+        "a view without this rank");
+    CHECK_OR_FAIL(std::strstr(braidGetLastError(comm), "is not in the list of 1 ranks"),
+                  "message: %s", braidGetLastError(comm));
+    const std::vector<int> twice = {rank, rank};
+    CHECK_OR_FAIL(braidCommSplitRanks(comm, twice.data(), 2, 0, &bad) == braidErrInvalidArgument &&
+                      std::strstr(braidGetLastError(comm), "listed twice"),
+                  "a rank listed twice: %s", braidGetLastError(comm));
+    const std::vector<int> beyond = {rank, n};
+    CHECK_OR_FAIL(braidCommSplitRanks(comm, beyond.data(), 2, 0, &bad) == braidErrInvalidArgument &&
+                      std::strstr(braidGetLastError(comm), "is not a rank of"),
+                  "a rank out of range: %s", braidGetLastError(comm));
+    CHECK_OR_FAIL(braidCommSplitRanks(comm, beyond.data(), 0, 0, &bad) == braidErrInvalidArgument,
+                  "an empty list");
+    CHECK_OR_FAIL(braidCommSplitRanks(comm, nullptr, 1, 0, &bad) == braidErrInvalidArgument,
+                  "a NULL list");
+    for (braidComm_t v : {v_odd, v_odd2, v_head})
+      if (v) CHECK_OR_FAIL(braidCommDestroy(v) == braidSuccess, "destroy view");
     return 0;
   });
   EXPECT_TRUE(AllSucceeded(out)) << DescribeOutcomes(out);

@@ -19,11 +19,13 @@
 #include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -915,15 +917,38 @@ static void test_mismatch(ncclComm_t comm, int rank) {
   NCCL_OK(ncclCommAbort(pair));
 }
 
+/* Whether thread `tid` of this process sleeps in a system call: /proc/<tid>/syscall gives the
+ * call's number then, "running" otherwise. */
+static int blocked_in_syscall(pid_t tid) {
+  char path[64];
+  snprintf(path, sizeof path, "/proc/%d/syscall", (int)tid);
+  FILE* f = fopen(path, "r");
+  if (!f) return 0;
+  long nr = -1;
+  int got = fscanf(f, "%ld", &nr);
+  fclose(f);
+  return got == 1 && nr >= 0;
+}
+
 /* ncclCommAbort from another thread ends a receive that would never complete. */
 typedef struct {
   ncclComm_t comm;
-  double delay_s;
+  pid_t receiver;       /* the thread whose receive the abort must end */
+  atomic_int receiving; /* set by it just before it calls ncclRecv */
+  atomic_int returned;  /* set by it once ncclRecv returned */
+  int aborted_while_waiting;
 } abort_arg_t;
 
-static void* abort_later(void* p) {
+/* Aborts once the receive waits: the receiver has entered ncclRecv and sleeps in a system call
+ * (looked at every millisecond, which paces the look and orders nothing; bounded). */
+static void* abort_when_waiting(void* p) {
   abort_arg_t* a = (abort_arg_t*)p;
-  usleep((useconds_t)(a->delay_s * 1e6));
+  double t0 = now_s();
+  int waiting = 0;
+  while (!(waiting = atomic_load(&a->receiving) && blocked_in_syscall(a->receiver)) &&
+         now_s() - t0 < 60)
+    usleep(1000);
+  a->aborted_while_waiting = waiting && !atomic_load(&a->returned);
   ncclResult_t r = ncclCommAbort(a->comm);
   if (r != ncclSuccess)
     report(__FILE__, __LINE__, "ncclCommAbort from a thread returned %d", (int)r);
@@ -935,13 +960,16 @@ static void test_abort(ncclComm_t comm, int rank) {
   NCCL_OK(ncclCommSplit(comm, 0, rank, &sub, NULL));
   if (rank == 0) {
     pthread_t th;
-    abort_arg_t arg = {sub, 0.3};
-    pthread_create(&th, NULL, abort_later, &arg);
+    abort_arg_t arg = {sub, (pid_t)syscall(SYS_gettid), 0, 0, 0};
+    pthread_create(&th, NULL, abort_when_waiting, &arg);
     float buf[64];
     double t0 = now_s();
+    atomic_store(&arg.receiving, 1);
     ncclResult_t r = ncclRecv(buf, 64, ncclFloat32, 1, sub, NULL); /* rank 1 never sends */
     double dt = now_s() - t0;
+    atomic_store(&arg.returned, 1);
     pthread_join(th, NULL);
+    EXPECT(arg.aborted_while_waiting, "the receive did not wait for the abort");
     EXPECT(r != ncclSuccess, "a receive on an aborted communicator succeeded");
     EXPECT(*ncclGetLastError(NULL), "aborted receive without a message");
     EXPECT(dt < 10, "abort took %.1f s to end the receive", dt);

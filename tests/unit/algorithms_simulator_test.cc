@@ -10,6 +10,7 @@
 #include <gtest/gtest.h>
 
 #include "algorithms/algorithm.h"
+#include "algorithms/board_schedules.h"
 #include "algorithms/builtin_algorithms.h"
 #include "algorithms/codec.h"
 #include "algorithms/cost_model.h"
@@ -813,6 +814,102 @@ TEST(SimulatorDependencies, EncodedTransfersCostTheirBytes) {
   ASSERT_TRUE(t.ok()) << t.status().message();
   const double expected = m.intra.alpha_s + static_cast<double>(enc) / m.intra.beta_bytes_s;
   EXPECT_NEAR(*t, expected, 1e-9 * expected);
+}
+
+// ------------------------------------------------------------------ one-sided steps (IR v3)
+CollArgs BoardArgs(CollKind kind, int n, uint64_t count) {
+  CollArgs a = Args(kind, n, count);
+  a.board.capacity = 256 << 10;
+  a.board.slot_bytes = 4096;
+  a.board.entry_bytes = 32;
+  return a;
+}
+
+// A one-shot all-reduce on the board, by hand: every rank copies its input into its window,
+// posts, sees every peer's post one board alpha later, folds the N windows and consumes. The
+// simulator's time is that, exactly.
+TEST(SimulatorOneSided, OneShotAllReduceIsCopyPostFold) {
+  LinkModel m;
+  m.board = {1e-6, 1e9};
+  for (int n : {2, 3, 8}) {
+    const uint64_t count = 1000;  // 4000 bytes: a slot
+    const CollArgs a = BoardArgs(CollKind::kAllReduce, n, count);
+    const double bytes = 4000;
+    // Copy in; the post seen alpha after it; one combine (N = 2: x0 + x1) and N - 2 reduces,
+    // each over the whole message.
+    const double want = bytes / 1e9 + 1e-6 + (n - 1) * bytes / 1e9;
+    EXPECT_NEAR(Simulate("oneshot", a, m), want, want * 1e-9) << "N=" << n;
+  }
+}
+
+// Every form of the board against the cost model's walk of rank 0's schedule (what the tuner and
+// braidEstimateCollective use): the same time where the ranks run alike, within 1 % where their
+// parts differ by an element (7 ranks).
+TEST(SimulatorOneSided, ClosedFormEstimatesAgree) {
+  LinkModel m;
+  struct Case {
+    CollKind kind;
+    uint64_t count;
+    int8_t two_shot;
+    uint64_t by_reference_from;
+  };
+  const Case cases[] = {
+      {CollKind::kAllReduce, 2, -1, 0},         {CollKind::kAllReduce, 700, -1, 0},
+      {CollKind::kAllReduce, 20000, -1, 0},     {CollKind::kAllReduce, 20000, 1, 0},
+      {CollKind::kAllReduce, 200000, 1, 0},     {CollKind::kAllGather, 100, -1, 0},
+      {CollKind::kAllGather, 100000, -1, 0},    {CollKind::kReduceScatter, 50, -1, 0},
+      {CollKind::kAllToAll, 50, -1, 0},         {CollKind::kBarrier, 0, -1, 0},
+      {CollKind::kAllReduce, 5000, -1, 4096},   {CollKind::kAllGather, 5000, -1, 4096},
+      {CollKind::kReduceScatter, 5000, -1, 4096},
+  };
+  for (int n : {2, 4, 7}) {
+    for (const Case& c : cases) {
+      CollArgs a = BoardArgs(c.kind, n, c.count);
+      a.board.two_shot = c.two_shot;
+      a.board.by_reference_from = c.by_reference_from;
+      if (c.two_shot == 1 && a.count < static_cast<uint64_t>(n)) continue;
+      const Algorithm& board = *FindAlgorithm("oneshot");
+      ASSERT_TRUE(board.supports(a)) << CollKindName(c.kind) << " count " << c.count;
+      const double sim = Simulate("oneshot", a, m);
+      const double est = board.estimate_seconds(a, m);
+      EXPECT_NEAR(sim, est, sim * 0.01)
+          << CollKindName(c.kind) << " N=" << n << " count=" << c.count << " form "
+          << BoardFormName(PlanBoardCall(a)->form);
+      EXPECT_GT(sim, 0.0);
+    }
+  }
+}
+
+// Reading a peer's buffer in place costs a system call per read (model.cross_memory), copying
+// through the board its bytes at the board's rate: the simulator prices each by its kind.
+TEST(SimulatorOneSided, ByReferenceReadsCostCrossMemoryTime) {
+  LinkModel m;
+  m.cross_memory = {5e-6, 1e9};
+  m.board = {1e-7, 1e12};  // (almost) free board: what is left is the reads
+  CollArgs a = BoardArgs(CollKind::kAllGather, 3, 25000);  // 100 KB per rank
+  a.board.by_reference_from = 4096;
+  const double t = Simulate("oneshot", a, m);
+  // Two reads of 100 KB from the two peers, each 5 us + 100 us.
+  EXPECT_GT(t, 2 * (5e-6 + 1e-4));
+  EXPECT_LT(t, 2 * (5e-6 + 1e-4) * 1.05);
+}
+
+// A schedule whose waits no post ever meets deadlocks in the simulator too, with its rank named.
+TEST(SimulatorOneSided, AWaitNothingMeetsIsReported) {
+  FixedAlgorithm fixed(2);
+  for (int r = 0; r < 2; ++r) {
+    StepOp sig{StepOpKind::kSignal};
+    sig.value = 0;
+    StepOp wait{StepOpKind::kWait};
+    wait.peer = 1 - r;
+    wait.value = r == 0 ? 1 : 0;  // rank 0 waits for a post rank 1 never makes
+    fixed.Step(r, 0, {sig});
+    fixed.Step(r, 0, {wait});
+  }
+  CollArgs a = Args(CollKind::kBarrier, 2, 0);
+  auto t = SimulateSeconds(fixed, a, LinkModel{});
+  ASSERT_FALSE(t.ok());
+  EXPECT_NE(t.status().message().find("rank 0"), std::string::npos) << t.status().message();
 }
 
 }  // namespace

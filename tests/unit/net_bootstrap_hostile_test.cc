@@ -11,6 +11,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstring>
+#include <latch>
 #include <memory>
 #include <mutex>
 #include <random>
@@ -68,13 +69,18 @@ struct Findings {
   }
 };
 
-void Attack(const UniqueIdData& id, Findings* f) {
+// Each attacker below counts `started` (when given) down once its first connection to the service
+// is made, or failed: a failure is a finding, and must not hold the ranks back.
+
+void Attack(const UniqueIdData& id, Findings* f, std::latch* started = nullptr) {
   const sockaddr_storage& root = id.root;
   std::vector<uint8_t> wrong(32, 0x5a);
   std::mt19937 rng(1234);
 
   // Immediate close.
-  for (int i = 0; i < 20; ++i) Dial(root);
+  Dial(root);
+  if (started) started->count_down();
+  for (int i = 1; i < 20; ++i) Dial(root);
 
   // Wrong secret: a complete, well-formed handshake with another key.
   for (int i = 0; i < 5; ++i) {
@@ -147,8 +153,9 @@ void Attack(const UniqueIdData& id, Findings* f) {
   }
 }
 
-void Slowloris(const sockaddr_storage& root, Findings* f) {
+void Slowloris(const sockaddr_storage& root, Findings* f, std::latch* started) {
   Fd fd = Dial(root);
+  started->count_down();
   auto t = Clock::now();
   // One byte every 300 ms; the service must drop us within about a second.
   for (int i = 0; i < 20; ++i) {
@@ -163,10 +170,12 @@ void Slowloris(const sockaddr_storage& root, Findings* f) {
   f->add("slowloris never dropped");
 }
 
-void IdleFlood(const sockaddr_storage& root, Findings* f) {
+void IdleFlood(const sockaddr_storage& root, Findings* f, std::latch* started) {
   std::vector<Fd> fds;
   auto t = Clock::now();
-  for (int i = 0; i < 200; ++i) fds.push_back(Dial(root));
+  fds.push_back(Dial(root));
+  started->count_down();
+  for (int i = 1; i < 200; ++i) fds.push_back(Dial(root));
   int64_t worst = 0;
   for (auto& fd : fds) {
     int64_t ms = WaitClosed(fd.get(), t, 5000);
@@ -190,13 +199,14 @@ TEST(BootstrapHostile, RanksCompleteWhileTheServiceIsAttacked) {
   ASSERT_TRUE(id.ok()) << id.status().message();
 
   Findings findings;
+  std::latch started(3);
   std::vector<std::thread> attackers;
-  attackers.emplace_back(Attack, *id, &findings);
-  attackers.emplace_back(Slowloris, id->root, &findings);
-  attackers.emplace_back(IdleFlood, id->root, &findings);
+  attackers.emplace_back(Attack, *id, &findings, &started);
+  attackers.emplace_back(Slowloris, id->root, &findings, &started);
+  attackers.emplace_back(IdleFlood, id->root, &findings, &started);
 
-  // Let the attack start first, so ranks connect into a busy service.
-  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  // The ranks start once every attacker is connected, so they connect into a busy service.
+  started.wait();
   const int n = 8;
   constexpr int kRounds = 20;
   std::vector<std::string> errors(n);
@@ -212,7 +222,8 @@ TEST(BootstrapHostile, RanksCompleteWhileTheServiceIsAttacked) {
         return;
       }
       for (int round = 0; round < kRounds; ++round) {
-        // Stagger the ranks so attacks interleave with every phase.
+        // Stagger the ranks so attacks interleave with every phase (a jitter: nothing asserted
+        // depends on what runs first).
         if (round % 5 == r % 5) std::this_thread::sleep_for(std::chrono::milliseconds(20));
         std::string mine = Tagged(r, round);
         auto all = (*b)->allGather(mine, Deadline::After(10000));

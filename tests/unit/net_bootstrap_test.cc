@@ -12,6 +12,7 @@
 #include <thread>
 #include <vector>
 
+#include "../common/proc_state.h"
 #include "core/net/bootstrap.h"
 #include "core/net/handshake.h"
 #include "core/net/socket.h"
@@ -225,9 +226,12 @@ TEST(Bootstrap, RootComingUpLateIsFoundAndFixedSecretWorks) {
   id.secret = DeriveSecret(configured);
 
   std::vector<Status> results(2);
+  std::vector<std::atomic<pid_t>> tids(2);
   std::vector<std::thread> threads;
   for (int r = 0; r < 2; ++r)
     threads.emplace_back([&, r] {
+      tids[r] = braid_test_common::ThisThreadId();
+      tids[r].notify_one();
       auto b = Bootstrap::Connect(id, r, 2, Deadline::After(8000));
       if (!b.ok()) {
         results[r] = b.status();
@@ -237,7 +241,14 @@ TEST(Bootstrap, RootComingUpLateIsFoundAndFixedSecretWorks) {
       results[r] = all.status();
       if (all.ok() && ((*all)[0] != "0" || (*all)[1] != "1")) results[r] = InternalError("bad");
     });
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  // The root comes up once both ranks found it absent: each sleeps in Connect's back-off, which
+  // only a failed attempt leads to.
+  for (int r = 0; r < 2; ++r) {
+    tids[r].wait(0);
+    EXPECT_TRUE(braid_test_common::WaitUntilBlockedIn(tids[r].load(),
+                                                      braid_test_common::kSleepSyscalls, 8000))
+        << "rank " << r << " never backed off";
+  }
   RendezvousOptions o;
   o.listen_address = FormatAddress(addr);
   o.fixed_secret = configured;

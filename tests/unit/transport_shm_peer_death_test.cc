@@ -7,11 +7,15 @@
 #include <cstring>
 #include <thread>
 
+#include "../common/proc_state.h"
 #include "transport_shm_harness.h"
 
 namespace braid::shm_test {
 namespace {
 
+using braid_test_common::kPollSyscalls;
+using braid_test_common::ThisThreadId;
+using braid_test_common::WaitUntilBlockedIn;
 using std::chrono::milliseconds;
 using std::chrono::steady_clock;
 
@@ -202,13 +206,16 @@ TEST_F(ShmPeerDeathTest, ReaderBlockedOnEmptyRingWakesWhenPeerDies) {
   std::vector<pollfd> fds{pollfd{side_.bell.fd(), POLLIN, 0}};
   ASSERT_FALSE(side_.ep->arm(false, true, fds));
   ASSERT_EQ(fds.size(), 2u) << "the peer's pidfd is watched";
+  const pid_t sleeper = ThisThreadId();
+  bool was_asleep = false;
   std::thread killer([&] {
-    std::this_thread::sleep_for(milliseconds(100));
+    was_asleep = WaitUntilBlockedIn(sleeper, kPollSyscalls);
     KillPeer();
   });
   int rc = poll(fds.data(), fds.size(), 5000);
   side_.ep->disarm(fds);
   killer.join();
+  EXPECT_TRUE(was_asleep) << "the reader never slept in poll()";
   EXPECT_EQ(rc, 1);
   EXPECT_TRUE(fds[1].revents & POLLIN);
   std::vector<std::byte> got;
@@ -224,8 +231,11 @@ TEST_F(ShmPeerDeathTest, WriterBlockedOnFullRingWakesWhenPeerDies) {
   std::vector<std::byte> buf(kRing);
   ASSERT_EQ(*side_.ep->send(buf.data(), buf.size()), kRing);  // the child never reads
   ASSERT_EQ(*side_.ep->send(buf.data(), 1), 0u);
+  // Killed once the writer sleeps in poll() on the full ring: only the pidfd can wake it.
+  const pid_t sleeper = ThisThreadId();
+  bool was_asleep = false;
   std::thread killer([&] {
-    std::this_thread::sleep_for(milliseconds(100));
+    was_asleep = WaitUntilBlockedIn(sleeper, kPollSyscalls);
     KillPeer();
   });
   Status st;
@@ -241,6 +251,7 @@ TEST_F(ShmPeerDeathTest, WriterBlockedOnFullRingWakesWhenPeerDies) {
     if (Sleep(side_.ep.get(), side_.bell, true, false, 5000) == 0) ++timeouts;
   }
   killer.join();
+  EXPECT_TRUE(was_asleep) << "the writer never slept in poll()";
   ExpectNamesThePeer(st);
   EXPECT_EQ(timeouts, 0);
   EXPECT_LT(steady_clock::now() - killed_at_, milliseconds(1000));

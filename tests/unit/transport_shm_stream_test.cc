@@ -5,6 +5,7 @@
 #include <thread>
 #include <vector>
 
+#include "../common/proc_state.h"
 #include "transport/shm/shm_sizing.h"
 #include "transport/shm/shm_transport.h"
 #include "transport_shm_harness.h"
@@ -12,6 +13,9 @@
 namespace braid::shm_test {
 namespace {
 
+using braid_test_common::kPollSyscalls;
+using braid_test_common::ThisThreadId;
+using braid_test_common::WaitUntilBlockedIn;
 using std::chrono::milliseconds;
 using std::chrono::steady_clock;
 
@@ -354,10 +358,13 @@ TEST_F(ShmStreamTest, SleepingReaderIsWokenByWriter) {
   rx->disarm(fds);
 
   Endpoint* tx = g.ep(0, 1);
-  // Causality, not durations: poll() must return after the write began (it slept until then).
+  // Causality, not durations: the writer writes once the reader sleeps in poll(), and poll() must
+  // return after the write began (it slept until then).
+  const pid_t sleeper = ThisThreadId();
+  bool was_asleep = false;
   std::atomic<int64_t> sent_at{0};
   std::thread writer([&] {
-    std::this_thread::sleep_for(milliseconds(50));  // usually asleep by now
+    was_asleep = WaitUntilBlockedIn(sleeper, kPollSyscalls);
     sent_at = steady_clock::now().time_since_epoch().count();
     uint64_t v = 42;
     (void)tx->send(&v, sizeof(v));
@@ -368,6 +375,7 @@ TEST_F(ShmStreamTest, SleepingReaderIsWokenByWriter) {
   int64_t woke_at = steady_clock::now().time_since_epoch().count();
   rx->disarm(p);
   writer.join();
+  EXPECT_TRUE(was_asleep) << "the reader never slept in poll()";
   EXPECT_EQ(rc, 1);
   EXPECT_TRUE(p[0].revents & POLLIN) << "the doorbell rang";
   EXPECT_GE(woke_at, sent_at.load()) << "poll() returned before anything was written";
@@ -394,8 +402,11 @@ TEST_F(ShmStreamTest, SleepingWriterIsWokenByReader) {
   tx->disarm(fds);
 
   Endpoint* rx = g.ep(1, 0);
+  // The reader reads once the writer sleeps in poll() on the full ring.
+  const pid_t sleeper = ThisThreadId();
+  bool was_asleep = false;
   std::thread reader([&] {
-    std::this_thread::sleep_for(milliseconds(150));
+    was_asleep = WaitUntilBlockedIn(sleeper, kPollSyscalls);
     std::vector<std::byte> b(1000);
     (void)rx->recv(b.data(), b.size());
   });
@@ -404,6 +415,7 @@ TEST_F(ShmStreamTest, SleepingWriterIsWokenByReader) {
   int rc = poll(p.data(), p.size(), 30000);  // 0 (a failure) only if the reader never rang
   tx->disarm(p);
   reader.join();
+  EXPECT_TRUE(was_asleep) << "the writer never slept in poll()";
   EXPECT_EQ(rc, 1);
   EXPECT_TRUE(p[0].revents & POLLIN);
   g.bells[0].drain();

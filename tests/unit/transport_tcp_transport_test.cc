@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "../common/connected_sockets.h"
+#include "../common/proc_state.h"
 #include "core/net/handshake.h"
 #include "core/net/socket.h"
 #include "transport/lazy_endpoint.h"
@@ -256,7 +257,7 @@ TEST(TcpEndpoint, PeekKeepsEightByteElementsWhole) {
       auto n = tx->send(data.data() + from, to - from);
       ASSERT_TRUE(n.ok());
       from += *n;
-      if (*n == 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      if (*n == 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));  // paces the retry
     }
   };
   // Fill the receive buffer to 2 bytes short of its end, then consume all but 4 bytes.
@@ -494,10 +495,13 @@ TEST(TcpEndpoint, ArmAndPollWakeOnData) {
   EXPECT_FALSE(rx->arm(false, true, fds));
   ASSERT_EQ(fds.size(), 1u);
   EXPECT_TRUE(fds[0].events & POLLIN);
-  // Causality, not durations: poll() must return after the send began (it slept until then).
+  // Causality, not durations: the sender sends once the receiver sleeps in poll(), and poll() must
+  // return after the send began (it slept until then).
+  const pid_t sleeper = braid_test_common::ThisThreadId();
+  bool was_asleep = false;
   std::atomic<int64_t> sent_at{0};
   std::thread t([&] {
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));  // usually asleep by now
+    was_asleep = braid_test_common::WaitUntilBlockedIn(sleeper, braid_test_common::kPollSyscalls);
     sent_at = Clock::now().time_since_epoch().count();
     EXPECT_EQ(*tx->send("ping", 4), 4u);
   });
@@ -505,6 +509,7 @@ TEST(TcpEndpoint, ArmAndPollWakeOnData) {
   int64_t woke_at = Clock::now().time_since_epoch().count();
   rx->disarm(fds);
   t.join();
+  EXPECT_TRUE(was_asleep) << "the receiver never slept in poll()";
   EXPECT_EQ(n, 1);
   EXPECT_TRUE(fds[0].revents & POLLIN);
   EXPECT_GE(woke_at, sent_at.load()) << "poll() returned before any data was sent";

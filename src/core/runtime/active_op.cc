@@ -5,11 +5,13 @@
 #include <cstring>
 
 #include "algorithms/algorithm.h"
+#include "algorithms/board_schedules.h"
 #include "algorithms/builtin_algorithms.h"
+#include "algorithms/codec_kernels.h"
 #include "algorithms/cost_model.h"
 #include "algorithms/lowering.h"
+#include "core/runtime/board_selection.h"
 #include "core/runtime/comm.h"
-#include "device/cpu/codec_kernels.h"
 #include "device/cpu/reduce_kernels.h"
 #include "device/cpu/streaming_copy.h"
 
@@ -48,6 +50,7 @@ CollArgs CollArgsFor(const braidComm& comm, const OpDesc& d) {
   a.layout = &comm.layout();
   a.codec = d.codec;
   if (LargestBufferBytes(d, comm.nranks()) <= kExpressBytes) a.nchannels = 1;  // express lane
+  if (d.kind != CollKind::kSendRecv) FillBoardArgs(comm, &a);
   return a;
 }
 
@@ -57,6 +60,9 @@ const Algorithm* AlgorithmFor(const braidComm& comm, const OpDesc& d, const Coll
     const Algorithm* q = QuantizedAlgorithmFor(d.kind);
     return q && q->supports(args) ? q : nullptr;
   }
+  // On one host: the board, where its rules take the call (its reductions fold in rank order,
+  // the deterministic order too).
+  if (BoardTakes(comm, d, args)) return &BoardAlgorithm();
   const bool reduction = d.kind == CollKind::kAllReduce || d.kind == CollKind::kReduceScatter ||
                          d.kind == CollKind::kReduce;
   // Deterministic mode: one fixed reduction order whatever the tuner or BRAID_ALGO would pick.
@@ -64,20 +70,88 @@ const Algorithm* AlgorithmFor(const braidComm& comm, const OpDesc& d, const Coll
   return comm.tuner().choose(args);
 }
 
+// The plan cache's bounds: at most this many call shapes per communicator, each of at most
+// this many ops (a few KiB of schedule).
+constexpr size_t kPlanCacheEntries = 256;
+constexpr size_t kPlanCacheMaxOps = 256;
+
+Result<braidComm::CachedPlan> PlanFor(braidComm& comm, const OpDesc& d, const CollArgs& a) {
+  auto& cache = comm.planCache();
+  if (auto it = cache.find(a); it != cache.end()) return it->second;
+  const Algorithm* algo = AlgorithmFor(comm, d, a);
+  if (!algo) return InternalError(std::string("no algorithm can serve ") + DescribeCall(d));
+  auto sched = BuildSchedule(*algo, a, comm.rank());
+  if (!sched.ok()) return sched.status();
+  if (static_cast<int>(sched->channels.size()) > a.nchannels)
+    return InternalError(std::string("algorithm ") + algo->name() + " built " +
+                         std::to_string(sched->channels.size()) + " channels, more than the " +
+                         std::to_string(a.nchannels) + " it was given");
+  braidComm::CachedPlan plan{algo, std::make_shared<const RankSchedule>(std::move(*sched))};
+  // Only schedules whose build costs as much as their run: a call of many chunks moves enough
+  // bytes to hide its build, and would hold tens of KiB here. Bounded per communicator.
+  size_t ops = 0;
+  for (const Channel& ch : plan.schedule->channels)
+    for (const Step& st : ch.steps) ops += st.ops.size();
+  if (ops <= kPlanCacheMaxOps) {
+    if (cache.size() >= kPlanCacheEntries) cache.clear();  // call shapes of a long job
+    cache.emplace(a, plan);
+  }
+  return plan;
+}
+
 ActiveOp::ActiveOp(braidComm* comm, Operation* op, std::shared_ptr<Operation> keep, uint64_t id)
     : comm_(comm), op_(op), keep_(std::move(keep)), id_(id), d_(op->desc()) {
   is_p2p_ = d_.kind == CollKind::kSendRecv;
+}
+
+void ActiveOp::reset(braidComm* comm, Operation* op, std::shared_ptr<Operation> keep,
+                     uint64_t id) {
+  comm_ = comm;
+  op_ = op;
+  keep_ = std::move(keep);
+  id_ = id;
+  d_ = op->desc();
+  is_p2p_ = d_.kind == CollKind::kSendRecv;
+  seq_ = 0;
+  algo_name_.clear();
+  algo_ = nullptr;
+  args_ = CollArgs();
+  proto_ = WireHeader();
+  stage_ = Stage::kData;
+  clean_failure_ = false;
+  touched_ = false;
+  agree_chans_.clear();
+  data_chans_.clear();
+  p2p_seq_.clear();
+  claims_.clear();
+  conflict_ = CallConflict();
+  have_conflict_ = false;
+  carried_agreement_ = false;
+  agreement_checked_ = false;
+  shadow_output_ = false;
+  shadow_bytes_ = 0;
+  sent_.clear();
+  incoming_ = CallConflict();
+  board_started_ = false;
+  budget_ = 0;
+  corked_ = nullptr;
+  last_progress_us = 0;
+}
+
+void ActiveOp::recycle() {
+  keep_.reset();
+  agree_sched_.reset();
+  data_sched_.reset();
+  agree_chans_.clear();
+  data_chans_.clear();
+  op_ = nullptr;
+  comm_ = nullptr;
 }
 
 std::string ActiveOp::context() const {
   return comm_->where() + ": " + DescribeCall(d_) + (is_p2p_ ? "" : " #" + std::to_string(seq_)) +
          " [" + algo_name_ + "]: ";
 }
-
-// The plan cache's bounds: at most this many call shapes per communicator, each of at most
-// this many ops (a few KiB of schedule).
-constexpr size_t kPlanCacheEntries = 256;
-constexpr size_t kPlanCacheMaxOps = 256;
 
 Result<std::shared_ptr<const RankSchedule>> ActiveOp::buildSchedule(CollArgs* args) {
   const int rank = comm_->rank();
@@ -93,34 +167,11 @@ Result<std::shared_ptr<const RankSchedule>> ActiveOp::buildSchedule(CollArgs* ar
     return std::make_shared<const RankSchedule>(std::move(*sched));
   }
   *args = CollArgsFor(*comm_, d_);
-  const CollArgs& a = *args;
-  auto& cache = comm_->planCache();
-  if (auto it = cache.find(a); it != cache.end()) {
-    algo_ = it->second.algo;
-    algo_name_ = algo_->name();
-    return it->second.schedule;
-  }
-  const Algorithm* algo = AlgorithmFor(*comm_, d_, a);
-  if (!algo) return InternalError(std::string("no algorithm can serve ") + DescribeCall(d_));
-  algo_name_ = algo->name();
-  algo_ = algo;
-  auto sched = BuildSchedule(*algo, a, rank);
-  if (!sched.ok()) return sched.status();
-  if (static_cast<int>(sched->channels.size()) > a.nchannels)
-    return InternalError(std::string("algorithm ") + algo->name() + " built " +
-                         std::to_string(sched->channels.size()) + " channels, more than the " +
-                         std::to_string(a.nchannels) + " it was given");
-  auto plan = std::make_shared<const RankSchedule>(std::move(*sched));
-  // Only schedules whose build costs as much as their run: a call of many chunks moves enough
-  // bytes to hide its build, and would hold tens of KiB here. Bounded per communicator.
-  size_t ops = 0;
-  for (const Channel& ch : plan->channels)
-    for (const Step& st : ch.steps) ops += st.ops.size();
-  if (ops <= kPlanCacheMaxOps) {
-    if (cache.size() >= kPlanCacheEntries) cache.clear();  // call shapes of a long job
-    cache.emplace(a, braidComm::CachedPlan{algo, plan});
-  }
-  return plan;
+  auto plan = PlanFor(*comm_, d_, *args);
+  if (!plan.ok()) return plan.status();
+  algo_ = plan->algo;
+  algo_name_ = algo_->name();
+  return std::move(plan->schedule);
 }
 
 std::vector<ActiveOp::ChannelState> ActiveOp::StatesFor(const RankSchedule& s, int lane_base,
@@ -157,7 +208,19 @@ Status ActiveOp::prepare(uint64_t coll_seq, std::vector<uint64_t>& p2p_send_seq,
   const int express = comm_->expressLane();
   const bool small = !is_p2p_ && LargestBufferBytes(d_, nranks) <= kExpressBytes;
   stage_ = Stage::kData;
-  if (carriesAgreement()) {
+  if (!is_p2p_ && comm_->board()) {
+    // One host: the board runs the call (a one-sided schedule, its agreement included), or its
+    // agreement before the streams run it.
+    if (data_sched_->posts > 0) {
+      stage_ = Stage::kBoard;
+      if (Status bound = bindBuffers(); !bound.ok()) return bound.prepend(context());
+      return Status::Ok();
+    }
+    if (!comm_->boardAgreementPlan())
+      comm_->boardAgreementPlan() =
+          std::make_shared<const RankSchedule>(BoardAgreementSchedule(nranks, comm_->rank()));
+    stage_ = Stage::kBoardAgreement;
+  } else if (carriesAgreement()) {
     carried_agreement_ = true;
     // Beyond two ranks a later round may bring the news of a conflict after an earlier round's
     // data was combined: the call works on a shadow of its receive buffer (bindBuffers).
@@ -217,7 +280,8 @@ Status ActiveOp::prepare(uint64_t coll_seq, std::vector<uint64_t>& p2p_send_seq,
     claims_.push_back({streams[i], static_cast<uint32_t>(j - i)});
     i = j;
   }
-  if (agree_chans_.empty() && data_chans_.empty()) stage_ = Stage::kFinished;
+  if (stage_ != Stage::kBoardAgreement && agree_chans_.empty() && data_chans_.empty())
+    stage_ = Stage::kFinished;
   return Status::Ok();
 }
 
@@ -271,6 +335,8 @@ Status ActiveOp::bindBuffers() {
         if (i >= d_.p2p.size()) return InternalError("point-to-point buffer without its call");
         bufs_.base[i] = static_cast<std::byte*>(d_.p2p[i].buf);
         break;
+      case BufferRole::kWindow:
+        break;  // on the board, at the call's posts (OneSidedRun binds them)
     }
   }
   // The decoder of a dequantize-reduce needs room for one decoded slice.
@@ -401,9 +467,46 @@ Status ActiveOp::conflictError() {
       DescribeSignature(conflict_.b) + why + ". No data moved; the communicator is still usable");
 }
 
+Status ActiveOp::advanceBoard(bool* moved) {
+  if (!board_started_) {
+    // The calls before it have taken their posts (a call of several posts says how many at its
+    // agreement; until then the next number is not known).
+    if (comm_->boardClock().next() == 0) return Status::Ok();
+    const bool data = stage_ == Stage::kBoard;
+    const RankSchedule& s = data ? *data_sched_ : *comm_->boardAgreementPlan();
+    const auto form = data ? static_cast<uint8_t>(PlanBoardCall(args_)->form) : uint8_t{4};
+    run_.start(*comm_, s, d_, BoardSignatureOf(d_, comm_->nranks(), form), bufs_.base, &codec_tmp_);
+    board_started_ = true;
+    *moved = true;
+  }
+  Status st = run_.advance(moved);
+  if (!st.ok()) {
+    // A mismatch found by the agreement: nothing written, every rank fails it, the communicator
+    // stays usable.
+    if (run_.mismatched()) clean_failure_ = true;
+    return st.prepend(context());
+  }
+  if (!run_.finished()) {
+    // A peer that died never posts: its death is the error (the board asks the kernel at most
+    // every few ms).
+    const int peer = run_.blocked().peer;
+    if (peer >= 0 && comm_->board()->dead(peer))
+      return comm_->board()->deathError(peer).prepend(context());
+    return Status::Ok();
+  }
+  stage_ = stage_ == Stage::kBoard ? Stage::kFinished : Stage::kData;
+  if (stage_ == Stage::kData && data_chans_.empty()) stage_ = Stage::kFinished;
+  *moved = true;
+  return Status::Ok();
+}
+
 Status ActiveOp::advance(StreamGate& gate, bool* moved, std::vector<Endpoint*>* corked) {
   budget_ = kSweepBudgetBytes;
   corked_ = corked;
+  if (stage_ == Stage::kBoardAgreement || stage_ == Stage::kBoard) {
+    BRAID_RETURN_IF_ERROR(advanceBoard(moved));
+    if (stage_ != Stage::kData) return Status::Ok();
+  }
   if (stage_ == Stage::kAgreement) {
     auto done = advanceStage(agree_chans_, gate, moved);
     if (!done.ok()) return done.status();
@@ -876,6 +979,13 @@ void ActiveOp::collectWaits(const StreamGate& gate, std::vector<TransferWait>& o
 }
 
 std::string ActiveOp::pendingDescription(const StreamGate& gate) const {
+  if (const OneSidedRun* run = boardBlocked()) {
+    const int peer = run->blocked().peer;
+    if (peer < 0) return run->describe();
+    const auto& info = comm_->rankInfos()[static_cast<size_t>(peer)];
+    return run->describe() + " (rank " + std::to_string(peer) + ": host " + info.hostname +
+           ", pid " + std::to_string(info.pid) + ")";
+  }
   std::string s;
   int listed = 0;
   for (const auto& cs : currentChannels()) {
@@ -900,6 +1010,8 @@ std::string ActiveOp::pendingDescription(const StreamGate& gate) const {
 }
 
 std::vector<int> ActiveOp::waitingOn(const StreamGate& gate) const {
+  if (const OneSidedRun* run = boardBlocked())
+    return run->blocked().peer >= 0 ? std::vector<int>{run->blocked().peer} : std::vector<int>{};
   std::vector<int> peers;
   for (const auto& cs : currentChannels()) {
     if (cs.finished()) continue;
@@ -917,10 +1029,21 @@ std::vector<int> ActiveOp::waitingOn(const StreamGate& gate) const {
 std::string ActiveOp::progressReport(const StreamGate& gate) const {
   std::string s = "  " + DescribeCall(d_) + (is_p2p_ ? "" : " #" + std::to_string(seq_)) + " [" +
                   algo_name_ + "] " +
-                  (stage_ == Stage::kAgreement ? "call agreement"
-                   : stage_ == Stage::kData    ? "data"
-                                               : "finished") +
+                  (stage_ == Stage::kAgreement        ? "call agreement"
+                   : stage_ == Stage::kBoardAgreement ? "call agreement on the board"
+                   : stage_ == Stage::kBoard          ? "on the board"
+                   : stage_ == Stage::kData           ? "data"
+                                                      : "finished") +
                   "\n";
+  if (stage_ == Stage::kBoardAgreement || stage_ == Stage::kBoard) {
+    s += "    " + (board_started_ ? run_.describe() : std::string("waiting for its board posts")) +
+         "\n";
+    const auto peers = waitingOn(gate);
+    if (!peers.empty())
+      s += "    waiting on rank " + std::to_string(peers[0]) +
+           " (not there yet, or stuck on an earlier operation)\n";
+    return s;
+  }
   for (const auto& cs : currentChannels()) {
     s += "    lane " + std::to_string(cs.lane) + ": ";
     if (cs.finished()) {

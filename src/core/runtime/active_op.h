@@ -5,10 +5,15 @@
 // An operation runs in stages:
 //   agreement  the call agreement of a collective (see CallConflict in wire_header.h), always on
 //              the express lane, so that it never waits behind another operation's bulk data;
+//              on a communicator with a board (one host), the board's agreement instead: one
+//              post on the board, compared with every peer's (a one-sided schedule,
+//              board_schedules.h), so that every call of the communicator, whatever runs it,
+//              takes board posts in one numbering;
 //   data       the lowered schedule (lowering.h: the algorithm's data movement plus the pre-
 //              multiplied sum's scaling and AVG's division); collectives of at most
 //              kExpressBytes run on the express lane too (one channel), larger ones on lanes
-//              0..nchannels-1, point-to-point groups on lane 0.
+//              0..nchannels-1, point-to-point groups on lane 0. A one-sided schedule (the board's
+//              forms) runs in the board stage instead, agreement included (one_sided_run.h).
 // The schedules of both stages are built when the operation becomes active, so its stream claims
 // are known before it moves a byte.
 #pragma once
@@ -24,10 +29,12 @@
 
 #include "algorithms/algorithm.h"
 #include "algorithms/schedule.h"
+#include "core/runtime/one_sided_run.h"
 #include "core/runtime/operation.h"
 #include "core/base/status.h"
 #include "core/runtime/stream_gate.h"
 #include "core/runtime/wire_protocol.h"
+#include "core/runtime/comm.h"
 
 struct braidComm;
 
@@ -53,6 +60,10 @@ inline constexpr int64_t kMinLocalPieceBytes = 64 << 10;
 // and braidGroupSimulateEnd so that an estimate prices what would run.
 CollArgs CollArgsFor(const braidComm& comm, const OpDesc& d);
 const Algorithm* AlgorithmFor(const braidComm& comm, const OpDesc& d, const CollArgs& args);
+// The algorithm and this rank's lowered schedule for `d` (its request `args`): from `comm`'s plan
+// cache when the same call shape ran before, else built (and cached, if small). Only the
+// engine's driver calls it (the cache is not locked).
+Result<braidComm::CachedPlan> PlanFor(braidComm& comm, const OpDesc& d, const CollArgs& args);
 // Whether collective `d`, run by `algo` with `args`, carries its call agreement in its data
 // (wire_header.h, CallConflict) instead of running the agreement first: a verified, express-lane
 // call (not a barrier) on two ranks whose schedule on both ranks, in place and out of place, has
@@ -77,6 +88,12 @@ class ActiveOp {
   // the operation works in its ranks; streams are looked up through it and the gate is keyed in
   // root ranks.
   ActiveOp(braidComm* comm, Operation* op, std::shared_ptr<Operation> keep, uint64_t id);
+  // The same on an operation the engine recycles (its vectors keep their capacity, so a small
+  // call's activation allocates nothing).
+  void reset(braidComm* comm, Operation* op, std::shared_ptr<Operation> keep, uint64_t id);
+  // Drops what a retired operation holds (its schedules, its caller's operation) before the
+  // engine keeps it for reuse.
+  void recycle();
 
   // Builds the schedules and the stream claims. `coll_seq` is the communicator's collective
   // number (ignored for point-to-point); `p2p_send_seq` / `p2p_recv_seq` number the point-to-
@@ -105,9 +122,20 @@ class ActiveOp {
   // Hang localisation (braidCommDebugState): the call, its stage, per lane the step it is at and
   // what it waits for, and the ranks it is waiting on, one line per lane.
   std::string progressReport(const StreamGate& gate) const;
-  // Ranks this operation waits to hear from now (receives pending on streams it owns), in its
-  // communicator's numbering.
+  // Ranks this operation waits to hear from now (receives pending on streams it owns, or the
+  // peer whose board counter it waits for), in its communicator's numbering.
   std::vector<int> waitingOn(const StreamGate& gate) const;
+  // Whether what is left of this operation needs nothing from this rank that a peer waits for:
+  // a one-sided schedule past its last post (it only reads, and consumes what it read). Such an
+  // operation may wait for its caller's next call instead of the progress thread.
+  bool quiet() const { return stage_ == Stage::kBoard && board_started_ && run_.pastLastPost(); }
+  // The board run this operation is blocked in (a board stage waiting for a peer), or null.
+  const OneSidedRun* boardBlocked() const {
+    return board_started_ && !run_.finished() &&
+                   (stage_ == Stage::kBoard || stage_ == Stage::kBoardAgreement)
+               ? &run_
+               : nullptr;
+  }
   // "rank 0/4 on host h: allreduce(count=4, float, sum) #3 [ring]: " for error messages.
   std::string context() const;
 
@@ -124,7 +152,7 @@ class ActiveOp {
   std::vector<std::byte> scratch;
 
  private:
-  enum class Stage { kAgreement, kData, kFinished };
+  enum class Stage { kAgreement, kBoardAgreement, kBoard, kData, kFinished };
   struct ChannelState {
     const Channel* ch = nullptr;
     int lane = 0;
@@ -175,6 +203,8 @@ class ActiveOp {
   // Receives the payload of a call-agreement message (a conflict record, or nothing) whose
   // header pr.hdr holds, and adopts the record if this rank has none.
   Status recvConflictRecord(Endpoint* ep, OpProgress& pr, bool* moved);
+  // The board stages: the agreement of a call that runs on the streams, or a one-sided schedule.
+  Status advanceBoard(bool* moved);
   // Whether the first step of this operation's data is complete as far as its transfers go.
   bool firstTransfersDone() const;
   // The error for a message of another communicator where this operation expected its own.
@@ -222,6 +252,9 @@ class ActiveOp {
   uint64_t shadow_bytes_ = 0;
   std::vector<CallConflict> sent_;  // per agreement step: the record its send carries
   CallConflict incoming_;
+  // The board stages (one_sided_run.h): started once the board's clock gives the call its posts.
+  OneSidedRun run_;
+  bool board_started_ = false;
   int64_t budget_ = 0;  // bytes left in this pass (kSweepBudgetBytes at the start of advance())
   std::vector<Endpoint*>* corked_ = nullptr;  // this pass's (advance())
 };

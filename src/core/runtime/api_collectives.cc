@@ -8,7 +8,6 @@
 #include "core/runtime/api_submit.h"
 #include "core/runtime/comm_registry.h"
 #include "core/runtime/group.h"
-#include "core/runtime/one_shot.h"
 #include "core/runtime/quant_config.h"
 
 using namespace braid;
@@ -177,10 +176,12 @@ braidResult_t CollectiveUnguarded(const Call& c, braidComm_t comm, braidRequest_
     GroupAddBlockingCollective(std::move(*ref), std::move(d));
     return braidSuccess;
   }
-  // Small blocking calls on one host: the shared-memory board, on this thread (one_shot.h).
-  if (!request && OneShotTakes(*raw, d)) {
-    st = RunOneShot(*raw, d);
-    return st.ok() ? braidSuccess : Fail(raw, st);
+  // Blocking calls on one host's board, on this thread while the engine is idle
+  // (Engine::runBoardCalls); the others, and these when the engine is busy, go to the engine.
+  if (!request) {
+    const OpDesc* call = &d;
+    if (raw->runBoardCalls(std::span<const OpDesc* const>(&call, 1), &st))
+      return st.ok() ? braidSuccess : Fail(raw, st);
   }
   return RunOperation(*ref, std::make_shared<Operation>(std::move(d)), request);
 }

@@ -8,6 +8,7 @@
 #include "core/runtime/comm_registry.h"
 #include "core/net/bootstrap.h"
 #include "core/runtime/group.h"
+#include "transport/local_board.h"
 #include "core/base/log.h"
 
 using namespace braid;
@@ -236,6 +237,8 @@ braidResult_t braidCommPeerTraffic(braidComm_t comm, int peer, uint64_t* sent, u
         out += ep->bytesSent();
         in += ep->bytesReceived();
       }
+    // One-sided steps on the board: what the peer read of this rank's posts, and the reverse.
+    if (const LocalBoard* board = c.board()) board->traffic(peer, &out, &in);
   }
   if (sent) *sent = out;
   if (received) *received = in;
@@ -283,6 +286,10 @@ braidResult_t braidTest(braidRequest_t* request, int* done) {
   if (!r->op)
     return Fail(InvalidUsage(
         "braidTest: the request's group has not ended yet (call braidGroupEnd first)"));
+  if (!r->op->done()) {
+    // Nobody drives its communicator's loop (a caller left it quiet): one pass here.
+    if (const braid::CommRef comm = r->comm.lock()) comm->poll();
+  }
   if (!r->op->done()) {
     *done = 0;
     return braidSuccess;

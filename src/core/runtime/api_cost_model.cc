@@ -7,6 +7,7 @@
 #include <limits>
 #include <string>
 
+#include "algorithms/board_schedules.h"
 #include "algorithms/builtin_algorithms.h"
 #include "algorithms/codec.h"
 #include "algorithms/cost_model.h"
@@ -14,6 +15,7 @@
 #include "algorithms/tuner.h"
 #include "core/base/datatype.h"
 #include "core/runtime/api_errors.h"
+#include "core/runtime/board_selection.h"
 
 namespace braid {
 namespace {
@@ -130,6 +132,15 @@ extern "C" braidResult_t braidEstimateCollective(braidCollective_t collective, u
       };
       consider(AllAlgorithms());
       if (n > 1) consider(HierarchicalAlgorithms());
+      // One node: its ranks share a host, whose board (at BRAID_ONESHOT_BYTES's default size)
+      // runs the small calls as one-sided schedules, priced by the model's board link: those it
+      // takes by default where every rank has a core (board_selection.h), as on a GPU node.
+      if (n == 1) {
+        const CollArgs plain = a;
+        a.board = DefaultBoardArgs();
+        if (BoardLargestPost(a) <= BoardCoreBytes(a.kind)) consider({&BoardAlgorithm()});
+        a = plain;
+      }
       if (!best)
         return Fail(InternalError("braidEstimateCollective: no algorithm serves " +
                                   std::string(CollKindName(a.kind)) + " on " + std::to_string(N) +

@@ -322,7 +322,7 @@ Status braidComm::exchangeRankInfo(Bootstrap& bs, Deadline deadline) {
   opts_.config.chunk_bytes = chunk ? chunk : c.chunk_bytes;
   opts_.config.algo = fields[0][6];
   // The small-message board's size (rank 0's), and the CPUs the ranks may run on (the union of
-  // their affinity masks, which sets the board's threshold, one_shot.h): every rank must take the
+  // their affinity masks, which sets the board's threshold, board_selection.h): every rank must take the
   // same calls to the board, so every rank derives both from the same fields.
   auto number = [&](size_t i, uint64_t max, uint64_t* out) {
     char* end = nullptr;
@@ -695,6 +695,21 @@ bool braidComm::waitFor(Operation& op, Deadline deadline) {
   return op.wait(deadline, config().spin_us);
 }
 
+void braidComm::poll() {
+  if (engine() && config().inline_blocking) (void)engine()->poll();
+}
+
+bool braidComm::peerSentUnreadStreamBytes(int peer) const {
+  if (root_) return false;
+  for (const auto& ep : endpoints_[static_cast<size_t>(peer)])
+    if (ep && ep->hasUnreadBytes()) return true;
+  return false;
+}
+
+bool braidComm::runBoardCalls(std::span<const OpDesc* const> calls, Status* results) {
+  return !root_ && engine_ && board_ && engine_->runBoardCalls(calls, results);
+}
+
 void braidComm::opDone() {
   {
     std::lock_guard<std::mutex> lock(own_mu_);
@@ -708,33 +723,9 @@ bool braidComm::waitOwnOps(Deadline deadline) {
   return own_cv_.wait_until(lock, deadline.at(), [&] { return own_inflight_ == 0; });
 }
 
-bool braidComm::peerAheadOnStreams(int peer) const {
-  if (root_ || !engine_ || !engine_->idle()) return false;
-  for (const auto& ep : endpoints_[static_cast<size_t>(peer)])
-    if (ep && ep->hasUnreadBytes()) return engine_->idle();  // still idle: the bytes are not ours
-  return false;
-}
-
 std::string braidComm::debugState(Deadline deadline) const {
   if (!engine()) return where() + ": not initialised\n";
-  std::string s = engine()->debugState(deadline);
-  if (!board()) return s;
-  // The small-message board's calls run on the callers' threads, not the engine (one_shot.h).
-  const BoardProgress& b = board_progress_;
-  const uint32_t started = b.calls_started.load(), completed = b.calls_completed.load();
-  s += "  small-message board: " + std::to_string(completed) + " calls completed";
-  if (started > completed) {
-    // The first call posted and not complete (a group posts up to 16 ahead of reading them).
-    const int peer = b.waiting_on.load();
-    s += "; #" + std::to_string(completed) + " " +
-         CollKindName(static_cast<CollKind>(b.kind.load())) +
-         "(count=" + std::to_string(b.count.load()) + ") in progress" +
-         (started - completed > 1 ? " (" + std::to_string(started - completed - 1) +
-                                        " later calls of its group posted ahead)"
-                                  : "") +
-         (peer >= 0 ? ", waiting on rank " + std::to_string(peer) : "");
-  }
-  return s + "\n";
+  return engine()->debugState(deadline);
 }
 
 Status braidComm::drain() {

@@ -9,6 +9,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <span>
 #include <string>
 #include <thread>
 #include <tuple>
@@ -23,10 +24,12 @@
 #include "core/net/failure_notice.h"
 #include "core/net/handshake_listener.h"
 #include "core/runtime/link_calibration.h"
+#include "core/runtime/one_sided_run.h"
 #include "core/runtime/operation.h"
 #include "core/net/socket.h"
 #include "core/base/status.h"
 #include "core/net/unique_id.h"
+#include "transport/local_board.h"
 #include "transport/transport.h"
 
 namespace braid {
@@ -122,38 +125,17 @@ struct braidComm {
   void setLastError(const std::string& msg);
   std::string lastError() const;
 
-  // The small-message board (transport/local_board.h) when every peer of this communicator is on
-  // it (one host, shm to every peer); null for split views and communicators that span hosts.
-  // core/runtime/one_shot.h runs calls on it, for one caller at a time (boardMutex), numbered
-  // alike on every rank (BoardProgress::started).
+  // The host's board (transport/local_board.h) when every peer of this communicator is on it
+  // (one host, shm to every peer); null for split views and communicators that span hosts. Its
+  // windows carry the one-sided schedules (algorithms/board_schedules.h) and every call's
+  // agreement; boardClock() numbers its posts (touched only by the engine's driver).
   braid::LocalBoard* board() const { return root_ ? nullptr : board_; }
-  std::mutex& boardMutex() { return board_mu_; }
-  // The per-rank payload from which the board runs a call by reference (one_shot.h: each rank
-  // reads its peers' buffers in place, transport/cross_memory.h); 0 when it never does: no
-  // board, BRAID_SINGLE_COPY_BYTES=0, or a rank that may not read its peers' memory. The same on
-  // every rank.
+  braid::BoardClock& boardClock() { return board_clock_; }
+  // The per-rank payload from which the board runs a call by reference (board_schedules.h:
+  // each rank reads its peers' buffers in place, transport/cross_memory.h); 0 when it never
+  // does: no board, BRAID_SINGLE_COPY_BYTES=0, or a rank that may not read its peers' memory.
+  // The same on every rank.
   uint64_t singleCopyBytes() const { return board() ? single_copy_bytes_ : 0; }
-  // Scratch of the board's calls by reference (under boardMutex; kept between calls so that a
-  // large call neither allocates nor faults its pages in again).
-  std::vector<std::byte>& boardScratch() { return board_scratch_; }
-  // What the board is doing, for the hang report (debugState): read from other threads and
-  // signal handlers, so plain atomics.
-  struct BoardProgress {
-    // Number of the last post made (1-based): the board's post counter, advanced under
-    // boardMutex. A group posts several calls before it completes the first.
-    // Post numbers, which the protocol runs on (a two-shot call takes two), and the calls, which
-    // messages and the hang report count (0-based: the next call's number, the calls completed).
-    std::atomic<uint32_t> started{0};
-    std::atomic<uint32_t> completed{0};  // number of the last post completed
-    std::atomic<uint32_t> calls_started{0};
-    std::atomic<uint32_t> calls_completed{0};
-    // The first call posted and not complete: the rank it waits for (to post it, or to read an
-    // earlier call), -1: none; its CollKind and count.
-    std::atomic<int> waiting_on{-1};
-    std::atomic<int> kind{0};
-    std::atomic<uint64_t> count{0};
-  };
-  BoardProgress& boardProgress() { return board_progress_; }
   // The CPUs in the union of the ranks' affinity masks (core/base/cpus.h), the same number on
   // every rank.
   int hostCpus() const { return host_cpus_; }
@@ -163,17 +145,21 @@ struct braidComm {
   // Whether this host's ranks alone outnumber those CPUs: then a rank that waits yields at once
   // instead of polling (Engine::driveUntilIdle, as the board does).
   bool ranksOutnumberCpus() const { return ranks_outnumber_cpus_; }
-  // Whether `peer` is in an operation this rank has not issued: this rank's engine has nothing in
-  // flight (nor have its views), yet `peer` has sent it stream bytes. Only while this rank waits
-  // in a call off the engine (the board), where it means the two ranks are in different calls.
-  bool peerAheadOnStreams(int peer) const;
-
+  // One pass of the engine's loop on this thread if nobody drives it (braidTest).
+  void poll();
   // Submits an operation; the engine runs operations in submission order.
   void submit(std::shared_ptr<braid::Operation> op);
   // Runs `op` now on this thread if the engine is idle (see Engine::tryRunInline).
   bool runInline(braid::Operation& op);
   // The same for a batch of operations that run at once (see Engine::tryRunInline).
   bool runInline(const std::vector<std::shared_ptr<braid::Operation>>& ops);
+  // Whether `peer` has sent this rank stream bytes that nobody has read. Asked while this rank
+  // waits on the board with nothing of its own on the streams: then the two ranks are in
+  // different calls (a call on a split view where this rank called its root).
+  bool peerSentUnreadStreamBytes(int peer) const;
+  // Runs blocking calls on the board on this thread when the engine is idle and every call runs on
+  // the board (Engine::runBoardCalls); false otherwise (split views: always).
+  bool runBoardCalls(std::span<const braid::OpDesc* const> calls, Status* results);
   // Waits for submitted `op` until it is done or `deadline`, driving the progress loop on this
   // thread when the configuration allows (Engine::driveUntilDone); true when done.
   bool waitFor(braid::Operation& op, braid::Deadline deadline);
@@ -232,6 +218,8 @@ struct braidComm {
   PlanCache& planCache() { return plan_cache_; }
   // The call agreement's schedule (a dissemination barrier of this rank), built once.
   std::shared_ptr<const braid::RankSchedule>& agreementPlan() { return agreement_plan_; }
+  // The board's agreement of a call that runs on the streams (BoardAgreementSchedule), built once.
+  std::shared_ptr<const braid::RankSchedule>& boardAgreementPlan() { return board_agreement_plan_; }
   // The link model the tuner was built with, and where it came from (link_calibration.h).
   const braid::CalibratedLinks& links() const { return links_; }
   const braid::GroupLayout& layout() const { return layout_; }
@@ -269,7 +257,7 @@ struct braidComm {
   // cause: a failure seen here (`local`), another rank's notice, else this rank's own failure,
   // which it then announces to every rank. `ctx` prefixes the operation ("allreduce #5: "),
   // `coll` and `seq` name it in the cause. Marks the communicator failed and shuts its streams
-  // down so that peers fail at once. The engine and the one-shot path (one_shot.h) use it.
+  // down so that peers fail at once. The engine (its board calls too) uses it.
   Status failWithCause(const Status& st, const std::string& ctx, const std::string& coll,
                        uint64_t seq, const std::optional<braid::FailureCause>& local);
   // This rank as a FailureCause of `reason` (its own failure, a revoke).
@@ -313,15 +301,14 @@ struct braidComm {
   CarriedAgreementCache carried_agreement_cache_;
   PlanCache plan_cache_;
   std::shared_ptr<const braid::RankSchedule> agreement_plan_;
+  std::shared_ptr<const braid::RankSchedule> board_agreement_plan_;
   std::unique_ptr<braid::Engine> engine_;
   // Before control_: its thread writes here until the listener is destroyed.
   braid::CauseBoard causes_;
   braid::LocalBoard* board_ = nullptr;  // owned by its transport in transports_
-  std::mutex board_mu_;
-  BoardProgress board_progress_;
+  braid::BoardClock board_clock_;
   int host_cpus_ = 1;
   uint64_t single_copy_bytes_ = 0;  // agreed in connectTransports
-  std::vector<std::byte> board_scratch_;
   // Rank 0's topology's device-group link (init field 13), for links_.model.group.
   std::optional<braid::LinkParams> group_link_;
   bool threads_outnumber_cpus_ = false;

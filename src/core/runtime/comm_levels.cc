@@ -1,8 +1,10 @@
-// braidCommSplitLevel and braidCommSplitByFabric: views of a communicator (braidComm::initView)
-// whose members every rank can compute from what init exchanged (the layout, each rank's
-// placement), so making one needs no communication at all. The view's wire id comes from the
-// parent's id and the group's identity, the same on every member whenever each makes it.
+// braidCommSplitLevel, braidCommSplitByFabric and braidCommSplitRanks: views of a communicator
+// (braidComm::initView) whose members every rank can compute from what init exchanged (the
+// layout, each rank's placement) or is given (a list of ranks), so making one needs no
+// communication at all. The view's wire id comes from the parent's id and the group's identity,
+// the same on every member whenever each makes it.
 #include <string>
+#include <unordered_set>
 #include <vector>
 
 #include "core/runtime/api_errors.h"
@@ -106,4 +108,44 @@ extern "C" braidResult_t braidCommSplitByFabric(braidComm_t comm, braidComm_t* n
   if (fabric) *fabric = FabricName(mine);
   return MakeView(*ref, "braidCommSplitByFabric", std::move(members),
                   GroupViewId(c.commId(), 0xfab41c00u, static_cast<uint32_t>(mine)), newcomm);
+}
+
+extern "C" braidResult_t braidCommSplitRanks(braidComm_t comm, const int* ranks, int nranks,
+                                             uint32_t tag, braidComm_t* newcomm) {
+  auto ref = UsableComm(comm);
+  if (!ref.ok()) return Fail(Status(ref.status()).prepend("braidCommSplitRanks: "));
+  if (!newcomm) return Fail(ref->get(), InvalidArgument("braidCommSplitRanks: newcomm is NULL"));
+  *newcomm = nullptr;
+  const braidComm& c = **ref;
+  if (!ranks || nranks < 1)
+    return Fail(ref->get(),
+                InvalidArgument(
+                    "braidCommSplitRanks: " +
+                    std::string(ranks ? "nranks is " + std::to_string(nranks) : "ranks is NULL") +
+                    "; a view needs at least one rank"));
+  std::vector<int> members(ranks, ranks + nranks);
+  std::unordered_set<int> seen;
+  bool listed = false;
+  // The id mixes every member in order (a view of ranks {0, 1} is not one of {1, 0}) and the tag.
+  uint32_t which = 2166136261u;
+  for (int i = 0; i < nranks; ++i) {
+    const int r = members[i];
+    if (r < 0 || r >= c.nranks())
+      return Fail(ref->get(),
+                  InvalidArgument("braidCommSplitRanks: ranks[" + std::to_string(i) +
+                                  "] = " + std::to_string(r) + " is not a rank of " + c.where() +
+                                  " (0 .. " + std::to_string(c.nranks() - 1) + ")"));
+    if (!seen.insert(r).second)
+      return Fail(ref->get(), InvalidArgument("braidCommSplitRanks: rank " + std::to_string(r) +
+                                              " is listed twice"));
+    listed = listed || r == c.rank();
+    which = GroupViewId(which, static_cast<uint32_t>(r), 0);
+  }
+  if (!listed)
+    return Fail(ref->get(), InvalidUsage("braidCommSplitRanks: " + c.where() +
+                                         " is not in the list of " + std::to_string(nranks) +
+                                         " ranks; only the listed ranks make the view"));
+  which = GroupViewId(which, tag, static_cast<uint32_t>(nranks));
+  return MakeView(*ref, "braidCommSplitRanks", std::move(members),
+                  GroupViewId(c.commId(), 0x5e1ec700u, which), newcomm);
 }

@@ -12,6 +12,7 @@
 #include "core/net/failure_notice.h"
 #include "core/runtime/hang_report.h"
 #include "core/base/log.h"
+#include "transport/local_board.h"
 
 namespace braid {
 
@@ -27,6 +28,9 @@ constexpr int64_t kStallGraceMs = 600;
 // waits on its peers anyway, and yielding there cost 4 ranks on TCP a third of their small
 // all-reduce speed.
 constexpr int64_t kBusyYieldUs = 200;
+// How long a board stage waiting for a peer to consume sleeps between looks (the peer does not
+// ring for that: see sleepUntilProgress).
+constexpr int64_t kBoardPollUs = 50;
 constexpr int64_t kBusyYieldBytes = 1 << 20;
 
 Status OutOfMemory(const std::string& context) {
@@ -60,16 +64,49 @@ Engine::~Engine() {
 
 void Engine::submit(std::shared_ptr<Operation> op) {
   submitted_.fetch_add(1, std::memory_order_relaxed);
+  bool drive = false;
   {
     std::lock_guard<std::mutex> lock(mu_);
     queue_.push_back(std::move(op));
     queued_.fetch_add(1);
+    // Whoever gets there first drives: when nobody drives the loop, the caller makes a pass
+    // itself (a board call posts; one that completes needs no thread at all) and leaves the
+    // thread asleep while what is left needs nothing from it (ActiveOp::quiet). Not with
+    // BRAID_INLINE=0, whose waits never drive.
+    if (comm_->config().inline_blocking && !driving_ && !inline_busy_ && !handoff_ && !stop_) {
+      inline_busy_ = true;
+      drive = true;
+    }
+  }
+  if (drive) {
+    driveOnCaller([&] { passOnCaller(); });
+    return;
   }
   cv_.notify_one();
   // Pairs with the driver's sleeping_ store and queued_ load (both seq_cst): either the driver
   // sees the new operation before it polls, or we see it sleeping and wake it.
   uint64_t one = 1;
   if (sleeping_.load() && wake_fd_ >= 0) (void)!write(wake_fd_, &one, sizeof(one));
+}
+
+void Engine::passOnCaller() {
+  // A few passes while they move: a board call's post, and what completes meanwhile.
+  int64_t bytes = 0;
+  for (int pass = 0; pass < 4; ++pass) {
+    if (queued_.load() > 0 && active_.size() < window_) admit();
+    if (active_.empty() || !sweep(&bytes)) break;
+  }
+}
+
+bool Engine::poll() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (driving_ || inline_busy_ || handoff_ || stop_ || (queue_.empty() && active_.empty()))
+      return false;
+    inline_busy_ = true;
+  }
+  driveOnCaller([&] { passOnCaller(); });
+  return true;
 }
 
 void Engine::abort(const Status& reason) {
@@ -91,6 +128,8 @@ void Engine::wake() {
 }
 
 bool Engine::drain(Deadline deadline) {
+  // Operations a caller left quiet (endInline) are the thread's now.
+  cv_.notify_one();
   std::unique_lock<std::mutex> lock(mu_);
   // active_ is read only once nobody drives (a caller that drove for its operation may leave
   // others active for the thread).
@@ -109,8 +148,18 @@ bool Engine::beginInline() {
   return true;
 }
 
+bool Engine::quiet() const {
+  for (const auto& a : active_)
+    if (!a->quiet()) return false;
+  return true;
+}
+
 void Engine::endInline() {
   bool thread_has_work;
+  // Read while this caller still drives: operations left that need nothing from this rank but
+  // its own reads (ActiveOp::quiet) wait for the caller's next call into the library (a wait, a
+  // test, another call, or the destroy) instead of waking the thread.
+  const bool left_quiet = quiet();
   {
     std::lock_guard<std::mutex> lock(mu_);
     inline_busy_ = false;
@@ -118,7 +167,7 @@ void Engine::endInline() {
     // Operations queued meanwhile (non-blocking calls from another thread) or left active. Only
     // then: waking an idle thread after every blocking call cost a futex round trip per call and,
     // on oversubscribed cores, the peer's CPU (docs/performance.md, "Small calls over TCP").
-    thread_has_work = stop_ || !queue_.empty() || !active_.empty();
+    thread_has_work = stop_ || !queue_.empty() || (!active_.empty() && !left_quiet);
   }
   report_cv_.notify_all();
   if (thread_has_work) cv_.notify_one();
@@ -152,6 +201,14 @@ bool Engine::tryRunInline(Operation& op) {
     driveUntilIdle(false);
   });
   return true;
+}
+
+bool Engine::runBoardCalls(std::span<const OpDesc* const> calls, Status* results) {
+  if (!comm_->board() || calls.empty()) return false;
+  if (!beginInline()) return false;
+  bool ran = false;
+  driveOnCaller([&] { ran = driveBoardCalls(calls, results); });
+  return ran;
 }
 
 bool Engine::tryRunInline(const std::vector<std::shared_ptr<Operation>>& ops) {
@@ -212,7 +269,8 @@ void Engine::threadMain() {
 }
 
 void Engine::admit() {
-  std::vector<std::shared_ptr<Operation>> batch;
+  std::vector<std::shared_ptr<Operation>>& batch = admit_batch_;
+  batch.clear();
   {
     std::lock_guard<std::mutex> lock(mu_);
     while (!queue_.empty() && active_.size() + batch.size() < window_) {
@@ -221,7 +279,11 @@ void Engine::admit() {
       queued_.fetch_sub(1);
     }
   }
-  for (auto& op : batch) activate(op.get(), op);
+  for (auto& op : batch) {
+    Operation* raw = op.get();  // before the move: argument order is unspecified
+    activate(raw, std::move(op));
+  }
+  batch.clear();
 }
 
 void Engine::finish(Operation* op, const Status& st) {
@@ -251,10 +313,15 @@ void Engine::activate(Operation* op, std::shared_ptr<Operation> keep) {
       return finish(op, st.prepend("not run because the communicator failed earlier: "));
     }
   }
-  auto a = std::make_unique<ActiveOp>(owner, op, std::move(keep), next_id_++);
-  if (!pool_.empty()) {
-    a->scratch = std::move(pool_.back());
-    pool_.pop_back();
+  // A retired operation's state, when there is one: its vectors keep their capacity (scratch
+  // included), so a small call allocates nothing here.
+  std::unique_ptr<ActiveOp> a;
+  if (!spare_.empty()) {
+    a = std::move(spare_.back());
+    spare_.pop_back();
+    a->reset(owner, op, std::move(keep), next_id_++);
+  } else {
+    a = std::make_unique<ActiveOp>(owner, op, std::move(keep), next_id_++);
   }
   Status st;
   braidComm::CallNumbers& numbers = owner->callNumbers();
@@ -278,13 +345,14 @@ void Engine::retire(size_t i, const Status& st) {
   std::unique_ptr<ActiveOp> a = std::move(active_[i]);
   active_.erase(active_.begin() + static_cast<ptrdiff_t>(i));
   gate_.releaseAll(a->id(), a->claims());
-  if (a->scratch.capacity() > 0 && pool_.size() < 2 * window_)
-    pool_.push_back(std::move(a->scratch));
   if (a->isCollective() && &a->owner() == comm_)
     last_coll_completed_.store(static_cast<int64_t>(a->seq()), std::memory_order_relaxed);
   Operation* op = &a->operation();
   std::shared_ptr<Operation> keep = a->releaseKeep();
-  a.reset();  // holds the owner's address: gone before the owner may be
+  // It holds the owner's address: dropped before the owner may go (finish), kept for reuse.
+  a->recycle();
+  if (spare_.size() < 2 * window_) spare_.push_back(std::move(a));
+  a.reset();
   finish(op, st);
 }
 
@@ -380,6 +448,27 @@ bool Engine::dropAbortedView(size_t i) {
   failAll(i, AbortedError(a.context() + reason.message() +
                           "; it was aborted in the middle of a transfer on connections it shares "
                           "with the communicator it was split from, which fails with it"));
+  return false;
+}
+
+bool Engine::failBoardStragglers() {
+  // Only while nothing of this rank's runs on the streams: every operation waits on the board.
+  for (const auto& a : active_)
+    if (!a->boardBlocked()) return false;
+  for (size_t i = 0; i < active_.size(); ++i) {
+    const OneSidedRun* run = active_[i]->boardBlocked();
+    const int peer = run->blocked().peer;
+    if (peer < 0 || !comm_->peerSentUnreadStreamBytes(peer)) continue;
+    // The peer's data may be for any of this rank's calls, not only the one waiting on it: a
+    // peer sends a call's data only after every post of its agreement, so a call it is in is
+    // ready here once its data is seen (read first, above). Any ready call is no straggler:
+    // it moves at the next pass (4 calls in flight, the oldest ready, a later one waiting on
+    // the peer that sent the oldest's data: that is not a mismatch).
+    for (const auto& a : active_)
+      if (a->boardBlocked()->blockedReady()) return false;
+    failAll(i, OtherCallOnTheStreams(peer, run->describe()).prepend(active_[i]->context()));
+    return true;
+  }
   return false;
 }
 
@@ -518,6 +607,7 @@ void Engine::driveUntilIdle(bool admit_queued, const Operation* target, Deadline
       sched_yield();  // let co-located ranks run (more ranks than cores is the normal case)
       continue;
     }
+    if (failBoardStragglers()) continue;
     // Bounded, so that stall deadlines (and a driving caller's own deadline) are checked.
     sleepUntilProgress(target ? std::clamp<int64_t>(deadline.remainingMs(), 1, 100) : 100,
                        admit_queued);
@@ -550,9 +640,21 @@ std::string Engine::reportHeader() {
 
 void Engine::answerReport() {
   std::string s = reportHeader();
-  s += active_.empty() ? "  nothing in flight\n"
-                       : "  in flight (" + std::to_string(active_.size()) + "):\n";
+  size_t board_calls = 0;
+  for (const BoardCall& c : board_calls_) board_calls += c.live;
+  const size_t inflight = active_.size() + board_calls;
+  s +=
+      inflight == 0 ? "  nothing in flight\n" : "  in flight (" + std::to_string(inflight) + "):\n";
   for (const auto& a : active_) s += a->progressReport(gate_);
+  // Blocking calls a caller runs on the board (runBoardCalls).
+  for (const BoardCall& c : board_calls_) {
+    if (!c.live) continue;
+    s += "  " + DescribeCall(*c.desc) + " #" + std::to_string(c.seq) + " [oneshot] on the board\n";
+    s += "    " + c.run.describe() + "\n";
+    if (c.run.blocked().peer >= 0)
+      s += "    waiting on rank " + std::to_string(c.run.blocked().peer) +
+           " (not there yet, or stuck on an earlier operation)\n";
+  }
   {
     std::lock_guard<std::mutex> lock(mu_);
     report_ = std::move(s);
@@ -593,6 +695,26 @@ void Engine::sleepUntilProgress(int64_t budget_ms, bool admitting) {
   fds_.push_back({comm_->doorbell().fd(), POLLIN, 0});
   fds_.push_back({wake_fd_, POLLIN, 0});
   bool ready = false;
+  // Board stages waiting for a peer's post: that peer rings this rank's doorbell at its next
+  // publish (LocalBoard::armBell); a wait for a peer to consume (rare: a rank far ahead of a
+  // slow one) polls, as does a rank the board cannot ring.
+  board_bells_.clear();
+  int64_t budget_us = budget_ms * 1000;
+  for (const auto& a : active_) {
+    const OneSidedRun* run = a->boardBlocked();
+    if (!run) continue;
+    const int peer = run->blocked().peer;
+    if (peer < 0 || run->blockedReady()) {
+      ready = true;
+      continue;
+    }
+    if (run->blocked().counter == Counter::kPosted && comm_->board()->armBell(peer)) {
+      board_bells_.push_back(peer);
+      if (run->blockedReady()) ready = true;  // posted between the check and the arming
+    } else {
+      budget_us = std::min<int64_t>(budget_us, kBoardPollUs);
+    }
+  }
   size_t armed = 0;
   for (; armed < waits_.size(); ++armed) {
     if (waits_[armed].ep->arm(waits_[armed].send, waits_[armed].recv, fds_)) {
@@ -605,10 +727,13 @@ void Engine::sleepUntilProgress(int64_t budget_ms, bool admitting) {
   const bool new_work = admitting && queued_.load() > 0 && active_.size() < window_;
   const bool handoff = handoff_wanted_.load();  // (only ever set while the thread drives)
   if (!ready && !new_work && !handoff && !aborted_.load()) {
-    int rc = poll(fds_.data(), fds_.size(), static_cast<int>(budget_ms));
+    const timespec ts{static_cast<time_t>(budget_us / 1000000),
+                      static_cast<long>(budget_us % 1000000) * 1000};
+    int rc = ppoll(fds_.data(), fds_.size(), &ts, nullptr);
     (void)rc;  // EINTR or timeout: the caller re-checks everything anyway
   }
   sleeping_.store(false);
+  for (int peer : board_bells_) comm_->board()->disarmBell(peer);
   for (size_t i = 0; i < armed; ++i) waits_[i].ep->disarm(fds_);
   comm_->doorbell().drain();
   uint64_t v;

@@ -23,6 +23,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <span>
 #include <thread>
 #include <vector>
 
@@ -36,6 +37,10 @@
 struct braidComm;
 
 namespace braid {
+
+// The error of a call waiting on the board for `peer`, which sent stream data for a call this
+// rank has not issued.
+Status OtherCallOnTheStreams(int peer, const std::string& where);
 
 class Engine {
  public:
@@ -61,6 +66,18 @@ class Engine {
   // milliseconds for a small call issued behind a large one). False when another caller drives
   // (wait on `op` instead). Returns with `op` done, or at `deadline`.
   bool driveUntilDone(const Operation& op, Deadline deadline);
+  // Blocking calls on the host's board (board_selection.h), run on the calling thread when the
+  // engine is idle: the engine's one-sided mode without an operation object, a progress thread
+  // or a syscall while the peers keep up. `calls` run in order (kBoardBatch at once at most), a
+  // call of one post posted before the earlier ones are read (a group: one wait for the peers, not
+  // one per call); results[i] gets call i's result. False when the engine is busy, the communicator
+  // has no board, or one of the calls does not run on it (the caller then takes the general
+  // path for all of them).
+  static constexpr size_t kBoardBatch = 16;
+  bool runBoardCalls(std::span<const OpDesc* const> calls, Status* results);
+  // One pass of the loop on the calling thread when nobody drives it and it has work (braidTest):
+  // operations a caller left quiet progress without waking the thread. True when it drove.
+  bool poll();
   // Makes the running and all queued operations fail with `reason` as soon as possible.
   void abort(const Status& reason);
   // Wakes the driver (a split view was aborted: braidComm::viewAborted).
@@ -94,6 +111,11 @@ class Engine {
   // (admit, no target) also returns when a caller asks for the loop (handoff_).
   void driveUntilIdle(bool admit, const Operation* target = nullptr,
                       Deadline deadline = Deadline::Never());
+  // A few passes of the loop on a caller that claimed it (submit, poll).
+  void passOnCaller();
+  // Whether every active operation needs nothing more of the thread (ActiveOp::quiet): a caller
+  // leaves them for its next call instead of waking it. Driver only.
+  bool quiet() const;
   // Moves queued operations into the window.
   void admit();
   // Makes `op` active: checks, builds its schedules, claims its streams.
@@ -113,6 +135,10 @@ class Engine {
   // learned of, else `local` (what the engine itself found), else a failure of this rank.
   void failAll(size_t i, const Status& st, const std::optional<FailureCause>& local = {});
   void failStalled(int64_t now_us);
+  // An operation waiting on the board for a peer that sent stream data nothing of this rank's
+  // will read (every operation waits on the board): the ranks are in different calls, and it
+  // fails naming that (OtherCallOnTheStreams). True when it failed the engine's operations.
+  bool failBoardStragglers();
   // active_[i] made no progress for BRAID_TIMEOUT. The rank it waits on may be the stopped one,
   // or be waiting itself on a stopped rank further on (then all of them time out at about the
   // same moment): a liveness probe tells which, so that only a neighbour of the stopped rank
@@ -120,8 +146,19 @@ class Engine {
   void handleStall(size_t i, int64_t since_us);
   // The ranks `a` waits on: pending receives first, then pending sends.
   std::vector<int> stalledPeers(const ActiveOp& a);
-  // Sleeps in poll() until a transfer can move, new work arrives (`admitting`) or `budget_ms`.
+  // Sleeps in poll() until a transfer can move, a peer posts what a board stage waits for, new
+  // work arrives (`admitting`) or `budget_ms`.
   void sleepUntilProgress(int64_t budget_ms, bool admitting);
+  // runBoardCalls on the claimed loop; false when a call does not run on the board.
+  bool driveBoardCalls(std::span<const OpDesc* const> calls, Status* results);
+  // Waits until `run` (blocked) can go on: spins, then sleeps on the peer's flag, checking for
+  // failures; `deadline` is set at the first sleep. An error has failed the communicator.
+  Status awaitBoard(OneSidedRun& run, const OpDesc& d, uint64_t seq,
+                    std::optional<Deadline>* deadline);
+  // The error of a board call that failed with `st` (not a mismatch): names the cause, fails the
+  // communicator and its operations.
+  Status failBoardCall(const Status& st, const OpDesc& d, uint64_t seq,
+                       const std::optional<FailureCause>& local);
   // The first lines of every report (counters; safe from any thread).
   std::string reportHeader();
   // The driver answers a pending debugState() request.
@@ -164,7 +201,9 @@ class Engine {
   // Endpoints that corked small messages during the current pass (Endpoint::cork): flushed at
   // its end, so that a pass's messages to one peer leave in one syscall.
   std::vector<Endpoint*> corked_;
-  std::vector<std::vector<std::byte>> pool_;  // recycled scratch buffers
+  // Retired operations' state, for reuse (their scratch included).
+  std::vector<std::unique_ptr<ActiveOp>> spare_;
+  std::vector<std::shared_ptr<Operation>> admit_batch_;  // admit()'s, kept for its capacity
   uint64_t next_id_ = 0;
   std::vector<TransferWait> waits_;  // reused by sleepUntilProgress
   // The stall being looked at (handleStall): which operation, since when, and until when this
@@ -173,6 +212,30 @@ class Engine {
   int64_t stall_since_us_ = -1;
   int64_t stall_grace_until_us_ = 0;
   std::vector<pollfd> fds_;
+  std::vector<int> board_bells_;  // peers asked to ring this rank's doorbell (sleepUntilProgress)
+  // The board calls a caller runs (runBoardCalls): their plans, and the runs in flight (call i
+  // in board_calls_[i % kBoardBatch]), reused from call to call; the report names those in
+  // flight.
+  struct Planned {
+    const RankSchedule* schedule = nullptr;
+    std::shared_ptr<const RankSchedule> keep;  // when the memo does not hold it
+    uint8_t form = 0;                          // BoardForm, for the signature
+  };
+  std::vector<Planned> board_planned_;
+  struct BoardCall {
+    OneSidedRun run;
+    std::vector<std::byte*> slots;
+    std::vector<std::byte> scratch;  // the schedule's scratch buffers
+    std::vector<std::byte> pulls;    // pieces read across processes (OneSidedRun::reduce)
+    const OpDesc* desc = nullptr;
+    uint64_t seq = 0;
+    bool live = false;
+  };
+  BoardCall board_calls_[kBoardBatch];
+  // The last call shape planned here and its plan: a repeated call skips the plan cache.
+  CollArgs board_memo_args_;
+  braidComm::CachedPlan board_memo_plan_;
+  uint8_t board_memo_form_ = 0;
 };
 
 }  // namespace braid

@@ -6,11 +6,11 @@
 #include <vector>
 
 #include "algorithms/algorithm.h"
+#include "algorithms/board_schedules.h"
 #include "algorithms/builtin_algorithms.h"
 #include "algorithms/cost_model.h"
 #include "algorithms/simulator.h"
 #include "core/runtime/active_op.h"
-#include "core/runtime/one_shot.h"
 #include "core/base/log.h"
 
 namespace braid {
@@ -78,9 +78,10 @@ Status CheckSelfPairs(const std::vector<P2PCall>& calls, int rank) {
 }
 
 // Predicted seconds of collective `d` on `comm`: the simulator's time for the algorithm the
-// tuner would choose, on the tuner's link model, after the call agreement the engine runs first
-// when BRAID_VERIFY_CALLS is on (a dissemination barrier, which is all a barrier then runs),
-// unless the call carries its agreement in its data.
+// engine would run, on the tuner's link model, after the call agreement the engine runs first:
+// on a communicator with a board, one post on it (the board's own schedules carry theirs);
+// otherwise, when BRAID_VERIFY_CALLS is on, a dissemination barrier (which is all a barrier then
+// runs), unless the call carries its agreement in its data.
 Result<double> CollectiveSeconds(const braidComm& comm, const OpDesc& d) {
   const LinkModel& model = comm.tuner().model();
   const CollArgs a = CollArgsFor(comm, d);
@@ -88,8 +89,19 @@ Result<double> CollectiveSeconds(const braidComm& comm, const OpDesc& d) {
   if (!algo && d.kind != CollKind::kBarrier)
     return InternalError("no algorithm can serve " + DescribeCall(d));
   double seconds = 0;
-  const bool agreement =
-      comm.config().verify_calls && comm.nranks() > 1 && !CarriesAgreement(comm, d, algo, a);
+  if (comm.board() && algo && algo != &BoardAlgorithm()) {
+    // The board's agreement: one post seen by every peer (BoardAgreementSchedule).
+    CollArgs b = a;
+    b.kind = CollKind::kBarrier;
+    b.dtype = DataType::kUint8;
+    b.count = 0;
+    BRAID_ASSIGN_OR_RETURN(seconds, SimulateSeconds(BoardAlgorithm(), b, model));
+    double data = 0;
+    BRAID_ASSIGN_OR_RETURN(data, SimulateSeconds(*algo, a, model));
+    return seconds + data;
+  }
+  const bool agreement = !comm.board() && comm.config().verify_calls && comm.nranks() > 1 &&
+                         !CarriesAgreement(comm, d, algo, a);
   if (agreement) {
     CollArgs b;
     b.kind = CollKind::kBarrier;
@@ -202,19 +214,18 @@ void GroupAddInit(const CommRef& comm, const UniqueIdData& id, int rank, int nra
 
 using namespace braid;
 
-// braidGroupEnd on the small-message board (one_shot.h): a group of blocking collectives of one
-// communicator, without point-to-point calls, each of which the board would take alone, runs
-// them on the board in call order, small ones posted together (one wait for the peers, not one
-// per call). Ranks that group their small calls differently, or not at all, still meet (the
-// engine would cost about 100x more per call: -m 8 in docs/performance.md). True when it ran
-// the group.
+// braidGroupEnd on the board (Engine::runBoardCalls): a group of blocking collectives of one
+// communicator, without point-to-point calls, each of which runs on the board, runs them on this
+// thread in call order, calls of one post posted together (one wait for the peers, not one per
+// call). Ranks that group their small calls differently, or not at all, still meet. True when it
+// ran the group.
 template <typename Note>
 bool RunOnBoardIfSmall(GroupState& g, Note& note) {
   if (g.collectives.empty() || !g.p2p.empty()) return false;
   const CommRef& comm = g.collectives[0].comm;
   if (comm->state() != braidComm::State::kReady) return false;
   for (const auto& c : g.collectives)
-    if (c.comm != comm || !c.blocking || !OneShotTakes(*comm, c.call())) return false;
+    if (c.comm != comm || !c.blocking) return false;
   // Reused from group to group, like the group's own vectors.
   thread_local std::vector<const OpDesc*> calls;
   thread_local std::vector<Status> results;
@@ -222,7 +233,7 @@ bool RunOnBoardIfSmall(GroupState& g, Note& note) {
   for (const auto& c : g.collectives) calls.push_back(&c.call());
   // A mismatch fails its call alone; the others run.
   results.assign(calls.size(), Status());
-  RunOneShotCalls(*comm, calls, results.data());
+  if (!comm->runBoardCalls(calls, results.data())) return false;
   for (size_t i = 0; i < calls.size(); ++i) {
     // An operation exists only if something made one (nothing does for a blocking call now).
     if (g.collectives[i].op) g.collectives[i].op->complete(results[i]);

@@ -32,10 +32,10 @@ struct OpProgress {
 };
 
 inline bool IsTransfer(StepOpKind k) {
-  return k == StepOpKind::kSend || k == StepOpKind::kRecv || k == StepOpKind::kRecvReduce;
+  return IsTransferKind(k);
 }
 inline bool IsRecv(StepOpKind k) {
-  return k == StepOpKind::kRecv || k == StepOpKind::kRecvReduce;
+  return IsRecvKind(k);
 }
 
 // The op id a header carries (pre-multiplied sums travel as braidNumOps).

@@ -1,44 +1,16 @@
 #include "device/cpu/kernel_isa.h"
 
+#include "core/base/cpu_features.h"
 #include "device/cpu/element_types.h"
-
-#if BRAID_KERNELS_X86
-#include <cpuid.h>
-#endif
 
 namespace braid::cpu {
 
-namespace {
-
-bool DetectAvx2F16c() {
-#if BRAID_KERNELS_X86
-  // Also safe when called from a static initialiser that runs before libgcc's own.
-  __builtin_cpu_init();
-  // "avx2" also checks that the OS saves the YMM registers. F16C is read from CPUID directly
-  // because not every compiler's __builtin_cpu_supports knows it (clang 14 does not).
-  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
-  const bool f16c = __get_cpuid(1, &eax, &ebx, &ecx, &edx) && (ecx & bit_F16C) != 0;
-  return __builtin_cpu_supports("avx2") && f16c;
-#else
-  return false;
-#endif
-}
-
-bool DetectAvx512() {
-#if BRAID_KERNELS_X86
-  // __builtin_cpu_supports also checks that the OS saves the ZMM and mask registers.
-  return DetectAvx2F16c() && __builtin_cpu_supports("avx512f") &&
-         __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl");
-#else
-  return false;
-#endif
-}
-
-}  // namespace
-
 bool CpuSupports(KernelIsa isa) {
-  static const bool avx2_f16c = DetectAvx2F16c();
-  static const bool avx512 = DetectAvx512();
+  // The tiers exist on x86 only (BRAID_KERNELS_X86); elsewhere every feature reads false.
+  static const bool avx2_f16c = HostCpuFeatures().avx2_f16c;
+  // The bf16 and fp16 conversions need 512-bit byte and word lanes: F, BW and VL.
+  static const bool avx512 =
+      avx2_f16c && HostCpuFeatures().avx512f && HostCpuFeatures().avx512bw_vl;
   switch (isa) {
     case KernelIsa::kPortable:
       return true;

@@ -10,6 +10,8 @@
 #include <cstring>
 #include <ctime>
 
+#include "core/net/doorbell.h"
+
 namespace braid::shm {
 namespace {
 
@@ -52,7 +54,8 @@ ShmBoard::ShmBoard(int rank, int nranks, const SegmentView& mine)
     : rank_(rank),
       capacity_(mine.layout.board_bytes),
       slot_bytes_(mine.layout.boardSlotBytes()),
-      sides_(static_cast<size_t>(nranks)) {
+      sides_(static_cast<size_t>(nranks)),
+      mine_(mine) {
   attach(sides_[static_cast<size_t>(rank)], mine);
 }
 
@@ -71,7 +74,22 @@ bool ShmBoard::addPeer(int peer, const SegmentView& theirs, std::shared_ptr<Peer
   Side& s = sides_[static_cast<size_t>(peer)];
   attach(s, theirs);
   s.link = std::move(link);
+  if (const int slot = theirs.slotOf(rank_); slot >= 0) s.mine_there = theirs.boardTraffic(slot);
+  if (const int slot = mine_.slotOf(peer); slot >= 0) s.theirs_here = mine_.boardTraffic(slot);
   return true;
+}
+
+void ShmBoard::traffic(int rank, uint64_t* sent, uint64_t* received) const {
+  if (!covers(rank) || rank == rank_) return;
+  const Side& s = sides_[static_cast<size_t>(rank)];
+  if (s.theirs_here) {
+    *sent += s.theirs_here->read.load(std::memory_order_relaxed);
+    *received += s.theirs_here->written.load(std::memory_order_relaxed);
+  }
+  if (s.mine_there) {
+    *sent += s.mine_there->written.load(std::memory_order_relaxed);
+    *received += s.mine_there->read.load(std::memory_order_relaxed);
+  }
 }
 
 void ShmBoard::post(uint32_t seq, const BoardSignature& sig) {
@@ -94,13 +112,49 @@ void ShmBoard::publish() {
   std::atomic_thread_fence(std::memory_order_seq_cst);
   if (ctl->waiters.load(std::memory_order_relaxed) != 0) {
     // Rare (a reader outran its spin): wake the sleepers of every post published now (at most
-    // kBoardEntries words; posts wrap only after their readers consumed them).
+    // kBoardEntries words; posts wrap only after their readers consumed them), and the progress
+    // loops that armed a bell.
     const uint32_t n = std::min<uint32_t>(unpublished_, kBoardEntries);
     for (uint32_t k = 0; k < n; ++k)
       (void)Futex(&ctl->entries[(unpublished_from_ + unpublished_ - n + k) % kBoardEntries].seq,
                   FUTEX_WAKE, INT_MAX, nullptr);
+    ringBells();
   }
   unpublished_ = 0;
+}
+
+void ShmBoard::ringBells() {
+  BoardControl* ctl = sides_[static_cast<size_t>(rank_)].ctl;
+  for (uint32_t w = 0; w < kBoardBellWords; ++w) {
+    if (ctl->bells[w].load(std::memory_order_relaxed) == 0) continue;
+    uint64_t bits = ctl->bells[w].exchange(0, std::memory_order_acq_rel);
+    while (bits) {
+      const int r = static_cast<int>(w * 64 + static_cast<uint32_t>(__builtin_ctzll(bits)));
+      bits &= bits - 1;
+      if (r < static_cast<int>(sides_.size()) && sides_[static_cast<size_t>(r)].link)
+        Doorbell::Ring(sides_[static_cast<size_t>(r)].link->doorbell());
+    }
+  }
+}
+
+bool ShmBoard::armBell(int rank) {
+  if (rank_ >= kBoardBellRanks) return false;
+  BoardControl* ctl = sides_[static_cast<size_t>(rank)].ctl;
+  // Counted in waiters first, then the bit: either the owner's publish() sees both after its
+  // fence (and rings), or this rank's check after arming sees the post (seq_cst on both sides,
+  // as for the futex sleepers).
+  ctl->waiters.fetch_add(1, std::memory_order_seq_cst);
+  ctl->bells[static_cast<uint32_t>(rank_) / 64].fetch_or(uint64_t{1} << (rank_ % 64),
+                                                          std::memory_order_seq_cst);
+  return true;
+}
+
+void ShmBoard::disarmBell(int rank) {
+  if (rank_ >= kBoardBellRanks) return;
+  BoardControl* ctl = sides_[static_cast<size_t>(rank)].ctl;
+  ctl->bells[static_cast<uint32_t>(rank_) / 64].fetch_and(~(uint64_t{1} << (rank_ % 64)),
+                                                           std::memory_order_relaxed);
+  ctl->waiters.fetch_sub(1, std::memory_order_seq_cst);
 }
 
 bool ShmBoard::sleepUntilPosted(int rank, uint32_t seq, int64_t timeout_us) {

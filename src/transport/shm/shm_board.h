@@ -42,6 +42,11 @@ class ShmBoard final : public LocalBoard {
   const std::byte* inbox(int rank, uint32_t seq, BoardPlace place) const override {
     return payload(rank, seq, place);
   }
+  std::byte* peerWindow(int rank, uint32_t seq, BoardPlace place) override {
+    return payload(rank, seq, place);
+  }
+  bool armBell(int rank) override;
+  void disarmBell(int rank) override;
   void prefetch(int rank, uint32_t seq, BoardPlace place) const override {
     __builtin_prefetch(&entry(rank, seq));
     if (place != BoardPlace::kEntry) __builtin_prefetch(payload(rank, seq, place));
@@ -49,6 +54,11 @@ class ShmBoard final : public LocalBoard {
   void consume(uint32_t seq) override;
   bool consumed(int rank, uint32_t seq) override;
   bool sleepUntilConsumed(int rank, uint32_t seq, int64_t timeout_us) override;
+  void countRead(int rank, uint64_t bytes) override { add(sides_[rank].mine_there, bytes, true); }
+  void countWritten(int rank, uint64_t bytes) override {
+    add(sides_[rank].mine_there, bytes, false);
+  }
+  void traffic(int rank, uint64_t* sent, uint64_t* received) const override;
   bool dead(int rank) override { return sides_[rank].link && sides_[rank].link->dead(); }
   Status deathError(int rank) const override;
 
@@ -60,7 +70,17 @@ class ShmBoard final : public LocalBoard {
     std::shared_ptr<Mapping> map;    // keeps the segment mapped
     std::shared_ptr<PeerLink> link;  // null for this rank
     uint32_t consumed_seen = 0;      // the peer's `consumed` as this rank last loaded it
+    // This rank's traffic cell on the peer's side, and the peer's on this rank's (null for this
+    // rank, or where a segment has no slot for the other).
+    BoardTrafficCell* mine_there = nullptr;
+    const BoardTrafficCell* theirs_here = nullptr;
   };
+  // Only this rank writes its cell: a plain load and store, no read-modify-write.
+  static void add(BoardTrafficCell* c, uint64_t bytes, bool read) {
+    if (!c) return;
+    std::atomic<uint64_t>& w = read ? c->read : c->written;
+    w.store(w.load(std::memory_order_relaxed) + bytes, std::memory_order_relaxed);
+  }
   void attach(Side& s, const SegmentView& view);
   std::byte* payload(int rank, uint32_t seq, BoardPlace place) const {
     const Side& s = sides_[static_cast<size_t>(rank)];
@@ -81,6 +101,10 @@ class ShmBoard final : public LocalBoard {
   uint64_t capacity_;
   uint64_t slot_bytes_;
   std::vector<Side> sides_;  // indexed by rank
+  SegmentView mine_;         // this rank's segment (its slots name the peers' traffic cells)
+  // Rings the doorbells of the ranks that armed a bell on this rank's side.
+  void ringBells();
+
   // Posts made since the last publish(): `unpublished_` of them, from `unpublished_from_` on.
   uint32_t unpublished_from_ = 0;
   uint32_t unpublished_ = 0;

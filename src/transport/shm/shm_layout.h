@@ -28,7 +28,7 @@
 namespace braid::shm {
 
 inline constexpr uint64_t kSegmentMagic = 0x6d68736469617262ULL;  // "braidshm"
-inline constexpr uint32_t kSegmentVersion = 4;
+inline constexpr uint32_t kSegmentVersion = 6;
 // The smallest ring any segment may promise (its min_ring_bytes), and the arena's unit.
 inline constexpr uint64_t kMinRingBytes = 1 << 10;
 inline constexpr uint64_t kMaxRingBytes = 256 << 20;
@@ -83,16 +83,32 @@ struct BoardEntry {
   alignas(32) std::byte payload[kBoardEntryPayloadBytes];
 };
 static_assert(sizeof(BoardEntry) == 64);
+// Ranks whose progress loops sleep in poll() on a post of this side (LocalBoard::armBell): a bit
+// per rank of the communicator, rung (and cleared) by the owner's publish(). Ranks beyond
+// kBoardBellRanks poll instead.
+inline constexpr uint32_t kBoardBellWords = 8;
+inline constexpr int kBoardBellRanks = 64 * kBoardBellWords;
 struct BoardControl {
   alignas(128) BoardEntry entries[kBoardEntries];
+  // Futex sleepers and armed bells: the owner's publish() looks further only when it is not 0.
   alignas(128) std::atomic<uint32_t> waiters;
   alignas(128) std::atomic<uint32_t> consumed;
+  alignas(128) std::atomic<uint64_t> bells[kBoardBellWords];
 };
 inline constexpr uint64_t kBoardControlBytes = 2048;
 static_assert(sizeof(BoardControl) <= kBoardControlBytes);
 // Bytes of each of the board's kBoardEntries small slots (or the board's payload size, if
 // smaller): a call whose largest post fits one may be posted ahead of the calls before it.
 inline constexpr uint64_t kBoardSlotBytes = 4096;
+// What one local peer moved through this side of the board (LocalBoard::countRead/countWritten):
+// the bytes it read from this owner's posts and exposed buffers, and wrote into its windows. One
+// cell per ring slot (the slot's writer is the peer), written only by that peer, one line each
+// so that peers do not share a line; the owner reads it for its traffic counters.
+struct BoardTrafficCell {
+  alignas(64) std::atomic<uint64_t> read;
+  std::atomic<uint64_t> written;
+};
+static_assert(sizeof(BoardTrafficCell) == 64);
 // Payload buffers start at multiples of this (cache lines, and vector loads).
 inline constexpr uint64_t kBoardAlignBytes = 128;
 // The largest payload a board may carry per post.
@@ -155,7 +171,8 @@ struct SegmentLayout {
   }
   uint64_t boardRegionBytes() const {
     if (board_bytes == 0) return 0;
-    uint64_t b = kBoardControlBytes + kBoardEntries * boardSlotBytes() + 2 * board_bytes;
+    uint64_t b = kBoardControlBytes + kBoardEntries * boardSlotBytes() + 2 * board_bytes +
+                 uint64_t{nslots} * sizeof(BoardTrafficCell);
     return (b + kPageBytes - 1) / kPageBytes * kPageBytes;
   }
   uint64_t boardSlotOffset(uint32_t k) const {
@@ -165,6 +182,8 @@ struct SegmentLayout {
     return boardOffset() + kBoardControlBytes + kBoardEntries * boardSlotBytes() +
            static_cast<uint64_t>(k) * board_bytes;
   }
+  // The traffic cells (one per slot), after the payload buffers.
+  uint64_t boardTrafficOffset() const { return boardPayloadOffset(2); }
   uint64_t arenaOffset() const { return boardOffset() + boardRegionBytes(); }
   uint64_t totalBytes() const { return arenaOffset() + arena_bytes; }
 };

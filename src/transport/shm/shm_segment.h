@@ -67,6 +67,11 @@ struct SegmentView {
   }
   std::byte* boardSlot(uint32_t k) const { return mapping->base() + layout.boardSlotOffset(k); }
   std::byte* boardPayload(int k) const { return mapping->base() + layout.boardPayloadOffset(k); }
+  // The board's traffic cell of the peer that writes slot `slot`'s rings.
+  BoardTrafficCell* boardTraffic(int slot) const {
+    return reinterpret_cast<BoardTrafficCell*>(mapping->base() + layout.boardTrafficOffset()) +
+           slot;
+  }
   ArenaControl* arena() const {
     return reinterpret_cast<ArenaControl*>(mapping->base() + layout.arenaControlOffset());
   }

@@ -1,4 +1,4 @@
-// The engine's codec kernels (device/cpu/codec_kernels.h) on the block codecs: they must produce
+// The engine's codec kernels (algorithms/codec_kernels.h) on the block codecs: they must produce
 // exactly src/quant's bytes and values (the engine and the codec tests then agree), a sum
 // dequantize-reduce is the fused fp32 one, another op decodes and reduces, and a codec without
 // a valid block size or a non-float type is refused with a message naming it.
@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "algorithms/codec.h"
-#include "device/cpu/codec_kernels.h"
+#include "algorithms/codec_kernels.h"
 #include "quant/block_codec.h"
 
 namespace braid {
@@ -24,7 +24,7 @@ std::vector<float> Gaussian(size_t n, unsigned seed) {
   return x;
 }
 
-TEST(DeviceCodecKernels, BlockCodecsAreSrcQuant) {
+TEST(AlgorithmsCodecKernels, BlockCodecsAreSrcQuant) {
   const size_t n = 1000;
   const std::vector<float> x = Gaussian(n, 1), acc = Gaussian(n, 2);
   for (const Codec& codec : {Codec{CodecId::kInt8, 32}, Codec{CodecId::kInt4, 17},
@@ -56,7 +56,7 @@ TEST(DeviceCodecKernels, BlockCodecsAreSrcQuant) {
   }
 }
 
-TEST(DeviceCodecKernels, RefusesInvalidBlockCodecs) {
+TEST(AlgorithmsCodecKernels, RefusesInvalidBlockCodecs) {
   float x[4] = {1, 2, 3, 4};
   uint8_t enc[64];
   const Status no_block = EncodeKernel(Codec{CodecId::kInt8, 0}, DataType::kFloat32, x, 4, enc);

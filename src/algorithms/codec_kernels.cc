@@ -1,4 +1,4 @@
-#include "device/cpu/codec_kernels.h"
+#include "algorithms/codec_kernels.h"
 
 #include <cstring>
 #include <string>

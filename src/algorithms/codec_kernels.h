@@ -1,6 +1,8 @@
-// CPU kernels of the quantized transfers' codecs (algorithms/codec.h): encode a typed slice into
-// its frame, decode a frame into a typed slice or reduce it into one. The block codecs are
-// src/quant's kernels (vectorised, runtime-dispatched); the test codec is implemented here.
+// The quantized transfers' codec kernels as the engine calls them: the IR's Codec
+// (algorithms/codec.h) dispatched to its implementation. Encode a typed slice into its frame,
+// decode a frame into a typed slice or reduce it into one. The block codecs are src/quant's
+// kernels (vectorised, runtime-dispatched), a decode-reduce of another op reduces with
+// src/device's kernels; the test codec is implemented here.
 #pragma once
 
 #include <cstddef>

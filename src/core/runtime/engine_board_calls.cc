@@ -1,0 +1,271 @@
+// The engine's one-sided mode on a caller's thread (Engine::runBoardCalls): blocking calls on
+// the host's board, run straight from the API while the engine is idle. The same schedules and
+// executor (OneSidedRun) as the board stages of an operation on the engine; what this saves is
+// the operation object, the window and the progress loop's passes: a small call costs a few
+// hundred nanoseconds here (docs/performance.md "Small messages").
+#include <sched.h>
+
+#include <algorithm>
+#include <string>
+
+#include "algorithms/board_schedules.h"
+#include "core/base/log.h"
+#include "core/net/failure_notice.h"
+#include "core/runtime/board_selection.h"
+#include "core/runtime/comm.h"
+#include "core/runtime/engine.h"
+
+namespace braid {
+namespace {
+
+// How long one sleep lasts before a waiter checks for failures again: bounds how late a peer's
+// death, an abort or a revoke is noticed (a post itself wakes the sleeper at once).
+constexpr int64_t kSleepSliceUs = 5000;
+
+inline void CpuRelax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield");
+#endif
+}
+
+}  // namespace
+
+Status OtherCallOnTheStreams(int peer, const std::string& where) {
+  return InvalidUsage("call mismatch: rank " + std::to_string(peer) +
+                      " is in an operation this rank has not issued (it sent data for it on the "
+                      "streams) instead of this call: another collective, or a call on a split "
+                      "view where this rank called its root (a communicator and its views share "
+                      "connections, so every rank must call them in the same order; " + where + ")");
+}
+
+namespace {
+
+std::string CallContext(const braidComm& comm, const OpDesc& d, uint64_t seq) {
+  return comm.where() + ": " + DescribeCall(d) + " #" + std::to_string(seq) + " [oneshot]: ";
+}
+
+}  // namespace
+
+bool Engine::driveBoardCalls(std::span<const OpDesc* const> calls, Status* results) {
+  braidComm& comm = *comm_;
+  const size_t n = calls.size();
+  // Plans first: every call runs on the board, or none runs here.
+  board_planned_.resize(n);
+  for (size_t i = 0; i < n; ++i) {
+    Planned& p = board_planned_[i];
+    const CollArgs args = CollArgsFor(comm, *calls[i]);
+    // The last shape planned here, kept alive by the memo: no plan cache lookup, no reference
+    // count touched.
+    if (board_memo_plan_.schedule && args == board_memo_args_) {
+      p.schedule = board_memo_plan_.schedule.get();
+      p.form = board_memo_form_;
+      continue;
+    }
+    auto plan = PlanFor(comm, *calls[i], args);
+    if (!plan.ok() || plan->algo != &BoardAlgorithm()) {
+      for (size_t k = 0; k < i; ++k) board_planned_[k].keep = {};
+      return false;
+    }
+    p.keep = std::move(plan->schedule);
+    p.schedule = p.keep.get();
+    p.form = static_cast<uint8_t>(PlanBoardCall(args)->form);
+    board_memo_args_ = args;
+    board_memo_plan_ = {&BoardAlgorithm(), p.keep};
+    board_memo_form_ = p.form;
+  }
+  braidComm::CallNumbers& numbers = comm.callNumbers();
+  size_t next = 0;  // calls started: [0, next)
+  size_t left = n;  // calls not complete
+  std::optional<Deadline> deadline;
+  // Call i runs in board_calls_[i % kBoardBatch]: at most kBoardBatch in flight.
+  const auto slot = [&](size_t i) -> BoardCall& { return board_calls_[i % kBoardBatch]; };
+  const auto complete = [&](size_t i, const Status& st) {
+    BoardCall& c = slot(i);
+    results[i] = st;
+    c.live = false;
+    board_planned_[i].keep = {};
+    --left;
+    completed_.fetch_add(1, std::memory_order_release);
+    last_coll_completed_.store(static_cast<int64_t>(c.seq), std::memory_order_relaxed);
+  };
+  const auto failed_earlier = [&](size_t i) {
+    Status st = comm.asyncError();
+    return st.prepend(comm.where() + ": " + DescribeCall(*calls[i]) +
+                      ": not completed because the communicator failed: ");
+  };
+  while (left > 0) {
+    // Start the calls whose posts are known (a call of several posts settles its count at its
+    // agreement), in order.
+    while (next < n && comm.boardClock().next() != 0 && !slot(next).live) {
+      BoardCall& c = slot(next);
+      c.desc = calls[next];
+      const OpDesc& d = *c.desc;
+      const Planned& p = board_planned_[next];
+      submitted_.fetch_add(1, std::memory_order_relaxed);
+      c.seq = numbers.coll++;
+      colls_issued_.store(numbers.coll, std::memory_order_relaxed);
+      c.live = true;
+      const size_t i = next++;
+      if (comm.asyncErrorCode() != braidSuccess) {
+        complete(i, failed_earlier(i));
+        continue;
+      }
+      const RankSchedule& s = *p.schedule;
+      // The call's buffers: the user's, and scratch (by reference in place, a pre-multiplied
+      // sum's scaled input) from memory kept between calls.
+      c.slots.assign(s.buffers.size(), nullptr);
+      uint64_t scratch_bytes = 0;
+      for (const BufferDesc& b : s.buffers)
+        if (b.role == BufferRole::kScratch)
+          scratch_bytes += (b.count * DataTypeSize(b.dtype) + 63) / 64 * 64;
+      if (c.scratch.size() < scratch_bytes + 64) c.scratch.resize(scratch_bytes + 64);
+      uint64_t at = 0;
+      for (size_t k = 0; k < s.buffers.size(); ++k) {
+        const BufferDesc& b = s.buffers[k];
+        switch (b.role) {
+          case BufferRole::kUserSend:
+            c.slots[k] = const_cast<std::byte*>(static_cast<const std::byte*>(d.sendbuf));
+            break;
+          case BufferRole::kUserRecv:
+            c.slots[k] = static_cast<std::byte*>(d.recvbuf);
+            break;
+          case BufferRole::kScratch:
+            c.slots[k] = c.scratch.data() + at;
+            at += (b.count * DataTypeSize(b.dtype) + 63) / 64 * 64;
+            break;
+          default:
+            break;
+        }
+      }
+      c.run.start(comm, s, d, BoardSignatureOf(d, comm.nranks(), p.form), c.slots, &c.pulls);
+    }
+    // Every call in flight, in order, as far as it goes.
+    bool moved = false;
+    size_t first_blocked = n;
+    for (size_t i = next > kBoardBatch ? next - kBoardBatch : 0; i < next; ++i) {
+      BoardCall& c = slot(i);
+      if (!c.live) continue;
+      if (comm.asyncErrorCode() != braidSuccess) {
+        complete(i, failed_earlier(i));
+        continue;
+      }
+      Status st = c.run.advance(&moved);
+      if (!st.ok()) {
+        const std::string ctx = CallContext(comm, *c.desc, c.seq);
+        // A mismatch: every rank fails the call, nothing was written, the communicator goes on.
+        complete(i, c.run.mismatched() ? st.prepend(ctx)
+                                       : failBoardCall(st, *c.desc, c.seq, std::nullopt));
+        continue;
+      }
+      if (c.run.finished()) {
+        complete(i, Status::Ok());
+        deadline.reset();
+        continue;
+      }
+      if (first_blocked == n) first_blocked = i;
+    }
+    if (left == 0 || moved) continue;
+    if (first_blocked == n) continue;  // the next call waits for its posts: loop
+    BoardCall& c = slot(first_blocked);
+    if (Status st = awaitBoard(c.run, *c.desc, c.seq, &deadline); !st.ok()) {
+      complete(first_blocked, st);
+      for (size_t i = next > kBoardBatch ? next - kBoardBatch : 0; i < next; ++i)
+        if (slot(i).live) complete(i, failed_earlier(i));
+    }
+  }
+  return true;
+}
+
+Status Engine::failBoardCall(const Status& st, const OpDesc& d, uint64_t seq,
+                             const std::optional<FailureCause>& local) {
+  braidComm& comm = *comm_;
+  const std::string ctx = CallContext(comm, d, seq);
+  // An abort or revoke of this communicator already marked it failed and told the peers.
+  if (comm.asyncErrorCode() != braidSuccess) return Status(st).prepend(ctx);
+  const Status final =
+      comm.failWithCause(Status(st).prepend(ctx), ctx, CollKindName(d.kind), seq, local);
+  // Like an engine failure: the operations in flight (non-blocking calls, views) end with it.
+  comm.abortOperations(final);
+  return final;
+}
+
+Status Engine::awaitBoard(OneSidedRun& run, const OpDesc& d, uint64_t seq,
+                          std::optional<Deadline>* deadline) {
+  braidComm& comm = *comm_;
+  LocalBoard& board = *comm.board();
+  if (run.blockedReady()) return Status::Ok();
+  const OneSidedRun::Blocked b = run.blocked();
+  // Spin while the peer is likely on its way: it is, on a host with a core per rank, unless the
+  // program is unbalanced. With more ranks than cores a spinning rank takes the core its peer
+  // needs, so it yields instead. The clock is read only every 64 polls (a post usually lands
+  // sooner, and a clock read costs as much as a few polls).
+  const bool yield = comm.nranks() > comm.hostCpus();
+  const int64_t spin_us = comm.config().spin_us;
+  int64_t start = 0;
+  for (uint32_t i = 1;; ++i) {
+    if (run.blockedReady()) return Status::Ok();
+    if (yield || (i & 63) == 0) {
+      const int64_t now = NowMicros();
+      if (start == 0) start = now;
+      if (now - start >= spin_us) break;
+    }
+    if (yield)
+      sched_yield();
+    else
+      CpuRelax();
+  }
+  run.publish();
+  if (!*deadline) *deadline = Deadline::After(comm.config().timeout_ms);
+  for (;;) {
+    if (b.counter == Counter::kPosted)
+      board.sleepUntilPosted(b.peer, b.value, kSleepSliceUs);
+    else
+      board.sleepUntilConsumed(b.peer, b.value, kSleepSliceUs);
+    if (run.blockedReady()) return Status::Ok();
+    if (report_requested_.load(std::memory_order_relaxed)) answerReport();
+    // A death seen here was reported as the cause by deathError.
+    if (board.dead(b.peer)) return failBoardCall(board.deathError(b.peer), d, seq, std::nullopt);
+    if (comm.asyncErrorCode() != braidSuccess)
+      return failBoardCall(comm.asyncError(), d, seq, std::nullopt);
+    if (auto cause = comm.causes().first(); cause && !cause->weak())
+      return failBoardCall(Status::Error(cause->errorClass(), cause->describe()), d, seq,
+                           std::nullopt);
+    // The peer is not where this call needs it but sends this rank stream data, which nothing of
+    // this rank's (an idle engine) will read: it is in another call, and both would wait for
+    // BRAID_TIMEOUT. (Its post, made before its data, would be visible by now.)
+    if (comm.peerSentUnreadStreamBytes(b.peer) && !run.blockedReady())
+      return failBoardCall(OtherCallOnTheStreams(b.peer, run.describe()), d, seq, std::nullopt);
+    if (!(*deadline)->expired()) continue;
+    const bool posting = b.counter == Counter::kPosted;
+    const int64_t timeout_s = comm.config().timeout_ms / 1000;
+    const Status st = TimeoutError(
+        "rank " + std::to_string(b.peer) + " did not " +
+        (posting ? "make this call" : "read this rank's earlier calls") + " within " +
+        std::to_string(timeout_s) +
+        " s (BRAID_TIMEOUT): it is stopped, hung, or it called a different collective or count "
+        "(every rank must make the same calls in the same order)");
+    // Another rank named the cause already (its notice arrived while this one waited).
+    if (comm.causes().hasStrong()) return failBoardCall(st, d, seq, std::nullopt);
+    // Every rank waits for every post, so every survivor sees the missing rank itself: whether it
+    // answers a liveness probe tells a stopped process from one that runs but is elsewhere.
+    const RankInfo& info = comm.rankInfos()[static_cast<size_t>(b.peer)];
+    FailureCause c;
+    c.rank = b.peer;
+    c.pid = info.pid;
+    c.host = info.hostname;
+    c.seconds = static_cast<uint32_t>(timeout_s);
+    c.reason = ProbeAlive(comm.controlPeers(), b.peer, Deadline::After(kLivenessProbeMs))
+                   ? FailureCause::Reason::kNoProgress
+                   : FailureCause::Reason::kStalled;
+    // A peer that has not read an earlier call but runs may itself wait for a third rank's post
+    // (it posted ahead in a group): that rank, not this peer, is the cause, and the ranks
+    // waiting for its post name it.
+    if (!posting && c.reason == FailureCause::Reason::kNoProgress)
+      return failBoardCall(st, d, seq, std::nullopt);
+    return failBoardCall(st, d, seq, c);
+  }
+}
+
+}  // namespace braid
