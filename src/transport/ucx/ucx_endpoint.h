@@ -98,6 +98,10 @@ class Endpoint final : public braid::Endpoint {
   void disarm(std::span<const pollfd> polled) override;
   void shutdown() override;
   std::string describe() const override;
+  // Bytes this endpoint already took from UCX and nobody read. A message still in the worker's
+  // queue (not yet probed) is not seen: the engine asks only for the board's peers (comm.cc
+  // peerSentUnreadStreamBytes), and the board serves a communicator only when shm connects every
+  // pair, so no ucx endpoint is asked there; this answer is a lower bound for other callers.
   bool hasUnreadBytes() const override { return unread_.load(std::memory_order_relaxed); }
 
   Result<uint64_t> postSend(const MemoryRegistration& mem, size_t offset, size_t len) override;
