@@ -37,7 +37,8 @@ Status OtherCallOnTheStreams(int peer, const std::string& where) {
                       " is in an operation this rank has not issued (it sent data for it on the "
                       "streams) instead of this call: another collective, or a call on a split "
                       "view where this rank called its root (a communicator and its views share "
-                      "connections, so every rank must call them in the same order; " + where + ")");
+                      "connections, so every rank must call them in the same order; " +
+                      where + ")");
 }
 
 namespace {
