@@ -1,14 +1,14 @@
-// The board on one host (issues 11 and 38: one-sided schedules, core/runtime/one_sided_run.h): calls whose
-// per-rank payload fits BRAID_ONESHOT_BYTES run on the shared-memory board. Checked here: every
-// collective on the board is bit-exact and moves no byte through the streams (the transports'
-// counters), a call one byte over the board goes to the engine and is bit-exact too, reductions
-// are the rank-order fold on every rank, a call that differs between ranks fails on every rank
-// and leaves the communicator usable, mixed board and engine calls (non-blocking, larger) on 8
-// ranks on the 2-core machine complete bit-exact, and a killed, stopped or revoking peer is named
-// by every survivor waiting on the board. Calls by reference (BRAID_SINGLE_COPY_BYTES: each rank
-// reads its peers' buffers in place) are bit-exact with no stream byte, fail cleanly on a
-// mismatch or a buffer a peer cannot read, and are turned off on every rank when one rank may not
-// be read. Order between ranks comes from pipes, never sleeps.
+// The board on one host (issues 11 and 38: one-sided schedules, core/runtime/one_sided_run.h):
+// calls whose per-rank payload fits BRAID_ONESHOT_BYTES run on the shared-memory board. Checked
+// here: every collective on the board is bit-exact and moves no byte through the streams (the
+// transports' counters), a call one byte over the board goes to the engine and is bit-exact too,
+// reductions are the rank-order fold on every rank, a call that differs between ranks fails on
+// every rank and leaves the communicator usable, mixed board and engine calls (non-blocking,
+// larger) on 8 ranks on the 2-core machine complete bit-exact, and a killed, stopped or revoking
+// peer is named by every survivor waiting on the board. Calls by reference
+// (BRAID_SINGLE_COPY_BYTES: each rank reads its peers' buffers in place) are bit-exact with no
+// stream byte, fail cleanly on a mismatch or a buffer a peer cannot read, and are turned off on
+// every rank when one rank may not be read. Order between ranks comes from pipes, never sleeps.
 #include <gtest/gtest.h>
 #include <linux/audit.h>
 #include <linux/filter.h>
@@ -29,6 +29,7 @@
 #include <string>
 #include <vector>
 
+#include "core/runtime/comm_registry.h"
 #include "multirank/collective_cases.h"
 #include "multirank/harness.h"
 #include "multirank/pid_pipe.h"
@@ -43,19 +44,20 @@ double SecondsSince(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
 }
 
-// Bytes this rank has sent through its transports to all peers.
+// Bytes this rank has sent on its streams (the transports' endpoints) to all peers: not the
+// board's, which braidCommPeerTraffic counts too.
 bool SentBytes(braidComm_t comm, int nranks, uint64_t* total) {
   *total = 0;
-  for (int p = 0; p < nranks; ++p) {
-    uint64_t sent = 0;
-    if (braidCommPeerTraffic(comm, p, &sent, nullptr, nullptr, 0) != braidSuccess) return false;
-    *total += sent;
-  }
+  const braid::CommRef c = braid::LookupComm(comm);
+  if (!c) return false;
+  for (int p = 0; p < nranks; ++p)
+    for (int lane = 0; p != c->rank() && lane < c->nlanes(); ++lane)
+      if (const braid::Endpoint* ep = c->endpoint(p, lane)) *total += ep->bytesSent();
   return true;
 }
 
-// Bytes this rank has sent through its transports since it counted `before` (SentBytes);
-// UINT64_MAX when the counters cannot be read.
+// Bytes this rank has sent on its streams since it counted `before` (SentBytes); UINT64_MAX when
+// the counters cannot be read.
 uint64_t SentSince(braidComm_t comm, int nranks, uint64_t before) {
   uint64_t now = 0;
   return SentBytes(comm, nranks, &now) ? now - before : UINT64_MAX;
@@ -99,6 +101,55 @@ TEST_P(OneShot, EveryCollectiveOnTheBoardIsBitExactAndSendsNoStreamByte) {
     CHECK_OR_FAIL(wrong == 0, "%llu wrong elements", static_cast<unsigned long long>(wrong));
     CHECK_OR_FAIL(braidBarrier(comm) == braidSuccess, "barrier");
     CHECK_OR_FAIL(SentSince(comm, nranks, before) == 0, "the board calls sent stream bytes");
+    return 0;
+  });
+  EXPECT_TRUE(AllSucceeded(out)) << DescribeOutcomes(out);
+}
+
+// braidCommPeerTraffic counts the board's one-sided reads: a one-shot all-reduce of c floats is
+// c * 4 bytes from every peer to every peer, counted by the reader as received at once and by
+// the poster as sent once the peers read (after a barrier); an all-gather of c floats per rank
+// is c * 4 from each peer; no stream byte moves.
+TEST_P(OneShot, TrafficCountsWhatPeersReadOfTheBoard) {
+  const int n = GetParam();
+  auto out = RunJob(Options(n), [&](braidComm_t comm, int rank, int nranks, const braidUniqueId&) {
+    const auto counters = [&](std::vector<uint64_t>* sent, std::vector<uint64_t>* received) {
+      sent->assign(static_cast<size_t>(nranks), 0);
+      received->assign(static_cast<size_t>(nranks), 0);
+      for (int p = 0; p < nranks; ++p)
+        if (braidCommPeerTraffic(comm, p, &(*sent)[p], &(*received)[p], nullptr, 0) != braidSuccess)
+          return false;
+      return true;
+    };
+    std::vector<uint64_t> s0, r0, s1, r1;
+    uint64_t streams = 0;
+    CHECK_OR_FAIL(braidBarrier(comm) == braidSuccess, "barrier");
+    CHECK_OR_FAIL(counters(&s0, &r0) && SentBytes(comm, nranks, &streams), "traffic counters");
+    constexpr uint64_t kCount = 300;
+    std::vector<float> in(kCount, static_cast<float>(rank + 1)), sum(kCount);
+    std::vector<float> gathered(kCount * static_cast<uint64_t>(nranks));
+    CHECK_OR_FAIL(
+        braidAllReduce(in.data(), sum.data(), kCount, braidFloat32, braidSum, comm) == braidSuccess,
+        "all-reduce");
+    CHECK_OR_FAIL(
+        braidAllGather(in.data(), gathered.data(), kCount, braidFloat32, comm) == braidSuccess,
+        "all-gather");
+    CHECK_OR_FAIL(counters(&s1, &r1), "traffic counters");
+    for (int p = 0; p < nranks; ++p) {
+      const uint64_t want = p == rank ? 0 : 2 * kCount * sizeof(float);
+      CHECK_OR_FAIL(r1[p] - r0[p] == want, "received %llu bytes from rank %d, want %llu",
+                    static_cast<unsigned long long>(r1[p] - r0[p]), p,
+                    static_cast<unsigned long long>(want));
+    }
+    CHECK_OR_FAIL(braidBarrier(comm) == braidSuccess, "barrier");
+    CHECK_OR_FAIL(counters(&s1, &r1), "traffic counters");
+    for (int p = 0; p < nranks; ++p) {
+      const uint64_t want = p == rank ? 0 : 2 * kCount * sizeof(float);
+      CHECK_OR_FAIL(s1[p] - s0[p] == want, "sent %llu bytes to rank %d, want %llu",
+                    static_cast<unsigned long long>(s1[p] - s0[p]), p,
+                    static_cast<unsigned long long>(want));
+    }
+    CHECK_OR_FAIL(SentSince(comm, nranks, streams) == 0, "the board calls sent stream bytes");
     return 0;
   });
   EXPECT_TRUE(AllSucceeded(out)) << DescribeOutcomes(out);
@@ -1034,47 +1085,47 @@ INSTANTIATE_TEST_SUITE_P(Ranks, OneShotForms, ::testing::Values(2, 4),
                          [](const auto& info) { return RanksName(info.param); });
 
 TEST_P(OneShotForms, BlockingNonBlockingAndGroupedFormsMeet) {
-  auto out = RunJob(Options(GetParam()), [&](braidComm_t comm, int rank, int nranks,
-                                             const braidUniqueId&) {
-    uint64_t before = 0;
-    CHECK_OR_FAIL(SentBytes(comm, nranks, &before), "traffic counters");
-    const size_t counts[] = {1, 8, 100, 1000, 4000};
-    for (int round = 0; round < 3 * nranks; ++round) {
-      const int form = (rank + round) % 3;  // 0 blocking, 1 non-blocking, 2 grouped
-      std::vector<std::vector<float>> ins, outs;
-      std::vector<braidRequest_t> reqs;
-      if (form == 2) CHECK_OR_FAIL(braidGroupStart() == braidSuccess, "group start");
-      for (size_t count : counts) {
-        ins.emplace_back(count);
-        outs.emplace_back(count, -1.0f);
-        for (size_t i = 0; i < count; ++i)
-          ins.back()[i] = static_cast<float>((rank + 1) * (i % 13) + round);
-        braidResult_t rc;
-        if (form == 1) {
-          reqs.push_back(nullptr);
-          rc = braidIallReduce(ins.back().data(), outs.back().data(), count, braidFloat32,
-                               braidSum, comm, &reqs.back());
-        } else {
-          rc = braidAllReduce(ins.back().data(), outs.back().data(), count, braidFloat32,
-                              braidSum, comm);
+  auto out = RunJob(
+      Options(GetParam()), [&](braidComm_t comm, int rank, int nranks, const braidUniqueId&) {
+        uint64_t before = 0;
+        CHECK_OR_FAIL(SentBytes(comm, nranks, &before), "traffic counters");
+        const size_t counts[] = {1, 8, 100, 1000, 4000};
+        for (int round = 0; round < 3 * nranks; ++round) {
+          const int form = (rank + round) % 3;  // 0 blocking, 1 non-blocking, 2 grouped
+          std::vector<std::vector<float>> ins, outs;
+          std::vector<braidRequest_t> reqs;
+          if (form == 2) CHECK_OR_FAIL(braidGroupStart() == braidSuccess, "group start");
+          for (size_t count : counts) {
+            ins.emplace_back(count);
+            outs.emplace_back(count, -1.0f);
+            for (size_t i = 0; i < count; ++i)
+              ins.back()[i] = static_cast<float>((rank + 1) * (i % 13) + round);
+            braidResult_t rc;
+            if (form == 1) {
+              reqs.push_back(nullptr);
+              rc = braidIallReduce(ins.back().data(), outs.back().data(), count, braidFloat32,
+                                   braidSum, comm, &reqs.back());
+            } else {
+              rc = braidAllReduce(ins.back().data(), outs.back().data(), count, braidFloat32,
+                                  braidSum, comm);
+            }
+            CHECK_OR_FAIL(rc == braidSuccess, "round %d form %d count %zu: %s", round, form, count,
+                          braidGetLastError(comm));
+          }
+          if (form == 2) CHECK_OR_FAIL(braidGroupEnd() == braidSuccess, "group end");
+          for (auto& r : reqs) CHECK_OR_FAIL(braidWait(&r, -1) == braidSuccess, "wait");
+          const float ranks_sum = static_cast<float>(nranks * (nranks + 1) / 2);
+          for (size_t k = 0; k < outs.size(); ++k)
+            for (size_t i = 0; i < outs[k].size(); ++i) {
+              const float want =
+                  ranks_sum * static_cast<float>(i % 13) + static_cast<float>(nranks * round);
+              CHECK_OR_FAIL(outs[k][i] == want, "round %d form %d count %zu [%zu]: %g, want %g",
+                            round, form, outs[k].size(), i, outs[k][i], want);
+            }
         }
-        CHECK_OR_FAIL(rc == braidSuccess, "round %d form %d count %zu: %s", round, form, count,
-                      braidGetLastError(comm));
-      }
-      if (form == 2) CHECK_OR_FAIL(braidGroupEnd() == braidSuccess, "group end");
-      for (auto& r : reqs) CHECK_OR_FAIL(braidWait(&r, -1) == braidSuccess, "wait");
-      const float ranks_sum = static_cast<float>(nranks * (nranks + 1) / 2);
-      for (size_t k = 0; k < outs.size(); ++k)
-        for (size_t i = 0; i < outs[k].size(); ++i) {
-          const float want = ranks_sum * static_cast<float>(i % 13) +
-                             static_cast<float>(nranks * round);
-          CHECK_OR_FAIL(outs[k][i] == want, "round %d form %d count %zu [%zu]: %g, want %g",
-                        round, form, outs[k].size(), i, outs[k][i], want);
-        }
-    }
-    CHECK_OR_FAIL(SentSince(comm, nranks, before) == 0, "board calls sent stream bytes");
-    return 0;
-  });
+        CHECK_OR_FAIL(SentSince(comm, nranks, before) == 0, "board calls sent stream bytes");
+        return 0;
+      });
   EXPECT_TRUE(AllSucceeded(out)) << DescribeOutcomes(out);
 }
 

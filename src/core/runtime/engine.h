@@ -220,6 +220,7 @@ class Engine {
     const RankSchedule* schedule = nullptr;
     std::shared_ptr<const RankSchedule> keep;  // when the memo does not hold it
     uint8_t form = 0;                          // BoardForm, for the signature
+    uint64_t scratch_bytes = 0;                // its scratch buffers, 64-byte aligned each
   };
   std::vector<Planned> board_planned_;
   struct BoardCall {
@@ -233,9 +234,10 @@ class Engine {
   };
   BoardCall board_calls_[kBoardBatch];
   // The last call shape planned here and its plan: a repeated call skips the plan cache.
-  CollArgs board_memo_args_;
+  OpDesc board_memo_desc_;
   braidComm::CachedPlan board_memo_plan_;
   uint8_t board_memo_form_ = 0;
+  uint64_t board_memo_scratch_ = 0;
 };
 
 }  // namespace braid

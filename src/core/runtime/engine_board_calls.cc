@@ -37,10 +37,18 @@ Status OtherCallOnTheStreams(int peer, const std::string& where) {
                       " is in an operation this rank has not issued (it sent data for it on the "
                       "streams) instead of this call: another collective, or a call on a split "
                       "view where this rank called its root (a communicator and its views share "
-                      "connections, so every rank must call them in the same order; " + where + ")");
+                      "connections, so every rank must call them in the same order; " +
+                      where + ")");
 }
 
 namespace {
+
+// Whether two calls get the same plan on one communicator: everything CollArgsFor reads of a call.
+bool SamePlanShape(const OpDesc& a, const OpDesc& b) {
+  return a.kind == b.kind && a.dtype == b.dtype && a.base_op == b.base_op && a.avg == b.avg &&
+         a.premul == b.premul && a.count == b.count && a.root == b.root &&
+         a.in_place == b.in_place && a.codec == b.codec;
+}
 
 std::string CallContext(const braidComm& comm, const OpDesc& d, uint64_t seq) {
   return comm.where() + ": " + DescribeCall(d) + " #" + std::to_string(seq) + " [oneshot]: ";
@@ -55,14 +63,16 @@ bool Engine::driveBoardCalls(std::span<const OpDesc* const> calls, Status* resul
   board_planned_.resize(n);
   for (size_t i = 0; i < n; ++i) {
     Planned& p = board_planned_[i];
-    const CollArgs args = CollArgsFor(comm, *calls[i]);
-    // The last shape planned here, kept alive by the memo: no plan cache lookup, no reference
-    // count touched.
-    if (board_memo_plan_.schedule && args == board_memo_args_) {
+    // The last shape planned here, kept alive by the memo: no arguments built, no plan cache
+    // lookup, no reference count touched. The shape is all of the call a plan depends on (the
+    // rest of CollArgsFor is the communicator's, fixed at init).
+    if (board_memo_plan_.schedule && SamePlanShape(*calls[i], board_memo_desc_)) {
       p.schedule = board_memo_plan_.schedule.get();
       p.form = board_memo_form_;
+      p.scratch_bytes = board_memo_scratch_;
       continue;
     }
+    const CollArgs args = CollArgsFor(comm, *calls[i]);
     auto plan = PlanFor(comm, *calls[i], args);
     if (!plan.ok() || plan->algo != &BoardAlgorithm()) {
       for (size_t k = 0; k < i; ++k) board_planned_[k].keep = {};
@@ -71,9 +81,14 @@ bool Engine::driveBoardCalls(std::span<const OpDesc* const> calls, Status* resul
     p.keep = std::move(plan->schedule);
     p.schedule = p.keep.get();
     p.form = static_cast<uint8_t>(PlanBoardCall(args)->form);
-    board_memo_args_ = args;
+    p.scratch_bytes = 0;
+    for (const BufferDesc& b : p.schedule->buffers)
+      if (b.role == BufferRole::kScratch)
+        p.scratch_bytes += (b.count * DataTypeSize(b.dtype) + 63) / 64 * 64;
+    board_memo_desc_ = *calls[i];
     board_memo_plan_ = {&BoardAlgorithm(), p.keep};
     board_memo_form_ = p.form;
+    board_memo_scratch_ = p.scratch_bytes;
   }
   braidComm::CallNumbers& numbers = comm.callNumbers();
   size_t next = 0;  // calls started: [0, next)
@@ -116,11 +131,7 @@ bool Engine::driveBoardCalls(std::span<const OpDesc* const> calls, Status* resul
       // The call's buffers: the user's, and scratch (by reference in place, a pre-multiplied
       // sum's scaled input) from memory kept between calls.
       c.slots.assign(s.buffers.size(), nullptr);
-      uint64_t scratch_bytes = 0;
-      for (const BufferDesc& b : s.buffers)
-        if (b.role == BufferRole::kScratch)
-          scratch_bytes += (b.count * DataTypeSize(b.dtype) + 63) / 64 * 64;
-      if (c.scratch.size() < scratch_bytes + 64) c.scratch.resize(scratch_bytes + 64);
+      if (c.scratch.size() < p.scratch_bytes + 64) c.scratch.resize(p.scratch_bytes + 64);
       uint64_t at = 0;
       for (size_t k = 0; k < s.buffers.size(); ++k) {
         const BufferDesc& b = s.buffers[k];

@@ -145,7 +145,7 @@ bool ShmBoard::armBell(int rank) {
   // as for the futex sleepers).
   ctl->waiters.fetch_add(1, std::memory_order_seq_cst);
   ctl->bells[static_cast<uint32_t>(rank_) / 64].fetch_or(uint64_t{1} << (rank_ % 64),
-                                                          std::memory_order_seq_cst);
+                                                         std::memory_order_seq_cst);
   return true;
 }
 
@@ -153,7 +153,7 @@ void ShmBoard::disarmBell(int rank) {
   if (rank_ >= kBoardBellRanks) return;
   BoardControl* ctl = sides_[static_cast<size_t>(rank)].ctl;
   ctl->bells[static_cast<uint32_t>(rank_) / 64].fetch_and(~(uint64_t{1} << (rank_ % 64)),
-                                                           std::memory_order_relaxed);
+                                                          std::memory_order_relaxed);
   ctl->waiters.fetch_sub(1, std::memory_order_seq_cst);
 }
 
