@@ -63,9 +63,11 @@ struct LinkModel {
   // class: `board` is a host's shared-memory board (alpha: a flag one rank stores and a peer sees,
   // a cache line crossing cores; beta: what one rank copies into or out of mapped memory),
   // `cross_memory` a read of a peer's buffer in place (process_vm_readv: a syscall each, and the
-  // kernel's copy). Defaults measured on the 2-core development VM (docs/performance.md "One-sided
-  // steps priced"); CUDA IPC and RDMA writes will add theirs.
-  LinkParams board{0.2e-6, 10e9};
+  // kernel's copy). Defaults measured on the 2-core development VM (docs/performance.md "One IR"):
+  // the board's alpha is what a post round costs through today's executor (an 8-byte 2-rank
+  // all-reduce: 0.76 us a call, of which the copies are nothing), not the cache line alone
+  // (about 0.1 us); CUDA IPC and RDMA writes will add theirs.
+  LinkParams board{0.5e-6, 10e9};
   LinkParams cross_memory{2e-6, 7.5e9};
   // Whether the ranks of a node talk over TCP (every rank's first transport is tcp, e.g.
   // BRAID_TRANSPORTS=tcp), not shared memory: a round then costs system calls and wake-ups far
