@@ -147,8 +147,8 @@ double OneSidedOpSeconds(const RankSchedule& s, const StepOp& op, const LinkMode
   const auto across = [&](const Slice& sl) {
     return sl.remote() && s.buffers[sl.buffer].role != BufferRole::kWindow;
   };
-  const bool pulled = (ReadsSrcKind(op.kind) && across(op.src)) ||
-                      (ReadsSrc2Kind(op.kind) && across(op.src2));
+  const bool pulled =
+      (ReadsSrcKind(op.kind) && across(op.src)) || (ReadsSrc2Kind(op.kind) && across(op.src2));
   if (pulled) return model.cross_memory.alpha_s + bytes / model.cross_memory.beta_bytes_s;
   return bytes / model.board.beta_bytes_s;
 }

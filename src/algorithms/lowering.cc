@@ -146,8 +146,9 @@ Status CheckOneSidedShape(RankSchedule& s, int rank, int nranks, const std::stri
                               (s.buffers[op.dst.buffer].role == BufferRole::kUserRecv ||
                                s.buffers[op.dst.buffer].role == BufferRole::kUserSend);
       if (user_write && waited < nranks - 1)
-        return bad("it writes a user buffer before it has seen every peer's first post (the "
-                   "call agreement)");
+        return bad(
+            "it writes a user buffer before it has seen every peer's first post (the "
+            "call agreement)");
       if (op.kind == StepOpKind::kExpose) {
         if (posted) return bad("it exposes a buffer after its first post");
         s.exposure = true;

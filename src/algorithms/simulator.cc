@@ -218,8 +218,7 @@ class Simulation {
     for (size_t l = 0; l < lanes_.size(); ++l) BRAID_RETURN_IF_ERROR(Enter(static_cast<int>(l), 0));
     for (;;) {
       // One-sided steps whose data ops and waits are done (IR v3): before anything later.
-      if (!local_ends_.empty() &&
-          (ends_.empty() || local_ends_.top().t <= ends_.top().t) &&
+      if (!local_ends_.empty() && (ends_.empty() || local_ends_.top().t <= ends_.top().t) &&
           (ready_head_ >= ready_.size() || local_ends_.top().t <= ready_[ready_head_].t)) {
         const LocalEnd e = local_ends_.top();
         local_ends_.pop();
@@ -420,8 +419,8 @@ class Simulation {
             if (op.kind == StepOpKind::kWait && (op.peer < 0 || op.peer >= n_))
               return InternalError("simulate: rank " + std::to_string(rank) + " waits for rank " +
                                    std::to_string(op.peer));
-            out->code.push_back(SigWait::Pack(op.kind == StepOpKind::kSignal, op.counter,
-                                              op.value, op.peer < 0 ? 0 : op.peer));
+            out->code.push_back(SigWait::Pack(op.kind == StepOpKind::kSignal, op.counter, op.value,
+                                              op.peer < 0 ? 0 : op.peer));
             ++nsw;
           }
           out->code[count_at] = nsw;

@@ -3,10 +3,10 @@
 // The board (local_board.h) carries a call's data through shared memory: the owner copies it
 // in, each reader copies (or folds) it out, two passes over memory per byte moved. For large
 // calls a reader can instead copy straight out of the owner's own buffer, one pass, which is
-// what Open MPI's single-copy shared-memory path does (algorithms/board_schedules.h "by reference").
-// The kernel allows it where the reader may ptrace the owner: same user, the owner dumpable,
-// and no Yama or LSM rule against it; containers and hardened hosts often forbid it. So every
-// rank probes every peer of its host at init (a word with a random value at an address the
+// what Open MPI's single-copy shared-memory path does (algorithms/board_schedules.h "by
+// reference"). The kernel allows it where the reader may ptrace the owner: same user, the owner
+// dumpable, and no Yama or LSM rule against it; containers and hardened hosts often forbid it. So
+// every rank probes every peer of its host at init (a word with a random value at an address the
 // peer published) and the ranks use it only if every probe read the right value: a probe that
 // is refused, or reads another process's memory (ranks in separate pid namespaces), turns it
 // off for the communicator.

@@ -401,16 +401,17 @@ struct Straddle {
 };
 
 braidResult_t AllGatherSmallAgainstLarge(braidComm_t comm, int rank, int n, std::vector<float>& in,
-                                        std::vector<float>& recv) {
+                                         std::vector<float>& recv) {
   // BRAID_ONESHOT_BYTES=16K: 4 KiB per rank on the board, the last rank's 128 KiB beyond it.
   const size_t count = rank == n - 1 ? size_t{1} << 15 : 1024;
   return braidAllGather(in.data(), recv.data(), count, braidFloat32, comm);
 }
 
-braidResult_t AllReduceSmallAgainstLarge(braidComm_t comm, int rank, int n,
-                                         std::vector<float>& in, std::vector<float>& recv) {
+braidResult_t AllReduceSmallAgainstLarge(braidComm_t comm, int rank, int n, std::vector<float>& in,
+                                         std::vector<float>& recv) {
   // 4 KiB on the board against 1 MiB on the engine; the large one non-blocking.
-  if (rank != n - 1) return braidAllReduce(in.data(), recv.data(), 1024, braidFloat32, braidSum, comm);
+  if (rank != n - 1)
+    return braidAllReduce(in.data(), recv.data(), 1024, braidFloat32, braidSum, comm);
   braidRequest_t req = nullptr;
   braidResult_t rc =
       braidIallReduce(in.data(), recv.data(), size_t{1} << 18, braidFloat32, braidSum, comm, &req);
@@ -448,12 +449,12 @@ TEST_P(CountsStraddling, FailOnEveryRankNamingBothCallsAndLeaveTheCommunicatorUs
     braidResult_t rc = call(comm, rank, n, in, recv);
     const std::string msg = braidGetLastError(comm);
     // Both calls named: this rank's (the context) and the peer's it met.
-    const bool both = Contains(msg.c_str(), "call mismatch") &&
-                      (Contains(msg.c_str(), "allgather(count=1024") ||
-                       Contains(msg.c_str(), "allreduce(count=1024") ||
-                       Contains(msg.c_str(), "broadcast(")) &&
-                      (Contains(msg.c_str(), "count=32768") || Contains(msg.c_str(), "count=262144") ||
-                       Contains(msg.c_str(), "allreduce(count=1048576"));
+    const bool both =
+        Contains(msg.c_str(), "call mismatch") &&
+        (Contains(msg.c_str(), "allgather(count=1024") ||
+         Contains(msg.c_str(), "allreduce(count=1024") || Contains(msg.c_str(), "broadcast(")) &&
+        (Contains(msg.c_str(), "count=32768") || Contains(msg.c_str(), "count=262144") ||
+         Contains(msg.c_str(), "allreduce(count=1048576"));
     if (rc != braidErrInvalidUsage || SecondsSince(t0) > 8 || !both) {
       std::fprintf(stderr, "[rank %d] rc=%d after %.1fs: %s\n", rank, rc, SecondsSince(t0),
                    msg.c_str());

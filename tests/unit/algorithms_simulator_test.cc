@@ -854,12 +854,12 @@ TEST(SimulatorOneSided, ClosedFormEstimatesAgree) {
     uint64_t by_reference_from;
   };
   const Case cases[] = {
-      {CollKind::kAllReduce, 2, -1, 0},         {CollKind::kAllReduce, 700, -1, 0},
-      {CollKind::kAllReduce, 20000, -1, 0},     {CollKind::kAllReduce, 20000, 1, 0},
-      {CollKind::kAllReduce, 200000, 1, 0},     {CollKind::kAllGather, 100, -1, 0},
-      {CollKind::kAllGather, 100000, -1, 0},    {CollKind::kReduceScatter, 50, -1, 0},
-      {CollKind::kAllToAll, 50, -1, 0},         {CollKind::kBarrier, 0, -1, 0},
-      {CollKind::kAllReduce, 5000, -1, 4096},   {CollKind::kAllGather, 5000, -1, 4096},
+      {CollKind::kAllReduce, 2, -1, 0},           {CollKind::kAllReduce, 700, -1, 0},
+      {CollKind::kAllReduce, 20000, -1, 0},       {CollKind::kAllReduce, 20000, 1, 0},
+      {CollKind::kAllReduce, 200000, 1, 0},       {CollKind::kAllGather, 100, -1, 0},
+      {CollKind::kAllGather, 100000, -1, 0},      {CollKind::kReduceScatter, 50, -1, 0},
+      {CollKind::kAllToAll, 50, -1, 0},           {CollKind::kBarrier, 0, -1, 0},
+      {CollKind::kAllReduce, 5000, -1, 4096},     {CollKind::kAllGather, 5000, -1, 4096},
       {CollKind::kReduceScatter, 5000, -1, 4096},
   };
   for (int n : {2, 4, 7}) {

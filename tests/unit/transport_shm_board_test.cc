@@ -1,8 +1,8 @@
 // The shm transport's small-message board (transport/shm/shm_board.h) on its own: what a post
 // carries in each place, the consumed marks a poster waits for, and that publish() wakes a reader
-// asleep on a post. The board's executor (core/runtime/engine_board_calls.cc) leans on that wake: a reader
-// that outran its spin sleeps on the post's number, and a publish that missed it would cost the
-// reader its whole sleep on every such call.
+// asleep on a post. The board's executor (core/runtime/engine_board_calls.cc) leans on that wake: a
+// reader that outran its spin sleeps on the post's number, and a publish that missed it would cost
+// the reader its whole sleep on every such call.
 #include <sys/syscall.h>
 #include <unistd.h>
 

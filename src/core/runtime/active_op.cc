@@ -104,8 +104,7 @@ ActiveOp::ActiveOp(braidComm* comm, Operation* op, std::shared_ptr<Operation> ke
   is_p2p_ = d_.kind == CollKind::kSendRecv;
 }
 
-void ActiveOp::reset(braidComm* comm, Operation* op, std::shared_ptr<Operation> keep,
-                     uint64_t id) {
+void ActiveOp::reset(braidComm* comm, Operation* op, std::shared_ptr<Operation> keep, uint64_t id) {
   comm_ = comm;
   op_ = op;
   keep_ = std::move(keep);

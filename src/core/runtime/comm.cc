@@ -322,8 +322,8 @@ Status braidComm::exchangeRankInfo(Bootstrap& bs, Deadline deadline) {
   opts_.config.chunk_bytes = chunk ? chunk : c.chunk_bytes;
   opts_.config.algo = fields[0][6];
   // The small-message board's size (rank 0's), and the CPUs the ranks may run on (the union of
-  // their affinity masks, which sets the board's threshold, board_selection.h): every rank must take the
-  // same calls to the board, so every rank derives both from the same fields.
+  // their affinity masks, which sets the board's threshold, board_selection.h): every rank must
+  // take the same calls to the board, so every rank derives both from the same fields.
   auto number = [&](size_t i, uint64_t max, uint64_t* out) {
     char* end = nullptr;
     if (fields[0].size() <= i || fields[0][i].empty()) return false;
