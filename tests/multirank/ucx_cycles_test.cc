@@ -100,8 +100,11 @@ TEST_P(UcxCycles, InitDestroyLeavesNoDescriptorThreadOrMemory) {
     CHECK_OR_FAIL(fds_after == fds, "descriptors grew by %d", fds_after - fds);
     CHECK_OR_FAIL(threads_after == threads, "threads grew by %d", threads_after - threads);
     // A leak of even 2 KiB per cycle shows after 1000 cycles; the allocator's own slack stays
-    // far below.
+    // far below. Not under AddressSanitizer: its quarantine keeps freed memory resident (145 MB
+    // over 32 cycles), and LeakSanitizer checks for leaks there instead.
+#if !defined(__SANITIZE_ADDRESS__)
     CHECK_OR_FAIL(rss_after - rss <= 2048, "resident memory grew by %ld KiB", rss_after - rss);
+#endif
     return 0;
   });
   close(ids[0]);
