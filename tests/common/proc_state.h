@@ -4,17 +4,40 @@
 // tiers.
 #pragma once
 
+#include <dirent.h>
 #include <sys/syscall.h>
 #include <sys/types.h>
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <fstream>
 #include <initializer_list>
 #include <string>
 #include <thread>
 
 namespace braid_test_common {
+
+// Entries of a /proc directory of this process (/proc/self/fd: its descriptors, /proc/self/task:
+// its threads), for tests that check nothing grew.
+inline int CountEntries(const char* dir) {
+  int n = 0;
+  if (DIR* d = opendir(dir)) {
+    while (dirent* e = readdir(d))
+      if (e->d_name[0] != '.') ++n;
+    closedir(d);
+  }
+  return n;
+}
+
+// This process's resident memory in KiB (VmRSS); -1 when it cannot be read.
+inline long RssKiB() {
+  std::ifstream in("/proc/self/status");
+  std::string line;
+  while (std::getline(in, line))
+    if (line.rfind("VmRSS:", 0) == 0) return std::atol(line.c_str() + 6);
+  return -1;
+}
 
 // A thread id names a /proc entry of its own, so `id` may be a process's or a thread's; '?' when
 // it cannot be read (gone).

@@ -21,15 +21,7 @@
 namespace braid_test {
 namespace {
 
-int CountEntries(const char* dir) {
-  int n = 0;
-  if (DIR* d = opendir(dir)) {
-    while (dirent* e = readdir(d))
-      if (e->d_name[0] != '.') ++n;
-    closedir(d);
-  }
-  return n;
-}
+using braid_test_common::CountEntries;
 
 // The process's descriptors less its sockets. UCX's tcp opens and accepts connections from its own
 // progress (a peer's wireup of a lane, at any time after the first message) whatever braid does,

@@ -14,29 +14,14 @@
 #include <string>
 #include <vector>
 
+#include "common/proc_state.h"
 #include "multirank/harness.h"
 
 namespace braid_test {
 namespace {
 
-int CountEntries(const char* dir) {
-  int n = 0;
-  if (DIR* d = opendir(dir)) {
-    while (dirent* e = readdir(d))
-      if (e->d_name[0] != '.') ++n;
-    closedir(d);
-  }
-  return n;
-}
-
-// Resident memory in KiB (VmRSS).
-long RssKiB() {
-  std::ifstream in("/proc/self/status");
-  std::string line;
-  while (std::getline(in, line))
-    if (line.rfind("VmRSS:", 0) == 0) return std::atol(line.c_str() + 6);
-  return -1;
-}
+using braid_test_common::CountEntries;
+using braid_test_common::RssKiB;
 
 int CheckedAllReduce(braidComm_t comm, int rank, int nranks, size_t count, int cycle) {
   std::vector<int32_t> in(count), out(count, -1);
