@@ -588,9 +588,15 @@ Status Endpoint::recvLocked(void* data, size_t len, size_t* got) {
 bool Endpoint::readyLocked(bool want_send, bool want_recv) {
   if (!peer_->failure().ok()) return true;
   if (!messages_.empty()) {
-    // Messages pending: the stream is not in use (transport.h), and what arrives is theirs.
+    // Messages pending: the stream is not in use (transport.h), and what arrives is theirs. A
+    // failure found here is kept for the next test(): what caused it (garbage, a shutdown
+    // marker) was taken off UCX's queue and is not seen again.
     const size_t before = completed_.size();
-    return !progressMessages().ok() || completed_.size() != before;
+    if (Status st = progressMessages(); !st.ok()) {
+      (void)failMessages(st);
+      return true;
+    }
+    return completed_.size() != before;
   }
   if (!reapSends().ok() || !tx_error_.ok() || !rx_error_.ok()) return true;
   if (want_send) {
