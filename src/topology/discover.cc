@@ -165,6 +165,10 @@ struct HwlocView {
   std::map<std::string, int> osdev_numa;  // network and RDMA OS devices by name
 };
 
+// hwloc components braid never loads (ReadHwloc says why).
+constexpr const char* kHwlocComponentsNotLoaded[] = {"gl",   "opencl", "cuda",
+                                                     "nvml", "rsmi",   "levelzero"};
+
 Result<HwlocView> ReadHwloc() {
   hwloc_topology_t topo;
   if (hwloc_topology_init(&topo) != 0) return SystemError("hwloc_topology_init failed");
@@ -177,6 +181,13 @@ Result<HwlocView> ReadHwloc() {
   // open-mpi/hwloc#636, which LeakSanitizer reports in the sanitizer tier) and is not safe to run
   // from two threads at once (open-mpi/hwloc#297). Without it the result is the same.
   hwloc_topology_set_components(topo, HWLOC_TOPOLOGY_COMPONENTS_FLAG_BLACKLIST, "pci");
+  // Only the core and Linux backends run (CPU, NUMA, PCI from sysfs, OS devices). The others
+  // hwloc may load as plugins do what a collective library must not do at init: "gl" probes X
+  // displays (connects to 127.0.0.1:6000-6009 and /tmp/.X11-unix), "opencl", "cuda", "nvml",
+  // "rsmi" and "levelzero" initialise vendor runtimes (a CUDA context in every rank, before the
+  // application chose its device). braid reads GPUs from the PCI devices the Linux backend lists.
+  for (const char* c : kHwlocComponentsNotLoaded)
+    hwloc_topology_set_components(topo, HWLOC_TOPOLOGY_COMPONENTS_FLAG_BLACKLIST, c);
 #endif
   if (hwloc_topology_load(topo) != 0) {
     hwloc_topology_destroy(topo);
