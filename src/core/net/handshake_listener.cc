@@ -17,8 +17,9 @@ namespace {
 // Unauthenticated connections held at once; beyond that the oldest is dropped, so a flood can
 // neither exhaust descriptors nor grow the poll set without bound.
 constexpr size_t kMaxPending = 512;
-// Authenticated connections the owner has not taken yet; only holders of the secret can fill it.
-constexpr size_t kMaxReady = 64;
+// Drops logged one by one per window; the rest of the window's are summed up in one line.
+constexpr int kDropLinesPerWindow = 5;
+constexpr int64_t kDropWindowUs = 10'000'000;
 // Out of descriptors, a stranger that has been idle this long is dropped to make room: a peer
 // that knows the secret completes its handshake in milliseconds.
 constexpr int kIdleStrangerMs = 250;
@@ -42,15 +43,18 @@ HandshakeListener::HandshakeListener(std::vector<uint8_t> secret, Check check, s
 
 Result<std::unique_ptr<HandshakeListener>> HandshakeListener::Start(
     const sockaddr_storage& addr, const std::vector<uint8_t>& secret, Check check, std::string name,
-    Serve serve) {
+    Serve serve, Options options) {
   std::unique_ptr<HandshakeListener> l(
       new HandshakeListener(secret, std::move(check), name, std::move(serve)));
-  auto listener = ListenOn(addr, SOMAXCONN);
+  l->options_ = options;
+  auto listener = ListenOn(addr, SOMAXCONN, options.buffers);
   if (!listener.ok()) return Status(listener.status()).prepend(name + ": ");
   l->listener_ = std::move(*listener);
   BRAID_ASSIGN_OR_RETURN(l->address_, LocalAddress(l->listener_.get()));
   l->wake_ = Fd(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
   if (!l->wake_.valid()) return SystemError(SocketErrnoMessage(name + ": eventfd", errno));
+  l->ready_fd_ = Fd(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
+  if (!l->ready_fd_.valid()) return SystemError(SocketErrnoMessage(name + ": eventfd", errno));
   l->spare_ = OpenSpareFd();
   // Before the thread exists: a fork() must never catch it inside OpenSSL.
   InstallCryptoForkGuard();
@@ -68,6 +72,7 @@ HandshakeListener::~HandshakeListener() {
   uint64_t one = 1;
   (void)!::write(wake_.get(), &one, sizeof(one));
   if (thread_.joinable()) thread_.join();
+  LogSuppressedDrops(true);
   // shutdown, not only close: a forked child may hold copies of these descriptors.
   HangUp(listener_.get());
   for (auto& c : ready_) HangUp(c.fd.get());
@@ -89,9 +94,50 @@ Result<HandshakeListener::Connection> HandshakeListener::next(Deadline deadline)
   return c;
 }
 
+std::optional<HandshakeListener::Connection> HandshakeListener::tryNext() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (ready_.empty()) {
+    // Quiet until the thread queues the next one (it rings after queueing: never missed).
+    uint64_t v;
+    (void)!::read(ready_fd_.get(), &v, sizeof(v));
+    return std::nullopt;
+  }
+  Connection c = std::move(ready_.front());
+  ready_.pop_front();
+  return c;
+}
+
+void HandshakeListener::LogSuppressedDrops(bool now_anyway) {
+  if (drops_not_logged_ == 0) return;
+  const int64_t now = NowMicros();
+  if (!now_anyway && now - drop_window_start_us_ < kDropWindowUs) return;
+  BRAID_WARN(
+      "%s: dropped %llu more connections in the last %.0f s (strangers; not logged one by "
+      "one)",
+      name_.c_str(), static_cast<unsigned long long>(drops_not_logged_),
+      static_cast<double>(now - drop_window_start_us_) / 1e6);
+  drops_not_logged_ = 0;
+  drop_window_start_us_ = now;
+  drop_lines_in_window_ = 0;
+}
+
 void HandshakeListener::Drop(Pending& p, const std::string& why) {
-  // Logged once per connection: the only place a stranger is reported.
-  BRAID_WARN("%s: dropped connection from %s: %s", name_.c_str(), p.peer.c_str(), why.c_str());
+  // The only place a stranger is reported: a line each for the first few of a window.
+  LogSuppressedDrops(false);
+  const int64_t now = NowMicros();
+  if (now - drop_window_start_us_ >= kDropWindowUs) {
+    drop_window_start_us_ = now;
+    drop_lines_in_window_ = 0;
+  }
+  if (drop_lines_in_window_ < kDropLinesPerWindow) {
+    ++drop_lines_in_window_;
+    BRAID_WARN("%s: dropped connection from %s: %s%s", name_.c_str(), p.peer.c_str(), why.c_str(),
+               drop_lines_in_window_ == kDropLinesPerWindow
+                   ? " (further drops in the next 10 s are counted, not logged)"
+                   : "");
+  } else {
+    ++drops_not_logged_;
+  }
   dropped_.fetch_add(1);  // before the peer can see it
   HangUp(p.fd.get());
   p.fd = Fd();  // the descriptor is free at once (it may be what an accept is waiting for)
@@ -121,16 +167,18 @@ void HandshakeListener::Drive(Pending& p) {
   }
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (ready_.size() < kMaxReady) {
+    if (ready_.size() < options_.max_ready) {
       ready_.push_back({std::move(p.fd), p.hs->hello(), p.peer});
       p.done = true;
     }
   }
   if (p.done) {
     ready_cv_.notify_all();
+    uint64_t one = 1;
+    (void)!::write(ready_fd_.get(), &one, sizeof(one));
     return;
   }
-  Drop(p, "authenticated, but " + std::to_string(kMaxReady) +
+  Drop(p, "authenticated, but " + std::to_string(options_.max_ready) +
               " connections are already waiting to be taken");
 }
 
@@ -138,7 +186,7 @@ void HandshakeListener::AcceptNew(std::vector<Pending>& pending) {
   for (int i = 0; i < 64; ++i) {
     sockaddr_storage peer{};
     int err = 0;
-    auto r = AcceptConnection(listener_.get(), &peer, {}, &err);
+    auto r = AcceptConnection(listener_.get(), &peer, options_.buffers, &err);
     if (!r.ok()) {
       if (IsFdExhaustion(err)) {
         Pending* idle = nullptr;
@@ -203,6 +251,10 @@ void HandshakeListener::Run() {
       fds.push_back({p.fd.get(), p.hs->pollEvents(), 0});
       wake = std::min(wake, p.deadline);
     }
+    LogSuppressedDrops(false);
+    if (drops_not_logged_ > 0)  // their summary is due at the window's end
+      wake = std::min(wake, now + std::chrono::microseconds(std::max<int64_t>(
+                                      0, drop_window_start_us_ + kDropWindowUs - NowMicros())));
     int timeout = -1;  // nothing pending: sleep until a connection or the destructor
     if (wake != Clock::time_point::max()) {
       auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(wake - now).count();

@@ -20,6 +20,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -30,6 +31,13 @@
 #include "core/base/status.h"
 
 namespace braid {
+
+struct HandshakeListenerOptions {
+  SocketBuffers buffers;  // of the listener and every accepted connection
+  // Authenticated connections the owner has not taken yet (only holders of the secret can fill
+  // it); beyond it they are dropped.
+  size_t max_ready = 64;
+};
 
 class HandshakeListener {
  public:
@@ -48,12 +56,14 @@ class HandshakeListener {
   // its own waits (the listener serves nothing else meanwhile).
   using Serve = std::function<bool(const HandshakeHello&, int fd)>;
 
+  using Options = HandshakeListenerOptions;
   // Listens on `addr` (port 0 = ephemeral; never the wildcard) and starts serving. `name` starts
   // every log line ("rank 3/8 control listener").
   static Result<std::unique_ptr<HandshakeListener>> Start(const sockaddr_storage& addr,
                                                           const std::vector<uint8_t>& secret,
                                                           Check check, std::string name,
-                                                          Serve serve = nullptr);
+                                                          Serve serve = nullptr,
+                                                          Options options = Options());
   // Stops the thread and closes the listener and every connection it still holds.
   ~HandshakeListener();
   HandshakeListener(const HandshakeListener&) = delete;
@@ -63,6 +73,11 @@ class HandshakeListener {
   // The oldest authenticated connection not yet taken, waiting for one until `deadline`
   // (TimeoutError then; AbortedError within kAbortCheckMs once an abortable deadline is aborted).
   Result<Connection> next(Deadline deadline);
+  // The oldest one, or none, without waiting.
+  std::optional<Connection> tryNext();
+  // Readable while a connection may be ready for tryNext() (an eventfd, for an owner that sleeps
+  // in poll() on descriptors of its own: a spurious wake-up is possible, a missed one is not).
+  int readyFd() const { return ready_fd_.get(); }
   // Connections dropped without being handed out (strangers, refused checks), for tests.
   uint64_t dropped() const { return dropped_.load(); }
 
@@ -73,6 +88,8 @@ class HandshakeListener {
   void AcceptNew(std::vector<Pending>& pending);
   void Drive(Pending& p);
   void Drop(Pending& p, const std::string& why);
+  // The drops not logged one by one, in one line, once their window is over (or `now_anyway`).
+  void LogSuppressedDrops(bool now_anyway);
 
   std::vector<uint8_t> secret_;
   Check check_;
@@ -80,10 +97,17 @@ class HandshakeListener {
   std::string name_;
   Fd listener_;
   sockaddr_storage address_{};
-  Fd wake_;   // eventfd: the destructor rings it to stop the thread
-  Fd spare_;  // kept for RefuseForLackOfFds
+  Options options_;
+  Fd wake_;      // eventfd: the destructor rings it to stop the thread
+  Fd ready_fd_;  // eventfd: rung when a connection is queued for the owner
+  Fd spare_;     // kept for RefuseForLackOfFds
   Clock::time_point paused_until_{};
   int64_t last_fd_warning_us_ = 0;
+  // Drops are logged one line each up to kDropLinesPerWindow per window, then counted (a flood of
+  // strangers leaves a few lines, not one per connection).
+  int64_t drop_window_start_us_ = 0;
+  int drop_lines_in_window_ = 0;
+  uint64_t drops_not_logged_ = 0;
   std::atomic<bool> stop_{false};
   std::atomic<uint64_t> dropped_{0};
   std::mutex mu_;

@@ -237,6 +237,14 @@ struct braidComm {
     return root_ ? root_->controlAddress(root_rank_of_[rank]) : control_addrs_[rank];
   }
   const std::vector<uint8_t>& secret() const { return secret_; }
+  // The blob this rank published for transport `name` ("tcp1 10.0.0.2:4711"), "" without one
+  // (tests aim strangers at a transport's listener with it).
+  std::string transportBlob(const std::string& name) const {
+    if (root_) return root_->transportBlob(name);
+    for (const auto& t : transports_)
+      if (name == t->name()) return t->localBlob();
+    return "";
+  }
   // Shuts every stream down so that peers fail at once (the engine calls it when an operation
   // of this rank fails; see Endpoint::shutdown).
   void shutdownEndpoints();

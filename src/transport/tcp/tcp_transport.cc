@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "core/net/handshake.h"
+#include "core/net/handshake_listener.h"
 #include "core/base/log.h"
 #include "core/net/socket.h"
 #include "core/net/unique_id.h"
@@ -40,13 +41,8 @@ constexpr const char* kBlobPrefix = "tcp1 ";
 // 4-rank reduce-scatter 1.15-1.28x from 4 MiB; a 512 KiB receive buffer was 0.7x on all-reduce.
 // Its 1 MiB in flight per stream still covers 100 Gb/s at an 80 us round trip.
 constexpr SocketBuffers kSocketBuffers{.send_bytes = 512 << 10, .recv_bytes = 4 << 20};
-// Pending unauthenticated connections held at once; beyond that the oldest is dropped.
-constexpr size_t kMaxStrangers = 512;
 // A connect that the peer's listener refused or reset is retried (backoff) this many times.
 constexpr int kMaxHandshakeRetries = 5;
-// Out of descriptors, a stranger that has been idle this long is dropped to make room: a peer
-// completes its handshake in milliseconds.
-constexpr int kIdleStrangerMs = 250;
 // A lazy connection refused this many times in a row is a peer that is gone: its listener lives
 // as long as its communicator (the first refusals may be a full backlog).
 constexpr int kMaxLazyRefusals = 4;
@@ -75,11 +71,7 @@ Result<sockaddr_storage> ParseBlob(const std::string& blob) {
 
 class TcpInstance final : public TransportInstance {
  public:
-  TcpInstance(const TransportContext& ctx, Fd listener, std::string address)
-      : ctx_(ctx),
-        listener_(std::move(listener)),
-        spare_(OpenSpareFd()),
-        address_(std::move(address)) {
+  explicit TcpInstance(const TransportContext& ctx) : ctx_(ctx) {
     // The communicator's identity inside the handshake: a hash of its tag, which every rank
     // has (no need for the raw nonce here).
     uint8_t digest[SHA256_DIGEST_LENGTH];
@@ -90,6 +82,36 @@ class TcpInstance final : public TransportInstance {
     }
     std::memcpy(nonce_, digest, sizeof(nonce_));
   }
+
+  // Listens on `addr`: a HandshakeListener, whose thread accepts and authenticates at all times
+  // (a stranger is dropped within its 1 s handshake limit whether or not this rank is
+  // connecting), with the checks of a data connection for this communicator.
+  Status listen(const sockaddr_storage& addr) {
+    auto check = [this](const HandshakeHello& h) -> std::string {
+      if (h.purpose != kPurposeTcpData)
+        return "not a tcp data connection (purpose " + std::to_string(h.purpose) + ")";
+      if (std::memcmp(h.comm_nonce, nonce_, sizeof(nonce_)) != 0) return "for another communicator";
+      if (h.nranks != ctx_.nranks || h.rank < 0 || h.rank >= ctx_.rank)
+        return "rank " + std::to_string(h.rank) + " of " + std::to_string(h.nranks) +
+               " may not connect to rank " + std::to_string(ctx_.rank);
+      if (h.channel < 0 || h.channel >= ctx_.nchannels)
+        return "channel " + std::to_string(h.channel) + " is out of range";
+      return "";
+    };
+    HandshakeListener::Options options;
+    options.buffers = kSocketBuffers;
+    // Every lower rank's channels may arrive before this rank takes them (lazily, or early).
+    options.max_ready = static_cast<size_t>(std::max(1, ctx_.rank)) *
+                        static_cast<size_t>(std::max(1, ctx_.nchannels));
+    BRAID_ASSIGN_OR_RETURN(
+        listener_,
+        HandshakeListener::Start(addr, ctx_.secret, check,
+                                 "tcp: rank " + std::to_string(ctx_.rank) + " data listener",
+                                 nullptr, options));
+    address_ = FormatAddress(listener_->address());
+    return Status::Ok();
+  }
+  const std::string& address() const { return address_; }
 
   std::string localBlob() const override { return tcp::EncodeBlob(address_); }
   const char* name() const override { return "tcp"; }
@@ -107,19 +129,21 @@ class TcpInstance final : public TransportInstance {
                  std::vector<std::vector<std::unique_ptr<Endpoint>>>* out) override;
 
   ~TcpInstance() override {
-    HangUp(listener_.get());
+    listener_.reset();
     for (auto& [key, fd] : stash_) HangUp(fd.get());
-    for (auto& in : incoming_) HangUp(in.fd.get());
   }
 
   Status finishConnect() override {
-    // Lazy: the listener serves the connections schedules make later, for the communicator's
-    // life; connections that arrived early wait in the stash for their endpoint.
-    if (ctx_.lazy_connect) return Status::Ok();
-    // shutdown, not only close: a forked child may hold a copy of the listener.
-    HangUp(listener_.get());
-    listener_ = Fd();
-    spare_ = Fd();
+    std::lock_guard<std::mutex> lock(lazy_mu_);
+    finished_ = true;
+    // Lazy: the listener serves the connections schedules make later, until every lower rank's
+    // have arrived (closeListenerWhenAllArrived); connections that arrived early wait in the
+    // stash for their endpoint. A rank no lower rank connects to over tcp closes it now.
+    if (ctx_.lazy_connect) {
+      closeListenerWhenAllArrived();
+      return Status::Ok();
+    }
+    listener_.reset();
     if (!stash_.empty())
       BRAID_WARN("tcp: rank %d: %zu authenticated connections were never used", ctx_.rank,
                  stash_.size());
@@ -140,13 +164,6 @@ class TcpInstance final : public TransportInstance {
     int handshake_failures = 0;
     int refusals = 0;  // in a row (lazy connections only: see kMaxLazyRefusals)
     std::string last_error = "no attempt yet";
-  };
-  struct Incoming {
-    Fd fd;
-    std::string from;
-    Clock::time_point since, deadline;
-    std::unique_ptr<ServerHandshake> hs;
-    bool dead = false;
   };
 
   TcpPeer peerOf(int rank, int channel) const {
@@ -172,8 +189,12 @@ class TcpInstance final : public TransportInstance {
 
   void startOutgoing(Outgoing& o);
   void driveOutgoing(Outgoing& o, short revents);
-  void driveIncoming(Incoming& in);
-  void acceptNew(std::vector<Incoming>& incoming);
+  // Moves every authenticated connection the listener has ready into the stash (a duplicate of
+  // one stashed or handed out is closed: a replay).
+  void takeArrived();
+  // Lazy: closes the listener once every lower-ranked tcp peer's channels arrived (nobody else
+  // may connect: it only served strangers from then on).
+  void closeListenerWhenAllArrived();
   // Lazy connections (lazy_endpoint.h): one (peer, channel) each; the listener and the incoming
   // handshakes are shared, so each step also moves every other pending connection on.
   class Connector;
@@ -183,31 +204,20 @@ class TcpInstance final : public TransportInstance {
   std::unique_ptr<Endpoint> takeLazy(Outgoing* o, int peer, int channel);
   void armLazy(Outgoing* o, std::vector<pollfd>& fds);
 
-  // What each polled descriptor is, for pollOnce's dispatch.
-  struct FdOwner {
-    enum Kind { kListener, kOut, kIn } kind;
-    size_t index;  // into the outgoing or incoming list
-  };
-  // The descriptors of the listener (unless paused), the outgoing connections in progress and
-  // the incoming handshakes, with their owners when `owners` is not null.
-  void collectFds(std::span<Outgoing> outgoing, const std::vector<Incoming>& incoming,
-                  std::vector<pollfd>& fds, std::vector<FdOwner>* owners) const;
+  // The descriptors of the outgoing connections in progress and, while it is open, the
+  // listener's ready fd (owner index -1).
+  void collectFds(std::span<Outgoing> outgoing, std::vector<pollfd>& fds,
+                  std::vector<int>* owners) const;
   // One round of connecting: polls those for up to timeout_ms, drives what is ready (a failed
-  // outgoing connection lands in fatal_), then drops handshakes past their deadline. Only a
-  // failure of poll itself is an error.
-  Status pollOnce(std::span<Outgoing> outgoing, std::vector<Incoming>& incoming, int timeout_ms);
-
-  void drop(Incoming& in, const std::string& why) {
-    BRAID_WARN("tcp: rank %d: dropped connection from %s: %s", ctx_.rank, in.from.c_str(),
-               why.c_str());
-    HangUp(in.fd.get());
-    in.dead = true;
-  }
+  // outgoing connection lands in fatal_) and stashes what arrived. Only a failure of poll itself
+  // is an error.
+  Status pollOnce(std::span<Outgoing> outgoing, int timeout_ms);
 
   TransportContext ctx_;
-  Fd listener_;
-  Fd spare_;  // for RefuseForLackOfFds while the listener is open
-  int64_t last_fd_warning_us_ = 0;
+  // Incoming connections: accepted and authenticated by its thread (null once closed).
+  std::unique_ptr<HandshakeListener> listener_;
+  size_t lower_peers_ = 0;  // lazy: tcp peers of lower rank (they connect to this rank)
+  bool finished_ = false;   // finishConnect() was called
   std::string address_;
   std::vector<std::string> blobs_;  // of the current connect(), for messages
   uint8_t nonce_[16] = {};
@@ -215,12 +225,10 @@ class TcpInstance final : public TransportInstance {
   // Connections for a later connect() call may arrive early.
   std::map<std::pair<int, int>, Fd> stash_;
   std::vector<std::pair<int, int>> taken_;  // (rank, channel) already handed out
-  Clock::time_point listener_paused_until_{};
   Status fatal_;  // a failure of an outgoing connection that ends connect() (or a lazy step)
   // Lazy connections are driven by whichever thread uses an endpoint (the engine's, the link
   // calibration's at init): one at a time.
   std::mutex lazy_mu_;
-  std::vector<Incoming> incoming_;  // handshakes in progress on the listener (lazy)
 };
 
 class TcpInstance::Connector final : public PeerConnector {
@@ -337,89 +345,29 @@ void TcpInstance::driveOutgoing(Outgoing& o, short revents) {
   }
 }
 
-void TcpInstance::acceptNew(std::vector<Incoming>& incoming) {
-  for (int i = 0; i < 64; ++i) {
-    sockaddr_storage peer{};
-    int err = 0;
-    auto r = AcceptConnection(listener_.get(), &peer, kSocketBuffers, &err);
-    if (!r.ok()) {
-      // Out of descriptors: make room by dropping an idle stranger, else tell the connecting
-      // peer why it cannot be served (it then fails at once, naming the limit to raise).
-      if (IsFdExhaustion(err)) {
-        Incoming* idle = nullptr;
-        auto cutoff = Clock::now() - std::chrono::milliseconds(kIdleStrangerMs);
-        for (auto& in : incoming)
-          if (!in.dead && in.since <= cutoff && (!idle || in.since < idle->since)) idle = &in;
-        if (idle) {
-          drop(*idle, "dropped to make room: this process is out of file descriptors");
-          idle->fd = Fd();  // free the descriptor now, for the accept that needs it
-          continue;
-        }
-      }
-      if (NowMicros() - last_fd_warning_us_ > 10'000'000) {
-        last_fd_warning_us_ = NowMicros();
-        BRAID_WARN("tcp: rank %d: %s", ctx_.rank, r.status().message().c_str());
-      }
-      if (IsFdExhaustion(err) && RefuseForLackOfFds(listener_.get(), &spare_, err)) continue;
-      // Retry shortly instead of spinning on a listener that stays readable.
-      listener_paused_until_ = Clock::now() + std::chrono::milliseconds(50);
-      return;
+void TcpInstance::takeArrived() {
+  if (!listener_) return;
+  while (auto c = listener_->tryNext()) {
+    std::pair<int, int> key{c->hello.rank, c->hello.channel};
+    if (stash_.count(key) || std::find(taken_.begin(), taken_.end(), key) != taken_.end()) {
+      BRAID_WARN(
+          "tcp: rank %d: dropped connection from %s: duplicate connection for rank %d "
+          "channel %d (a replay?)",
+          ctx_.rank, c->peer.c_str(), key.first, key.second);
+      HangUp(c->fd.get());
+      continue;
     }
-    if (!r->valid()) return;
-    size_t live = 0;
-    Incoming* oldest = nullptr;
-    for (auto& in : incoming) {
-      if (in.dead) continue;
-      ++live;
-      if (!oldest || in.deadline < oldest->deadline) oldest = &in;
-    }
-    if (live >= kMaxStrangers && oldest) drop(*oldest, "too many pending connections");
-    Incoming in;
-    in.fd = std::move(*r);
-    in.from = FormatAddress(peer);
-    in.since = Clock::now();
-    in.deadline = in.since + std::chrono::milliseconds(kHandshakeTimeoutMs);
-    in.hs = std::make_unique<ServerHandshake>(ctx_.secret);
-    incoming.push_back(std::move(in));
-    driveIncoming(incoming.back());
+    SetLiveness(c->fd.get());
+    stash_[key] = std::move(c->fd);
   }
 }
 
-void TcpInstance::driveIncoming(Incoming& in) {
-  if (in.dead) return;
-  HandshakeState s = in.hs->drive(in.fd.get());
-  if (s == HandshakeState::kVerified) {
-    const HandshakeHello& h = in.hs->hello();
-    std::pair<int, int> key{h.rank, h.channel};
-    std::string why;
-    if (h.purpose != kPurposeTcpData)
-      why = "authenticated, but not a tcp data connection (purpose " + std::to_string(h.purpose) +
-            ")";
-    else if (std::memcmp(h.comm_nonce, nonce_, sizeof(nonce_)) != 0)
-      why = "authenticated, but for another communicator";
-    else if (h.nranks != ctx_.nranks || h.rank < 0 || h.rank >= ctx_.rank)
-      why = "authenticated, but rank " + std::to_string(h.rank) + " of " +
-            std::to_string(h.nranks) + " may not connect to rank " + std::to_string(ctx_.rank);
-    else if (h.channel < 0 || h.channel >= ctx_.nchannels)
-      why = "authenticated, but channel " + std::to_string(h.channel) + " is out of range";
-    else if (stash_.count(key) || std::find(taken_.begin(), taken_.end(), key) != taken_.end())
-      why = "duplicate connection for rank " + std::to_string(h.rank) + " channel " +
-            std::to_string(h.channel) + " (a replay?)";
-    if (!why.empty()) {
-      in.hs->reject(RemoteError(why));
-    } else {
-      in.hs->accept();
-      s = in.hs->drive(in.fd.get());
-    }
-    s = in.hs->state();
-  }
-  if (s == HandshakeState::kFailed) return drop(in, in.hs->error().message());
-  if (s == HandshakeState::kDone) {
-    const HandshakeHello& h = in.hs->hello();
-    SetLiveness(in.fd.get());
-    stash_[{h.rank, h.channel}] = std::move(in.fd);
-    in.dead = true;  // moved into the stash; not an error
-  }
+void TcpInstance::closeListenerWhenAllArrived() {
+  if (!listener_) return;
+  takeArrived();
+  if (stash_.size() + taken_.size() < lower_peers_ * static_cast<size_t>(ctx_.nchannels)) return;
+  BRAID_TRACE("tcp: rank %d: every lower rank connected; the data listener closes", ctx_.rank);
+  listener_.reset();
 }
 
 Status TcpInstance::connect(const std::vector<int>& peers, const std::vector<std::string>& blobs,
@@ -428,7 +376,8 @@ Status TcpInstance::connect(const std::vector<int>& peers, const std::vector<std
   const std::string who = "tcp: rank " + std::to_string(ctx_.rank) + ": ";
   if (static_cast<int>(blobs.size()) != ctx_.nranks)
     return InvalidArgument(who + "connect() needs one blob per rank");
-  if (!listener_.valid())
+  std::lock_guard<std::mutex> lock(lazy_mu_);
+  if (finished_)
     return InvalidUsage(who + "connect() after finishConnect(): the listener is closed");
   blobs_ = blobs;
   out->clear();
@@ -441,6 +390,7 @@ Status TcpInstance::connect(const std::vector<int>& peers, const std::vector<std
       if (p < 0 || p >= ctx_.nranks || p == ctx_.rank)
         return InvalidArgument(who + "connect(): bad peer " + std::to_string(p));
       std::optional<sockaddr_storage> addr;
+      if (p < ctx_.rank) ++lower_peers_;
       if (p > ctx_.rank) {
         auto a = ParseBlob(blobs[p]);
         if (!a.ok())
@@ -481,15 +431,6 @@ Status TcpInstance::connect(const std::vector<int>& peers, const std::vector<std
   }
   auto start = Clock::now();
   fatal_ = Status::Ok();
-  std::vector<Incoming> incoming;
-  // Handshakes still pending when this call returns end with it (strangers, or real peers
-  // that connected for a later call: they retry).
-  struct HangUpPending {
-    std::vector<Incoming>& v;
-    ~HangUpPending() {
-      for (auto& in : v) HangUp(in.fd.get());
-    }
-  } hang_up_pending{incoming};
   auto all_in = [&] {
     for (auto [i, c] : wanted_in)
       if (!stash_.count({peers[i], c})) return false;
@@ -535,15 +476,12 @@ Status TcpInstance::connect(const std::vector<int>& peers, const std::vector<std
           wake = std::min(wake, o.retry_at);
       }
     if (!fatal_.ok()) break;
-    if (now < listener_paused_until_) wake = std::min(wake, listener_paused_until_);
-    for (const auto& in : incoming)
-      if (!in.dead) wake = std::min(wake, in.deadline);
     auto wait_ms = std::chrono::duration_cast<std::chrono::milliseconds>(wake - now).count();
     int timeout = static_cast<int>(std::clamp<int64_t>(wait_ms + 1, 0, 1000));
     // An abortable deadline (a pending init that braidCommAbort may stop) is looked at again
     // within kAbortCheckMs.
     timeout = std::min(timeout, deadline.remainingMs(timeout) + 1);
-    BRAID_RETURN_IF_ERROR(pollOnce(outgoing, incoming, timeout).prepend(who));
+    BRAID_RETURN_IF_ERROR(pollOnce(outgoing, timeout).prepend(who));
   }
   if (!fatal_.ok()) return Status(fatal_).prepend(who);
 
@@ -580,7 +518,7 @@ Result<std::unique_ptr<Endpoint>> TcpInstance::stepLazy(Outgoing* o, int peer, i
   if (o && o->state == Outgoing::kIdle && now >= o->retry_at) startOutgoing(*o);
   if (fatal_.ok())
     BRAID_RETURN_IF_ERROR(
-        pollOnce(o ? std::span<Outgoing>(o, 1) : std::span<Outgoing>(), incoming_, 0).prepend(who));
+        pollOnce(o ? std::span<Outgoing>(o, 1) : std::span<Outgoing>(), 0).prepend(who));
   if (!fatal_.ok()) return Status(fatal_).prepend(who);
   std::unique_ptr<Endpoint> ep = takeLazy(o, peer, channel);
   if (ep)
@@ -599,61 +537,41 @@ std::unique_ptr<Endpoint> TcpInstance::takeLazy(Outgoing* o, int peer, int chann
     ep = std::make_unique<TcpEndpoint>(std::move(it->second), peerOf(peer, channel));
     stash_.erase(it);
     taken_.emplace_back(peer, channel);
+    closeListenerWhenAllArrived();
   }
   return ep;  // (LazyEndpoint gives it its transport)
 }
 
 void TcpInstance::armLazy(Outgoing* o, std::vector<pollfd>& fds) {
-  collectFds(o ? std::span<Outgoing>(o, 1) : std::span<Outgoing>(), incoming_, fds, nullptr);
+  collectFds(o ? std::span<Outgoing>(o, 1) : std::span<Outgoing>(), fds, nullptr);
 }
 
-void TcpInstance::collectFds(std::span<Outgoing> outgoing, const std::vector<Incoming>& incoming,
-                             std::vector<pollfd>& fds, std::vector<FdOwner>* owners) const {
-  auto add = [&](int fd, short events, FdOwner owner) {
+void TcpInstance::collectFds(std::span<Outgoing> outgoing, std::vector<pollfd>& fds,
+                             std::vector<int>* owners) const {
+  auto add = [&](int fd, short events, int owner) {
     fds.push_back({fd, events, 0});
     if (owners) owners->push_back(owner);
   };
-  if (listener_.valid() && Clock::now() >= listener_paused_until_)
-    add(listener_.get(), POLLIN, {FdOwner::kListener, 0});
+  if (listener_) add(listener_->readyFd(), POLLIN, -1);
   for (size_t k = 0; k < outgoing.size(); ++k) {
     const Outgoing& o = outgoing[k];
     if (o.state == Outgoing::kConnecting)
-      add(o.fd.get(), POLLOUT, {FdOwner::kOut, k});
+      add(o.fd.get(), POLLOUT, static_cast<int>(k));
     else if (o.state == Outgoing::kHandshake)
-      add(o.fd.get(), o.hs->pollEvents(), {FdOwner::kOut, k});
+      add(o.fd.get(), o.hs->pollEvents(), static_cast<int>(k));
   }
-  for (size_t k = 0; k < incoming.size(); ++k)
-    if (!incoming[k].dead)
-      add(incoming[k].fd.get(), incoming[k].hs->pollEvents(), {FdOwner::kIn, k});
 }
 
-Status TcpInstance::pollOnce(std::span<Outgoing> outgoing, std::vector<Incoming>& incoming,
-                             int timeout_ms) {
+Status TcpInstance::pollOnce(std::span<Outgoing> outgoing, int timeout_ms) {
   std::vector<pollfd> fds;
-  std::vector<FdOwner> owners;
-  collectFds(outgoing, incoming, fds, &owners);
+  std::vector<int> owners;
+  collectFds(outgoing, fds, &owners);
   const int n = ::poll(fds.data(), fds.size(), timeout_ms);
   if (n < 0 && errno != EINTR) return SystemError(ErrnoMessage("poll", errno));
-  for (size_t k = 0; n > 0 && k < fds.size(); ++k) {
-    if (!fds[k].revents) continue;
-    const FdOwner& w = owners[k];
-    if (w.kind == FdOwner::kListener)
-      acceptNew(incoming);  // (may append to `incoming`: the owners' indexes stay valid)
-    else if (w.kind == FdOwner::kOut)
-      driveOutgoing(outgoing[w.index], fds[k].revents);
-    else
-      driveIncoming(incoming[w.index]);
-  }
-  // Handshakes are timed from their accept. A lazy one may have gone on while nobody stepped
-  // (no endpoint was pending): it was driven above, before it is judged here.
-  const auto now = Clock::now();
-  for (auto& in : incoming)
-    if (!in.dead && now >= in.deadline)
-      drop(in,
-           "did not complete the handshake within " + std::to_string(kHandshakeTimeoutMs) + " ms");
-  incoming.erase(
-      std::remove_if(incoming.begin(), incoming.end(), [](const Incoming& in) { return in.dead; }),
-      incoming.end());
+  for (size_t k = 0; n > 0 && k < fds.size(); ++k)
+    if (fds[k].revents && owners[k] >= 0)
+      driveOutgoing(outgoing[static_cast<size_t>(owners[k])], fds[k].revents);
+  takeArrived();
   return Status::Ok();
 }
 
@@ -675,13 +593,11 @@ class TcpFactory final : public TransportFactory {
     } else {
       BRAID_ASSIGN_OR_RETURN(itf, SelectInterface(ctx.socket_ifname));
     }
-    auto listener = ListenOn(itf.addr, SOMAXCONN, kSocketBuffers);
-    if (!listener.ok()) return Status(listener.status()).prepend("tcp: ");
-    BRAID_ASSIGN_OR_RETURN(sockaddr_storage bound, LocalAddress(listener->get()));
-    BRAID_TRACE("tcp: rank %d listening on %s (%s)", ctx.rank, FormatAddress(bound).c_str(),
+    auto inst = std::make_unique<TcpInstance>(ctx);
+    if (Status st = inst->listen(itf.addr); !st.ok()) return st.prepend("tcp: ");
+    BRAID_TRACE("tcp: rank %d listening on %s (%s)", ctx.rank, inst->address().c_str(),
                 itf.ifname.c_str());
-    return std::unique_ptr<TransportInstance>(
-        std::make_unique<TcpInstance>(ctx, std::move(*listener), FormatAddress(bound)));
+    return std::unique_ptr<TransportInstance>(std::move(inst));
   }
 };
 

@@ -1,8 +1,10 @@
 // The TCP transport (DESIGN.md 2.3): one listener per communicator on the selected interface,
 // `nchannels` authenticated sockets per peer. The lower rank of a pair connects, the higher
-// accepts; one poll loop drives every connect, accept and handshake at once, so a stranger at the
-// listener (garbage, slow, idle) is dropped within a second without delaying the real
-// connections. TcpTransportFactory() (transport.h) is the entry point; this header exposes the
+// accepts. The listener is a HandshakeListener: its own thread accepts and runs every handshake
+// at once, whether or not this rank is connecting, so a stranger (garbage, slow, idle) is dropped
+// within a second at any time without delaying the real connections, and a flood of them leaves
+// a few log lines. It closes once no more data connection can come: after init, or with lazy
+// connections once every lower rank's channels arrived (at once where no lower rank uses tcp). TcpTransportFactory() (transport.h) is the entry point; this header exposes the
 // blob format, as shm_transport.h does for shm.
 #pragma once
 
