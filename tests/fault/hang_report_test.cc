@@ -195,6 +195,52 @@ INSTANTIATE_TEST_SUITE_P(Fault, HangReport, ::testing::Values("shm", "tcp"));
 INSTANTIATE_TEST_SUITE_P(Ucx, HangReport, ::testing::Values("ucx"));
 #endif
 
+// A dump signal the application handles itself stays the application's: its handler still runs
+// after init, and the log says braid left the signal alone.
+int g_app_handler_calls = 0;
+void AppHandler(int) {
+  ++g_app_handler_calls;
+}
+
+TEST(HangReportConfig, ASignalTheApplicationHandlesIsLeftAlone) {
+  char dir[] = "/tmp/braid_hang_owned.XXXXXX";
+  ASSERT_NE(mkdtemp(dir), nullptr);
+  JobOptions opt;
+  opt.nranks = 1;
+  opt.timeout_s = 30;
+  opt.init = false;
+  auto out = RunJob(opt, [&](braidComm_t, int rank, int n, const braidUniqueId& id) {
+    struct sigaction sa {};
+    sa.sa_handler = AppHandler;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGUSR2, &sa, nullptr);
+    setenv("BRAID_DUMP_SIGNAL", "USR2", 1);
+    setenv("BRAID_DEBUG", "WARN", 1);
+    const std::string log = std::string(dir) + "/log";
+    setenv("BRAID_DEBUG_FILE", log.c_str(), 1);
+    braidComm_t comm = nullptr;
+    if (braidCommInitRank(&comm, n, id, rank) != braidSuccess) return 1;
+    raise(SIGUSR2);
+    raise(SIGUSR2);
+    braidCommDestroy(comm);
+    if (g_app_handler_calls != 2) {
+      std::fprintf(stderr, "the application's handler ran %d times, not 2\n", g_app_handler_calls);
+      return 2;
+    }
+    std::ifstream f(log);
+    std::stringstream ss;
+    ss << f.rdbuf();
+    if (!Has(ss.str(), "BRAID_DUMP_SIGNAL=USR2: the application already handles")) {
+      std::fprintf(stderr, "no warning in the log:\n%s\n", ss.str().c_str());
+      return 3;
+    }
+    return 0;
+  });
+  EXPECT_TRUE(AllSucceeded(out)) << DescribeOutcomes(out);
+  std::string rm = std::string("rm -rf '") + dir + "'";
+  EXPECT_EQ(std::system(rm.c_str()), 0);
+}
+
 TEST(HangReportConfig, UnknownSignalIsRejectedAtInit) {
   JobOptions opt;
   opt.nranks = 1;

@@ -3,8 +3,8 @@
 //
 // The signal handler only writes one byte to a pipe (async-signal-safe); a thread started with
 // the first communicator waits on that pipe and composes the reports, which may take locks and
-// allocate. No handler is installed unless BRAID_DUMP_SIGNAL names a signal: the application's
-// signals are its own.
+// allocate. No handler is installed unless BRAID_DUMP_SIGNAL names a signal, and none over a
+// handler (or an ignore) the application installed: the application's signals are its own.
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -62,6 +62,20 @@ Status InstallDumpSignal(const std::string& name) {
       result = InvalidArgument("BRAID_DUMP_SIGNAL='" + name + "': use USR1, USR2 or QUIT");
       return;
     }
+    // A signal the application handles (or ignores) is its own: braid leaves it alone and says
+    // so, rather than take it over (braidCommDebugState gives the same report on demand).
+    struct sigaction before {};
+    if (sigaction(sig, nullptr, &before) == 0 && !(before.sa_flags & SA_SIGINFO) &&
+        before.sa_handler == SIG_DFL) {
+      // (the default action: braid may take it)
+    } else {
+      BRAID_WARN(
+          "BRAID_DUMP_SIGNAL=%s: the application already handles or ignores that signal; "
+          "braid leaves it alone (no dump on it: pick another signal, or call "
+          "braidCommDebugState)",
+          name.c_str());
+      return;
+    }
     if (pipe2(g_dump_pipe, O_CLOEXEC) != 0) {
       result = SystemError(ErrnoMessage("BRAID_DUMP_SIGNAL: pipe", errno));
       return;
@@ -69,6 +83,9 @@ Status InstallDumpSignal(const std::string& name) {
     std::thread(DumpThread).detach();  // lives as long as the process, blocked on the pipe
     struct sigaction sa {};
     sa.sa_handler = OnDumpSignal;
+    // Restartable calls (read, write, wait, ...) resume after the handler. Calls that POSIX never
+    // restarts (sleep, nanosleep, poll, select) return early with EINTR, as with any handled
+    // signal: docs/reliability.md says so.
     sa.sa_flags = SA_RESTART;
     sigemptyset(&sa.sa_mask);
     sigaction(sig, &sa, nullptr);
