@@ -883,7 +883,12 @@ bool braidComm::findPreMulOp(int id, PreMulOp* out) const {
 
 std::string braidComm::where() const {
   std::string host =
-      rank_ >= 0 && rank_ < static_cast<int>(infos_.size()) ? infos_[rank_].hostname : "?";
+      rank_ >= 0 && rank_ < static_cast<int>(infos_.size()) ? infos_[rank_].hostname : "";
+  if (host.empty()) {
+    // Before the rendezvous has told every rank's: this rank's own is known all along.
+    char name[256] = {};
+    host = gethostname(name, sizeof(name) - 1) == 0 && name[0] ? name : "?";
+  }
   return "rank " + std::to_string(rank_) + "/" + std::to_string(nranks_) + " on host " + host;
 }
 
