@@ -13,6 +13,7 @@
 #include <tuple>
 #include <vector>
 
+#include "core/runtime/comm_registry.h"
 #include "multirank/harness.h"
 #include "multirank/pid_pipe.h"
 
@@ -203,6 +204,74 @@ TEST_P(RootCause, TwoIndependentDeathsEachSurvivorNamesOne) {
   });
   for (int r = 0; r < n; ++r)
     EXPECT_EQ(out[r].exit_code, r == a || r == b ? 128 + SIGKILL : 0) << DescribeOutcomes(out);
+}
+
+// A rank destroys the communicator while the others wait on it in a collective it never makes
+// (issue 42, item 1): the destroy used to return at once, unannounced, and the others waited
+// BRAID_TIMEOUT over shm ("stopped responding") or named a death over tcp. Now every survivor fails
+// within 1 s naming "rank V ... destroyed the communicator". The victim destroys once the others'
+// call has reached it (awaitedByAPeer: their stream data or board posts are there), the case the
+// destroy can see; a small call (on shm: the board) and a large one (the engine's streams).
+using DestroyParam = std::tuple<int, std::string, size_t>;
+class DestroyMidCall : public ::testing::TestWithParam<DestroyParam> {};
+
+INSTANTIATE_TEST_SUITE_P(Fault, DestroyMidCall,
+                         ::testing::Combine(::testing::Values(2, 4, 8),
+                                            ::testing::Values("shm", "tcp"),
+                                            ::testing::Values(size_t{16}, size_t{1} << 18)),
+                         [](const auto& info) {
+                           std::string name = "n";
+                           name += std::to_string(std::get<0>(info.param));
+                           name += "_" + std::get<1>(info.param) + "_";
+                           name += std::to_string(std::get<2>(info.param));
+                           name += "floats";
+                           return name;
+                         });
+
+TEST_P(DestroyMidCall, EverySurvivorNamesTheDestroyWithinOneSecond) {
+  auto [n, transport, count] = GetParam();
+  PidPipe victim_pid;
+  JobOptions opt;
+  opt.nranks = n;
+  opt.timeout_s = 90;
+  opt.env = {{"BRAID_TRANSPORTS", transport}, {"BRAID_TIMEOUT", "30"}};
+  const int victim = n / 2;
+  auto out = RunJob(opt, [&](braidComm_t comm, int rank, int nranks, const braidUniqueId&) {
+    pid_t vpid = -1;
+    if (rank == victim) {
+      if (!victim_pid.publish(nranks - 1)) return 5;
+    } else if ((vpid = victim_pid.take()) <= 0) {
+      return 6;
+    }
+    std::vector<float> buf(count, 1.0f);
+    // Call #0 together (connections made), then the victim leaves.
+    if (braidAllReduce(buf.data(), buf.data(), count, braidFloat32, braidSum, comm) != braidSuccess)
+      return 7;
+    if (rank == victim) {
+      braid::CommRef ref = braid::LookupComm(comm);
+      const auto t0 = Clock::now();
+      while (!ref->awaitedByAPeer()) {
+        if (SecondsSince(t0) > 30) return 8;  // (the harness's guard would fire anyway)
+        sched_yield();
+      }
+      ref.reset();
+      if (braidCommDestroy(comm) != braidSuccess) return 9;
+      _exit(0);  // (the harness would destroy it again)
+    }
+    const auto t0 = Clock::now();
+    braidResult_t rc = braidAllReduce(buf.data(), buf.data(), count, braidFloat32, braidSum, comm);
+    const double dt = SecondsSince(t0);
+    const std::string msg = braidGetLastError(comm);
+    const std::string want = "rank " + std::to_string(victim) + " (host " + Hostname() + ", pid " +
+                             std::to_string(vpid) + ") destroyed the communicator";
+    if (rc != braidErrRemote || dt > 1.0 || msg.find(want) == std::string::npos) {
+      std::fprintf(stderr, "[rank %d] rc=%d after %.2fs: %s\n  (want: %s)\n", rank, rc, dt,
+                   msg.c_str(), want.c_str());
+      return 1;
+    }
+    return 0;
+  });
+  for (int r = 0; r < n; ++r) EXPECT_EQ(out[r].exit_code, 0) << DescribeOutcomes(out);
 }
 
 }  // namespace

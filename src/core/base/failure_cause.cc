@@ -93,6 +93,9 @@ std::string FailureCause::describe() const {
     case Reason::kAborted:
       what = "aborted the communicator (braidCommAbort)";
       break;
+    case Reason::kDestroyed:
+      what = "destroyed the communicator (braidCommDestroy) while other ranks waited on it";
+      break;
   }
   std::string op;
   if (has_op)
@@ -129,7 +132,7 @@ std::optional<FailureCause> FailureCause::Decode(const uint8_t in[kWireBytes], i
   FailureCause c;
   const uint8_t reason = Get<uint8_t>(in, kOffReason);
   if (reason < static_cast<uint8_t>(Reason::kDied) ||
-      reason > static_cast<uint8_t>(Reason::kAborted))
+      reason > static_cast<uint8_t>(Reason::kDestroyed))
     return std::nullopt;
   c.reason = static_cast<Reason>(reason);
   const uint8_t has_op = Get<uint8_t>(in, kOffHasOp);

@@ -35,6 +35,7 @@ struct FailureCause {
     kRevoked = 7,      // revoked the communicator (braidCommRevoke)
     kShutDown = 8,     // shut its streams down without saying why (weak: only a fallback)
     kAborted = 9,      // aborted the communicator (braidCommAbort)
+    kDestroyed = 10,   // destroyed the communicator (braidCommDestroy) while peers waited on it
   };
   static constexpr size_t kHostBytes = 64;
   static constexpr size_t kDetailBytes = 96;

@@ -155,7 +155,10 @@ braidResult_t braidCommDestroy(braidComm_t comm) {
     // Errors the operations already reported do not make the release fail; operations that
     // never finish do (and are aborted).
     st = ref->drain();
-    if (!st.ok()) ref->abort();
+    if (!st.ok())
+      ref->abort();
+    else if (ref->asyncErrorCode() == braidSuccess && ref->awaitedByAPeer())
+      ref->announceDestroy();
   }
   ref->setState(braidComm::State::kDestroyed);
   ref.reset();  // frees now unless a concurrent call still holds a reference

@@ -861,6 +861,28 @@ void braidComm::abort() {
   shutdownEndpoints();
 }
 
+bool braidComm::awaitedByAPeer() {
+  if (root_ || !engine()) return false;
+  for (int p = 0; p < nranks_; ++p) {
+    if (p == rank_) continue;
+    // Stream data this rank never read: the peer is in an operation this rank did not make.
+    if (peerSentUnreadStreamBytes(p)) return true;
+    // A post on the board for a call this rank never made (its next number is known when no
+    // call is open: destroy drained them).
+    if (board_ && board_clock_.next() != 0 && board_->posted(p, board_clock_.next())) return true;
+  }
+  return false;
+}
+
+void braidComm::announceDestroy() {
+  // As an abort: the cause goes to every rank (bounded), then the streams close so that a peer
+  // blocked on one fails at once, holding the cause.
+  causes_.offer(selfCause(FailureCause::Reason::kDestroyed, ""));
+  causes_.complete(rank_, false, "", 0);
+  (void)announceFailure();
+  shutdownEndpoints();
+}
+
 int braidComm::addPreMulOp(const PreMulOp& op) {
   std::lock_guard<std::mutex> lock(mu_);
   int id = next_premul_id_++;

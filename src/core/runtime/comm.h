@@ -248,6 +248,13 @@ struct braidComm {
   // Shuts every stream down so that peers fail at once (the engine calls it when an operation
   // of this rank fails; see Endpoint::shutdown).
   void shutdownEndpoints();
+  // At destroy, once this rank's own operations are drained: whether a peer waits on this rank
+  // in an operation this rank never made (it sent stream data nobody read here, or posted a
+  // board call this rank never posted). Then announceDestroy() tells every rank, as an abort
+  // does, so that they fail at once naming the destroy instead of a death or a timeout (issue
+  // 42). A destroy nobody waits for sends nothing.
+  bool awaitedByAPeer();
+  void announceDestroy();
   // Aborts the running operations without marking the communicator failed for good.
   void abortOperations(const Status& reason);
 

@@ -1,6 +1,7 @@
 #include "transport/tcp/tcp_endpoint.h"
 
 #include <poll.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 
 #include <algorithm>
@@ -212,6 +213,12 @@ Result<size_t> TcpEndpoint::sendDirect(std::span<const iovec> parts) {
   }
 }
 
+bool TcpEndpoint::hasUnreadBytes() const {
+  if (buffered_.load(std::memory_order_relaxed)) return true;
+  int n = 0;
+  return fd_.valid() && ioctl(fd_.get(), FIONREAD, &n) == 0 && n > 0;
+}
+
 void TcpEndpoint::fill(size_t want) {
   if (!rx_error_.ok()) return;
   size_t avail = tail_ - head_;
@@ -231,6 +238,7 @@ void TcpEndpoint::fill(size_t want) {
     ssize_t n = readStream(buf_.get() + tail_, room);
     if (n > 0) {
       tail_ += static_cast<size_t>(n);
+      buffered_.store(true, std::memory_order_relaxed);
       if (static_cast<size_t>(n) < room) return;  // drained (or at the marker)
       continue;
     }
@@ -258,7 +266,10 @@ void TcpEndpoint::consume(size_t len) {
   countReceived(std::min(len, last_peek_));
   head_ += std::min(len, last_peek_);
   last_peek_ = 0;
-  if (head_ == tail_) head_ = tail_ = 0;
+  if (head_ == tail_) {
+    head_ = tail_ = 0;
+    buffered_.store(false, std::memory_order_relaxed);
+  }
 }
 
 Result<size_t> TcpEndpoint::recv(void* data, size_t len) {
@@ -268,7 +279,10 @@ Result<size_t> TcpEndpoint::recv(void* data, size_t len) {
   if (got) {
     std::memcpy(out, buf_.get() + head_, got);
     head_ += got;
-    if (head_ == tail_) head_ = tail_ = 0;
+    if (head_ == tail_) {
+      head_ = tail_ = 0;
+      buffered_.store(false, std::memory_order_relaxed);
+    }
   }
   // The rest straight from the socket: no second copy for large messages.
   while (got < len && rx_error_.ok()) {

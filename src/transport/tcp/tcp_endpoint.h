@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstddef>
+#include <atomic>
 #include <memory>
 #include <span>
 #include <string>
@@ -57,6 +58,9 @@ class TcpEndpoint final : public Endpoint {
   void shutdown() override;
   std::string describe() const override;
 
+  // Bytes read into the buffer and not consumed, or waiting in the socket (FIONREAD). From any
+  // thread.
+  bool hasUnreadBytes() const override;
   int fd() const { return fd_.get(); }
 
  private:
@@ -110,6 +114,7 @@ class TcpEndpoint final : public Endpoint {
   // poll() reported that the peer hung up (FIN, reset): it reads nothing more, so the next
   // send fails even if the window still has room (which otherwise hides the FIN until full).
   bool peer_hung_up_ = false;
+  std::atomic<bool> buffered_{false};  // tail_ > head_, for hasUnreadBytes() on other threads
 };
 
 }  // namespace braid
