@@ -274,5 +274,78 @@ TEST_P(DestroyMidCall, EverySurvivorNamesTheDestroyWithinOneSecond) {
   for (int r = 0; r < n; ++r) EXPECT_EQ(out[r].exit_code, 0) << DescribeOutcomes(out);
 }
 
+// One rank never makes the collective the others make (issue 42, item 2): it is alive and
+// answers probes, so the rank each waiting rank waits on directly may be a live one waiting itself
+// (4 ranks over tcp named the live rank 3, 3 runs in 3). Every waiting rank names the rank that
+// never called, found by asking every rank how many collectives it issued; repeated, since the
+// wrong answer depended on which rank timed out first.
+using NotCallingParam = std::tuple<int, std::string, int>;  // ranks, transport, repetitions
+class NotCalling : public ::testing::TestWithParam<NotCallingParam> {};
+
+INSTANTIATE_TEST_SUITE_P(Fault, NotCalling,
+                         ::testing::Values(NotCallingParam{4, "tcp", 20},
+                                           NotCallingParam{8, "tcp", 5},
+                                           NotCallingParam{4, "shm", 5},
+                                           NotCallingParam{8, "shm", 3}),
+                         [](const auto& info) {
+                           std::string name = "n";
+                           name += std::to_string(std::get<0>(info.param));
+                           name += "_" + std::get<1>(info.param);
+                           return name;
+                         });
+
+TEST_P(NotCalling, EveryWaitingRankNamesTheRankThatNeverCalled) {
+  auto [n, transport, reps] = GetParam();
+  constexpr int kTimeoutS = 1;
+  const int absent = 2;
+  for (int rep = 0; rep < reps; ++rep) {
+    PidPipe absent_pid;
+    int done[2];
+    ASSERT_EQ(pipe(done), 0);
+    JobOptions opt;
+    opt.nranks = n;
+    opt.timeout_s = 60;
+    opt.env = {{"BRAID_TRANSPORTS", transport}, {"BRAID_TIMEOUT", std::to_string(kTimeoutS)}};
+    auto out = RunJob(opt, [&](braidComm_t comm, int rank, int nranks, const braidUniqueId&) {
+      // Engine-sized, so that the ranks wait on each other's streams in a chain.
+      std::vector<float> buf(1 << 16, 1.0f);
+      if (braidAllReduce(buf.data(), buf.data(), buf.size(), braidFloat32, braidSum, comm) !=
+          braidSuccess)
+        return 4;
+      if (rank == absent) {
+        if (!absent_pid.publish(nranks - 1)) return 5;
+        // Alive, answering probes, never calling: until every waiting rank has its error.
+        char c;
+        for (int k = 0; k < nranks - 1; ++k)
+          if (read(done[0], &c, 1) != 1) return 8;
+        return 0;
+      }
+      const pid_t apid = absent_pid.take();
+      if (apid <= 0) return 6;
+      const auto t0 = Clock::now();
+      braidResult_t rc =
+          braidAllReduce(buf.data(), buf.data(), buf.size(), braidFloat32, braidSum, comm);
+      const double dt = SecondsSince(t0);
+      const std::string msg = braidGetLastError(comm);
+      const std::string want = "rank " + std::to_string(absent) + " (host " + Hostname() +
+                               ", pid " + std::to_string(apid) + ") has not called this operation";
+      int code = 0;
+      if (rc != braidErrTimeout || dt > kTimeoutS + 2.0 || msg.find(want) == std::string::npos) {
+        std::fprintf(stderr, "[rank %d] rc=%d after %.2fs: %s\n  (want: %s)\n", rank, rc, dt,
+                     msg.c_str(), want.c_str());
+        code = 1;
+      }
+      char c = 1;
+      if (write(done[1], &c, 1) != 1) return 7;
+      return code;
+    });
+    close(done[0]);
+    close(done[1]);
+    bool ok = true;
+    for (int r = 0; r < n; ++r) ok = ok && out[r].exit_code == 0;
+    ASSERT_TRUE(ok) << "repetition " << rep << ": " << DescribeOutcomes(out);
+  }
+}
+
 }  // namespace
 }  // namespace braid_test

@@ -96,6 +96,10 @@ std::string FailureCause::describe() const {
     case Reason::kDestroyed:
       what = "destroyed the communicator (braidCommDestroy) while other ranks waited on it";
       break;
+    case Reason::kNotCalling:
+      what = "has not called this operation (it is alive";
+      what += detail.empty() ? ")" : "; " + detail + ")";
+      break;
   }
   std::string op;
   if (has_op)
@@ -106,8 +110,10 @@ std::string FailureCause::describe() const {
 }
 
 ErrorClass FailureCause::errorClass() const {
-  return reason == Reason::kStalled || reason == Reason::kNoProgress ? ErrorClass::kTimeout
-                                                                     : ErrorClass::kRemote;
+  return reason == Reason::kStalled || reason == Reason::kNoProgress ||
+                 reason == Reason::kNotCalling
+             ? ErrorClass::kTimeout
+             : ErrorClass::kRemote;
 }
 
 void FailureCause::encode(uint8_t out[kWireBytes]) const {
@@ -132,7 +138,7 @@ std::optional<FailureCause> FailureCause::Decode(const uint8_t in[kWireBytes], i
   FailureCause c;
   const uint8_t reason = Get<uint8_t>(in, kOffReason);
   if (reason < static_cast<uint8_t>(Reason::kDied) ||
-      reason > static_cast<uint8_t>(Reason::kDestroyed))
+      reason > static_cast<uint8_t>(Reason::kNotCalling))
     return std::nullopt;
   c.reason = static_cast<Reason>(reason);
   const uint8_t has_op = Get<uint8_t>(in, kOffHasOp);

@@ -36,6 +36,7 @@ struct FailureCause {
     kShutDown = 8,     // shut its streams down without saying why (weak: only a fallback)
     kAborted = 9,      // aborted the communicator (braidCommAbort)
     kDestroyed = 10,   // destroyed the communicator (braidCommDestroy) while peers waited on it
+    kNotCalling = 11,  // alive, but has not issued the collective the others wait in; `detail`
   };
   static constexpr size_t kHostBytes = 64;
   static constexpr size_t kDetailBytes = 96;

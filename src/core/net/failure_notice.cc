@@ -19,6 +19,10 @@ struct Call {
   std::unique_ptr<ClientHandshake> hs;
   enum class Stage { kHandshake, kAnswer, kDone } stage = Stage::kHandshake;
   bool answered = false;
+  // The answer: the ack byte, then `extra` bytes (an issued-calls count: 8).
+  size_t extra = 0;
+  uint8_t answer[1 + 8] = {};
+  size_t got = 0;
 };
 
 // Runs `calls` until each is done or `deadline`: the handshake, then `payload` (may be empty),
@@ -57,10 +61,11 @@ void RunCalls(std::vector<Call>& calls, const uint8_t* payload, size_t payload_l
         c.stage = Call::Stage::kAnswer;
         continue;
       }
-      uint8_t ack = 0;
-      ssize_t r = ::recv(c.fd.get(), &ack, 1, MSG_DONTWAIT);
+      ssize_t r = ::recv(c.fd.get(), c.answer + c.got, 1 + c.extra - c.got, MSG_DONTWAIT);
       if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) continue;
-      c.answered = r == 1 && ack == 1;
+      if (r > 0) c.got += static_cast<size_t>(r);
+      if (r > 0 && c.got < 1 + c.extra) continue;
+      c.answered = c.got == 1 + c.extra && c.answer[0] == 1;
       c.stage = Call::Stage::kDone;
     }
   }
@@ -108,11 +113,41 @@ bool ProbeAlive(const ControlPeers& peers, int rank, Deadline deadline) {
   return calls[0].answered;
 }
 
-bool ServeFailureControl(const HandshakeHello& hello, int fd, int nranks, CauseBoard* board) {
+std::vector<std::optional<uint64_t>> AskIssuedCalls(const ControlPeers& peers,
+                                                    const std::vector<int>& ranks,
+                                                    Deadline deadline) {
+  std::vector<Call> calls;
+  for (int r : ranks) {
+    calls.push_back(r >= 0 && r < peers.nranks && r != peers.rank
+                        ? StartCall(peers, r, kIssuedCallsPurpose)
+                        : Call{});
+    calls.back().extra = 8;
+    if (r < 0 || r >= peers.nranks || r == peers.rank) calls.back().stage = Call::Stage::kDone;
+  }
+  RunCalls(calls, nullptr, 0, deadline);
+  std::vector<std::optional<uint64_t>> out;
+  for (const Call& c : calls) {
+    uint64_t v = 0;
+    for (int b = 0; b < 8; ++b) v |= static_cast<uint64_t>(c.answer[1 + b]) << (8 * b);
+    out.push_back(c.answered && v != kIssuedCallsUnknown ? std::optional<uint64_t>(v)
+                                                         : std::nullopt);
+  }
+  return out;
+}
+
+bool ServeFailureControl(const HandshakeHello& hello, int fd, int nranks, CauseBoard* board,
+                         const std::function<uint64_t()>& issued_calls) {
   const uint8_t ack = 1;
   const Deadline deadline = Deadline::After(kFailureNoticeMs);
   if (hello.purpose == kLivenessProbePurpose) {
     (void)SendAll(fd, &ack, 1, deadline);
+    return true;
+  }
+  if (hello.purpose == kIssuedCallsPurpose) {
+    const uint64_t v = issued_calls ? issued_calls() : kIssuedCallsUnknown;
+    uint8_t answer[9] = {ack};
+    for (int b = 0; b < 8; ++b) answer[1 + b] = static_cast<uint8_t>(v >> (8 * b));
+    (void)SendAll(fd, answer, sizeof(answer), deadline);
     return true;
   }
   if (hello.purpose != kFailureNoticePurpose) return false;

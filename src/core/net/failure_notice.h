@@ -9,6 +9,9 @@
 //           server: stores the record in its CauseBoard if valid, answers one byte (1)
 //   probe   client: handshake (purpose kLivenessProbePurpose)
 //           server: answers one byte (1)
+//   calls   client: handshake (purpose kIssuedCallsPurpose)
+//           server: answers one byte (1) and a u64 (little endian): how many collectives the
+//           rank has issued on the communicator (kIssuedCallsUnknown before its engine runs)
 //
 // A rank that observed a failure itself sends its notice to every other rank and waits for the
 // answers (bounded) before it shuts its streams down: a rank that then fails because a stream
@@ -20,6 +23,8 @@
 #include <sys/socket.h>
 
 #include <cstdint>
+#include <functional>
+#include <optional>
 #include <vector>
 
 #include "core/base/clock.h"
@@ -30,6 +35,8 @@ namespace braid {
 
 inline constexpr uint32_t kFailureNoticePurpose = 4;
 inline constexpr uint32_t kLivenessProbePurpose = 5;
+inline constexpr uint32_t kIssuedCallsPurpose = 6;
+inline constexpr uint64_t kIssuedCallsUnknown = ~uint64_t{0};
 // How long a notice or a probe may take. A live listener answers in milliseconds; this bounds
 // the wait on a stopped or unreachable one.
 inline constexpr int64_t kFailureNoticeMs = 300;
@@ -52,8 +59,18 @@ void SendFailureNotices(const ControlPeers& peers, const FailureCause& cause,
 // Whether `rank`'s process answers on its control listener before `deadline`.
 bool ProbeAlive(const ControlPeers& peers, int rank, Deadline deadline);
 
-// The control listener's side (HandshakeListener::Serve): serves notices and probes; false for
-// any other purpose (the connection then goes to whoever takes connections, e.g. a shrink).
-bool ServeFailureControl(const HandshakeHello& hello, int fd, int nranks, CauseBoard* board);
+// How many collectives each rank of `ranks` has issued on the communicator, asked of all at once;
+// nullopt for a rank that did not answer before `deadline` (or does not know yet). A stalled
+// collective #k whose peers all run finds a rank that never called it this way: its count is at
+// most k (Engine::handleStall).
+std::vector<std::optional<uint64_t>> AskIssuedCalls(const ControlPeers& peers,
+                                                    const std::vector<int>& ranks,
+                                                    Deadline deadline);
+
+// The control listener's side (HandshakeListener::Serve): serves notices, probes and issued-call
+// counts (`issued_calls`, on the listener's thread; null: unknown); false for any other purpose
+// (the connection then goes to whoever takes connections, e.g. a shrink).
+bool ServeFailureControl(const HandshakeHello& hello, int fd, int nranks, CauseBoard* board,
+                         const std::function<uint64_t()>& issued_calls = nullptr);
 
 }  // namespace braid

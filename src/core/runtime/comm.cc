@@ -220,7 +220,10 @@ Status braidComm::exchangeRankInfo(Bootstrap& bs, Deadline deadline) {
   // Failure notices and liveness probes are answered on the listener's thread (a stopped or
   // busy engine must not delay them); other purposes (a shrink) wait for next().
   auto serve = [this](const HandshakeHello& h, int fd) {
-    return ServeFailureControl(h, fd, nranks_, &causes_);
+    return ServeFailureControl(h, fd, nranks_, &causes_, [this]() -> uint64_t {
+      // (kReady is stored after the engine exists)
+      return state() == State::kReady && engine() ? engine()->collsIssued() : kIssuedCallsUnknown;
+    });
   };
   BRAID_ASSIGN_OR_RETURN(control_, HandshakeListener::Start(ifa.addr, secret_, nullptr,
                                                             control_name, std::move(serve)));

@@ -532,6 +532,24 @@ void Engine::handleStall(size_t i, int64_t since_us) {
     for (int peer : peers)
       if (!ProbeAlive(comm_->controlPeers(), peer, Deadline::After(kLivenessProbeMs)))
         return failAll(i, st, cause_for(peer, FailureCause::Reason::kStalled));
+    // They run. A rank that never issued this collective is the one every other waits on,
+    // directly or through a chain of waiting ranks (the peer this rank waits on may be a live
+    // rank waiting itself): ask every rank how many collectives it issued, and name the lowest
+    // that has not reached this one. Every waiting rank finds the same rank.
+    if (a.isCollective() && &a.owner() == comm_) {
+      std::vector<int> all;
+      for (int r = 0; r < comm_->nranks(); ++r)
+        if (r != comm_->rank()) all.push_back(r);
+      const auto issued =
+          AskIssuedCalls(comm_->controlPeers(), all, Deadline::After(kLivenessProbeMs));
+      for (size_t k = 0; k < all.size(); ++k)
+        if (issued[k] && *issued[k] <= a.seq()) {
+          FailureCause c = cause_for(all[k], FailureCause::Reason::kNotCalling);
+          c.detail = *issued[k] == 0 ? "it issued no collective yet"
+                                     : "its last collective was #" + std::to_string(*issued[k] - 1);
+          return failAll(i, st, c);
+        }
+    }
     // They run, so they wait on someone too: the neighbour of the stopped rank names it soon.
     stall_grace_until_us_ = NowMicros() + kStallGraceMs * 1000;
     return;

@@ -52,6 +52,9 @@ class Engine {
   ~Engine();  // stops the thread; pending operations complete with an aborted error
 
   void submit(std::shared_ptr<Operation> op);
+  // Collectives of the communicator itself (not its views) issued so far, from any thread (the
+  // control listener answers it: failure_notice.h kIssuedCallsPurpose).
+  uint64_t collsIssued() const { return colls_issued_.load(std::memory_order_relaxed); }
   // Runs `op` on the calling thread when nothing else is queued or running, and returns true
   // (the op is then complete).
   bool tryRunInline(Operation& op);

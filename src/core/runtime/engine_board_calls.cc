@@ -275,6 +275,9 @@ Status Engine::awaitBoard(OneSidedRun& run, const OpDesc& d, uint64_t seq,
     // waiting for its post name it.
     if (!posting && c.reason == FailureCause::Reason::kNoProgress)
       return failBoardCall(st, d, seq, std::nullopt);
+    // Alive, and its post for this call is not there: it has not made the call.
+    if (posting && c.reason == FailureCause::Reason::kNoProgress)
+      c.reason = FailureCause::Reason::kNotCalling;
     return failBoardCall(st, d, seq, c);
   }
 }
