@@ -347,5 +347,62 @@ TEST_P(NotCalling, EveryWaitingRankNamesTheRankThatNeverCalled) {
   }
 }
 
+// The destroy comes first and the others' call later (the destroy saw nobody waiting, so it
+// announced nothing): a waiting rank finds the destroyed rank's control listener gone within
+// about half a second of waiting (Engine::failIfPeerLeft, and the board's wait) and names it
+// instead of waiting BRAID_TIMEOUT (30 s here).
+TEST_P(DestroyMidCall, ACallAfterThePeersDestroyNamesItWithinOneSecond) {
+  auto [n, transport, count] = GetParam();
+  PidPipe victim_pid;
+  int gone[2], done[2];
+  ASSERT_EQ(pipe(gone), 0);
+  ASSERT_EQ(pipe(done), 0);
+  JobOptions opt;
+  opt.nranks = n;
+  opt.timeout_s = 90;
+  opt.env = {{"BRAID_TRANSPORTS", transport}, {"BRAID_TIMEOUT", "30"}};
+  const int victim = n / 2;
+  auto out = RunJob(opt, [&](braidComm_t comm, int rank, int nranks, const braidUniqueId&) {
+    pid_t vpid = -1;
+    if (rank == victim) {
+      if (!victim_pid.publish(nranks - 1)) return 5;
+    } else if ((vpid = victim_pid.take()) <= 0) {
+      return 6;
+    }
+    std::vector<float> buf(count, 1.0f);
+    if (braidAllReduce(buf.data(), buf.data(), count, braidFloat32, braidSum, comm) != braidSuccess)
+      return 7;
+    char c = 1;
+    if (rank == victim) {
+      if (braidCommDestroy(comm) != braidSuccess) return 9;
+      // Destroyed: the others call now. The process stays until they have their errors.
+      for (int k = 0; k < nranks - 1; ++k)
+        if (write(gone[1], &c, 1) != 1) return 10;
+      for (int k = 0; k < nranks - 1; ++k)
+        if (read(done[0], &c, 1) != 1) return 11;
+      _exit(0);  // (the harness would destroy it again)
+    }
+    if (read(gone[0], &c, 1) != 1) return 12;
+    const auto t0 = Clock::now();
+    braidResult_t rc = braidAllReduce(buf.data(), buf.data(), count, braidFloat32, braidSum, comm);
+    const double dt = SecondsSince(t0);
+    const std::string msg = braidGetLastError(comm);
+    const std::string who = "rank " + std::to_string(victim) + " (host " + Hostname() + ", pid " +
+                            std::to_string(vpid) + ") ";
+    int code = 0;
+    if (rc != braidErrRemote || dt > 1.0 ||
+        (msg.find(who + "left the communicator") == std::string::npos &&
+         msg.find(who + "destroyed the communicator") == std::string::npos)) {
+      std::fprintf(stderr, "[rank %d] rc=%d after %.2fs: %s\n  (want: %s left or destroyed)\n",
+                   rank, rc, dt, msg.c_str(), who.c_str());
+      code = 1;
+    }
+    if (write(done[1], &c, 1) != 1) return 13;
+    return code;
+  });
+  for (int fd : {gone[0], gone[1], done[0], done[1]}) close(fd);
+  for (int r = 0; r < n; ++r) EXPECT_EQ(out[r].exit_code, 0) << DescribeOutcomes(out);
+}
+
 }  // namespace
 }  // namespace braid_test

@@ -96,6 +96,11 @@ std::string FailureCause::describe() const {
     case Reason::kDestroyed:
       what = "destroyed the communicator (braidCommDestroy) while other ranks waited on it";
       break;
+    case Reason::kLeft:
+      what =
+          "left the communicator (its control listener is closed: it destroyed the "
+          "communicator, or its process exited)";
+      break;
     case Reason::kNotCalling:
       what = "has not called this operation (it is alive";
       what += detail.empty() ? ")" : "; " + detail + ")";
@@ -137,8 +142,7 @@ std::optional<FailureCause> FailureCause::Decode(const uint8_t in[kWireBytes], i
     return std::nullopt;
   FailureCause c;
   const uint8_t reason = Get<uint8_t>(in, kOffReason);
-  if (reason < static_cast<uint8_t>(Reason::kDied) ||
-      reason > static_cast<uint8_t>(Reason::kNotCalling))
+  if (reason < static_cast<uint8_t>(Reason::kDied) || reason > static_cast<uint8_t>(Reason::kLeft))
     return std::nullopt;
   c.reason = static_cast<Reason>(reason);
   const uint8_t has_op = Get<uint8_t>(in, kOffHasOp);

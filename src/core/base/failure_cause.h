@@ -37,6 +37,7 @@ struct FailureCause {
     kAborted = 9,      // aborted the communicator (braidCommAbort)
     kDestroyed = 10,   // destroyed the communicator (braidCommDestroy) while peers waited on it
     kNotCalling = 11,  // alive, but has not issued the collective the others wait in; `detail`
+    kLeft = 12,        // its control listener is gone: it destroyed the communicator or exited
   };
   static constexpr size_t kHostBytes = 64;
   static constexpr size_t kDetailBytes = 96;

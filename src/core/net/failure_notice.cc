@@ -19,6 +19,8 @@ struct Call {
   std::unique_ptr<ClientHandshake> hs;
   enum class Stage { kHandshake, kAnswer, kDone } stage = Stage::kHandshake;
   bool answered = false;
+  bool connected = false;  // the connect completed (the handshake runs)
+  bool refused = false;    // nobody listens there any more: the rank left the communicator
   // The answer: the ack byte, then `extra` bytes (an issued-calls count: 8).
   size_t extra = 0;
   uint8_t answer[1 + 8] = {};
@@ -48,6 +50,15 @@ void RunCalls(std::vector<Call>& calls, const uint8_t* payload, size_t payload_l
       if (!fds[k].revents) continue;
       Call& c = calls[index[k]];
       if (c.stage == Call::Stage::kHandshake) {
+        if (!c.connected) {
+          const int err = ConnectError(c.fd.get());
+          if (err == ECONNREFUSED) {
+            c.refused = true;
+            c.stage = Call::Stage::kDone;
+            continue;
+          }
+          c.connected = err == 0;
+        }
         HandshakeState s = c.hs->drive(c.fd.get());
         if (s == HandshakeState::kFailed) c.stage = Call::Stage::kDone;
         if (s != HandshakeState::kDone) continue;
@@ -76,7 +87,9 @@ Call StartCall(const ControlPeers& peers, int rank, uint32_t purpose) {
   c.rank = rank;
   auto fd = StartConnect((*peers.addrs)[rank]);
   if (!fd.ok()) {
-    c.stage = Call::Stage::kDone;  // refused: nobody listens there any more
+    // Refused at once (a listener on this host): nobody listens there any more.
+    c.refused = fd.status().message().find("refused") != std::string::npos;
+    c.stage = Call::Stage::kDone;
     return c;
   }
   c.fd = std::move(*fd);
@@ -106,11 +119,16 @@ void SendFailureNotices(const ControlPeers& peers, const FailureCause& cause,
 }
 
 bool ProbeAlive(const ControlPeers& peers, int rank, Deadline deadline) {
-  if (rank < 0 || rank >= peers.nranks || rank == peers.rank) return false;
+  return Probe(peers, rank, deadline) == ProbeResult::kAnswered;
+}
+
+ProbeResult Probe(const ControlPeers& peers, int rank, Deadline deadline) {
+  if (rank < 0 || rank >= peers.nranks || rank == peers.rank) return ProbeResult::kSilent;
   std::vector<Call> calls;
   calls.push_back(StartCall(peers, rank, kLivenessProbePurpose));
   RunCalls(calls, nullptr, 0, deadline);
-  return calls[0].answered;
+  if (calls[0].answered) return ProbeResult::kAnswered;
+  return calls[0].refused ? ProbeResult::kRefused : ProbeResult::kSilent;
 }
 
 std::vector<std::optional<uint64_t>> AskIssuedCalls(const ControlPeers& peers,

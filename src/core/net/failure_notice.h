@@ -58,6 +58,10 @@ void SendFailureNotices(const ControlPeers& peers, const FailureCause& cause,
 
 // Whether `rank`'s process answers on its control listener before `deadline`.
 bool ProbeAlive(const ControlPeers& peers, int rank, Deadline deadline);
+// The same, telling a rank that does not answer (stopped, unreachable: kSilent) from one whose
+// listener is gone (connection refused: it destroyed the communicator or its process exited).
+enum class ProbeResult { kAnswered, kSilent, kRefused };
+ProbeResult Probe(const ControlPeers& peers, int rank, Deadline deadline);
 
 // How many collectives each rank of `ranks` has issued on the communicator, asked of all at once;
 // nullopt for a rank that did not answer before `deadline` (or does not know yet). A stalled

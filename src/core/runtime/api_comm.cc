@@ -155,9 +155,10 @@ braidResult_t braidCommDestroy(braidComm_t comm) {
     // Errors the operations already reported do not make the release fail; operations that
     // never finish do (and are aborted).
     st = ref->drain();
-    if (!st.ok())
-      ref->abort();
-    else if (ref->asyncErrorCode() == braidSuccess && ref->awaitedByAPeer())
+    if (!st.ok()) ref->abort();
+    // (Not while split views live on: they keep the root's streams, and a peer's data there may
+    // be for them; use_count counts their references to the root.)
+    else if (ref.use_count() == 1 && ref->asyncErrorCode() == braidSuccess && ref->awaitedByAPeer())
       ref->announceDestroy();
   }
   ref->setState(braidComm::State::kDestroyed);

@@ -483,8 +483,33 @@ void Engine::failStalled(int64_t now_us) {
       handleStall(i, since);
       return;
     }
+    if (now_us - since > kLeftCheckUs && now_us >= next_left_check_us_) {
+      next_left_check_us_ = now_us + kLeftCheckUs;
+      if (failIfPeerLeft(i)) return;
+    }
     older = std::max(older, a.last_progress_us);
   }
+}
+
+bool Engine::failIfPeerLeft(size_t i) {
+  ActiveOp& a = *active_[i];
+  for (int peer : stalledPeers(a)) {
+    if (Probe(comm_->controlPeers(), peer, Deadline::After(kLivenessProbeMs)) !=
+        ProbeResult::kRefused)
+      continue;
+    const RankInfo& info = comm_->rankInfos()[peer];
+    FailureCause c;
+    c.reason = FailureCause::Reason::kLeft;
+    c.rank = peer;
+    c.pid = info.pid;
+    c.host = info.hostname;
+    failAll(i,
+            RemoteError(a.context() + "waiting " + a.pendingDescription(gate_) +
+                        ": its control listener refuses connections"),
+            c);
+    return true;
+  }
+  return false;
 }
 
 std::vector<int> Engine::stalledPeers(const ActiveOp& a) {

@@ -138,6 +138,10 @@ class Engine {
   // learned of, else `local` (what the engine itself found), else a failure of this rank.
   void failAll(size_t i, const Status& st, const std::optional<FailureCause>& local = {});
   void failStalled(int64_t now_us);
+  // active_[i] has made no progress for kLeftCheckUs: a rank it waits on whose control listener
+  // refuses connections has left the communicator (destroyed it before this call reached it, or
+  // exited) and never will; fails the operations naming it. True when it did.
+  bool failIfPeerLeft(size_t i);
   // An operation waiting on the board for a peer that sent stream data nothing of this rank's
   // will read (every operation waits on the board): the ranks are in different calls, and it
   // fails naming that (OtherCallOnTheStreams). True when it failed the engine's operations.
@@ -214,6 +218,11 @@ class Engine {
   uint64_t stall_op_ = ~uint64_t{0};
   int64_t stall_since_us_ = -1;
   int64_t stall_grace_until_us_ = 0;
+  int64_t next_left_check_us_ = 0;   // failIfPeerLeft, at most once per kLeftCheckUs
+  int64_t board_left_check_us_ = 0;  // the same for a board call's wait (awaitBoard)
+  // How long an operation waits without progress before the ranks it waits on are probed for
+  // having left (a live peer answers in a millisecond; a probe costs one connection).
+  static constexpr int64_t kLeftCheckUs = 500'000;
   std::vector<pollfd> fds_;
   std::vector<int> board_bells_;  // peers asked to ring this rank's doorbell (sleepUntilProgress)
   // The board calls a caller runs (runBoardCalls): their plans, and the runs in flight (call i

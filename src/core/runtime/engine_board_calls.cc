@@ -229,6 +229,7 @@ Status Engine::awaitBoard(OneSidedRun& run, const OpDesc& d, uint64_t seq,
   }
   run.publish();
   if (!*deadline) *deadline = Deadline::After(comm.config().timeout_ms);
+  const int64_t waited_since_us = start != 0 ? start : NowMicros();
   for (;;) {
     if (b.counter == Counter::kPosted)
       board.sleepUntilPosted(b.peer, b.value, kSleepSliceUs);
@@ -248,6 +249,25 @@ Status Engine::awaitBoard(OneSidedRun& run, const OpDesc& d, uint64_t seq,
     // BRAID_TIMEOUT. (Its post, made before its data, would be visible by now.)
     if (comm.peerSentUnreadStreamBytes(b.peer) && !run.blockedReady())
       return failBoardCall(OtherCallOnTheStreams(b.peer, run.describe()), d, seq, std::nullopt);
+    // A peer whose control listener refuses connections has left the communicator (destroyed it
+    // before this call, or exited): its post never comes. Looked at once a second of waiting.
+    if (const int64_t now = NowMicros();
+        now - waited_since_us >= kLeftCheckUs && now >= board_left_check_us_) {
+      board_left_check_us_ = now + kLeftCheckUs;
+      if (Probe(comm.controlPeers(), b.peer, Deadline::After(kLivenessProbeMs)) ==
+          ProbeResult::kRefused) {
+        const RankInfo& info = comm.rankInfos()[static_cast<size_t>(b.peer)];
+        FailureCause c;
+        c.reason = FailureCause::Reason::kLeft;
+        c.rank = b.peer;
+        c.pid = info.pid;
+        c.host = info.hostname;
+        return failBoardCall(
+            RemoteError("rank " + std::to_string(b.peer) +
+                        "'s control listener refuses connections: " + run.describe()),
+            d, seq, c);
+      }
+    }
     if (!(*deadline)->expired()) continue;
     const bool posting = b.counter == Counter::kPosted;
     const int64_t timeout_s = comm.config().timeout_ms / 1000;

@@ -3,6 +3,9 @@
 #include <poll.h>
 #include <sys/ioctl.h>
 #include <sys/socket.h>
+#include <unistd.h>
+#include <sys/syscall.h>
+#include <signal.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -39,6 +42,29 @@ TcpEndpoint::TcpEndpoint(Fd fd, TcpPeer peer)
 TcpEndpoint::~TcpEndpoint() {
   HangUp(fd_.get());
 }
+
+namespace {
+
+// Whether process `pid` (of this host) runs: it has not exited (a zombie not yet reaped counts
+// as exited, which kill(pid, 0) alone would not tell) and does not within kExitGraceMs. The grace:
+// an exiting process closes its sockets before it counts as exited, so a peer may read the FIN
+// first. A pidfd tells (Linux 5.3); else kill.
+constexpr int kExitGraceMs = 20;
+bool ProcessRuns(int pid) {
+#ifdef SYS_pidfd_open
+  const long fd = syscall(SYS_pidfd_open, static_cast<pid_t>(pid), 0);
+  if (fd >= 0) {
+    pollfd p{static_cast<int>(fd), POLLIN, 0};
+    const bool exited = poll(&p, 1, kExitGraceMs) > 0;
+    close(static_cast<int>(fd));
+    return !exited;
+  }
+  if (errno == ESRCH) return false;
+#endif
+  return kill(static_cast<pid_t>(pid), 0) == 0;
+}
+
+}  // namespace
 
 std::string TcpEndpoint::peerName() const {
   std::string s = "rank " + std::to_string(peer_.rank);
@@ -88,6 +114,14 @@ Status TcpEndpoint::peerError(int err, const char* op) {
       // Weak: the peer's own notice (failure_notice.h), when it sent one, names the real cause.
       report(FailureCause::Reason::kShutDown);
       return RemoteError(peerName() + " shut the stream down after a failure of its own operation");
+    }
+    // A peer on this host whose process still runs closed its connections itself: it destroyed
+    // the communicator (an abort or a failure sends the marker first).
+    if (peer_.same_host && peer_.pid > 0 && ProcessRuns(peer_.pid)) {
+      report(FailureCause::Reason::kDestroyed);
+      return RemoteError(peerName() +
+                         " closed the connection while its process runs: it "
+                         "destroyed the communicator");
     }
     report(FailureCause::Reason::kDied);
     return RemoteError(peerName() + " closed the connection: it probably exited or crashed");

@@ -22,6 +22,7 @@ struct TcpPeer {
   std::string address;  // the peer's listening address "10.0.0.2:5123"
   int channel = 0;
   int pid = 0;
+  bool same_host = false;        // its host id is this rank's: its pid can be looked at
   CauseBoard* causes = nullptr;  // hears of the peer's failures (TransportContext::causes)
 };
 

@@ -174,6 +174,8 @@ class TcpInstance final : public TransportInstance {
     if (static_cast<size_t>(rank) < ctx_.ranks.size()) {
       p.host = ctx_.ranks[rank].hostname;
       p.pid = ctx_.ranks[rank].pid;
+      p.same_host = static_cast<size_t>(ctx_.rank) < ctx_.ranks.size() &&
+                    ctx_.ranks[rank].host_id == ctx_.ranks[ctx_.rank].host_id;
     }
     p.causes = ctx_.causes;
     if (static_cast<size_t>(rank) < blobs.size()) p.address = tcp::BlobAddress(blobs[rank]);
