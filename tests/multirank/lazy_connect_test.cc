@@ -6,7 +6,11 @@
 // refuses at once, by the ones that wait for its connection through their notice.
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sched.h>
+#include <sys/mman.h>
 
+#include <atomic>
+#include <new>
 #include <chrono>
 #include <string>
 #include <tuple>
@@ -70,14 +74,29 @@ TEST_P(LazyConnect, OnlyThePeersTheSchedulesUseAreConnected) {
              {"BRAID_NCHANNELS", "2"},
              {"BRAID_LAZY_CONNECT", lazy ? "1" : "0"}};
   const bool is_lazy = lazy;
-  auto out = RunJob(opt, [is_lazy](braidComm_t, int rank, int n, const braidUniqueId& id) {
+  // Every rank counts its sockets after each phase before any rank starts the next: a rank
+  // running ahead connects to a peer's data listener, which accepts at once (its own thread), and
+  // that socket is the next phase's. A barrier on a counter in memory the forked ranks share.
+  void* shared = mmap(nullptr, sizeof(std::atomic<int>), PROT_READ | PROT_WRITE,
+                      MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  ASSERT_NE(shared, MAP_FAILED);
+  auto* counted = new (shared) std::atomic<int>(0);
+  auto out = RunJob(opt, [is_lazy, counted](braidComm_t, int rank, int n, const braidUniqueId& id) {
     const int before = ConnectedTcpSockets();
     braidComm_t comm = nullptr;
     CHECK_OR_FAIL(braidCommInitRank(&comm, n, id, rank) == braidSuccess, "init: %s",
                   braidGetLastError(nullptr));
+    int phase = 0;
+    auto barrier = [&] {
+      counted->fetch_add(1);
+      ++phase;
+      while (counted->load() < n * phase) sched_yield();  // (the harness's guard bounds it)
+    };
     const int init = ConnectedTcpSockets();
+    barrier();
     CHECK_OR_FAIL(CheckedRingAllReduce(comm, rank, n, 1 << 20) == 0, "ring");
     const int ring = ConnectedTcpSockets();
+    barrier();
     CHECK_OR_FAIL(CheckedAllToAll(comm, rank, n, 4096) == 0, "alltoall");
     const int all = ConnectedTcpSockets();
     CHECK_OR_FAIL(CheckedRingAllReduce(comm, rank, n, 1 << 20) == 0, "ring again");
@@ -106,6 +125,7 @@ TEST_P(LazyConnect, OnlyThePeersTheSchedulesUseAreConnected) {
     CHECK_OR_FAIL(braidCommDestroy(comm) == braidSuccess, "destroy");
     return 0;
   });
+  munmap(shared, sizeof(std::atomic<int>));
   EXPECT_TRUE(AllSucceeded(out)) << DescribeOutcomes(out);
 }
 
