@@ -65,10 +65,12 @@ TEST_P(HangReport, WaitingRanksNameTheOperationAndTheLateRank) {
         if (std::chrono::steady_clock::now() > until) break;
         std::this_thread::yield();
       }
-      const bool ok = Has(report, "last completed #0") && Has(report, "issued 2 (last #1)") &&
-                      Has(report, "in flight (1)") && Has(report, "allreduce(count=1000") &&
-                      Has(report, "#1 [") && Has(report, "lane ") &&
-                      Has(report, "waiting on rank " + std::to_string(late));
+      const bool ok =
+          Has(report, "last completed #0") && Has(report, "issued 2 (last #1)") &&
+          Has(report, "in flight (1)") && Has(report, "allreduce(count=1000") &&
+          Has(report, "#1 [") && Has(report, "lane ") &&
+          Has(report, "waiting on rank " + std::to_string(late)) &&
+          Has(report, "collective #1 not yet called by: rank " + std::to_string(late) + " (");
       if (!ok) {
         std::fprintf(stderr, "[rank %d] report:\n%s\n", rank, report.c_str());
         return 5;

@@ -728,7 +728,33 @@ bool braidComm::waitOwnOps(Deadline deadline) {
 
 std::string braidComm::debugState(Deadline deadline) const {
   if (!engine()) return where() + ": not initialised\n";
-  return engine()->debugState(deadline);
+  std::string s = engine()->debugState(deadline);
+  // The rank a chain of waiting ranks ends at: the report above names the rank this one waits
+  // on directly, which may be waiting itself. The ranks that have not issued the oldest
+  // collective in flight are asked for (the control plane, not the engine; bounded).
+  if (root_ || static_cast<int>(control_addrs_.size()) != nranks_) return s;
+  const uint64_t issued = engine()->collsIssued();
+  const int64_t oldest = engine()->lastCollCompleted() + 1;
+  if (static_cast<int64_t>(issued) <= oldest) return s;  // no collective in flight
+  std::vector<int> others;
+  for (int r = 0; r < nranks_; ++r)
+    if (r != rank_) others.push_back(r);
+  const auto counts =
+      AskIssuedCalls(controlPeers(), others,
+                     Deadline::After(std::min<int64_t>(kLivenessProbeMs, deadline.remainingMs())));
+  std::string missing;
+  for (size_t k = 0; k < others.size(); ++k) {
+    if (!counts[k] || static_cast<int64_t>(*counts[k]) > oldest) continue;
+    const RankInfo& info = infos_[static_cast<size_t>(others[k])];
+    missing += std::string(missing.empty() ? "" : ", ") + "rank " + std::to_string(others[k]) +
+               " (host " + info.hostname + ", pid " + std::to_string(info.pid) + "; " +
+               (*counts[k] == 0 ? std::string("no collective yet")
+                                : "its last collective was #" + std::to_string(*counts[k] - 1)) +
+               ")";
+  }
+  if (!missing.empty())
+    s += "  collective #" + std::to_string(oldest) + " not yet called by: " + missing + "\n";
+  return s;
 }
 
 Status braidComm::drain() {

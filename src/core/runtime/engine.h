@@ -55,6 +55,8 @@ class Engine {
   // Collectives of the communicator itself (not its views) issued so far, from any thread (the
   // control listener answers it: failure_notice.h kIssuedCallsPurpose).
   uint64_t collsIssued() const { return colls_issued_.load(std::memory_order_relaxed); }
+  // The number of the newest collective completed (-1: none), from any thread.
+  int64_t lastCollCompleted() const { return last_coll_completed_.load(std::memory_order_relaxed); }
   // Runs `op` on the calling thread when nothing else is queued or running, and returns true
   // (the op is then complete).
   bool tryRunInline(Operation& op);
