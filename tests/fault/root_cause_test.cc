@@ -4,7 +4,9 @@
 // independent failures each survivor names one of the two. Order comes from pipes, never from
 // sleeps; the harness's wall-clock guard bounds every job.
 #include <gtest/gtest.h>
+#include <fcntl.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -401,6 +403,109 @@ TEST_P(DestroyMidCall, ACallAfterThePeersDestroyNamesItWithinOneSecond) {
     return code;
   });
   for (int fd : {gone[0], gone[1], done[0], done[1]}) close(fd);
+  for (int r = 0; r < n; ++r) EXPECT_EQ(out[r].exit_code, 0) << DescribeOutcomes(out);
+}
+
+// A rank fails on its own (issue 42, item 3): it runs out of file descriptors when its next
+// collective needs new connections (lazy, over tcp), and exits as a program would. Its peers used
+// to wait the whole operation timeout and call it "stopped responding"; now every survivor fails
+// within 1 s naming it and what it ran out of, whether it heard the rank's own notice (sent on
+// descriptors held in reserve for it) or a refusal from its listener.
+class FailsAlone : public ::testing::TestWithParam<int> {};
+INSTANTIATE_TEST_SUITE_P(Fault, FailsAlone, ::testing::Values(4, 8), [](const auto& info) {
+  std::string name = "n";
+  name += std::to_string(info.param);
+  return name;
+});
+
+TEST_P(FailsAlone, EverySurvivorNamesTheRankAndWhatItRanOutOf) {
+  const int n = GetParam();
+  PidPipe victim_pid;
+  int exhausted[2], done[2], leave[2];
+  ASSERT_EQ(pipe(exhausted), 0);
+  ASSERT_EQ(pipe(done), 0);
+  ASSERT_EQ(pipe(leave), 0);
+  JobOptions opt;
+  opt.nranks = n;
+  opt.timeout_s = 90;
+  // No call agreement rounds (their butterfly would connect every pair of 4 ranks) and no link
+  // measurement at init (it may connect pairs too): the ring connects the neighbours only.
+  opt.env = {{"BRAID_TRANSPORTS", "tcp"}, {"BRAID_TIMEOUT", "30"},
+             {"BRAID_LAZY_CONNECT", "1"}, {"BRAID_ALGO", "allreduce:ring"},
+             {"BRAID_VERIFY_CALLS", "0"}, {"BRAID_LINK_CALIBRATION", "0"}};
+  const int victim = n / 2;
+  auto out = RunJob(opt, [&](braidComm_t comm, int rank, int nranks, const braidUniqueId&) {
+    pid_t vpid = -1;
+    if (rank == victim) {
+      if (!victim_pid.publish(nranks - 1)) return 5;
+    } else if ((vpid = victim_pid.take()) <= 0) {
+      return 6;
+    }
+    // A ring connects the neighbours only; the all-to-all then needs every other pair.
+    std::vector<float> buf(4096, 1.0f);
+    if (braidAllReduce(buf.data(), buf.data(), buf.size(), braidFloat32, braidSum, comm) !=
+        braidSuccess)
+      return 7;
+    if (rank == victim) {
+      rlimit rl{};
+      getrlimit(RLIMIT_NOFILE, &rl);
+      rl.rlim_cur = 256;
+      setrlimit(RLIMIT_NOFILE, &rl);
+      while (open("/dev/null", O_RDONLY | O_CLOEXEC) >= 0) {
+      }
+      // Only now may the others connect to it (its listener would have accepted them).
+      char c = 1;
+      for (int k = 0; k < nranks - 1; ++k)
+        if (write(exhausted[1], &c, 1) != 1) return 3;
+    } else {
+      char c;
+      if (read(exhausted[0], &c, 1) != 1) return 4;
+    }
+    std::vector<int32_t> in(static_cast<size_t>(nranks) * 64, rank), got(in.size());
+    const auto t0 = Clock::now();
+    braidResult_t rc = braidAllToAll(in.data(), got.data(), 64, braidInt32, comm);
+    const double dt = SecondsSince(t0);
+    const std::string msg = braidGetLastError(comm);
+    if (rank == victim) {
+      if (rc == braidSuccess || dt > 1.0 ||
+          (msg.find("EMFILE") == std::string::npos &&
+           msg.find("file descriptors") == std::string::npos)) {
+        std::fprintf(stderr, "[victim %d] rc=%d: %s\n", rank, rc, msg.c_str());
+        return 2;
+      }
+      braidCommDestroy(comm);
+      _exit(0);  // as a program that failed would (the harness would destroy it again)
+    }
+    const std::string who = "rank " + std::to_string(victim) + " (host " + Hostname() + ", pid " +
+                            std::to_string(vpid) + ") failed";
+    int code = 0;
+    if (rc == braidSuccess || dt > 1.0 || msg.find(who) == std::string::npos ||
+        (msg.find("EMFILE") == std::string::npos &&
+         msg.find("file descriptors") == std::string::npos)) {
+      std::fprintf(stderr, "[rank %d] rc=%d after %.2fs: %s\n  (want: %s ... EMFILE)\n", rank, rc,
+                   dt, msg.c_str(), who.c_str());
+      code = 1;
+    }
+    // The survivors leave once all have their errors (one that exits first would be named by a
+    // slower one as having died).
+    char c = 1;
+    const int first = victim == 0 ? 1 : 0;
+    if (rank != first) {
+      if (write(done[1], &c, 1) != 1 || read(leave[0], &c, 1) != 1) return 9;
+    } else {
+      for (int k = 0; k < nranks - 2; ++k)
+        if (read(done[0], &c, 1) != 1) return 10;
+      for (int k = 0; k < nranks - 2; ++k)
+        if (write(leave[1], &c, 1) != 1) return 11;
+    }
+    return code;
+  });
+  close(exhausted[0]);
+  close(exhausted[1]);
+  close(done[0]);
+  close(done[1]);
+  close(leave[0]);
+  close(leave[1]);
   for (int r = 0; r < n; ++r) EXPECT_EQ(out[r].exit_code, 0) << DescribeOutcomes(out);
 }
 

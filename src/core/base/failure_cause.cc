@@ -1,5 +1,6 @@
 #include "core/base/failure_cause.h"
 
+#include <cctype>
 #include <cstring>
 
 namespace braid {
@@ -59,6 +60,25 @@ std::optional<std::string> GetText(const uint8_t* in, size_t off, size_t max) {
 }
 
 }  // namespace
+
+std::string FailureCause::FitDetail(const std::string& text) {
+  if (text.size() < kDetailBytes) return text;
+  const size_t room = kDetailBytes - 7;  // (two "...")
+  // An errno name ("(EMFILE") is what says why: keep the text around it.
+  for (size_t i = 0; i + 3 < text.size(); ++i) {
+    if (text[i] != '(' || text[i + 1] != 'E' ||
+        !std::isupper(static_cast<unsigned char>(text[i + 2])) ||
+        !std::isupper(static_cast<unsigned char>(text[i + 3])))
+      continue;
+    const size_t from = i > 48 ? i - 48 : 0;
+    std::string out = from > 0 ? "..." : "";
+    out += text.substr(from, room);
+    if (from + room < text.size()) out += "...";
+    return out;
+  }
+  // Else the end, where an error usually says its reason.
+  return "..." + text.substr(text.size() - (kDetailBytes - 4));
+}
 
 std::string FailureCause::describe() const {
   std::string who = "rank " + std::to_string(rank) + " (host " + (host.empty() ? "?" : host) +

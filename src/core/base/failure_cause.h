@@ -41,6 +41,9 @@ struct FailureCause {
   };
   static constexpr size_t kHostBytes = 64;
   static constexpr size_t kDetailBytes = 96;
+  // `text` as a detail that fits the record: a longer one keeps its end (where an error says
+  // its reason: "... Too many open files (EMFILE): raise ulimit -n"), after "...".
+  static std::string FitDetail(const std::string& text);
   static constexpr size_t kCollBytes = 16;
   static constexpr uint64_t kNoSeq = ~uint64_t{0};  // a point-to-point operation
 

@@ -21,9 +21,10 @@ struct Call {
   bool answered = false;
   bool connected = false;  // the connect completed (the handshake runs)
   bool refused = false;    // nobody listens there any more: the rank left the communicator
-  // The answer: the ack byte, then `extra` bytes (an issued-calls count: 8).
+  bool no_socket = false;  // this process could not open the socket (out of descriptors)
+  // The answer: the ack byte, then `extra` bytes (an issued-calls count: 8; a cause: 1 + record).
   size_t extra = 0;
-  uint8_t answer[1 + 8] = {};
+  uint8_t answer[1 + 1 + FailureCause::kWireBytes] = {};
   size_t got = 0;
 };
 
@@ -89,6 +90,7 @@ Call StartCall(const ControlPeers& peers, int rank, uint32_t purpose) {
   if (!fd.ok()) {
     // Refused at once (a listener on this host): nobody listens there any more.
     c.refused = fd.status().message().find("refused") != std::string::npos;
+    c.no_socket = fd.status().cls() == ErrorClass::kSystem && !c.refused;
     c.stage = Call::Stage::kDone;
     return c;
   }
@@ -113,6 +115,16 @@ void SendFailureNotices(const ControlPeers& peers, const FailureCause& cause,
     calls.push_back(StartCall(peers, r, kFailureNoticePurpose));
   }
   RunCalls(calls, record, sizeof(record), deadline);
+  // Calls that could not even open a socket (this process is out of descriptors: maybe the
+  // failure being announced) go one at a time, on the descriptors the others freed.
+  for (Call& c : calls) c.fd = Fd();
+  for (Call& c : calls) {
+    if (!c.no_socket || deadline.expired()) continue;
+    std::vector<Call> one;
+    one.push_back(StartCall(peers, c.rank, kFailureNoticePurpose));
+    RunCalls(one, record, sizeof(record), deadline);
+    c.answered = one[0].answered;
+  }
   for (const Call& c : calls)
     if (!c.answered)
       BRAID_INFO("rank %d: rank %d did not take the failure notice in time", peers.rank, c.rank);
@@ -153,10 +165,39 @@ std::vector<std::optional<uint64_t>> AskIssuedCalls(const ControlPeers& peers,
   return out;
 }
 
+CauseAnswer AskCause(const ControlPeers& peers, int rank, Deadline deadline) {
+  CauseAnswer a;
+  if (rank < 0 || rank >= peers.nranks || rank == peers.rank) return a;
+  std::vector<Call> calls;
+  calls.push_back(StartCall(peers, rank, kCausePurpose));
+  calls[0].extra = 1 + FailureCause::kWireBytes;
+  RunCalls(calls, nullptr, 0, deadline);
+  const Call& c = calls[0];
+  if (c.refused) a.result = ProbeResult::kRefused;
+  if (!c.answered) return a;
+  a.result = ProbeResult::kAnswered;
+  if (c.answer[1] == 1) {
+    auto cause = FailureCause::Decode(c.answer + 2, peers.nranks);
+    if (cause && !cause->weak()) a.cause = cause;
+  }
+  return a;
+}
+
 bool ServeFailureControl(const HandshakeHello& hello, int fd, int nranks, CauseBoard* board,
                          const std::function<uint64_t()>& issued_calls) {
   const uint8_t ack = 1;
   const Deadline deadline = Deadline::After(kFailureNoticeMs);
+  if (hello.purpose == kCausePurpose) {
+    uint8_t answer[1 + 1 + FailureCause::kWireBytes] = {ack};
+    if (board && board->hasStrong()) {
+      if (auto c = board->first(); c && !c->weak() && c->observer >= 0) {
+        answer[1] = 1;
+        c->encode(answer + 2);
+      }
+    }
+    (void)SendAll(fd, answer, sizeof(answer), deadline);
+    return true;
+  }
   if (hello.purpose == kLivenessProbePurpose) {
     (void)SendAll(fd, &ack, 1, deadline);
     return true;

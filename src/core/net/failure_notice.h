@@ -9,6 +9,10 @@
 //           server: stores the record in its CauseBoard if valid, answers one byte (1)
 //   probe   client: handshake (purpose kLivenessProbePurpose)
 //           server: answers one byte (1)
+//   cause   client: handshake (purpose kCausePurpose)
+//           server: answers one byte (1), then one byte (1 when it knows a strong cause, else 0)
+//           and a FailureCause::kWireBytes record (zeros without one): a rank that waits on a
+//           failed rank learns why even when no notice reached it
 //   calls   client: handshake (purpose kIssuedCallsPurpose)
 //           server: answers one byte (1) and a u64 (little endian): how many collectives the
 //           rank has issued on the communicator (kIssuedCallsUnknown before its engine runs)
@@ -36,6 +40,7 @@ namespace braid {
 inline constexpr uint32_t kFailureNoticePurpose = 4;
 inline constexpr uint32_t kLivenessProbePurpose = 5;
 inline constexpr uint32_t kIssuedCallsPurpose = 6;
+inline constexpr uint32_t kCausePurpose = 7;
 inline constexpr uint64_t kIssuedCallsUnknown = ~uint64_t{0};
 // How long a notice or a probe may take. A live listener answers in milliseconds; this bounds
 // the wait on a stopped or unreachable one.
@@ -71,9 +76,18 @@ std::vector<std::optional<uint64_t>> AskIssuedCalls(const ControlPeers& peers,
                                                     const std::vector<int>& ranks,
                                                     Deadline deadline);
 
-// The control listener's side (HandshakeListener::Serve): serves notices, probes and issued-call
-// counts (`issued_calls`, on the listener's thread; null: unknown); false for any other purpose
-// (the connection then goes to whoever takes connections, e.g. a shrink).
+// `rank`'s answer to "why did you fail?": kRefused when its listener is gone, else whether it
+// answered and the strong cause it knows, if any.
+struct CauseAnswer {
+  ProbeResult result = ProbeResult::kSilent;
+  std::optional<FailureCause> cause;
+};
+CauseAnswer AskCause(const ControlPeers& peers, int rank, Deadline deadline);
+
+// The control listener's side (HandshakeListener::Serve): serves notices, probes, causes (from
+// `board`) and issued-call counts (`issued_calls`, on the listener's thread; null: unknown);
+// false for any other purpose (the connection then goes to whoever takes connections, e.g. a
+// shrink).
 bool ServeFailureControl(const HandshakeHello& hello, int fd, int nranks, CauseBoard* board,
                          const std::function<uint64_t()>& issued_calls = nullptr);
 

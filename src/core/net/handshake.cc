@@ -332,6 +332,7 @@ void ClientHandshake::feed(const uint8_t* data, size_t n) {
   if (!greeting_done_) {
     if (in_len_ < kHandshakeGreetingBytes) return;
     if (std::memcmp(in_, kRefusalMagic, 4) == 0) {
+      refused_for_fds_ = true;
       fail(RefusalStatus(Get32(in_ + 6), Get32(in_ + 10)));
       return;
     }

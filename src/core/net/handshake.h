@@ -121,11 +121,15 @@ class ClientHandshake {
   // After kFailed: whether the peer closed or reset the connection (often transient: a busy
   // listener drops slow handshakes) rather than failing a check (final).
   bool closedByPeer() const { return closed_by_peer_; }
+  // After kFailed: the server refused the connection because its process or host ran out of
+  // file descriptors (error() says which and what to raise): the server's failure, not ours.
+  bool refusedForLackOfFds() const { return refused_for_fds_; }
 
  private:
   void fail(Status st);
   std::vector<uint8_t> secret_;
   bool closed_by_peer_ = false;
+  bool refused_for_fds_ = false;
   HandshakeHello hello_;
   uint8_t nonce_c_[kHandshakeNonceBytes] = {};
   uint8_t expected_mac_[kHandshakeMacBytes] = {};

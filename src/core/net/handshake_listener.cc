@@ -204,6 +204,7 @@ void HandshakeListener::AcceptNew(std::vector<Pending>& pending) {
       }
       // Tell the peer why rather than leave it queued; else wait a little instead of spinning on
       // a listener that stays readable.
+      if (IsFdExhaustion(err)) out_of_fds_.store(err, std::memory_order_relaxed);
       if (IsFdExhaustion(err) && RefuseForLackOfFds(listener_.get(), &spare_, err)) continue;
       paused_until_ = Clock::now() + std::chrono::milliseconds(100);
       return;

@@ -80,6 +80,10 @@ class HandshakeListener {
   int readyFd() const { return ready_fd_.get(); }
   // Connections dropped without being handed out (strangers, refused checks), for tests.
   uint64_t dropped() const { return dropped_.load(); }
+  // The errno (EMFILE, ENFILE) of the last accept that failed for lack of file descriptors, 0 if
+  // none did: connections this process could not take (their peers were told why). An owner that
+  // waits for a peer's connection fails on it instead of waiting out its deadline.
+  int outOfDescriptors() const { return out_of_fds_.load(std::memory_order_relaxed); }
 
  private:
   struct Pending;
@@ -110,6 +114,7 @@ class HandshakeListener {
   uint64_t drops_not_logged_ = 0;
   std::atomic<bool> stop_{false};
   std::atomic<uint64_t> dropped_{0};
+  std::atomic<int> out_of_fds_{0};
   std::mutex mu_;
   std::condition_variable ready_cv_;
   std::deque<Connection> ready_;  // guarded by mu_

@@ -228,6 +228,7 @@ Status braidComm::exchangeRankInfo(Bootstrap& bs, Deadline deadline) {
   BRAID_ASSIGN_OR_RETURN(control_, HandshakeListener::Start(ifa.addr, secret_, nullptr,
                                                             control_name, std::move(serve)));
   sockaddr_storage control_addr = control_->address();
+  for (int i = 0; i < 2; ++i) notice_reserve_.push_back(OpenSpareFd());
   // Where this rank sits on the topology (BRAID_TOPO_FILE or discovery): its node's NICs.
   // A rank that cannot place itself still takes part in the exchange, with its error, so that
   // every rank fails alike instead of waiting for it.
@@ -797,7 +798,7 @@ FailureCause braidComm::selfCause(FailureCause::Reason reason, std::string detai
   c.observer = rank_;
   c.pid = static_cast<int32_t>(getpid());
   c.host = hostname();
-  c.detail = std::move(detail);
+  c.detail = FailureCause::FitDetail(detail);
   return c;
 }
 
@@ -811,6 +812,7 @@ FailureCause braidComm::announceFailure() {
   // Not to the failed rank: dead, or stopped (it would cost the whole deadline).
   std::vector<bool> skip(nranks_, false);
   if (kept.rank != rank_) skip[kept.rank] = true;
+  notice_reserve_.clear();  // (descriptors for the notices, should this rank have run out)
   SendFailureNotices(controlPeers(), kept, skip, Deadline::After(kFailureNoticeMs));
   return kept;
 }

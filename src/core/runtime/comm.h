@@ -329,6 +329,9 @@ struct braidComm {
   bool threads_outnumber_cpus_ = false;
   bool ranks_outnumber_cpus_ = false;
   std::unique_ptr<braid::HandshakeListener> control_;
+  // Descriptors held in reserve for the failure notice (announceFailure): a rank that fails
+  // because it ran out of descriptors can still tell the others why.
+  std::vector<braid::Fd> notice_reserve_;
   std::vector<sockaddr_storage> control_addrs_;
   bool loopback_root_ = false;
 

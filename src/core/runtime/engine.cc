@@ -494,9 +494,18 @@ void Engine::failStalled(int64_t now_us) {
 bool Engine::failIfPeerLeft(size_t i) {
   ActiveOp& a = *active_[i];
   for (int peer : stalledPeers(a)) {
-    if (Probe(comm_->controlPeers(), peer, Deadline::After(kLivenessProbeMs)) !=
-        ProbeResult::kRefused)
-      continue;
+    const CauseAnswer answer =
+        AskCause(comm_->controlPeers(), peer, Deadline::After(kLivenessProbeMs));
+    if (answer.cause) {
+      // The peer failed, and knows why; no notice of it reached this rank (the failed rank could
+      // not send them all, or learned the cause from another rank's): the same cause, now.
+      failAll(i,
+              RemoteError(a.context() + "waiting " + a.pendingDescription(gate_) +
+                          ": that rank failed: " + answer.cause->describe()),
+              answer.cause);
+      return true;
+    }
+    if (answer.result != ProbeResult::kRefused) continue;
     const RankInfo& info = comm_->rankInfos()[peer];
     FailureCause c;
     c.reason = FailureCause::Reason::kLeft;

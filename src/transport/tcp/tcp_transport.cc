@@ -340,6 +340,23 @@ void TcpInstance::driveOutgoing(Outgoing& o, short revents) {
       o.last_error = st.message();
       // A refusal for lack of file descriptors (or a local failure) is no credential matter.
       const std::string where = peerName(o.peer) + " channel " + std::to_string(o.channel);
+      if (o.hs->refusedForLackOfFds()) {
+        // The peer ran out of descriptors: its failure, which every rank should name (this
+        // rank's own operation fails because of it).
+        if (ctx_.causes) {
+          FailureCause c;
+          c.reason = FailureCause::Reason::kOwnFailure;
+          c.rank = o.peer;
+          c.pid = peerOf(o.peer, 0).pid;
+          c.host = peerOf(o.peer, 0).host;
+          c.detail = st.message().find("ENFILE") != std::string::npos
+                         ? "its host ran out of file descriptors (ENFILE)"
+                         : "it ran out of file descriptors (EMFILE): raise its 'ulimit -n'";
+          ctx_.causes->offer(c);
+        }
+        fatal_ = RemoteError(where + " refused the connection: " + st.message());
+        return;
+      }
       fatal_ = st.cls() == ErrorClass::kSystem
                    ? Status(st).prepend("connecting to " + where + ": ")
                    : Status(st).prepend("authentication with " + where + " failed: ");
@@ -515,6 +532,16 @@ Result<std::unique_ptr<Endpoint>> TcpInstance::stepLazy(Outgoing* o, int peer, i
   if (ctx_.causes && ctx_.causes->hasStrong())
     return RemoteError(who + "gave up connecting with " + peerName(peer) + " channel " +
                        std::to_string(channel) + ": " + ctx_.causes->first()->describe());
+  // This rank waits for the peer's connection, and its listener could not take a connection for
+  // lack of descriptors (that peer's, likely): this rank's own failure, said now rather than
+  // after the deadline (the peer was told why).
+  if (!o && listener_) {
+    if (const int err = listener_->outOfDescriptors(); err != 0 && !stash_.count({peer, channel}))
+      return SystemError(SocketErrnoMessage(who + "waiting for " + peerName(peer) + " channel " +
+                                                std::to_string(channel) +
+                                                ": its connection could not be accepted",
+                                            err));
+  }
   fatal_ = Status::Ok();
   auto now = Clock::now();
   if (o && o->state == Outgoing::kIdle && now >= o->retry_at) startOutgoing(*o);
