@@ -4,8 +4,9 @@
 // at once, whether or not this rank is connecting, so a stranger (garbage, slow, idle) is dropped
 // within a second at any time without delaying the real connections, and a flood of them leaves
 // a few log lines. It closes once no more data connection can come: after init, or with lazy
-// connections once every lower rank's channels arrived (at once where no lower rank uses tcp). TcpTransportFactory() (transport.h) is the entry point; this header exposes the
-// blob format, as shm_transport.h does for shm.
+// connections once every lower rank's channels arrived (at once where no lower rank uses tcp).
+// TcpTransportFactory() (transport.h) is the entry point; this header exposes the blob format, as
+// shm_transport.h does for shm.
 #pragma once
 
 #include <sys/socket.h>
