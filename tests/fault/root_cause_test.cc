@@ -35,9 +35,14 @@ std::string Hostname() {
 }
 
 // "rank 2 (host h, pid 42) died during allreduce #3": the cause as every survivor must name it.
-std::string Cause(int rank, pid_t pid, const std::string& what, int seq) {
+// "rank 2 (host h, pid 42)": how a cause names a rank.
+std::string Who(int rank, pid_t pid) {
   return "rank " + std::to_string(rank) + " (host " + Hostname() + ", pid " + std::to_string(pid) +
-         ") " + what + " during allreduce #" + std::to_string(seq);
+         ")";
+}
+
+std::string Cause(int rank, pid_t pid, const std::string& what, int seq) {
+  return Who(rank, pid) + " " + what + " during allreduce #" + std::to_string(seq);
 }
 
 using Param = std::tuple<int, std::string>;
@@ -264,8 +269,7 @@ TEST_P(DestroyMidCall, EverySurvivorNamesTheDestroyWithinOneSecond) {
     braidResult_t rc = braidAllReduce(buf.data(), buf.data(), count, braidFloat32, braidSum, comm);
     const double dt = SecondsSince(t0);
     const std::string msg = braidGetLastError(comm);
-    const std::string want = "rank " + std::to_string(victim) + " (host " + Hostname() + ", pid " +
-                             std::to_string(vpid) + ") destroyed the communicator";
+    const std::string want = Who(victim, vpid) + " destroyed the communicator";
     if (rc != braidErrRemote || dt > 1.0 || msg.find(want) == std::string::npos) {
       std::fprintf(stderr, "[rank %d] rc=%d after %.2fs: %s\n  (want: %s)\n", rank, rc, dt,
                    msg.c_str(), want.c_str());
@@ -329,8 +333,7 @@ TEST_P(NotCalling, EveryWaitingRankNamesTheRankThatNeverCalled) {
           braidAllReduce(buf.data(), buf.data(), buf.size(), braidFloat32, braidSum, comm);
       const double dt = SecondsSince(t0);
       const std::string msg = braidGetLastError(comm);
-      const std::string want = "rank " + std::to_string(absent) + " (host " + Hostname() +
-                               ", pid " + std::to_string(apid) + ") has not called this operation";
+      const std::string want = Who(absent, apid) + " has not called this operation";
       int code = 0;
       if (rc != braidErrTimeout || dt > kTimeoutS + 2.0 || msg.find(want) == std::string::npos) {
         std::fprintf(stderr, "[rank %d] rc=%d after %.2fs: %s\n  (want: %s)\n", rank, rc, dt,
@@ -389,8 +392,7 @@ TEST_P(DestroyMidCall, ACallAfterThePeersDestroyNamesItWithinOneSecond) {
     braidResult_t rc = braidAllReduce(buf.data(), buf.data(), count, braidFloat32, braidSum, comm);
     const double dt = SecondsSince(t0);
     const std::string msg = braidGetLastError(comm);
-    const std::string who = "rank " + std::to_string(victim) + " (host " + Hostname() + ", pid " +
-                            std::to_string(vpid) + ") ";
+    const std::string who = Who(victim, vpid) + " ";
     int code = 0;
     if (rc != braidErrRemote || dt > 1.0 ||
         (msg.find(who + "left the communicator") == std::string::npos &&
@@ -476,8 +478,7 @@ TEST_P(FailsAlone, EverySurvivorNamesTheRankAndWhatItRanOutOf) {
       braidCommDestroy(comm);
       _exit(0);  // as a program that failed would (the harness would destroy it again)
     }
-    const std::string who = "rank " + std::to_string(victim) + " (host " + Hostname() + ", pid " +
-                            std::to_string(vpid) + ") failed";
+    const std::string who = Who(victim, vpid) + " failed";
     int code = 0;
     if (rc == braidSuccess || dt > 1.0 || msg.find(who) == std::string::npos ||
         (msg.find("EMFILE") == std::string::npos &&

@@ -350,23 +350,31 @@ TEST_P(Messages, DeclaresHostMemoryOnlyAndRefusesDeviceMemory) {
   EXPECT_TRUE(t->registerMemory(nullptr, 0, MemoryType::kHost).ok());
 }
 
+// Sends 16 bytes that are not a message frame on a's stream (bounded: 10 s), driving b's end too
+// when `drive_receiver` (as its engine would); returns how many went.
+size_t SendGarbage(Pair& p, bool drive_receiver) {
+  const char junk[17] = "not a frame!!!!!";
+  size_t sent = 0;
+  Deadline d = Deadline::After(10000);
+  while (sent < 16 && !d.expired()) {
+    auto n = p.a->send(junk + sent, 16 - sent);
+    EXPECT_TRUE(n.ok()) << n.status().message();
+    if (!n.ok()) break;
+    sent += *n;
+    if (!drive_receiver) continue;
+    std::vector<pollfd> fds;
+    p.b->arm(false, false, fds);
+    p.b->disarm(fds);
+  }
+  return sent;
+}
+
 // Bytes that are not a message frame (a peer speaking the stream protocol, or garbage) are a
 // RemoteError naming the peer, not data handed to the caller.
 TEST_P(Messages, GarbageOnTheStreamIsARemoteError) {
   auto p = MakePair(GetParam());
   ASSERT_TRUE(p);
-  const char junk[17] = "not a frame!!!!!";
-  size_t sent = 0;
-  Deadline d = Deadline::After(10000);
-  while (sent < 16 && !d.expired()) {
-    auto n = p->a->send(junk + sent, 16 - sent);
-    ASSERT_TRUE(n.ok());
-    sent += *n;
-    std::vector<pollfd> fds;  // the receiving end is driven too (its engine would)
-    p->b->arm(false, false, fds);
-    p->b->disarm(fds);
-  }
-  ASSERT_EQ(sent, 16u);
+  ASSERT_EQ(SendGarbage(*p, true), 16u);
   std::vector<uint8_t> in(64, 0);
   auto ri = Register(p->inst(1), in);
   auto r = p->b->postRecv(*ri, 0, 64);
@@ -393,15 +401,8 @@ TEST_P(Messages, GarbageFoundWhileArmingIsReportedByTheNextTest) {
   auto pending = p->b->test(*r);
   ASSERT_TRUE(pending.ok());
   ASSERT_FALSE(pending->has_value());
-  const char junk[17] = "not a frame!!!!!";
-  size_t sent = 0;
+  ASSERT_EQ(SendGarbage(*p, false), 16u);
   Deadline d = Deadline::After(10000);
-  while (sent < 16 && !d.expired()) {
-    auto n = p->a->send(junk + sent, 16 - sent);
-    ASSERT_TRUE(n.ok());
-    sent += *n;
-  }
-  ASSERT_EQ(sent, 16u);
   // Only arm() and poll() from here on the receiving side, until one says something is there.
   bool ready = false;
   while (!ready && !d.expired()) {

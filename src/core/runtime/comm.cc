@@ -802,6 +802,16 @@ FailureCause braidComm::selfCause(FailureCause::Reason reason, std::string detai
   return c;
 }
 
+FailureCause braidComm::peerCause(int peer, FailureCause::Reason reason) const {
+  const RankInfo& info = rankInfos()[static_cast<size_t>(peer)];
+  FailureCause c;
+  c.reason = reason;
+  c.rank = peer;
+  c.pid = info.pid;
+  c.host = info.hostname;
+  return c;
+}
+
 FailureCause braidComm::announceFailure() {
   if (root_) return root_->announceFailure();
   if (!causes_.first()) causes_.offer(selfCause(FailureCause::Reason::kOwnFailure, ""));

@@ -277,6 +277,8 @@ struct braidComm {
                        uint64_t seq, const std::optional<braid::FailureCause>& local);
   // This rank as a FailureCause of `reason` (its own failure, a revoke).
   braid::FailureCause selfCause(braid::FailureCause::Reason reason, std::string detail) const;
+  // A cause naming peer `peer` (its pid and host from the rendezvous) for `reason`.
+  braid::FailureCause peerCause(int peer, braid::FailureCause::Reason reason) const;
 
  private:
   // The engine that runs this communicator's operations: its own, or its root's.

@@ -506,16 +506,10 @@ bool Engine::failIfPeerLeft(size_t i) {
       return true;
     }
     if (answer.result != ProbeResult::kRefused) continue;
-    const RankInfo& info = comm_->rankInfos()[peer];
-    FailureCause c;
-    c.reason = FailureCause::Reason::kLeft;
-    c.rank = peer;
-    c.pid = info.pid;
-    c.host = info.hostname;
     failAll(i,
             RemoteError(a.context() + "waiting " + a.pendingDescription(gate_) +
                         ": its control listener refuses connections"),
-            c);
+            comm_->peerCause(peer, FailureCause::Reason::kLeft));
     return true;
   }
   return false;
@@ -546,12 +540,7 @@ void Engine::handleStall(size_t i, int64_t since_us) {
   if (comm_->causes().hasStrong()) return failAll(i, st);
   const std::vector<int> peers = stalledPeers(a);
   auto cause_for = [&](int peer, FailureCause::Reason reason) {
-    const RankInfo& info = comm_->rankInfos()[peer];
-    FailureCause c;
-    c.reason = reason;
-    c.rank = peer;
-    c.pid = info.pid;
-    c.host = info.hostname;
+    FailureCause c = comm_->peerCause(peer, reason);
     c.seconds = static_cast<uint32_t>(timeout_s);
     return c;
   };

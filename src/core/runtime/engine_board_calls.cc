@@ -256,16 +256,10 @@ Status Engine::awaitBoard(OneSidedRun& run, const OpDesc& d, uint64_t seq,
       board_left_check_us_ = now + kLeftCheckUs;
       if (Probe(comm.controlPeers(), b.peer, Deadline::After(kLivenessProbeMs)) ==
           ProbeResult::kRefused) {
-        const RankInfo& info = comm.rankInfos()[static_cast<size_t>(b.peer)];
-        FailureCause c;
-        c.reason = FailureCause::Reason::kLeft;
-        c.rank = b.peer;
-        c.pid = info.pid;
-        c.host = info.hostname;
         return failBoardCall(
             RemoteError("rank " + std::to_string(b.peer) +
                         "'s control listener refuses connections: " + run.describe()),
-            d, seq, c);
+            d, seq, comm.peerCause(b.peer, FailureCause::Reason::kLeft));
       }
     }
     if (!(*deadline)->expired()) continue;
@@ -281,15 +275,11 @@ Status Engine::awaitBoard(OneSidedRun& run, const OpDesc& d, uint64_t seq,
     if (comm.causes().hasStrong()) return failBoardCall(st, d, seq, std::nullopt);
     // Every rank waits for every post, so every survivor sees the missing rank itself: whether it
     // answers a liveness probe tells a stopped process from one that runs but is elsewhere.
-    const RankInfo& info = comm.rankInfos()[static_cast<size_t>(b.peer)];
-    FailureCause c;
-    c.rank = b.peer;
-    c.pid = info.pid;
-    c.host = info.hostname;
+    FailureCause c = comm.peerCause(
+        b.peer, ProbeAlive(comm.controlPeers(), b.peer, Deadline::After(kLivenessProbeMs))
+                    ? FailureCause::Reason::kNoProgress
+                    : FailureCause::Reason::kStalled);
     c.seconds = static_cast<uint32_t>(timeout_s);
-    c.reason = ProbeAlive(comm.controlPeers(), b.peer, Deadline::After(kLivenessProbeMs))
-                   ? FailureCause::Reason::kNoProgress
-                   : FailureCause::Reason::kStalled;
     // A peer that has not read an earlier call but runs may itself wait for a third rank's post
     // (it posted ahead in a group): that rank, not this peer, is the cause, and the ranks
     // waiting for its post name it.

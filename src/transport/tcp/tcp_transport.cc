@@ -181,6 +181,18 @@ class TcpInstance final : public TransportInstance {
     if (static_cast<size_t>(rank) < blobs.size()) p.address = tcp::BlobAddress(blobs[rank]);
     return p;
   }
+  // Tells the communicator's cause board (if any) that `peer` failed for `reason`.
+  void offerPeerCause(int peer, FailureCause::Reason reason, std::string detail) const {
+    if (!ctx_.causes) return;
+    const TcpPeer p = peerOf(peer, 0);
+    FailureCause c;
+    c.reason = reason;
+    c.rank = peer;
+    c.pid = p.pid;
+    c.host = p.host;
+    c.detail = std::move(detail);
+    ctx_.causes->offer(c);
+  }
   std::string peerName(int rank) const {
     TcpPeer p = peerOf(rank, 0);
     std::string s = "rank " + std::to_string(rank);
@@ -301,14 +313,7 @@ void TcpInstance::driveOutgoing(Outgoing& o, short revents) {
     if (err == ECONNREFUSED && ctx_.lazy_connect && ++o.refusals >= kMaxLazyRefusals) {
       // At init its listener was up (it published the address), and it stays up as long as its
       // communicator: the process is gone.
-      if (ctx_.causes) {
-        FailureCause c;
-        c.reason = FailureCause::Reason::kDied;
-        c.rank = o.peer;
-        c.pid = peerOf(o.peer, 0).pid;
-        c.host = peerOf(o.peer, 0).host;
-        ctx_.causes->offer(c);
-      }
+      offerPeerCause(o.peer, FailureCause::Reason::kDied, "");
       fatal_ = RemoteError(peerName(o.peer) + " refused the connection for channel " +
                            std::to_string(o.channel) + " " + std::to_string(o.refusals) +
                            " times: it probably exited or crashed");
@@ -343,17 +348,10 @@ void TcpInstance::driveOutgoing(Outgoing& o, short revents) {
       if (o.hs->refusedForLackOfFds()) {
         // The peer ran out of descriptors: its failure, which every rank should name (this
         // rank's own operation fails because of it).
-        if (ctx_.causes) {
-          FailureCause c;
-          c.reason = FailureCause::Reason::kOwnFailure;
-          c.rank = o.peer;
-          c.pid = peerOf(o.peer, 0).pid;
-          c.host = peerOf(o.peer, 0).host;
-          c.detail = st.message().find("ENFILE") != std::string::npos
-                         ? "its host ran out of file descriptors (ENFILE)"
-                         : "it ran out of file descriptors (EMFILE): raise its 'ulimit -n'";
-          ctx_.causes->offer(c);
-        }
+        offerPeerCause(o.peer, FailureCause::Reason::kOwnFailure,
+                       st.message().find("ENFILE") != std::string::npos
+                           ? "its host ran out of file descriptors (ENFILE)"
+                           : "it ran out of file descriptors (EMFILE): raise its 'ulimit -n'");
         fatal_ = RemoteError(where + " refused the connection: " + st.message());
         return;
       }
