@@ -6,6 +6,7 @@
 #
 #   perf/emulated_hier.sh [--build DIR] [--shape GxM] [--link RATE] [--size BYTES[,BYTES...]]
 #                         [--reps R] [--iters N] [--no-mpi] [--colls C[,C...]]
+#                         [--algos A[,A...]] [--transports T[,T...]]
 #
 # Per repetition, in this order: for all-gather, reduce-scatter and all-reduce, braid's perf
 # binary under `braidrun --emulate GxM --link RATE` with each algorithm forced (-A) and with the
@@ -19,7 +20,12 @@
 # after, since another job on the machine slows the ranks (the shaped link should dominate).
 # Several sizes (--size 1M,16M,64M as bytes) run one after another inside each repetition;
 # --no-mpi leaves Open MPI out (for the tuner's pick against the forced algorithms); --colls
-# runs only the named collectives (allgather, reducescatter, allreduce; default all three).
+# runs only the named collectives (allgather, reducescatter, allreduce; default all three);
+# --algos only the named braid rows (ring, hring, ho_ring, torus2d, hier_leader, tuner; those a
+# collective does not have are left out of it). --transports runs every braid row once per
+# transport, BRAID_TRANSPORTS=T (tcp, ucx: braid's own TCP against UCX over the emulated links),
+# interleaved within each repetition; the first transport's rows are the ones the summary
+# compares, and a line per row gives each other transport's median over the first's.
 # Before the repetitions, one job calibrates the cluster's links into a profile
 # (BRAID_LINK_PROFILE) that every braid row then reads, so that the tuner of each row and the
 # simulator (perf/sim_at_scale, same shape, one NIC per node) see the same link model; after the
@@ -28,7 +34,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=build shape=2x2 link=1gbit sizes=$((64 << 20)) reps=3 iters=3 mpi=1
-colls=allgather,reducescatter,allreduce
+colls=allgather,reducescatter,allreduce only_algos="" transports=
 while (($#)); do
   case $1 in
     --no-mpi) mpi=0; shift; continue ;;
@@ -37,9 +43,11 @@ while (($#)); do
     --link) link=$2 ;;
     --size) sizes=$2 ;;
     --colls) colls=$2 ;;
+    --algos) only_algos=$2 ;;
+    --transports) transports=$2 ;;
     --reps) reps=$2 ;;
     --iters) iters=$2 ;;
-    *) echo "usage: $0 [--build DIR] [--shape GxM] [--link RATE] [--size BYTES[,BYTES...]] [--reps R] [--iters N] [--no-mpi] [--colls C[,C...]]" >&2; exit 2 ;;
+    *) echo "usage: $0 [--build DIR] [--shape GxM] [--link RATE] [--size BYTES[,BYTES...]] [--reps R] [--iters N] [--no-mpi] [--colls C[,C...]] [--algos A[,A...]] [--transports T[,T...]]" >&2; exit 2 ;;
   esac
   shift 2
 done
@@ -101,12 +109,17 @@ done < <("$build/perf/sim_at_scale" --nodes "$g" --gpus "$m" --nics 1 --intra-bw
 for key in "${!picks[@]}"; do predicted["$key braid:tuner"]=${predicted["$key braid:${picks[$key]}"]:-}; done
 
 declare -A times
-braid_row() {  # coll binary algo
+braid_row() {  # coll binary algo [transport]
   local out t
   local force=(-A "$3")
   [[ $3 == tuner ]] && force=()  # the tuner's own choice (its calibrated model)
+  local tenv=() suffix=""
+  if [[ -n ${4:-} ]]; then
+    tenv=(BRAID_TRANSPORTS="$4")
+    [[ $4 != "${transport_list[0]}" ]] && suffix="@$4"
+  fi
   out=$("$build/tools/braidrun" --emulate "$shape" --link "$link" -- \
-    env BRAID_LINK_PROFILE="$profile" \
+    env BRAID_LINK_PROFILE="$profile" ${tenv[@]+"${tenv[@]}"} \
     "$build/perf/$2" -b "$size" -e "$size" -n "$iters" -w 1 ${force[@]+"${force[@]}"} 2>&1) || {
     echo "$out" >&2
     echo "braid $1 $3 failed" >&2
@@ -116,8 +129,8 @@ braid_row() {  # coll binary algo
   row=$(echo "$out" | awk -v s="$size" '$1 == s')
   [[ $(echo "$row" | awk '{print $9}') == 0 ]] || { echo "$out" >&2; echo "braid $1 $3: wrong elements" >&2; exit 1; }
   t=$(echo "$row" | awk '{print $6}')
-  times["$size $1 braid:$3"]+="$t "
-  printf '  %-10s %-14s braid %-12s %9s us\n' "$size" "$1" "$3" "$t"
+  times["$size $1 braid:$3$suffix"]+="$t "
+  printf '  %-10s %-14s braid %-12s %9s us\n' "$size" "$1" "$3${4:+ ($4)}" "$t"
 }
 mpi_row() {  # coll mapping
   local out t
@@ -134,6 +147,15 @@ declare -A algos=([allgather]="ring hring ho_ring tuner" [reducescatter]="ring h
   [allreduce]="ring hring ho_ring torus2d hier_leader tuner")
 declare -A bins=([allgather]=all_gather_perf [reducescatter]=reduce_scatter_perf
   [allreduce]=all_reduce_perf)
+if [[ -n $only_algos ]]; then
+  for c in "${!algos[@]}"; do
+    kept=""
+    for a in ${algos[$c]}; do [[ ,$only_algos, == *,$a,* ]] && kept+="$a "; done
+    algos[$c]=$kept
+  done
+fi
+IFS=, read -r -a transport_list <<<"$transports"
+((${#transport_list[@]})) || transport_list=("")
 echo "# $shape nodes, link $link, $sizes bytes, $reps repetitions, $iters iterations; $(date -u +%FT%TZ)"
 echo "# link model (calibrated, every row's): intra $intra_lat s $intra_bw B/s, inter $inter_lat s $inter_bw B/s"
 echo "# load before: $(cut -d' ' -f1-3 /proc/loadavg), $(nproc) cores"
@@ -141,7 +163,9 @@ for ((r = 1; r <= reps; ++r)); do
   echo "# repetition $r (load $(cut -d' ' -f1-3 /proc/loadavg))"
   for size in "${size_list[@]}"; do
     for coll in "${coll_list[@]}"; do
-      for a in ${algos[$coll]}; do braid_row "$coll" "${bins[$coll]}" "$a"; done
+      for a in ${algos[$coll]}; do
+        for t in "${transport_list[@]}"; do braid_row "$coll" "${bins[$coll]}" "$a" "$t"; done
+      done
       if ((mpi)); then for map in slot node; do mpi_row "$coll" "$map"; done; fi
     done
   done
@@ -177,6 +201,11 @@ for size in "${size_list[@]}"; do
       if [[ $a != tuner ]] && { [[ -z $best ]] || lt "$t" "$best"; }; then
         best=$t best_row=$a
       fi
+    done
+    for a in ${algos[$coll]}; do
+      for t in "${transport_list[@]:1}"; do
+        echo "$size $coll: $a over $t / over ${transport_list[0]}: $(ratio "${med["$size $coll braid:$a@$t"]:-}" "${med["$size $coll braid:$a"]:-}")"
+      done
     done
     tuner=${med["$size $coll braid:tuner"]:-}
     echo "$size $coll: tuner (picks ${picks["$size $coll"]:-?}) / fastest forced ($best_row): $(ratio "$tuner" "$best")"

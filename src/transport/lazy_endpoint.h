@@ -52,6 +52,9 @@ class LazyEndpoint final : public Endpoint {
   Result<size_t> sendv(std::span<const iovec> parts) override;
   bool cork(std::span<const iovec> parts, uint64_t* end) override;
   Status flush() override;
+  void settle(int64_t max_ms) override {
+    if (real_) real_->settle(max_ms);
+  }
   uint64_t flushedThrough() const override;
   Result<size_t> recv(void* data, size_t len) override;
   Result<std::span<const std::byte>> peek(size_t max) override;
@@ -65,7 +68,7 @@ class LazyEndpoint final : public Endpoint {
   uint64_t bytesReceived() const override;
 
   // Whether the connection is up (safe from any thread).
-  bool connected() const { return real_ptr_.load(std::memory_order_acquire) != nullptr; }
+  bool connected() const override { return real_ptr_.load(std::memory_order_acquire) != nullptr; }
 
  private:
   // Drives the connector once; OK with real_ set when up, OK with it null while pending, the

@@ -139,6 +139,10 @@ class Endpoint {
   }
   // Sends what cork() buffered, as far as the stream takes it; the sticky send error if any.
   virtual Status flush() { return Status::Ok(); }
+  // Waits, at most `max_ms`, until what send() accepted has left this process. A transport whose
+  // bytes leave from its own progress (ucx: UCX's buffers) would otherwise lose them when the
+  // process exits right after (a goodbye, braidComm::leave); sockets and rings need nothing.
+  virtual void settle(int64_t max_ms) { (void)max_ms; }
   // Bytes of corked messages handed to the stream so far (a position comparable with `end`).
   virtual uint64_t flushedThrough() const { return 0; }
   // Reads up to `len` bytes into `data`; returns how many arrived (0 when none yet).
@@ -176,6 +180,8 @@ class Endpoint {
   // board's executor uses it to see a peer that is in another call (comm.h,
   // peerSentUnreadStreamBytes).
   virtual bool hasUnreadBytes() const { return false; }
+  // Whether the stream is up (a lazy one may not be yet: LazyEndpoint). Any thread.
+  virtual bool connected() const { return true; }
 
   // Message interface. postSend / postRecv name `len` bytes at `offset` of memory registered
   // with this endpoint's transport and return an id at once; test(id) moves what can move and
@@ -238,6 +244,10 @@ class TransportInstance {
   // The host's small-message board (local_board.h) when this transport has one, covering the
   // peers it connected; null otherwise. Valid as long as the instance.
   virtual LocalBoard* localBoard() { return nullptr; }
+  // This rank leaves the communicator with every call complete (`reason`: FailureCause::Reason
+  // kDestroyed or kExited): a transport whose peers can read a word of this rank's (shm: the
+  // segment's owner block) says so there, before the goodbye on the streams (braidComm::leave).
+  virtual void markDeparted(uint32_t reason) { (void)reason; }
 
   // The factory's name ("shm", "tcp"), for messages.
   virtual const char* name() const { return "transport"; }

@@ -114,12 +114,15 @@ std::string FailureCause::describe() const {
       what = "aborted the communicator (braidCommAbort)";
       break;
     case Reason::kDestroyed:
-      what = "destroyed the communicator (braidCommDestroy) while other ranks waited on it";
+      what = "destroyed the communicator (braidCommDestroy)";
       break;
     case Reason::kLeft:
       what =
           "left the communicator (its control listener is closed: it destroyed the "
           "communicator, or its process exited)";
+      break;
+    case Reason::kExited:
+      what = "exited without destroying the communicator";
       break;
     case Reason::kNotCalling:
       what = "has not called this operation (it is alive";
@@ -162,7 +165,7 @@ std::optional<FailureCause> FailureCause::Decode(const uint8_t in[kWireBytes], i
     return std::nullopt;
   FailureCause c;
   const uint8_t reason = Get<uint8_t>(in, kOffReason);
-  if (reason < static_cast<uint8_t>(Reason::kDied) || reason > static_cast<uint8_t>(Reason::kLeft))
+  if (reason < static_cast<uint8_t>(Reason::kDied) || reason > static_cast<uint8_t>(Reason::kExited))
     return std::nullopt;
   c.reason = static_cast<Reason>(reason);
   const uint8_t has_op = Get<uint8_t>(in, kOffHasOp);

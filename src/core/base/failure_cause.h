@@ -35,9 +35,10 @@ struct FailureCause {
     kRevoked = 7,      // revoked the communicator (braidCommRevoke)
     kShutDown = 8,     // shut its streams down without saying why (weak: only a fallback)
     kAborted = 9,      // aborted the communicator (braidCommAbort)
-    kDestroyed = 10,   // destroyed the communicator (braidCommDestroy) while peers waited on it
+    kDestroyed = 10,   // destroyed the communicator (braidCommDestroy) before the call completed
     kNotCalling = 11,  // alive, but has not issued the collective the others wait in; `detail`
     kLeft = 12,        // its control listener is gone: it destroyed the communicator or exited
+    kExited = 13,      // its process exited without destroying the communicator (said goodbye)
   };
   static constexpr size_t kHostBytes = 64;
   static constexpr size_t kDetailBytes = 96;

@@ -618,6 +618,15 @@ Result<bool> ActiveOp::advanceStage(std::vector<ChannelState>& chans, StreamGate
   return all_done;
 }
 
+Status ActiveOp::PeerLeft(int peer, const WireHeader& h) const {
+  const auto reason = h.reserved == static_cast<uint32_t>(FailureCause::Reason::kExited)
+                          ? FailureCause::Reason::kExited
+                          : FailureCause::Reason::kDestroyed;
+  FailureCause c = comm_->peerCause(peer, reason);
+  comm_->causes().offer(c);
+  return RemoteError(c.describe() + " before this call reached it");
+}
+
 Status ActiveOp::OtherCommunicator(int peer, const WireHeader& h) const {
   char theirs[48], mine[48];
   auto name = [](char* out, uint32_t id) {
@@ -657,6 +666,7 @@ Status ActiveOp::advanceAgreement(ChannelState& cs, size_t i, bool* moved) {
     if (!got.ok()) return got.status();
     if (!*got) return Status::Ok();
     const WireHeader& h = pr.hdr;
+    if (h.flags == kWireGoodbye) return PeerLeft(sop.peer, h);
     if (h.comm != proto_.comm) return OtherCommunicator(sop.peer, h);
     if (h.flags == kWireCarriesAgreement) {
       // The peer's call starts with an exchange whose first message carries its agreement, this
@@ -808,6 +818,7 @@ Status ActiveOp::advanceData(ChannelState& cs, size_t i, bool* moved) {
     if (!got.ok()) return got.status();
     if (!*got) return Status::Ok();
     const WireHeader& h = pr.hdr;
+    if (h.flags == kWireGoodbye) return PeerLeft(sop.peer, h);
     // A message of another communicator sharing the streams (a split view or its root): the
     // ranks issued their calls in different orders and the streams are out of step.
     if (h.comm != proto_.comm) return OtherCommunicator(sop.peer, h);

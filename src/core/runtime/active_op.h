@@ -209,6 +209,9 @@ class ActiveOp {
   bool firstTransfersDone() const;
   // The error for a message of another communicator where this operation expected its own.
   Status OtherCommunicator(int peer, const WireHeader& h) const;
+  // The peer's goodbye (kWireGoodbye) where this operation expected a message: it left the
+  // communicator without making this call. Offers the cause it names.
+  Status PeerLeft(int peer, const WireHeader& h) const;
   Status advanceData(ChannelState& cs, size_t i, bool* moved);
   const std::vector<ChannelState>& currentChannels() const {
     return stage_ == Stage::kAgreement ? agree_chans_ : data_chans_;

@@ -13,6 +13,7 @@
 
 using namespace braid;
 
+
 extern "C" {
 
 braidResult_t braidGetVersion(int* version) {
@@ -158,8 +159,8 @@ braidResult_t braidCommDestroy(braidComm_t comm) {
     if (!st.ok()) ref->abort();
     // (Not while split views live on: they keep the root's streams, and a peer's data there may
     // be for them; use_count counts their references to the root.)
-    else if (ref.use_count() == 1 && ref->asyncErrorCode() == braidSuccess && ref->awaitedByAPeer())
-      ref->announceDestroy();
+    else if (ref.use_count() == 1)
+      ref->leave(FailureCause::Reason::kDestroyed);
   }
   ref->setState(braidComm::State::kDestroyed);
   ref.reset();  // frees now unless a concurrent call still holds a reference

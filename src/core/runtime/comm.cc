@@ -1,6 +1,7 @@
 #include "core/runtime/comm.h"
 
 #include <arpa/inet.h>
+#include <sched.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -14,8 +15,10 @@
 #include "algorithms/link_profile.h"
 #include "build_info.h"
 #include "core/net/bootstrap.h"
+#include "core/runtime/comm_registry.h"
 #include "core/runtime/engine.h"
 #include "core/runtime/placement.h"
+#include "core/runtime/wire_header.h"
 #include "transport/cross_memory.h"
 #include "core/base/cpus.h"
 #include "core/base/log.h"
@@ -193,6 +196,7 @@ Status braidComm::init(const UniqueIdData& id, int rank, int nranks, const CommO
   numbers_.p2p_send.assign(nranks_, 0);
   numbers_.p2p_recv.assign(nranks_, 0);
   engine_ = std::make_unique<Engine>(this);
+  InstallLeaveAtExit();
   if (rank_ == 0) {
     BRAID_INFO("%s", describe().c_str());
     BRAID_INFO("%s", fabricSummary().c_str());
@@ -902,23 +906,94 @@ void braidComm::abort() {
   shutdownEndpoints();
 }
 
+namespace {
+
+// Whether the next bytes on `ep` (some have arrived) are the peer's goodbye; reads them either
+// way (the caller leaves the communicator). Called with the engine's loop claimed.
+bool ReadGoodbye(Endpoint* ep) {
+  WireHeader h;
+  size_t got = 0;
+  // A goodbye is one small write: its bytes are all there within microseconds of the first.
+  const Deadline until = Deadline::After(10);
+  while (got < sizeof(h)) {
+    auto r = ep->recv(reinterpret_cast<std::byte*>(&h) + got, sizeof(h) - got);
+    if (!r.ok()) return true;  // the peer closed or failed: nobody waits
+    got += *r;
+    if (*r == 0 && until.expired()) return false;
+    if (*r == 0) sched_yield();
+  }
+  return h.magic == kWireMagic && h.flags == kWireGoodbye;
+}
+
+// The goodbye after the last message on `ep`, whole or not at all where the stream takes it
+// (a stream the peer does not drain within a moment: the peer then reads the close instead).
+void SendGoodbye(Endpoint* ep, FailureCause::Reason why) {
+  if (!ep->flush().ok()) return;
+  WireHeader h;
+  h.flags = kWireGoodbye;
+  h.reserved = static_cast<uint32_t>(why);
+  size_t sent = 0;
+  const Deadline until = Deadline::After(10);
+  while (sent < sizeof(h)) {
+    auto r = ep->send(reinterpret_cast<const std::byte*>(&h) + sent, sizeof(h) - sent);
+    if (!r.ok()) return;
+    sent += *r;
+    if (*r == 0 && until.expired()) return;
+    if (*r == 0) sched_yield();
+  }
+  ep->settle(100);
+}
+
+}  // namespace
+
 bool braidComm::awaitedByAPeer() {
   if (root_ || !engine()) return false;
   for (int p = 0; p < nranks_; ++p) {
     if (p == rank_) continue;
-    // Stream data this rank never read: the peer is in an operation this rank did not make.
+    // Stream data this rank never read: the peer is in an operation this rank did not make (or
+    // it said goodbye: leave() reads those first).
     if (peerSentUnreadStreamBytes(p)) return true;
     // A post on the board for a call this rank never made (its next number is known when no
-    // call is open: destroy drained them).
+    // call is open: the operations are drained).
     if (board_ && board_clock_.next() != 0 && board_->posted(p, board_clock_.next())) return true;
   }
   return false;
 }
 
-void braidComm::announceDestroy() {
+void braidComm::leave(FailureCause::Reason why) {
+  if (root_ || !engine_ || state() != State::kReady || asyncErrorCode() != braidSuccess) return;
+  // A child of fork() (the exit hook runs in it too) holds its parent's streams: not its own.
+  if (infos_[static_cast<size_t>(rank_)].pid != getpid()) return;
+  bool awaited = false;
+  const bool idle = engine_->withIdleLoop([&] {
+    // A peer's goodbye is no call waiting; anything else is (read past either way: this rank
+    // leaves, and a waiting peer is told so below).
+    for (int p = 0; p < nranks_; ++p)
+      if (p != rank_)
+        for (const auto& ep : endpoints_[static_cast<size_t>(p)])
+          if (ep && ep->hasUnreadBytes() && !ReadGoodbye(ep.get())) {
+            if (!awaited)
+              BRAID_INFO("%s: rank %d sent data for a call this rank never made (%s)",
+                         where().c_str(), p, ep->describe().c_str());
+            awaited = true;
+          }
+    awaited = awaited || awaitedByAPeer();
+    // Before the goodbyes: a shm peer that sees one on a stream while it waits on the board then
+    // finds the reason there too, not "a peer in another call".
+    for (const auto& t : transports_) t->markDeparted(static_cast<uint32_t>(why));
+    if (awaited) return;
+    for (int p = 0; p < nranks_; ++p)
+      if (p != rank_)
+        for (const auto& ep : endpoints_[static_cast<size_t>(p)])
+          if (ep && ep->connected()) SendGoodbye(ep.get(), why);
+  });
+  if (idle && awaited) announceLeaving(why);
+}
+
+void braidComm::announceLeaving(FailureCause::Reason why) {
   // As an abort: the cause goes to every rank (bounded), then the streams close so that a peer
   // blocked on one fails at once, holding the cause.
-  causes_.offer(selfCause(FailureCause::Reason::kDestroyed, ""));
+  causes_.offer(selfCause(why, ""));
   causes_.complete(rank_, false, "", 0);
   (void)announceFailure();
   shutdownEndpoints();

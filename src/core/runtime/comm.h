@@ -248,13 +248,24 @@ struct braidComm {
   // Shuts every stream down so that peers fail at once (the engine calls it when an operation
   // of this rank fails; see Endpoint::shutdown).
   void shutdownEndpoints();
-  // At destroy, once this rank's own operations are drained: whether a peer waits on this rank
-  // in an operation this rank never made (it sent stream data nobody read here, or posted a
-  // board call this rank never posted). Then announceDestroy() tells every rank, as an abort
-  // does, so that they fail at once naming the destroy instead of a death or a timeout (issue
-  // 42). A destroy nobody waits for sends nothing.
+  // This rank leaves the communicator with every call complete: at braidCommDestroy (`why` =
+  // kDestroyed, once its operations are drained and no split view lives on) or when its process
+  // exits without one (kExited, from the exit hook, LeaveAtExit). A peer left waiting for a call
+  // this rank never made must hear why, at once, instead of a crash ("died") or a timeout
+  // (issue 42):
+  // - a peer already waits (it sent stream data nobody read here, or posted a board call this
+  //   rank never posted): the reason goes to every rank as an abort's does (announceLeaving);
+  // - else a peer may still come: shm peers find the reason in this rank's segment, and every
+  //   open stream gets a goodbye (wire_header.h kWireGoodbye) after its last message, so a late
+  //   call reads the reason where it expected data, on any host.
+  // Nothing is said when the communicator failed (the failure was announced), when the engine
+  // is busy (another thread still calls), or for a split view. Sends no notice when nobody waits.
+  void leave(braid::FailureCause::Reason why);
+  // Whether a peer waits on this rank in a call this rank has not made: it sent stream data
+  // nobody read here, or posted a board call this rank never posted. Any thread; reads nothing.
   bool awaitedByAPeer();
-  void announceDestroy();
+  // Tells every rank that this rank leaves for `why`, then shuts the streams down.
+  void announceLeaving(braid::FailureCause::Reason why);
   // Aborts the running operations without marking the communicator failed for good.
   void abortOperations(const Status& reason);
 

@@ -4,6 +4,9 @@
 
 #include <atomic>
 #include <cstdint>
+#include <openssl/crypto.h>
+
+#include <cstdlib>
 #include <mutex>
 #include <unordered_map>
 
@@ -113,6 +116,30 @@ Result<CommRef> UsableComm(braidComm_t comm) {
       break;
   }
   return ref;
+}
+
+namespace {
+
+// A process that exits without destroying its communicators (returning from main, exit()) leaves
+// each with every call complete: a peer still waiting, or calling later, is told "exited" rather
+// than "died" (issue 42; braidComm::leave). Only this process's own communicators: a child of
+// fork() inherits the registry and must not speak on its parent's streams. _exit, a signal or a
+// crash run no hook: peers then name a death, as they should.
+void LeaveAtExit() {
+  for (const CommRef& c : LiveComms()) c->leave(FailureCause::Reason::kExited);
+}
+
+}  // namespace
+
+// Installed once a communicator is ready (everything its init set up exists), and after OpenSSL's
+// own exit handler: handlers run in the reverse order of their installation, and the leaving
+// rank's notices still need OpenSSL (the control handshake).
+void InstallLeaveAtExit() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    (void)OPENSSL_init_crypto(0, nullptr);
+    (void)std::atexit(LeaveAtExit);
+  });
 }
 
 }  // namespace braid

@@ -23,6 +23,9 @@ CommRef UnregisterComm(braidComm_t comm);
 CommRef LookupComm(braidComm_t comm);
 // Every live communicator (references, so they stay alive while the caller uses them).
 std::vector<CommRef> LiveComms();
+// Installs, once per process, the exit hook that leaves every live communicator of this process
+// (braidComm::leave with kExited): call when a communicator is ready.
+void InstallLeaveAtExit();
 // LookupComm + checks that it is ready for operations.
 Result<CommRef> UsableComm(braidComm_t comm);
 

@@ -80,6 +80,15 @@ class Engine {
   // path for all of them).
   static constexpr size_t kBoardBatch = 16;
   bool runBoardCalls(std::span<const OpDesc* const> calls, Status* results);
+  // Runs `fn` on the calling thread with the loop claimed, when the engine is idle (nothing
+  // queued or running, nobody driving): `fn` may use the endpoints. False when busy.
+  template <typename Fn>
+  bool withIdleLoop(Fn&& fn) {
+    if (!beginInline()) return false;
+    fn();
+    endInline();
+    return true;
+  }
   // One pass of the loop on the calling thread when nobody drives it and it has work (braidTest):
   // operations a caller left quiet progress without waking the thread. True when it drove.
   bool poll();

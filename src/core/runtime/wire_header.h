@@ -18,6 +18,12 @@ inline constexpr uint8_t kWireAgreement = 1;  // a call-agreement message (see C
 // A data message that is also its sender's call agreement (two ranks, see CallConflict): its
 // header's signature is checked before its payload is used.
 inline constexpr uint8_t kWireCarriesAgreement = 2;
+// A rank's last message on a stream (issue 42): it leaves the communicator with every call
+// complete, by braidCommDestroy or by exiting without one; `reserved` holds the
+// FailureCause::Reason (kDestroyed or kExited) and nothing follows. A peer that reads it where it
+// expected data fails at once naming why, instead of reading the close as a crash ("died") once
+// the process is gone. Sent only at a message boundary with the engine idle (braidComm::leave).
+inline constexpr uint8_t kWireGoodbye = 4;
 
 struct WireHeader {
   uint32_t magic = kWireMagic;

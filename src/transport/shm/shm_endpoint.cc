@@ -60,7 +60,7 @@ Result<std::shared_ptr<PeerLink>> PeerLink::Open(int rank, int pid, std::string 
 }
 
 bool PeerLink::dead() {
-  if (dead_.load(std::memory_order_relaxed)) return true;
+  if (dead_.load(std::memory_order_relaxed) || departed() != 0) return true;
   const int64_t now = NowMicros();
   if (now < next_check_us_.load(std::memory_order_relaxed)) return false;
   next_check_us_.store(now + kCheckIntervalUs, std::memory_order_relaxed);
@@ -87,6 +87,15 @@ void PeerLink::report(FailureCause::Reason reason) const {
 }
 
 Status PeerLink::deathError() const {
+  if (const uint32_t how = departed(); how != 0) {
+    const bool exited = how == static_cast<uint32_t>(FailureCause::Reason::kExited);
+    report(exited ? FailureCause::Reason::kExited : FailureCause::Reason::kDestroyed);
+    return RemoteError("rank " + std::to_string(rank_) + " (pid " + std::to_string(pid_) +
+                       ") on host " + host_ +
+                       (exited ? " exited without destroying the communicator"
+                               : " destroyed the communicator (braidCommDestroy)") +
+                       " before this call reached it");
+  }
   report(FailureCause::Reason::kDied);
   return RemoteError("rank " + std::to_string(rank_) + " (pid " + std::to_string(pid_) +
                      ") on host " + host_ + " exited during the operation");

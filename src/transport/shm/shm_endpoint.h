@@ -26,11 +26,22 @@ class PeerLink {
   PeerLink(const PeerLink&) = delete;
   PeerLink& operator=(const PeerLink&) = delete;
 
-  // Whether the peer process has exited. Asks the kernel at most once per kCheckIntervalUs
-  // (hot paths call this), then remembers a death for good.
+  // Whether the peer has gone: it left the communicator with every call complete (its segment's
+  // OwnerControl::departed, read at every call), or its process exited (the kernel is asked at
+  // most once per kCheckIntervalUs: hot paths call this; a death is remembered for good).
   bool dead();
-  // "rank 3 (pid 1234) on host h1 exited during the operation"; reports the death as a cause.
+  // "rank 3 (pid 1234) on host h1 exited during the operation" (or how it left: destroyed the
+  // communicator, exited without destroying it); reports that as the cause.
   Status deathError() const;
+  // Where the peer says how it left: its segment's owner block (kept mapped by `mapping`).
+  void watchDeparture(std::shared_ptr<Mapping> mapping, const OwnerControl* owner) {
+    departure_map_ = std::move(mapping);
+    departure_ = owner;
+  }
+  // The reason the peer left with (FailureCause::Reason), 0 while it has not.
+  uint32_t departed() const {
+    return departure_ ? departure_->departed.load(std::memory_order_acquire) : 0;
+  }
   // Reports a failure of `reason` of this peer as a cause (no-op without a board).
   void report(FailureCause::Reason reason) const;
   int pidfd() const { return pidfd_.get(); }
@@ -48,6 +59,8 @@ class PeerLink {
   std::string host_;
   std::string doorbell_;
   CauseBoard* causes_ = nullptr;
+  std::shared_ptr<Mapping> departure_map_;
+  const OwnerControl* departure_ = nullptr;
   OwnedFd pidfd_;
   std::atomic<bool> dead_{false};
   std::atomic<int64_t> next_check_us_{0};

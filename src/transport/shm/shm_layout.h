@@ -28,7 +28,7 @@
 namespace braid::shm {
 
 inline constexpr uint64_t kSegmentMagic = 0x6d68736469617262ULL;  // "braidshm"
-inline constexpr uint32_t kSegmentVersion = 6;
+inline constexpr uint32_t kSegmentVersion = 7;
 // The smallest ring any segment may promise (its min_ring_bytes), and the arena's unit.
 inline constexpr uint64_t kMinRingBytes = 1 << 10;
 inline constexpr uint64_t kMaxRingBytes = 256 << 20;
@@ -121,6 +121,16 @@ struct ArenaControl {
 };
 static_assert(sizeof(ArenaControl) == 256);
 
+// What the segment's owner tells the peers that map it while they run; written by the owner only.
+struct OwnerControl {
+  // How the owner left the communicator with every call complete: a FailureCause::Reason
+  // (kDestroyed, kExited), 0 while it is in it. Stored before its goodbye on the streams
+  // (wire_header.h kWireGoodbye), so a peer waiting on the board or on an empty ring names the
+  // departure instead of waiting for a post that never comes or reading the exit as a crash.
+  alignas(256) std::atomic<uint32_t> departed;
+};
+static_assert(sizeof(OwnerControl) == 256);
+
 // First bytes of the segment; written once by the creator before its blob is published.
 inline constexpr size_t kHeaderTagBytes = 64;
 struct SegmentHeader {
@@ -154,14 +164,15 @@ struct SegmentLayout {
     uint64_t raw = sizeof(SegmentHeader) + uint64_t{nslots} * sizeof(int32_t);
     return (raw + 255) / 256 * 256;
   }
-  uint64_t arenaControlOffset() const { return headerBytes(); }
+  uint64_t ownerControlOffset() const { return headerBytes(); }
+  uint64_t arenaControlOffset() const { return headerBytes() + sizeof(OwnerControl); }
   // Offset of the control block of ring (slot, channel).
   uint64_t controlOffset(uint32_t slot, uint32_t channel) const {
-    return headerBytes() + sizeof(ArenaControl) +
+    return arenaControlOffset() + sizeof(ArenaControl) +
            (uint64_t{slot} * nchannels + channel) * kRingControlBytes;
   }
   uint64_t boardOffset() const {
-    uint64_t end = headerBytes() + sizeof(ArenaControl) + nrings() * kRingControlBytes;
+    uint64_t end = arenaControlOffset() + sizeof(ArenaControl) + nrings() * kRingControlBytes;
     return (end + kPageBytes - 1) / kPageBytes * kPageBytes;
   }
   // The board: its control block, kBoardEntries small slots, then large payload buffer k (0 or

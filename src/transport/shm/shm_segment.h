@@ -75,6 +75,9 @@ struct SegmentView {
   ArenaControl* arena() const {
     return reinterpret_cast<ArenaControl*>(mapping->base() + layout.arenaControlOffset());
   }
+  OwnerControl* owner() const {
+    return reinterpret_cast<OwnerControl*>(mapping->base() + layout.ownerControlOffset());
+  }
   // Best effort: maps the pages of [offset, offset + bytes) now (they are reserved already), so
   // that the first transfers do not pay the page faults.
   void prefault(uint64_t offset, uint64_t bytes) const;

@@ -119,6 +119,9 @@ class ShmTransport final : public TransportInstance {
   }
   const char* name() const override { return "shm"; }
   LocalBoard* localBoard() override { return board_.get(); }
+  void markDeparted(uint32_t reason) override {
+    if (segment_) segment_->view().owner()->departed.store(reason, std::memory_order_release);
+  }
 
  private:
   explicit ShmTransport(const TransportContext& ctx) : ctx_(ctx) {}
@@ -259,6 +262,7 @@ Status ShmTransport::connectPeer(int peer, const std::string& blob_text,
     return link->dead() ? link->deathError() : opened.status();
   }
   const SegmentView& theirs = *opened;
+  link->watchDeparture(theirs.mapping, theirs.owner());
   const int tx_slot = theirs.slotOf(ctx_.rank);
   if (tx_slot < 0 || theirs.layout.nchannels != static_cast<uint32_t>(ctx_.nchannels) ||
       theirs.layout.ring_bytes != b.ring_bytes)

@@ -268,6 +268,17 @@ Result<size_t> Endpoint::sendLocked(std::span<const iovec> parts) {
     return n;
   }
   if (Status f = peer_->failure(); !f.ok()) {
+    // What the peer sent before it went comes first: its last message may say why it went (a
+    // goodbye: it left the communicator). While some is still here unread, the stream takes
+    // nothing (bounded), so that the operation reads it instead of failing on the send.
+    const int64_t now = NowMicros();
+    if (gone_with_bytes_us_ == 0) gone_with_bytes_us_ = now;
+    if (now - gone_with_bytes_us_ < kGoneReadFirstUs && rx_error_.ok() &&
+        (tail_ > head_ || incoming_ || msg_ || [&] {
+          auto more = probeNext();
+          return more.ok() && *more;
+        }()))
+      return size_t{0};
     tx_error_ = peer_->fail();
     return tx_error_;
   }
@@ -321,6 +332,26 @@ Result<size_t> Endpoint::sendLocked(std::span<const iovec> parts) {
   out_.reset();
   countSent(total);
   return total;
+}
+
+void Endpoint::settle(int64_t max_ms) {
+  Worker::Use use(*worker_);
+  const Library& lib = worker_->lib();
+  const Deadline until = Deadline::After(max_ms);
+  while (!eager_sends_.empty() && !until.expired() && reapSends().ok())
+    if (!eager_sends_.empty() && worker_->progress() == 0) std::this_thread::yield();
+  // What UCX completed may still sit in its transport's buffer (tcp): flushed, it has left.
+  ucp_ep_h ep = nullptr;
+  if (!peer_->failure().ok() || !ensureEp(&ep).ok()) return;
+  ucp_request_param_t param{};
+  void* f = lib.ucp_ep_flush_nbx(ep, &param);
+  if (!UCS_PTR_IS_PTR(f)) return;
+  while (lib.ucp_request_check_status(f) == UCS_INPROGRESS && !until.expired())
+    if (worker_->progress() == 0) std::this_thread::yield();
+  if (lib.ucp_request_check_status(f) == UCS_INPROGRESS)
+    worker_->retire(f, nullptr, false);
+  else
+    lib.ucp_request_free(f);
 }
 
 void Endpoint::shutdown() {

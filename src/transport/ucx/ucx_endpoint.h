@@ -85,6 +85,8 @@ class Endpoint final : public braid::Endpoint {
   static constexpr uint64_t kCreditEvery = kWindowBytes / 4;
   // How long shutdown() progresses the worker for its marker to leave.
   static constexpr int kShutdownMarkerWaitMs = 20;
+  // How long a send that found the peer gone waits for its unread bytes to be read (sendLocked).
+  static constexpr int64_t kGoneReadFirstUs = 200 * 1000;
 
   Endpoint(Worker* worker, std::shared_ptr<PeerLink> peer, int my_rank, int channel);
   ~Endpoint() override;
@@ -103,6 +105,8 @@ class Endpoint final : public braid::Endpoint {
   // peerSentUnreadStreamBytes), and the board serves a communicator only when shm connects every
   // pair, so no ucx endpoint is asked there; this answer is a lower bound for other callers.
   bool hasUnreadBytes() const override { return unread_.load(std::memory_order_relaxed); }
+  // Progresses the worker until the eager sends are complete and the endpoint is flushed.
+  void settle(int64_t max_ms) override;
 
   Result<uint64_t> postSend(const MemoryRegistration& mem, size_t offset, size_t len) override;
   Result<uint64_t> postRecv(const MemoryRegistration& mem, size_t offset, size_t len) override;
@@ -175,6 +179,9 @@ class Endpoint final : public braid::Endpoint {
     bool sent = false;  // UCX completed the send
   };
   std::optional<Outgoing> out_;
+  // When a send first found the peer gone while its bytes were still arriving here (sendLocked):
+  // the receive side reads them first (a goodbye names how the peer left), for a moment.
+  int64_t gone_with_bytes_us_ = 0;
   // The gathered parts of an eager send UCX completes at once (it reads them during the post).
   static constexpr size_t kMaxParts = 8;
   ucp_dt_iov_t iov_[kMaxParts];
