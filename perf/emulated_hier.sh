@@ -6,7 +6,7 @@
 #
 #   perf/emulated_hier.sh [--build DIR] [--shape GxM] [--link RATE] [--size BYTES[,BYTES...]]
 #                         [--reps R] [--iters N] [--no-mpi] [--colls C[,C...]]
-#                         [--algos A[,A...]] [--transports T[,T...]]
+#                         [--algos A[,A...]] [--transports T[/T...]]
 #
 # Per repetition, in this order: for all-gather, reduce-scatter and all-reduce, braid's perf
 # binary under `braidrun --emulate GxM --link RATE` with each algorithm forced (-A) and with the
@@ -23,9 +23,10 @@
 # runs only the named collectives (allgather, reducescatter, allreduce; default all three);
 # --algos only the named braid rows (ring, hring, ho_ring, torus2d, hier_leader, tuner; those a
 # collective does not have are left out of it). --transports runs every braid row once per
-# transport, BRAID_TRANSPORTS=T (tcp, ucx: braid's own TCP against UCX over the emulated links),
-# interleaved within each repetition; the first transport's rows are the ones the summary
-# compares, and a line per row gives each other transport's median over the first's.
+# transport list, BRAID_TRANSPORTS=T (e.g. shm,tcp/shm,ucx: shm within a node, braid's own TCP
+# against UCX across the emulated links), interleaved within each repetition; the first list's
+# rows are the ones the summary compares, and a line per row gives each other list's median over
+# the first's.
 # Before the repetitions, one job calibrates the cluster's links into a profile
 # (BRAID_LINK_PROFILE) that every braid row then reads, so that the tuner of each row and the
 # simulator (perf/sim_at_scale, same shape, one NIC per node) see the same link model; after the
@@ -47,7 +48,7 @@ while (($#)); do
     --transports) transports=$2 ;;
     --reps) reps=$2 ;;
     --iters) iters=$2 ;;
-    *) echo "usage: $0 [--build DIR] [--shape GxM] [--link RATE] [--size BYTES[,BYTES...]] [--reps R] [--iters N] [--no-mpi] [--colls C[,C...]] [--algos A[,A...]] [--transports T[,T...]]" >&2; exit 2 ;;
+    *) echo "usage: $0 [--build DIR] [--shape GxM] [--link RATE] [--size BYTES[,BYTES...]] [--reps R] [--iters N] [--no-mpi] [--colls C[,C...]] [--algos A[,A...]] [--transports T[/T...]]" >&2; exit 2 ;;
   esac
   shift 2
 done
@@ -154,7 +155,7 @@ if [[ -n $only_algos ]]; then
     algos[$c]=$kept
   done
 fi
-IFS=, read -r -a transport_list <<<"$transports"
+IFS=/ read -r -a transport_list <<<"$transports"
 ((${#transport_list[@]})) || transport_list=("")
 echo "# $shape nodes, link $link, $sizes bytes, $reps repetitions, $iters iterations; $(date -u +%FT%TZ)"
 echo "# link model (calibrated, every row's): intra $intra_lat s $intra_bw B/s, inter $inter_lat s $inter_bw B/s"
