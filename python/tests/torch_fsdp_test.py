@@ -15,6 +15,7 @@
    relative on more).
 Run by torch_launch.py on 2 ranks.
 """
+import gc
 import sys
 
 from torch_env import dist, init, torch
@@ -124,6 +125,11 @@ tol = 0.0 if size == 2 else 1e-6
 if worst > tol:
     sys.exit("FAIL: rank %d: sharded on braid vs all_reduce on gloo: max relative loss difference "
              "%.2e > %.0e\n%s\n%s" % (rank, worst, tol, got, want))
+# The gloo group goes while the interpreter is whole: left to its exit it can abort the process
+# ("terminate called without an active exception", pytorch#190489).
+dist.destroy_process_group(gloo)
+del gloo
+gc.collect()
 dist.destroy_process_group()
 print("PASS: rank %d: torch's FSDP %s; FSDP's collectives by hand on braid match gloo over %d "
       "steps (max relative loss difference %.1e)" %
