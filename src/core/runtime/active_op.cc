@@ -488,8 +488,10 @@ Status ActiveOp::advanceBoard(bool* moved) {
   if (!run_.finished()) {
     // A peer that died never posts: its death is the error (the board asks the kernel at most
     // every few ms).
+    // A peer that left (destroy, exit) did all its posts and reads before it said so: once it has
+    // gone, what it made is visible, so the wait is looked at again before it counts as failed.
     const int peer = run_.blocked().peer;
-    if (peer >= 0 && comm_->board()->dead(peer))
+    if (peer >= 0 && comm_->board()->dead(peer) && !run_.blockedReady())
       return comm_->board()->deathError(peer).prepend(context());
     return Status::Ok();
   }

@@ -238,7 +238,9 @@ Status Engine::awaitBoard(OneSidedRun& run, const OpDesc& d, uint64_t seq,
     if (run.blockedReady()) return Status::Ok();
     if (report_requested_.load(std::memory_order_relaxed)) answerReport();
     // A death seen here was reported as the cause by deathError.
-    if (board.dead(b.peer)) return failBoardCall(board.deathError(b.peer), d, seq, std::nullopt);
+    // (Looked at again once the peer has gone: what it posted or read before is visible then.)
+    if (board.dead(b.peer) && !run.blockedReady())
+      return failBoardCall(board.deathError(b.peer), d, seq, std::nullopt);
     if (comm.asyncErrorCode() != braidSuccess)
       return failBoardCall(comm.asyncError(), d, seq, std::nullopt);
     if (auto cause = comm.causes().first(); cause && !cause->weak())
