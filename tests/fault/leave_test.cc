@@ -9,7 +9,6 @@
 #include <poll.h>
 #include <sched.h>
 #include <signal.h>
-#include <sys/mman.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -26,6 +25,7 @@
 #include "core/runtime/comm_registry.h"
 #include "multirank/harness.h"
 #include "multirank/pid_pipe.h"
+#include "multirank/shared_state.h"
 
 namespace braid_test {
 namespace {
@@ -127,10 +127,8 @@ TEST_P(ExitMidCall, EverySurvivorNamesTheExitWithinOneSecond) {
   // peer waits on it (awaitedByAPeer stays false over ucx): there the victim exits once every
   // survivor is about to call, and the survivors, in their call or about to be, read its goodbye.
   const bool sees_waiters = transport != "ucx";
-  void* shared = mmap(nullptr, sizeof(std::atomic<int>), PROT_READ | PROT_WRITE,
-                      MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-  ASSERT_NE(shared, MAP_FAILED);
-  auto* calling = new (shared) std::atomic<int>(0);
+  Shared<std::atomic<int>> calling;
+  ASSERT_TRUE(calling.ok());
   auto out = RunJob(opt, [&](braidComm_t comm, int rank, int nranks, const braidUniqueId&) {
     pid_t vpid = -1;
     if (rank == victim) {
@@ -161,7 +159,6 @@ TEST_P(ExitMidCall, EverySurvivorNamesTheExitWithinOneSecond) {
     calling->fetch_add(1);
     return ExpectNamed(comm, rank, victim, vpid, How::kExit, buf);
   });
-  munmap(shared, sizeof(std::atomic<int>));
   for (int r = 0; r < n; ++r) EXPECT_EQ(out[r].exit_code, 0) << DescribeOutcomes(out);
 }
 
@@ -206,10 +203,8 @@ TEST_P(LateCall, NamesWhatTheGoneRankDid) {
   // A survivor that fails its call #1 tells every rank; one still in call #0 (making a lazy
   // connection, say) would fail there too. So the survivors start call #1 only once all of them
   // have finished call #0: a counter in memory the forked ranks share.
-  void* shared = mmap(nullptr, sizeof(std::atomic<int>), PROT_READ | PROT_WRITE,
-                      MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-  ASSERT_NE(shared, MAP_FAILED);
-  auto* finished = new (shared) std::atomic<int>(0);
+  Shared<std::atomic<int>> finished;
+  ASSERT_TRUE(finished.ok());
   auto out = RunJob(opt, [&](braidComm_t comm, int rank, int nranks, const braidUniqueId&) {
     pid_t vpid = -1;
     if (rank == victim) {
@@ -236,7 +231,6 @@ TEST_P(LateCall, NamesWhatTheGoneRankDid) {
     if (!AwaitExit(vpid, 60)) return 11;
     return ExpectNamed(comm, rank, victim, vpid, how, buf);
   });
-  munmap(shared, sizeof(std::atomic<int>));
   for (int r = 0; r < n; ++r) EXPECT_EQ(out[r].exit_code, 0) << DescribeOutcomes(out);
 }
 
@@ -276,14 +270,12 @@ TEST(Leave, EveryRankDestroysQuietly) {
 // it is stopped; rank 0 resumes it once they are gone and then returns (the harness destroys).
 TEST(Leave, ResumedRankHearsThatThePeersExited) {
   for (const char* transport : {"shm", "tcp"}) {
-    struct Shared {
+    struct State {
       std::atomic<int> pid[4];
       std::atomic<int> ready;
     };
-    void* mem =
-        mmap(nullptr, sizeof(Shared), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-    ASSERT_NE(mem, MAP_FAILED);
-    auto* sh = new (mem) Shared{};
+    Shared<State> sh;
+    ASSERT_TRUE(sh.ok());
     JobOptions opt;
     opt.nranks = 4;
     opt.timeout_s = 90;
@@ -329,7 +321,6 @@ TEST(Leave, ResumedRankHearsThatThePeersExited) {
       kill(stopped, SIGCONT);
       return 0;
     });
-    munmap(mem, sizeof(Shared));
     for (int r = 0; r < 4; ++r)
       EXPECT_EQ(out[r].exit_code, 0) << transport << DescribeOutcomes(out);
   }

@@ -6,7 +6,6 @@
 #include <gtest/gtest.h>
 #include <fcntl.h>
 #include <signal.h>
-#include <sys/mman.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -20,6 +19,7 @@
 #include "core/runtime/comm_registry.h"
 #include "multirank/harness.h"
 #include "multirank/pid_pipe.h"
+#include "multirank/shared_state.h"
 
 namespace braid_test {
 namespace {
@@ -247,10 +247,8 @@ TEST_P(DestroyMidCall, EverySurvivorNamesTheDestroyWithinOneSecond) {
   const int victim = n / 2;
   // The survivors count themselves once call #0 is done: one still in it would fail there on the
   // victim's notice. A counter in memory the forked ranks share.
-  void* shared = mmap(nullptr, sizeof(std::atomic<int>), PROT_READ | PROT_WRITE,
-                      MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-  ASSERT_NE(shared, MAP_FAILED);
-  auto* finished = new (shared) std::atomic<int>(0);
+  Shared<std::atomic<int>> finished;
+  ASSERT_TRUE(finished.ok());
   auto out = RunJob(opt, [&](braidComm_t comm, int rank, int nranks, const braidUniqueId&) {
     pid_t vpid = -1;
     if (rank == victim) {
@@ -286,7 +284,6 @@ TEST_P(DestroyMidCall, EverySurvivorNamesTheDestroyWithinOneSecond) {
     }
     return 0;
   });
-  munmap(shared, sizeof(std::atomic<int>));
   for (int r = 0; r < n; ++r) EXPECT_EQ(out[r].exit_code, 0) << DescribeOutcomes(out);
 }
 
@@ -380,10 +377,8 @@ TEST_P(DestroyMidCall, ACallAfterThePeersDestroyNamesItWithinOneSecond) {
   // The victim destroys once every rank has finished call #0: a survivor that fails call #1
   // tells every rank, and one still in call #0 (making a lazy connection, say) would fail there
   // too. A counter in memory the forked ranks share.
-  void* shared = mmap(nullptr, sizeof(std::atomic<int>), PROT_READ | PROT_WRITE,
-                      MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-  ASSERT_NE(shared, MAP_FAILED);
-  auto* finished = new (shared) std::atomic<int>(0);
+  Shared<std::atomic<int>> finished;
+  ASSERT_TRUE(finished.ok());
   auto out = RunJob(opt, [&](braidComm_t comm, int rank, int nranks, const braidUniqueId&) {
     pid_t vpid = -1;
     if (rank == victim) {
@@ -424,7 +419,6 @@ TEST_P(DestroyMidCall, ACallAfterThePeersDestroyNamesItWithinOneSecond) {
     return code;
   });
   for (int fd : {gone[0], gone[1], done[0], done[1]}) close(fd);
-  munmap(shared, sizeof(std::atomic<int>));
   for (int r = 0; r < n; ++r) EXPECT_EQ(out[r].exit_code, 0) << DescribeOutcomes(out);
 }
 

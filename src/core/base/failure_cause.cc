@@ -165,7 +165,8 @@ std::optional<FailureCause> FailureCause::Decode(const uint8_t in[kWireBytes], i
     return std::nullopt;
   FailureCause c;
   const uint8_t reason = Get<uint8_t>(in, kOffReason);
-  if (reason < static_cast<uint8_t>(Reason::kDied) || reason > static_cast<uint8_t>(Reason::kExited))
+  if (reason < static_cast<uint8_t>(Reason::kDied) ||
+      reason > static_cast<uint8_t>(Reason::kExited))
     return std::nullopt;
   c.reason = static_cast<Reason>(reason);
   const uint8_t has_op = Get<uint8_t>(in, kOffHasOp);

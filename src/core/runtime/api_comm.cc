@@ -13,7 +13,6 @@
 
 using namespace braid;
 
-
 extern "C" {
 
 braidResult_t braidGetVersion(int* version) {

@@ -928,8 +928,7 @@ bool ReadGoodbye(Endpoint* ep) {
 // The goodbye after the last message on `ep`, whole or not at all where the stream takes it
 // (a stream the peer does not drain within a moment: the peer then reads the close instead).
 void SendGoodbye(Endpoint* ep, FailureCause::Reason why) {
-  if (!ep->flush().ok()) return;
-  WireHeader h;
+  WireHeader h;  // (send() flushes what was corked first: the goodbye stays last)
   h.flags = kWireGoodbye;
   h.reserved = static_cast<uint32_t>(why);
   size_t sent = 0;
