@@ -66,11 +66,23 @@ class Builder {
     }
     step(std::move(ops));
   }
-  // Before post `post` writes its window at `place` (and its entry): every peer has consumed what
+  // Before post `post` writes its window at `place` (and its entry): every rank has consumed what
   // that memory held, post - WindowDepth(place) (the entry's, post - kWindowEntries, is older).
+  // Every rank includes this one: its own earlier calls read their own windows too, and calls run
+  // side by side (the engine's window, a group on the board), so a later call must not overwrite
+  // a post an earlier call of this rank has yet to fold. The rank's own counter covers them all
+  // (BoardClock publishes it only past every post all of its calls have read).
   void waitFree(uint32_t post, WindowPlace place) {
-    waitAll(Counter::kConsumed,
-            static_cast<int32_t>(post) - static_cast<int32_t>(WindowDepth(place)));
+    const int32_t held = static_cast<int32_t>(post) - static_cast<int32_t>(WindowDepth(place));
+    std::vector<StepOp> ops;
+    for (int k = 1; k <= n_; ++k) {
+      StepOp o{StepOpKind::kWait};
+      o.peer = (me_ + k) % n_;  // the peers from the next rank on, then this rank
+      o.counter = Counter::kConsumed;
+      o.value = held;
+      ops.push_back(o);
+    }
+    step(std::move(ops));
   }
   // dst = rank-order fold of `srcs[0..N)` (x0 op x1 op ... op xN-1): every rank folds alike, so
   // every rank that computes an element computes the same bits.

@@ -361,8 +361,11 @@ Status CheckScheduleStructure(const RankSchedule& s, int rank, int nranks,
         };
         if (static_cast<int>(op.kind) >= kNumStepOpKinds)
           return InternalError(where() + "unknown kind");
+        // A rank may wait for its own kConsumed counter (board_builder.h waitFree: its earlier
+        // calls' reads of its own windows), never for its own post or a transfer with itself.
+        const bool own_counter = op.kind == StepOpKind::kWait && op.counter == Counter::kConsumed;
         if ((IsTransferKind(op.kind) || op.kind == StepOpKind::kWait) &&
-            (op.peer < 0 || op.peer >= nranks || op.peer == rank))
+            (op.peer < 0 || op.peer >= nranks || (op.peer == rank && !own_counter)))
           return InternalError(where() + "peer " + std::to_string(op.peer) +
                                " is not another rank");
         const bool reads = ReadsSrcKind(op.kind), writes = WritesDstKind(op.kind);

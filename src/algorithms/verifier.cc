@@ -1083,11 +1083,12 @@ class SymbolicRun {
         // What the window held before the call: every rank read it, and the reuse rule asks for
         // each one's consumed counter to have passed it.
         for (int r = 0; r < n_; ++r)
-          if (r != th.r && th.consumed[static_cast<size_t>(r)] < c.post)
+          if (th.consumed[static_cast<size_t>(r)] < c.post)
             return Fail(th, static_cast<int>(op),
                         "writes " + whose + Where(owner, i) + " (post " + PostName(post) +
                             ") over post " + PostName(c.post) + " before rank " +
                             std::to_string(r) +
+                            (r == th.r ? " (this rank: its earlier calls may still read it)" : "") +
                             " has consumed it: a region reused too early (a missing wait for "
                             "that rank's consumed counter)");
       }
@@ -1315,8 +1316,9 @@ class SymbolicRun {
     if (one_sided_) {
       for (Thread& th : threads_) {
         th.clock.assign(threads_.size(), 0);
+        // Its own counter too: the rank's earlier calls may still read its windows (calls run
+        // side by side), so the reuse rule holds for it as for every peer.
         th.consumed.assign(static_cast<size_t>(n_), INT64_MIN);
-        th.consumed[static_cast<size_t>(th.r)] = INT64_MAX;  // its own reads: program order
       }
       exposed_.assign(static_cast<size_t>(n_) * kExposable, Access1{});
       counter_.assign(static_cast<size_t>(n_), {kEpoch - 1, kEpoch - 1});

@@ -127,6 +127,14 @@ class LocalBoard {
   // received (the other way). Adds to *sent and *received.
   virtual void traffic(int rank, uint64_t* sent, uint64_t* received) const = 0;
 
+  // How many collectives of the communicator this rank has started (its engine took them up, in
+  // call order, before any of their data moved): announceStarted stores it (release), started
+  // reads a peer's (acquire). A rank that waits on the board for a peer that sends it stream data
+  // learns from it whether that peer is in the call too (the data is for a later operation that
+  // runs beside it) or has not reached it (a mismatch: Engine::failBoardStragglers).
+  virtual void announceStarted(uint64_t calls) = 0;
+  virtual uint64_t started(int rank) const = 0;
+
   // Whether `rank`'s process has exited (cheap: asks the kernel at most every few ms), and the
   // error that names it (also reported as a failure cause).
   virtual bool dead(int rank) = 0;

@@ -3,6 +3,7 @@
 // rounds; by reference), every collective they serve, in and out of place, with pre-multiplied
 // sums and AVG; the put-based proof vehicle; and mutations of the IR's one-sided steps that the
 // verifier must reject, each with a message naming the defect.
+#include <algorithm>
 #include <functional>
 #include <string>
 #include <vector>
@@ -265,6 +266,53 @@ TEST(BoardMutations, ARegionReusedTooEarlyIsRejected) {
   });
   ASSERT_FALSE(st.ok());
   EXPECT_NE(st.message().find("reused too early"), std::string::npos) << st.message();
+}
+
+TEST(BoardMutations, ReusingAWindowItsOwnEarlierCallMayStillReadIsRejected) {
+  // Calls run side by side on one rank (the engine's window, a group on the board): the call
+  // two posts back may still fold this rank's own large buffer, so waiting for the peers alone
+  // is not enough. Rank 1 waits for every peer's consumed counter but not its own.
+  const CollArgs a = Args(CollKind::kAllReduce, 4, 6, false);
+  const Status st = Mutated(a, 1, [](RankSchedule& s) {
+    auto& ops = s.channels[0].steps[StepWith(s, StepOpKind::kWait, Counter::kConsumed)].ops;
+    const auto self =
+        std::find_if(ops.begin(), ops.end(), [](const StepOp& o) { return o.peer == 1; });
+    ASSERT_NE(self, ops.end());
+    ops.erase(self);
+  });
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("reused too early"), std::string::npos) << st.message();
+  EXPECT_NE(st.message().find("before rank 1 (this rank"), std::string::npos) << st.message();
+}
+
+TEST(BoardSchedules, EveryWindowWriteWaitsForThisRanksOwnCounterToo) {
+  // Every form, on a few rank counts: the step that frees a window names every rank, this one
+  // included, so that a call never overwrites what an earlier call of the same rank still reads.
+  for (const CollKind kind : {CollKind::kAllReduce, CollKind::kAllGather, CollKind::kBroadcast,
+                              CollKind::kReduce, CollKind::kBarrier})
+    for (const int n : {2, 3, 8}) {
+      const CollArgs a = Args(kind, n, 6, false);
+      for (int r = 0; r < n; ++r) {
+        // The barrier: the agreement a call on the streams takes on the board.
+        auto s = kind == CollKind::kBarrier ? Result<RankSchedule>(BoardAgreementSchedule(n, r))
+                                            : BuildSchedule(BoardAlgorithm(), a, r);
+        ASSERT_TRUE(s.ok()) << s.status().message();
+        bool found = false;
+        for (const Step& st : s->channels[0].steps) {
+          int waits = 0, own = 0;
+          for (const StepOp& op : st.ops)
+            if (op.kind == StepOpKind::kWait && op.counter == Counter::kConsumed && op.value < 0) {
+              ++waits;
+              own += op.peer == r;
+            }
+          if (waits == 0) continue;
+          found = true;
+          EXPECT_EQ(waits, n) << CollKindName(kind) << " n=" << n << " rank " << r;
+          EXPECT_EQ(own, 1) << CollKindName(kind) << " n=" << n << " rank " << r;
+        }
+        EXPECT_TRUE(found) << CollKindName(kind) << " n=" << n;
+      }
+    }
 }
 
 TEST(BoardMutations, TwoShotReusingItsBufferTooEarlyIsRejected) {

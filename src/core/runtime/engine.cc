@@ -333,7 +333,10 @@ void Engine::activate(Operation* op, std::shared_ptr<Operation> keep) {
   // Every rank numbers the same collectives alike, whatever happened to this one.
   if (op->desc().kind != CollKind::kSendRecv) {
     ++numbers.coll;
-    if (owner == comm_) colls_issued_.store(numbers.coll, std::memory_order_relaxed);
+    if (owner == comm_) {
+      colls_issued_.store(numbers.coll, std::memory_order_relaxed);
+      if (LocalBoard* board = comm_->board()) board->announceStarted(numbers.coll);
+    }
   }
   a->last_progress_us = NowMicros();
   gate_.claim(a->id(), a->claims());
@@ -459,6 +462,10 @@ bool Engine::failBoardStragglers() {
     const OneSidedRun* run = active_[i]->boardBlocked();
     const int peer = run->blocked().peer;
     if (peer < 0 || !comm_->peerSentUnreadStreamBytes(peer)) continue;
+    // A peer that has started this call is in it: its data is for a later operation running
+    // beside it (a split view's, a send), which this rank may not have issued yet. Loaded after
+    // the data was seen: the peer announced the call before that operation moved a byte.
+    if (comm_->board()->started(peer) > active_[i]->seq()) continue;
     // The peer's data may be for any of this rank's calls, not only the one waiting on it: a
     // peer sends a call's data only after every post of its agreement, so a call it is in is
     // ready here once its data is seen (read first, above). Any ready call is no straggler:

@@ -59,6 +59,12 @@ class ShmBoard final : public LocalBoard {
     add(sides_[rank].mine_there, bytes, false);
   }
   void traffic(int rank, uint64_t* sent, uint64_t* received) const override;
+  void announceStarted(uint64_t calls) override {
+    sides_[static_cast<size_t>(rank_)].ctl->started.store(calls, std::memory_order_release);
+  }
+  uint64_t started(int rank) const override {
+    return sides_[static_cast<size_t>(rank)].ctl->started.load(std::memory_order_acquire);
+  }
   bool dead(int rank) override { return sides_[rank].link && sides_[rank].link->dead(); }
   Status deathError(int rank) const override;
 

@@ -28,7 +28,7 @@
 namespace braid::shm {
 
 inline constexpr uint64_t kSegmentMagic = 0x6d68736469617262ULL;  // "braidshm"
-inline constexpr uint32_t kSegmentVersion = 7;
+inline constexpr uint32_t kSegmentVersion = 8;
 // The smallest ring any segment may promise (its min_ring_bytes), and the arena's unit.
 inline constexpr uint64_t kMinRingBytes = 1 << 10;
 inline constexpr uint64_t kMaxRingBytes = 256 << 20;
@@ -94,6 +94,9 @@ struct BoardControl {
   alignas(128) std::atomic<uint32_t> waiters;
   alignas(128) std::atomic<uint32_t> consumed;
   alignas(128) std::atomic<uint64_t> bells[kBoardBellWords];
+  // Collectives the owner has started (LocalBoard::announceStarted): written once per call by
+  // the owner, read by a peer only when it suspects a mismatch.
+  alignas(128) std::atomic<uint64_t> started;
 };
 inline constexpr uint64_t kBoardControlBytes = 2048;
 static_assert(sizeof(BoardControl) <= kBoardControlBytes);
