@@ -34,6 +34,22 @@ TEST(FailureCause, DescribesRankHostPidAndOperation) {
   EXPECT_EQ(Sample().errorClass(), ErrorClass::kRemote);
 }
 
+TEST(FailureCause, ALongDetailKeepsWhatSaysWhy) {
+  // Around an errno name; at the start of an out-of-memory reason; else the end.
+  const std::string pad(200, 'x');
+  const std::string emfile =
+      FailureCause::FitDetail(pad + " accept failed (EMFILE: too many) " + pad);
+  EXPECT_NE(emfile.find("(EMFILE"), std::string::npos) << emfile;
+  const std::string oom = FailureCause::FitDetail(
+      "rank 0/8: allgather(count=8388608, float, quantized int8/G=2048) #1 [qwz]: out of memory "
+      "for the engine's buffers (about the message size in scratch): free memory or raise the "
+      "limit (ulimit -v), or split the call");
+  EXPECT_NE(oom.find("out of memory for the engine's buffers"), std::string::npos) << oom;
+  const std::string tail = FailureCause::FitDetail(pad + " the reason at the end");
+  EXPECT_NE(tail.find("the reason at the end"), std::string::npos) << tail;
+  for (const std::string& s : {emfile, oom, tail}) EXPECT_LT(s.size(), FailureCause::kDetailBytes);
+}
+
 TEST(FailureCause, RoundTrips) {
   uint8_t w[FailureCause::kWireBytes];
   Sample().encode(w);

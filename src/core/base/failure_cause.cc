@@ -64,18 +64,24 @@ std::optional<std::string> GetText(const uint8_t* in, size_t off, size_t max) {
 std::string FailureCause::FitDetail(const std::string& text) {
   if (text.size() < kDetailBytes) return text;
   const size_t room = kDetailBytes - 7;  // (two "...")
+  const auto around = [&](size_t i, size_t before) {
+    const size_t from = i > before ? i - before : 0;
+    std::string out = from > 0 ? "..." : "";
+    out += text.substr(from, room);
+    if (from + room < text.size()) out += "...";
+    return out;
+  };
   // An errno name ("(EMFILE") is what says why: keep the text around it.
   for (size_t i = 0; i + 3 < text.size(); ++i) {
     if (text[i] != '(' || text[i + 1] != 'E' ||
         !std::isupper(static_cast<unsigned char>(text[i + 2])) ||
         !std::isupper(static_cast<unsigned char>(text[i + 3])))
       continue;
-    const size_t from = i > 48 ? i - 48 : 0;
-    std::string out = from > 0 ? "..." : "";
-    out += text.substr(from, room);
-    if (from + room < text.size()) out += "...";
-    return out;
+    return around(i, 48);
   }
+  // Running out of memory says so at the start of its reason (the engine's OutOfMemory), the
+  // advice after it: keep the reason.
+  if (const size_t i = text.find("out of memory"); i != std::string::npos) return around(i, 8);
   // Else the end, where an error usually says its reason.
   return "..." + text.substr(text.size() - (kDetailBytes - 4));
 }
