@@ -544,8 +544,12 @@ INSTANTIATE_TEST_SUITE_P(Fault, OutOfMemoryAlone,
                          ::testing::Combine(::testing::Values(2, 4, 8),
                                             ::testing::Values("shm", "tcp")),
                          [](const auto& info) {
-                           return "n" + std::to_string(std::get<0>(info.param)) + "_" +
-                                  std::get<1>(info.param);
+                           // (Appended piecewise: gcc 12 warns on a chain of operator+ here.)
+                           std::string name = "n";
+                           name += std::to_string(std::get<0>(info.param));
+                           name += '_';
+                           name += std::get<1>(info.param);
+                           return name;
                          });
 
 TEST_P(OutOfMemoryAlone, EverySurvivorNamesTheRankThatRanOutOfMemory) {
@@ -554,7 +558,8 @@ TEST_P(OutOfMemoryAlone, EverySurvivorNamesTheRankThatRanOutOfMemory) {
 #endif
   const auto [n, transport] = GetParam();
   PidPipe victim_pid;
-  int done[2], leave[2];
+  int ready[2], done[2], leave[2];
+  ASSERT_EQ(pipe(ready), 0);
   ASSERT_EQ(pipe(done), 0);
   ASSERT_EQ(pipe(leave), 0);
   JobOptions opt;
@@ -579,6 +584,15 @@ TEST_P(OutOfMemoryAlone, EverySurvivorNamesTheRankThatRanOutOfMemory) {
     // Everything else this rank will touch is in place before the cap (a first small call too).
     if (braidAllReduce(in.data(), got.data(), 1024, braidFloat32, braidSum, comm) != braidSuccess)
       return 7;
+    // Every rank is out of that call before the victim fails: its failure shuts its streams
+    // down, which would cut a peer still reading the first call's last message.
+    char c = 1;
+    if (rank != victim) {
+      if (write(ready[1], &c, 1) != 1) return 3;
+    } else {
+      for (int k = 0; k < nranks - 1; ++k)
+        if (read(ready[0], &c, 1) != 1) return 4;
+    }
     if (rank == victim) {
       rlimit lim{};
       lim.rlim_cur = lim.rlim_max = static_cast<rlim_t>(AddressSpaceBytes() + (8ll << 20));
@@ -607,7 +621,6 @@ TEST_P(OutOfMemoryAlone, EverySurvivorNamesTheRankThatRanOutOfMemory) {
     }
     // The survivors leave once all have their errors (one that exits first would be named by a
     // slower one as having left).
-    char c = 1;
     const int first = victim == 0 ? 1 : 0;
     if (rank != first) {
       if (write(done[1], &c, 1) != 1 || read(leave[0], &c, 1) != 1) return 9;
@@ -619,7 +632,7 @@ TEST_P(OutOfMemoryAlone, EverySurvivorNamesTheRankThatRanOutOfMemory) {
     }
     return code;
   });
-  for (int fd : {done[0], done[1], leave[0], leave[1]}) close(fd);
+  for (int fd : {ready[0], ready[1], done[0], done[1], leave[0], leave[1]}) close(fd);
   for (int r = 0; r < n; ++r) EXPECT_EQ(out[r].exit_code, 0) << DescribeOutcomes(out);
 }
 
