@@ -714,6 +714,11 @@ bool braidComm::peerSentUnreadStreamBytes(int peer) const {
   return false;
 }
 
+bool braidComm::peerInAnotherCall(int peer, uint64_t seq) const {
+  // Loaded after the data was seen: the peer announced the call before that data moved.
+  return peerSentUnreadStreamBytes(peer) && board_ && board_->started(peer) <= seq;
+}
+
 bool braidComm::runBoardCalls(std::span<const OpDesc* const> calls, Status* results) {
   return !root_ && engine_ && board_ && engine_->runBoardCalls(calls, results);
 }

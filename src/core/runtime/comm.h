@@ -157,6 +157,10 @@ struct braidComm {
   // waits on the board with nothing of its own on the streams: then the two ranks are in
   // different calls (a call on a split view where this rank called its root).
   bool peerSentUnreadStreamBytes(int peer) const;
+  // Whether `peer`, which this rank waits for on the board in its collective `seq`, is in
+  // another call instead: it sent stream data nothing here reads and has not started `seq`
+  // (a peer that has started it sends data only for a later operation running beside it).
+  bool peerInAnotherCall(int peer, uint64_t seq) const;
   // Runs blocking calls on the board on this thread when the engine is idle and every call runs on
   // the board (Engine::runBoardCalls); false otherwise (split views: always).
   bool runBoardCalls(std::span<const braid::OpDesc* const> calls, Status* results);

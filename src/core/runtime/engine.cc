@@ -461,11 +461,7 @@ bool Engine::failBoardStragglers() {
   for (size_t i = 0; i < active_.size(); ++i) {
     const OneSidedRun* run = active_[i]->boardBlocked();
     const int peer = run->blocked().peer;
-    if (peer < 0 || !comm_->peerSentUnreadStreamBytes(peer)) continue;
-    // A peer that has started this call is in it: its data is for a later operation running
-    // beside it (a split view's, a send), which this rank may not have issued yet. Loaded after
-    // the data was seen: the peer announced the call before that operation moved a byte.
-    if (comm_->board()->started(peer) > active_[i]->seq()) continue;
+    if (peer < 0 || !comm_->peerInAnotherCall(peer, active_[i]->seq())) continue;
     // The peer's data may be for any of this rank's calls, not only the one waiting on it: a
     // peer sends a call's data only after every post of its agreement, so a call it is in is
     // ready here once its data is seen (read first, above). Any ready call is no straggler:

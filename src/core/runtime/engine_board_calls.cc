@@ -250,9 +250,7 @@ Status Engine::awaitBoard(OneSidedRun& run, const OpDesc& d, uint64_t seq,
     // The peer is not where this call needs it but sends this rank stream data, which nothing of
     // this rank's (an idle engine) will read: it is in another call, and both would wait for
     // BRAID_TIMEOUT. (Its post, made before its data, would be visible by now.)
-    // (A peer that has started this call is in it, its data for a later operation: not this.)
-    if (comm.peerSentUnreadStreamBytes(b.peer) && board.started(b.peer) <= seq &&
-        !run.blockedReady())
+    if (comm.peerInAnotherCall(b.peer, seq) && !run.blockedReady())
       return failBoardCall(OtherCallOnTheStreams(b.peer, run.describe()), d, seq, std::nullopt);
     // A peer whose control listener refuses connections has left the communicator (destroyed it
     // before this call, or exited): its post never comes. Looked at once a second of waiting.
