@@ -146,9 +146,18 @@ void HandshakeListener::Drop(Pending& p, const std::string& why) {
 
 void HandshakeListener::Drive(Pending& p) {
   if (p.done) return;
+  // The server's proof leaves and its connection is queued under one hold of mu_ (sends here
+  // are non-blocking): a peer that has read the proof, and an owner that learns of it and then
+  // calls tryNext(), find the connection queued. A rank that shuts down right after a peer
+  // connected must find that connection to mark it (lazy_endpoint.h), or the peer would read a
+  // closed socket and blame a crash. check_ and serve_ run outside the lock (the owner's code;
+  // serve_ may wait), so a listener with serve_ gives no such promise.
+  std::unique_lock<std::mutex> lock(mu_);
   HandshakeState s = p.hs->drive(p.fd.get());
   if (s == HandshakeState::kVerified) {
+    lock.unlock();
     std::string why = check_ ? check_(p.hs->hello()) : "";
+    lock.lock();
     if (why.empty()) {
       p.hs->accept();
       p.hs->drive(p.fd.get());
@@ -157,21 +166,26 @@ void HandshakeListener::Drive(Pending& p) {
     }
     s = p.hs->state();
   }
-  if (s == HandshakeState::kFailed) return Drop(p, p.hs->error().message());
-  if (s != HandshakeState::kDone) return;
-  if (serve_ && serve_(p.hs->hello(), p.fd.get())) {
-    HangUp(p.fd.get());
-    p.fd = Fd();
-    p.done = true;
+  if (s != HandshakeState::kDone) {
+    lock.unlock();
+    if (s == HandshakeState::kFailed) Drop(p, p.hs->error().message());
     return;
   }
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (ready_.size() < options_.max_ready) {
-      ready_.push_back({std::move(p.fd), p.hs->hello(), p.peer});
+  if (serve_) {
+    lock.unlock();
+    if (serve_(p.hs->hello(), p.fd.get())) {
+      HangUp(p.fd.get());
+      p.fd = Fd();
       p.done = true;
+      return;
     }
+    lock.lock();
   }
+  if (ready_.size() < options_.max_ready) {
+    ready_.push_back({std::move(p.fd), p.hs->hello(), p.peer});
+    p.done = true;
+  }
+  lock.unlock();
   if (p.done) {
     ready_cv_.notify_all();
     uint64_t one = 1;

@@ -266,6 +266,9 @@ class TcpInstance::Connector final : public PeerConnector {
   }
   std::unique_ptr<Endpoint> takeReady() override {
     std::lock_guard<std::mutex> lock(inst_->lazy_mu_);
+    // The peer's connection may wait in the listener's queue still (its handshake ended after
+    // this rank last drove the listener).
+    if (!out_) inst_->takeArrived();
     return inst_->takeLazy(out_ ? &*out_ : nullptr, peer_, channel_);
   }
   std::string describe() const override {
