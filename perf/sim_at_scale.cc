@@ -5,7 +5,15 @@
 //   sim_at_scale [--nodes G] [--gpus M] [--links dgx-a100|emulated-1g] [--topology FILE]
 //                [--intra-bw B/s] [--intra-lat S] [--inter-bw B/s] [--inter-lat S] [--nics K]
 //                [--sizes BYTES,...] [--colls allgather,reducescatter,allreduce]
-//                [--channels C] [--chunk BYTES] [--algos ring,hring,...]
+//                [--channels C] [--chunk BYTES] [--algos ring,hring,...] [--threads T]
+//                [--symmetry on|off] [--ties keep|full]
+//
+// On a cluster of identical nodes the simulator runs one node's ranks where the schedules are
+// alike on every node (simulator.h; the ranks_run column says "8/shift", "8/xor", or the number
+// of ranks when it ran them all). --symmetry off runs every rank. A symmetric run that met ties
+// at a shared NIC runs every rank again unless --ties keep (the default above 4096 ranks, where
+// that takes minutes): the row then says "~", the model with every node serving its ties in node
+// 0's order (docs/hierarchical.md gives the difference measured at 1024 ranks).
 //
 // --inter-bw is a node's whole inter-node link, --nics the NICs it is made of (LinkModel, tuner.h;
 // the presets set both). --topology takes the machine from a topology file's first node (G copies
@@ -18,6 +26,8 @@
 // request: the simulated time, the closed-form estimate the tuner ranks with, the ratio to the flat
 // ring, and the wall and CPU time the simulation (schedule builds included) took; then the tuner's
 // pick for that cluster. Exit 0 when every simulation ran, 1 when one failed, 2 for bad flags.
+#include <sys/resource.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cinttypes>
@@ -53,7 +63,16 @@ struct Options {
   uint64_t chunk = 512 * 1024;
   // Threads that build the ranks' schedules (simulator.h): the machine's cores by default.
   int threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  // Simulate one node's ranks where the schedules are alike on every node (simulator.h).
+  bool symmetry = true;
+  // Keep a symmetric answer that met ties at a shared NIC (the row says "~"): 1 yes, 0 no (run
+  // every rank instead), -1 above kFullSimulationRanks only.
+  int accept_ties = -1;
 };
+
+// Above this many ranks a full simulation takes minutes (simulator.h): symmetric answers with
+// ties are kept by default.
+constexpr int kFullSimulationRanks = 4096;
 
 // DGX-A100 (the cluster of the HO-Ring and Lins papers): 8 GPUs on NVSwitch, NVLink 3 at about
 // 240 GB/s of achievable bus bandwidth per GPU and direction, ~3 us per message; 8 HDR
@@ -170,7 +189,8 @@ int Usage(const char* why) {
       "[--links dgx-a100|emulated-1g] [--topology FILE] [--intra-bw B/s] [--intra-lat S] "
       "[--inter-bw B/s] "
       "[--inter-lat S] [--nics K] [--sizes BYTES,...] [--colls allgather,reducescatter,allreduce] "
-      "[--channels C] [--chunk BYTES] [--algos NAME,...] [--threads T]\n",
+      "[--channels C] [--chunk BYTES] [--algos NAME,...] [--threads T] [--symmetry on|off] [--ties "
+      "keep|full]\n",
       why);
   return 2;
 }
@@ -200,6 +220,12 @@ bool ParseArgs(int argc, char** argv, Options* o, std::string* err) {
       o->dgroup.clear();  // a --topology before it no longer describes the node
     } else if (flag == "--threads") {
       ok = positive_int(&o->threads) && o->threads <= 256;
+    } else if (flag == "--symmetry") {
+      ok = std::strcmp(v, "on") == 0 || std::strcmp(v, "off") == 0;
+      o->symmetry = std::strcmp(v, "on") == 0;
+    } else if (flag == "--ties") {
+      ok = std::strcmp(v, "keep") == 0 || std::strcmp(v, "full") == 0;
+      o->accept_ties = std::strcmp(v, "keep") == 0 ? 1 : 0;
     } else if (flag == "--nics") {
       ok = positive_int(&o->model.nics_per_node);
     } else if (flag == "--channels") {
@@ -296,8 +322,9 @@ int main(int argc, char** argv) {
                 *std::max_element(o.dgroup.begin(), o.dgroup.end()) + 1,
                 o.model.of(LinkClass::kDeviceGroup).beta_bytes_s,
                 o.model.of(LinkClass::kDeviceGroup).alpha_s);
-  std::printf("%-14s %12s %-9s %12s %12s %9s %9s %9s %9s\n", "collective", "bytes", "algorithm",
-              "simulated_s", "estimate_s", "vs_ring", "vs_2lvl", "sim_ms", "cpu_ms");
+  std::printf("%-14s %12s %-9s %12s %12s %9s %9s %9s %9s %12s\n", "collective", "bytes",
+              "algorithm", "simulated_s", "estimate_s", "vs_ring", "vs_2lvl", "sim_ms", "cpu_ms",
+              "ranks_run");
   int failures = 0;
   for (CollKind kind : o.colls) {
     for (uint64_t bytes : o.sizes) {
@@ -320,7 +347,11 @@ int main(int argc, char** argv) {
         if (!algo->supports(a)) continue;
         const auto t0 = std::chrono::steady_clock::now();
         const double c0 = CpuSeconds();
-        auto t = SimulateSeconds(*algo, a, o.model, o.threads);
+        SimulateOptions so;
+        so.threads = o.threads;
+        so.symmetry = o.symmetry;
+        so.accept_ties = o.accept_ties == 1 || (o.accept_ties < 0 && n > kFullSimulationRanks);
+        auto t = Simulate(*algo, a, o.model, so);
         const double cpu_ms = 1e3 * (CpuSeconds() - c0);
         const double ms =
             std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0)
@@ -331,22 +362,33 @@ int main(int argc, char** argv) {
           ++failures;
           continue;
         }
-        if (name == "ring") ring = *t;
-        times.emplace_back(name, *t);
+        const double secs = t->seconds;
+        if (name == "ring") ring = secs;
+        times.emplace_back(name, secs);
         char ratio[32] = "-", two[32] = "-";
-        if (ring > 0) std::snprintf(ratio, sizeof ratio, "%.3f", *t / ring);
+        if (ring > 0) std::snprintf(ratio, sizeof ratio, "%.3f", secs / ring);
         if (name.back() == '3')  // hring3 over hring, ho_ring3 over ho_ring, torus2d3 over torus2d
           for (const auto& [other, ot] : times)
             if (other == name.substr(0, name.size() - 1) && ot > 0)
-              std::snprintf(two, sizeof two, "%.3f", *t / ot);
-        std::printf("%-14s %12" PRIu64 " %-9s %12.6f %12.6f %9s %9s %9.1f %9.1f\n",
-                    CollKindName(kind), bytes, name.c_str(), *t, algo->estimate_seconds(a, o.model),
-                    ratio, two, ms, cpu_ms);
+              std::snprintf(two, sizeof two, "%.3f", secs / ot);
+        // The ranks the event simulation ran: all, or one node's under a symmetry of the nodes.
+        char run[32];
+        if (*t->symmetry)
+          std::snprintf(run, sizeof run, "%d/%s%s", t->simulated_ranks, t->symmetry,
+                        t->ties ? "~" : "");
+        else
+          std::snprintf(run, sizeof run, "%d", t->simulated_ranks);
+        std::printf("%-14s %12" PRIu64 " %-9s %12.6f %12.6f %9s %9s %9.1f %9.1f %12s\n",
+                    CollKindName(kind), bytes, name.c_str(), secs,
+                    algo->estimate_seconds(a, o.model), ratio, two, ms, cpu_ms, run);
       }
       const Algorithm* pick = tuner->choose(a);
       std::printf("%-14s %12" PRIu64 " tuner picks %s\n", CollKindName(kind), bytes,
                   pick ? pick->name() : "(none)");
     }
   }
+  rusage ru{};
+  getrusage(RUSAGE_SELF, &ru);
+  std::printf("# peak resident memory %.1f MiB\n", static_cast<double>(ru.ru_maxrss) / 1024.0);
   return failures == 0 ? 0 : 1;
 }

@@ -9,6 +9,7 @@
 // queues are reset, so the hot loop stays in flat, cache-friendly memory.
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <bit>
 #include <condition_variable>
 #include <cstdint>
@@ -114,6 +115,9 @@ struct Posted {
 struct Stream {
   std::vector<Posted> sends, recvs;
   size_t sh = 0, rh = 0;
+  // Of its two ranks (the key's: with a symmetry, the receiver's lane is its image on node 0).
+  LinkClass cls = LinkClass::kIntraNode;
+  int dst = 0;  // the key's receiver
 };
 
 // Stream key -> index into a vector of streams, by linear probing. Keys are arithmetic
@@ -182,6 +186,7 @@ struct ReadyXfer {
   int src, dst;
   double bytes;
   LinkClass cls;
+  int pair_dst;  // the receiver the stream's key names (symmetric runs: dst is its image)
 };
 
 // A transfer's end: the two lanes it belongs to may go on.
@@ -200,14 +205,32 @@ class Simulation {
   Simulation(const CollArgs& a, const LinkModel& m)
       : a_(a), m_(m), n_(a.nranks), streams_(2 * static_cast<size_t>(a.nranks)) {}
 
-  Result<double> Run(const Algorithm& algo, int threads) {
-    BRAID_RETURN_IF_ERROR(threads > 1 ? BuildAndCompileInParallel(algo, threads)
-                                      : BuildAndCompile(algo));
+  // A symmetric run met transfers that were ready at one instant and queued for one port
+  // (simulator.h): its prediction may not be the full simulation's; run every rank instead.
+  bool QueuedTies() const { return queued_ties_; }
+
+  // With a symmetry found (simulator.h), the ranks simulated (one node's) and which one.
+  int SimulatedRanks() const { return sym_ == Symmetry::kNone ? n_ : per_node_; }
+  const char* SymmetryName() const {
+    return sym_ == Symmetry::kShift ? "shift" : sym_ == Symmetry::kXor ? "xor" : "";
+  }
+
+  Result<double> Run(const Algorithm& algo, const SimulateOptions& o) {
+    const int threads = a_.nranks >= kParallelBuildRanks ? o.threads : 1;
+    bool symmetric = false;
+    if (o.symmetry && SymmetryCandidate(o.min_nodes)) {
+      BRAID_ASSIGN_OR_RETURN(symmetric, BuildSymmetric(algo, std::max(threads, 1)));
+    }
+    if (!symmetric) {
+      BRAID_RETURN_IF_ERROR(threads > 1 ? BuildAndCompileInParallel(algo, threads)
+                                        : BuildAndCompile(algo));
+    }
     if (has_deps_) parked_.resize(lanes_.size());
     AssignPorts();
     if (nports_ >= (size_t{1} << kPortBits))
       return InvalidArgument("simulate: " + std::to_string(n_) + " ranks are too many ports");
     send_free_.assign(nports_, 0);
+    if (sym_ != Symmetry::kNone) last_taken_.assign(nports_, {-1.0, UINT64_MAX});
     recv_free_.assign(nports_, 0);
     port_ends_.assign(nports_, PortEnds{});
     port_queues_.assign(nports_, PortQueue{});
@@ -238,6 +261,10 @@ class Simulation {
           double& send_port = send_free_[send_index];
           double& recv_port = recv_free_[Port(r.dst, r.cls)];
           const double start = std::max({r.t, send_port, recv_port});
+          if (sym_ != Symmetry::kNone && r.cls == LinkClass::kInterNode) {
+            if (start > r.t) NoteQueued(r, send_index, Port(r.dst, r.cls));
+            NoteTaken(r, send_index, Port(r.dst, r.cls));
+          }
           const double end = start + link.alpha_s + r.bytes / link.beta_bytes_s;
           send_port = end;
           recv_port = end;
@@ -459,7 +486,11 @@ class Simulation {
       }
       for (uint32_t k = 0; k < StepXfers(header); ++k, ++i) {
         Xfer x = std::bit_cast<Xfer>(cr.code[i]);
-        x.stream = streams_.Find(cr.keys[x.stream]);
+        const uint64_t key =
+            sym_ == Symmetry::kNone ? cr.keys[x.stream] : OntoNodeZero(cr.keys[x.stream]);
+        x.stream = streams_.Find(key);
+        streams_[x.stream].cls = LinkClassBetween(a_.layout, KeySrc(key), KeyDst(key));
+        streams_[x.stream].dst = KeyDst(key);
         if (x.meta & Xfer::kLarge)
           x.meta = (x.meta & ~Xfer::kLow) | ((x.meta & Xfer::kLow) + large_base);
         code_.push_back(std::bit_cast<uint64_t>(x));
@@ -467,12 +498,19 @@ class Simulation {
       if (StepOneSided(header)) {
         has_one_sided_ = true;
         const uint64_t nsw = cr.code[i];
-        for (uint64_t k = 0; k < 2 + nsw; ++k) code_.push_back(cr.code[i++]);
+        for (uint64_t k = 0; k < 2 + nsw; ++k) {
+          uint64_t w = cr.code[i++];
+          // A peer's counter is, by the symmetry, its image's on node 0.
+          if (k >= 2 && sym_ != Symmetry::kNone && !SigWait::Signal(w))
+            w = SigWait::Pack(false, SigWait::Counter(w) ? Counter::kConsumed : Counter::kPosted,
+                              SigWait::Value(w), SigWait::Peer(w) % per_node_);
+          code_.push_back(w);
+        }
       }
     }
     large_bytes_.insert(large_bytes_.end(), cr.large.begin(), cr.large.end());
     // Ranks' schedules are usually alike: size the table once from rank 0's.
-    if (cr.rank == 0) code_.reserve(code_.size() * static_cast<size_t>(n_) + 1);
+    if (cr.rank == 0) code_.reserve(code_.size() * static_cast<size_t>(SimulatedRanks()) + 1);
     return Status::Ok();
   }
 
@@ -639,7 +677,7 @@ class Simulation {
                              std::to_string(lanes_[snd.lane].channel));
       const int src = lanes_[snd.lane].rank, dst = lanes_[rcv.lane].rank;
       ready_.push_back({std::max(snd.t, rcv.t), seq_++, snd.lane, rcv.lane, src, dst,
-                        static_cast<double>(snd.bytes), LinkClassBetween(a_.layout, src, dst)});
+                        static_cast<double>(snd.bytes), s.cls, s.dst});
     }
     if (s.sh == s.sends.size()) {
       s.sends.clear();
@@ -657,9 +695,188 @@ class Simulation {
                kMaxChannels +
            static_cast<uint64_t>(ch);
   }
+  int KeySrc(uint64_t key) const { return static_cast<int>(key / kMaxChannels / n_); }
+  int KeyDst(uint64_t key) const { return static_cast<int>(key / kMaxChannels % n_); }
+  int KeyChannel(uint64_t key) const { return static_cast<int>(key % kMaxChannels); }
+
+  // --- Symmetry (simulator.h) ---
+  // The layout is G identical nodes of M ranks in rank order, enough of them to be worth it.
+  bool SymmetryCandidate(int min_nodes) const {
+    const GroupLayout* l = a_.layout;
+    if (!l || l->nnodes < std::max(min_nodes, 2) || a_.nranks % l->nnodes != 0) return false;
+    // A root's node differs from the others, and a sample may miss it.
+    if (a_.kind == CollKind::kBroadcast || a_.kind == CollKind::kReduce) return false;
+    const int m = a_.nranks / l->nnodes;
+    if (static_cast<int>(l->node_of.size()) != n_ || static_cast<int>(l->local_rank.size()) != n_)
+      return false;
+    const bool groups = !l->dgroup_of.empty();
+    if (groups && static_cast<int>(l->dgroup_of.size()) != n_) return false;
+    for (int r = 0; r < n_; ++r)
+      if (l->node_of[r] != r / m || l->local_rank[r] != r % m ||
+          (groups && l->dgroup_of[r] != l->dgroup_of[r % m]))
+        return false;
+    return true;
+  }
+
+  // The node that symmetry element g_b puts node x on, where g_b takes node b to node 0 (the
+  // inverse of the element that takes node 0 to node b: both are their own kind).
+  int NodeToZero(int x, int b) const {
+    return sym_ == Symmetry::kShift ? (x - b + nodes_) % nodes_ : x ^ b;
+  }
+  int RankToZero(int r, int b) const {
+    return NodeToZero(r / per_node_, b) * per_node_ + r % per_node_;
+  }
+  // A stream's key mapped by g_b.
+  uint64_t KeyToZero(uint64_t key, int b) const {
+    return Key(RankToZero(KeySrc(key), b), RankToZero(KeyDst(key), b), KeyChannel(key));
+  }
+  // A stream's key moved so that its sender is on node 0: every stream of the cluster stands for
+  // its images, and this is the one node 0 simulates (the receiver's lane, on node 0, posts the
+  // stream's image whose receiver is there; both meet on this key).
+  uint64_t OntoNodeZero(uint64_t key) const { return KeyToZero(key, KeySrc(key) / per_node_); }
+
+  // Whether `sample` (rank j * M + r's schedule, compiled) is `rep` (rank r's) moved to node j:
+  // the same steps, edges, byte counts and waits, and every stream and waited-on peer g_j's image.
+  bool SameUpToSymmetry(const CompiledRank& rep, const CompiledRank& sample, int j) const {
+    if (rep.lane_words != sample.lane_words || rep.large != sample.large ||
+        rep.code.size() != sample.code.size() || rep.keys.size() != sample.keys.size())
+      return false;
+    for (size_t k = 0; k < rep.keys.size(); ++k)
+      if (KeyToZero(sample.keys[k], j) != rep.keys[k]) return false;
+    for (size_t i = 0; i < rep.code.size();) {
+      const uint64_t header = rep.code[i];
+      if (sample.code[i] != header) return false;
+      const size_t words = 1 + StepDeps(header) + StepXfers(header);
+      for (size_t k = 1; k < words; ++k)
+        if (rep.code[i + k] != sample.code[i + k]) return false;
+      i += words;
+      if (!StepOneSided(header)) continue;
+      const uint64_t nsw = rep.code[i];
+      if (sample.code[i] != nsw || rep.code[i + 1] != sample.code[i + 1]) return false;
+      for (uint64_t k = 0; k < nsw; ++k) {
+        const uint64_t a = rep.code[i + 2 + k], b = sample.code[i + 2 + k];
+        if (SigWait::Signal(a) != SigWait::Signal(b) ||
+            SigWait::Counter(a) != SigWait::Counter(b) || SigWait::Value(a) != SigWait::Value(b))
+          return false;
+        if (!SigWait::Signal(a) && RankToZero(SigWait::Peer(b), j) != SigWait::Peer(a))
+          return false;
+      }
+      i += 2 + nsw;
+    }
+    return true;
+  }
+
+  // Whether a step of `rep` (a rank of node 0) sends to ranks of two or more other nodes, or
+  // receives from two or more (a ring step sends to one and receives from another: fine): the
+  // bursts of the ordered reductions and of a direct all-to-all. Their transfers are ready at one
+  // instant and queue for the node's NIC; the full simulation serves such ties in the order the
+  // ranks happen to post (rank numbering), which is not the same on every node, so node 0's
+  // order does not stand for node j's (the predictions differed by up to 3x).
+  bool TalksToSeveralNodesInAStep(const CompiledRank& rep) const {
+    for (size_t i = 0; i < rep.code.size();) {
+      const uint64_t header = rep.code[i];
+      const size_t first = i + 1 + StepDeps(header);
+      int node[2] = {-1, -1};  // the other node it sends to, receives from
+      for (uint32_t k = 0; k < StepXfers(header); ++k) {
+        const Xfer x = std::bit_cast<Xfer>(rep.code[first + k]);
+        const uint64_t key = rep.keys[x.stream];
+        const bool send = (x.meta & Xfer::kSend) != 0;
+        const int pn = (send ? KeyDst(key) : KeySrc(key)) / per_node_;
+        if (pn == 0) continue;
+        if (node[send] >= 0 && pn != node[send]) return true;
+        node[send] = pn;
+      }
+      i = first + StepXfers(header);
+      if (StepOneSided(header)) i += 2 + rep.code[i];
+    }
+    return false;
+  }
+
+  // Transfer r waits for NIC port `send` or `recv` (symmetric runs only). If the transfer that
+  // last took that port became ready at the same instant between another pair of ranks, the two
+  // queued in an order the full simulation may not share: it breaks such ties by the order the
+  // ranks post, which differs from node to node (node 0's ranks post first, node G-1's last), so
+  // node 0's order need not stand for node j's. Say so (the caller then runs every rank). Ties
+  // between the channels of one pair queue in channel order in both; ports inside a node see the
+  // same order in both (both ends post on the same node).
+  void NoteQueued(const ReadyXfer& r, size_t send, size_t recv) {
+    const uint64_t pair = static_cast<uint64_t>(r.src) << 32 | static_cast<uint32_t>(r.pair_dst);
+    for (size_t port : {send, recv}) {
+      const auto& [t, other] = last_taken_[port];
+      if (t == r.t && other != pair) queued_ties_ = true;
+    }
+  }
+  void NoteTaken(const ReadyXfer& r, size_t send, size_t recv) {
+    const uint64_t pair = static_cast<uint64_t>(r.src) << 32 | static_cast<uint32_t>(r.pair_dst);
+    last_taken_[send] = {r.t, pair};
+    last_taken_[recv] = {r.t, pair};
+  }
+
+  // Runs fn(0 .. count-1) on `threads` threads (the caller is one); the first error by index.
+  template <typename Fn>
+  static Status ParallelFor(int count, int threads, Fn fn) {
+    std::vector<Status> errors(static_cast<size_t>(count));
+    std::atomic<int> next{0};
+    auto work = [&] {
+      for (int i; (i = next.fetch_add(1)) < count;) errors[static_cast<size_t>(i)] = fn(i);
+    };
+    std::vector<std::thread> helpers;
+    for (int t = 1; t < std::min(threads, count); ++t) helpers.emplace_back(work);
+    work();
+    for (auto& t : helpers) t.join();
+    for (auto& e : errors) BRAID_RETURN_IF_ERROR(e);
+    return Status::Ok();
+  }
+
+  // Builds node 0's schedules, checks them against sample nodes' under a shift, then an XOR, of
+  // the nodes, and on a match appends node 0's ranks alone (true). False: no symmetry holds, and
+  // nothing was appended (the caller simulates every rank).
+  Result<bool> BuildSymmetric(const Algorithm& algo, int threads) {
+    nodes_ = a_.layout->nnodes;
+    per_node_ = n_ / nodes_;
+    std::vector<CompiledRank> reps(static_cast<size_t>(per_node_));
+    BRAID_RETURN_IF_ERROR(ParallelFor(per_node_, threads, [&](int r) -> Status {
+      BRAID_ASSIGN_OR_RETURN(reps[static_cast<size_t>(r)], BuildAndCompileRank(algo, r));
+      return Status::Ok();
+    }));
+    for (const CompiledRank& cr : reps)
+      if (TalksToSeveralNodesInAStep(cr)) return false;
+    // Asymmetries that are not the root's (uneven blocks, a chain's ends) show on every node, or
+    // at the ends of the node order: spread samples, both ends included.
+    std::vector<int> samples = {1,          2,         nodes_ / 4, nodes_ / 2, 3 * nodes_ / 4,
+                                nodes_ - 2, nodes_ - 1};
+    std::erase_if(samples, [&](int j) { return j <= 0 || j >= nodes_; });
+    std::sort(samples.begin(), samples.end());
+    samples.erase(std::unique(samples.begin(), samples.end()), samples.end());
+    const auto nsamples = static_cast<int>(samples.size());
+    for (Symmetry sym : {Symmetry::kShift, Symmetry::kXor}) {
+      if (sym == Symmetry::kXor && !std::has_single_bit(static_cast<unsigned>(nodes_))) continue;
+      sym_ = sym;
+      std::atomic<bool> same{true};
+      BRAID_RETURN_IF_ERROR(ParallelFor(nsamples * per_node_, threads, [&](int i) -> Status {
+        if (!same.load(std::memory_order_relaxed)) return Status::Ok();
+        const int j = samples[static_cast<size_t>(i / per_node_)], r = i % per_node_;
+        // Rank r of node j: g_j's inverse takes node 0 to node j (for both kinds, j * M + r).
+        BRAID_ASSIGN_OR_RETURN(CompiledRank cr, BuildAndCompileRank(algo, j * per_node_ + r));
+        if (!SameUpToSymmetry(reps[static_cast<size_t>(r)], cr, j)) same = false;
+        return Status::Ok();
+      }));
+      if (!same) continue;
+      for (const CompiledRank& cr : reps) BRAID_RETURN_IF_ERROR(Append(cr));
+      return true;
+    }
+    sym_ = Symmetry::kNone;
+    return false;
+  }
 
   const CollArgs a_;
   const LinkModel m_;
+  enum class Symmetry { kNone, kShift, kXor };
+  Symmetry sym_ = Symmetry::kNone;
+  int nodes_ = 1, per_node_ = 1;  // with a symmetry: G and M
+  bool queued_ties_ = false;      // see QueuedTies()
+  std::vector<std::pair<double, uint64_t>>
+      last_taken_;                   // per port: its last transfer's ready time, rank pair
   const LinkParams nic_ = m_.nic();  // what one inter-node transfer gets on its NIC
   const int n_;
   std::vector<Lane> lanes_;
@@ -749,14 +966,37 @@ class Simulation {
 
 Result<double> SimulateSeconds(const Algorithm& algo, const CollArgs& args, const LinkModel& model,
                                int threads) {
+  BRAID_ASSIGN_OR_RETURN(SimulationResult r,
+                         Simulate(algo, args, model, SimulateOptions{.threads = threads}));
+  return r.seconds;
+}
+
+Result<SimulationResult> Simulate(const Algorithm& algo, const CollArgs& args,
+                                  const LinkModel& model, const SimulateOptions& options) {
   if (args.nranks < 1) return InvalidArgument("simulate: nranks must be >= 1");
   if (!algo.supports(args))
     return InvalidArgument(std::string("simulate: ") + algo.name() + " does not support " +
                            CollKindName(args.kind));
-  if (threads < 1) return InvalidArgument("simulate: threads must be >= 1");
+  if (options.threads < 1) return InvalidArgument("simulate: threads must be >= 1");
+  // (Below a few dozen ranks the builds take less than starting a thread: Run uses one.)
+  SimulationResult r;
+  {
+    Simulation sim(args, model);
+    BRAID_ASSIGN_OR_RETURN(r.seconds, sim.Run(algo, options));
+    r.simulated_ranks = sim.SimulatedRanks();
+    r.symmetry = sim.SymmetryName();
+    r.ties = sim.QueuedTies();
+    if (!r.ties || options.accept_ties) return r;
+  }
+  // Ties queued at a port in the symmetric run: every rank, then.
+  SimulateOptions full = options;
+  full.symmetry = false;
   Simulation sim(args, model);
-  // Below a few dozen ranks the builds take less than starting a thread.
-  return sim.Run(algo, args.nranks >= kParallelBuildRanks ? threads : 1);
+  BRAID_ASSIGN_OR_RETURN(r.seconds, sim.Run(algo, full));
+  r.simulated_ranks = sim.SimulatedRanks();
+  r.symmetry = sim.SymmetryName();
+  r.ties = false;
+  return r;
 }
 
 }  // namespace braid

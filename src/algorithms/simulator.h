@@ -51,6 +51,49 @@ namespace braid {
 
 inline constexpr int kParallelBuildRanks = 64;
 
+// Clusters of identical nodes (a layout of G nodes x M ranks, rank = node * M + local rank, every
+// node alike) usually run schedules that look the same from every node: the flat ring, H-Ring,
+// HO-Ring and the tori map onto themselves when every rank moves by M (a shift of the nodes),
+// recursive doubling when the nodes' indices are XORed. The simulation is then the same on every
+// node, event for event, and it suffices to run one node's ranks: a transfer between node 0 and
+// node j stands for its images between every pair of nodes j apart, holding node 0's send port
+// and node 0's receive port (the receiver's image is on node 0 too). A 2048 x 8 ring simulates
+// 8 ranks instead of 16,384: O(M x steps) instead of O(N x steps).
+//
+// The symmetry is checked, not assumed: node 0's schedules are compared with those of sample
+// nodes (1, 2, G/4, G/2, 3G/4, G-2, G-1) mapped back onto node 0 (the same steps, edges, byte
+// counts, streams and waits); uneven blocks or a ring not in node order fail the check and run
+// in full, and so do rooted collectives (broadcast, reduce: the root's node is unlike the others
+// and a sample could miss it) and schedules whose steps send to (or receive from) several other
+// nodes at once. Where it applies, the prediction is the full simulation's: the events of node j
+// happen when node 0's do. One thing can part them: transfers ready at the same instant that
+// queue for one NIC. The full simulation serves them in the order the ranks happen to post (node
+// 0's first, node G-1's last), which is not the same on every node, so when the symmetric run
+// sees two rank pairs tie at a NIC port it discards its answer and simulates every rank (with
+// one NIC per rank, as on a DGX, they never do; with several ranks behind one NIC, HO-Ring's
+// inter-node rings do). tests/unit/algorithms_simulator_test.cc compares the two on every
+// built-in algorithm and collective and finds them equal to the last bit.
+struct SimulateOptions {
+  int threads = 1;       // see SimulateSeconds
+  bool symmetry = true;  // run one node's ranks where the check above passes
+  int min_nodes = 8;     // below it the check costs as much as the full simulation
+  // Keep a symmetric run's answer even when it met ties at a shared NIC (SimulationResult::ties
+  // says so) instead of simulating every rank: for clusters too large for that (perf/sim_at_scale
+  // above 4096 ranks). Its prediction is then the model's with every node serving its ties in
+  // node 0's order, which the full simulation need not share.
+  bool accept_ties = false;
+};
+
+struct SimulationResult {
+  double seconds = 0;
+  int simulated_ranks = 0;    // N, or M when a symmetry was used
+  const char* symmetry = "";  // "", "shift" or "xor"
+  bool ties = false;          // a symmetric answer kept despite ties (accept_ties)
+};
+
+Result<SimulationResult> Simulate(const Algorithm& algo, const CollArgs& args,
+                                  const LinkModel& model, const SimulateOptions& options);
+
 // Predicted seconds for `algo` serving `args` on `model`, the classes of the links coming from
 // args.layout (no layout: every link intra-node). `threads`: how many threads may build the
 // ranks' schedules (the prediction does not depend on it). Inside a communicator's call
