@@ -30,6 +30,16 @@ inline int CountEntries(const char* dir) {
   return n;
 }
 
+// This process's address space in bytes (the first field of /proc/self/statm, in pages): what
+// RLIMIT_AS caps, so a test that makes a rank run out of memory sets the limit a little above
+// it. 0 when it cannot be read.
+inline long long AddressSpaceBytes() {
+  long long pages = 0;
+  std::ifstream in("/proc/self/statm");
+  if (!(in >> pages)) pages = 0;
+  return pages * sysconf(_SC_PAGESIZE);
+}
+
 // This process's resident memory in KiB (VmRSS); -1 when it cannot be read.
 inline long RssKiB() {
   std::ifstream in("/proc/self/status");

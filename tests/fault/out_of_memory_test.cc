@@ -13,20 +13,10 @@
 #include <cstring>
 #include <vector>
 
+#include "../common/proc_state.h"
 #include "braid/braid.h"
 
 namespace {
-
-// Bytes of address space this process uses now (/proc/self/statm, first field, in pages).
-long long VirtualBytes() {
-  FILE* f = std::fopen("/proc/self/statm", "r");
-  long long pages = 0;
-  if (f) {
-    if (std::fscanf(f, "%lld", &pages) != 1) pages = 0;
-    std::fclose(f);
-  }
-  return pages * sysconf(_SC_PAGESIZE);
-}
 
 int Child() {
   alarm(60);  // wall-clock guard: a hang ends in SIGALRM, which the parent reports
@@ -42,7 +32,8 @@ int Child() {
   quant.symmetric = 1;
   // Its INT8 frames need another 64 MiB and more: allow 16 MiB more than now.
   rlimit lim{};
-  lim.rlim_cur = lim.rlim_max = static_cast<rlim_t>(VirtualBytes() + (16ll << 20));
+  lim.rlim_cur = lim.rlim_max =
+      static_cast<rlim_t>(braid_test_common::AddressSpaceBytes() + (16ll << 20));
   if (setrlimit(RLIMIT_AS, &lim) != 0) return 12;
   braidResult_t rc =
       braidAllGatherQuantized(in.data(), out.data(), count, braidFloat32, &quant, comm);

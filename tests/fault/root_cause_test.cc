@@ -16,6 +16,7 @@
 #include <tuple>
 #include <vector>
 
+#include "../common/proc_state.h"
 #include "core/runtime/comm_registry.h"
 #include "multirank/harness.h"
 #include "multirank/pid_pipe.h"
@@ -529,16 +530,6 @@ TEST_P(FailsAlone, EverySurvivorNamesTheRankAndWhatItRanOutOf) {
 // address space is capped just above what it uses, so the frames of a quantized all-gather cannot
 // be had on it alone. It reports out of memory; every survivor fails within 1 s naming it and
 // what it ran out of (its notice), instead of waiting the operation timeout.
-long long AddressSpaceBytes() {
-  FILE* f = std::fopen("/proc/self/statm", "r");
-  long long pages = 0;
-  if (f) {
-    if (std::fscanf(f, "%lld", &pages) != 1) pages = 0;
-    std::fclose(f);
-  }
-  return pages * sysconf(_SC_PAGESIZE);
-}
-
 class OutOfMemoryAlone : public ::testing::TestWithParam<Param> {};
 INSTANTIATE_TEST_SUITE_P(Fault, OutOfMemoryAlone,
                          ::testing::Combine(::testing::Values(2, 4, 8),
@@ -595,7 +586,8 @@ TEST_P(OutOfMemoryAlone, EverySurvivorNamesTheRankThatRanOutOfMemory) {
     }
     if (rank == victim) {
       rlimit lim{};
-      lim.rlim_cur = lim.rlim_max = static_cast<rlim_t>(AddressSpaceBytes() + (8ll << 20));
+      lim.rlim_cur = lim.rlim_max =
+          static_cast<rlim_t>(braid_test_common::AddressSpaceBytes() + (8ll << 20));
       if (setrlimit(RLIMIT_AS, &lim) != 0) return 8;
     }
     const auto t0 = Clock::now();
