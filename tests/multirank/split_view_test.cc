@@ -9,6 +9,8 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <thread>
@@ -47,6 +49,76 @@ int CountNonSocketDescriptors() {
 float In(int k, int r, size_t i) {
   return static_cast<float>(static_cast<int>((r * 5 + i * 11 + k * 7) % 999) - 499);
 }
+
+// Non-blocking operations in flight, each with the result it must produce (from In()).
+struct Pending {
+  braidRequest_t req = nullptr;
+  std::vector<float> send, recv, want;
+};
+class InFlight {
+ public:
+  explicit InFlight(int rank) : rank_(rank) {
+    ops_.reserve(kMaxOps);  // no reallocation: the calls in flight hold pointers into its buffers
+  }
+
+  // An all-reduce (sum) or all-gather of call k's inputs on `c`, whose members are the global
+  // ranks `g` in its rank order.
+  braidResult_t allReduce(braidComm_t c, const std::vector<int>& g, int k, size_t count) {
+    Pending& q = add();
+    q.send.resize(count);
+    q.recv.assign(count, -1.0f);
+    q.want.assign(count, 0.0f);
+    for (size_t i = 0; i < count; ++i) {
+      q.send[i] = In(k, rank_, i);
+      for (int x : g) q.want[i] += In(k, x, i);
+    }
+    return braidIallReduce(q.send.data(), q.recv.data(), count, braidFloat32, braidSum, c, &q.req);
+  }
+  braidResult_t allGather(braidComm_t c, const std::vector<int>& g, int k, size_t count) {
+    Pending& q = add();
+    q.send.resize(count);
+    for (size_t i = 0; i < count; ++i) q.send[i] = In(k, rank_, i);
+    q.recv.assign(count * g.size(), -1.0f);
+    for (int x : g)
+      for (size_t i = 0; i < count; ++i) q.want.push_back(In(k, x, i));
+    return braidIallGather(q.send.data(), q.recv.data(), count, braidFloat32, c, &q.req);
+  }
+  // A slot for an operation the caller issues itself (a send or a receive).
+  Pending& add() {
+    if (ops_.size() == kMaxOps) std::abort();  // (a test issuing more must raise kMaxOps)
+    return ops_.emplace_back();
+  }
+
+  // Waits for every operation (last issued first, or in order): "" or what failed.
+  std::string waitAll(bool last_first) {
+    for (size_t j = 0; j < ops_.size(); ++j) {
+      const size_t i = last_first ? ops_.size() - 1 - j : j;
+      if (braidWait(&ops_[i].req, -1) != braidSuccess)
+        return "wait " + std::to_string(i) + ": " + braidGetLastError(nullptr);
+    }
+    return "";
+  }
+  // "" when every operation produced its result bit for bit, else the first difference.
+  std::string firstDifference() const {
+    for (size_t i = 0; i < ops_.size(); ++i) {
+      const Pending& o = ops_[i];
+      size_t at = 0;
+      while (at < o.want.size() && at < o.recv.size() && o.recv[at] == o.want[at]) ++at;
+      if (o.recv.size() == o.want.size() && at == o.want.size()) continue;
+      char msg[160];
+      std::snprintf(msg, sizeof msg, "operation %zu differs from element %zu of %zu: %g, want %g",
+                    i, at, o.want.size(), at < o.recv.size() ? o.recv[at] : -1.0,
+                    at < o.want.size() ? o.want[at] : -1.0);
+      return msg;
+    }
+    return "";
+  }
+
+ private:
+  static constexpr size_t kMaxOps = 96;
+  int rank_;
+  std::vector<Pending> ops_;
+};
 
 // An all-reduce of `count` floats on `comm` (rank `me` of `n`, whose members are `global` ranks,
 // listed in the comm's rank order), checked bit for bit. 0 on success.
@@ -196,76 +268,37 @@ TEST_P(SplitView, RootAndNestedViewsInterleaveNonBlocking) {
     CHECK_OR_FAIL(static_cast<int>(quarterg.size()) == qn && quarterg[qrank] == rank,
                   "quarter layout");
 
-    struct Pending {
-      braidRequest_t req = nullptr;
-      std::vector<float> send, recv;
-      std::vector<float> want;
-    };
-    std::vector<Pending> ops;
-    auto allreduce = [&](braidComm_t c, const std::vector<int>& g, int k, size_t count) {
-      Pending p;
-      p.send.resize(count);
-      p.recv.assign(count, -1.0f);
-      p.want.assign(count, 0.0f);
-      for (size_t i = 0; i < count; ++i) {
-        p.send[i] = In(k, rank, i);
-        for (int x : g) p.want[i] += In(k, x, i);
-      }
-      ops.push_back(std::move(p));
-      Pending& q = ops.back();
-      return braidIallReduce(q.send.data(), q.recv.data(), count, braidFloat32, braidSum, c,
-                             &q.req);
-    };
-    auto allgather = [&](braidComm_t c, const std::vector<int>& g, int k, size_t count) {
-      Pending p;
-      p.send.resize(count);
-      for (size_t i = 0; i < count; ++i) p.send[i] = In(k, rank, i);
-      p.recv.assign(count * g.size(), -1.0f);
-      for (int x : g)
-        for (size_t i = 0; i < count; ++i) p.want.push_back(In(k, x, i));
-      ops.push_back(std::move(p));
-      Pending& q = ops.back();
-      return braidIallGather(q.send.data(), q.recv.data(), count, braidFloat32, c, &q.req);
-    };
-    ops.reserve(64);
+    InFlight ops(rank);
     int k = 0;
     for (int round = 0; round < 3; ++round) {
       const size_t big = 40000 + 1000 * round, small = 3 + round;
-      CHECK_OR_FAIL(allreduce(comm, all, k++, big) == braidSuccess, "issue");
-      CHECK_OR_FAIL(allgather(half, halfg, k++, small) == braidSuccess, "issue");
-      CHECK_OR_FAIL(allreduce(quarter, quarterg, k++, small) == braidSuccess, "issue");
-      CHECK_OR_FAIL(allgather(comm, all, k++, small) == braidSuccess, "issue");
-      CHECK_OR_FAIL(allreduce(half, halfg, k++, big) == braidSuccess, "issue");
+      CHECK_OR_FAIL(ops.allReduce(comm, all, k++, big) == braidSuccess, "issue");
+      CHECK_OR_FAIL(ops.allGather(half, halfg, k++, small) == braidSuccess, "issue");
+      CHECK_OR_FAIL(ops.allReduce(quarter, quarterg, k++, small) == braidSuccess, "issue");
+      CHECK_OR_FAIL(ops.allGather(comm, all, k++, small) == braidSuccess, "issue");
+      CHECK_OR_FAIL(ops.allReduce(half, halfg, k++, big) == braidSuccess, "issue");
       // A ring of sends on the half, receive first.
       {
         const int right = (hrank + 1) % hn, left = (hrank + hn - 1) % hn;
-        Pending r, s;
+        Pending& r = ops.add();
         r.recv.assign(small, -1.0f);
         for (size_t i = 0; i < small; ++i) r.want.push_back(In(k, halfg[left], i));
+        CHECK_OR_FAIL(
+            braidIrecv(r.recv.data(), small, braidFloat32, left, half, &r.req) == braidSuccess,
+            "irecv");
+        Pending& s = ops.add();
         s.send.resize(small);
         for (size_t i = 0; i < small; ++i) s.send[i] = In(k, rank, i);
-        ops.push_back(std::move(r));
-        CHECK_OR_FAIL(braidIrecv(ops.back().recv.data(), small, braidFloat32, left, half,
-                                 &ops.back().req) == braidSuccess,
-                      "irecv");
-        ops.push_back(std::move(s));
-        CHECK_OR_FAIL(braidIsend(ops.back().send.data(), small, braidFloat32, right, half,
-                                 &ops.back().req) == braidSuccess,
-                      "isend");
+        CHECK_OR_FAIL(
+            braidIsend(s.send.data(), small, braidFloat32, right, half, &s.req) == braidSuccess,
+            "isend");
         ++k;
       }
     }
-    for (int i = static_cast<int>(ops.size()) - 1; i >= 0; --i)
-      CHECK_OR_FAIL(braidWait(&ops[i].req, -1) == braidSuccess, "wait %d: %s", i,
-                    braidGetLastError(nullptr));
-    for (size_t i = 0; i < ops.size(); ++i) {
-      const auto& o = ops[i];
-      size_t at = 0;
-      while (at < o.want.size() && at < o.recv.size() && o.recv[at] == o.want[at]) ++at;
-      CHECK_OR_FAIL(o.recv == o.want, "operation %zu differs from element %zu of %zu: %g, want %g",
-                    i, at, o.want.size(), at < o.recv.size() ? o.recv[at] : -1.0,
-                    at < o.want.size() ? o.want[at] : -1.0);
-    }
+    const std::string waited = ops.waitAll(/*last_first=*/true);
+    CHECK_OR_FAIL(waited.empty(), "%s", waited.c_str());
+    const std::string diff = ops.firstDifference();
+    CHECK_OR_FAIL(diff.empty(), "%s", diff.c_str());
     CHECK_OR_FAIL(braidCommDestroy(quarter) == braidSuccess, "destroy");
     CHECK_OR_FAIL(braidCommDestroy(half) == braidSuccess, "destroy");
     return 0;
@@ -286,45 +319,18 @@ TEST_P(SplitView, BoardCallsInFlightBesideAViewsRingKeepTheirData) {
     std::vector<int> all, halfg;
     for (int r = 0; r < n; ++r) all.push_back(r);
     for (int r = rank % 2; r < n; r += 2) halfg.push_back(r);
-    struct Pending {
-      braidRequest_t req = nullptr;
-      std::vector<float> send, recv, want;
-    };
-    std::vector<Pending> ops;
-    ops.reserve(64);  // no reallocation: the calls in flight hold pointers into its buffers
-    auto allreduce = [&](braidComm_t c, const std::vector<int>& g, int k, size_t count) {
-      Pending p;
-      p.send.resize(count);
-      p.recv.assign(count, -1.0f);
-      p.want.assign(count, 0.0f);
-      for (size_t i = 0; i < count; ++i) {
-        p.send[i] = In(k, rank, i);
-        for (int x : g) p.want[i] += In(k, x, i);
-      }
-      ops.push_back(std::move(p));
-      Pending& q = ops.back();
-      return braidIallReduce(q.send.data(), q.recv.data(), count, braidFloat32, braidSum, c,
-                             &q.req);
-    };
+    InFlight ops(rank);
     int k = 0;
     for (int round = 0; round < 16; ++round) {
-      CHECK_OR_FAIL(allreduce(comm, all, k++, 30000 + 100 * round) == braidSuccess, "issue");
-      CHECK_OR_FAIL(allreduce(half, halfg, k++, 60000) == braidSuccess, "issue");
-      CHECK_OR_FAIL(allreduce(comm, all, k++, 5) == braidSuccess, "issue");
-      CHECK_OR_FAIL(allreduce(comm, all, k++, 30000 + 100 * round) == braidSuccess, "issue");
+      CHECK_OR_FAIL(ops.allReduce(comm, all, k++, 30000 + 100 * round) == braidSuccess, "issue");
+      CHECK_OR_FAIL(ops.allReduce(half, halfg, k++, 60000) == braidSuccess, "issue");
+      CHECK_OR_FAIL(ops.allReduce(comm, all, k++, 5) == braidSuccess, "issue");
+      CHECK_OR_FAIL(ops.allReduce(comm, all, k++, 30000 + 100 * round) == braidSuccess, "issue");
     }
-    for (size_t i = 0; i < ops.size(); ++i)
-      CHECK_OR_FAIL(braidWait(&ops[i].req, -1) == braidSuccess, "wait %zu: %s", i,
-                    braidGetLastError(nullptr));
-    for (size_t i = 0; i < ops.size(); ++i) {
-      const auto& o = ops[i];
-      size_t at = 0;
-      while (at < o.want.size() && o.recv[at] == o.want[at]) ++at;
-      CHECK_OR_FAIL(at == o.want.size(),
-                    "operation %zu differs from element %zu of %zu: %g, want %g", i, at,
-                    o.want.size(), at < o.want.size() ? o.recv[at] : 0.0,
-                    at < o.want.size() ? o.want[at] : 0.0);
-    }
+    const std::string waited = ops.waitAll(/*last_first=*/false);
+    CHECK_OR_FAIL(waited.empty(), "%s", waited.c_str());
+    const std::string diff = ops.firstDifference();
+    CHECK_OR_FAIL(diff.empty(), "%s", diff.c_str());
     CHECK_OR_FAIL(braidCommDestroy(half) == braidSuccess, "destroy");
     return 0;
   });
