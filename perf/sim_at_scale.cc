@@ -55,8 +55,8 @@ struct Options {
   std::vector<uint64_t> sizes = {uint64_t{64} << 20, uint64_t{1} << 30};
   std::vector<CollKind> colls = {CollKind::kAllGather, CollKind::kReduceScatter,
                                  CollKind::kAllReduce};
-  std::vector<std::string> algos = {"ring",     "hring",   "ho_ring",  "hring3",
-                                    "ho_ring3", "torus2d", "torus2d3", "leader"};
+  std::vector<std::string> algos = {"ring",     "rail_ring", "hring",    "ho_ring", "hring3",
+                                    "ho_ring3", "torus2d",   "torus2d3", "leader"};
   // Device groups per node from --topology: rank j of a node is in group dgroup[j]; empty: none.
   std::vector<int> dgroup;
   int channels = 2;

@@ -23,6 +23,7 @@ const std::vector<const Algorithm*>& HierarchicalAlgorithms() {
   static const std::vector<const Algorithm*> hier = {
       &HoRingAlgorithm(),  &HierRingAlgorithm(), &HoRing3Algorithm(),    &HierRing3Algorithm(),
       &Torus2dAlgorithm(), &Torus2d3Algorithm(), &HierLeaderAlgorithm(), &HierTreeAlgorithm(),
+      &RailRingAlgorithm(),
   };
   return hier;
 }

@@ -165,8 +165,8 @@ std::string ParamName(const ::testing::TestParamInfo<Param>& info) {
   return std::get<0>(info.param).name() + "_" + t + "_" + std::get<2>(info.param);
 }
 
-const std::vector<std::string> kAlgorithms = {"hring",       "ho_ring",   "torus2d",
-                                              "hier_leader", "hier_tree", "default"};
+const std::vector<std::string> kAlgorithms = {"hring",     "ho_ring",   "torus2d", "hier_leader",
+                                              "hier_tree", "rail_ring", "default"};
 
 // 2x2 over shm inside a node and tcp between nodes, and over tcp alone; 2x3; 2x2 with the nodes
 // interleaved (ranks 0 and 2 on one host).
@@ -196,6 +196,14 @@ INSTANTIATE_TEST_SUITE_P(
                        ::testing::ValuesIn(kAlgorithms)),
     ParamName);
 #endif
+// The rail-aligned ring on 4 nodes of 2 (its channels enter every node at another local rank)
+// and with the nodes interleaved (its order follows nodes and local ranks, not rank numbers).
+INSTANTIATE_TEST_SUITE_P(RailRing, HierarchicalCollectives,
+                         ::testing::Combine(::testing::Values(Shape{4, 2, false, {}},
+                                                              Shape{2, 2, true, {}}),
+                                            ::testing::Values(std::string("shm,tcp")),
+                                            ::testing::Values(std::string("rail_ring"))),
+                         ParamName);
 // Nodes of 2 and 1 ranks: no grid, so the forced algorithm falls back to a flat one.
 INSTANTIATE_TEST_SUITE_P(Uneven, HierarchicalCollectives,
                          ::testing::Combine(::testing::Values(Shape{0, 0, false, {2, 1}}),
