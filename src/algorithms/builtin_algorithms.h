@@ -32,6 +32,9 @@ const Algorithm& Torus2d3Algorithm();    // torus2d.cc: "torus2d3" (3 levels: de
 const Algorithm& HierLeaderAlgorithm();  // hier_leader.cc: "hier_leader"
 const Algorithm& HierTreeAlgorithm();    // hier_tree.cc: "hier_tree" (broadcast, reduce)
 const Algorithm& RailRingAlgorithm();    // rail_ring.cc: "rail_ring" (a ring's order per channel)
+// ring.cc's schedule for `rank` with only channel `channel`'s steps (the others empty): what
+// rail_ring renames, one channel per order, without building every channel for each.
+Result<RankSchedule> BuildRingChannel(const CollArgs& a, int rank, int channel);
 // Quantized collectives (spec/algorithms.md section 3): they serve only requests that name a
 // block codec (CollArgs::codec), which the engine routes to them (QuantizedAlgorithmFor).
 const Algorithm& QuantizedAllGatherAlgorithm();      // quantized.cc: "qwz"

@@ -88,6 +88,7 @@ class RailRing final : public Algorithm {
 
   Result<RankSchedule> build(const CollArgs& a, int rank) const override {
     BRAID_RETURN_IF_ERROR(CheckBuildArgs(*this, a, rank));
+    if (a.count == 0) return RingAlgorithm().build(a, rank);  // nothing moves: no order matters
     const auto nodes = RanksByNode(a);
     const int nch = RingChannels(a);
     RankSchedule s;
@@ -96,7 +97,7 @@ class RailRing final : public Algorithm {
       std::vector<int> pos(static_cast<size_t>(a.nranks));
       for (size_t p = 0; p < order.size(); ++p)
         pos[static_cast<size_t>(order[p])] = static_cast<int>(p);
-      BRAID_ASSIGN_OR_RETURN(RankSchedule v, RingAlgorithm().build(a, pos[rank]));
+      BRAID_ASSIGN_OR_RETURN(RankSchedule v, BuildRingChannel(a, pos[rank], c));
       if (v.channels.size() != static_cast<size_t>(nch) ||
           (c > 0 && v.scratch_count != s.scratch_count))
         return InternalError("rail_ring: ring.cc built " + std::to_string(v.channels.size()) +

@@ -68,7 +68,7 @@ ElemRange PieceOf(const ElemRange& range, uint64_t pieces, uint64_t p) {
   return x;
 }
 
-RankSchedule AllReduce(const CollArgs& a, int r) {
+RankSchedule AllReduce(const CollArgs& a, int r, int only = -1) {
   const int n = a.nranks;
   if (a.count == 0 || n == 1) return LocalCopySchedule(a.count, a.in_place);
   const uint16_t in = a.in_place ? kRecvBuf : kSendBuf;
@@ -78,6 +78,7 @@ RankSchedule AllReduce(const CollArgs& a, int r) {
   RankSchedule s;
   s.channels.resize(nch);
   for (int c = 0; c < nch; ++c) {
+    if (only >= 0 && c != only) continue;
     const ElemRange channel_range = EvenPart(a.count, nch, c);
     const uint64_t pieces = AllReduceRingPieces(a, channel_range.len);
     Channel& ch = s.channels[c];
@@ -107,7 +108,7 @@ RankSchedule AllReduce(const CollArgs& a, int r) {
   return s;
 }
 
-RankSchedule ReduceScatter(const CollArgs& a, int r) {
+RankSchedule ReduceScatter(const CollArgs& a, int r, int only = -1) {
   const int n = a.nranks;
   if (a.count == 0 || n == 1) return LocalCopySchedule(a.count, a.in_place);
   const uint64_t count = a.count;
@@ -139,6 +140,7 @@ RankSchedule ReduceScatter(const CollArgs& a, int r) {
     return {kSendBuf, static_cast<uint64_t>(b) * count + rc.off};
   };
   for (int c = 0; c < nch; ++c) {
+    if (only >= 0 && c != only) continue;
     const ElemRange channel_range = EvenPart(count, nch, c);
     const uint64_t pieces = BlockRingPieces(a, channel_range);
     Channel& ch = s.channels[c];
@@ -161,7 +163,7 @@ RankSchedule ReduceScatter(const CollArgs& a, int r) {
   return s;
 }
 
-RankSchedule AllGather(const CollArgs& a, int r) {
+RankSchedule AllGather(const CollArgs& a, int r, int only = -1) {
   const int n = a.nranks;
   if (a.count == 0) return RankSchedule{};
   if (n == 1) return LocalCopySchedule(a.count, a.in_place);
@@ -172,6 +174,7 @@ RankSchedule AllGather(const CollArgs& a, int r) {
   RankSchedule s;
   s.channels.resize(nch);
   for (int c = 0; c < nch; ++c) {
+    if (only >= 0 && c != only) continue;
     const ElemRange channel_range = EvenPart(count, nch, c);
     const uint64_t pieces = BlockRingPieces(a, channel_range);
     Channel& ch = s.channels[c];
@@ -376,6 +379,22 @@ class Ring final : public Algorithm {
 const Algorithm& RingAlgorithm() {
   static const Ring ring;
   return ring;
+}
+
+Result<RankSchedule> BuildRingChannel(const CollArgs& a, int rank, int channel) {
+  BRAID_RETURN_IF_ERROR(CheckBuildArgs(RingAlgorithm(), a, rank));
+  switch (a.kind) {
+    case CollKind::kAllReduce:
+      return AllReduce(a, rank, channel);
+    case CollKind::kReduceScatter:
+      return ReduceScatter(a, rank, channel);
+    case CollKind::kAllGather:
+      return AllGather(a, rank, channel);
+    default:
+      return InvalidArgument(
+          "ring: one channel is built for all-reduce, reduce-scatter and "
+          "all-gather only");
+  }
 }
 
 }  // namespace braid

@@ -73,7 +73,7 @@ TEST(RailRing, TheVerifierProvesEveryShape) {
   for (const auto& [sizes, interleaved] : shapes) {
     const GroupLayout l = Layout(sizes, interleaved);
     for (CollKind kind : {CollKind::kAllReduce, CollKind::kAllGather, CollKind::kReduceScatter})
-      for (uint64_t count : {uint64_t{1}, uint64_t{37}, uint64_t{256}})
+      for (uint64_t count : {uint64_t{0}, uint64_t{1}, uint64_t{37}, uint64_t{256}})
         for (int channels : {1, 2, 4})
           for (bool in_place : {false, true}) {
             const CollArgs a = Args(kind, l, count, channels, in_place);
