@@ -13,6 +13,7 @@ const Algorithm& RecursiveDoublingAlgorithm();  // recursive_doubling.cc: "rd"
 const Algorithm& RabenseifnerAlgorithm();       // rabenseifner.cc: "rabenseifner"
 const Algorithm& BinomialTreeAlgorithm();       // binomial_tree.cc: "tree"
 const Algorithm& BruckAlgorithm();              // bruck.cc: "bruck"
+const Algorithm& PatAlgorithm();                // pat.cc: "pat" (all-gather, reduce-scatter)
 const Algorithm& PairwiseAlgorithm();           // pairwise.cc: "pairwise"
 const Algorithm& DisseminationAlgorithm();      // dissemination.cc: "dissemination"
 const Algorithm& OrderedReductionAlgorithm();   // ordered.cc: "ordered" (deterministic mode)

@@ -9,10 +9,15 @@ const std::vector<const Algorithm*>& AllAlgorithms() {
   // Order matters only for ties in the tuner: bandwidth algorithms first, "ordered" (chosen by
   // BRAID_DETERMINISTIC, never cheaper) last.
   static const std::vector<const Algorithm*> all = {
-      &RingAlgorithm(),          &RecursiveDoublingAlgorithm(),
-      &RabenseifnerAlgorithm(),  &BinomialTreeAlgorithm(),
-      &BruckAlgorithm(),         &PairwiseAlgorithm(),
-      &DisseminationAlgorithm(), &OrderedReductionAlgorithm(),
+      &RingAlgorithm(),
+      &RecursiveDoublingAlgorithm(),
+      &RabenseifnerAlgorithm(),
+      &BinomialTreeAlgorithm(),
+      &BruckAlgorithm(),
+      &PatAlgorithm(),
+      &PairwiseAlgorithm(),
+      &DisseminationAlgorithm(),
+      &OrderedReductionAlgorithm(),
   };
   return all;
 }

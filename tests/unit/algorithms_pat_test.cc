@@ -1,0 +1,367 @@
+// PAT (pat.cc): the verifier proves its all-gather and reduce-scatter for every N from 1 to 64,
+// in and out of place, odd counts, small chunks, the default scratch cap and caps small enough to
+// force narrow aggregation and pieces; mutations (a shifted peer, an undersized scratch) are
+// rejected; the scratch stays within its cap at any N; its closed form agrees with the simulator.
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+#include <map>
+#include <string>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "algorithms/algorithm.h"
+#include "algorithms/builtin_algorithms.h"
+#include "algorithms/cost_model.h"
+#include "algorithms/lowering.h"
+#include "algorithms/pat.h"
+#include "algorithms/schedule_builder.h"
+#include "algorithms/simulator.h"
+#include "algorithms/tuner.h"
+#include "algorithms/verifier.h"
+
+namespace braid {
+namespace {
+
+// PAT under another scratch cap (the registered one uses kPatScratchBytes).
+class PatWithCap final : public Algorithm {
+ public:
+  explicit PatWithCap(uint64_t cap) : cap_(cap) {}
+  const char* name() const override { return "pat"; }
+  bool supports(const CollArgs& a) const override { return PatAlgorithm().supports(a); }
+  Result<RankSchedule> build(const CollArgs& a, int rank) const override {
+    BRAID_RETURN_IF_ERROR(CheckBuildArgs(*this, a, rank));
+    return BuildPatSchedule(a, rank, cap_);
+  }
+
+ private:
+  uint64_t cap_;
+};
+
+CollArgs Args(CollKind kind, int n, uint64_t count, bool in_place = false,
+              DataType dt = DataType::kFloat32, uint64_t chunk = 512 * 1024) {
+  CollArgs a;
+  a.kind = kind;
+  a.dtype = dt;
+  a.nranks = n;
+  a.count = count;
+  a.in_place = in_place;
+  a.chunk_bytes = chunk;
+  a.nchannels = 2;  // PAT takes one whatever it is offered
+  return a;
+}
+
+std::string Describe(const CollArgs& a, uint64_t cap) {
+  return std::string(CollKindName(a.kind)) + " N=" + std::to_string(a.nranks) +
+         " count=" + std::to_string(a.count) + (a.in_place ? " in place" : " out of place") +
+         " dtype " + DataTypeName(a.dtype) + " chunk " + std::to_string(a.chunk_bytes) + " cap " +
+         std::to_string(cap);
+}
+
+// Verifies one configuration and checks the shape: one channel, no zero-count or over-chunk
+// message, scratch within the cap.
+void Check(const CollArgs& a, uint64_t cap) {
+  const PatWithCap algo(cap);
+  const Status st = VerifySchedule(algo, a);
+  ASSERT_TRUE(st.ok()) << Describe(a, cap) << ": " << st.message();
+  if (a.nranks > 16) return;  // the shape lint is cheap but not free
+  for (int r = 0; r < a.nranks; ++r) {
+    auto s = BuildSchedule(algo, a, r);
+    ASSERT_TRUE(s.ok()) << s.status().message();
+    ASSERT_LE(s->channels.size(), 1u);
+    const uint64_t es = DataTypeSize(a.dtype);
+    ASSERT_LE(s->buffers[kScratchBuf].count * es, cap) << Describe(a, cap);
+    for (const Channel& ch : s->channels)
+      for (const Step& step : ch.steps)
+        for (const StepOp& op : step.ops) {
+          if (op.kind != StepOpKind::kSend) continue;
+          ASSERT_GT(op.src.count, 0u)
+              << "zero-count send on rank " << r << ", " << Describe(a, cap);
+          ASSERT_LE(op.src.count, std::max<uint64_t>(a.chunk_bytes / es, 1)) << Describe(a, cap);
+        }
+  }
+}
+
+constexpr CollKind kKinds[] = {CollKind::kAllGather, CollKind::kReduceScatter};
+constexpr DataType kTypes[] = {DataType::kInt8, DataType::kFloat32, DataType::kFloat64};
+
+// Every N from 1 to 64, counts 0, 1, 7, N-1, N, N+1 and a larger one, both placements; the types
+// and chunk sizes in rotation beyond N = 12.
+TEST(PatVerify, EveryRankCountToSixtyFour) {
+  int rot = 0;
+  for (CollKind kind : kKinds)
+    for (int n = 1; n <= 64; ++n) {
+      const uint64_t un = static_cast<uint64_t>(n);
+      // Several blocks per message beyond a chunk: 1000 elements, 129 from 18 ranks (each rank
+      // holds N x count symbols).
+      const uint64_t large = n > 17 ? 129 : 1000;
+      for (uint64_t count : {uint64_t{0}, uint64_t{1}, uint64_t{7}, un - 1, un, un + 1, large})
+        for (bool in_place : {false, true}) {
+          if (n > 12) {
+            ++rot;
+            const uint64_t chunk = rot % 2 && count < large ? 16 : 512 * 1024;
+            Check(Args(kind, n, count, in_place, kTypes[(rot / 2) % 3], chunk), kPatScratchBytes);
+            if (HasFatalFailure()) return;
+            continue;
+          }
+          for (DataType dt : kTypes)
+            for (uint64_t chunk : {uint64_t{16}, uint64_t{512 * 1024}}) {
+              if (count == large && chunk == 16 && dt != DataType::kInt8) continue;  // time
+              Check(Args(kind, n, count, in_place, dt, chunk), kPatScratchBytes);
+              if (HasFatalFailure()) return;
+            }
+        }
+    }
+}
+
+// The small caps' cases: every regime of PlanPat (PlansCoverEveryRegime).
+constexpr int kCapRanks[] = {2, 3, 5, 7, 8, 9, 13, 16, 17, 31, 33, 64};
+constexpr uint64_t kCaps[] = {64, 200, 1000, 4096};
+constexpr uint64_t kCapCounts[] = {1, 3, 50, 301};
+
+// Caps small enough that the aggregation narrows (A < N/2: more classes, fewer blocks a message)
+// and that blocks run in pieces: every regime of PlanPat, proven.
+TEST(PatVerify, SmallCapsNarrowTheAggregationAndRunInPieces) {
+  for (CollKind kind : kKinds)
+    for (int n : kCapRanks)
+      for (uint64_t cap : kCaps)
+        for (uint64_t count : kCapCounts)
+          for (bool in_place : {false, true}) {
+            if (n > 17 && in_place == (count % 2 == 1)) continue;  // one placement each
+            CollArgs a = Args(kind, n, count, in_place, DataType::kFloat32, 48);
+            if (!PlanPat(a, cap).ok()) continue;  // a cap below one element per slot
+            Check(a, cap);
+            if (HasFatalFailure()) return;
+          }
+}
+
+TEST(PatVerify, PlansCoverEveryRegime) {
+  // The small-cap test above must meet each: full aggregation, narrower, pieces, no scratch.
+  bool full = false, narrow = false, pieces = false, none = false;
+  for (CollKind kind : kKinds)
+    for (int n : kCapRanks)
+      for (uint64_t cap : kCaps)
+        for (uint64_t count : kCapCounts) {
+          auto sh = PlanPat(Args(kind, n, count, false, DataType::kFloat32, 48), cap);
+          if (!sh.ok()) continue;
+          full |= sh->delta == 2;
+          narrow |= sh->delta > 2;
+          pieces |= sh->pieces > 1;
+          none |= sh->scratch_count == 0;
+        }
+  EXPECT_TRUE(full && narrow && pieces && none) << full << narrow << pieces << none;
+}
+
+// The reduce-scatter with a pre-multiplied sum and with AVG (the lowering's scale and divide
+// steps around PAT's), and every reduction op (the verifier proves contributions, so ops other
+// than sum matter only for the lowering, which must accept them).
+TEST(PatVerify, LoweredReductions) {
+  for (int n : {1, 2, 3, 5, 8, 13, 64})
+    for (uint64_t count : {uint64_t{1}, uint64_t{7}, uint64_t{100}})
+      for (bool in_place : {false, true})
+        for (int variant = 0; variant < 4; ++variant) {
+          CollArgs a = Args(CollKind::kReduceScatter, n, count, in_place, DataType::kFloat32, 16);
+          if (variant == 0) a.premul = true;
+          if (variant == 1) a.avg = true;
+          if (variant == 2) a.op = ReduceOp::kMax;
+          if (variant == 3) a.op = ReduceOp::kProd;
+          const Status st = VerifySchedule(PatAlgorithm(), a);
+          ASSERT_TRUE(st.ok()) << Describe(a, kPatScratchBytes) << " variant " << variant << ": "
+                               << st.message();
+        }
+}
+
+// Beyond 64 ranks (the verifier's contribution masks are 64 bits): every rank's schedule builds
+// and passes the structural checks, the scratch stays within the cap, and every stream matches:
+// the k-th send from a to b has the k-th receive of b from a, of the same count.
+TEST(PatVerify, StreamsMatchBeyondSixtyFourRanks) {
+  for (CollKind kind : kKinds)
+    for (int n : {100, 128, 1000})
+      for (uint64_t count : {uint64_t{1}, uint64_t{33}, uint64_t{700}}) {
+        const CollArgs a = Args(kind, n, count, count == 33, DataType::kFloat32, 1024);
+        std::map<std::pair<int, int>, std::vector<uint64_t>> sent, received;
+        for (int r = 0; r < n; ++r) {
+          auto s = BuildSchedule(PatAlgorithm(), a, r);
+          ASSERT_TRUE(s.ok()) << Describe(a, kPatScratchBytes) << ": " << s.status().message();
+          ASSERT_LE(s->buffers[kScratchBuf].count * sizeof(float), kPatScratchBytes);
+          for (const Step& step : s->channels[0].steps)
+            for (const StepOp& op : step.ops) {
+              if (op.kind == StepOpKind::kSend) sent[{r, op.peer}].push_back(op.src.count);
+              if (IsRecvKind(op.kind)) received[{op.peer, r}].push_back(op.dst.count);
+            }
+        }
+        ASSERT_EQ(sent, received) << Describe(a, kPatScratchBytes);
+      }
+}
+
+// ------------------------------------------------------------------ scratch bound and rounds
+
+TEST(PatShape, LatencyBoundCallsTakeCeilLog2NMessages) {
+  for (int n : {2, 3, 5, 8, 100, 1000, 1024, 4097, 16384}) {
+    for (CollKind kind : kKinds) {
+      auto sh = PlanPat(Args(kind, n, 1), kPatScratchBytes);
+      ASSERT_TRUE(sh.ok());
+      EXPECT_EQ(sh->messages, static_cast<uint64_t>(CeilLog2(n))) << n;
+      // Full aggregation, half the blocks in the first message (on 3 ranks two single-block
+      // classes tie with it and take less scratch).
+      if (n > 4) EXPECT_EQ(sh->delta, 2) << n;
+    }
+  }
+}
+
+TEST(PatShape, ScratchStaysWithinTheCapAtAnyScale) {
+  for (int n : {2, 7, 64, 1000, 4096, 16384})
+    for (CollKind kind : kKinds)
+      for (DataType dt : {DataType::kInt8, DataType::kFloat64})
+        for (uint64_t count : {uint64_t{1}, uint64_t{100}, uint64_t{1} << 14, uint64_t{1} << 24}) {
+          auto sh = PlanPat(Args(kind, n, count, false, dt), kPatScratchBytes);
+          ASSERT_TRUE(sh.ok());
+          EXPECT_LE(sh->scratch_count * DataTypeSize(dt), kPatScratchBytes)
+              << n << " " << count << " " << DataTypeName(dt);
+          EXPECT_LE(sh->piece * sh->pieces - count, sh->pieces) << "pieces cover the count";
+          EXPECT_GE(sh->piece * sh->pieces, count);
+        }
+  // 16384 ranks of 512-byte blocks: Bruck's rotated buffer would be 8 MiB; PAT narrows its
+  // aggregation to fit 1 MiB and still takes far fewer messages than the ring's 16383 steps.
+  auto sh = PlanPat(Args(CollKind::kReduceScatter, 16384, 128), kPatScratchBytes);
+  ASSERT_TRUE(sh.ok());
+  EXPECT_GT(sh->delta, 2);
+  EXPECT_LT(sh->messages, 16383u / 8);
+}
+
+TEST(PatShape, ACapBelowOneElementPerSlotIsAClearError) {
+  auto sh = PlanPat(Args(CollKind::kReduceScatter, 1000, 10), 8);
+  ASSERT_FALSE(sh.ok());
+  EXPECT_NE(sh.status().message().find("scratch cap of 8 bytes"), std::string::npos)
+      << sh.status().message();
+  EXPECT_FALSE(BuildPatSchedule(Args(CollKind::kReduceScatter, 1000, 10), 0, 8).ok());
+  EXPECT_FALSE(BuildPatSchedule(Args(CollKind::kAllReduce, 4, 10), 0, kPatScratchBytes).ok());
+  EXPECT_FALSE(PatAlgorithm().supports(Args(CollKind::kAllReduce, 4, 10)));
+}
+
+// ------------------------------------------------------------------ mutations
+
+ScheduleSource Mutated(const Algorithm& algo, const CollArgs& args,
+                       std::function<void(int, RankSchedule&)> mutate) {
+  return [&algo, args, mutate](int r) -> Result<RankSchedule> {
+    auto s = BuildSchedule(algo, args, r);
+    if (s.ok()) mutate(r, *s);
+    return s;
+  };
+}
+
+void ExpectRejected(const CollArgs& a, const ScheduleSource& source,
+                    const std::vector<std::string>& needles) {
+  const Status st = VerifyLoweredSchedules(a, "pat-mutated", source);
+  ASSERT_FALSE(st.ok()) << "verifier accepted a broken schedule: " << Describe(a, 0);
+  if (std::getenv("PAT_TEST_PRINT")) std::printf("%s\n", st.message().c_str());
+  for (const auto& s : needles) EXPECT_NE(st.message().find(s), std::string::npos) << st.message();
+}
+
+// Every send of the first step that goes to r + 1 goes to r + 2 instead, on every rank.
+TEST(PatMutation, ShiftedPeerIsRejected) {
+  for (CollKind kind : kKinds)
+    for (int n : {5, 8, 13}) {
+      const CollArgs a = Args(kind, n, 3);
+      ASSERT_TRUE(VerifySchedule(PatAlgorithm(), a).ok());
+      ExpectRejected(a,
+                     Mutated(PatAlgorithm(), a,
+                             [n](int r, RankSchedule& s) {
+                               for (Step& st : s.channels[0].steps)
+                                 for (StepOp& op : st.ops)
+                                   if (op.kind == StepOpKind::kSend && op.peer == (r + 1) % n)
+                                     op.peer = (r + 2) % n;
+                             }),
+                     {"deadlock or unmatched transfer", "is never matched"});
+      if (HasFatalFailure()) return;
+    }
+}
+
+// The scratch buffer one block piece short: the verifier sees the slices that no longer fit.
+TEST(PatMutation, UndersizedScratchIsRejected) {
+  for (CollKind kind : kKinds)
+    for (int n : {5, 8, 13}) {
+      const CollArgs a = Args(kind, n, 3);
+      ASSERT_TRUE(VerifySchedule(PatAlgorithm(), a).ok());
+      ExpectRejected(a,
+                     Mutated(PatAlgorithm(), a,
+                             [](int, RankSchedule& s) { s.buffers[kScratchBuf].count -= 3; }),
+                     {"of scratch is out of bounds"});
+      if (HasFatalFailure()) return;
+    }
+}
+
+// Half the slots (every scratch offset folded into the first half, the buffer halved): the
+// schedule fits its buffer, but classes in flight at once now share memory, and the verifier
+// finds what was overwritten.
+TEST(PatMutation, SlotsFoldedIntoHalfTheScratchAreRejected) {
+  for (CollKind kind : kKinds)
+    for (int n : {6, 8, 13, 32}) {
+      const CollArgs a = Args(kind, n, 2);
+      ASSERT_TRUE(VerifySchedule(PatAlgorithm(), a).ok());
+      auto sh = PlanPat(a, kPatScratchBytes);
+      ASSERT_TRUE(sh.ok());
+      ASSERT_GT(sh->scratch_count, 0u);
+      const uint64_t slot = sh->scratch_count / static_cast<uint64_t>(sh->levels + 1);
+      const uint64_t half = std::max<uint64_t>(slot, (sh->levels + 1) / 2 * slot);
+      ExpectRejected(a,
+                     Mutated(PatAlgorithm(), a,
+                             [half](int, RankSchedule& s) {
+                               s.buffers[kScratchBuf].count = half;
+                               for (Step& st : s.channels[0].steps)
+                                 for (StepOp& op : st.ops)
+                                   for (Slice* sl : {&op.src, &op.dst})
+                                     if (sl->buffer == kScratchBuf && sl->count > 0)
+                                       sl->offset %= half;
+                             }),
+                     {"at scratch[", "race"});
+      if (HasFatalFailure()) return;
+    }
+}
+
+// ------------------------------------------------------------------ cost model
+
+// The closed form (every class step and tail round one transfer, copies free) against the
+// event simulation of the schedules themselves: latency-bound, in pieces, and across nodes.
+TEST(PatCostModel, ClosedFormAgreesWithTheSimulator) {
+  LinkModel m;
+  m.intra = {2e-6, 8e9};
+  m.inter = {25e-6, 1.2e9};
+  struct C {
+    CollKind kind;
+    int n, per_node;
+    uint64_t count, chunk;
+  };
+  const C cases[] = {
+      {CollKind::kAllGather, 8, 8, 16, 512 * 1024},
+      {CollKind::kReduceScatter, 11, 11, 16, 512 * 1024},
+      {CollKind::kAllGather, 64, 8, 100, 512 * 1024},
+      {CollKind::kReduceScatter, 100, 4, 3, 512 * 1024},
+      {CollKind::kAllGather, 37, 1, 1000, 4096},
+      {CollKind::kReduceScatter, 256, 8, 4096, 64 * 1024},  // narrower aggregation
+      {CollKind::kAllGather, 16, 4, 1 << 20, 512 * 1024},   // pieces
+  };
+  for (const C& c : cases) {
+    GroupLayout layout;
+    layout.nnodes = (c.n + c.per_node - 1) / c.per_node;
+    for (int r = 0; r < c.n; ++r) {
+      layout.node_of.push_back(r / c.per_node);
+      layout.local_rank.push_back(r % c.per_node);
+    }
+    CollArgs a = Args(c.kind, c.n, c.count, false, DataType::kFloat32, c.chunk);
+    a.layout = &layout;
+    const double est = PatAlgorithm().estimate_seconds(a, m);
+    auto sim = SimulateSeconds(PatAlgorithm(), a, m);
+    ASSERT_TRUE(sim.ok()) << sim.status().message();
+    EXPECT_GT(est, 0);
+    EXPECT_NEAR(*sim, est, 0.05 * est)
+        << Describe(a, kPatScratchBytes) << " " << c.per_node << " per node";
+  }
+}
+
+}  // namespace
+}  // namespace braid
