@@ -363,5 +363,62 @@ TEST(PatCostModel, ClosedFormAgreesWithTheSimulator) {
   }
 }
 
+// ------------------------------------------------------------------ tuner
+
+CollArgs Req(CollKind kind, int n, uint64_t bytes, const GroupLayout* layout) {
+  CollArgs a = Args(kind, n, bytes / sizeof(float) / static_cast<uint64_t>(n));
+  a.layout = layout;
+  return a;
+}
+
+GroupLayout Nodes(int n, int per_node) {
+  GroupLayout layout;
+  layout.nnodes = (n + per_node - 1) / per_node;
+  for (int r = 0; r < n; ++r) {
+    layout.node_of.push_back(r / per_node);
+    layout.local_rank.push_back(r % per_node);
+  }
+  return layout;
+}
+
+// Across nodes PAT takes the latency-bound all-gathers and reduce-scatters beyond the
+// butterfly's range (and every such size where N is no power of two); the ring, Bruck and
+// HO-Ring keep the blocks above alpha x beta of the inter-node link.
+TEST(PatTuner, PicksItForLatencyBoundBlocksAcrossNodes) {
+  constexpr uint64_t K = 1024;
+  for (auto [n, per_node] : {std::pair{64, 1}, std::pair{1000, 1}, std::pair{1024, 8}}) {
+    const GroupLayout layout = Nodes(n, per_node);
+    auto t = Tuner::Create("", n, LinkModel{}, &layout);
+    ASSERT_TRUE(t.ok());
+    SCOPED_TRACE("N=" + std::to_string(n) + " per node " + std::to_string(per_node) + "\n" +
+                 t->describe());
+    const uint64_t small = 256 * K * static_cast<uint64_t>(n) / 64;  // 4 KiB blocks
+    for (CollKind kind : kKinds) {
+      EXPECT_STREQ(t->choose(Req(kind, n, small, &layout))->name(), "pat");
+      // 256 KiB blocks: bandwidth-bound.
+      EXPECT_STRNE(t->choose(Req(kind, n, 256 * K * static_cast<uint64_t>(n), &layout))->name(),
+                   "pat");
+    }
+    // Not a power of two: no butterfly, PAT from the smallest sizes.
+    if (n == 1000) {
+      EXPECT_STREQ(t->choose(Req(CollKind::kReduceScatter, n, 8 * K, &layout))->name(), "pat");
+    }
+  }
+}
+
+// On one node PAT's all-gather ties Bruck's gathered rotated (up to 64 KiB gathered) and the
+// butterfly's: same messages, same bytes, and the earlier algorithm keeps it, to rounding.
+// (Above, Bruck gathers in place, two messages a round once a run wraps, and PAT's one can win.)
+TEST(PatTuner, OneNodeAllGatherTiesStayWithBruckAndTheButterfly) {
+  for (int n : {4, 5, 6, 8, 12}) {
+    auto t = Tuner::Create("", n, LinkModel{}, nullptr);
+    ASSERT_TRUE(t.ok());
+    for (uint64_t bytes = 64; bytes <= 64 * 1024; bytes *= 2)
+      EXPECT_STRNE(t->choose(Req(CollKind::kAllGather, n, bytes, nullptr))->name(), "pat")
+          << n << " " << bytes << "\n"
+          << t->describe();
+  }
+}
+
 }  // namespace
 }  // namespace braid
