@@ -346,8 +346,11 @@ class Pat final : public Algorithm {
 
   // Latency-bound calls only: blocks no larger than what the flat link moves in one alpha.
   // Above, the copies into and out of the slots (as many bytes as go on the wire, free in the
-  // model) would eat the rounds PAT saves, and the ring and HO-Ring keep those sizes.
+  // model) would eat the rounds PAT saves, and the ring and HO-Ring keep those sizes. On one
+  // node its all-gather ties Bruck's in the model and measured slower (6 ranks, 64-256 KiB:
+  // 1.0-2.1x Bruck's time, docs/algorithms.md): Bruck and the butterfly keep it there.
   bool rankedFor(const CollArgs& a, const LinkModel& m) const override {
+    if (a.kind == CollKind::kAllGather && OnOneNode(a)) return false;
     const LinkParams l = FlatLink(a, m);
     const double block = static_cast<double>(a.count) * static_cast<double>(DataTypeSize(a.dtype));
     return block <= l.alpha_s * l.beta_bytes_s;

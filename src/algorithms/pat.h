@@ -19,7 +19,8 @@ inline constexpr uint64_t kPatScratchBytes = 1 << 20;
 // the offsets 1 .. N-1 fall into `delta` = 2^ceil(log2 N) / A classes (offsets congruent modulo
 // delta), each a message of one step; class 0 (the multiples of delta) then takes `tail_rounds`
 // more rounds. Each block's elements run in `pieces` passes of at most `piece` elements, so
-// that the scratch, (log2(delta) + 1) x A x piece elements, stays within the cap.
+// that the scratch, (log2(delta) + 1) x ceil(N / delta) x piece elements (ceil(N / delta) <= A;
+// none for an all-gather at A = 1), stays within the cap.
 struct PatShape {
   int agg = 1;
   int delta = 1;
