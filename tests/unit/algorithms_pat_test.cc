@@ -358,7 +358,9 @@ TEST(PatShape, LatencyBoundCallsTakeCeilLog2NMessages) {
       EXPECT_EQ(sh->messages, static_cast<uint64_t>(CeilLog2(n))) << n;
       // Full aggregation, half the blocks in the first message (on 3 ranks two single-block
       // classes tie with it and take less scratch).
-      if (n > 4) EXPECT_EQ(sh->delta, 2) << n;
+      if (n > 4) {
+        EXPECT_EQ(sh->delta, 2) << n;
+      }
     }
   }
 }
@@ -568,9 +570,10 @@ TEST(PatTuner, OneNodeKeepsBruckForAllGatherAndTakesSmallReduceScatters) {
       EXPECT_STRNE(t->choose(Req(CollKind::kAllGather, n, bytes, nullptr))->name(), "pat")
           << n << " " << bytes << "\n"
           << t->describe();
-    if (!IsPowerOfTwo(n))
+    if (!IsPowerOfTwo(n)) {
       EXPECT_STREQ(t->choose(Req(CollKind::kReduceScatter, n, 4096, nullptr))->name(), "pat")
           << t->describe();
+    }
   }
 }
 
