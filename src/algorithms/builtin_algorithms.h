@@ -32,6 +32,7 @@ const Algorithm& Torus2dAlgorithm();     // torus2d.cc: "torus2d"
 const Algorithm& Torus2d3Algorithm();    // torus2d.cc: "torus2d3" (3 levels: device groups)
 const Algorithm& HierLeaderAlgorithm();  // hier_leader.cc: "hier_leader"
 const Algorithm& HierTreeAlgorithm();    // hier_tree.cc: "hier_tree" (broadcast, reduce)
+const Algorithm& HierPatAlgorithm();     // pat.cc: "hpat" (PAT across nodes; by name only)
 // Quantized collectives (spec/algorithms.md section 3): they serve only requests that name a
 // block codec (CollArgs::codec), which the engine routes to them (QuantizedAlgorithmFor).
 const Algorithm& QuantizedAllGatherAlgorithm();      // quantized.cc: "qwz"

@@ -56,11 +56,13 @@
 #include "algorithms/pat.h"
 
 #include <algorithm>
+#include <functional>
 #include <utility>
 #include <vector>
 
 #include "algorithms/builtin_algorithms.h"
 #include "algorithms/cost_model.h"
+#include "algorithms/hierarchical.h"
 #include "algorithms/schedule_builder.h"
 
 namespace braid {
@@ -88,35 +90,43 @@ uint64_t ScratchPerElement(CollKind kind, int levels, uint64_t cnt0) {
   return static_cast<uint64_t>(levels + 1) * cnt0;
 }
 
-// One pass of the schedule over elements `pr` of every block.
+// A place in a rank's buffers: (buffer, element offset).
+using Loc = std::pair<uint16_t, uint64_t>;
+
+// One pass of the schedule over elements `pr` of every block, among n members (the flat
+// collective's ranks, or the ranks of one local position across nodes: hierarchical PAT), this
+// rank at position x.
 struct Pass {
-  const CollArgs& a;
   const PatShape& sh;
   int x, n;
+  const std::vector<int>* members;  // position -> rank (nullptr: the identity)
   uint64_t cnt0;
-  uint64_t slot;  // elements of a slot in scratch
+  uint64_t base;  // where the slots start in scratch
+  uint64_t slot;  // elements of a slot
   ElemRange pr;
   uint64_t chunk;
+  // Where this pass's piece of member b's block lies: the all-gather's output, or the
+  // reduce-scatter's input (this rank's contribution to it).
+  std::function<Loc(int b, const ElemRange& pr)> block;
+  Loc own;        // all-gather: this rank's own piece, as the caller left it
+  bool copy_own;  // all-gather: copy it to block(x) too (out of place)
+  Loc result;     // reduce-scatter: where the sum of this rank's piece goes
 
   int Top() const { return std::min(sh.delta, n); }  // class steps 1 .. Top()-1
   uint64_t Count(int c) const { return ClassCount(c, sh.delta, n); }
-  int Peer(int64_t d) const { return Mod(x + d, n); }
+  int Peer(int64_t d) const {
+    const int q = Mod(x + d, n);
+    return members ? (*members)[static_cast<size_t>(q)] : q;
+  }
   // Scratch offset of item m of class c (class 0 in the last slot, class c in slot lowbit(c)).
   uint64_t Item(int c, uint64_t m) const {
     const int level = c == 0 ? sh.levels : LowBit(c);
-    return static_cast<uint64_t>(level) * slot + m * pr.len;
+    return base + static_cast<uint64_t>(level) * slot + m * pr.len;
   }
   // Whether class c lives packed in scratch (else its single block travels in user buffers).
   bool Packed(int c) const { return Count(c) > 1; }
-  // Where this piece of user block `b` lies: the all-gather's recvbuf, or the reduce-scatter's
-  // input (in place: block x of the input is recvbuf).
-  std::pair<uint16_t, uint64_t> Output(int b) const {
-    return {kRecvBuf, static_cast<uint64_t>(b) * a.count + pr.off};
-  }
-  std::pair<uint16_t, uint64_t> Input(int b) const {
-    if (a.in_place && b == x) return {kRecvBuf, pr.off};
-    return {kSendBuf, static_cast<uint64_t>(b) * a.count + pr.off};
-  }
+  Loc Output(int b) const { return block(b, pr); }
+  Loc Input(int b) const { return block(b, pr); }
 };
 
 void AppendPack(Step& st, const Pass& p, int c) {
@@ -155,8 +165,8 @@ void ReduceScatterPass(Channel& ch, const Pass& p) {
     // Class 0's last partial sum lands in recvbuf: at step 1 when there is no tail.
     const bool last = c == 0 && s == 1 && p.sh.tail_rounds == 0;
     const auto [ibuf, ioff] = from(c);
-    AppendRecvReduces(st, p.Peer(-d), ibuf, ioff, last ? kRecvBuf : kScratchBuf,
-                      last ? p.pr.off : p.Item(c, 0), len, p.chunk);
+    AppendRecvReduces(st, p.Peer(-d), ibuf, ioff, last ? p.result.first : uint16_t{kScratchBuf},
+                      last ? p.result.second : p.Item(c, 0), len, p.chunk);
     started[static_cast<size_t>(c)] = true;
   }
   AddStep(ch, std::move(prologue));
@@ -166,8 +176,9 @@ void ReduceScatterPass(Channel& ch, const Pass& p) {
     const int64_t d = static_cast<int64_t>(lo) * delta;
     Step st;
     AppendSends(st, p.Peer(d), kScratchBuf, p.Item(0, lo), len, p.chunk);
-    AppendRecvReduces(st, p.Peer(-d), kScratchBuf, p.Item(0, 0), k == 0 ? kRecvBuf : kScratchBuf,
-                      k == 0 ? p.pr.off : p.Item(0, 0), len, p.chunk);
+    AppendRecvReduces(st, p.Peer(-d), kScratchBuf, p.Item(0, 0),
+                      k == 0 ? p.result.first : uint16_t{kScratchBuf},
+                      k == 0 ? p.result.second : p.Item(0, 0), len, p.chunk);
     AddStep(ch, std::move(st));
   }
 }
@@ -182,8 +193,7 @@ void AppendUnpack(Step& st, const Pass& p, int c) {
 
 void AllGatherPass(Channel& ch, const Pass& p) {
   const int top = p.Top(), delta = p.sh.delta;
-  const auto [own_buf, own_off] =
-      p.a.in_place ? p.Output(p.x) : std::pair<uint16_t, uint64_t>{kSendBuf, p.pr.off};
+  const auto [own_buf, own_off] = p.own;
   // Where class c's first block lies: its slot, or the user's buffers for a single block.
   auto at = [&](int c) -> std::pair<uint16_t, uint64_t> {
     if (p.Packed(c)) return {kScratchBuf, p.Item(c, 0)};
@@ -193,9 +203,9 @@ void AllGatherPass(Channel& ch, const Pass& p) {
   // The first step sends the own block straight from the input; beside it the block is copied
   // into place (out of place) and into class 0's slot (when class 0 is packed).
   auto first = [&](Step& st) {
-    if (!p.a.in_place) {
+    if (p.copy_own) {
       const auto [buf, off] = p.Output(p.x);
-      AppendCopy(st, kSendBuf, p.pr.off, buf, off, p.pr.len);
+      AppendCopy(st, own_buf, own_off, buf, off, p.pr.len);
     }
     if (p.Packed(0)) AppendCopy(st, own_buf, own_off, kScratchBuf, p.Item(0, 0), p.pr.len);
   };
@@ -280,16 +290,29 @@ Result<RankSchedule> BuildPatSchedule(const CollArgs& a, int rank, uint64_t cap_
   s.channels.resize(1);
   s.scratch_count = sh.scratch_count;
   const uint64_t cnt0 = ClassCount(0, sh.delta, a.nranks);
+  // The flat collective's blocks: rank b's at b x count (in place, the rank's own input is
+  // recvbuf for a reduce-scatter, its block of recvbuf for an all-gather).
+  const bool ag = a.kind == CollKind::kAllGather;
+  auto block = [&a, rank, ag](int b, const ElemRange& pr) -> Loc {
+    if (!ag && a.in_place && b == rank) return {kRecvBuf, pr.off};
+    return {ag ? kRecvBuf : kSendBuf, static_cast<uint64_t>(b) * a.count + pr.off};
+  };
   for (uint64_t i = 0; i < sh.pieces; ++i) {
-    const Pass p{a,
-                 sh,
+    const ElemRange pr = EvenPart(a.count, sh.pieces, i);
+    const Pass p{sh,
                  rank,
                  a.nranks,
+                 nullptr,
                  cnt0,
+                 0,
                  cnt0 * sh.piece,
-                 EvenPart(a.count, sh.pieces, i),
-                 ChunkElems(a)};
-    if (a.kind == CollKind::kAllGather)
+                 pr,
+                 ChunkElems(a),
+                 block,
+                 a.in_place ? block(rank, pr) : Loc{kSendBuf, pr.off},
+                 !a.in_place,
+                 Loc{kRecvBuf, pr.off}};
+    if (ag)
       AllGatherPass(s.channels[0], p);
     else
       ReduceScatterPass(s.channels[0], p);
@@ -362,6 +385,206 @@ class Pat final : public Algorithm {
 const Algorithm& PatAlgorithm() {
   static const Pat pat;
   return pat;
+}
+
+// ------------------------------------------------------------------ hierarchical PAT
+
+namespace {
+
+// Hierarchical PAT ("hpat"): H-Ring (hier_ring.cc) with PAT in place of its inter-node ring.
+// All-gather: PAT across the nodes among the ranks of this rank's local position (g members,
+// each gathering the g blocks of its position straight into recvbuf), then the intra-node ring
+// of super-blocks (GroupAllGatherSteps: local rank x's item is the g blocks of position x).
+// Reduce-scatter: the mirror, the intra-node reduce-scatter of super-blocks first
+// (GroupReduceScatterSteps) into this rank's node partials of its position's g blocks, then PAT
+// across the nodes from those partials into recvbuf. The phases run one after the other on one
+// channel (PAT serves latency-bound sizes; HO-Ring's overlap is for bandwidth).
+//
+// Scratch, bounded like PAT's: the reduce-scatter's intra phase holds super-blocks of g blocks
+// (GroupReduceScatterSlots(grid) slots and the partials), so the count runs in pieces whose
+// intra scratch fits half of kPatScratchBytes, PAT's own under the rest; the all-gather's intra
+// phase needs none (PAT's cap is all of it).
+struct HierPlan {
+  uint64_t pieces = 1;   // outer pieces of the count (reduce-scatter)
+  uint64_t piece = 0;    // their longest
+  uint64_t intra = 0;    // intra-phase scratch elements
+  PatShape pat;          // PAT among the g members over a piece (g >= 2)
+  uint64_t scratch = 0;  // total
+};
+
+Result<HierPlan> PlanHierPat(const CollArgs& a, const GroupGrid& grid, uint64_t cap) {
+  HierPlan hp;
+  const uint64_t es = DataTypeSize(a.dtype), g = static_cast<uint64_t>(grid.g);
+  const bool rs = a.kind == CollKind::kReduceScatter && grid.m > 1;
+  // Super-blocks of g pieces: GroupReduceScatterSlots slots and the partials.
+  const uint64_t per_elem = rs ? (static_cast<uint64_t>(GroupReduceScatterSlots(grid)) + 1) * g : 0;
+  uint64_t intra_cap = grid.g > 1 ? cap / 2 : cap;
+  if (per_elem > 0) {
+    const uint64_t most = intra_cap / (per_elem * es);
+    if (most == 0)
+      return InvalidArgument("hpat: a scratch cap of " + std::to_string(cap) +
+                             " bytes holds no piece of a super-block");
+    hp.pieces = (a.count + most - 1) / most;
+  }
+  hp.piece = (a.count + hp.pieces - 1) / hp.pieces;
+  hp.intra = per_elem * hp.piece;
+  if (grid.g > 1) {
+    CollArgs sub = a;
+    sub.nranks = grid.g;
+    sub.count = hp.piece;
+    sub.layout = nullptr;
+    BRAID_ASSIGN_OR_RETURN(hp.pat, PlanPat(sub, cap - hp.intra * es));
+  }
+  hp.scratch = hp.intra + hp.pat.scratch_count;
+  return hp;
+}
+
+// PAT among `members` (this rank at position x) over elements [0, len) of every block, where
+// block(b, pr) says where piece pr of member b's block lies.
+void MemberPasses(Channel& ch, CollKind kind, const PatShape& sh, const std::vector<int>& members,
+                  int x, uint64_t len, uint64_t base, uint64_t chunk,
+                  const std::function<Loc(int, const ElemRange&)>& block, bool copy_own,
+                  const std::function<Loc(const ElemRange&)>& own,
+                  const std::function<Loc(const ElemRange&)>& result) {
+  const int n = static_cast<int>(members.size());
+  const uint64_t cnt0 = ClassCount(0, sh.delta, n);
+  for (uint64_t i = 0; i < sh.pieces; ++i) {
+    const ElemRange pr = EvenPart(len, sh.pieces, i);
+    if (pr.len == 0) continue;
+    const Pass p{sh, x,     n,     &members, cnt0,     base,      cnt0 * sh.piece,
+                 pr, chunk, block, own(pr),  copy_own, result(pr)};
+    if (kind == CollKind::kAllGather)
+      AllGatherPass(ch, p);
+    else
+      ReduceScatterPass(ch, p);
+  }
+}
+
+Result<RankSchedule> BuildHierPat(const CollArgs& a, const GroupGrid& grid, int r, uint64_t cap) {
+  if (a.count == 0) return RankSchedule{};
+  if (a.nranks == 1) return LocalCopySchedule(a.count, a.in_place);
+  BRAID_ASSIGN_OR_RETURN(const HierPlan hp, PlanHierPat(a, grid, cap));
+  const int g = grid.g, m = grid.m, i = grid.group_of[r], j = grid.pos_of[r];
+  const uint64_t count = a.count, chunk = ChunkElems(a);
+  std::vector<int> members(static_cast<size_t>(g));
+  for (int k = 0; k < g; ++k) members[static_cast<size_t>(k)] = grid.at(k, j);
+  RankSchedule s;
+  s.channels.resize(1);
+  s.scratch_count = hp.scratch;
+  LaneWriter w(s, 0);
+  auto user = [&](int rank, uint64_t off, uint64_t len) -> Piece {
+    if (a.kind == CollKind::kAllGather) return {kRecvBuf, rank * count + off, len};
+    if (a.in_place && rank == r) return {kRecvBuf, off, len};
+    return {kSendBuf, rank * count + off, len};
+  };
+  if (a.kind == CollKind::kAllGather) {
+    const Loc own_at = a.in_place ? Loc{kRecvBuf, r * count} : Loc{kSendBuf, 0};
+    std::vector<StepOp> first;
+    if (g > 1) {
+      MemberPasses(
+          s.channels[0], a.kind, hp.pat, members, i, count, 0, chunk,
+          [&](int b, const ElemRange& pr) -> Loc {
+            return {kRecvBuf,
+                    static_cast<uint64_t>(members[static_cast<size_t>(b)]) * count + pr.off};
+          },
+          !a.in_place,
+          [&](const ElemRange& pr) {
+            return Loc{own_at.first, own_at.second + pr.off};
+          },
+          [](const ElemRange&) { return Loc{}; });
+    } else if (!a.in_place) {
+      Step tmp;
+      AppendCopy(tmp, kSendBuf, 0, kRecvBuf, r * count, count);
+      first = tmp.ops;
+    }
+    if (m > 1) {
+      GroupAllGatherSteps(
+          w, grid, i, j,
+          [&](int x, bool sending) {
+            // One node, out of place: the own block leaves from the input while it is copied.
+            if (g == 1 && sending && x == j && !a.in_place) return Unit{Piece{kSendBuf, 0, count}};
+            Unit u;
+            for (int k = 0; k < g; ++k) u.push_back(user(grid.at(k, x), 0, count));
+            return u;
+          },
+          chunk, std::move(first));
+    }
+    return s;
+  }
+  // Reduce-scatter, in outer pieces q of every block.
+  const uint64_t q_slot = hp.piece * static_cast<uint64_t>(g);  // a super-block in scratch
+  const uint64_t partials = hp.intra - q_slot;                  // after the slots
+  for (uint64_t o = 0; o < hp.pieces; ++o) {
+    const ElemRange q = EvenPart(count, hp.pieces, o);
+    if (m > 1) {
+      GroupReduceScatterSteps(
+          w, grid, i, j,
+          [&](int x) {
+            Unit u;
+            for (int k = 0; k < g; ++k) u.push_back(user(grid.at(k, x), q.off, q.len));
+            return u;
+          },
+          [&](int k, int) {
+            Unit u;
+            for (int b = 0; b < g; ++b)
+              u.push_back(Piece{kScratchBuf, k * q_slot + b * q.len, q.len});
+            return u;
+          },
+          [&] {
+            if (g == 1) return Unit{Piece{kRecvBuf, q.off, q.len}};
+            Unit u;
+            for (int b = 0; b < g; ++b)
+              u.push_back(Piece{kScratchBuf, partials + b * q.len, q.len});
+            return u;
+          }(),
+          chunk);
+    }
+    if (g > 1) {
+      MemberPasses(
+          s.channels[0], a.kind, hp.pat, members, i, q.len, hp.intra, chunk,
+          [&](int b, const ElemRange& pr) -> Loc {
+            if (m > 1) return {kScratchBuf, partials + b * q.len + pr.off};
+            const Piece u = user(members[static_cast<size_t>(b)], q.off + pr.off, pr.len);
+            return {u.buf, u.off};
+          },
+          false, [](const ElemRange&) { return Loc{}; },
+          [&](const ElemRange& pr) {
+            return Loc{kRecvBuf, q.off + pr.off};
+          });
+    }
+  }
+  return s;
+}
+
+class HierPat final : public Algorithm {
+ public:
+  const char* name() const override { return "hpat"; }
+
+  bool supports(const CollArgs& a) const override {
+    return (a.kind == CollKind::kAllGather || a.kind == CollKind::kReduceScatter) &&
+           GroupGridFor(a).has_value();
+  }
+
+  Result<RankSchedule> build(const CollArgs& a, int rank) const override {
+    BRAID_RETURN_IF_ERROR(CheckBuildArgs(*this, a, rank));
+    return BuildHierPat(a, *GroupGridFor(a), rank, kPatScratchBytes);
+  }
+
+  // By name only (BRAID_ALGO=...:hpat): not measured against H-Ring and HO-Ring anywhere yet.
+  bool rankedOn(const LinkModel&) const override { return false; }
+};
+
+}  // namespace
+
+Result<RankSchedule> BuildHierPatSchedule(const CollArgs& args, int rank, uint64_t cap_bytes) {
+  const auto grid = GroupGridFor(args);
+  if (!grid) return InvalidArgument("hpat: the layout is no grid of equal groups");
+  return BuildHierPat(args, *grid, rank, cap_bytes);
+}
+
+const Algorithm& HierPatAlgorithm() {
+  static const HierPat hpat;
+  return hpat;
 }
 
 }  // namespace braid

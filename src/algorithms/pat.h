@@ -41,6 +41,10 @@ Result<PatShape> PlanPat(const CollArgs& args, uint64_t cap_bytes);
 // kPatScratchBytes; tests pass small caps to run the pieces and the narrow aggregation).
 Result<RankSchedule> BuildPatSchedule(const CollArgs& args, int rank, uint64_t cap_bytes);
 
+// Hierarchical PAT ("hpat", pat.cc): PAT across the nodes of args.layout among the ranks of one
+// local position, and the intra-node ring of super-blocks, under `cap_bytes` of scratch.
+Result<RankSchedule> BuildHierPatSchedule(const CollArgs& args, int rank, uint64_t cap_bytes);
+
 // The closed alpha-beta form of that schedule (what PatAlgorithm::estimate_seconds returns for
 // kPatScratchBytes): every step and tail round one transfer, local copies free.
 struct LinkModel;

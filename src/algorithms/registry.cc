@@ -26,8 +26,9 @@ const std::vector<const Algorithm*>& HierarchicalAlgorithms() {
   // HO-Ring first: it wins ties with H-Ring (it is never slower where it applies). The 3-level
   // variants serve only layouts with device groups.
   static const std::vector<const Algorithm*> hier = {
-      &HoRingAlgorithm(),  &HierRingAlgorithm(), &HoRing3Algorithm(),    &HierRing3Algorithm(),
-      &Torus2dAlgorithm(), &Torus2d3Algorithm(), &HierLeaderAlgorithm(), &HierTreeAlgorithm(),
+      &HoRingAlgorithm(),     &HierRingAlgorithm(), &HoRing3Algorithm(),
+      &HierRing3Algorithm(),  &Torus2dAlgorithm(),  &Torus2d3Algorithm(),
+      &HierLeaderAlgorithm(), &HierTreeAlgorithm(), &HierPatAlgorithm(),
   };
   return hier;
 }

@@ -515,6 +515,72 @@ TEST(PatCostModel, ClosedFormAgreesWithTheSimulator) {
   }
 }
 
+// ------------------------------------------------------------------ hierarchical PAT
+
+class HierPatWithCap final : public Algorithm {
+ public:
+  explicit HierPatWithCap(uint64_t cap) : cap_(cap) {}
+  const char* name() const override { return "hpat"; }
+  bool supports(const CollArgs& a) const override { return HierPatAlgorithm().supports(a); }
+  Result<RankSchedule> build(const CollArgs& a, int rank) const override {
+    BRAID_RETURN_IF_ERROR(CheckBuildArgs(*this, a, rank));
+    return BuildHierPatSchedule(a, rank, cap_);
+  }
+
+ private:
+  uint64_t cap_;
+};
+
+// g nodes x M ranks, contiguous or interleaved (node_of = rank mod g).
+GroupLayout Grid(int g, int m, bool interleaved) {
+  GroupLayout layout;
+  layout.nnodes = g;
+  for (int r = 0; r < g * m; ++r) {
+    layout.node_of.push_back(interleaved ? r % g : r / m);
+    layout.local_rank.push_back(interleaved ? r / g : r % m);
+  }
+  return layout;
+}
+
+// Every shape up to 8 x 8 (and 1 x M, G x 1), both collectives, both placements, odd counts,
+// under the default cap and a small one that runs the reduce-scatter in pieces.
+TEST(HierPatVerify, EveryShapeUpTo8x8) {
+  int rot = 0;
+  for (CollKind kind : kKinds)
+    for (int g = 1; g <= 8; ++g)
+      for (int m = 1; m <= 8; ++m)
+        for (uint64_t count : {uint64_t{1}, uint64_t{7}, static_cast<uint64_t>(3 * g * m + 2)})
+          for (bool in_place : {false, true}) {
+            ++rot;
+            const GroupLayout layout = Grid(g, m, rot % 5 == 0);
+            CollArgs a = Args(kind, g * m, count, in_place, kTypes[rot % 3], rot % 2 ? 16 : 4096);
+            a.layout = &layout;
+            for (uint64_t cap : {kPatScratchBytes, uint64_t{512}}) {
+              const HierPatWithCap algo(cap);
+              ASSERT_TRUE(algo.supports(a));
+              const Status st = VerifySchedule(algo, a);
+              ASSERT_TRUE(st.ok())
+                  << g << "x" << m << " " << Describe(a, cap) << ": " << st.message();
+              auto s = BuildSchedule(algo, a, g * m - 1);
+              ASSERT_TRUE(s.ok());
+              EXPECT_LE(s->buffers[kScratchBuf].count * DataTypeSize(a.dtype), cap);
+            }
+          }
+}
+
+TEST(HierPatVerify, ByNameOnlyAndRefusesUnevenGroups) {
+  GroupLayout uneven;
+  uneven.nnodes = 2;
+  uneven.node_of = {0, 0, 1};
+  uneven.local_rank = {0, 1, 0};
+  CollArgs a = Args(CollKind::kAllGather, 3, 4);
+  a.layout = &uneven;
+  EXPECT_FALSE(HierPatAlgorithm().supports(a));
+  EXPECT_FALSE(HierPatAlgorithm().build(a, 0).ok());
+  EXPECT_FALSE(HierPatAlgorithm().rankedOn(LinkModel{}));
+  EXPECT_EQ(FindAlgorithm("hpat"), &HierPatAlgorithm());
+}
+
 // ------------------------------------------------------------------ tuner
 
 CollArgs Req(CollKind kind, int n, uint64_t bytes, const GroupLayout* layout) {
