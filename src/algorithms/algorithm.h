@@ -28,6 +28,9 @@ class Algorithm {
   // Whether the tuner ranks it on `model` at all (BRAID_ALGO may still name it wherever
   // supports() holds): for an algorithm measured to lose where the cost model cannot tell.
   virtual bool rankedOn(const LinkModel&) const { return true; }
+  // The same for one request: for an algorithm the model prices right over part of its range
+  // only (PAT's pack and unpack copies, which the model does not charge). The tuner asks this.
+  virtual bool rankedFor(const CollArgs&, const LinkModel& model) const { return rankedOn(model); }
 };
 
 // All built-in algorithms, in a stable order.

@@ -13,6 +13,7 @@ const Algorithm& RecursiveDoublingAlgorithm();  // recursive_doubling.cc: "rd"
 const Algorithm& RabenseifnerAlgorithm();       // rabenseifner.cc: "rabenseifner"
 const Algorithm& BinomialTreeAlgorithm();       // binomial_tree.cc: "tree"
 const Algorithm& BruckAlgorithm();              // bruck.cc: "bruck"
+const Algorithm& PatAlgorithm();                // pat.cc: "pat" (all-gather, reduce-scatter)
 const Algorithm& PairwiseAlgorithm();           // pairwise.cc: "pairwise"
 const Algorithm& DisseminationAlgorithm();      // dissemination.cc: "dissemination"
 const Algorithm& OrderedReductionAlgorithm();   // ordered.cc: "ordered" (deterministic mode)
@@ -31,6 +32,7 @@ const Algorithm& Torus2dAlgorithm();     // torus2d.cc: "torus2d"
 const Algorithm& Torus2d3Algorithm();    // torus2d.cc: "torus2d3" (3 levels: device groups)
 const Algorithm& HierLeaderAlgorithm();  // hier_leader.cc: "hier_leader"
 const Algorithm& HierTreeAlgorithm();    // hier_tree.cc: "hier_tree" (broadcast, reduce)
+const Algorithm& HierPatAlgorithm();     // pat.cc: "hpat" (PAT across nodes; by name only)
 const Algorithm& RailRingAlgorithm();    // rail_ring.cc: "rail_ring" (a ring's order per channel)
 // ring.cc's schedule for `rank` with only channel `channel`'s steps (the others empty): what
 // rail_ring renames, one channel per order, without building every channel for each.

@@ -9,10 +9,15 @@ const std::vector<const Algorithm*>& AllAlgorithms() {
   // Order matters only for ties in the tuner: bandwidth algorithms first, "ordered" (chosen by
   // BRAID_DETERMINISTIC, never cheaper) last.
   static const std::vector<const Algorithm*> all = {
-      &RingAlgorithm(),          &RecursiveDoublingAlgorithm(),
-      &RabenseifnerAlgorithm(),  &BinomialTreeAlgorithm(),
-      &BruckAlgorithm(),         &PairwiseAlgorithm(),
-      &DisseminationAlgorithm(), &OrderedReductionAlgorithm(),
+      &RingAlgorithm(),
+      &RecursiveDoublingAlgorithm(),
+      &RabenseifnerAlgorithm(),
+      &BinomialTreeAlgorithm(),
+      &BruckAlgorithm(),
+      &PatAlgorithm(),
+      &PairwiseAlgorithm(),
+      &DisseminationAlgorithm(),
+      &OrderedReductionAlgorithm(),
   };
   return all;
 }
@@ -23,7 +28,7 @@ const std::vector<const Algorithm*>& HierarchicalAlgorithms() {
   static const std::vector<const Algorithm*> hier = {
       &HoRingAlgorithm(),  &HierRingAlgorithm(), &HoRing3Algorithm(),    &HierRing3Algorithm(),
       &Torus2dAlgorithm(), &Torus2d3Algorithm(), &HierLeaderAlgorithm(), &HierTreeAlgorithm(),
-      &RailRingAlgorithm(),
+      &HierPatAlgorithm(), &RailRingAlgorithm(),
   };
   return hier;
 }

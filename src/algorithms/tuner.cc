@@ -126,16 +126,19 @@ bool SpansNodes(const CollArgs& args) {
   return l && l->nnodes > 1 && static_cast<int>(l->node_of.size()) == args.nranks;
 }
 
-// The fastest algorithm for `args` by the cost model (first in registry order on ties: the flat
-// algorithms before the hierarchical ones).
+// The fastest algorithm for `args` by the cost model (first in registry order on ties, to
+// rounding: the flat algorithms before the hierarchical ones).
 const Algorithm* BestByModel(const CollArgs& args, const LinkModel& model) {
   const Algorithm* best = nullptr;
   double best_t = std::numeric_limits<double>::infinity();
   auto consider = [&](const std::vector<const Algorithm*>& list) {
     for (const Algorithm* a : list) {
-      if (!a->supports(args) || !a->rankedOn(model)) continue;
+      if (!a->supports(args) || !a->rankedFor(args, model)) continue;
       const double t = a->estimate_seconds(args, model);
-      if (!best || t < best_t) {
+      // Equal estimates summed in another order differ in their last bits: such a tie stays
+      // with the earlier algorithm (PAT's rounds against Bruck's on one node, same messages and
+      // bytes).
+      if (!best || t < best_t * (1 - 1e-12)) {
         best = a;
         best_t = t;
       }

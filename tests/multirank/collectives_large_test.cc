@@ -135,6 +135,25 @@ TEST_P(RabenseifnerAllReduce, EveryTypeOpAndPlacementIsBitExact) {
   RunForcedInSmallChunks(n, transport, "allreduce:rabenseifner", cases);
 }
 
+// PAT forced (pat.cc), with 4 KiB chunks: every type x op x placement of its two collectives at
+// an odd count, which its 1 MiB scratch cap runs in pieces on 3 ranks and more (each piece the
+// whole schedule: tens of messages of uneven lengths); float sums also at a count that takes
+// pieces on 2 ranks (the reduce-scatter's slots).
+class PatInPieces : public ::testing::TestWithParam<LargeParam> {};
+
+TEST_P(PatInPieces, EveryTypeOpAndPlacementIsBitExact) {
+  auto [n, transport] = GetParam();
+  std::vector<DataType> types(std::begin(kTypes), std::end(kTypes));
+  std::vector<int> ops(std::begin(kOps), std::end(kOps));
+  std::vector<Case> cases;
+  for (const Case& c : Matrix({100003}, types, ops))
+    if (c.kind == CollKind::kReduceScatter || c.kind == CollKind::kAllGather) cases.push_back(c);
+  for (CollKind k : {CollKind::kReduceScatter, CollKind::kAllGather})
+    for (bool in_place : {false, true})
+      cases.push_back({k, DataType::kFloat32, braidSum, 400009, in_place});
+  RunForcedInSmallChunks(n, transport, "allgather:pat;reducescatter:pat", cases);
+}
+
 constexpr auto LargeName = RanksTransportName<::testing::TestParamInfo<LargeParam>>;
 
 INSTANTIATE_TEST_SUITE_P(Ranks, CollectivesLarge,
@@ -151,6 +170,10 @@ INSTANTIATE_TEST_SUITE_P(Ranks, RabenseifnerAllReduce,
                          LargeName);
 INSTANTIATE_TEST_SUITE_P(Ranks, RingInPieces,
                          ::testing::Combine(::testing::Values(2, 3, 5, 8),
+                                            ::testing::Values("shm", "tcp")),
+                         LargeName);
+INSTANTIATE_TEST_SUITE_P(Ranks, PatInPieces,
+                         ::testing::Combine(::testing::Values(2, 3, 4, 5, 8),
                                             ::testing::Values("shm", "tcp")),
                          LargeName);
 

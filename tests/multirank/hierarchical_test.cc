@@ -64,6 +64,7 @@ std::vector<CollKind> KindsOf(const std::string& algo) {
   if (algo == "torus2d" || algo == "torus2d3" || algo == "hier_leader")
     return {CollKind::kAllReduce};
   if (algo == "hier_tree") return {CollKind::kBroadcast, CollKind::kReduce};
+  if (algo == "hpat") return {CollKind::kReduceScatter, CollKind::kAllGather};
   if (algo == "default")
     return {CollKind::kAllReduce, CollKind::kReduceScatter, CollKind::kAllGather,
             CollKind::kBroadcast, CollKind::kReduce};
@@ -165,8 +166,8 @@ std::string ParamName(const ::testing::TestParamInfo<Param>& info) {
   return std::get<0>(info.param).name() + "_" + t + "_" + std::get<2>(info.param);
 }
 
-const std::vector<std::string> kAlgorithms = {"hring",     "ho_ring",   "torus2d", "hier_leader",
-                                              "hier_tree", "rail_ring", "default"};
+const std::vector<std::string> kAlgorithms = {"hring",     "ho_ring", "torus2d",   "hier_leader",
+                                              "hier_tree", "hpat",    "rail_ring", "default"};
 
 // 2x2 over shm inside a node and tcp between nodes, and over tcp alone; 2x3; 2x2 with the nodes
 // interleaved (ranks 0 and 2 on one host).

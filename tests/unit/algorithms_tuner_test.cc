@@ -68,7 +68,7 @@ TEST(TunerGrammar, Errors) {
   // The list of known names grows as algorithms land: check its start only.
   ExpectParseError("allreduce:nope",
                    "unknown algorithm 'nope' (known: ring, rd, rabenseifner, tree, bruck, "
-                   "pairwise, dissemination");
+                   "pat, pairwise, dissemination");
   ExpectParseError("allfoo:ring", "unknown collective 'allfoo'");
   ExpectParseError(":ring", "missing collective name");
   ExpectParseError("allreduce:", "no algorithm after 'allreduce:'");

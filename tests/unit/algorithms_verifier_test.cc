@@ -36,6 +36,8 @@ const Case kCases[] = {
     {"rd", CollKind::kAllGather},
     {"rd", CollKind::kReduceScatter},
     {"rabenseifner", CollKind::kAllReduce},
+    {"pat", CollKind::kAllGather},
+    {"pat", CollKind::kReduceScatter},
 };
 
 constexpr DataType kTypes[] = {DataType::kInt8, DataType::kFloat32, DataType::kFloat64};
@@ -200,6 +202,7 @@ const Case kReductionCases[] = {
     {"qtest", CollKind::kAllReduce},
     {"rd", CollKind::kReduceScatter},
     {"rabenseifner", CollKind::kAllReduce},
+    {"pat", CollKind::kReduceScatter},
 };
 INSTANTIATE_TEST_SUITE_P(Builtin, LoweredReductionVerify, ::testing::ValuesIn(kReductionCases),
                          CaseName);
@@ -207,7 +210,7 @@ INSTANTIATE_TEST_SUITE_P(Builtin, LoweredReductionVerify, ::testing::ValuesIn(kR
 TEST(AlgorithmRegistry, NamesAndLookup) {
   std::vector<std::string> names;
   for (const Algorithm* a : AllAlgorithms()) names.push_back(a->name());
-  EXPECT_EQ(names, (std::vector<std::string>{"ring", "rd", "rabenseifner", "tree", "bruck",
+  EXPECT_EQ(names, (std::vector<std::string>{"ring", "rd", "rabenseifner", "tree", "bruck", "pat",
                                              "pairwise", "dissemination", "ordered"}));
   EXPECT_EQ(FindAlgorithm("ring"), AllAlgorithms()[0]);
   EXPECT_EQ(FindAlgorithm("nope"), nullptr);
