@@ -262,8 +262,7 @@ class Simulation {
           double& recv_port = recv_free_[Port(r.dst, r.cls)];
           const double start = std::max({r.t, send_port, recv_port});
           if (sym_ != Symmetry::kNone && r.cls == LinkClass::kInterNode) {
-            if (start > r.t) NoteQueued(r, send_index, Port(r.dst, r.cls));
-            NoteTaken(r, send_index, Port(r.dst, r.cls));
+            NoteTaken(r, start > r.t, send_index, Port(r.dst, r.cls));
           }
           const double end = start + link.alpha_s + r.bytes / link.beta_bytes_s;
           send_port = end;
@@ -792,24 +791,22 @@ class Simulation {
     return false;
   }
 
-  // Transfer r waits for NIC port `send` or `recv` (symmetric runs only). If the transfer that
-  // last took that port became ready at the same instant between another pair of ranks, the two
-  // queued in an order the full simulation may not share: it breaks such ties by the order the
-  // ranks post, which differs from node to node (node 0's ranks post first, node G-1's last), so
-  // node 0's order need not stand for node j's. Say so (the caller then runs every rank). Ties
-  // between the channels of one pair queue in channel order in both; ports inside a node see the
-  // same order in both (both ends post on the same node).
-  void NoteQueued(const ReadyXfer& r, size_t send, size_t recv) {
+  // Transfer r takes NIC ports `send` and `recv` (symmetric runs only), `queued` if it waited. If
+  // the transfer that last took one of them became ready at the same instant between another pair
+  // of ranks, the two queued in an order the full simulation may not share: it breaks such ties by
+  // the order the ranks post, which differs from node to node (node 0's ranks post first, node
+  // G-1's last), so node 0's order need not stand for node j's. Say so (the caller then runs every
+  // rank). Ties between the channels of one pair queue in channel order in both; ports inside a
+  // node see the same order in both (both ends post on the same node). (Then records r as the last
+  // transfer to take both ports.)
+  void NoteTaken(const ReadyXfer& r, bool queued, size_t send, size_t recv) {
     const uint64_t pair = static_cast<uint64_t>(r.src) << 32 | static_cast<uint32_t>(r.pair_dst);
     for (size_t port : {send, recv}) {
-      const auto& [t, other] = last_taken_[port];
-      if (t == r.t && other != pair) queued_ties_ = true;
+      auto& [t, other] = last_taken_[port];
+      if (queued && t == r.t && other != pair) queued_ties_ = true;
+      t = r.t;
+      other = pair;
     }
-  }
-  void NoteTaken(const ReadyXfer& r, size_t send, size_t recv) {
-    const uint64_t pair = static_cast<uint64_t>(r.src) << 32 | static_cast<uint32_t>(r.pair_dst);
-    last_taken_[send] = {r.t, pair};
-    last_taken_[recv] = {r.t, pair};
   }
 
   // Runs fn(0 .. count-1) on `threads` threads (the caller is one); the first error by index.
@@ -979,24 +976,21 @@ Result<SimulationResult> Simulate(const Algorithm& algo, const CollArgs& args,
                            CollKindName(args.kind));
   if (options.threads < 1) return InvalidArgument("simulate: threads must be >= 1");
   // (Below a few dozen ranks the builds take less than starting a thread: Run uses one.)
-  SimulationResult r;
-  {
+  auto run = [&](const SimulateOptions& o) -> Result<SimulationResult> {
     Simulation sim(args, model);
-    BRAID_ASSIGN_OR_RETURN(r.seconds, sim.Run(algo, options));
+    SimulationResult r;
+    BRAID_ASSIGN_OR_RETURN(r.seconds, sim.Run(algo, o));
     r.simulated_ranks = sim.SimulatedRanks();
     r.symmetry = sim.SymmetryName();
     r.ties = sim.QueuedTies();
-    if (!r.ties || options.accept_ties) return r;
-  }
+    return r;
+  };
+  BRAID_ASSIGN_OR_RETURN(SimulationResult r, run(options));
+  if (!r.ties || options.accept_ties) return r;
   // Ties queued at a port in the symmetric run: every rank, then.
   SimulateOptions full = options;
   full.symmetry = false;
-  Simulation sim(args, model);
-  BRAID_ASSIGN_OR_RETURN(r.seconds, sim.Run(algo, full));
-  r.simulated_ranks = sim.SimulatedRanks();
-  r.symmetry = sim.SymmetryName();
-  r.ties = false;
-  return r;
+  return run(full);
 }
 
 }  // namespace braid

@@ -29,19 +29,27 @@
 namespace braid {
 namespace {
 
-// PAT under another scratch cap (the registered one uses kPatScratchBytes).
-class PatWithCap final : public Algorithm {
+// PAT (or hpat) under another scratch cap (the registered ones use kPatScratchBytes).
+template <Result<RankSchedule> (*kBuild)(const CollArgs&, int, uint64_t)>
+class WithCap : public Algorithm {
  public:
-  explicit PatWithCap(uint64_t cap) : cap_(cap) {}
-  const char* name() const override { return "pat"; }
-  bool supports(const CollArgs& a) const override { return PatAlgorithm().supports(a); }
+  WithCap(const Algorithm& registered, uint64_t cap) : registered_(registered), cap_(cap) {}
+  const char* name() const override { return registered_.name(); }
+  bool supports(const CollArgs& a) const override { return registered_.supports(a); }
   Result<RankSchedule> build(const CollArgs& a, int rank) const override {
     BRAID_RETURN_IF_ERROR(CheckBuildArgs(*this, a, rank));
-    return BuildPatSchedule(a, rank, cap_);
+    return kBuild(a, rank, cap_);
   }
 
  private:
+  const Algorithm& registered_;
   uint64_t cap_;
+};
+struct PatWithCap : WithCap<BuildPatSchedule> {
+  explicit PatWithCap(uint64_t cap) : WithCap(PatAlgorithm(), cap) {}
+};
+struct HierPatWithCap : WithCap<BuildHierPatSchedule> {
+  explicit HierPatWithCap(uint64_t cap) : WithCap(HierPatAlgorithm(), cap) {}
 };
 
 CollArgs Args(CollKind kind, int n, uint64_t count, bool in_place = false,
@@ -517,20 +525,6 @@ TEST(PatCostModel, ClosedFormAgreesWithTheSimulator) {
 
 // ------------------------------------------------------------------ hierarchical PAT
 
-class HierPatWithCap final : public Algorithm {
- public:
-  explicit HierPatWithCap(uint64_t cap) : cap_(cap) {}
-  const char* name() const override { return "hpat"; }
-  bool supports(const CollArgs& a) const override { return HierPatAlgorithm().supports(a); }
-  Result<RankSchedule> build(const CollArgs& a, int rank) const override {
-    BRAID_RETURN_IF_ERROR(CheckBuildArgs(*this, a, rank));
-    return BuildHierPatSchedule(a, rank, cap_);
-  }
-
- private:
-  uint64_t cap_;
-};
-
 // g nodes x M ranks, contiguous or interleaved (node_of = rank mod g).
 GroupLayout Grid(int g, int m, bool interleaved) {
   GroupLayout layout;
@@ -589,23 +583,13 @@ CollArgs Req(CollKind kind, int n, uint64_t bytes, const GroupLayout* layout) {
   return a;
 }
 
-GroupLayout Nodes(int n, int per_node) {
-  GroupLayout layout;
-  layout.nnodes = (n + per_node - 1) / per_node;
-  for (int r = 0; r < n; ++r) {
-    layout.node_of.push_back(r / per_node);
-    layout.local_rank.push_back(r % per_node);
-  }
-  return layout;
-}
-
 // Across nodes PAT takes the latency-bound all-gathers and reduce-scatters beyond the
 // butterfly's range (and every such size where N is no power of two); the ring, Bruck and
 // HO-Ring keep the blocks above alpha x beta of the inter-node link.
 TEST(PatTuner, PicksItForLatencyBoundBlocksAcrossNodes) {
   constexpr uint64_t K = 1024;
   for (auto [n, per_node] : {std::pair{64, 1}, std::pair{1000, 1}, std::pair{1024, 8}}) {
-    const GroupLayout layout = Nodes(n, per_node);
+    const GroupLayout layout = Grid(n / per_node, per_node, false);
     auto t = Tuner::Create("", n, LinkModel{}, &layout);
     ASSERT_TRUE(t.ok());
     SCOPED_TRACE("N=" + std::to_string(n) + " per node " + std::to_string(per_node) + "\n" +
