@@ -503,6 +503,19 @@ BRAID_API braidResult_t braidEstimateCollective(braidCollective_t collective, ui
                                                 char* algorithm, size_t algorithmLen);
 
 /**
+ * Predicted seconds of one named algorithm (BRAID_ALGO's names: "ring", "rail_ring", "ho_ring",
+ * ...; docs/algorithms.md) for the collective braidEstimateCollective describes, with the same
+ * arguments: what a tuner restricted to that algorithm would predict (e.g. the planner's Lins
+ * model prices NCCL's rings with it). An unknown name, or an algorithm that does not serve the
+ * collective on that group, gives braidErrInvalidArgument with a message. One rank costs 0.
+ */
+BRAID_API braidResult_t braidEstimateAlgorithm(const char* algorithm, braidCollective_t collective,
+                                               uint64_t bytes, braidDataType_t datatype,
+                                               int quantBits, int ranksPerNode, int nodes,
+                                               int nicSharing, const braidLinkParams_t* link,
+                                               double* seconds);
+
+/**
  * The link model `comm`'s tuner uses (measured at init by link calibration, read from
  * BRAID_LINK_PROFILE, or the defaults; docs/topology.md), in the form braidEstimateCollective
  * takes, so that a caller can cost collectives on this communicator's links.

@@ -56,6 +56,74 @@ Status CheckArgs(braidCollective_t coll, braidDataType_t dtype, int bits, int R,
 
 using namespace braid;
 
+namespace braid {
+namespace {
+
+// One collective's arguments, layout and link model as the tuner would see them for a group of
+// R x n node-major ranks (the layout lives here so that args.layout stays valid).
+struct Estimate {
+  GroupLayout layout;
+  LinkModel model;
+  CollArgs args;
+  Estimate() = default;
+  Estimate(const Estimate&) = delete;
+};
+
+void Prepare(braidCollective_t collective, uint64_t bytes, braidDataType_t datatype, int quantBits,
+             int R, int n, int nicSharing, const braidLinkParams_t* link, Estimate* e) {
+  const int N = R * n;
+  GroupLayout& layout = e->layout;
+  layout.nnodes = n;
+  layout.node_of.resize(N);
+  layout.local_rank.resize(N);
+  for (int r = 0; r < N; ++r) {
+    layout.node_of[r] = r / R;
+    layout.local_rank[r] = r % R;
+  }
+  LinkModel& model = e->model;
+  model.intra = {link->intraLatency, link->intraBandwidth};
+  // Groups that run at once on the same nodes take turns on each NIC they use (simulator.h).
+  // A group is a block of R consecutive local ranks of the node's R * nicSharing, and local
+  // rank r crosses through NIC r mod nics: a group of at least `nics` ranks per node uses every
+  // NIC, shared with the other groups; a smaller one uses R of them, each shared by the
+  // R * nicSharing / nics ranks on it.
+  const int nics = std::max(link->nicsPerNode, 1);
+  const LinkParams node{link->interLatency, link->interBandwidth};
+  if (R >= nics) {
+    model.nics_per_node = nics;
+    model.inter = SharedLink(node, nicSharing);
+  } else {
+    model.nics_per_node = R;
+    const int per_nic = std::max(1, (R * nicSharing + nics - 1) / nics);
+    model.inter = SharedLink({node.alpha_s, node.beta_bytes_s * R / nics}, per_nic);
+  }
+
+  CollArgs& a = e->args;
+  a.kind = collective == braidCollAllReduce       ? CollKind::kAllReduce
+           : collective == braidCollReduceScatter ? CollKind::kReduceScatter
+           : collective == braidCollAllGather     ? CollKind::kAllGather
+                                                  : CollKind::kBroadcast;
+  a.dtype = static_cast<DataType>(datatype);
+  a.nranks = N;
+  a.nchannels = 2;  // what the tuner's default table assumes
+  a.layout = &layout;
+  uint64_t esize = DataTypeSize(a.dtype);
+  uint64_t elems = bytes / esize;
+  if (quantBits) {
+    // The quantized schedules move encoded blocks; cost them as the algorithm the tuner would
+    // pick for that many bytes (each block still crosses each level once).
+    const Codec codec(quantBits == 8 ? CodecId::kInt8 : CodecId::kInt4, kEstimateQuantBlock);
+    elems = EncodedBytes(codec, a.dtype, elems);
+    a.dtype = DataType::kUint8;
+  }
+  const bool per_rank = a.kind == CollKind::kReduceScatter || a.kind == CollKind::kAllGather;
+  a.count = per_rank ? (elems + N - 1) / N : elems;
+  a.op = ReduceOp::kSum;
+}
+
+}  // namespace
+}  // namespace braid
+
 extern "C" braidResult_t braidEstimateCollective(braidCollective_t collective, uint64_t bytes,
                                                  braidDataType_t datatype, int quantBits,
                                                  int ranksPerNode, int nodes, int nicSharing,
@@ -65,55 +133,11 @@ extern "C" braidResult_t braidEstimateCollective(braidCollective_t collective, u
     Status st =
         CheckArgs(collective, datatype, quantBits, ranksPerNode, nodes, nicSharing, link, seconds);
     if (!st.ok()) return Fail(st);
-    const int R = ranksPerNode, n = nodes, N = R * n;
-    GroupLayout layout;
-    layout.nnodes = n;
-    layout.node_of.resize(N);
-    layout.local_rank.resize(N);
-    for (int r = 0; r < N; ++r) {
-      layout.node_of[r] = r / R;
-      layout.local_rank[r] = r % R;
-    }
-    LinkModel model;
-    model.intra = {link->intraLatency, link->intraBandwidth};
-    // Groups that run at once on the same nodes take turns on each NIC they use (simulator.h).
-    // A group is a block of R consecutive local ranks of the node's R * nicSharing, and local
-    // rank r crosses through NIC r mod nics: a group of at least `nics` ranks per node uses every
-    // NIC, shared with the other groups; a smaller one uses R of them, each shared by the
-    // R * nicSharing / nics ranks on it.
-    const int nics = std::max(link->nicsPerNode, 1);
-    const LinkParams node{link->interLatency, link->interBandwidth};
-    if (R >= nics) {
-      model.nics_per_node = nics;
-      model.inter = SharedLink(node, nicSharing);
-    } else {
-      model.nics_per_node = R;
-      const int per_nic = std::max(1, (R * nicSharing + nics - 1) / nics);
-      model.inter = SharedLink({node.alpha_s, node.beta_bytes_s * R / nics}, per_nic);
-    }
-
-    CollArgs a;
-    a.kind = collective == braidCollAllReduce       ? CollKind::kAllReduce
-             : collective == braidCollReduceScatter ? CollKind::kReduceScatter
-             : collective == braidCollAllGather     ? CollKind::kAllGather
-                                                    : CollKind::kBroadcast;
-    a.dtype = static_cast<DataType>(datatype);
-    a.nranks = N;
-    a.nchannels = 2;  // what the tuner's default table assumes
-    a.layout = &layout;
-    uint64_t esize = DataTypeSize(a.dtype);
-    uint64_t elems = bytes / esize;
-    if (quantBits) {
-      // The quantized schedules move encoded blocks; cost them as the algorithm the tuner would
-      // pick for that many bytes (each block still crosses each level once).
-      const Codec codec(quantBits == 8 ? CodecId::kInt8 : CodecId::kInt4, kEstimateQuantBlock);
-      elems = EncodedBytes(codec, a.dtype, elems);
-      a.dtype = DataType::kUint8;
-      esize = 1;
-    }
-    const bool per_rank = a.kind == CollKind::kReduceScatter || a.kind == CollKind::kAllGather;
-    a.count = per_rank ? (elems + N - 1) / N : elems;
-    a.op = ReduceOp::kSum;
+    const int n = nodes, N = ranksPerNode * nodes;
+    Estimate e;
+    Prepare(collective, bytes, datatype, quantBits, ranksPerNode, nodes, nicSharing, link, &e);
+    CollArgs& a = e.args;
+    const LinkModel& model = e.model;
 
     const Algorithm* best = nullptr;
     double best_t = std::numeric_limits<double>::infinity();
@@ -122,9 +146,12 @@ extern "C" braidResult_t braidEstimateCollective(braidCollective_t collective, u
     } else {
       auto consider = [&](const std::vector<const Algorithm*>& list) {
         for (const Algorithm* algo : list) {
-          if (!algo->supports(a)) continue;
+          // What the tuner ranks (BestByModel): an algorithm it would not run here (rankedFor:
+          // hpat by name only, the rail ring with one NIC, ...) is not quoted either.
+          if (!algo->supports(a) || !algo->rankedFor(a, model)) continue;
           const double t = algo->estimate_seconds(a, model);
-          if (!best || t < best_t) {
+          // Ties to rounding stay with the earlier algorithm, as in the tuner.
+          if (!best || t < best_t * (1 - 1e-12)) {
             best = algo;
             best_t = t;
           }
@@ -152,6 +179,40 @@ extern "C" braidResult_t braidEstimateCollective(braidCollective_t collective, u
     return braidSuccess;
   } catch (const std::exception& e) {
     return Fail(SystemError(std::string("braidEstimateCollective: ") + e.what()));
+  }
+}
+
+extern "C" braidResult_t braidEstimateAlgorithm(const char* algorithm, braidCollective_t collective,
+                                                uint64_t bytes, braidDataType_t datatype,
+                                                int quantBits, int ranksPerNode, int nodes,
+                                                int nicSharing, const braidLinkParams_t* link,
+                                                double* seconds) {
+  try {
+    if (!algorithm) return Fail(InvalidArgument("braidEstimateAlgorithm: algorithm is NULL"));
+    Status st =
+        CheckArgs(collective, datatype, quantBits, ranksPerNode, nodes, nicSharing, link, seconds);
+    if (!st.ok())
+      return Fail(InvalidArgument("braidEstimateAlgorithm: " +
+                                  st.message().substr(st.message().find(": ") + 2)));
+    const Algorithm* algo = FindAlgorithm(algorithm);
+    if (!algo)
+      return Fail(InvalidArgument(std::string("braidEstimateAlgorithm: unknown algorithm '") +
+                                  algorithm + "' (BRAID_ALGO's names, docs/algorithms.md)"));
+    Estimate e;
+    Prepare(collective, bytes, datatype, quantBits, ranksPerNode, nodes, nicSharing, link, &e);
+    if (e.args.nranks == 1) {
+      *seconds = 0;
+      return braidSuccess;
+    }
+    if (!algo->supports(e.args))
+      return Fail(InvalidArgument(std::string("braidEstimateAlgorithm: ") + algorithm +
+                                  " does not serve " + CollKindName(e.args.kind) + " on " +
+                                  std::to_string(ranksPerNode) + " x " + std::to_string(nodes) +
+                                  " ranks"));
+    *seconds = algo->estimate_seconds(e.args, e.model);
+    return braidSuccess;
+  } catch (const std::exception& e) {
+    return Fail(SystemError(std::string("braidEstimateAlgorithm: ") + e.what()));
   }
 }
 
