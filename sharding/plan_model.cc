@@ -3,9 +3,12 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstddef>
 #include <cstdio>
+#include <stdexcept>
 
 #include "sharding/layout.h"
+#include "sharding/lins_model.h"
 
 namespace braid::shard {
 namespace {
@@ -19,26 +22,16 @@ constexpr double kActivationPerLayer = 34;
 // time during the backward pass.
 constexpr double kActivationRecomputed = 2;
 
-// One collective over a group of `intra` ranks in each of `inter` nodes, `sharing` such groups
-// on every node.
-struct Group {
-  int intra = 1, inter = 1, sharing = 1;
-  int size() const { return intra * inter; }
-};
-
-Group GroupOf(const PlanInputs& in, int intra, int inter) {
-  return {intra, inter, std::max(1, in.R / std::max(1, intra))};
-}
-
 // Adds one collective, summed over the buckets and `times` repetitions each (micro-batches).
 // `bytes_per_param` is the bytes the collective's buffer holds per parameter of the bucket (the
 // whole gathered bucket, the input of a reduce-scatter, ...). `only_first` charges one bucket
 // (the rest overlaps: the redistribution with assumeOverlap).
 void Add(std::vector<PlannedCollective>& out, CostCache& cost, const PlanInputs& in,
-         const std::string& what, braidCollective_t kind, const Group& g, double bytes_per_param,
-         int bits, double times, bool only_first = false) {
+         const char* term, const std::string& what, braidCollective_t kind, const Group& g,
+         double bytes_per_param, int bits, double times, bool only_first = false) {
   if (g.size() <= 1) return;
   PlannedCollective c;
+  c.term = term;
   c.what = what;
   const double k = g.size();
   const double factor = kind == braidCollAllReduce ? 2.0 : 1.0;
@@ -60,9 +53,8 @@ void Add(std::vector<PlannedCollective>& out, CostCache& cost, const PlanInputs&
   out.push_back(c);
 }
 
-std::string Shape(const Group& g) {
-  return std::to_string(g.intra) + "x" + std::to_string(g.inter);
-}
+constexpr const char* kGatherTerm = "parameter gathers";
+constexpr const char* kReplicaTerm = "replica reduction";
 
 double Sum(const std::vector<PlannedCollective>& v, double PlannedCollective::*field) {
   double s = 0;
@@ -72,6 +64,14 @@ double Sum(const std::vector<PlannedCollective>& v, double PlannedCollective::*f
 
 }  // namespace
 
+Group GroupOf(const PlanInputs& in, int intra, int inter) {
+  return {intra, inter, std::max(1, in.R / std::max(1, intra))};
+}
+
+std::string Shape(const Group& g) {
+  return std::to_string(g.intra) + "x" + std::to_string(g.inter);
+}
+
 double CostCache::Seconds(braidCollective_t kind, double bytes, int bits, int intra, int inter,
                           int sharing) {
   const uint64_t b = static_cast<uint64_t>(std::llround(bytes));
@@ -80,9 +80,17 @@ double CostCache::Seconds(braidCollective_t kind, double bytes, int bits, int in
   if (it != cache_.end()) return it->second;
   double s = 0;
   // The parameter type: a quantized form's encoded size depends on the element count.
-  if (braidEstimateCollective(kind, b, dtype_, bits, intra, inter, sharing, &link_, &s, nullptr,
-                              0) != braidSuccess)
-    s = HUGE_VAL;  // inputs are checked before; an unservable shape is never the best
+  braidResult_t r;
+  if (model_ == braidShardCostLins && kind != braidCollAllReduce) {
+    const bool rails =
+        inter > 1 && link_.nicsPerNode > 1 && kind != braidCollBroadcast && intra > 1;
+    r = braidEstimateAlgorithm(rails ? "rail_ring" : "ring", kind, b, dtype_, bits, intra, inter,
+                               sharing, &link_, &s);
+  } else {
+    r = braidEstimateCollective(kind, b, dtype_, bits, intra, inter, sharing, &link_, &s, nullptr,
+                                0);
+  }
+  if (r != braidSuccess) s = HUGE_VAL;  // inputs are checked before; never the best
   cache_.emplace(key, s);
   return s;
 }
@@ -92,7 +100,9 @@ std::string NormalizeInputs(const braidShardModel_t* m, const braidShardCluster_
   if (!m || !c) return "model and cluster must not be NULL";
   if (m->size < sizeof(braidShardModel_t) || c->size < sizeof(braidShardCluster_t))
     return "model or cluster: size field is not sizeof(the struct) (use the initializers)";
-  if (o && o->size < sizeof(braidShardPlanOptions_t))
+  // costModel came last: a caller compiled before it passes the size without it.
+  constexpr size_t kOptionsBeforeCostModel = offsetof(braidShardPlanOptions_t, costModel);
+  if (o && o->size < kOptionsBeforeCostModel)
     return "options: size field is not sizeof(braidShardPlanOptions_t)";
   char buf[256];
   auto positive = [&](const char* name, double v) -> std::string {
@@ -155,6 +165,20 @@ std::string NormalizeInputs(const braidShardModel_t* m, const braidShardCluster_
     if (!(o->reserveBytes >= 0) || !std::isfinite(o->reserveBytes))
       return "reserveBytes must be >= 0";
     r.reserve = o->reserveBytes;
+    if (o->size >= offsetof(braidShardPlanOptions_t, costModel) + sizeof(o->costModel)) {
+      if (o->costModel != braidShardCostBraid && o->costModel != braidShardCostLins)
+        return "costModel = " + std::to_string(o->costModel) +
+               ": use braidShardCostBraid (0) or braidShardCostLins (1)";
+      r.cost_model = static_cast<braidShardCostModel_t>(o->costModel);
+    }
+    // Lins' section IV has neither: its executor quantizes nothing, and its factors span nodes
+    // only with the whole node.
+    if (r.cost_model == braidShardCostLins && r.quantization)
+      return "the lins cost model prices no quantized collectives: drop allowQuantization (or "
+             "use braid's model)";
+    if (r.cost_model == braidShardCostLins && r.partial_node)
+      return "the lins cost model shards across nodes only with the whole node: drop "
+             "allowPartialNode (or use braid's model)";
   }
   *in = r;
   return "";
@@ -169,8 +193,11 @@ PlanMemory MemoryOf(const PlanInputs& in, const braidShardConfig_t& c) {
   if (SecondaryCopy(c)) m.states += (c.hpzInt8 ? 1 : e) * phi / c.hpz;
   // One micro-batch's activations are alive at a time (micro-batches run one after another).
   const double sbh = static_cast<double>(in.seq) * in.micro_batch * in.hidden;
-  m.activations = in.recompute ? sbh * (kActivationRecomputed * in.layers + kActivationPerLayer)
-                               : sbh * kActivationPerLayer * in.layers;
+  if (in.cost_model == braidShardCostLins)
+    m.activations = LinsActivationBytes(in);
+  else
+    m.activations = in.recompute ? sbh * (kActivationRecomputed * in.layers + kActivationPerLayer)
+                                 : sbh * kActivationPerLayer * in.layers;
   // The gradient of the bucket being handed over; with s_g > 1 two reduce-scatter scratch
   // buffers; with s_p > 1 the gathered bucket in use and the one prefetched.
   const double bucket = in.max_bucket * e;
@@ -195,14 +222,15 @@ void BoundaryForms(const PlanInputs& in, const braidShardConfig_t& c, CostCache&
   const double e = in.e;
   const Group rep{in.R / c.g.intra, in.n / c.g.inter, c.g.intra};
   const double shard = e / sg;  // bytes of a G shard per parameter of the bucket
-  Add(*a, cost, in, "boundary gradient all-reduce across " + Shape(rep) + " replicas",
+  Add(*a, cost, in, kReplicaTerm, "boundary gradient all-reduce across " + Shape(rep) + " replicas",
       braidCollAllReduce, rep, shard, 0, 1);
   if (so > sg) {
     const Group slices = GroupOf(in, c.os.intra / c.g.intra, c.os.inter / c.g.inter);
     const Group copies{in.R / c.os.intra, in.n / c.os.inter, c.os.intra};
-    Add(*b, cost, in, "boundary reduce-scatter into OS slices over " + Shape(slices),
+    Add(*b, cost, in, kReplicaTerm, "boundary reduce-scatter into OS slices over " + Shape(slices),
         braidCollReduceScatter, slices, shard, 0, 1);
-    Add(*b, cost, in, "boundary all-reduce across " + Shape(copies) + " copies of each OS shard",
+    Add(*b, cost, in, kReplicaTerm,
+        "boundary all-reduce across " + Shape(copies) + " copies of each OS shard",
         braidCollAllReduce, copies, e / so, 0, 1);
   }
 }
@@ -229,24 +257,25 @@ std::vector<PlannedCollective> CollectivesOf(const PlanInputs& in, const braidSh
   const Group g = GroupOf(in, c.g.intra, c.g.inter);
   // Per micro-batch: gather each bucket for the forward pass and again for the backward pass
   // (from the hpZ copy inside the node when there is one), reduce-scatter its gradient.
-  Add(out, cost, in, "forward all-gather of parameters over " + Shape(p), braidCollAllGather, p, e,
-      c.qwz ? 8 : 0, M);
+  Add(out, cost, in, kGatherTerm, "forward all-gather of parameters over " + Shape(p),
+      braidCollAllGather, p, e, c.qwz ? 8 : 0, M);
   if (SecondaryCopy(c)) {
     const Group h = GroupOf(in, c.hpz, 1);
-    Add(out, cost, in, "backward all-gather from the hpZ copy over " + Shape(h), braidCollAllGather,
-        h, e, c.hpzInt8 ? 8 : 0, M);
+    Add(out, cost, in, kGatherTerm, "backward all-gather from the hpZ copy over " + Shape(h),
+        braidCollAllGather, h, e, c.hpzInt8 ? 8 : 0, M);
   } else {
-    Add(out, cost, in, "backward all-gather of parameters over " + Shape(p), braidCollAllGather, p,
-        e, c.qwz ? 8 : 0, M);
+    Add(out, cost, in, kGatherTerm, "backward all-gather of parameters over " + Shape(p),
+        braidCollAllGather, p, e, c.qwz ? 8 : 0, M);
   }
-  Add(out, cost, in, "gradient reduce-scatter over " + Shape(g), braidCollReduceScatter, g, e,
-      c.qgz ? 4 : 0, M);
+  Add(out, cost, in, "gradient reduce-scatter", "gradient reduce-scatter over " + Shape(g),
+      braidCollReduceScatter, g, e, c.qgz ? 4 : 0, M);
   // The replicas of a G shard: one rank of every G group, R/g.intra per node on n/g.inter nodes;
   // g.intra of them share each node's link.
   const Group rep{in.R / c.g.intra, in.n / c.g.inter, c.g.intra};
   const double shard = e / sg;  // bytes of a G shard per parameter of the bucket
   if (c.replicaEveryMicrobatch) {
-    Add(out, cost, in, "gradient all-reduce across " + Shape(rep) + " replicas every micro-batch",
+    Add(out, cost, in, kReplicaTerm,
+        "gradient all-reduce across " + Shape(rep) + " replicas every micro-batch",
         braidCollAllReduce, rep, shard, 0, M);
   } else if (rep.size() > 1) {
     std::vector<PlannedCollective> a, b;
@@ -258,14 +287,23 @@ std::vector<PlannedCollective> CollectivesOf(const PlanInputs& in, const braidSh
   if (in.R * in.n > 1) {
     const Group all = GroupOf(in, in.R, in.n);
     const double s = cost.Seconds(braidCollAllReduce, 16, 0, all.intra, all.inter, all.sharing);
-    out.push_back({"gradient-norm all-reduce over " + Shape(all), s, 0, 0, 0});
+    out.push_back({"gradient norm", "gradient-norm all-reduce over " + Shape(all), s, 0, 0, 0});
   }
   // Redistribution (spec step 5): the s_os/s_p ranks whose OS shards tile a P shard all-gather
   // the updated parameters.
   const Group redist = GroupOf(in, c.os.intra / c.p.intra, c.os.inter / c.p.inter);
-  Add(out, cost, in, "redistribution all-gather of updated parameters over " + Shape(redist),
-      braidCollAllGather, redist, e / sp, 0, 1, in.overlap);
+  Add(out, cost, in, "redistribution",
+      "redistribution all-gather of updated parameters over " + Shape(redist), braidCollAllGather,
+      redist, e / sp, 0, 1, in.overlap);
   return out;
+}
+
+std::vector<PlannedCollective> TermsOf(const PlanInputs& in, const braidShardConfig_t& cfg,
+                                       CostCache& cost) {
+  // A cache of the other model would price the terms with the wrong algorithms.
+  if (cost.model() != in.cost_model) throw std::logic_error("TermsOf: cost cache of another model");
+  return in.cost_model == braidShardCostLins ? LinsTermsOf(in, cfg, cost)
+                                             : CollectivesOf(in, cfg, cost);
 }
 
 braidShardPlanEntry_t Evaluate(const PlanInputs& in, const braidShardConfig_t& cfg,
@@ -277,7 +315,7 @@ braidShardPlanEntry_t Evaluate(const PlanInputs& in, const braidShardConfig_t& c
   e.activationBytes = m.activations;
   e.bufferBytes = m.buffers;
   e.memoryBytes = m.total();
-  const auto colls = CollectivesOf(in, cfg, cost);
+  const auto colls = TermsOf(in, cfg, cost);
   e.commSeconds = Sum(colls, &PlannedCollective::seconds);
   e.sendBytes = Sum(colls, &PlannedCollective::send_bytes);
   e.interBytes = Sum(colls, &PlannedCollective::inter_bytes);

@@ -1,13 +1,16 @@
 // braid-plan: the sharding planner (braidShardPlan, sharding.md section 4) from the command line.
 // Prints the ranked configurations that fit with their memory and time, the presets for
-// comparison, the planner's explanation, and last `choice: s_p=AxB s_g=AxB s_os=AxB`.
-// Built on the public API only, like a trainer would call it.
+// comparison, the planner's explanation, what the other cost model (--model braid|lins) picks
+// with both picks' terms side by side under both models, and last
+// `choice: s_p=AxB s_g=AxB s_os=AxB`. Built on the public API only, like a trainer would call it.
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "braid/shard.h"
 
@@ -21,12 +24,15 @@ void Usage(FILE* out) {
       "                  (--intra-bw BYTES/S --inter-bw BYTES/S | --profile FILE)\n"
       "                  [--intra-lat SECONDS] [--inter-lat SECONDS] [--nics K] [--recompute]\n"
       "                  [--quant] [--overlap] [--partial-node] [--reserve BYTES]\n"
-      "                  [--param-bytes 2|4] [--top K]\n"
+      "                  [--param-bytes 2|4] [--top K] [--model braid|lins]\n"
       "  numbers take K, M, G, T suffixes (powers of 1000) or Ki, Mi, Gi, Ti (powers of 1024);\n"
       "  bandwidths are bytes/s per direction, --inter-bw per node (all its --nics NICs\n"
       "  together, default 1);\n"
       "  --profile reads a link profile (BRAID_LINK_PROFILE format): both levels, over the\n"
-      "  --*-bw and --*-lat flags.\n");
+      "  --*-bw and --*-lat flags;\n"
+      "  --model: braid (default) prices the step braid runs, lins prices Lins' executor with\n"
+      "  Lins' terms and constraints (sharding.md section 4.1); both cost each collective with\n"
+      "  braid's cost model.\n");
 }
 
 int Fail(const std::string& msg) {
@@ -84,6 +90,76 @@ void Row(const char* label, const braidShardPlanEntry_t& e) {
               e.fits ? "" : "  (over memory)");
 }
 
+const char* ModelFlag(int m) {
+  return m == braidShardCostLins ? "lins" : "braid";
+}
+
+std::string Name(const braidShardConfig_t& c) {
+  // Piecewise: a "literal" + std::string&& chain trips GCC 12's -Wrestrict false positive.
+  std::string s = Factor(c.p);
+  s += "/";
+  s += Factor(c.g);
+  s += "/";
+  s += Factor(c.os);
+  if (Options(c) != "-") {
+    s += " ";
+    s += Options(c);
+  }
+  return s;
+}
+
+// One model's terms of the two picks, lined up by term name; a pick the model does not price
+// gets the reason instead.
+void TermTable(const braidShardModel_t& model, const braidShardCluster_t& cluster,
+               braidShardPlanOptions_t options, int cost_model,
+               const braidShardConfig_t* const picks[2]) {
+  options.costModel = cost_model;
+  std::vector<std::string> names;
+  std::vector<std::pair<std::string, double>> got[2];
+  std::string refused[2];
+  double total[2] = {0, 0};
+  for (int k = 0; k < 2; ++k) {
+    braidShardPlanTerm_t terms[32];
+    int count = 0;
+    if (braidShardPlanTerms(&model, &cluster, &options, picks[k], terms, 32, &count) !=
+        braidSuccess) {
+      refused[k] = braidShardGetLastError(nullptr);
+      continue;
+    }
+    for (int i = 0; i < count && i < 32; ++i) {
+      got[k].push_back({terms[i].term, terms[i].seconds});
+      total[k] += terms[i].seconds;
+      bool seen = false;
+      for (const auto& n : names) seen = seen || n == terms[i].term;
+      if (!seen) names.push_back(terms[i].term);
+    }
+  }
+  std::printf("%s model (ms):\n", cost_model == braidShardCostLins ? "Lins'" : "braid's");
+  for (const auto& n : names) {
+    std::printf("  %-26s", n.c_str());
+    for (int k = 0; k < 2; ++k) {
+      double v = 0;
+      for (const auto& [term, sec] : got[k])
+        if (term == n) v += sec;
+      if (refused[k].empty())
+        std::printf(" %26.1f", v * 1e3);
+      else
+        std::printf(" %26s", "-");
+    }
+    std::printf("\n");
+  }
+  std::printf("  %-26s", "total");
+  for (int k = 0; k < 2; ++k)
+    if (refused[k].empty())
+      std::printf(" %26.1f", total[k] * 1e3);
+    else
+      std::printf(" %26s", "not priced");
+  std::printf("\n");
+  for (int k = 0; k < 2; ++k)
+    if (!refused[k].empty())
+      std::printf("  (%s: %s)\n", Name(*picks[k]).c_str(), refused[k].c_str());
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -120,7 +196,7 @@ int main(int argc, char** argv) {
         "--params",        "--layers",      "--hidden",        "--seq",       "--micro-batch",
         "--micro-batches", "--param-bytes", "--gpus-per-node", "--nodes",     "--mem",
         "--intra-bw",      "--inter-bw",    "--intra-lat",     "--inter-lat", "--reserve",
-        "--top",           "--profile",     "--nics"};
+        "--top",           "--profile",     "--nics",          "--model"};
     bool known = false;
     for (const char* f : kValueFlags) known = known || a == f;
     if (!known) return Fail("unknown flag '" + a + "'");
@@ -172,6 +248,9 @@ int main(int argc, char** argv) {
       top = ok ? static_cast<int>(std::fmin(d, 1e6)) : top;
     } else if (a == "--profile") {
       profile = v;
+    } else if (a == "--model") {
+      ok = std::strcmp(v, "braid") == 0 || std::strcmp(v, "lins") == 0;
+      options.costModel = std::strcmp(v, "lins") == 0 ? braidShardCostLins : braidShardCostBraid;
     } else {
       return Fail("unknown flag '" + a + "'");
     }
@@ -213,6 +292,10 @@ int main(int argc, char** argv) {
       "s per node\n",
       cluster.nodes, cluster.ranksPerNode, cluster.deviceMemory / 1e9, cluster.link.intraBandwidth,
       cluster.link.intraLatency, cluster.link.interBandwidth, cluster.link.interLatency);
+  std::printf("cost model: %s\n", options.costModel == braidShardCostLins
+                                      ? "lins (Lins' terms, constraints and memory model; each "
+                                        "collective costed by braid's cost model)"
+                                      : "braid (the collectives braid's step runs)");
   std::printf("%d valid configurations, %d fit\n\n", plan.considered, plan.count);
   std::printf("%-12s %-7s %-7s %-7s %-9s %9s %8s %8s %9s %10s %12s\n", "rank", "s_p", "s_g", "s_os",
               "options", "states_GB", "act_GB", "buf_GB", "memory_GB", "comm_ms", "inter_GB/node");
@@ -224,12 +307,37 @@ int main(int argc, char** argv) {
                            "paro-nig", "paro-iig", "paro-igg", "zero-topo"}) {
     braidShardConfig_t c;
     braidShardPlanEntry_t e;
-    if (braidShardPresetForShape(name, cluster.ranksPerNode, cluster.nodes, &c) != braidSuccess ||
-        braidShardPlanEvaluate(&model, &cluster, &options, &c, &e) != braidSuccess)
+    if (braidShardPresetForShape(name, cluster.ranksPerNode, cluster.nodes, &c) != braidSuccess)
       continue;
+    if (braidShardPlanEvaluate(&model, &cluster, &options, &c, &e) != braidSuccess) {
+      // Under Lins' model: a preset its executor cannot run (hpZ, quantization, s_g between).
+      const std::string why = braidShardGetLastError(nullptr);
+      const std::string::size_type at = why.find("configuration: ");
+      std::printf("%-12s not priced: %s\n", name,
+                  at == std::string::npos ? why.c_str() : why.substr(at + 15).c_str());
+      continue;
+    }
     Row(name, e);
   }
   std::printf("\n%s\n", plan.explanation);
+  // The other model's pick, and both picks' terms under both models.
+  braidShardPlanOptions_t other = options;
+  other.costModel =
+      options.costModel == braidShardCostLins ? braidShardCostBraid : braidShardCostLins;
+  braidShardPlan_t theirs{};
+  if (braidShardPlan(&model, &cluster, &other, &theirs) != braidSuccess) {
+    std::printf("\n--model %s: %s\n", ModelFlag(other.costModel), braidShardGetLastError(nullptr));
+  } else {
+    const braidShardConfig_t* picks[2] = {&plan.best.config, &theirs.best.config};
+    std::printf(
+        "\nthe two models' picks (s_p/s_g/s_os), term by term:\n  %-26s %26s %26s\n", "",
+        ("--model " + std::string(ModelFlag(options.costModel)) + ": " + Name(*picks[0])).c_str(),
+        ("--model " + std::string(ModelFlag(other.costModel)) + ": " + Name(*picks[1])).c_str());
+    TermTable(model, cluster, options, braidShardCostBraid, picks);
+    TermTable(model, cluster, options, braidShardCostLins, picks);
+    braidShardPlanFree(&theirs);
+  }
+  std::printf("\n");
   const braidShardConfig_t& b = plan.best.config;
   std::printf("choice: s_p=%s s_g=%s s_os=%s\n", Factor(b.p).c_str(), Factor(b.g).c_str(),
               Factor(b.os).c_str());

@@ -440,7 +440,8 @@ BRAID_API const char* braidShardGetLastError(braidShard_t shard);
  * sharding.md section 4: enumerate every valid factor choice for a model and a cluster, drop
  * those over the device memory, predict each one's communication time per step with braid's
  * cost model (braidEstimateCollective, the tuner's model) and return them ranked. Formulas:
- * docs/sharding.md, "The planner".
+ * docs/sharding.md, "The planner". braidShardCostLins instead prices Lins' own executor
+ * (sharding.md section 4.1), to reproduce the paper's choices.
  */
 
 /** The model to plan for. Initialise with BRAID_SHARD_MODEL_INITIALIZER. */
@@ -476,6 +477,19 @@ typedef struct {
   { sizeof(braidShardCluster_t), 1, 1, 0.0, {2e-6, 1e11, 5e-6, 1e10, 1} }
 /* clang-format on */
 
+/**
+ * The cost model the planner ranks with (braidShardPlanOptions_t.costModel).
+ * - braidShardCostBraid: the collectives braid's step runs (docs/sharding.md, "The planner").
+ * - braidShardCostLins: Lins' own terms, constraints and memory model (sharding.md section 4.1:
+ *   T_p + T_g + T_os0 + T_os1, s_g in {s_p, s_os}, no hpZ or quantization), each collective
+ *   costed by braid's cost model in place of Lins' measured bandwidth table (NCCL's rings for
+ *   gathers, reduce-scatters and broadcasts, braid's best all-reduce). Ties go to fewer nodes,
+ *   then the smaller cost of one more micro-batch, then less memory. It reproduces the paper's
+ *   choices; it prices Lins' executor, not braid's step. Refuses allowQuantization and
+ *   allowPartialNode (Lins has neither).
+ */
+typedef enum { braidShardCostBraid = 0, braidShardCostLins = 1 } braidShardCostModel_t;
+
 /** Planner options. Initialise with BRAID_SHARD_PLAN_OPTIONS_INITIALIZER. */
 typedef struct {
   size_t size;           /**< sizeof(braidShardPlanOptions_t) as the caller compiled it */
@@ -485,10 +499,13 @@ typedef struct {
   int assumeOverlap;
   int allowPartialNode; /**< 1: also consider s^intra < R with s^inter > 1 */
   double reserveBytes;  /**< device memory kept free (runtime, fragmentation), bytes */
+  /** a braidShardCostModel_t (default braidShardCostBraid). Read only when `size` covers it: a
+   *  caller compiled before this field was added gets braid's model. */
+  int costModel;
 } braidShardPlanOptions_t;
 
 #define BRAID_SHARD_PLAN_OPTIONS_INITIALIZER \
-  { sizeof(braidShardPlanOptions_t), 0, 0, 0, 0.0 }
+  { sizeof(braidShardPlanOptions_t), 0, 0, 0, 0.0, braidShardCostBraid }
 
 /** One configuration as the planner sees it. */
 typedef struct {
@@ -517,8 +534,9 @@ typedef struct {
 /**
  * Plans: enumerates every configuration valid under braidShardConfigValidate() for the cluster's
  * shape (with quantized variants when allowed), computes memory per device and communication
- * time per step, drops those over the memory, and ranks the rest by time (ties: the less sharded
- * first). `options` may be NULL (defaults). When nothing fits, returns braidErrInvalidArgument
+ * time per step under options->costModel, drops those over the memory, and ranks the rest by
+ * time (ties: the less sharded first; under Lins' model its own rule). The explanation also
+ * names the other model's pick and the term where the two differ most. `options` may be NULL (defaults). When nothing fits, returns braidErrInvalidArgument
  * with a message naming the smallest memory found. *plan is written on success only.
  */
 BRAID_API braidResult_t braidShardPlan(const braidShardModel_t* model,
@@ -538,6 +556,32 @@ BRAID_API braidResult_t braidShardPlanEvaluate(const braidShardModel_t* model,
                                                const braidShardPlanOptions_t* options,
                                                const braidShardConfig_t* cfg,
                                                braidShardPlanEntry_t* entry);
+
+/** One term of a configuration's predicted communication (braidShardPlanTerms). */
+typedef struct {
+  /** The part of the step it belongs to, the same for every configuration under one model, so
+   *  that two configurations' terms line up: braid's "parameter gathers", "gradient
+   *  reduce-scatter", "replica reduction", "gradient norm", "redistribution"; Lins' "T_p",
+   *  "T_g", "T_os0", "T_os1". */
+  char term[32];
+  char what[160];     /**< the collective, its group and how often, in words */
+  double seconds;     /**< predicted seconds per step */
+  double sendBytes;   /**< bytes each rank sends per step */
+  double interBytes;  /**< bytes each node sends across nodes per step */
+} braidShardPlanTerm_t;
+
+/**
+ * The terms of `cfg`'s predicted communication under options->costModel (they sum to the
+ * entry's commSeconds): up to `capacity` written to terms[], their number to *count (which may
+ * exceed capacity: call again with more room). Under the Lins model `cfg` must be one Lins
+ * considers (s_g = s_p or s_g = s_os, no hpZ, qwZ or qgZ); otherwise braidErrInvalidArgument
+ * says why.
+ */
+BRAID_API braidResult_t braidShardPlanTerms(const braidShardModel_t* model,
+                                            const braidShardCluster_t* cluster,
+                                            const braidShardPlanOptions_t* options,
+                                            const braidShardConfig_t* cfg,
+                                            braidShardPlanTerm_t* terms, int capacity, int* count);
 
 /**
  * The `lins` preset at init: braidShardPlan() for the shape of `comm` (R and n as
