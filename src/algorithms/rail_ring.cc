@@ -126,7 +126,25 @@ class RailRing final : public Algorithm {
     const int nics = std::max(m.nics_per_node, 1);
     const int per_nic = (nch + nics - 1) / nics;
     const uint64_t per_channel = (bytes + nch - 1) / static_cast<uint64_t>(nch);
-    const double intra = TransferSeconds(bytes, a.chunk_bytes, m.intra, nch);
+    // A rank's intra-node port carries the channels it does not leave its node on: channel c
+    // leaves from local rank s_c - 1, so with C >= m every rank sends one channel (or more)
+    // across instead (8 of 8 on a DGX: 7 intra-node sends a step, not 8). The busiest rank sets
+    // the step; uneven nodes are charged every channel.
+    int intra_channels = nch;
+    const GroupLayout* l = a.layout;
+    if (l && l->nnodes > 0 && a.nranks % l->nnodes == 0) {
+      const int ranks = a.nranks / l->nnodes;
+      std::vector<int> leaves(static_cast<size_t>(ranks), 0);
+      for (int c = 0; c < nch; ++c) {
+        const int start = static_cast<int>(static_cast<int64_t>(c) * ranks / nch);
+        ++leaves[static_cast<size_t>((start + ranks - 1) % ranks)];
+      }
+      intra_channels = nch - *std::min_element(leaves.begin(), leaves.end());
+    }
+    const double intra = intra_channels == 0  // one rank per node: no intra-node hop
+                             ? 0.0
+                             : TransferSeconds(per_channel * static_cast<uint64_t>(intra_channels),
+                                               a.chunk_bytes, m.intra, intra_channels);
     const double inter = TransferSeconds(per_channel * static_cast<uint64_t>(per_nic),
                                          a.chunk_bytes, m.nic(), per_nic);
     const double step = std::max(intra, inter);
