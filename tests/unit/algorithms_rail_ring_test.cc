@@ -184,8 +184,10 @@ TEST(RailRing, TheSimulatorPricesItsCrossingsSideBySide) {
     auto ring = SimulateSeconds(RingAlgorithm(), a, m);
     ASSERT_TRUE(rail.ok() && ring.ok());
     EXPECT_LT(*rail, *ring * most) << channels << " channels";
+    // The closed form counts the channels each rank sends inside its node (C >= m: all but
+    // the one it leaves the node on); it was 14 % high at 8 channels when it charged all C.
     const double est = RailRingAlgorithm().estimate_seconds(a, m);
-    EXPECT_NEAR(est / *rail, 1.0, 0.15) << channels << " channels: " << est << " vs " << *rail;
+    EXPECT_NEAR(est / *rail, 1.0, 0.02) << channels << " channels: " << est << " vs " << *rail;
   }
   const CollArgs a = Args(CollKind::kAllGather, l, uint64_t{1} << 18, 4, false, 1 << 19);
   auto rail = SimulateSeconds(RailRingAlgorithm(), a, Dgx(1));
