@@ -570,8 +570,42 @@ class HierPat final : public Algorithm {
     return BuildHierPat(a, *GroupGridFor(a), rank, kPatScratchBytes);
   }
 
+  double estimate_seconds(const CollArgs& a, const LinkModel& m) const override {
+    const auto grid = GroupGridFor(a);
+    if (!grid || a.nranks <= 1 || a.count == 0) return 0;
+    return HierPatSeconds(a, *grid, m);
+  }
+
   // By name only (BRAID_ALGO=...:hpat): not measured against H-Ring and HO-Ring anywhere yet.
   bool rankedOn(const LinkModel&) const override { return false; }
+
+ private:
+  // The schedule's phases one after the other on one channel: the intra-node ring of
+  // super-blocks (g blocks a step, as H-Ring's), and PAT among the g members of each local
+  // position, whose M groups cross at once through each node's NICs (NodeLink(m, M)): the
+  // sub-problem of g ranks priced by PatEstimateSeconds on a model whose links are that shared
+  // NIC. The reduce-scatter runs both per outer piece of the count.
+  static double HierPatSeconds(const CollArgs& a, const GroupGrid& grid, const LinkModel& m) {
+    auto planned = PlanHierPat(a, grid, kPatScratchBytes);
+    if (!planned.ok()) return 0;
+    const HierPlan& hp = *planned;
+    const uint64_t es = DataTypeSize(a.dtype);
+    const bool rs = a.kind == CollKind::kReduceScatter;
+    const uint64_t len = rs ? hp.piece : a.count;
+    const double passes = rs ? static_cast<double>(hp.pieces) : 1.0;
+    const double intra = GroupPhaseSeconds(grid, grid.g, len * es, 1, a.chunk_bytes, m);
+    double inter = 0;
+    if (grid.g > 1) {
+      CollArgs sub = a;
+      sub.nranks = grid.g;
+      sub.count = len;
+      sub.layout = nullptr;  // PartnerLink then prices every hop on sub_model.intra
+      LinkModel shared = m;
+      shared.intra = NodeLink(m, grid.m);
+      inter = PatEstimateSeconds(sub, shared, kPatScratchBytes - hp.intra * es);
+    }
+    return passes * (intra + inter);
+  }
 };
 
 }  // namespace
