@@ -70,7 +70,15 @@ TEST(UcxFabric, AFabricRouteIsRestrictedToItsDevices) {
             (Config{{"TLS", "tcp"}, {"NET_DEVICES", "ib0"}}));
   EXPECT_EQ(RouteConfig(Route::kNetwork, nullptr, {{"tcp", "lo", true}}),
             (Config{{"TLS", "tcp"}, {"NET_DEVICES", "lo"}}));
-  EXPECT_EQ(CommonConfig(65536), (Config{{"RNDV_THRESH", "65536"}, {"KEEPALIVE_INTERVAL", "1s"}}));
+  for (Route r : {Route::kInfiniBand, Route::kRoCE, Route::kLocal}) {
+    EXPECT_EQ(CommonConfig(r, 65536),
+              (Config{{"RNDV_THRESH", "65536"}, {"KEEPALIVE_INTERVAL", "1s"}}));
+    EXPECT_FALSE(CreditsLargeParts(r));
+  }
+  // UCX over tcp: large parts go eagerly, credited (no rendezvous round trips over tcp).
+  EXPECT_EQ(CommonConfig(Route::kNetwork, 65536),
+            (Config{{"RNDV_THRESH", "inf"}, {"KEEPALIVE_INTERVAL", "1s"}}));
+  EXPECT_TRUE(CreditsLargeParts(Route::kNetwork));
 }
 
 // This machine's case: the topology says IB, UCX finds only tcp and shared memory. No route,

@@ -5,6 +5,7 @@
 #include <thread>
 
 #include "core/base/log.h"
+#include "transport/ucx/ucx_fabric.h"
 
 namespace braid::ucx {
 namespace {
@@ -57,7 +58,17 @@ ucp_mem_h Registration::memhFor(const Context& c) const {
 // ------------------------------------------------------------------------------------ Endpoint
 
 Endpoint::Endpoint(Worker* worker, std::shared_ptr<PeerLink> peer, int my_rank, int channel)
-    : worker_(worker), peer_(std::move(peer)), my_rank_(my_rank), channel_(channel) {}
+    : worker_(worker),
+      peer_(std::move(peer)),
+      my_rank_(my_rank),
+      channel_(channel),
+      credit_large_(CreditsLargeParts(worker->route())) {}
+
+bool Endpoint::windowTakes(uint64_t bytes) const {
+  // Nothing outstanding: any one message goes (a large part may exceed the window alone).
+  const uint64_t outstanding = eager_sent_ - eager_credited_;
+  return outstanding == 0 || outstanding + bytes <= kWindowBytes;
+}
 
 Endpoint::~Endpoint() {
   Worker::Use use(*worker_);
@@ -296,10 +307,10 @@ Result<size_t> Endpoint::sendLocked(std::span<const iovec> parts) {
     // Eager: accepted at once, as a socket takes bytes. UCX sends it from the engine's memory
     // when it can complete at once; otherwise from braid's copy, which the send keeps until UCX
     // is done (and the peer gets it however this rank's operation ends: it is in the stream).
-    if (eager_sent_ - eager_credited_ + total > kWindowBytes) {
+    if (!windowTakes(total)) {
       credit_need_ = total;
       if (worker_->progress() > 0) BRAID_RETURN_IF_ERROR(reapSends());
-      if (eager_sent_ - eager_credited_ + total > kWindowBytes) return size_t{0};
+      if (!windowTakes(total)) return size_t{0};
     }
     bool refused = false;
     BRAID_ASSIGN_OR_RETURN(void* req, postTagged(TagKind::kEager, gather, k, true, &refused));
@@ -320,12 +331,23 @@ Result<size_t> Endpoint::sendLocked(std::span<const iovec> parts) {
     countSent(total);
     return total;
   }
-  // A large part alone, as a rendezvous from the engine's memory: accepted once UCX completed it
-  // (the receiver has it), when the engine offers the same bytes again.
+  // A large part alone, from the engine's memory: accepted once UCX completed it (a rendezvous:
+  // the receiver has it), when the engine offers the same bytes again. Where the route sends it
+  // eagerly (CreditsLargeParts) it is credited like the small ones: the window bounds what the
+  // receiver's UCX may hold unasked.
   gather[k++] = parts[first];
   total = parts[first].iov_len;
+  if (credit_large_ && !windowTakes(total)) {
+    credit_need_ = total;
+    if (worker_->progress() > 0) BRAID_RETURN_IF_ERROR(reapSends());
+    if (!windowTakes(total)) return size_t{0};
+  }
   BRAID_ASSIGN_OR_RETURN(void* req, postTagged(TagKind::kInPlace, gather, 1, false, nullptr));
   ++tx_seq_;
+  if (credit_large_) {
+    eager_sent_ += total;
+    credit_need_ = 0;
+  }
   out_ = Outgoing{gather[0].iov_base, gather[0].iov_len, total, req, false};
   BRAID_ASSIGN_OR_RETURN(bool done, advanceSend());
   if (!done) return size_t{0};
@@ -418,7 +440,7 @@ Result<bool> Endpoint::probeNext() {
 }
 
 Status Endpoint::received(uint64_t bytes, TagKind kind) {
-  if (kind != TagKind::kEager) return Status::Ok();
+  if (kind != TagKind::kEager && !(credit_large_ && kind == TagKind::kInPlace)) return Status::Ok();
   eager_taken_ += bytes;
   return sendCredit();
 }
@@ -634,7 +656,7 @@ bool Endpoint::readyLocked(bool want_send, bool want_recv) {
     if (out_) {
       auto done = advanceSend();
       if (!done.ok() || *done) return true;
-    } else if (eager_sent_ - eager_credited_ + credit_need_ <= kWindowBytes) {
+    } else if (windowTakes(credit_need_)) {
       // (Ready once the message the window refused fits: not before, or the engine would spin.)
       return true;
     }

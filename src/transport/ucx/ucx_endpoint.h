@@ -8,10 +8,11 @@
 //     socket takes bytes: UCX sends it from the caller's memory when it can complete at once, else
 //     from braid's copy. (Accepted is in the stream: an operation that then fails cannot take it
 //     back, and its memory may go.)
-//   - a part of kInPlaceBytes or more goes alone, as a *rendezvous* from the caller's memory
-//     (UCX_RNDV_THRESH is kInPlaceBytes, ucx_fabric.h), accepted once UCX completed it (the
-//     receiver has it), when the same bytes are offered again: on a verbs device a zero-copy RDMA
-//     read by the receiver; here cma (process_vm_readv) between ranks of a node, tcp across.
+//   - a part of kInPlaceBytes or more goes alone from the caller's memory, accepted once UCX
+//     completed it, when the same bytes are offered again: a *rendezvous* (UCX_RNDV_THRESH is
+//     kInPlaceBytes, ucx_fabric.h; the receiver has it when it completes) on a verbs device,
+//     a zero-copy RDMA read by the receiver, and between ranks of a node cma
+//     (process_vm_readv); on the net route (UCX over tcp) an eager message, credited.
 // What UCX completed but its tcp still holds in its own buffer leaves with later progress: the
 // engine's, or the worker's helper thread's (ucx_worker.h).
 // The receiver probes for the next message of the stream (tags carry the channel and a sequence
@@ -21,9 +22,10 @@
 // endpoint's buffer, from which peek() offers views and recv() copies.
 //
 // Flow control. A receiver's UCX buffers eager messages nobody has asked for yet. So eager bytes
-// are credited: a sender has at most kWindowBytes of them unconsumed, and the receiver returns
-// credit (a small message the other way) as it takes them. Rendezvous messages wait at the
-// sender.
+// are credited: a sender has at most kWindowBytes of them unconsumed (or one message, however
+// large, when nothing is), and the receiver returns credit (a small message the other way) as it
+// takes them. Rendezvous messages wait at the sender. On the net route (UCX over tcp) large parts
+// go eagerly too and are credited alike (ucx_fabric.h, CreditsLargeParts).
 //
 // Failures. shutdown() sends a marker as the stream's last message: the peer reads everything
 // before it, then reports "shut the stream down after a failure of its own operation" (as TCP's
@@ -129,6 +131,8 @@ class Endpoint final : public braid::Endpoint {
                            bool* refused);
   // Moves the send in flight on; true once UCX completed it (the bytes may be accepted).
   Result<bool> advanceSend();
+  // Whether the credit window takes a message of `bytes` now.
+  bool windowTakes(uint64_t bytes) const;
   // Frees a completed credit send; reads credit messages.
   Status reapSends();
   Status pollCredit();
@@ -159,6 +163,8 @@ class Endpoint final : public braid::Endpoint {
   std::shared_ptr<PeerLink> peer_;
   int my_rank_;
   int channel_;
+  // Large parts are credited (the route sends them eagerly): CreditsLargeParts(route).
+  bool credit_large_;
 
   // Sending.
   uint32_t tx_seq_ = 0;

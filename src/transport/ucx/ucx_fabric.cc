@@ -107,8 +107,13 @@ Config RouteConfig(Route route, const FabricPlan* plan, const std::vector<Device
   return {};
 }
 
-Config CommonConfig(uint64_t in_place_bytes) {
-  return {{"RNDV_THRESH", std::to_string(in_place_bytes)}, {"KEEPALIVE_INTERVAL", "1s"}};
+Config CommonConfig(Route route, uint64_t in_place_bytes) {
+  return {{"RNDV_THRESH", CreditsLargeParts(route) ? "inf" : std::to_string(in_place_bytes)},
+          {"KEEPALIVE_INTERVAL", "1s"}};
+}
+
+bool CreditsLargeParts(Route route) {
+  return route == Route::kNetwork;
 }
 
 RouteMask WantedRoutes(const TransportContext& ctx, bool forced) {

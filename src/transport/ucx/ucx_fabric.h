@@ -82,9 +82,19 @@ FabricPlan PlanFabric(Route route, const std::vector<TransportContext::Nic>& nic
 // top.
 Config RouteConfig(Route route, const FabricPlan* plan, const std::vector<Device>& found = {},
                    const std::string& ifname = "");
-// Settings every braid context gets: rendezvous from kInPlaceBytes (so that a receiver never
-// buffers a large message it has not asked for) and a peer-liveness check every second.
-Config CommonConfig(uint64_t in_place_bytes);
+// Settings every braid context gets: a peer-liveness check every second, and rendezvous from
+// kInPlaceBytes (so that a receiver never buffers a large message it has not asked for) except
+// on the net route (CreditsLargeParts).
+Config CommonConfig(Route route, uint64_t in_place_bytes);
+
+// Whether a route sends the stream's large parts eagerly, their bytes credited like the small
+// ones' (ucx_endpoint.h: flow control) instead of as rendezvous. The net route (UCX over tcp):
+// there a rendezvous is a request, a reply and then the data, each moved only when the peer's
+// worker progresses, with no zero copy to gain (docs/performance.md: 1.19x braid's tcp for a
+// 64 MiB all-gather across the emulated nodes, 1.00 without). On ib and roce the rendezvous is
+// the receiver's RDMA read, and on the local route cma's single copy: they keep it. Both ranks of
+// a pair are on the same route (ChooseRoute), so they agree on what is credited.
+bool CreditsLargeParts(Route route);
 
 // The routes this rank needs in a communicator: the fabric routes its node has NICs for where a
 // peer on another node shares the fabric, and with `forced` local (a peer on this node) and net

@@ -57,7 +57,7 @@ class Instance final : public TransportInstance {
     for (int i = 0; i < kNumRoutes; ++i) {
       const Route route = static_cast<Route>(i);
       if (!(want & RouteBit(route))) continue;
-      Config config = CommonConfig(Endpoint::kInPlaceBytes);
+      Config config = CommonConfig(route, Endpoint::kInPlaceBytes);
       if (route == Route::kInfiniBand || route == Route::kRoCE) {
         auto found = FoundDevices();
         if (!found.ok()) {
