@@ -33,9 +33,10 @@
 # Before the repetitions, one job calibrates the cluster's links into a profile
 # (BRAID_LINK_PROFILE) that every braid row then reads, so that the tuner of each row and the
 # simulator (perf/sim_at_scale, same shape, K NICs per node) see the same link model (with
-# --fit-bytes S, braid-info --profile fits each level's bandwidth to all-gathers of S bytes,
-# docs/sharding.md, instead of taking the ping-pong's; --nominal-inter predicts with the shaped
-# rate as the inter-node bandwidth, RATE x K a node, instead of the calibrated one); after the
+# --fit-bytes S, the intra-node bandwidth is braid-info --profile's fit to all-gathers of S bytes
+# inside every node at once, docs/sharding.md, instead of the ping-pong's; --nominal-inter
+# predicts with the shaped rate as the inter-node bandwidth, RATE x K a node, frame headers
+# included, instead of the calibrated one); after the
 # medians a summary prints, per collective and size, each braid row against its predicted time,
 # the flat ring and Open MPI's best, and the tuner's pick against the fastest forced algorithm.
 set -euo pipefail
@@ -97,13 +98,26 @@ workdir=$(mktemp -d)
 profile=$workdir/link.profile
 trap 'rm -rf "$workdir"' EXIT
 if ((mpi)); then trap 'cleanup; rm -rf "$workdir"' EXIT; fi
-calibrate=(env BRAID_LINK_PROFILE="$profile" "$build/perf/all_reduce_perf" -b 8 -e 8 -n 1 -w 0)
-((fit_bytes > 0)) && calibrate=("$build/tools/braid-info" --profile "$profile" --fit-bytes "$fit_bytes")
-if ! out=$("$build/tools/braidrun" "${emulate[@]}" -- "${calibrate[@]}" 2>&1) ||
-  [[ ! -s $profile ]]; then
+if ! out=$("$build/tools/braidrun" "${emulate[@]}" -- env BRAID_LINK_PROFILE="$profile" \
+  "$build/perf/all_reduce_perf" -b 8 -e 8 -n 1 -w 0 2>&1) || [[ ! -s $profile ]]; then
   echo "$out" >&2
   echo "$0: the calibration job wrote no link profile ($profile)" >&2
   exit 1
+fi
+if ((fit_bytes > 0)); then
+  # The intra-node bandwidth of all-gathers inside every node at once (what collectives get of a
+  # node's shared cores and memory); the inter-node link stays the ping-pong's, one NIC pair
+  # times K, so that nothing in the prediction was fitted to the algorithms it compares.
+  fitted=$workdir/fitted.profile
+  if ! out=$("$build/tools/braidrun" "${emulate[@]}" -- "$build/tools/braid-info" --profile \
+    "$fitted" --fit-bytes "$fit_bytes" 2>&1) || [[ ! -s $fitted ]]; then
+    echo "$out" >&2
+    echo "$0: braid-info --profile wrote no fitted profile ($fitted)" >&2
+    exit 1
+  fi
+  { echo "version 1"; awk '$1 ~ /^intra\./' "$fitted"; awk '$1 ~ /^inter\./' "$profile"; } \
+    >"$workdir/combined.profile"
+  mv "$workdir/combined.profile" "$profile"
 fi
 lp() { awk -v k="$1" '$1 == k {print $2}' "$profile"; }
 intra_lat=$(lp intra.alpha_s) intra_bw=$(lp intra.beta_bytes_s)
@@ -186,7 +200,7 @@ IFS=/ read -r -a transport_list <<<"$transports"
 ((${#transport_list[@]})) || transport_list=("")
 echo "# $shape nodes, link $link, $nics NIC(s) a node, $sizes bytes, $reps repetitions, $iters iterations; $(date -u +%FT%TZ)"
 source_text="ping-pong"
-((fit_bytes > 0)) && source_text="bandwidths fitted to $fit_bytes-byte all-gathers"
+((fit_bytes > 0)) && source_text="intra bandwidth fitted to $fit_bytes-byte all-gathers, the rest ping-pong"
 echo "# link model ($source_text, every row's): intra $intra_lat s $intra_bw B/s, inter $inter_lat s $inter_bw B/s (a node's link)"
 ((nominal_inter)) && echo "# predictions with the shaped inter-node rate: $predict_inter_bw B/s a node"
 echo "# load before: $(cut -d' ' -f1-3 /proc/loadavg), $(nproc) cores"
