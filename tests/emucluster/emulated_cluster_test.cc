@@ -339,6 +339,15 @@ TEST_F(EmulatedCluster, TwoNicsANodeCarryTheirOwnTraffic) {
         "-n1: eth0 198.18.0.2/16 qdisc tbf", "-n1: eth1 198.18.1.2/16 qdisc tbf"})
     EXPECT_NE(status.find(name + line), std::string::npos) << line << " not in:\n" << status;
   const std::string n0 = name + "-n0", n1 = name + "-n1", sw = name + "-sw";
+  // Any NIC's address names its node for mpirun's launch agent (here node 1's eth1), where ARP
+  // answers only for a port's own address; an address of no node is refused.
+  EXPECT_EQ(Output("bash " + e + " rsh " + name + " 198.18.1.2 'cat /proc/sys/net/ipv4/conf/all/" +
+                   "arp_ignore /proc/sys/net/ipv4/conf/eth1/arp_announce; ip -4 -o addr show " +
+                   "dev eth1 | tr -s \" \" | cut -d\" \" -f4'"),
+            "1\n2\n198.18.1.2/16\n");
+  EXPECT_NE(Output("bash " + e + " rsh " + name + " 198.18.1.3 true 2>&1")
+                .find("is not a node of " + name),
+            std::string::npos);
   // Every pair of ports, 4 MiB from NIC a of node 0 to NIC b of node 1: only eth a of node 0
   // sends it and only eth b of node 1 receives it (the other ports see ARP and acks, a few KiB),
   // through the switch's port towards eth b (its tbf, the receiving direction).
