@@ -166,12 +166,13 @@ Result<std::optional<LinkParams>> MeasurePair(LinkClass c, const Pair& pair,
   return std::optional<LinkParams>(p);
 }
 
-// Rank 0's decision, sent to every rank: 'M' = measure; 'U' + origin per class + profile text
-// (the classes whose origin is not kDefault) = use this model.
+// The model's NICs a node (LinkCalibrationSetup::nics_per_node, bounded as braidLinkParams_t's).
 int NicsOf(const LinkCalibrationSetup& s) {
   return std::clamp(s.nics_per_node, 1, 1024);
 }
 
+// Rank 0's decision, sent to every rank: 'M' = measure; 'U' + origin per class + profile text
+// (the classes whose origin is not kDefault) = use this model.
 std::string EncodeUse(const CalibratedLinks& l) {
   std::string m = "U";
   LinkProfile p;
