@@ -407,6 +407,13 @@ TEST_F(EmulatedCluster, RailRingOnTwoNicsANodeTwoByTwo) {
                   Log());
 }
 
+// Four ranks on two NICs: the rail ring's two channels leave from locals 3 and 0, NICs 1 and 0.
+TEST_F(EmulatedCluster, RailRingOnTwoNicsANodeTwoByFour) {
+  ExpectJobPasses({"--emulate", "2x4", "--nics", "2", "--timeout", "200", "--", EMULATED_RANK_PATH,
+                   "nics", "2"},
+                  Log());
+}
+
 TEST_F(EmulatedCluster, RailRingOnTwoNicsANodeFourByTwo) {
   ExpectJobPasses({"--emulate", "4x2", "--nics", "2", "--timeout", "200", "--", EMULATED_RANK_PATH,
                    "nics", "2"},
