@@ -133,10 +133,11 @@ int PrintPlacement() {
                     c->layout().nnodes, c->links().describe().c_str());
         std::printf("  %s\n", c->fabricSummary().c_str());
       }
-      std::printf("  rank %d: host %s, node %d, local rank %d, device group %s, fabric %s\n", r,
-                  me.hostname.c_str(), c->layout().node_of[r], c->layout().local_rank[r],
-                  me.device_group.empty() ? "-" : me.device_group.c_str(),
-                  braid::FabricName(me.fabric));
+      std::printf(
+          "  rank %d: host %s, node %d, local rank %d, device group %s, fabric %s, nic %s\n", r,
+          me.hostname.c_str(), c->layout().node_of[r], c->layout().local_rank[r],
+          me.device_group.empty() ? "-" : me.device_group.c_str(), braid::FabricName(me.fabric),
+          me.nic.empty() ? "-" : me.nic.c_str());
       // What each peer runs on (a ucx endpoint names its route: ib, roce, local or net).
       for (int q = 0; q < c->nranks(); ++q) {
         if (q == r) continue;

@@ -1,12 +1,13 @@
 // braidrun: launches N local ranks of a braid program (spec/nccl-compat.md section 2).
 //
 //   braidrun -n N [--prefix-output] [--timeout SECONDS] [--] cmd args...
-//   braidrun --emulate GxM [--link RATE[,DELAY[,LOSS]]] [...] [--] cmd args...
+//   braidrun --emulate GxM [--link RATE[,DELAY[,LOSS]]] [--nics K] [...] [--] cmd args...
 //
 // With --emulate, the ranks run in an emulated cluster of G nodes with M ranks each
 // (emulated_cluster.h, tools/emucluster): rank r in node r / M's network namespace with
 // BRAID_HOSTID naming its node and BRAID_LOCAL_RANK/SIZE its place there, so ranks of one node
-// use shm and ranks of different nodes TCP over the (optionally shaped) links.
+// use shm and ranks of different nodes TCP over the (optionally shaped) links. With --nics K
+// every node has K links and local rank l uses eth(l mod K) (BRAID_SOCKET_IFNAME).
 //
 // braidrun serves the rendezvous itself (a thread of this process), so the ranks only need the
 // id: each child gets BRAID_UNIQUE_ID (256 hex chars), BRAID_RANK, BRAID_WORLD_SIZE,
@@ -56,12 +57,14 @@ void PrintUsage(FILE* out) {
   std::fprintf(
       out,
       "usage: braidrun -n N [--prefix-output] [--timeout SECONDS] [--] cmd [args...]\n"
-      "       braidrun --emulate GxM [--link RATE[,DELAY[,LOSS]]] [options] [--] cmd [args...]\n"
+      "       braidrun --emulate GxM [--link RATE[,DELAY[,LOSS]]] [--nics K] [options] [--] cmd\n"
       "  -n, --np N          number of ranks to start on this host (1..%d)\n"
       "  --emulate GxM       run G x M ranks in an emulated cluster of G nodes (network\n"
       "                      namespaces, root only), M ranks per node; removed at the end\n"
       "  --link SPEC         shape every node link: RATE (tbf), or RATE,DELAY[,LOSS] (netem),\n"
       "                      e.g. 1gbit or 1gbit,100us,0.1%%\n"
+      "  --nics K            give every emulated node K links (NICs eth0..eth(K-1), 1..%d,\n"
+      "                      each shaped by --link); local rank l uses eth(l mod K)\n"
       "  --prefix-output     prefix every output line with '[rank] '\n"
       "  --timeout SECONDS   kill all ranks after SECONDS and exit %d\n"
       "  -h, --help          this text\n"
@@ -71,7 +74,7 @@ void PrintUsage(FILE* out) {
       "BRAID_TIMEOUT seconds.\n"
       "Exit status: 0 when every rank exits 0, else the status of the rank that failed first\n"
       "(128+signal for a signal).\n",
-      kMaxRanks, kTimeoutStatus);
+      kMaxRanks, braidrun::kMaxEmulatedNics, kTimeoutStatus);
 }
 
 [[noreturn]] void UsageError(const std::string& msg) {
@@ -100,6 +103,7 @@ struct Options {
 
 Options ParseArgs(int argc, char** argv) {
   Options o;
+  bool nics_given = false;
   int i = 1;
   for (; i < argc; ++i) {
     std::string a = argv[i];
@@ -135,6 +139,14 @@ Options ParseArgs(int argc, char** argv) {
     } else if (a == "--link") {
       o.emulate.link = value(a);
       if (o.emulate.link.empty()) UsageError("--link needs RATE[,DELAY[,LOSS]]");
+    } else if (a == "--nics") {
+      const char* v = value(a);
+      long k;
+      if (!ParseInt(v, 1, braidrun::kMaxEmulatedNics, &k))
+        UsageError(std::string("--nics '") + v + "': expected a NIC count per node in 1.." +
+                   std::to_string(braidrun::kMaxEmulatedNics));
+      o.emulate.nics = static_cast<int>(k);
+      nics_given = true;
     } else if (a == "--timeout") {
       const char* v = value(a);
       char* end = nullptr;
@@ -159,6 +171,8 @@ Options ParseArgs(int argc, char** argv) {
     o.nranks = total;
   } else if (!o.emulate.link.empty()) {
     UsageError("--link shapes the links of --emulate; it needs --emulate GxM");
+  } else if (nics_given) {
+    UsageError("--nics gives the nodes of --emulate several links; it needs --emulate GxM");
   }
   if (o.nranks == 0) UsageError("missing -n N (the number of ranks)");
   if (o.cmd.empty()) UsageError("missing the command to run");
@@ -346,7 +360,7 @@ std::vector<std::string> RankEnvironment(int rank, int nranks, const std::string
     local_rank = rank % m;
     local_size = m;
     env.push_back("BRAID_HOSTID=" + braidrun::EmulatedCluster::HostId(node));
-    env.push_back("BRAID_SOCKET_IFNAME=eth0");
+    env.push_back("BRAID_SOCKET_IFNAME=" + braidrun::EmulatedCluster::Interface(rank));
   }
   env.push_back("BRAID_RANK=" + std::to_string(rank));
   env.push_back("BRAID_WORLD_SIZE=" + std::to_string(nranks));

@@ -89,6 +89,10 @@ void EmulatedCluster::Start(const EmulationSpec& spec) {
     args.push_back("--link");
     args.push_back(spec.link);
   }
+  if (spec.nics > 1) {
+    args.push_back("--nics");
+    args.push_back(std::to_string(spec.nics));
+  }
   std::atexit(Teardown);
   s.up = true;  // from here on, teardown runs whatever happens next
   if (RunScript(args) != 0) {
@@ -121,6 +125,11 @@ int EmulatedCluster::NamespaceFd(int node) {
 }
 std::string EmulatedCluster::HostId(int node) {
   return S().name + "-node" + std::to_string(node);
+}
+std::string EmulatedCluster::Interface(int rank) {
+  const EmulationSpec& e = S().spec;
+  if (e.nics <= 1) return "eth0";
+  return "=eth" + std::to_string(rank % e.ranks_per_node % e.nics);
 }
 
 void EmulatedCluster::Enter(int node) {

@@ -14,7 +14,10 @@ struct EmulationSpec {
   int nodes = 0;           // G; 0 = no emulation
   int ranks_per_node = 0;  // M
   std::string link;        // RATE[,DELAY[,LOSS]] for the emucluster script, "" = unshaped
+  int nics = 1;            // K links a node (emucluster --nics): eth0..eth(K-1)
 };
+
+inline constexpr int kMaxEmulatedNics = 16;  // as tools/emucluster allows
 
 // Parses "GxM" (e.g. "2x4"); false when malformed or out of range.
 bool ParseEmulation(const std::string& text, EmulationSpec* spec);
@@ -31,6 +34,9 @@ class EmulatedCluster {
   static int NamespaceFd(int node);
   // BRAID_HOSTID of a node ("<cluster>-node<i>").
   static std::string HostId(int node);
+  // BRAID_SOCKET_IFNAME of `rank`: its node's eth0, or with K NICs eth(local rank mod K) (the
+  // cost model's NIC of a rank), named exactly ("=eth1": "eth1" would also match eth10).
+  static std::string Interface(int rank);
   // Runs `fn` with this thread in node 0's namespace (sockets made there stay there), then
   // returns to the original namespace.
   template <typename F>

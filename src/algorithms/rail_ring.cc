@@ -5,11 +5,16 @@
 // rank and enter the next node at its first: one NIC of the node's k carries the whole ring's
 // inter-node traffic (cost_model.h: a rank uses NIC local rank mod k). NCCL runs one ring per NIC
 // instead. Here channel c of C visits the nodes in order and, inside each node of m ranks, the
-// local ranks from s_c = floor(c m / C) on, wrapping: it enters a node at local rank s_c and
-// leaves it from local rank s_c - 1. With C <= k and a NIC per rank or per pair of ranks, every
-// channel enters and leaves through NICs of its own, and the ring moves C times the bytes of one
-// NIC between nodes. (A physical rail-optimised fabric would also want the leaving and the
-// entering NIC on the same rail; the model has no fabric, only the nodes' NIC ports.)
+// local ranks from s_c on, wrapping: it enters a node at local rank s_c and leaves it from local
+// rank s_c - 1. With C <= m, s_c = c: the channels enter at locals 0..C-1 and leave from m-1,
+// 0..C-2, consecutive ranks, so with k NICs (rank r on NIC r mod k, k dividing m) every NIC
+// carries at most ceil(C / k) channels each way and the ring moves min(C, k) times the bytes of
+// one NIC between nodes. (Until 2026-11-29 s_c was floor(c m / C), which spreads the channels
+// over a node's ranks but, whenever m / C shares a factor with k, uses only k / gcd(m / C, k)
+// NICs: with 4 ranks and 2 NICs a node, 2 channels left from locals 3 and 1, both NIC 1.)
+// With C > m, s_c = floor(c m / C). (A physical rail-optimised fabric would also want the
+// leaving and the entering NIC on the same rail; the model has no fabric, only the nodes' NIC
+// ports.)
 //
 // Built by renaming: channel c of rank r's schedule is channel c of ring.cc's schedule for the
 // rank at r's position in order c, with every peer mapped back through the order and, for the
@@ -53,15 +58,36 @@ std::vector<std::vector<int>> RanksByNode(const CollArgs& a) {
   return nodes;
 }
 
+// The local rank at which channel c of `nch` enters a node of m ranks (see the top of the file).
+size_t ChannelStart(int c, int nch, size_t m) {
+  if (static_cast<size_t>(nch) <= m) return static_cast<size_t>(c);
+  return static_cast<size_t>(c) * m / static_cast<size_t>(nch);
+}
+
 // Channel c of `nch`'s ring: the ranks in ring order.
 std::vector<int> ChannelOrder(const std::vector<std::vector<int>>& nodes, int c, int nch) {
   std::vector<int> order;
   for (const auto& ranks : nodes) {
     const size_t m = ranks.size();
-    const size_t start = static_cast<size_t>(c) * m / static_cast<size_t>(nch);
+    const size_t start = ChannelStart(c, nch, m);
     for (size_t i = 0; i < m; ++i) order.push_back(ranks[(start + i) % m]);
   }
   return order;
+}
+
+// The most of `nch` channels that leave (or enter) a node of m ranks through one of its `nics`
+// NICs (rank r on NIC r mod nics).
+int MostChannelsOnOneNic(int nch, size_t m, int nics) {
+  if (m == 0) return nch;
+  std::vector<int> leave(static_cast<size_t>(nics)), enter(static_cast<size_t>(nics));
+  int most = 0;
+  for (int c = 0; c < nch; ++c) {
+    const size_t start = ChannelStart(c, nch, m);
+    const size_t last = (start + m - 1) % m;
+    most = std::max(most, ++enter[start % static_cast<size_t>(nics)]);
+    most = std::max(most, ++leave[last % static_cast<size_t>(nics)]);
+  }
+  return most;
 }
 
 // The channels ring.cc would run for `a` (as its schedules would have them).
@@ -119,12 +145,18 @@ class RailRing final : public Algorithm {
     const int nch = RingChannels(a);
     const uint64_t esize = DataTypeSize(a.dtype);
     // One ring step moves `bytes` split over the channels: the channels' intra-node hops share
-    // each rank's link (as ring.cc's do), their crossings spread over the node's NICs, at most
-    // ceil(C / k) channels on one.
+    // each rank's link (as ring.cc's do), their crossings spread over the node's NICs, as many
+    // on one as the largest node's channel starts put there (ceil(C / k) where k divides m).
     const uint64_t bytes =
         a.kind == CollKind::kAllReduce ? (a.count + n - 1) / n * esize : a.count * esize;
     const int nics = std::max(m.nics_per_node, 1);
-    const int per_nic = (nch + nics - 1) / nics;
+    std::vector<size_t> per_node(a.layout ? static_cast<size_t>(std::max(a.layout->nnodes, 1)) : 1);
+    if (a.layout)
+      for (int node : a.layout->node_of)
+        if (node >= 0 && node < a.layout->nnodes) ++per_node[static_cast<size_t>(node)];
+    const size_t largest = *std::max_element(per_node.begin(), per_node.end());
+    const int per_nic =
+        largest > 0 ? MostChannelsOnOneNic(nch, largest, nics) : (nch + nics - 1) / nics;
     const uint64_t per_channel = (bytes + nch - 1) / static_cast<uint64_t>(nch);
     // A rank's intra-node port carries the channels it does not leave its node on: channel c
     // leaves from local rank s_c - 1, so with C >= m every rank sends one channel (or more)

@@ -60,6 +60,10 @@ struct RankInfo {
   // picks, per peer pair, a NIC type both ends have.
   uint8_t nic_types = 0;
   int8_t fabric = -1;
+  // The network interface its TCP traffic goes through (BRAID_SOCKET_IFNAME's choice, else the
+  // automatic one; "" when not known). Ranks of one node on different interfaces use different
+  // NICs: the cost model's NICs per node (NicsPerNode, core/runtime/placement.h).
+  std::string nic;
   // The device group of the device this rank is bound to (core/runtime/placement.h), unique
   // within its node; empty when its node has no devices.
   std::string device_group;

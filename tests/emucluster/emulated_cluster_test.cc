@@ -2,9 +2,16 @@
 // job across network-namespace "nodes" on this machine. Checked here: results are bit-exact;
 // the transports' counters show intra-node traffic on shm and inter-node traffic on TCP through
 // each node's emulated link (emulated_rank.cc); the launcher removes every namespace it made,
-// on success, on failure and on Ctrl-C. Needs root (CI is root); skipped, saying so, elsewhere.
+// on success, on failure and on Ctrl-C. With --nics 2, each port carries exactly the traffic
+// bound to its address, and the rail-aligned ring spreads its crossings over a node's NICs
+// where the ring uses one. Needs root (CI is root); skipped, saying so, elsewhere.
+#include <arpa/inet.h>
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sched.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -213,12 +220,215 @@ TEST_F(EmulatedCluster, MpirunAcrossTwoNodes) {
 #endif
 }
 
+// Runs `cmd` (a shell line); its standard output.
+std::string Output(const std::string& cmd) {
+  std::string out;
+  FILE* p = popen(cmd.c_str(), "r");
+  if (!p) return out;
+  char buf[512];
+  while (fgets(buf, sizeof buf, p)) out += buf;
+  pclose(p);
+  return out;
+}
+
+// A byte counter of interface `dev` in namespace `ns`: "tx_bytes" or "rx_bytes".
+long long Counter(const std::string& ns, const std::string& dev, const std::string& which) {
+  const std::string v =
+      Output("ip netns exec " + ns + " cat /sys/class/net/" + dev + "/statistics/" + which);
+  return v.empty() ? -1 : std::atoll(v.c_str());
+}
+
+// The bytes the root qdisc of `dev` in `ns` has sent ("Sent N bytes" of tc -s qdisc).
+long long QdiscSent(const std::string& ns, const std::string& dev) {
+  const std::string v = Output("ip netns exec " + ns + " tc -s qdisc show dev " + dev +
+                               " | awk '/Sent/ {print $2; exit}'");
+  return v.empty() ? -1 : std::atoll(v.c_str());
+}
+
+// Runs `fn` with this thread in namespace `ns` (a socket made there stays there); false when
+// the namespace cannot be entered.
+template <typename F>
+bool InNamespace(const std::string& ns, F fn) {
+  const int home = open("/proc/thread-self/ns/net", O_RDONLY | O_CLOEXEC);
+  const int there = open(("/var/run/netns/" + ns).c_str(), O_RDONLY | O_CLOEXEC);
+  bool ok = home >= 0 && there >= 0 && setns(there, CLONE_NEWNET) == 0;
+  if (ok) {
+    fn();
+    ok = setns(home, CLONE_NEWNET) == 0;
+  }
+  if (home >= 0) close(home);
+  if (there >= 0) close(there);
+  return ok;
+}
+
+sockaddr_in Address(const std::string& ip, int port) {
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<uint16_t>(port));
+  inet_pton(AF_INET, ip.c_str(), &a.sin_addr);
+  return a;
+}
+
+// Sends `bytes` over TCP from `src_ip` (bound, in namespace `src_ns`) to a listener on `dst_ip`
+// (in `dst_ns`); every socket call bounded by a 20 s timeout. Whether all of it arrived.
+bool Transfer(const std::string& src_ns, const std::string& src_ip, const std::string& dst_ns,
+              const std::string& dst_ip, size_t bytes) {
+  int listener = -1, client = -1;
+  const sockaddr_in to = Address(dst_ip, 29611), from = Address(src_ip, 0);
+  timeval limit{20, 0};
+  bool made = InNamespace(dst_ns, [&] {
+    listener = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    int one = 1;
+    setsockopt(listener, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    setsockopt(listener, SOL_SOCKET, SO_RCVTIMEO, &limit, sizeof limit);
+    if (bind(listener, reinterpret_cast<const sockaddr*>(&to), sizeof to) != 0 ||
+        listen(listener, 1) != 0) {
+      close(listener);
+      listener = -1;
+    }
+  });
+  made = made && listener >= 0 && InNamespace(src_ns, [&] {
+           client = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+           setsockopt(client, SOL_SOCKET, SO_SNDTIMEO, &limit, sizeof limit);
+           if (bind(client, reinterpret_cast<const sockaddr*>(&from), sizeof from) != 0) {
+             close(client);
+             client = -1;
+           }
+         });
+  size_t received = 0;
+  if (made && client >= 0) {
+    std::thread reader([&] {
+      const int c = accept(listener, nullptr, nullptr);
+      if (c < 0) return;
+      setsockopt(c, SOL_SOCKET, SO_RCVTIMEO, &limit, sizeof limit);
+      std::vector<char> buf(1 << 16);
+      for (ssize_t r; (r = recv(c, buf.data(), buf.size(), 0)) > 0;) received += r;
+      close(c);
+    });
+    if (connect(client, reinterpret_cast<const sockaddr*>(&to), sizeof to) == 0) {
+      std::vector<char> data(bytes, 'x');
+      for (size_t done = 0; done < bytes;) {
+        const ssize_t w = send(client, data.data() + done, bytes - done, MSG_NOSIGNAL);
+        if (w <= 0) break;
+        done += w;
+      }
+    }
+    shutdown(client, SHUT_WR);  // the reader sees EOF (or its timeout ends it)
+    reader.join();
+  }
+  if (client >= 0) close(client);
+  if (listener >= 0) close(listener);
+  return received == bytes;
+}
+
+// `emucluster up NAME 2 --nics 2`: two ports a node, each carrying exactly the traffic bound to
+// its own address, both directions shaped; then nothing left after `down`.
+TEST_F(EmulatedCluster, TwoNicsANodeCarryTheirOwnTraffic) {
+  const std::string e = EMUCLUSTER_PATH;
+  const std::string name = "enic" + std::to_string(getpid());
+  struct Down {  // on every exit path, a failed assertion's included
+    std::string cmd;
+    ~Down() { (void)std::system(cmd.c_str()); }
+  } down{"bash " + e + " down " + name + " >/dev/null 2>&1"};
+  ASSERT_EQ(
+      std::system(("bash " + e + " up " + name + " 2 --nics 2 --link 1gbit >/dev/null").c_str()),
+      0);
+  const std::string status = Output("bash " + e + " status " + name);
+  for (const char* line :
+       {"-n0: eth0 198.18.0.1/16 qdisc tbf", "-n0: eth1 198.18.1.1/16 qdisc tbf",
+        "-n1: eth0 198.18.0.2/16 qdisc tbf", "-n1: eth1 198.18.1.2/16 qdisc tbf"})
+    EXPECT_NE(status.find(name + line), std::string::npos) << line << " not in:\n" << status;
+  const std::string n0 = name + "-n0", n1 = name + "-n1", sw = name + "-sw";
+  // Any NIC's address names its node for mpirun's launch agent (here node 1's eth1), where ARP
+  // answers only for a port's own address; an address of no node is refused.
+  EXPECT_EQ(Output("bash " + e + " rsh " + name + " 198.18.1.2 'cat /proc/sys/net/ipv4/conf/all/" +
+                   "arp_ignore /proc/sys/net/ipv4/conf/eth1/arp_announce; ip -4 -o addr show " +
+                   "dev eth1 | tr -s \" \" | cut -d\" \" -f4'"),
+            "1\n2\n198.18.1.2/16\n");
+  EXPECT_NE(Output("bash " + e + " rsh " + name + " 198.18.1.3 true 2>&1")
+                .find("is not a node of " + name),
+            std::string::npos);
+  // Every pair of ports, 4 MiB from NIC a of node 0 to NIC b of node 1: only eth a of node 0
+  // sends it and only eth b of node 1 receives it (the other ports see ARP and acks, a few KiB),
+  // through the switch's port towards eth b (its tbf, the receiving direction).
+  constexpr size_t kBytes = 4 << 20;
+  for (int a = 0; a < 2; ++a)
+    for (int b = 0; b < 2; ++b) {
+      const std::string ea = "eth" + std::to_string(a), eb = "eth" + std::to_string(b);
+      const std::string to_b = b == 0 ? "p1" : "p1e1";
+      long long tx[2], rx[2];
+      for (int k = 0; k < 2; ++k) {
+        tx[k] = Counter(n0, "eth" + std::to_string(k), "tx_bytes");
+        rx[k] = Counter(n1, "eth" + std::to_string(k), "rx_bytes");
+      }
+      const long long sw_before = QdiscSent(sw, to_b), nic_before = QdiscSent(n0, ea);
+      ASSERT_TRUE(Transfer(n0, "198.18." + std::to_string(a) + ".1", n1,
+                           "198.18." + std::to_string(b) + ".2", kBytes))
+          << "from " << ea << " to " << eb;
+      for (int k = 0; k < 2; ++k) {
+        const long long sent = Counter(n0, "eth" + std::to_string(k), "tx_bytes") - tx[k];
+        const long long got = Counter(n1, "eth" + std::to_string(k), "rx_bytes") - rx[k];
+        if (k == a)
+          EXPECT_GE(sent, static_cast<long long>(kBytes)) << ea << " -> " << eb;
+        else
+          EXPECT_LT(sent, 64 << 10) << "node 0 eth" << k << " carried " << ea << " -> " << eb;
+        if (k == b)
+          EXPECT_GE(got, static_cast<long long>(kBytes)) << ea << " -> " << eb;
+        else
+          EXPECT_LT(got, 64 << 10) << "node 1 eth" << k << " carried " << ea << " -> " << eb;
+      }
+      EXPECT_GE(QdiscSent(n0, ea) - nic_before, static_cast<long long>(kBytes));
+      EXPECT_GE(QdiscSent(sw, to_b) - sw_before, static_cast<long long>(kBytes));
+    }
+  EXPECT_EQ(std::system(("bash " + e + " down " + name).c_str()), 0);
+  EXPECT_EQ(Output("ip netns list | grep -c '^" + name + "-' || true"), "0\n");
+}
+
+TEST_F(EmulatedCluster, BadNicCountsAreRefused) {
+  const std::string e = EMUCLUSTER_PATH;
+  const std::string name = "enib" + std::to_string(getpid());
+  for (const char* k : {"0", "17", "two"}) {
+    const std::string out =
+        Output("bash " + e + " up " + name + " 2 --nics " + k + " 2>&1; echo rc=$?");
+    EXPECT_NE(out.find("--nics must be 1..16 NICs per node, not '" + std::string(k) + "'"),
+              std::string::npos)
+        << out;
+    EXPECT_NE(out.find("rc=1"), std::string::npos) << out;
+  }
+  EXPECT_EQ(Output("ip netns list | grep -c '^" + name + "-' || true"), "0\n");
+}
+
+// braidrun --emulate GxM --nics 2: each rank on its NIC, the communicator counting two a node,
+// ring and rail_ring bit-exact, the rail ring's crossings spread over both NICs
+// (emulated_rank.cc, mode "nics").
+TEST_F(EmulatedCluster, RailRingOnTwoNicsANodeTwoByTwo) {
+  ExpectJobPasses({"--emulate", "2x2", "--nics", "2", "--link", "1gbit", "--timeout", "200", "--",
+                   EMULATED_RANK_PATH, "nics", "2"},
+                  Log());
+}
+
+// Four ranks on two NICs: the rail ring's two channels leave from locals 3 and 0, NICs 1 and 0.
+TEST_F(EmulatedCluster, RailRingOnTwoNicsANodeTwoByFour) {
+  ExpectJobPasses({"--emulate", "2x4", "--nics", "2", "--timeout", "200", "--", EMULATED_RANK_PATH,
+                   "nics", "2"},
+                  Log());
+}
+
+TEST_F(EmulatedCluster, RailRingOnTwoNicsANodeFourByTwo) {
+  ExpectJobPasses({"--emulate", "4x2", "--nics", "2", "--timeout", "200", "--", EMULATED_RANK_PATH,
+                   "nics", "2"},
+                  Log());
+}
+
 TEST_F(EmulatedCluster, BadArgumentsAreRefused) {
   for (const auto& args :
        std::vector<std::vector<std::string>>{{"--emulate", "2x", "--", "true"},
                                              {"--emulate", "0x2", "--", "true"},
                                              {"-n", "3", "--emulate", "2x2", "--", "true"},
-                                             {"--link", "1gbit", "-n", "2", "--", "true"}}) {
+                                             {"--link", "1gbit", "-n", "2", "--", "true"},
+                                             {"--emulate", "2x2", "--nics", "0", "--", "true"},
+                                             {"--emulate", "2x2", "--nics", "17", "--", "true"},
+                                             {"--nics", "2", "-n", "2", "--", "true"}}) {
     Job r = Start(args, Log());
     Finish(r, Log(), std::chrono::seconds(30));
     EXPECT_TRUE(WIFEXITED(r.status) && WEXITSTATUS(r.status) == 2) << r.output;

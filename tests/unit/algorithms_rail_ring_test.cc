@@ -88,40 +88,81 @@ TEST(RailRing, TheVerifierProvesEveryShape) {
   EXPECT_GT(proven, 400);
 }
 
-// Channel c enters every node at local rank floor(c m / C) and leaves it from the rank before:
-// with 8 ranks a node and 4 channels the crossings leave from locals 7, 1, 3, 5 and enter at
-// 0, 2, 4, 6, a NIC each (local rank mod 8), where the plain ring's leave from 7 and enter at 0
-// on every channel.
+// The local ranks through which each channel of `algo`'s all-gather on `l` leaves and enters
+// the nodes (every node alike), one set per channel.
+void Crossings(const Algorithm& algo, const GroupLayout& l, int channels,
+               std::vector<std::set<int>>* leave, std::vector<std::set<int>>* enter) {
+  const CollArgs a = Args(CollKind::kAllGather, l, uint64_t{1} << 16, channels, false, 1 << 16);
+  leave->assign(static_cast<size_t>(channels), {});
+  enter->assign(static_cast<size_t>(channels), {});
+  for (int r = 0; r < a.nranks; ++r) {
+    auto s = BuildSchedule(algo, a, r);
+    ASSERT_TRUE(s.ok()) << s.status().message();
+    ASSERT_EQ(s->channels.size(), static_cast<size_t>(channels));
+    for (size_t c = 0; c < s->channels.size(); ++c)
+      for (const Step& st : s->channels[c].steps)
+        for (const StepOp& op : st.ops) {
+          if (!IsTransferKind(op.kind) || l.node_of[op.peer] == l.node_of[r]) continue;
+          (op.kind == StepOpKind::kSend ? *leave : *enter)[c].insert(l.local_rank[r]);
+        }
+  }
+}
+
+// Channel c enters every node at local rank c and leaves it from the rank before: with 8 ranks a
+// node and 4 channels the crossings leave from locals 7, 0, 1, 2 and enter at 0, 1, 2, 3, where
+// the plain ring's leave from 7 and enter at 0 on every channel. Under the cost model's NIC of a
+// rank (local rank mod k) that is a NIC each way for every channel whenever C <= k and k divides
+// m: 8 ranks on 8 NICs (a DGX), 4 or 2 NICs, 4 ranks on 2 NICs (braidrun --emulate 2x4 --nics 2).
+// The former starts, floor(c m / C), put both channels of 4 ranks on 2 NICs through NIC 1 (locals
+// 3 and 1), and 4 channels of 8 ranks on 4 NICs through NICs 3 and 1 only.
 TEST(RailRing, ChannelsCrossBetweenNodesThroughNicsOfTheirOwn) {
-  const GroupLayout l = Layout({8, 8, 8, 8});
-  const CollArgs a = Args(CollKind::kAllGather, l, uint64_t{1} << 16, 4, false, 1 << 16);
-  for (const Algorithm* algo : {&RailRingAlgorithm(), &RingAlgorithm()}) {
-    std::vector<std::set<int>> leave(4), enter(4);  // per channel: local ranks
-    for (int r = 0; r < a.nranks; ++r) {
-      auto s = BuildSchedule(*algo, a, r);
-      ASSERT_TRUE(s.ok()) << s.status().message();
-      ASSERT_EQ(s->channels.size(), 4u);
-      for (size_t c = 0; c < 4; ++c)
-        for (const Step& st : s->channels[c].steps)
-          for (const StepOp& op : st.ops) {
-            if (!IsTransferKind(op.kind) || l.node_of[op.peer] == l.node_of[r]) continue;
-            (op.kind == StepOpKind::kSend ? leave : enter)[c].insert(l.local_rank[r]);
-          }
+  std::vector<std::set<int>> leave, enter;
+  Crossings(RingAlgorithm(), Layout({8, 8, 8, 8}), 4, &leave, &enter);
+  for (size_t c = 0; c < 4; ++c) {
+    EXPECT_EQ(leave[c], (std::set<int>{7})) << "ring channel " << c;
+    EXPECT_EQ(enter[c], (std::set<int>{0})) << "ring channel " << c;
+  }
+  struct Shape {
+    int m, nics, channels;
+  };
+  for (const Shape& sh : {Shape{8, 8, 4}, Shape{8, 8, 8}, Shape{8, 4, 4}, Shape{8, 2, 2},
+                          Shape{4, 2, 2}, Shape{4, 4, 4}, Shape{2, 2, 2}, Shape{4, 2, 4}}) {
+    const std::string what = std::to_string(sh.m) + " ranks, " + std::to_string(sh.nics) +
+                             " NICs, " + std::to_string(sh.channels) + " channels";
+    Crossings(RailRingAlgorithm(), Layout({sh.m, sh.m, sh.m}), sh.channels, &leave, &enter);
+    std::vector<int> leaving(static_cast<size_t>(sh.nics)), entering(leaving);
+    for (int c = 0; c < sh.channels; ++c) {
+      ASSERT_EQ(leave[c].size(), 1u) << what << ", channel " << c;
+      ASSERT_EQ(enter[c].size(), 1u) << what << ", channel " << c;
+      EXPECT_EQ(*enter[c].begin(), c % sh.m) << what;
+      ++leaving[static_cast<size_t>(*leave[c].begin() % sh.nics)];
+      ++entering[static_cast<size_t>(*enter[c].begin() % sh.nics)];
     }
-    std::set<int> leaving, entering;
-    for (size_t c = 0; c < 4; ++c) {
-      ASSERT_EQ(leave[c].size(), 1u) << algo->name() << " channel " << c;
-      ASSERT_EQ(enter[c].size(), 1u) << algo->name() << " channel " << c;
-      leaving.insert(*leave[c].begin());
-      entering.insert(*enter[c].begin());
-    }
-    if (algo == &RailRingAlgorithm()) {
-      EXPECT_EQ(leaving, (std::set<int>{7, 1, 3, 5}));
-      EXPECT_EQ(entering, (std::set<int>{0, 2, 4, 6}));
-    } else {
-      EXPECT_EQ(leaving, (std::set<int>{7}));
-      EXPECT_EQ(entering, (std::set<int>{0}));
-    }
+    const int most = (sh.channels + sh.nics - 1) / sh.nics;
+    EXPECT_EQ(*std::max_element(leaving.begin(), leaving.end()), most) << what;
+    EXPECT_EQ(*std::max_element(entering.begin(), entering.end()), most) << what;
+  }
+}
+
+// The closed form counts the channels that share a NIC as the schedule places them, so the
+// tuner's estimate and the simulation agree where the NICs cannot all be used too: 3 ranks on 2
+// NICs (channels leave from locals 2 and 0, both NIC 0) is no faster than the ring; 4 ranks on 2
+// NICs half the ring's time.
+TEST(RailRing, TheClosedFormCountsChannelsThatShareANic) {
+  LinkModel m;
+  m.intra = {5e-6, 4e9};
+  m.inter = {5e-5, 2.5e8};
+  m.nics_per_node = 2;
+  for (const auto& [ranks, share] : {std::pair{3, 1.0}, std::pair{4, 0.5}, std::pair{2, 0.5}}) {
+    const GroupLayout l = Layout({ranks, ranks});
+    const CollArgs a =
+        Args(CollKind::kAllGather, l, uint64_t{1} << 20, 2, false, uint64_t{1} << 19);
+    auto rail = SimulateSeconds(RailRingAlgorithm(), a, m);
+    auto ring = SimulateSeconds(RingAlgorithm(), a, m);
+    ASSERT_TRUE(rail.ok() && ring.ok());
+    EXPECT_NEAR(*rail / *ring, share, 0.03) << ranks << " ranks a node";
+    EXPECT_NEAR(RailRingAlgorithm().estimate_seconds(a, m) / *rail, 1.0, 0.05)
+        << ranks << " ranks a node";
   }
 }
 

@@ -217,5 +217,74 @@ TEST(CalibrateLinks, PairsFollowTheLayout) {
   EXPECT_EQ(r->origin[1], LinkOrigin::kMeasured);
 }
 
+// Two nodes of two ranks (node-major).
+GroupLayout TwoByTwo() {
+  GroupLayout l;
+  l.nnodes = 2;
+  l.node_of = {0, 0, 1, 1};
+  l.local_rank = {0, 1, 0, 1};
+  return l;
+}
+
+TEST(CalibrateLinks, MeasuredInterLinkIsOneNicOfTheNodes) {
+  // With 2 NICs a node, the inter pair (ranks 0 and 2) measures one NIC to one NIC: the model's
+  // inter link, one node's, is both together; intra is as measured.
+  const GroupLayout l = TwoByTwo();
+  LinkProfile both;
+  both.set(LinkClass::kIntraNode, {2e-6, 5e9});
+  both.set(LinkClass::kInterNode, {3e-5, 1.25e8});
+  ScriptedBootstrap bs(3, 4, {{"M", "", "", ""}, {FormatLinkProfile(both), "", "", ""}});
+  LinkCalibrationSetup s = MakeSetup(3, l, nullptr);
+  s.nics_per_node = 2;
+  auto r = CalibrateLinks(bs, s, Deadline::After(60000));
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  EXPECT_EQ(r->model.nics_per_node, 2);
+  EXPECT_EQ(r->model.inter.beta_bytes_s, 2.5e8);
+  EXPECT_EQ(r->model.inter.alpha_s, 3e-5);
+  EXPECT_EQ(r->model.intra.beta_bytes_s, 5e9);
+  EXPECT_EQ(r->model.nic().beta_bytes_s, 1.25e8);
+  EXPECT_EQ(r->describe(),
+            "intra 2.00 us 5.00 GB/s (measured), inter 30.00 us 0.25 GB/s (measured), 2 NICs per "
+            "node");
+}
+
+TEST(CalibrateLinks, SharedModelTakesTheNodesNicsButNotTheirBandwidthAgain) {
+  // A profile holds the model's inter link (a node's, written so by a communicator that measured
+  // it) and the defaults are a node's link: taken as they are, with this communicator's NICs.
+  const GroupLayout l = TwoByTwo();
+  ScriptedBootstrap bs(0, 4, {{"", "", "", ""}});
+  LinkCalibrationSetup s = MakeSetup(0, l, nullptr);
+  s.enabled = false;
+  s.nics_per_node = 2;
+  auto r = CalibrateLinks(bs, s, Deadline::After(60000));
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  EXPECT_EQ(r->model.nics_per_node, 2);
+  EXPECT_EQ(r->model.inter.beta_bytes_s, LinkModel{}.inter.beta_bytes_s);
+  // Rank 2 receives the profile's model from rank 0.
+  LinkProfile p;
+  p.set(LinkClass::kInterNode, {3e-5, 2.5e8});
+  ScriptedBootstrap bs2(2, 4, {{std::string("U\0\2", 3) + FormatLinkProfile(p), "", "", ""}});
+  LinkCalibrationSetup s2 = MakeSetup(2, l, nullptr);
+  s2.nics_per_node = 2;
+  auto r2 = CalibrateLinks(bs2, s2, Deadline::After(60000));
+  ASSERT_TRUE(r2.ok()) << r2.status().message();
+  EXPECT_EQ(r2->origin[1], LinkOrigin::kProfile);
+  EXPECT_EQ(r2->model.inter.beta_bytes_s, 2.5e8);
+  EXPECT_EQ(r2->model.nics_per_node, 2);
+}
+
+TEST(CalibrateLinks, InheritedModelKeepsItsNics) {
+  const GroupLayout l = TwoByTwo();
+  ScriptedBootstrap bs(0, 4, {{"", "", "", ""}});
+  LinkCalibrationSetup s = MakeSetup(0, l, nullptr);
+  LinkModel parent{{1e-6, 4e9}, {2e-5, 5e8}};
+  parent.nics_per_node = 4;
+  s.inherited = parent;
+  s.nics_per_node = 2;  // this communicator's ranks use two: the parent's bandwidth counts four
+  auto r = CalibrateLinks(bs, s, Deadline::After(60000));
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  EXPECT_TRUE(r->model == parent);
+}
+
 }  // namespace
 }  // namespace braid

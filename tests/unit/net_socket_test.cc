@@ -262,5 +262,45 @@ TEST(Sockets, ConnectRefusedIsRemote) {
   EXPECT_EQ(c.status().cls(), ErrorClass::kRemote) << c.status().message();
 }
 
+sockaddr_storage V4Address(const char* ip) {
+  sockaddr_storage a{};
+  auto& in = reinterpret_cast<sockaddr_in&>(a);
+  in.sin_family = AF_INET;
+  inet_pton(AF_INET, ip, &in.sin_addr);
+  return a;
+}
+
+TEST(Sockets, ConnectionLeavesFromTheSourceAddress) {
+  // The tcp transport binds its connections to BRAID_SOCKET_IFNAME's address (its port is
+  // ignored): the peer sees that address. 127.0.0.2 is this host's too (all of 127/8 is lo's).
+  auto l = ListenOn(LoopbackInterface().addr, 16);
+  ASSERT_TRUE(l.ok());
+  const auto addr = *LocalAddress(l->get());
+  sockaddr_storage source = V4Address("127.0.0.2");
+  SetAddressPort(&source, 4242);
+  auto c = StartConnect(addr, {}, &source);
+  ASSERT_TRUE(c.ok()) << c.status().message();
+  pollfd p{c->get(), POLLOUT, 0};
+  ASSERT_EQ(poll(&p, 1, 5000), 1);
+  EXPECT_EQ(ConnectError(c->get()), 0);
+  Fd s = AcceptOne(l->get());
+  ASSERT_TRUE(s.valid());
+  const sockaddr_storage peer = *PeerAddress(s.get());
+  EXPECT_EQ(FormatAddress(peer).rfind("127.0.0.2:", 0), 0u) << FormatAddress(peer);
+  EXPECT_NE(AddressPort(peer), 4242);
+  // An address this host does not have (TEST-NET-1): a system error that says where to look.
+  const sockaddr_storage foreign = V4Address("192.0.2.1");
+  auto bad = StartConnect(addr, {}, &foreign);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().cls(), ErrorClass::kSystem);
+  EXPECT_NE(bad.status().message().find("check BRAID_SOCKET_IFNAME"), std::string::npos)
+      << bad.status().message();
+  // The wildcard, or another family, binds nothing: the kernel's choice, as without a source.
+  for (const sockaddr_storage& ignored : {V4Address("0.0.0.0"), sockaddr_storage{}}) {
+    auto plain = StartConnect(addr, {}, &ignored);
+    EXPECT_TRUE(plain.ok()) << plain.status().message();
+  }
+}
+
 }  // namespace
 }  // namespace braid

@@ -16,7 +16,8 @@ const std::vector<ConfigVar>& ConfigTable() {
       {"BRAID_ALGO", "NCCL_ALGO", "string", "",
        "tuner override, e.g. 'allreduce:ring@0-64K,rd@64K-inf;allgather:ring'"},
       {"BRAID_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME", "string", "",
-       "interface for sockets: 'eth0', prefix 'eth', exclude '^docker', exact '=eth0'"},
+       "interface for sockets (tcp listens and connects from it): 'eth0', prefix 'eth', "
+       "exclude '^docker', exact '=eth0'"},
       {"BRAID_DEBUG", "NCCL_DEBUG", "string", "", "log level: WARN, INFO or TRACE (default quiet)"},
       {"BRAID_DEBUG_FILE", "NCCL_DEBUG_FILE", "string", "",
        "log to this file instead of stderr; %r = rank, %p = pid"},

@@ -421,10 +421,24 @@ Result<Fd> AcceptConnection(int listen_fd, sockaddr_storage* peer, SocketBuffers
   return Fd(fd);
 }
 
-Result<Fd> StartConnect(const sockaddr_storage& addr, SocketBuffers buffers) {
+Result<Fd> StartConnect(const sockaddr_storage& addr, SocketBuffers buffers,
+                        const sockaddr_storage* source) {
   Fd fd(::socket(addr.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
   if (!fd.valid()) return SystemError(SocketErrnoMessage("socket", errno));
   TuneTcpSocket(fd.get(), buffers);
+  if (source && source->ss_family == addr.ss_family && !IsWildcard(*source)) {
+    sockaddr_storage local = *source;
+    SetAddressPort(&local, 0);
+    // The port is picked at connect() for the whole 4-tuple: a bind() that picked it would
+    // take one of the ephemeral ports for good for every peer.
+    int one = 1;
+    setsockopt(fd.get(), IPPROTO_IP, IP_BIND_ADDRESS_NO_PORT, &one, sizeof(one));
+    if (::bind(fd.get(), reinterpret_cast<const sockaddr*>(&local), AddressLength(local)) != 0)
+      return SystemError(ErrnoMessage("bind the connection to " + FormatAddress(local) + " to " +
+                                          FormatAddress(addr),
+                                      errno) +
+                         ": check BRAID_SOCKET_IFNAME");
+  }
   int rc;
   do {
     rc = ::connect(fd.get(), reinterpret_cast<const sockaddr*>(&addr), AddressLength(addr));

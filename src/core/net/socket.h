@@ -105,7 +105,12 @@ Result<Fd> AcceptConnection(int listen_fd, sockaddr_storage* peer, SocketBuffers
                             int* error = nullptr);
 
 // Starts a non-blocking connect; completion is signalled by POLLOUT, then FinishConnect().
-Result<Fd> StartConnect(const sockaddr_storage& addr, SocketBuffers buffers = {});
+// `source` (optional, its port ignored): bind the connection's own end to this address first, so
+// that it leaves through the interface that owns it where the host routes by source address
+// (several NICs on one subnet, policy routing: the emulated cluster's --nics). Skipped when its
+// family differs from `addr`'s.
+Result<Fd> StartConnect(const sockaddr_storage& addr, SocketBuffers buffers = {},
+                        const sockaddr_storage* source = nullptr);
 // 0 when the connect succeeded, else its errno.
 int ConnectError(int fd);
 // Connects with a deadline (a single attempt, no retry).

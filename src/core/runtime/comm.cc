@@ -275,6 +275,12 @@ Status braidComm::exchangeRankInfo(Bootstrap& bs, Deadline deadline) {
                 static_cast<unsigned long long>(probe.value));
   PutField(&mine, probe_text);
   PutField(&mine, std::to_string(c.single_copy_bytes));
+  // The interface of this rank's TCP traffic (the tcp transport's choice), so that every rank
+  // counts the NICs each node's ranks use alike.
+  std::string nic = loopback_root_ ? "" : ifa.ifname;
+  if (loopback_root_)
+    if (auto sel = SelectInterface(c.socket_ifname); sel.ok()) nic = sel->ifname;
+  PutField(&mine, nic);
   BRAID_ASSIGN_OR_RETURN(auto all, bs.allGather(mine, deadline));
   infos_.resize(nranks_);
   std::vector<std::vector<std::string>> fields(nranks_);
@@ -302,6 +308,7 @@ Status braidComm::exchangeRankInfo(Bootstrap& bs, Deadline deadline) {
       return RemoteError("malformed placement in the init message from rank " + std::to_string(r));
     infos_[r].nic_types = static_cast<uint8_t>(types);
     infos_[r].fabric = static_cast<int8_t>(fabric);
+    if (fields[r].size() > 17) infos_[r].nic = fields[r][17];
     // A missing or unreadable probe leaves 0: that peer is not read by reference.
     unsigned long long address = 0, value = 0;
     if (fields[r].size() > 15 &&
@@ -629,6 +636,7 @@ Status braidComm::calibrateLinks(Bootstrap& bs, Deadline deadline) {
   s.enabled = opts_.config.link_calibration;
   s.profile_path = opts_.config.link_profile;
   s.inherited = opts_.inherited_links;
+  s.nics_per_node = NicsPerNode(layout_, infos_);
   s.where = where();
   BRAID_ASSIGN_OR_RETURN(links_, CalibrateLinks(bs, s, deadline));
   // Not a measured figure: this communicator's own transports (a split's differ from its

@@ -166,6 +166,11 @@ Result<std::optional<LinkParams>> MeasurePair(LinkClass c, const Pair& pair,
   return std::optional<LinkParams>(p);
 }
 
+// The model's NICs a node (LinkCalibrationSetup::nics_per_node, bounded as braidLinkParams_t's).
+int NicsOf(const LinkCalibrationSetup& s) {
+  return std::clamp(s.nics_per_node, 1, 1024);
+}
+
 // Rank 0's decision, sent to every rank: 'M' = measure; 'U' + origin per class + profile text
 // (the classes whose origin is not kDefault) = use this model.
 std::string EncodeUse(const CalibratedLinks& l) {
@@ -275,6 +280,7 @@ std::string CalibratedLinks::describe() const {
     if (c) s += ", ";
     s += DescribeLinkParams(cls, model.of(cls)) + " (" + LinkOriginName(origin[c]) + ")";
   }
+  if (model.nics_per_node > 1) s += ", " + std::to_string(model.nics_per_node) + " NICs per node";
   return s;
 }
 
@@ -303,6 +309,9 @@ Result<CalibratedLinks> CalibrateLinks(Bootstrap& bs, const LinkCalibrationSetup
   if (all.empty()) return InternalError("link calibration: empty bootstrap round");
   if (all[0] != "M") {
     BRAID_ASSIGN_OR_RETURN(CalibratedLinks l, DecodeUse(all[0]));
+    // (The decision carries the links' parameters; an inherited model's NICs are its own, as
+    // its inter bandwidth counts them.)
+    l.model.nics_per_node = s.inherited ? s.inherited->nics_per_node : NicsOf(s);
     if (s.rank == 0) BRAID_INFO("link model: %s", l.describe().c_str());
     return l;
   }
@@ -334,9 +343,13 @@ Result<CalibratedLinks> CalibrateLinks(Bootstrap& bs, const LinkCalibrationSetup
       return RemoteError("malformed link measurement from rank " + std::to_string(p.a) + ": " +
                          parsed.status().message());
     if (!parsed->has[c]) continue;  // not believable there: the default (it warned)
-    SetClass(&l.model, static_cast<LinkClass>(c), parsed->params[c]);
+    LinkParams v = parsed->params[c];
+    // One NIC to one NIC: the node's link is its NICs together.
+    if (c == static_cast<int>(LinkClass::kInterNode)) v.beta_bytes_s *= NicsOf(s);
+    SetClass(&l.model, static_cast<LinkClass>(c), v);
     l.origin[c] = LinkOrigin::kMeasured;
   }
+  l.model.nics_per_node = NicsOf(s);
 
   if (s.rank == 0) {
     std::string saved;

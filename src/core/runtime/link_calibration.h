@@ -11,7 +11,9 @@
 // included, then parses the same bytes, so the doubles are identical everywhere.
 //
 // Pairs: intra-node, rank 0 with the next rank on its node (or the first two ranks of the first
-// node that has two); inter-node, rank 0 with the first rank of another node. Pairs run one
+// node that has two); inter-node, rank 0 with the first rank of another node (one NIC of each:
+// with several NICs a node, the measured bandwidth is scaled to the node's link, see
+// LinkCalibrationSetup::nics_per_node). Pairs run one
 // after another in that order on every rank, so a rank in both pairs cannot deadlock them.
 // Cost: a few ping-pongs of 8 bytes (alpha, the median one-way time) and of 512 KiB (beta, from
 // the median one-way time less alpha) per class: milliseconds, while the other ranks sleep in
@@ -57,6 +59,11 @@ struct LinkCalibrationSetup {
   std::string profile_path;      // BRAID_LINK_PROFILE ("" = none)
   // A parent communicator's model (split, shrink): taken as is, nothing is measured.
   std::optional<LinkModel> inherited;
+  // The NICs of a node (NicsPerNode, placement.h; every rank computes the same): the model's
+  // nics_per_node. `inter` is one node's link, all its NICs together, while the inter-node pair
+  // measures one rank's NIC to one peer's: a measured inter bandwidth is taken times this (a
+  // profile holds the model's value, written so; the defaults are a node's link already).
+  int nics_per_node = 1;
   std::string where;  // "rank 0/4 on host h" for messages
 };
 

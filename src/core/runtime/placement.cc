@@ -1,7 +1,9 @@
 #include "core/runtime/placement.h"
 
+#include <algorithm>
 #include <mutex>
 #include <optional>
+#include <set>
 
 #include "topology/groups.h"
 #include "topology/local_topology.h"
@@ -19,6 +21,20 @@ Result<topo::LocalTopology>& CachedTopology() {
 }
 
 }  // namespace
+
+int NicsPerNode(const GroupLayout& layout, const std::vector<RankInfo>& ranks) {
+  if (layout.nnodes < 1 || layout.node_of.size() != ranks.size()) return 1;
+  std::vector<std::set<std::string>> nics(static_cast<size_t>(layout.nnodes));
+  for (size_t r = 0; r < ranks.size(); ++r) {
+    const int node = layout.node_of[r];
+    if (ranks[r].nic.empty()) return 1;
+    if (node >= 0 && node < layout.nnodes) nics[static_cast<size_t>(node)].insert(ranks[r].nic);
+  }
+  size_t fewest = 0;
+  for (const auto& n : nics)
+    if (!n.empty() && (fewest == 0 || n.size() < fewest)) fewest = n.size();
+  return static_cast<int>(std::max<size_t>(fewest, 1));
+}
 
 const char* FabricName(int fabric) {
   if (fabric < 0 || fabric > static_cast<int>(topo::NicType::kEthernet)) return "unknown";

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "algorithms/schedule.h"
 #include "core/base/status.h"
 #include "transport/transport.h"
 
@@ -35,6 +36,14 @@ struct NodePlacement {
 // that describes several nodes and none of these names, is an error naming the file. Loaded
 // once per process.
 Result<NodePlacement> LocalPlacement(const std::string& host_id, const std::string& hostname);
+
+// The NICs the cost model gives each node (LinkModel::nics_per_node): the fewest distinct
+// interfaces (RankInfo::nic) that the ranks of one node use, over the nodes of `layout`; 1 when
+// a node's ranks all use one, or an interface is not known. Ranks on different interfaces of a
+// node are on different NICs (braidrun --emulate GxM --nics K gives local rank r interface
+// eth(r mod K), the model's NIC of a rank); the fewest, because a node with one NIC limits
+// every ring through it.
+int NicsPerNode(const GroupLayout& layout, const std::vector<RankInfo>& ranks);
 
 // "ib", "roce", "slingshot", "ethernet"; "unknown" for -1.
 const char* FabricName(int fabric);

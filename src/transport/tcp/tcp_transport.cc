@@ -112,6 +112,10 @@ class TcpInstance final : public TransportInstance {
     return Status::Ok();
   }
   const std::string& address() const { return address_; }
+  // Outgoing connections leave from `addr` (the named interface's) too, not from whichever
+  // address the routing table gives the peer: where a host routes by source (several NICs on
+  // one subnet, as the emulated cluster's --nics), that is what keeps them on this rank's NIC.
+  void bindOutgoingTo(const sockaddr_storage& addr) { source_ = addr; }
 
   std::string localBlob() const override { return tcp::EncodeBlob(address_); }
   const char* name() const override { return "tcp"; }
@@ -233,7 +237,8 @@ class TcpInstance final : public TransportInstance {
   size_t lower_peers_ = 0;  // lazy: tcp peers of lower rank (they connect to this rank)
   bool finished_ = false;   // finishConnect() was called
   std::string address_;
-  std::vector<std::string> blobs_;  // of the current connect(), for messages
+  std::optional<sockaddr_storage> source_;  // bindOutgoingTo
+  std::vector<std::string> blobs_;          // of the current connect(), for messages
   uint8_t nonce_[16] = {};
   // Authenticated incoming connections by (rank, channel), until connect() hands them out.
   // Connections for a later connect() call may arrive early.
@@ -285,7 +290,7 @@ class TcpInstance::Connector final : public PeerConnector {
 };
 
 void TcpInstance::startOutgoing(Outgoing& o) {
-  auto fd = StartConnect(o.addr, kSocketBuffers);
+  auto fd = StartConnect(o.addr, kSocketBuffers, source_ ? &*source_ : nullptr);
   if (!fd.ok()) {
     if (fd.status().cls() == ErrorClass::kSystem) {
       fatal_ = fd.status();
@@ -625,6 +630,8 @@ class TcpFactory final : public TransportFactory {
     }
     auto inst = std::make_unique<TcpInstance>(ctx);
     if (Status st = inst->listen(itf.addr); !st.ok()) return st.prepend("tcp: ");
+    // BRAID_SOCKET_IFNAME names this rank's interface: its traffic goes both ways through it.
+    if (!ctx.socket_ifname.empty()) inst->bindOutgoingTo(itf.addr);
     BRAID_TRACE("tcp: rank %d listening on %s (%s)", ctx.rank, inst->address().c_str(),
                 itf.ifname.c_str());
     return std::unique_ptr<TransportInstance>(std::move(inst));
