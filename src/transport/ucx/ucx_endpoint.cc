@@ -65,9 +65,11 @@ Endpoint::Endpoint(Worker* worker, std::shared_ptr<PeerLink> peer, int my_rank, 
       credit_large_(CreditsLargeParts(worker->route())) {}
 
 bool Endpoint::windowTakes(uint64_t bytes) const {
-  // Nothing outstanding: any one message goes (a large part may exceed the window alone).
+  // Below kCreditEvery outstanding, no more credit may come (the receiver returns it in steps of
+  // kCreditEvery), so any one message goes then, a large part too: waiting there would wait for
+  // ever. What the receiver's UCX may hold unasked stays below kCreditEvery plus that message.
   const uint64_t outstanding = eager_sent_ - eager_credited_;
-  return outstanding == 0 || outstanding + bytes <= kWindowBytes;
+  return outstanding < kCreditEvery || outstanding + bytes <= kWindowBytes;
 }
 
 Endpoint::~Endpoint() {

@@ -23,8 +23,8 @@
 //
 // Flow control. A receiver's UCX buffers eager messages nobody has asked for yet. So eager bytes
 // are credited: a sender has at most kWindowBytes of them unconsumed (or one message, however
-// large, when nothing is), and the receiver returns credit (a small message the other way) as it
-// takes them. Rendezvous messages wait at the sender. On the net route (UCX over tcp) large parts
+// large, on top of less than kCreditEvery), and the receiver returns credit (a small message the
+// other way) every kCreditEvery bytes it takes. Rendezvous messages wait at the sender. On the net route (UCX over tcp) large parts
 // go eagerly too and are credited alike (ucx_fabric.h, CreditsLargeParts).
 //
 // Failures. shutdown() sends a marker as the stream's last message: the peer reads everything
