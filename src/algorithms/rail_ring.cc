@@ -159,17 +159,17 @@ class RailRing final : public Algorithm {
         largest > 0 ? MostChannelsOnOneNic(nch, largest, nics) : (nch + nics - 1) / nics;
     const uint64_t per_channel = (bytes + nch - 1) / static_cast<uint64_t>(nch);
     // A rank's intra-node port carries the channels it does not leave its node on: channel c
-    // leaves from local rank s_c - 1, so with C >= m every rank sends one channel (or more)
-    // across instead (8 of 8 on a DGX: 7 intra-node sends a step, not 8). The busiest rank sets
-    // the step; uneven nodes are charged every channel.
+    // leaves from local rank ChannelStart - 1, so with C >= m every rank sends one channel (or
+    // more) across instead (8 of 8 on a DGX: 7 intra-node sends a step, not 8). The busiest rank
+    // sets the step; uneven nodes are charged every channel.
     int intra_channels = nch;
     const GroupLayout* l = a.layout;
     if (l && l->nnodes > 0 && a.nranks % l->nnodes == 0) {
       const int ranks = a.nranks / l->nnodes;
       std::vector<int> leaves(static_cast<size_t>(ranks), 0);
       for (int c = 0; c < nch; ++c) {
-        const int start = static_cast<int>(static_cast<int64_t>(c) * ranks / nch);
-        ++leaves[static_cast<size_t>((start + ranks - 1) % ranks)];
+        const size_t start = ChannelStart(c, nch, static_cast<size_t>(ranks));
+        ++leaves[(start + static_cast<size_t>(ranks) - 1) % static_cast<size_t>(ranks)];
       }
       intra_channels = nch - *std::min_element(leaves.begin(), leaves.end());
     }
