@@ -26,6 +26,15 @@ inline int SizeOf(const braidShardFactor_t& f) {
   return f.intra * f.inter;
 }
 
+// "8x16" (intra x inter), as the planner's tables and messages write a factor.
+inline std::string FactorName(const braidShardFactor_t& f) {
+  return std::to_string(f.intra) + "x" + std::to_string(f.inter);
+}
+
+inline bool SameFactor(const braidShardFactor_t& a, const braidShardFactor_t& b) {
+  return a.intra == b.intra && a.inter == b.inter;
+}
+
 // Empty when the configuration is valid; otherwise the rule broken, with the numbers.
 std::string Validate(const braidShardConfig_t& cfg);
 

@@ -6,14 +6,6 @@
 namespace braid::shard {
 namespace {
 
-std::string F(const braidShardFactor_t& f) {
-  return std::to_string(f.intra) + "x" + std::to_string(f.inter);
-}
-
-bool Same(const braidShardFactor_t& a, const braidShardFactor_t& b) {
-  return a.intra == b.intra && a.inter == b.inter;
-}
-
 // Charges `calls` collectives of `bytes` each over `g` to `c`: Lins' t(o, v, p0 x p1) is braid's
 // estimate for that shape, with the groups of one node sharing its link. `calls` may be
 // fractional (Lins' 2 Phi / (U s_p) all-reduces of U bytes). Volumes as plan_model.cc counts
@@ -33,9 +25,9 @@ void Charge(PlannedCollective& c, CostCache& cost, braidCollective_t kind, const
 }  // namespace
 
 std::string LinsAdmits(const braidShardConfig_t& c) {
-  if (!Same(c.g, c.p) && !Same(c.g, c.os))
-    return "s_g = " + F(c.g) + " is neither s_p = " + F(c.p) + " nor s_os = " + F(c.os) +
-           " (Lins only allows s_g in {s_p, s_os})";
+  if (!SameFactor(c.g, c.p) && !SameFactor(c.g, c.os))
+    return "s_g = " + FactorName(c.g) + " is neither s_p = " + FactorName(c.p) +
+           " nor s_os = " + FactorName(c.os) + " (Lins only allows s_g in {s_p, s_os})";
   if (c.hpz || c.qwz || c.qgz) return "Lins' executor has no hpZ copy and no qwZ or qgZ";
   if (c.replicaEveryMicrobatch)
     return "Lins' executor reduces across replicas only at the accumulation boundary";

@@ -78,7 +78,7 @@ std::vector<braidShardConfig_t> Enumerate(const PlanInputs& in) {
 }
 
 std::string F(const braidShardFactor_t& f) {
-  return std::to_string(f.intra) + "x" + std::to_string(f.inter);
+  return FactorName(f);
 }
 
 std::string Ms(double s) {
@@ -227,8 +227,9 @@ std::string CompareModels(const PlanInputs& in, const braidShardConfig_t& mine) 
     return std::string(" Nothing fits under ") + ModelName(other.cost_model) + " model.";
   const braidShardConfig_t& theirs = r.fit[0].config;
   std::string s = std::string(" ") + ModelName(other.cost_model) + " model picks ";
-  if (F(theirs.p) == F(mine.p) && F(theirs.g) == F(mine.g) && F(theirs.os) == F(mine.os) &&
-      theirs.hpz == mine.hpz && theirs.qwz == mine.qwz && theirs.qgz == mine.qgz)
+  if (SameFactor(theirs.p, mine.p) && SameFactor(theirs.g, mine.g) &&
+      SameFactor(theirs.os, mine.os) && theirs.hpz == mine.hpz && theirs.qwz == mine.qwz &&
+      theirs.qgz == mine.qgz)
     return s + "the same configuration.";
   s += Config(theirs) + " (" + Ms(r.fit[0].commSeconds) + " there";
   const bool mine_admitted = other.cost_model != braidShardCostLins || LinsAdmits(mine).empty();

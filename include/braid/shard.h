@@ -536,8 +536,9 @@ typedef struct {
  * shape (with quantized variants when allowed), computes memory per device and communication
  * time per step under options->costModel, drops those over the memory, and ranks the rest by
  * time (ties: the less sharded first; under Lins' model its own rule). The explanation also
- * names the other model's pick and the term where the two differ most. `options` may be NULL (defaults). When nothing fits, returns braidErrInvalidArgument
- * with a message naming the smallest memory found. *plan is written on success only.
+ * names the other model's pick and the term where the two differ most. `options` may be NULL
+ * (defaults). When nothing fits, returns braidErrInvalidArgument with a message naming the smallest
+ * memory found. *plan is written on success only.
  */
 BRAID_API braidResult_t braidShardPlan(const braidShardModel_t* model,
                                        const braidShardCluster_t* cluster,
@@ -564,10 +565,10 @@ typedef struct {
    *  reduce-scatter", "replica reduction", "gradient norm", "redistribution"; Lins' "T_p",
    *  "T_g", "T_os0", "T_os1". */
   char term[32];
-  char what[160];     /**< the collective, its group and how often, in words */
-  double seconds;     /**< predicted seconds per step */
-  double sendBytes;   /**< bytes each rank sends per step */
-  double interBytes;  /**< bytes each node sends across nodes per step */
+  char what[160];    /**< the collective, its group and how often, in words */
+  double seconds;    /**< predicted seconds per step */
+  double sendBytes;  /**< bytes each rank sends per step */
+  double interBytes; /**< bytes each node sends across nodes per step */
 } braidShardPlanTerm_t;
 
 /**

@@ -24,8 +24,9 @@
 // Flow control. A receiver's UCX buffers eager messages nobody has asked for yet. So eager bytes
 // are credited: a sender has at most kWindowBytes of them unconsumed (or one message, however
 // large, on top of less than kCreditEvery), and the receiver returns credit (a small message the
-// other way) every kCreditEvery bytes it takes. Rendezvous messages wait at the sender. On the net route (UCX over tcp) large parts
-// go eagerly too and are credited alike (ucx_fabric.h, CreditsLargeParts).
+// other way) every kCreditEvery bytes it takes. Rendezvous messages wait at the sender. On the net
+// route (UCX over tcp) large parts go eagerly too and are credited alike (ucx_fabric.h,
+// CreditsLargeParts).
 //
 // Failures. shutdown() sends a marker as the stream's last message: the peer reads everything
 // before it, then reports "shut the stream down after a failure of its own operation" (as TCP's
