@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <string>
@@ -98,12 +99,19 @@ std::string CaseName(const ::testing::TestParamInfo<Case>& info) {
 class LinkCalibration : public ::testing::TestWithParam<Case> {
  protected:
   void SetUp() override {
+    // These cases are about one host: every pair is on one node and the intra-node class is the
+    // one measured. Across emulated nodes (tools/emulated-tier.sh, BRAID_TEST_EMULATE) a job's
+    // ranks sit on different nodes: forced shm cannot connect them, and over tcp the inter-node
+    // class is measured instead. LinkCalibrationTwoNodes below is the case for two nodes.
+    if (const char* e = std::getenv("BRAID_TEST_EMULATE"); e && *e)
+      GTEST_SKIP() << "assumes one host; BRAID_TEST_EMULATE spreads the ranks over nodes";
     char tmpl[] = "/tmp/braid-link-calibration-XXXXXX";
     ASSERT_NE(mkdtemp(tmpl), nullptr);
     dir_ = tmpl;
     profile_ = dir_ + "/links.profile";
   }
   void TearDown() override {
+    if (dir_.empty()) return;  // skipped before SetUp made it
     unlink(profile_.c_str());
     rmdir(dir_.c_str());
   }
