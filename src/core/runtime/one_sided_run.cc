@@ -271,7 +271,7 @@ void OneSidedRun::start(braidComm& comm, const std::shared_ptr<const RankSchedul
                                : board_->peerWindow(w.rank, epoch_ + w.post, w.place);
   scratch_ = scratch;
   step_ = 0;
-  wait_next_ = 0;
+  met_ = 0;
   mismatch_ = false;
   agreed_ = comm.nranks() == 1;
   first_waits_ = 0;
@@ -483,24 +483,33 @@ Status OneSidedRun::advance(bool* moved) {
   const size_t nsteps = steps_.size();
   while (step_ < nsteps) {
     const StepRange& r = steps_[step_];
-    for (uint32_t i = r.begin + wait_next_; i < r.data; ++i) {
+    // Every wait not met yet is looked at, and the run blocks on the last one not met: when that
+    // peer's post comes the others' have usually come too (on oversubscribed cores, blocking on
+    // the first one cost a yield round per peer).
+    bool all = true;
+    for (uint32_t i = r.begin; i < r.data; ++i) {
+      const uint32_t bit = i - r.begin;
+      if (bit < 64 && (met_ >> bit & 1)) continue;
       const Op& op = ops_[i];
       if (!waitMet(op)) {
-        // Waits are looked at in order; those before this one are met (and agreed).
-        wait_next_ = i - r.begin;
+        all = false;
         blocked_ = {op.peer, op.counter,
                     static_cast<uint32_t>(static_cast<int64_t>(epoch_) + op.value)};
-        publish();
-        return Status::Ok();
+        continue;
       }
       if (op.counter == Counter::kPosted) BRAID_RETURN_IF_ERROR(agreeWith(op));
+      if (bit < 64) met_ |= uint64_t{1} << bit;  // (waits past 64 are looked at again)
+    }
+    if (!all) {
+      publish();
+      return Status::Ok();
     }
     for (uint32_t i = r.data; i < r.end; ++i) {
       BRAID_RETURN_IF_ERROR(runOp(ops_[i]));
       count(ops_[i]);
     }
     *moved = true;
-    wait_next_ = 0;
+    met_ = 0;
     blocked_ = {};
     ++step_;
   }

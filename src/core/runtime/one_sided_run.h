@@ -187,7 +187,7 @@ class OneSidedRun {
   std::vector<std::byte*> base_;  // the call's slots, then its windows
   std::vector<std::byte>* scratch_ = nullptr;
   size_t step_ = 0;
-  uint32_t wait_next_ = 0;  // the current step's next wait to look at
+  uint64_t met_ = 0;  // the current step's waits met (a bit per wait; waits past 64 are redone)
   bool mismatch_ = false;
   bool agreed_ = false;
   bool settled_ = false;              // the clock knows how many posts the call takes
