@@ -112,7 +112,7 @@ void ActiveOp::reset(braidComm* comm, Operation* op, std::shared_ptr<Operation> 
   d_ = op->desc();
   is_p2p_ = d_.kind == CollKind::kSendRecv;
   seq_ = 0;
-  algo_name_.clear();
+  algo_name_ = "";
   algo_ = nullptr;
   args_ = CollArgs();
   proto_ = WireHeader();
@@ -165,11 +165,22 @@ Result<std::shared_ptr<const RankSchedule>> ActiveOp::buildSchedule(CollArgs* ar
     if (!sched.ok()) return sched.status();
     return std::make_shared<const RankSchedule>(std::move(*sched));
   }
+  braidComm::PlanMemo& memo = comm_->planMemo();
+  if (memo.plan.schedule && SamePlanShape(d_, memo.shape)) {
+    *args = memo.args;
+    algo_ = memo.plan.algo;
+    algo_name_ = algo_->name();
+    return memo.plan.schedule;
+  }
   *args = CollArgsFor(*comm_, d_);
   auto plan = PlanFor(*comm_, d_, *args);
   if (!plan.ok()) return plan.status();
   algo_ = plan->algo;
   algo_name_ = algo_->name();
+  memo.shape = d_;
+  memo.shape.p2p.clear();
+  memo.args = *args;
+  memo.plan = *plan;
   return std::move(plan->schedule);
 }
 
@@ -286,28 +297,37 @@ Status ActiveOp::prepare(uint64_t coll_seq, std::vector<uint64_t>& p2p_send_seq,
 
 Status ActiveOp::bindBuffers() {
   const auto& table = data_sched_->buffers;
-  bufs_.base.assign(table.size(), nullptr);
-  bufs_.elsize.assign(table.size(), 1);
-  // Scratch buffers share one allocation from the engine's pool, each at a 64-byte boundary.
-  uint64_t scratch_bytes = 0;
-  std::vector<uint64_t> offset(table.size(), 0);
-  uint64_t codec_elems = 0;
-  for (size_t i = 0; i < table.size(); ++i) {
-    const BufferDesc& b = table[i];
-    if (b.memory != MemoryType::kHost)
-      return InvalidArgument(std::string("buffer in ") + MemoryTypeName(b.memory) +
-                             " memory: this build moves host memory only");
-    bufs_.elsize[i] = DataTypeSize(b.dtype);
-    if (b.role == BufferRole::kScratch) {
-      offset[i] = scratch_bytes;
-      scratch_bytes += (b.count * bufs_.elsize[i] + 63) / 64 * 64;
+  if (layout_.of != data_sched_) {
+    Layout& l = layout_;
+    l.of = data_sched_;
+    l.unsupported = Status::Ok();
+    l.offset.assign(table.size(), 0);
+    l.elsize.assign(table.size(), 1);
+    // Scratch buffers share one allocation from the engine's pool, each at a 64-byte boundary.
+    l.scratch_bytes = 0;
+    l.codec_elems = 0;
+    l.board_form = -1;
+    for (size_t i = 0; i < table.size(); ++i) {
+      const BufferDesc& b = table[i];
+      if (b.memory != MemoryType::kHost && l.unsupported.ok())
+        l.unsupported = InvalidArgument(std::string("buffer in ") + MemoryTypeName(b.memory) +
+                                        " memory: this build moves host memory only");
+      l.elsize[i] = DataTypeSize(b.dtype);
+      if (b.role == BufferRole::kScratch) {
+        l.offset[i] = l.scratch_bytes;
+        l.scratch_bytes += (b.count * l.elsize[i] + 63) / 64 * 64;
+      }
     }
+    for (const auto& ch : data_sched_->channels)
+      for (const auto& st : ch.steps)
+        for (const auto& op : st.ops)
+          if (op.kind == StepOpKind::kDequantizeReduce)
+            l.codec_elems = std::max(l.codec_elems, op.dst.count);
   }
-  for (const auto& ch : data_sched_->channels)
-    for (const auto& st : ch.steps)
-      for (const auto& op : st.ops)
-        if (op.kind == StepOpKind::kDequantizeReduce)
-          codec_elems = std::max(codec_elems, op.dst.count);
+  if (!layout_.unsupported.ok()) return layout_.unsupported;
+  bufs_.base.assign(table.size(), nullptr);
+  bufs_.elsize.assign(layout_.elsize.begin(), layout_.elsize.end());
+  uint64_t scratch_bytes = layout_.scratch_bytes;
   const uint64_t shadow_offset = scratch_bytes;
   if (shadow_output_) {
     shadow_bytes_ = table[kRecvBuf].count * bufs_.elsize[kRecvBuf];
@@ -328,7 +348,7 @@ Status ActiveOp::bindBuffers() {
         }
         break;
       case BufferRole::kScratch:
-        bufs_.base[i] = scratch.data() + offset[i];
+        bufs_.base[i] = scratch.data() + layout_.offset[i];
         break;
       case BufferRole::kUserP2P:
         if (i >= d_.p2p.size()) return InternalError("point-to-point buffer without its call");
@@ -339,7 +359,7 @@ Status ActiveOp::bindBuffers() {
     }
   }
   // The decoder of a dequantize-reduce needs room for one decoded slice.
-  if (codec_elems) codec_tmp_.resize(codec_elems * DataTypeSize(args_.dtype));
+  if (layout_.codec_elems) codec_tmp_.resize(layout_.codec_elems * DataTypeSize(args_.dtype));
   return Status::Ok();
 }
 
@@ -472,8 +492,12 @@ Status ActiveOp::advanceBoard(bool* moved) {
     // agreement; until then the next number is not known).
     if (comm_->boardClock().next() == 0) return Status::Ok();
     const bool data = stage_ == Stage::kBoard;
-    const RankSchedule& s = data ? *data_sched_ : *comm_->boardAgreementPlan();
-    const auto form = data ? static_cast<uint8_t>(PlanBoardCall(args_)->form) : uint8_t{4};
+    const std::shared_ptr<const RankSchedule>& s =
+        data ? data_sched_ : comm_->boardAgreementPlan();
+    // (prepare() bound the data schedule: the layout is this plan's.)
+    if (data && layout_.board_form < 0)
+      layout_.board_form = static_cast<int>(PlanBoardCall(args_)->form);
+    const auto form = data ? static_cast<uint8_t>(layout_.board_form) : uint8_t{4};
     run_.start(*comm_, s, d_, BoardSignatureOf(d_, comm_->nranks(), form), bufs_.base, &codec_tmp_);
     board_started_ = true;
     *moved = true;

@@ -224,7 +224,7 @@ class ActiveOp {
   OpDesc d_;  // the call; the prologue may redirect its input
   bool is_p2p_ = false;
   uint64_t seq_ = 0;
-  std::string algo_name_;
+  const char* algo_name_ = "";       // the algorithm's name (static storage)
   const Algorithm* algo_ = nullptr;  // collectives: the algorithm of the data schedule
   CollArgs args_;
   WireHeader proto_;  // wire identity of this call
@@ -236,6 +236,19 @@ class ActiveOp {
   std::shared_ptr<const RankSchedule> agree_sched_, data_sched_;
   std::vector<ChannelState> agree_chans_, data_chans_;
   Buffers bufs_;
+  // What bindBuffers derives from the data schedule alone, kept while the (pooled) op runs the
+  // same plan again: element sizes, scratch offsets, the decoder's slice (a small call spent
+  // about 400 instructions deriving them).
+  struct Layout {
+    std::shared_ptr<const RankSchedule> of;
+    Status unsupported;            // a buffer this build cannot move
+    std::vector<uint64_t> offset;  // per buffer: scratch offset
+    std::vector<size_t> elsize;    // per buffer
+    uint64_t scratch_bytes = 0;    // without the shadow
+    uint64_t codec_elems = 0;      // the largest dequantize-reduce
+    int board_form = -1;           // a board schedule's form (PlanBoardCall), once asked
+  };
+  Layout layout_;
   std::vector<std::byte> codec_tmp_;  // one decoded slice of a dequantize-reduce
   std::vector<uint64_t> p2p_seq_;     // per op of the point-to-point step
   std::vector<std::pair<uint32_t, uint32_t>> claims_;

@@ -220,6 +220,14 @@ struct braidComm {
   };
   using PlanCache = std::map<braid::CollArgs, CachedPlan>;
   PlanCache& planCache() { return plan_cache_; }
+  // The last collective shape the engine planned (ActiveOp::buildSchedule), its arguments and
+  // plan: a repeated call (the common case) skips CollArgsFor and the plan cache's lookup.
+  struct PlanMemo {
+    braid::OpDesc shape;
+    braid::CollArgs args;
+    CachedPlan plan;
+  };
+  PlanMemo& planMemo() { return plan_memo_; }
   // The call agreement's schedule (a dissemination barrier of this rank), built once.
   std::shared_ptr<const braid::RankSchedule>& agreementPlan() { return agreement_plan_; }
   // The board's agreement of a call that runs on the streams (BoardAgreementSchedule), built once.
@@ -332,6 +340,7 @@ struct braidComm {
   std::unique_ptr<braid::Tuner> tuner_;
   CarriedAgreementCache carried_agreement_cache_;
   PlanCache plan_cache_;
+  PlanMemo plan_memo_;
   std::shared_ptr<const braid::RankSchedule> agreement_plan_;
   std::shared_ptr<const braid::RankSchedule> board_agreement_plan_;
   std::unique_ptr<braid::Engine> engine_;

@@ -240,7 +240,8 @@ class Engine {
   // in board_calls_[i % kBoardBatch]), reused from call to call; the report names those in
   // flight.
   struct Planned {
-    const RankSchedule* schedule = nullptr;
+    // The memo's plan or `keep` (stable while the calls run: board_planned_ is not resized).
+    const std::shared_ptr<const RankSchedule>* schedule = nullptr;
     std::shared_ptr<const RankSchedule> keep;  // when the memo does not hold it
     uint8_t form = 0;                          // BoardForm, for the signature
     uint64_t scratch_bytes = 0;                // its scratch buffers, 64-byte aligned each

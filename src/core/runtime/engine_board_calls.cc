@@ -43,13 +43,6 @@ Status OtherCallOnTheStreams(int peer, const std::string& where) {
 
 namespace {
 
-// Whether two calls get the same plan on one communicator: everything CollArgsFor reads of a call.
-bool SamePlanShape(const OpDesc& a, const OpDesc& b) {
-  return a.kind == b.kind && a.dtype == b.dtype && a.base_op == b.base_op && a.avg == b.avg &&
-         a.premul == b.premul && a.count == b.count && a.root == b.root &&
-         a.in_place == b.in_place && a.codec == b.codec;
-}
-
 std::string CallContext(const braidComm& comm, const OpDesc& d, uint64_t seq) {
   return comm.where() + ": " + DescribeCall(d) + " #" + std::to_string(seq) + " [oneshot]: ";
 }
@@ -67,7 +60,7 @@ bool Engine::driveBoardCalls(std::span<const OpDesc* const> calls, Status* resul
     // lookup, no reference count touched. The shape is all of the call a plan depends on (the
     // rest of CollArgsFor is the communicator's, fixed at init).
     if (board_memo_plan_.schedule && SamePlanShape(*calls[i], board_memo_desc_)) {
-      p.schedule = board_memo_plan_.schedule.get();
+      p.schedule = &board_memo_plan_.schedule;
       p.form = board_memo_form_;
       p.scratch_bytes = board_memo_scratch_;
       continue;
@@ -79,12 +72,18 @@ bool Engine::driveBoardCalls(std::span<const OpDesc* const> calls, Status* resul
       return false;
     }
     p.keep = std::move(plan->schedule);
-    p.schedule = p.keep.get();
+    p.schedule = &p.keep;
     p.form = static_cast<uint8_t>(PlanBoardCall(args)->form);
     p.scratch_bytes = 0;
-    for (const BufferDesc& b : p.schedule->buffers)
+    for (const BufferDesc& b : p.keep->buffers)
       if (b.role == BufferRole::kScratch)
         p.scratch_bytes += (b.count * DataTypeSize(b.dtype) + 63) / 64 * 64;
+    // Earlier calls of this batch that took the memo's plan keep it themselves.
+    for (size_t k = 0; k < i; ++k)
+      if (board_planned_[k].schedule == &board_memo_plan_.schedule) {
+        board_planned_[k].keep = board_memo_plan_.schedule;
+        board_planned_[k].schedule = &board_planned_[k].keep;
+      }
     board_memo_desc_ = *calls[i];
     board_memo_plan_ = {&BoardAlgorithm(), p.keep};
     board_memo_form_ = p.form;
@@ -128,7 +127,7 @@ bool Engine::driveBoardCalls(std::span<const OpDesc* const> calls, Status* resul
         complete(i, failed_earlier(i));
         continue;
       }
-      const RankSchedule& s = *p.schedule;
+      const RankSchedule& s = **p.schedule;
       // The call's buffers: the user's, and scratch (by reference in place, a pre-multiplied
       // sum's scaled input) from memory kept between calls.
       c.slots.assign(s.buffers.size(), nullptr);
@@ -151,7 +150,8 @@ bool Engine::driveBoardCalls(std::span<const OpDesc* const> calls, Status* resul
             break;
         }
       }
-      c.run.start(comm, s, d, BoardSignatureOf(d, comm.nranks(), p.form), c.slots, &c.pulls);
+      c.run.start(comm, *p.schedule, d, BoardSignatureOf(d, comm.nranks(), p.form), c.slots,
+                  &c.pulls);
     }
     // Every call in flight, in order, as far as it goes.
     bool moved = false;

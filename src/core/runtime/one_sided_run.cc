@@ -147,37 +147,140 @@ std::string DescribeBoardSignature(const BoardSignature& s) {
 
 // ---------------------------------------------------------------------------- OneSidedRun
 
-void OneSidedRun::start(braidComm& comm, const RankSchedule& s, const OpDesc& d,
-                        const BoardSignature& sig, std::span<std::byte* const> slots,
-                        std::vector<std::byte>* scratch) {
+void OneSidedRun::compile(const RankSchedule& s, int me) {
+  const size_t nbuf = s.buffers.size();
+  nslots_ = static_cast<uint32_t>(nbuf);
+  std::vector<uint32_t> es(nbuf);
+  windows_.clear();
+  for (size_t i = 0; i < nbuf; ++i) {
+    const BufferDesc& b = s.buffers[i];
+    es[i] = static_cast<uint32_t>(DataTypeSize(b.dtype));
+    // This rank's windows take their buffer's slot: its side of the board at the call's posts.
+    if (b.role == BufferRole::kWindow)
+      windows_.push_back(
+          {static_cast<uint32_t>(i), static_cast<uint16_t>(i), -1, PlaceOf(b.place), b.post});
+  }
+  uint32_t nbase = nslots_;
+  const auto ref = [&](const Slice& sl) {
+    const BufferDesc& b = s.buffers[sl.buffer];
+    Ref r;
+    r.offset = sl.offset * es[sl.buffer];
+    r.base = sl.buffer;
+    if (b.role == BufferRole::kWindow) {
+      if (sl.rank == kLocal || sl.rank == me) return r;
+      // A peer's window: one base per (window, peer), bound at start.
+      for (const WindowBinding& w : windows_)
+        if (w.buffer == sl.buffer && w.rank == sl.rank) {
+          r.base = w.base;
+          return r;
+        }
+      windows_.push_back({nbase, sl.buffer, sl.rank, PlaceOf(b.place), b.post});
+      r.base = nbase++;
+      return r;
+    }
+    if (sl.remote()) r.peer = sl.rank;  // a buffer the peer exposed
+    return r;
+  };
+  const auto remote = [&](const Slice& sl) { return sl.rank != kLocal && sl.rank != me; };
+  ops_.clear();
+  steps_.clear();
+  const std::vector<Step>& steps = s.channels[0].steps;
+  for (const Step& st : steps) {
+    StepRange range;
+    range.begin = static_cast<uint32_t>(ops_.size());
+    // Waits first: a step runs its data ops only once every wait of it is met (the builders put
+    // waits in steps of their own, so nothing is lost by ordering them so).
+    for (const StepOp& so : st.ops) {
+      if (so.kind != StepOpKind::kWait) continue;
+      Op op;
+      op.kind = so.kind;
+      op.counter = so.counter;
+      op.peer = so.peer;
+      op.value = so.value;
+      op.first_post = so.counter == Counter::kPosted && so.value == 0;
+      ops_.push_back(op);
+    }
+    range.data = static_cast<uint32_t>(ops_.size());
+    for (const StepOp& so : st.ops) {
+      if (so.kind == StepOpKind::kWait) continue;
+      Op op;
+      op.kind = so.kind;
+      op.counter = so.counter;
+      op.value = so.value;
+      const bool has_src = so.kind != StepOpKind::kSignal && so.kind != StepOpKind::kDivide;
+      const bool has_dst = WritesDstKind(so.kind);
+      if (has_src) op.src = ref(so.src);
+      if (has_dst) {
+        op.dst = ref(so.dst);
+        op.dtype = s.buffers[so.dst.buffer].dtype;
+        op.count = so.dst.count;
+      }
+      if (so.kind == StepOpKind::kCombine) op.src2 = ref(so.src2);
+      if (has_src) op.bytes = so.src.count * es[so.src.buffer];
+      if (so.kind == StepOpKind::kScale) op.count = so.src.count;
+      // The board's traffic counters.
+      if (so.kind == StepOpKind::kPut) {
+        if (remote(so.dst)) {
+          op.write_peer = so.dst.rank;
+          op.read_bytes = so.dst.count * es[so.dst.buffer];
+        }
+      } else if (ReadsSrcKind(so.kind)) {
+        if (remote(so.src)) {
+          op.read_peer = so.src.rank;
+          op.read_bytes = so.src.count * es[so.src.buffer];
+        }
+        if (so.kind == StepOpKind::kCombine && remote(so.src2)) {
+          op.read_peer2 = so.src2.rank;
+          op.read_bytes2 = so.src2.count * es[so.src2.buffer];
+        }
+      }
+      ops_.push_back(op);
+    }
+    range.end = static_cast<uint32_t>(ops_.size());
+    steps_.push_back(range);
+  }
+  base_.assign(nbase, nullptr);
+  posts_ = s.posts;
+  last_post_step_ = s.last_post_step;
+  exposure_ = s.exposure;
+}
+
+void OneSidedRun::start(braidComm& comm, const std::shared_ptr<const RankSchedule>& s,
+                        const OpDesc& d, const BoardSignature& sig,
+                        std::span<std::byte* const> slots, std::vector<std::byte>* scratch) {
+  if (compiled_ != s || compiled_rank_ != comm.rank()) {
+    compile(*s, comm.rank());
+    compiled_ = s;
+    compiled_rank_ = comm.rank();
+  }
+  const braidComm* last_comm = comm_;
   comm_ = &comm;
   board_ = comm.board();
-  sched_ = &s;
-  steps_ = &s.channels[0].steps;
   d_ = &d;
   // A call of one post takes its number whatever its agreement finds; one of more says how many
   // it took once its agreement is over (settle).
-  epoch_ = comm.boardClock().take(s.posts, s.posts == 1);
-  settled_ = s.posts == 1;
+  const uint32_t last_epoch = epoch_;
+  epoch_ = comm.boardClock().take(posts_, posts_ == 1);
+  settled_ = posts_ == 1;
   sig_ = sig;
-  slots_.assign(slots.begin(), slots.end());
-  slots_.resize(s.buffers.size(), nullptr);
-  elsize_.resize(s.buffers.size());
-  for (size_t i = 0; i < s.buffers.size(); ++i) {
-    const BufferDesc& b = s.buffers[i];
-    elsize_[i] = static_cast<uint32_t>(DataTypeSize(b.dtype));
-    // This rank's windows: its side of the board at the call's posts.
-    if (b.role == BufferRole::kWindow)
-      slots_[i] = board_->outbox(epoch_ + b.post, PlaceOf(b.place));
-  }
+  const size_t n = std::min<size_t>(slots.size(), nslots_);
+  std::copy_n(slots.begin(), n, base_.begin());
+  std::fill(base_.begin() + static_cast<ptrdiff_t>(n), base_.begin() + nslots_, nullptr);
+  for (const WindowBinding& w : windows_)
+    base_[w.base] = w.rank < 0 ? board_->outbox(epoch_ + w.post, w.place)
+                               : board_->peerWindow(w.rank, epoch_ + w.post, w.place);
   scratch_ = scratch;
   step_ = 0;
   met_ = 0;
   mismatch_ = false;
   agreed_ = comm.nranks() == 1;
   first_waits_ = 0;
-  seen_first_.assign(static_cast<size_t>(comm.nranks()), 0);
-  if (s.exposure) exposed_.assign(static_cast<size_t>(comm.nranks()) * kExposable, 0);
+  // Seen-first marks are the epoch they were seen at: nothing to clear per call (unless the
+  // numbers wrapped, or the run moved to another communicator).
+  const auto nranks = static_cast<size_t>(comm.nranks());
+  if (seen_first_.size() != nranks || epoch_ <= last_epoch || &comm != last_comm)
+    seen_first_.assign(nranks, 0);
+  if (exposure_) exposed_.assign(nranks * kExposable, 0);
   blocked_ = {};
   unpublished_ = false;
 }
@@ -191,46 +294,29 @@ void OneSidedRun::finish() {
     board_->consume(upto);
 }
 
-std::byte* OneSidedRun::window(uint16_t buf, int rank) const {
-  const BufferDesc& b = sched_->buffers[buf];
-  const uint32_t seq = epoch_ + b.post;
-  if (rank == kLocal || rank == comm_->rank()) return board_->outbox(seq, PlaceOf(b.place));
-  return board_->peerWindow(rank, seq, PlaceOf(b.place));
-}
-
-const std::byte* OneSidedRun::readable(const Slice& sl) const {
-  const BufferDesc& b = sched_->buffers[sl.buffer];
-  if (b.role == BufferRole::kWindow)
-    return window(sl.buffer, sl.rank) + sl.offset * elsize_[sl.buffer];
-  if (!sl.remote()) return local(sl);
-  return nullptr;
-}
-
-Status OneSidedRun::pull(const Slice& sl, uint64_t from, uint64_t n, std::byte* dst) {
-  const size_t es = elsize_[sl.buffer];
-  const auto peer = static_cast<size_t>(sl.rank);
+Status OneSidedRun::pull(const Ref& r, uint64_t from, uint64_t bytes, std::byte* dst) {
+  const auto peer = static_cast<size_t>(r.peer);
   const uint64_t base =
-      sl.buffer < kExposable && !exposed_.empty() ? exposed_[peer * kExposable + sl.buffer] : 0;
+      r.base < kExposable && !exposed_.empty() ? exposed_[peer * kExposable + r.base] : 0;
   if (base == 0)
-    return InternalError("rank " + std::to_string(sl.rank) + " has not exposed buffer " +
-                         std::to_string(sl.buffer) + " to this call");
-  const uint64_t bytes = n * es;
+    return InternalError("rank " + std::to_string(r.peer) + " has not exposed buffer " +
+                         std::to_string(r.base) + " to this call");
   const int pid = comm_->rankInfos()[peer].pid;
-  const int err = ReadPeerMemory(pid, base + (sl.offset + from) * es, dst, bytes);
+  const int err = ReadPeerMemory(pid, base + r.offset + from, dst, bytes);
   if (err == 0) return Status::Ok();
-  if (err == ESRCH || board_->dead(sl.rank)) return board_->deathError(sl.rank);
+  if (err == ESRCH || board_->dead(r.peer)) return board_->deathError(r.peer);
   return SystemError(
-      "reading " + std::to_string(bytes) + " bytes of rank " + std::to_string(sl.rank) +
+      "reading " + std::to_string(bytes) + " bytes of rank " + std::to_string(r.peer) +
       "'s buffer in place (cross-memory attach) failed: " + std::strerror(err) +
       (err == EFAULT ? " (a buffer smaller than the call's count, on that rank or this one?)"
                      : ""));
 }
 
-Status OneSidedRun::reduce(const StepOp& op, bool combine) {
-  const DataType dt = sched_->buffers[op.dst.buffer].dtype;
+Status OneSidedRun::reduce(const Op& op, bool combine) {
+  const DataType dt = op.dtype;
   const ReduceOp rop = d_->base_op;
-  std::byte* dst = local(op.dst);
-  const uint64_t count = op.dst.count;
+  std::byte* dst = at(op.dst);
+  const uint64_t count = op.count;
   const std::byte* a = combine ? readable(op.src) : dst;
   const std::byte* b = combine ? readable(op.src2) : readable(op.src);
   if (a && b) {  // loads from mapped memory: one pass
@@ -251,18 +337,18 @@ Status OneSidedRun::reduce(const StepOp& op, bool combine) {
       if (a) {
         x = a + done * es;
       } else {
-        BRAID_RETURN_IF_ERROR(pull(op.src, done, n, pa));
+        BRAID_RETURN_IF_ERROR(pull(op.src, done * es, n * es, pa));
         x = pa;
       }
       if (b) {
         y = b + done * es;
       } else {
-        BRAID_RETURN_IF_ERROR(pull(op.src2, done, n, pb));
+        BRAID_RETURN_IF_ERROR(pull(op.src2, done * es, n * es, pb));
         y = pb;
       }
     } else {
       x = dst + done * es;
-      BRAID_RETURN_IF_ERROR(pull(op.src, done, n, pb));
+      BRAID_RETURN_IF_ERROR(pull(op.src, done * es, n * es, pb));
       y = pb;
     }
     ReduceKernel(dt, rop, x, y, dst + done * es, n);
@@ -270,7 +356,7 @@ Status OneSidedRun::reduce(const StepOp& op, bool combine) {
   return Status::Ok();
 }
 
-bool OneSidedRun::waitMet(const StepOp& op) {
+bool OneSidedRun::waitMet(const Op& op) const {
   const int64_t target = static_cast<int64_t>(epoch_) + op.value;
   if (target <= 0) return true;  // a post before the board's first: nothing to wait for
   const auto seq = static_cast<uint32_t>(target);
@@ -290,54 +376,41 @@ void OneSidedRun::publish() {
   unpublished_ = false;
 }
 
-void OneSidedRun::count(const StepOp& op) {
-  const int me = comm_->rank();
-  const auto remote = [&](const Slice& sl) { return sl.rank != kLocal && sl.rank != me; };
-  if (op.kind == StepOpKind::kPut) {
-    if (remote(op.dst)) board_->countWritten(op.dst.rank, op.dst.count * elsize_[op.dst.buffer]);
-    return;
-  }
-  if (!ReadsSrcKind(op.kind)) return;
-  if (remote(op.src)) board_->countRead(op.src.rank, op.src.count * elsize_[op.src.buffer]);
-  if (op.kind == StepOpKind::kCombine && remote(op.src2))
-    board_->countRead(op.src2.rank, op.src2.count * elsize_[op.src2.buffer]);
+void OneSidedRun::count(const Op& op) {
+  if (op.read_peer >= 0) board_->countRead(op.read_peer, op.read_bytes);
+  if (op.read_peer2 >= 0) board_->countRead(op.read_peer2, op.read_bytes2);
+  if (op.write_peer >= 0) board_->countWritten(op.write_peer, op.read_bytes);
 }
 
-Status OneSidedRun::runOp(const StepOp& op) {
+Status OneSidedRun::runOp(const Op& op) {
   switch (op.kind) {
     case StepOpKind::kCopy: {
-      std::byte* dst = local(op.dst);
-      const std::byte* src = local(op.src);
-      const uint64_t bytes = op.src.count * elsize_[op.src.buffer];
-      if (dst != src) std::memmove(dst, src, bytes);
+      std::byte* dst = at(op.dst);
+      const std::byte* src = at(op.src);
+      if (dst != src) std::memmove(dst, src, op.bytes);
       return Status::Ok();
     }
     case StepOpKind::kScale:
       // Into a window (the board's form of a pre-multiplied sum) or scratch.
-      ScaleKernel(sched_->buffers[op.dst.buffer].dtype, local(op.src), local(op.dst), op.src.count,
-                  d_->scalar);
+      ScaleKernel(op.dtype, at(op.src), at(op.dst), op.count, d_->scalar);
       return Status::Ok();
     case StepOpKind::kDivide:
-      DivideKernel(sched_->buffers[op.dst.buffer].dtype, local(op.dst), op.dst.count,
-                   static_cast<uint64_t>(comm_->nranks()));
+      DivideKernel(op.dtype, at(op.dst), op.count, static_cast<uint64_t>(comm_->nranks()));
       return Status::Ok();
     case StepOpKind::kGet: {
-      std::byte* dst = local(op.dst);
-      const uint64_t bytes = op.src.count * elsize_[op.src.buffer];
+      std::byte* dst = at(op.dst);
       if (const std::byte* src = readable(op.src)) {
-        if (bytes >= cpu::kStreamingCopyMinBytes)
-          cpu::StreamingCopy(dst, src, bytes);
+        if (op.bytes >= cpu::kStreamingCopyMinBytes)
+          cpu::StreamingCopy(dst, src, op.bytes);
         else
-          std::memcpy(dst, src, bytes);
+          std::memcpy(dst, src, op.bytes);
         return Status::Ok();
       }
-      return pull(op.src, 0, op.src.count, dst);
+      return pull(op.src, 0, op.bytes, dst);
     }
-    case StepOpKind::kPut: {
-      std::byte* dst = window(op.dst.buffer, op.dst.rank) + op.dst.offset * elsize_[op.dst.buffer];
-      std::memcpy(dst, local(op.src), op.src.count * elsize_[op.src.buffer]);
+    case StepOpKind::kPut:
+      std::memcpy(at(op.dst), at(op.src), op.bytes);
       return Status::Ok();
-    }
     case StepOpKind::kCombine:
       return reduce(op, true);
     case StepOpKind::kReduce:
@@ -345,12 +418,13 @@ Status OneSidedRun::runOp(const StepOp& op) {
     case StepOpKind::kExpose: {
       // Into the record of the call's first post (its entry carries no data in a schedule that
       // exposes: the lowering checks it).
-      uint64_t addr = reinterpret_cast<uint64_t>(slots_[op.src.buffer]);
+      const uint32_t buffer = op.src.base;
+      uint64_t addr = reinterpret_cast<uint64_t>(base_[buffer]);
       // The send buffer as the caller passed it (an all-gather in place: its block of the
       // receive buffer, where a peer finds its input).
-      if (op.src.buffer == kSendBuf) addr = reinterpret_cast<uint64_t>(d_->sendbuf);
-      std::memcpy(board_->outbox(epoch_, BoardPlace::kEntry) + op.src.buffer * sizeof(uint64_t),
-                  &addr, sizeof(addr));
+      if (buffer == kSendBuf) addr = reinterpret_cast<uint64_t>(d_->sendbuf);
+      std::memcpy(board_->outbox(epoch_, BoardPlace::kEntry) + buffer * sizeof(uint64_t), &addr,
+                  sizeof(addr));
       return Status::Ok();
     }
     case StepOpKind::kSignal: {
@@ -369,68 +443,70 @@ Status OneSidedRun::runOp(const StepOp& op) {
   }
 }
 
+Status OneSidedRun::agreeWith(const Op& op) {
+  const auto seq = static_cast<uint32_t>(static_cast<int64_t>(epoch_) + op.value);
+  // The call agreement: every post of the call carries its signature.
+  const BoardSignature theirs = board_->signature(op.peer, seq);
+  if (!(theirs == sig_)) {
+    mismatch_ = true;
+    // Every rank finds a difference at this call (if a differs from b, every rank differs from
+    // one of them) and every rank posted it: the board stays in step (the call took one post on
+    // every rank), and the call has read all it will.
+    step_ = steps_.size();
+    finish();
+    publish();
+    return InvalidUsage("call mismatch: rank " + std::to_string(op.peer) + " called " +
+                        DescribeBoardSignature(theirs) +
+                        " at this point; every rank must make the same calls in the same order "
+                        "(nothing was transferred; the communicator is still usable)");
+  }
+  if (!op.first_post) return Status::Ok();
+  const auto peer = static_cast<size_t>(op.peer);
+  if (seen_first_[peer] == epoch_) return Status::Ok();
+  seen_first_[peer] = epoch_;
+  if (exposure_) {
+    // Its exposure record, kept for the call (its entry is consumed before the reads).
+    std::memcpy(&exposed_[peer * kExposable], board_->inbox(op.peer, epoch_, BoardPlace::kEntry),
+                kExposable * sizeof(uint64_t));
+  }
+  if (++first_waits_ == comm_->nranks() - 1) {
+    agreed_ = true;
+    if (!settled_) {
+      comm_->boardClock().settle(epoch_, posts_);
+      settled_ = true;
+    }
+  }
+  return Status::Ok();
+}
+
 Status OneSidedRun::advance(bool* moved) {
-  const std::vector<Step>& steps = *steps_;
-  while (step_ < steps.size()) {
-    const Step& st = steps[step_];
-    const size_t nops = st.ops.size();
+  const size_t nsteps = steps_.size();
+  while (step_ < nsteps) {
+    const StepRange& r = steps_[step_];
+    // Every wait not met yet is looked at, and the run blocks on the last one not met: when that
+    // peer's post comes the others' have usually come too (on oversubscribed cores, blocking on
+    // the first one cost a yield round per peer).
     bool all = true;
-    // Waits first: a step runs its data ops only once every wait of it is met (the builders put
-    // waits in steps of their own, so nothing is lost by ordering them so).
-    for (size_t i = 0; i < nops; ++i) {
-      const StepOp& op = st.ops[i];
-      if (op.kind != StepOpKind::kWait || (i < 64 && (met_ >> i & 1))) continue;
+    for (uint32_t i = r.begin; i < r.data; ++i) {
+      const uint32_t bit = i - r.begin;
+      if (bit < 64 && (met_ >> bit & 1)) continue;
+      const Op& op = ops_[i];
       if (!waitMet(op)) {
         all = false;
         blocked_ = {op.peer, op.counter,
                     static_cast<uint32_t>(static_cast<int64_t>(epoch_) + op.value)};
         continue;
       }
-      if (op.counter == Counter::kPosted) {
-        const auto seq = static_cast<uint32_t>(static_cast<int64_t>(epoch_) + op.value);
-        // The call agreement: every post of the call carries its signature.
-        const BoardSignature theirs = board_->signature(op.peer, seq);
-        if (!(theirs == sig_)) {
-          mismatch_ = true;
-          // Every rank finds a difference at this call (if a differs from b, every rank differs
-          // from one of them) and every rank posted it: the board stays in step (the call took
-          // one post on every rank), and the call has read all it will.
-          step_ = steps_->size();
-          finish();
-          publish();
-          return InvalidUsage("call mismatch: rank " + std::to_string(op.peer) + " called " +
-                              DescribeBoardSignature(theirs) +
-                              " at this point; every rank must make the same calls in the same "
-                              "order (nothing was transferred; the communicator is still usable)");
-        }
-        if (op.value == 0 && !seen_first_[static_cast<size_t>(op.peer)]) {
-          seen_first_[static_cast<size_t>(op.peer)] = 1;
-          if (sched_->exposure) {
-            // Its exposure record, kept for the call (its entry is consumed before the reads).
-            std::memcpy(&exposed_[static_cast<size_t>(op.peer) * kExposable],
-                        board_->inbox(op.peer, epoch_, BoardPlace::kEntry),
-                        kExposable * sizeof(uint64_t));
-          }
-          if (++first_waits_ == comm_->nranks() - 1) {
-            agreed_ = true;
-            if (!settled_) {
-              comm_->boardClock().settle(epoch_, sched_->posts);
-              settled_ = true;
-            }
-          }
-        }
-      }
-      if (i < 64) met_ |= uint64_t{1} << i;
+      if (op.counter == Counter::kPosted) BRAID_RETURN_IF_ERROR(agreeWith(op));
+      if (bit < 64) met_ |= uint64_t{1} << bit;  // (waits past 64 are looked at again)
     }
     if (!all) {
       publish();
       return Status::Ok();
     }
-    for (size_t i = 0; i < nops; ++i) {
-      const StepOp& op = st.ops[i];
-      if (op.kind == StepOpKind::kWait) continue;
-      BRAID_RETURN_IF_ERROR(runOp(op));
-      count(op);
+    for (uint32_t i = r.data; i < r.end; ++i) {
+      BRAID_RETURN_IF_ERROR(runOp(ops_[i]));
+      count(ops_[i]);
     }
     *moved = true;
     met_ = 0;
@@ -443,7 +519,7 @@ Status OneSidedRun::advance(bool* moved) {
 }
 
 std::string OneSidedRun::describe() const {
-  std::string s = "board step " + std::to_string(step_ + 1) + "/" + std::to_string(steps_->size());
+  std::string s = "board step " + std::to_string(step_ + 1) + "/" + std::to_string(steps_.size());
   if (blocked_.peer >= 0)
     s += ", waiting for rank " + std::to_string(blocked_.peer) +
          (blocked_.counter == Counter::kPosted ? " to post " : " to consume post ") +

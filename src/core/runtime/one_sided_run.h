@@ -23,6 +23,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <string>
 #include <vector>
@@ -79,22 +80,24 @@ class OneSidedRun {
   // Starts `s` (this rank's lowered schedule, posts > 0) for the call `d` of `comm`, on its board:
   // takes the call's posts from comm.boardClock() (whose next() must not be 0). `slots` holds
   // the base of every buffer slot that is not a window (user buffers, scratch; windows are bound
-  // here); `scratch` is memory for pieces read across processes. Neither allocates once the
-  // vectors have grown (a run is reused call after call).
-  void start(braidComm& comm, const RankSchedule& s, const OpDesc& d, const BoardSignature& sig,
-             std::span<std::byte* const> slots, std::vector<std::byte>* scratch);
+  // here); `scratch` is memory for pieces read across processes. The schedule is compiled into
+  // the run's program the first time the run sees it (the run keeps it alive, so a later call
+  // of the same plan, the common case, reuses the program); nothing allocates then.
+  void start(braidComm& comm, const std::shared_ptr<const RankSchedule>& s, const OpDesc& d,
+             const BoardSignature& sig, std::span<std::byte* const> slots,
+             std::vector<std::byte>* scratch);
 
   // Runs steps until the schedule ends or a wait is not met; *moved when anything ran. An error
   // is the call's: a mismatch (invalid usage; mismatched() then holds) or a failed read across
   // processes.
   Status advance(bool* moved);
-  bool finished() const { return step_ >= steps_->size(); }
+  bool finished() const { return step_ >= steps_.size(); }
   bool mismatched() const { return mismatch_; }
   uint32_t epoch() const { return epoch_; }
   // Posts this call takes: the schedule's, or one after a mismatch at its first post.
-  uint32_t posts() const { return mismatch_ ? 1 : sched_->posts; }
+  uint32_t posts() const { return mismatch_ ? 1 : posts_; }
   // Whether the run has made its last post (what is left reads, and consumes).
-  bool pastLastPost() const { return step_ > sched_->last_post_step; }
+  bool pastLastPost() const { return step_ > last_post_step_; }
   // Whether the call's agreement is over (every peer's first post seen and compared).
   bool agreed() const { return agreed_; }
 
@@ -112,42 +115,84 @@ class OneSidedRun {
   void publish();
 
  private:
-  Status runOp(const StepOp& op);
-  // The board's traffic counters: the bytes `op` (run) read from peers or wrote into them.
-  void count(const StepOp& op);
-  std::byte* local(const Slice& sl) const {
-    return slots_[sl.buffer] + sl.offset * elsize_[sl.buffer];
-  }
-  // Where a window of this schedule is: this rank's, or peer `rank`'s.
-  std::byte* window(uint16_t buf, int rank) const;
-  // The address of slice `sl` when it is readable in this process (a local slice, or a peer's
-  // window); null for a peer's exposed buffer (read across processes: pull()).
-  const std::byte* readable(const Slice& sl) const;
-  Status pull(const Slice& sl, uint64_t from, uint64_t n, std::byte* dst);
+  // The schedule compiled for this executor (compile()): every slice resolved to a base (one of
+  // the call's slots, or a window on the board bound at start()) and a byte offset, element
+  // sizes and traffic worked out, each step's waits before its data ops. Interpreting the
+  // schedule's ops directly cost about three times the instructions of the board's old
+  // hand-written executor per small call (docs/performance.md "One IR").
+  struct Ref {
+    uint32_t base = 0;    // index into base_ (exposed: the buffer slot)
+    int16_t peer = -1;    // >= 0: a buffer that peer exposed (read across processes)
+    uint64_t offset = 0;  // bytes
+  };
+  struct Op {
+    StepOpKind kind = StepOpKind::kCopy;
+    Counter counter = Counter::kPosted;
+    DataType dtype = DataType::kUint8;  // of dst (reductions, scale, divide)
+    bool first_post = false;            // kWait: a peer's first post of the call (its agreement)
+    int32_t peer = -1;                  // kWait
+    int32_t value = 0;                  // kSignal, kWait: relative to the epoch
+    uint64_t count = 0;                 // elements (of dst; of src for copies)
+    uint64_t bytes = 0;                 // src bytes (copy, get, put)
+    Ref src, src2, dst;
+    // Traffic (LocalBoard::countRead / countWritten): a peer read from, a second one, a peer
+    // written into; -1 none.
+    int16_t read_peer = -1, read_peer2 = -1, write_peer = -1;
+    uint64_t read_bytes = 0, read_bytes2 = 0;
+  };
+  struct StepRange {
+    uint32_t begin = 0, data = 0, end = 0;  // waits [begin, data), the rest [data, end)
+  };
+  struct WindowBinding {
+    uint32_t base = 0;  // index into base_
+    uint16_t buffer = 0;
+    int16_t rank = -1;  // -1: this rank's
+    BoardPlace place = BoardPlace::kEntry;
+    uint32_t post = 0;
+  };
+  void compile(const RankSchedule& s, int me);
+  Status runOp(const Op& op);
+  void count(const Op& op);
+  std::byte* at(const Ref& r) const { return base_[r.base] + r.offset; }
+  // The address of `r` when it is readable in this process; null for a peer's exposed buffer.
+  const std::byte* readable(const Ref& r) const { return r.peer >= 0 ? nullptr : at(r); }
+  Status pull(const Ref& r, uint64_t from, uint64_t bytes, std::byte* dst);
   // dst = src2 op src (kCombine), or dst = dst op src (src2 null: kReduce), where either source may
   // be a peer's exposed buffer, read in pieces.
-  Status reduce(const StepOp& op, bool combine);
-  bool waitMet(const StepOp& op);
+  Status reduce(const Op& op, bool combine);
+  bool waitMet(const Op& op) const;
+  // A kPosted wait met: the peer's signature compared (an error on a mismatch), its first post's
+  // exposure record taken.
+  Status agreeWith(const Op& op);
   // Every post of the call read: the clock may publish past it.
   void finish();
 
+  // The program (valid while `compiled_` is kept alive).
+  std::shared_ptr<const RankSchedule> compiled_;
+  int compiled_rank_ = -1;
+  std::vector<Op> ops_;
+  std::vector<StepRange> steps_;
+  std::vector<WindowBinding> windows_;
+  uint32_t nslots_ = 0;
+  uint32_t posts_ = 0;
+  uint32_t last_post_step_ = 0;
+  bool exposure_ = false;
+
+  // The call.
   braidComm* comm_ = nullptr;
   LocalBoard* board_ = nullptr;
-  const RankSchedule* sched_ = nullptr;
-  const std::vector<Step>* steps_ = nullptr;
   const OpDesc* d_ = nullptr;
   uint32_t epoch_ = 0;
   BoardSignature sig_;
-  std::vector<std::byte*> slots_;
-  std::vector<uint32_t> elsize_;
+  std::vector<std::byte*> base_;  // the call's slots, then its windows
   std::vector<std::byte>* scratch_ = nullptr;
   size_t step_ = 0;
-  uint64_t met_ = 0;  // the current step's ops done (a bit per op; ops past 64 are redone)
+  uint64_t met_ = 0;  // the current step's waits met (a bit per wait; waits past 64 are redone)
   bool mismatch_ = false;
   bool agreed_ = false;
-  bool settled_ = false;  // the clock knows how many posts the call takes
-  int first_waits_ = 0;   // peers whose first post was seen
-  std::vector<uint8_t> seen_first_;
+  bool settled_ = false;              // the clock knows how many posts the call takes
+  int first_waits_ = 0;               // peers whose first post was seen
+  std::vector<uint32_t> seen_first_;  // per peer: the epoch whose first post was seen
   // Exposed buffers of peers (their first post's record): [peer][slot] addresses.
   std::vector<uint64_t> exposed_;
   Blocked blocked_;

@@ -47,6 +47,14 @@ struct OpDesc {
 // "allreduce(count=1024, float, sum)"
 std::string DescribeCall(const OpDesc& d);
 
+// Whether two collective calls get the same plan on one communicator: everything CollArgsFor
+// reads of a call (the rest of it is the communicator's, fixed at init).
+inline bool SamePlanShape(const OpDesc& a, const OpDesc& b) {
+  return a.kind == b.kind && a.dtype == b.dtype && a.base_op == b.base_op && a.avg == b.avg &&
+         a.premul == b.premul && a.count == b.count && a.root == b.root &&
+         a.in_place == b.in_place && a.codec == b.codec;
+}
+
 class Operation {
  public:
   explicit Operation(OpDesc desc) : desc_(std::move(desc)) {}
