@@ -10,6 +10,7 @@
 #include <cstdint>
 
 #include "core/base/datatype.h"
+#include "device/element_math.h"
 
 // Helpers used inside kernels must be inlined into the per-tier entry points: a helper compiled
 // out of line would exist once, for the baseline target, and the AVX2 tier would call it.
@@ -40,15 +41,9 @@
 
 namespace braid::cpu {
 
-// Kernels choose between values with this instead of ?: or if. GCC turns ?: into branches and
-// then, under the default -ftrapping-math, refuses to vectorise a loop whose floating-point
-// operation (a possible trap) sits in one of them; a mask select keeps every operation
-// unconditional, so such loops vectorise at -O2 and -O3 alike.
-template <class Bits>
-BRAID_KERNEL_INLINE Bits SelectBits(bool condition, Bits if_true, Bits if_false) {
-  const Bits mask = Bits{0} - static_cast<Bits>(condition);
-  return static_cast<Bits>((if_true & mask) | (if_false & ~mask));
-}
+// Kernels choose between values with SelectBits (device/element_math.h: shared with the GPU
+// kernels) instead of ?: or if, so that loops with a floating-point operation vectorise.
+using element::SelectBits;
 
 enum class KernelIsa : uint8_t {
   kPortable = 0,  // baseline target: SSE2 on x86-64, whatever the compiler targets elsewhere

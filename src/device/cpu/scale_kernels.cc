@@ -47,14 +47,7 @@ BRAID_KERNEL_INLINE void MapNarrow(const S* src, S* dst, size_t n, F f) {
 
 // ---------------------------------------------------------------- divide
 
-// Signed division truncating toward zero for any unsigned divisor (even one above INT64_MAX),
-// through the magnitude so that no signed operation can overflow.
-BRAID_KERNEL_INLINE int64_t DivideTowardZero(int64_t x, uint64_t d) {
-  const bool negative = x < 0;
-  const uint64_t magnitude = negative ? 0 - static_cast<uint64_t>(x) : static_cast<uint64_t>(x);
-  const uint64_t q = magnitude / d;
-  return static_cast<int64_t>(negative ? 0 - q : q);
-}
+using element::DivideTowardZero;
 
 template <DataType kType, KernelIsa kIsa>
 BRAID_KERNEL_INLINE void DivideTyped(void* buf, size_t n, uint64_t divisor) {
