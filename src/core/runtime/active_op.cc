@@ -492,8 +492,7 @@ Status ActiveOp::advanceBoard(bool* moved) {
     // agreement; until then the next number is not known).
     if (comm_->boardClock().next() == 0) return Status::Ok();
     const bool data = stage_ == Stage::kBoard;
-    const std::shared_ptr<const RankSchedule>& s =
-        data ? data_sched_ : comm_->boardAgreementPlan();
+    const std::shared_ptr<const RankSchedule>& s = data ? data_sched_ : comm_->boardAgreementPlan();
     // (prepare() bound the data schedule: the layout is this plan's.)
     if (data && layout_.board_form < 0)
       layout_.board_form = static_cast<int>(PlanBoardCall(args_)->form);
