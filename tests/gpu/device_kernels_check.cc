@@ -12,26 +12,13 @@
 #include <functional>
 #include <string>
 
+#include "cuda_event_timer.h"
 #include "device_cuda_compare.h"
 
 namespace braid {
 namespace {
 
-float TimeMs(const std::function<void()>& body, int iters) {
-  cudaEvent_t a, b;
-  cudaEventCreate(&a);
-  cudaEventCreate(&b);
-  body();  // warm-up
-  cudaEventRecord(a);
-  for (int i = 0; i < iters; ++i) body();
-  cudaEventRecord(b);
-  cudaEventSynchronize(b);
-  float ms = 0;
-  cudaEventElapsedTime(&ms, a, b);
-  cudaEventDestroy(a);
-  cudaEventDestroy(b);
-  return ms / iters;
-}
+using gpu_check::TimeMs;
 
 void Throughput() {
   const size_t bytes = size_t{256} << 20;

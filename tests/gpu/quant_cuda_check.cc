@@ -10,26 +10,13 @@
 #include <string>
 #include <vector>
 
+#include "cuda_event_timer.h"
 #include "quant_cuda_compare.h"
 
 namespace braid::quant {
 namespace {
 
-float TimeMs(const std::function<void()>& body, int iters) {
-  cudaEvent_t a, b;
-  cudaEventCreate(&a);
-  cudaEventCreate(&b);
-  body();  // warm-up
-  cudaEventRecord(a);
-  for (int i = 0; i < iters; ++i) body();
-  cudaEventRecord(b);
-  cudaEventSynchronize(b);
-  float ms = 0;
-  cudaEventElapsedTime(&ms, a, b);
-  cudaEventDestroy(a);
-  cudaEventDestroy(b);
-  return ms / iters;
-}
+using gpu_check::TimeMs;
 
 void Throughput() {
   const uint64_t bytes = 256ull << 20;
