@@ -1,16 +1,22 @@
 // The arithmetic of the block codecs (block_format.h), one element or one block's parameters at a
-// time, written once for the CPU reference, the CPU vector kernels' edges and the CUDA kernels.
+// time, written once for the CPU reference, the CPU vector kernels' edges and the GPU kernels
+// (device/cuda/block_codec.cu, built by nvcc and hipcc).
 // Bit-identity across them rests on: IEEE division, multiplication and addition rounded to
-// nearest even, each rounded on its own (the quant targets build with -ffp-contract=off and nvcc
-// --fmad=false, so no multiply-add is fused), no flush of subnormals, and canonical NaNs written
-// explicitly rather than produced by arithmetic (x86 and CUDA produce different NaN bits).
+// nearest even, each rounded on its own (the quant targets build with -ffp-contract=off, nvcc with
+// --fmad=false, hipcc with -ffp-contract=off, so no multiply-add is fused), no flush of
+// subnormals, and canonical NaNs written explicitly rather than produced by arithmetic (x86 and
+// CUDA produce different NaN bits).
 #pragma once
 
 #include <cmath>
 #include <cstdint>
 #include <cstring>
 
-#if defined(__CUDACC__)
+#include "device/gpu_portability.h"
+
+// Host and device (nvcc or hipcc: device/gpu_portability.h) in the GPU kernels; plain inline in
+// the CPU codecs.
+#if BRAID_GPU_COMPILER
 #define BRAID_QUANT_HD __host__ __device__ __forceinline__
 #else
 #define BRAID_QUANT_HD inline
@@ -23,7 +29,7 @@ inline constexpr uint16_t kNanBitsF16 = 0x7e00u;
 inline constexpr uint16_t kNanBitsBf16 = 0x7fc0u;
 
 BRAID_QUANT_HD uint32_t Bits(float f) {
-#if defined(__CUDA_ARCH__)
+#if BRAID_DEVICE_PASS
   return __float_as_uint(f);
 #else
   uint32_t u;
@@ -32,7 +38,7 @@ BRAID_QUANT_HD uint32_t Bits(float f) {
 #endif
 }
 BRAID_QUANT_HD float FromBits(uint32_t u) {
-#if defined(__CUDA_ARCH__)
+#if BRAID_DEVICE_PASS
   return __uint_as_float(u);
 #else
   float f;
@@ -43,7 +49,7 @@ BRAID_QUANT_HD float FromBits(uint32_t u) {
 
 // Round half to even (the default rounding mode's nearbyint on the host, rintf on the device).
 BRAID_QUANT_HD float RoundHalfEven(float v) {
-#if defined(__CUDA_ARCH__)
+#if BRAID_DEVICE_PASS
   return rintf(v);
 #else
   return std::nearbyint(v);
@@ -152,7 +158,7 @@ BRAID_QUANT_HD int32_t AsymmetricCode(float x, float d, float m, int bits) {
 }
 
 BRAID_QUANT_HD float SymmetricValue(int32_t q, float d) {
-#if defined(__CUDA_ARCH__)
+#if BRAID_DEVICE_PASS
   return __fmul_rn(static_cast<float>(q), d);
 #else
   return static_cast<float>(q) * d;
@@ -160,7 +166,7 @@ BRAID_QUANT_HD float SymmetricValue(int32_t q, float d) {
 }
 
 BRAID_QUANT_HD float AsymmetricValue(int32_t q, float d, float m) {
-#if defined(__CUDA_ARCH__)
+#if BRAID_DEVICE_PASS
   return __fadd_rn(m, __fmul_rn(static_cast<float>(q), d));
 #else
   return m + static_cast<float>(q) * d;

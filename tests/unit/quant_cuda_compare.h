@@ -2,7 +2,7 @@
 // nvcc alone, for GPU machines without braid's other dependencies): the CUDA block codecs
 // against the CPU reference, byte for byte, for every format and type, over block sizes that make
 // INT4 bytes straddle blocks and counts that end mid-block, on data with NaN, infinities, zeros of
-// both signs, ties and subnormals. Needs the CUDA runtime and braid_quant_cuda.
+// both signs, ties and subnormals. Needs the CUDA runtime and braid_device_cuda.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -19,7 +19,7 @@
 #include "quant/block_codec.h"
 #include "quant/block_format.h"
 #include "quant/block_math.h"
-#include "quant/cuda/block_codec_cuda.h"
+#include "device/cuda/block_codec.h"
 
 namespace braid::quant::cuda_check {
 

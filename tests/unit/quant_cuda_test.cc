@@ -1,4 +1,4 @@
-// The CUDA block codecs (src/quant/cuda) against the CPU reference, byte for byte
+// The CUDA block codecs (src/device/cuda/block_codec.cu) against the CPU reference, byte for byte
 // (quant_cuda_compare.h). Skipped, saying why, when the kernels were not built (no nvcc) or no
 // GPU is present.
 #include <gtest/gtest.h>

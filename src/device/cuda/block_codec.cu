@@ -1,4 +1,4 @@
-// CUDA kernels of the block codecs. Two families:
+// GPU kernels of the block codecs (CUDA, and HIP through device/gpu_portability.h). Two families:
 // - the fast path (G a multiple of 8, 16-byte aligned buffers: what cudaMalloc'd memory and whole
 //   encodings give): one-pass encode, a lane group or a thread block per block of G, and a
 //   thread-per-16-bytes decode (see "fast path" below; docs/quantization.md has the H100 numbers);
@@ -6,16 +6,15 @@
 //   computing its parameters (and thread 0 writing the layout's padding), then one thread per code
 //   byte quantizing with its elements' block parameters, so an INT4 byte shared by two blocks
 //   (odd G) has a single writer; decode one thread per code byte.
-// Both compute what block_math.h computes, compiled with --fmad=false and IEEE division, so the
-// bytes equal the CPU reference's (tests/unit/quant_cuda_compare.h checks both families).
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
-#include <cuda_runtime.h>
-
+// Both compute what block_math.h computes, compiled with no fused multiply-add (nvcc --fmad=false,
+// hipcc -ffp-contract=off) and IEEE division, so the bytes equal the CPU reference's
+// (tests/unit/quant_cuda_compare.h checks both families). "Warp" below is 32 lanes: half of an AMD
+// wavefront (gpu_portability.h says why the results are the same).
 #include <string>
 
+#include "device/cuda/block_codec.h"
+#include "device/gpu_portability.h"
 #include "quant/block_math.h"
-#include "quant/cuda/block_codec_cuda.h"
 
 namespace braid::quant::cuda {
 namespace {
@@ -85,9 +84,9 @@ __global__ void ParamsKernel(const BlockFormat f, const void* src, uint64_t n, u
       hi = x > hi ? x : hi;
     }
     for (int o = 16; o > 0; o /= 2) {
-      const uint32_t a = __shfl_xor_sync(0xffffffffu, amax, o);
-      const float l = __shfl_xor_sync(0xffffffffu, lo, o);
-      const float h = __shfl_xor_sync(0xffffffffu, hi, o);
+      const uint32_t a = gpu::ShflXor32(amax, o);
+      const float l = gpu::ShflXor32(lo, o);
+      const float h = gpu::ShflXor32(hi, o);
       amax = a > amax ? a : amax;
       lo = l < lo ? l : lo;
       hi = h > hi ? h : hi;
@@ -201,28 +200,13 @@ constexpr float kRoundMagic = 12582912.0f;
 constexpr uint32_t kIntMagicBits = 0x4B000000u;
 constexpr float kIntMagic = 8388608.0f;
 
-// NaN-propagating min and max (PTX min.NaN / max.NaN, sm_80 and later; one FMNMX each): a NaN
-// anywhere in a block makes its statistic NaN and an infinity makes it infinite, so "the
-// statistics are not finite" is exactly the reference's poisoned-block rule, with no separate
-// max of the |x| bits (fminf/fmaxf drop NaNs) and one instruction per element and statistic.
-__device__ __forceinline__ float MaxNan(float x, float y) {
-#if __CUDA_ARCH__ >= 800
-  float r;
-  asm("max.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(x), "f"(y));
-  return r;
-#else
-  return x != x || y != y ? __uint_as_float(kNanBitsF32) : fmaxf(x, y);
-#endif
-}
-__device__ __forceinline__ float MinNan(float x, float y) {
-#if __CUDA_ARCH__ >= 800
-  float r;
-  asm("min.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(x), "f"(y));
-  return r;
-#else
-  return x != x || y != y ? __uint_as_float(kNanBitsF32) : fminf(x, y);
-#endif
-}
+// NaN-propagating min and max (gpu::MaxNan/MinNan: PTX max.NaN/min.NaN on sm_80 and later, one
+// FMNMX each): a NaN anywhere in a block makes its statistic NaN and an infinity makes it
+// infinite, so "the statistics are not finite" is exactly the reference's poisoned-block rule,
+// with no separate max of the |x| bits (fminf/fmaxf drop NaNs) and one instruction per element and
+// statistic where the device has one.
+using gpu::MaxNan;
+using gpu::MinNan;
 
 // A block's statistics. Symmetric: a = max |x| (the same value as the reference's unsigned max
 // of the sign-cleared bits, for every non-NaN input), b unused. Asymmetric: a = min, b = max.
@@ -264,8 +248,8 @@ __device__ __forceinline__ void Accumulate(Stats& s, const float (&v)[kChunk]) {
 template <bool Sym>
 __device__ __forceinline__ Stats Shuffle(const Stats& s, unsigned offset) {
   Stats o;
-  o.a = __shfl_xor_sync(0xffffffffu, s.a, offset);
-  if (!Sym) o.b = __shfl_xor_sync(0xffffffffu, s.b, offset);
+  o.a = gpu::ShflXor32(s.a, offset);
+  if (!Sym) o.b = gpu::ShflXor32(s.b, offset);
   return o;
 }
 
@@ -275,26 +259,21 @@ __device__ __forceinline__ void Widen2(uint32_t w, float& a, float& b) {
     a = __uint_as_float(w << 16);
     b = __uint_as_float(w & 0xffff0000u);
   } else {
-    // cvt.f32.f16 is exact for every finite value and infinity (subnormals kept; the NaN payload
-    // may differ from HalfToFloat's, which no result depends on: a NaN poisons its block).
-    const float2 f2 = __half22float2(*reinterpret_cast<const __half2*>(&w));
-    a = f2.x;
-    b = f2.y;
+    // Exact for every finite value and infinity (subnormals kept; the NaN payload may differ from
+    // HalfToFloat's, which no result depends on: a NaN poisons its block).
+    gpu::Half2ToFloats(w, a, b);
   }
 }
 
-// Narrows two floats (first one at the lower address); cvt.rn.{bf16,f16}x2.f32 rounds to nearest
-// even without flushing subnormals, as FloatToBf16/FloatToHalf do for every non-NaN value (a NaN
-// never reaches it: poisoned blocks store the canonical NaN).
+// Narrows two floats (first one at the lower address), rounding to nearest even without flushing
+// subnormals, as FloatToBf16/FloatToHalf do for every non-NaN value (a NaN never reaches it:
+// poisoned blocks store the canonical NaN).
 template <DataType T>
 __device__ __forceinline__ uint32_t Narrow2(float a, float b) {
-  if constexpr (T == DataType::kBfloat16) {
-    const __nv_bfloat162 h = __floats2bfloat162_rn(a, b);
-    return *reinterpret_cast<const uint32_t*>(&h);
-  } else {
-    const __half2 h = __floats2half2_rn(a, b);
-    return *reinterpret_cast<const uint32_t*>(&h);
-  }
+  if constexpr (T == DataType::kBfloat16)
+    return gpu::FloatsToBf162Rn(a, b);
+  else
+    return gpu::FloatsToHalf2Rn(a, b);
 }
 
 // Elements [e0, e0 + 8) into v; past n (the last chunk), v holds copies of v[0], which change
@@ -688,19 +667,22 @@ __global__ void __launch_bounds__(kThreads)
 
 Status Check(const BlockFormat& f, DataType type, const char* what) {
   if (!IsValidFormat(f))
-    return InvalidArgument(std::string("CUDA block codec ") + what + ": invalid format (bits " +
-                           std::to_string(f.bits) + ", block " + std::to_string(f.block) + ")");
+    return InvalidArgument(std::string(BRAID_GPU_RUNTIME_NAME " block codec ") + what +
+                           ": invalid format (bits " + std::to_string(f.bits) + ", block " +
+                           std::to_string(f.block) + ")");
   if (type != DataType::kFloat32 && type != DataType::kFloat16 && type != DataType::kBfloat16)
-    return InvalidArgument(std::string("CUDA block codec ") + what + ": cannot handle " +
-                           DataTypeName(type) + " (float, half and bfloat16 only)");
+    return InvalidArgument(std::string(BRAID_GPU_RUNTIME_NAME " block codec ") + what +
+                           ": cannot handle " + DataTypeName(type) +
+                           " (float, half and bfloat16 only)");
   return Status::Ok();
 }
 
 Status Launched(const char* what) {
-  const cudaError_t e = cudaGetLastError();
-  if (e == cudaSuccess) return Status::Ok();
-  return SystemError(std::string("CUDA block codec ") + what + ": kernel launch failed: " +
-                     cudaGetErrorName(e) + " (" + cudaGetErrorString(e) + ")");
+  const gpuError_t e = gpuGetLastError();
+  if (e == gpuSuccess) return Status::Ok();
+  return SystemError(std::string(BRAID_GPU_RUNTIME_NAME " block codec ") + what +
+                     ": kernel launch failed: " + gpuGetErrorName(e) + " (" + gpuGetErrorString(e) +
+                     ")");
 }
 
 unsigned Grid(uint64_t threads, unsigned block) {
@@ -714,10 +696,10 @@ unsigned Grid(uint64_t threads, unsigned block) {
 template <typename Kernel>
 unsigned FullGrid(Kernel kernel, uint64_t work_threads, unsigned threads = kThreads) {
   int dev = 0, sms = 0, per_sm = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess ||
-      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess || sms <= 0)
+  if (gpuGetDevice(&dev) != gpuSuccess ||
+      gpuDeviceGetAttribute(&sms, gpuDevAttrMultiProcessorCount, dev) != gpuSuccess || sms <= 0)
     sms = 132;
-  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, 0) != cudaSuccess ||
+  if (gpuOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, 0) != gpuSuccess ||
       per_sm <= 0)
     per_sm = 2048 / threads;
   const uint64_t want = (work_threads + threads - 1) / threads;
@@ -734,7 +716,7 @@ bool Fast(const BlockFormat& f, const void* typed, const void* enc, uint64_t n) 
 
 template <DataType T, int Bits, bool Sym>
 void LaunchQuantizeFast(const BlockFormat& f, const void* src, uint64_t n, uint8_t* dst,
-                        cudaStream_t s) {
+                        gpuStream_t s) {
   const uint64_t nb = NumBlocks(f, n);
   const uint32_t cpb = f.block / kChunk;
   // Two chunks per lane where the block has them (G = 32: two lanes per block, 16 blocks per
@@ -758,7 +740,7 @@ void LaunchQuantizeFast(const BlockFormat& f, const void* src, uint64_t n, uint8
 
 template <DataType T>
 void LaunchQuantize(const BlockFormat& f, const void* src, uint64_t n, uint8_t* dst,
-                    cudaStream_t s) {
+                    gpuStream_t s) {
   if (Fast(f, src, dst, n)) {
     if (f.bits == 8 && f.symmetric) return LaunchQuantizeFast<T, 8, true>(f, src, n, dst, s);
     if (f.bits == 8) return LaunchQuantizeFast<T, 8, false>(f, src, n, dst, s);
@@ -771,14 +753,14 @@ void LaunchQuantize(const BlockFormat& f, const void* src, uint64_t n, uint8_t* 
 
 template <DataType T, int Bits, bool Sym>
 void LaunchDecodeFast(const BlockFormat& f, const uint8_t* src, uint64_t n, void* dst, bool reduce,
-                      cudaStream_t s) {
+                      gpuStream_t s) {
   auto* k = reduce ? DecodeUnits<T, Bits, Sym, true> : DecodeUnits<T, Bits, Sym, false>;
   k<<<FullGrid(k, (n + kUnit<T> - 1) / kUnit<T>), kThreads, 0, s>>>(f, src, n, dst);
 }
 
 template <DataType T>
 void LaunchDecode(const BlockFormat& f, const uint8_t* src, uint64_t n, void* dst, bool reduce,
-                  cudaStream_t s) {
+                  gpuStream_t s) {
   if (Fast(f, dst, src, n)) {
     if (f.bits == 8 && f.symmetric) return LaunchDecodeFast<T, 8, true>(f, src, n, dst, reduce, s);
     if (f.bits == 8) return LaunchDecodeFast<T, 8, false>(f, src, n, dst, reduce, s);
@@ -794,7 +776,7 @@ Status Decode(const BlockFormat& f, DataType type, const void* src, uint64_t n, 
   BRAID_RETURN_IF_ERROR(Check(f, type, what));
   if (n == 0) return Status::Ok();
   auto* in = static_cast<const uint8_t*>(src);
-  auto s = static_cast<cudaStream_t>(stream);
+  auto s = static_cast<gpuStream_t>(stream);
   if (type == DataType::kFloat32)
     LaunchDecode<DataType::kFloat32>(f, in, n, dst, reduce, s);
   else if (type == DataType::kFloat16)
@@ -806,28 +788,12 @@ Status Decode(const BlockFormat& f, DataType type, const void* src, uint64_t n, 
 
 }  // namespace
 
-bool DeviceAvailable(std::string* why) {
-  int count = 0;
-  const cudaError_t e = cudaGetDeviceCount(&count);
-  if (e != cudaSuccess) {
-    if (why)
-      *why = std::string("no usable CUDA device: ") + cudaGetErrorName(e) + " (" +
-             cudaGetErrorString(e) + ")";
-    return false;
-  }
-  if (count == 0) {
-    if (why) *why = "no CUDA device on this machine";
-    return false;
-  }
-  return true;
-}
-
 Status Quantize(const BlockFormat& f, DataType type, const void* src, uint64_t n, void* dst,
                 void* stream) {
   BRAID_RETURN_IF_ERROR(Check(f, type, "quantize"));
   if (n == 0) return Status::Ok();
   auto* out = static_cast<uint8_t*>(dst);
-  auto s = static_cast<cudaStream_t>(stream);
+  auto s = static_cast<gpuStream_t>(stream);
   if (type == DataType::kFloat32)
     LaunchQuantize<DataType::kFloat32>(f, src, n, out, s);
   else if (type == DataType::kFloat16)
