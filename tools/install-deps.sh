@@ -17,6 +17,8 @@ packages=(
   clang libclang-rt-dev           # libFuzzer targets (tools/fuzz.sh); -rt-dev holds libFuzzer
   python3-torch                   # examples/pytorch_sharded.py and its ctests (CPU PyTorch 1.13)
   libtorch-dev pybind11-dev       # the torch.distributed backend (python/braid/torch, C++ extension)
+  hipcc                           # the HIP build of the GPU kernels (ROCm 5.2: clang 15, device libs;
+                                  # compiled for gfx90a, not run: no AMD GPU). 66 MB, ~28 s of apt
 )
 
 missing=()
