@@ -332,6 +332,27 @@ TEST(ReduceKernelDispatch, PublicEntryPointMatchesBestTier) {
   }
 }
 
+// The resolved kernel (what a compiled schedule keeps per call) is the one ReduceKernel runs:
+// the same bits for every type and op, and none for an unknown type or op.
+TEST(ReduceKernelDispatch, ResolvedKernelMatchesThePublicEntryPoint) {
+  std::mt19937_64 rng(11);
+  const size_t n = 257;
+  for (const DataType t : kAllTypes) {
+    for (const ReduceOp op : kAllOps) {
+      const std::vector<uint8_t> a = RandomElements(t, n, rng);
+      const std::vector<uint8_t> b = RandomElements(t, n, rng);
+      std::vector<uint8_t> x(a.size()), y(a.size());
+      ReduceKernel(t, op, a.data(), b.data(), x.data(), n);
+      const ReduceKernelFn fn = ResolveReduceKernel(t, op);
+      ASSERT_NE(fn, nullptr) << TypeOpName(t, op);
+      fn(a.data(), b.data(), y.data(), n);
+      EXPECT_EQ(FirstMismatch(t, x.data(), y.data(), n), n) << TypeOpName(t, op);
+    }
+  }
+  EXPECT_EQ(ResolveReduceKernel(static_cast<DataType>(kNumDataTypes), ReduceOp::kSum), nullptr);
+  EXPECT_EQ(ResolveReduceKernel(DataType::kInt8, static_cast<ReduceOp>(kNumReduceOps)), nullptr);
+}
+
 TEST(ReduceKernelDispatch, UnknownTypeOrOpOrZeroCountDoesNothing) {
   uint8_t a[16] = {1}, b[16] = {2}, d[16] = {};
   ReduceKernel(static_cast<DataType>(kNumDataTypes), ReduceOp::kSum, a, b, d, 4);

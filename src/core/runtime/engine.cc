@@ -133,9 +133,12 @@ bool Engine::drain(Deadline deadline) {
   std::unique_lock<std::mutex> lock(mu_);
   // active_ is read only once nobody drives (a caller that drove for its operation may leave
   // others active for the thread).
-  return drained_cv_.wait_until(lock, deadline.at(), [&] {
+  ++cv_waiters_;
+  const bool drained = drained_cv_.wait_until(lock, deadline.at(), [&] {
     return queue_.empty() && !driving_ && !inline_busy_ && !handoff_ && active_.empty();
   });
+  --cv_waiters_;
+  return drained;
 }
 
 bool Engine::beginInline() {
@@ -160,16 +163,20 @@ void Engine::endInline() {
   // its own reads (ActiveOp::quiet) wait for the caller's next call into the library (a wait, a
   // test, another call, or the destroy) instead of waking the thread.
   const bool left_quiet = quiet();
+  bool waiters;
   {
     std::lock_guard<std::mutex> lock(mu_);
     inline_busy_ = false;
-    if (queue_.empty()) drained_cv_.notify_all();
+    // (Notified only when someone waits: two broadcasts per blocking call were a tenth of a
+    // small call's instructions.)
+    waiters = cv_waiters_ > 0;
+    if (waiters && queue_.empty()) drained_cv_.notify_all();
     // Operations queued meanwhile (non-blocking calls from another thread) or left active. Only
     // then: waking an idle thread after every blocking call cost a futex round trip per call and,
     // on oversubscribed cores, the peer's CPU (docs/performance.md, "Small calls over TCP").
     thread_has_work = stop_ || !queue_.empty() || (!active_.empty() && !left_quiet);
   }
-  report_cv_.notify_all();
+  if (waiters) report_cv_.notify_all();
   if (thread_has_work) cv_.notify_one();
 }
 
@@ -717,9 +724,11 @@ std::string Engine::debugState(Deadline deadline) {
     uint64_t one = 1;
     if (wake_fd_ >= 0) (void)!write(wake_fd_, &one, sizeof(one));
     lock.lock();
+    ++cv_waiters_;
     const bool answered = report_cv_.wait_until(lock, deadline.at(), [&] {
       return report_gen_ != gen || (!driving_ && !inline_busy_ && !handoff_);
     });
+    --cv_waiters_;
     if (answered && report_gen_ != gen) return report_;
     if (!answered)
       return reportHeader() +

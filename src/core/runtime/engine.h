@@ -169,6 +169,16 @@ class Engine {
   void sleepUntilProgress(int64_t budget_ms, bool admitting);
   // runBoardCalls on the claimed loop; false when a call does not run on the board.
   bool driveBoardCalls(std::span<const OpDesc* const> calls, Status* results);
+  struct Planned;
+  struct BoardCall;
+  // The plan of call `d` into `p` (the memo's, or a new one that the memo then holds); false when
+  // it does not run on the board. `planned` are the batch's calls planned before it (those that
+  // took the memo's plan keep it themselves when the memo changes).
+  bool planBoardCall(const OpDesc& d, Planned& p, std::span<Planned> planned);
+  // Numbers call `d` and starts its run in `c` (its buffers: the user's, and scratch).
+  void startBoardCall(BoardCall& c, const OpDesc& d, const Planned& p);
+  // One call outside a group (most blocking calls): the batch's loop without the batch.
+  Status driveOneBoardCall(const OpDesc& d, const Planned& p);
   // Waits until `run` (blocked) can go on: spins, then sleeps on the peer's flag, checking for
   // failures; `deadline` is set at the first sleep. An error has failed the communicator.
   Status awaitBoard(OneSidedRun& run, const OpDesc& d, uint64_t seq,
@@ -209,6 +219,7 @@ class Engine {
   std::atomic<int64_t> last_coll_completed_{-1};
   std::atomic<bool> report_requested_{false};
   std::condition_variable report_cv_;
+  int cv_waiters_ = 0;  // callers in drain() or debugState() (under mu_): endInline wakes them
   std::string report_;       // guarded by mu_
   uint64_t report_gen_ = 0;  // guarded by mu_; bumped per answered request
 
@@ -250,6 +261,12 @@ class Engine {
   struct BoardCall {
     OneSidedRun run;
     std::vector<std::byte*> slots;
+    // The schedule `slots` were laid out for (its scratch at `slots_scratch`): a call of the same
+    // plan only sets the user's buffers, at `send_slots` and `recv_slots`. Held, so that another
+    // plan cannot take its address.
+    std::shared_ptr<const RankSchedule> slots_of;
+    const std::byte* slots_scratch = nullptr;
+    std::vector<uint16_t> send_slots, recv_slots;
     std::vector<std::byte> scratch;  // the schedule's scratch buffers
     std::vector<std::byte> pulls;    // pieces read across processes (OneSidedRun::reduce)
     const OpDesc* desc = nullptr;

@@ -49,47 +49,141 @@ std::string CallContext(const braidComm& comm, const OpDesc& d, uint64_t seq) {
 
 }  // namespace
 
+bool Engine::planBoardCall(const OpDesc& d, Planned& p, std::span<Planned> planned) {
+  // The last shape planned here, kept alive by the memo: no arguments built, no plan cache
+  // lookup, no reference count touched. The shape is all of the call a plan depends on (the rest
+  // of CollArgsFor is the communicator's, fixed at init).
+  if (board_memo_plan_.schedule && SamePlanShape(d, board_memo_desc_)) {
+    p.keep = {};
+    p.schedule = &board_memo_plan_.schedule;
+    p.form = board_memo_form_;
+    p.scratch_bytes = board_memo_scratch_;
+    return true;
+  }
+  braidComm& comm = *comm_;
+  const CollArgs args = CollArgsFor(comm, d);
+  auto plan = PlanFor(comm, d, args);
+  if (!plan.ok() || plan->algo != &BoardAlgorithm()) return false;
+  p.keep = std::move(plan->schedule);
+  p.schedule = &p.keep;
+  p.form = static_cast<uint8_t>(PlanBoardCall(args)->form);
+  p.scratch_bytes = 0;
+  for (const BufferDesc& b : p.keep->buffers)
+    if (b.role == BufferRole::kScratch)
+      p.scratch_bytes += (b.count * DataTypeSize(b.dtype) + 63) / 64 * 64;
+  // Earlier calls of the batch that took the memo's plan keep it themselves.
+  for (Planned& q : planned)
+    if (q.schedule == &board_memo_plan_.schedule) {
+      q.keep = board_memo_plan_.schedule;
+      q.schedule = &q.keep;
+    }
+  board_memo_desc_ = d;
+  board_memo_plan_ = {&BoardAlgorithm(), p.keep};
+  board_memo_form_ = p.form;
+  board_memo_scratch_ = p.scratch_bytes;
+  return true;
+}
+
+void Engine::startBoardCall(BoardCall& c, const OpDesc& d, const Planned& p) {
+  braidComm& comm = *comm_;
+  braidComm::CallNumbers& numbers = comm.callNumbers();
+  c.desc = &d;
+  submitted_.fetch_add(1, std::memory_order_relaxed);
+  c.seq = numbers.coll++;
+  colls_issued_.store(numbers.coll, std::memory_order_relaxed);
+  comm.board()->announceStarted(numbers.coll);
+  c.live = true;
+  if (comm.asyncErrorCode() != braidSuccess) return;  // the caller fails it
+  const RankSchedule& s = **p.schedule;
+  // The call's buffers: the user's, and scratch (by reference in place, a pre-multiplied sum's
+  // scaled input) from memory kept between calls.
+  if (c.scratch.size() < p.scratch_bytes + 64) c.scratch.resize(p.scratch_bytes + 64);
+  auto* send = const_cast<std::byte*>(static_cast<const std::byte*>(d.sendbuf));
+  auto* recv = static_cast<std::byte*>(d.recvbuf);
+  if (c.slots_of == *p.schedule && c.slots_scratch == c.scratch.data()) {
+    for (const uint16_t k : c.send_slots) c.slots[k] = send;
+    for (const uint16_t k : c.recv_slots) c.slots[k] = recv;
+  } else {
+    c.slots.assign(s.buffers.size(), nullptr);
+    c.send_slots.clear();
+    c.recv_slots.clear();
+    uint64_t at = 0;
+    for (size_t k = 0; k < s.buffers.size(); ++k) {
+      const BufferDesc& b = s.buffers[k];
+      switch (b.role) {
+        case BufferRole::kUserSend:
+          c.slots[k] = send;
+          c.send_slots.push_back(static_cast<uint16_t>(k));
+          break;
+        case BufferRole::kUserRecv:
+          c.slots[k] = recv;
+          c.recv_slots.push_back(static_cast<uint16_t>(k));
+          break;
+        case BufferRole::kScratch:
+          c.slots[k] = c.scratch.data() + at;
+          at += (b.count * DataTypeSize(b.dtype) + 63) / 64 * 64;
+          break;
+        default:
+          break;
+      }
+    }
+    c.slots_of = *p.schedule;
+    c.slots_scratch = c.scratch.data();
+  }
+  c.run.start(comm, *p.schedule, d, BoardSignatureOf(d, comm.nranks(), p.form), c.slots,
+              &c.pulls);
+}
+
+Status Engine::driveOneBoardCall(const OpDesc& d, const Planned& p) {
+  braidComm& comm = *comm_;
+  BoardCall& c = board_calls_[0];
+  startBoardCall(c, d, p);
+  std::optional<Deadline> deadline;
+  Status result;
+  for (;;) {
+    if (comm.asyncErrorCode() != braidSuccess) {
+      Status st = comm.asyncError();
+      result = st.prepend(comm.where() + ": " + DescribeCall(d) +
+                          ": not completed because the communicator failed: ");
+      break;
+    }
+    bool moved = false;
+    if (Status st = c.run.advance(&moved); !st.ok()) {
+      // A mismatch: every rank fails the call, nothing was written, the communicator goes on.
+      result = c.run.mismatched() ? st.prepend(CallContext(comm, d, c.seq))
+                                  : failBoardCall(st, d, c.seq, std::nullopt);
+      break;
+    }
+    if (c.run.finished()) break;
+    if (Status st = awaitBoard(c.run, d, c.seq, &deadline); !st.ok()) {
+      result = st;
+      break;
+    }
+  }
+  c.live = false;
+  completed_.fetch_add(1, std::memory_order_release);
+  last_coll_completed_.store(static_cast<int64_t>(c.seq), std::memory_order_relaxed);
+  return result;
+}
+
 bool Engine::driveBoardCalls(std::span<const OpDesc* const> calls, Status* results) {
   braidComm& comm = *comm_;
   const size_t n = calls.size();
   // Plans first: every call runs on the board, or none runs here.
-  board_planned_.resize(n);
+  if (board_planned_.size() < n) board_planned_.resize(n);
+  const std::span<Planned> planned(board_planned_.data(), n);
   for (size_t i = 0; i < n; ++i) {
-    Planned& p = board_planned_[i];
-    // The last shape planned here, kept alive by the memo: no arguments built, no plan cache
-    // lookup, no reference count touched. The shape is all of the call a plan depends on (the
-    // rest of CollArgsFor is the communicator's, fixed at init).
-    if (board_memo_plan_.schedule && SamePlanShape(*calls[i], board_memo_desc_)) {
-      p.schedule = &board_memo_plan_.schedule;
-      p.form = board_memo_form_;
-      p.scratch_bytes = board_memo_scratch_;
-      continue;
-    }
-    const CollArgs args = CollArgsFor(comm, *calls[i]);
-    auto plan = PlanFor(comm, *calls[i], args);
-    if (!plan.ok() || plan->algo != &BoardAlgorithm()) {
-      for (size_t k = 0; k < i; ++k) board_planned_[k].keep = {};
+    if (!planBoardCall(*calls[i], planned[i], planned.first(i))) {
+      for (size_t k = 0; k < i; ++k) planned[k].keep = {};
       return false;
     }
-    p.keep = std::move(plan->schedule);
-    p.schedule = &p.keep;
-    p.form = static_cast<uint8_t>(PlanBoardCall(args)->form);
-    p.scratch_bytes = 0;
-    for (const BufferDesc& b : p.keep->buffers)
-      if (b.role == BufferRole::kScratch)
-        p.scratch_bytes += (b.count * DataTypeSize(b.dtype) + 63) / 64 * 64;
-    // Earlier calls of this batch that took the memo's plan keep it themselves.
-    for (size_t k = 0; k < i; ++k)
-      if (board_planned_[k].schedule == &board_memo_plan_.schedule) {
-        board_planned_[k].keep = board_memo_plan_.schedule;
-        board_planned_[k].schedule = &board_planned_[k].keep;
-      }
-    board_memo_desc_ = *calls[i];
-    board_memo_plan_ = {&BoardAlgorithm(), p.keep};
-    board_memo_form_ = p.form;
-    board_memo_scratch_ = p.scratch_bytes;
   }
-  braidComm::CallNumbers& numbers = comm.callNumbers();
+  // One call, its posts known (nothing else runs on an idle engine): straight through.
+  if (n == 1 && comm.boardClock().next() != 0) {
+    results[0] = driveOneBoardCall(*calls[0], planned[0]);
+    planned[0].keep = {};
+    return true;
+  }
   size_t next = 0;  // calls started: [0, next)
   size_t left = n;  // calls not complete
   std::optional<Deadline> deadline;
@@ -99,7 +193,7 @@ bool Engine::driveBoardCalls(std::span<const OpDesc* const> calls, Status* resul
     BoardCall& c = slot(i);
     results[i] = st;
     c.live = false;
-    board_planned_[i].keep = {};
+    planned[i].keep = {};
     --left;
     completed_.fetch_add(1, std::memory_order_release);
     last_coll_completed_.store(static_cast<int64_t>(c.seq), std::memory_order_relaxed);
@@ -113,45 +207,9 @@ bool Engine::driveBoardCalls(std::span<const OpDesc* const> calls, Status* resul
     // Start the calls whose posts are known (a call of several posts settles its count at its
     // agreement), in order.
     while (next < n && comm.boardClock().next() != 0 && !slot(next).live) {
-      BoardCall& c = slot(next);
-      c.desc = calls[next];
-      const OpDesc& d = *c.desc;
-      const Planned& p = board_planned_[next];
-      submitted_.fetch_add(1, std::memory_order_relaxed);
-      c.seq = numbers.coll++;
-      colls_issued_.store(numbers.coll, std::memory_order_relaxed);
-      comm.board()->announceStarted(numbers.coll);
-      c.live = true;
       const size_t i = next++;
-      if (comm.asyncErrorCode() != braidSuccess) {
-        complete(i, failed_earlier(i));
-        continue;
-      }
-      const RankSchedule& s = **p.schedule;
-      // The call's buffers: the user's, and scratch (by reference in place, a pre-multiplied
-      // sum's scaled input) from memory kept between calls.
-      c.slots.assign(s.buffers.size(), nullptr);
-      if (c.scratch.size() < p.scratch_bytes + 64) c.scratch.resize(p.scratch_bytes + 64);
-      uint64_t at = 0;
-      for (size_t k = 0; k < s.buffers.size(); ++k) {
-        const BufferDesc& b = s.buffers[k];
-        switch (b.role) {
-          case BufferRole::kUserSend:
-            c.slots[k] = const_cast<std::byte*>(static_cast<const std::byte*>(d.sendbuf));
-            break;
-          case BufferRole::kUserRecv:
-            c.slots[k] = static_cast<std::byte*>(d.recvbuf);
-            break;
-          case BufferRole::kScratch:
-            c.slots[k] = c.scratch.data() + at;
-            at += (b.count * DataTypeSize(b.dtype) + 63) / 64 * 64;
-            break;
-          default:
-            break;
-        }
-      }
-      c.run.start(comm, *p.schedule, d, BoardSignatureOf(d, comm.nranks(), p.form), c.slots,
-                  &c.pulls);
+      startBoardCall(slot(i), *calls[i], planned[i]);
+      if (comm.asyncErrorCode() != braidSuccess) complete(i, failed_earlier(i));
     }
     // Every call in flight, in order, as far as it goes.
     bool moved = false;

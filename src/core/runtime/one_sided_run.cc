@@ -184,8 +184,12 @@ void OneSidedRun::compile(const RankSchedule& s, int me) {
   const auto remote = [&](const Slice& sl) { return sl.rank != kLocal && sl.rank != me; };
   ops_.clear();
   steps_.clear();
+  reduce_dtype_ = -1;
+  bool reduce_types_differ = false;
   const std::vector<Step>& steps = s.channels[0].steps;
-  for (const Step& st : steps) {
+  last_post_step_ = 0;
+  for (size_t si = 0; si < steps.size(); ++si) {
+    const Step& st = steps[si];
     StepRange range;
     range.begin = static_cast<uint32_t>(ops_.size());
     // Waits first: a step runs its data ops only once every wait of it is met (the builders put
@@ -215,6 +219,13 @@ void OneSidedRun::compile(const RankSchedule& s, int me) {
         op.dtype = s.buffers[so.dst.buffer].dtype;
         op.count = so.dst.count;
       }
+      if (so.kind == StepOpKind::kCombine || so.kind == StepOpKind::kReduce) {
+        const int t = static_cast<int>(op.dtype);
+        if (reduce_dtype_ < 0 && !reduce_types_differ)
+          reduce_dtype_ = t;
+        else if (reduce_dtype_ != t)
+          reduce_types_differ = true;
+      }
       if (so.kind == StepOpKind::kCombine) op.src2 = ref(so.src2);
       if (has_src) op.bytes = so.src.count * es[so.src.buffer];
       if (so.kind == StepOpKind::kScale) op.count = so.src.count;
@@ -234,14 +245,23 @@ void OneSidedRun::compile(const RankSchedule& s, int me) {
           op.read_bytes2 = so.src2.count * es[so.src2.buffer];
         }
       }
+      op.traffic = op.read_peer >= 0 || op.read_peer2 >= 0 || op.write_peer >= 0;
       ops_.push_back(op);
     }
     range.end = static_cast<uint32_t>(ops_.size());
-    steps_.push_back(range);
+    // A step that waits for nothing runs as soon as the one before it has: its ops join that
+    // step (a one-shot all-reduce is two steps, not six; each step is a pass of advance()).
+    if (range.begin == range.data && !steps_.empty())
+      steps_.back().end = range.end;
+    else
+      steps_.push_back(range);
+    if (si == s.last_post_step) last_post_step_ = static_cast<uint32_t>(steps_.size() - 1);
   }
+  if (reduce_types_differ) reduce_dtype_ = -1;
+  reduce_fn_ = nullptr;
+  reduce_fn_op_ = -1;
   base_.assign(nbase, nullptr);
   posts_ = s.posts;
-  last_post_step_ = s.last_post_step;
   exposure_ = s.exposure;
 }
 
@@ -252,6 +272,12 @@ void OneSidedRun::start(braidComm& comm, const std::shared_ptr<const RankSchedul
     compile(*s, comm.rank());
     compiled_ = s;
     compiled_rank_ = comm.rank();
+  }
+  // The program is the plan's, and a plan serves every op of its shape: the reductions' kernel
+  // is the call's.
+  if (reduce_dtype_ >= 0 && reduce_fn_op_ != static_cast<int>(d.base_op)) {
+    reduce_fn_ = ResolveReduceKernel(static_cast<DataType>(reduce_dtype_), d.base_op);
+    reduce_fn_op_ = static_cast<int>(d.base_op);
   }
   const braidComm* last_comm = comm_;
   comm_ = &comm;
@@ -320,7 +346,10 @@ Status OneSidedRun::reduce(const Op& op, bool combine) {
   const std::byte* a = combine ? readable(op.src) : dst;
   const std::byte* b = combine ? readable(op.src2) : readable(op.src);
   if (a && b) {  // loads from mapped memory: one pass
-    ReduceKernel(dt, rop, a, b, dst, count);
+    if (reduce_fn_ && count)
+      reduce_fn_(a, b, dst, count);
+    else
+      ReduceKernel(dt, rop, a, b, dst, count);
     return Status::Ok();
   }
   // A peer's exposed buffer: read in pieces into scratch, fold each while it is in cache.
@@ -505,8 +534,9 @@ Status OneSidedRun::advance(bool* moved) {
       return Status::Ok();
     }
     for (uint32_t i = r.data; i < r.end; ++i) {
-      BRAID_RETURN_IF_ERROR(runOp(ops_[i]));
-      count(ops_[i]);
+      const Op& op = ops_[i];
+      BRAID_RETURN_IF_ERROR(runOp(op));
+      if (op.traffic) count(op);
     }
     *moved = true;
     met_ = 0;

@@ -31,6 +31,7 @@
 #include "algorithms/schedule.h"
 #include "core/base/status.h"
 #include "core/runtime/operation.h"
+#include "device/cpu/reduce_kernels.h"
 #include "transport/local_board.h"
 
 struct braidComm;
@@ -138,6 +139,7 @@ class OneSidedRun {
     // Traffic (LocalBoard::countRead / countWritten): a peer read from, a second one, a peer
     // written into; -1 none.
     int16_t read_peer = -1, read_peer2 = -1, write_peer = -1;
+    bool traffic = false;  // any of the three: count() has something to add
     uint64_t read_bytes = 0, read_bytes2 = 0;
   };
   struct StepRange {
@@ -175,8 +177,13 @@ class OneSidedRun {
   std::vector<WindowBinding> windows_;
   uint32_t nslots_ = 0;
   uint32_t posts_ = 0;
-  uint32_t last_post_step_ = 0;
+  uint32_t last_post_step_ = 0;  // the compiled step holding the schedule's last post
   bool exposure_ = false;
+  // The reductions' element type when they share one (-1: none, or several): their kernel is
+  // resolved at start() for the call's op, not dispatched per reduction.
+  int reduce_dtype_ = -1;
+  ReduceKernelFn reduce_fn_ = nullptr;
+  int reduce_fn_op_ = -1;  // the op reduce_fn_ was resolved for
 
   // The call.
   braidComm* comm_ = nullptr;

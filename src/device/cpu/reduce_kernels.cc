@@ -113,6 +113,15 @@ constexpr std::array<ReduceFn, kTableSize> MakeTable(std::index_sequence<kIndex.
 constexpr std::array<ReduceFn, kTableSize> kReduceTable =
     MakeTable(std::make_index_sequence<kTableSize>());
 
+// The table entry of (isa, type, op): what ReduceKernelWithIsa calls and ResolveReduceKernel
+// returns.
+ReduceFn TableEntryFor(KernelIsa isa, int type, int op) {
+  if (!CpuSupports(isa)) isa = KernelIsa::kPortable;
+  return kReduceTable[(static_cast<size_t>(isa) * kNumDataTypes + static_cast<size_t>(type)) *
+                          kNumReduceOps +
+                      static_cast<size_t>(op)];
+}
+
 }  // namespace
 
 void ReduceKernelWithIsa(KernelIsa isa, DataType type, ReduceOp op, const void* a, const void* b,
@@ -121,9 +130,7 @@ void ReduceKernelWithIsa(KernelIsa isa, DataType type, ReduceOp op, const void* 
   const int o = static_cast<int>(op);
   // The interface has no error path: an unknown type or op is the caller's bug and does nothing.
   if (n == 0 || !IsValidDataType(t) || o < 0 || o >= kNumReduceOps) return;
-  if (!CpuSupports(isa)) isa = KernelIsa::kPortable;
-  const size_t i = (static_cast<size_t>(isa) * kNumDataTypes + t) * kNumReduceOps + o;
-  kReduceTable[i](a, b, dst, n);
+  TableEntryFor(isa, t, o)(a, b, dst, n);
 }
 
 }  // namespace braid::cpu
@@ -132,6 +139,13 @@ namespace braid {
 
 void ReduceKernel(DataType type, ReduceOp op, const void* a, const void* b, void* dst, size_t n) {
   cpu::ReduceKernelWithIsa(cpu::KernelIsaFor(type), type, op, a, b, dst, n);
+}
+
+ReduceKernelFn ResolveReduceKernel(DataType type, ReduceOp op) {
+  const int t = static_cast<int>(type);
+  const int o = static_cast<int>(op);
+  if (!IsValidDataType(t) || o < 0 || o >= kNumReduceOps) return nullptr;
+  return cpu::TableEntryFor(cpu::KernelIsaFor(type), t, o);
 }
 
 }  // namespace braid

@@ -14,6 +14,12 @@ namespace braid {
 // dst[i] = a[i] (op) b[i] for i < n. dst may alias a or b (exactly, not partially).
 void ReduceKernel(DataType type, ReduceOp op, const void* a, const void* b, void* dst, size_t n);
 
+// The kernel ReduceKernel(type, op, ...) runs, resolved once (the CPU's tier and the type's table
+// entry): for a caller that reduces with one type and op call after call (a compiled schedule),
+// the dispatch off the per-call path. Null for an unknown type or op.
+using ReduceKernelFn = void (*)(const void* a, const void* b, void* dst, size_t n);
+ReduceKernelFn ResolveReduceKernel(DataType type, ReduceOp op);
+
 // buf[i] = buf[i] / divisor (Avg's final step): integers truncate toward zero like C division;
 // floating types divide in fp64 for fp32/fp64 and in fp32 for the narrower ones, rounded once.
 void DivideKernel(DataType type, void* buf, size_t n, uint64_t divisor);
