@@ -8,7 +8,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 # Always passed, so that a run without an argument is 60 s even after one with another value.
-cmake --preset fuzz -DBRAID_FUZZ_SECONDS="${1:-60}" >/dev/null
+bash tools/preset.sh fuzz -DBRAID_FUZZ_SECONDS="${1:-60}"
 # Only the fuzz targets (and the layers they link): the rest of the tree is not needed here.
 cmake --build build-fuzz --target fuzz_targets -j"$(nproc)"
 ctest --test-dir build-fuzz -L fuzz -j2 --output-on-failure

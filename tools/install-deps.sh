@@ -4,7 +4,7 @@
 set -euo pipefail
 
 packages=(
-  build-essential cmake pkg-config git python3
+  build-essential cmake ninja-build pkg-config git python3
   libssl-dev                      # HMAC for the bootstrap handshake (required)
   libgtest-dev libgmock-dev       # tests
   libbenchmark-dev                # micro-benchmarks

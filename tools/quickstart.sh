@@ -4,7 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash tools/install-deps.sh
-cmake --preset release >/dev/null
+bash tools/preset.sh release
 cmake --build build -j"$(nproc)" --target braid braidrun all_reduce_perf
 echo "=== all_reduce_perf, 4 ranks, shared memory"
 build/tools/braidrun -n 4 build/perf/all_reduce_perf -b 8 -e 256M -f 2

@@ -60,7 +60,7 @@ bash tools/install-deps.sh
 phase "dependencies"
 jobs=$(nproc)
 
-cmake --preset release >/dev/null
+bash tools/preset.sh release
 cmake --build build -j"$jobs"
 phase "release build"
 # Multi-rank tests fork up to 8 processes each: run test binaries one at a time. The ucx tier
@@ -79,7 +79,7 @@ fi
 
 if [ "$sanitizers" = 1 ]; then
   # The sanitizer pass runs the unit and multi-rank tiers only: no perf binaries to build.
-  cmake --preset asan -DBRAID_BUILD_PERF=OFF >/dev/null
+  bash tools/preset.sh asan -DBRAID_BUILD_PERF=OFF
   cmake --build build-asan -j"$jobs"
   phase "asan build"
   # Without --full, the multirank cases that repeat what others cover at more ranks or more
