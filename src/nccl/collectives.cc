@@ -2,16 +2,18 @@
 // scatter, which braid has no collective for, are groups of braid sends and receives.
 //
 // Host buffers: the stream is ignored and the call has completed when it returns (inside a
-// group, at the outermost ncclGroupEnd). Device buffers: the work already queued on the stream
-// is waited for first, so the inputs are ready (see cuda_driver.h).
+// group, at the outermost ncclGroupEnd). Device buffers: the call is ordered on the stream and
+// returns at once (nccl/stream_path.h); each call lists its buffers, what it reads and writes,
+// and how to run it on the buffers' host addresses.
 #include <cstdlib>
 #include <cstring>
 #include <string>
 
-#include "nccl/cuda_driver.h"
 #include "nccl/shim.h"
+#include "nccl/stream_path.h"
 
 using namespace braid::nccl;
+using braid::HostPointers;
 
 namespace {
 
@@ -34,6 +36,52 @@ braidResult_t EndGroup(braidResult_t recorded) {
   return recorded != braidSuccess ? recorded : r;
 }
 
+// Gather and scatter as groups of sends and receives (braid has no such collectives), on either
+// path.
+braidResult_t RunGather(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
+                        int root, ncclComm_t comm, int rank, int nranks) {
+  const size_t elt = TypeSize(datatype);
+  const braidDataType_t t = B(datatype);
+  braidResult_t r = braidGroupStart();
+  if (r != braidSuccess) return r;
+  if (rank == root) {
+    for (int p = 0; p < nranks && r == braidSuccess; ++p) {
+      char* dst = At(recvbuff, static_cast<size_t>(p) * count, elt);
+      if (p != root) {
+        r = braidRecv(dst, count, t, p, B(comm));
+      } else if (dst != sendbuff) {  // in place when sendbuff == recvbuff + root * count
+        r = braidSend(sendbuff, count, t, root, B(comm));
+        if (r == braidSuccess) r = braidRecv(dst, count, t, root, B(comm));
+      }
+    }
+  } else {
+    r = braidSend(sendbuff, count, t, root, B(comm));
+  }
+  return EndGroup(r);
+}
+
+braidResult_t RunScatter(const void* sendbuff, void* recvbuff, size_t count,
+                         ncclDataType_t datatype, int root, ncclComm_t comm, int rank, int nranks) {
+  const size_t elt = TypeSize(datatype);
+  const braidDataType_t t = B(datatype);
+  braidResult_t r = braidGroupStart();
+  if (r != braidSuccess) return r;
+  if (rank == root) {
+    for (int p = 0; p < nranks && r == braidSuccess; ++p) {
+      const char* src = At(sendbuff, static_cast<size_t>(p) * count, elt);
+      if (p != root) {
+        r = braidSend(src, count, t, p, B(comm));
+      } else if (src != recvbuff) {  // in place when recvbuff == sendbuff + root * count
+        r = braidSend(src, count, t, root, B(comm));
+        if (r == braidSuccess) r = braidRecv(recvbuff, count, t, root, B(comm));
+      }
+    }
+  } else {
+    r = braidRecv(recvbuff, count, t, root, B(comm));
+  }
+  return EndGroup(r);
+}
+
 }  // namespace
 
 NCCL_API_EXPORT ncclResult_t pncclAllReduce(const void* sendbuff, void* recvbuff, size_t count,
@@ -46,7 +94,15 @@ NCCL_API_EXPORT ncclResult_t pncclAllReduce(const void* sendbuff, void* recvbuff
     NCCL_CHECK(CheckPtr(sendbuff, "sendbuff", func));
     NCCL_CHECK(CheckPtr(recvbuff, "recvbuff", func));
   }
-  OrderOnStream(stream, sendbuff, recvbuff);
+  const size_t bytes = count * TypeSize(datatype);
+  ncclResult_t res;
+  if (TakeStreamPath(
+          comm, stream, func, {{sendbuff, bytes, true, false}, {recvbuff, bytes, false, true}},
+          [=](const HostPointers& h) {
+            return braidAllReduce(h(sendbuff), h(recvbuff), count, B(datatype), B(op), B(comm));
+          },
+          &res))
+    return res;
   return FromBraid(braidAllReduce(sendbuff, recvbuff, count, B(datatype), B(op), B(comm)), func);
 }
 NCCL_WEAK_ALIAS(ncclResult_t, ncclAllReduce,
@@ -67,7 +123,16 @@ NCCL_API_EXPORT ncclResult_t pncclReduce(const void* sendbuff, void* recvbuff, s
     // recvbuff may be NULL except on the root.
     if (rank == root) NCCL_CHECK(CheckPtr(recvbuff, "recvbuff (on the root)", func));
   }
-  OrderOnStream(stream, sendbuff, recvbuff);
+  const size_t bytes = count * TypeSize(datatype);
+  ncclResult_t res;
+  if (TakeStreamPath(
+          comm, stream, func,
+          {{sendbuff, bytes, true, false}, {rank == root ? recvbuff : nullptr, bytes, false, true}},
+          [=](const HostPointers& h) {
+            return braidReduce(h(sendbuff), h(recvbuff), count, B(datatype), B(op), root, B(comm));
+          },
+          &res))
+    return res;
   return FromBraid(braidReduce(sendbuff, recvbuff, count, B(datatype), B(op), root, B(comm)), func);
 }
 NCCL_WEAK_ALIAS(ncclResult_t, ncclReduce,
@@ -87,7 +152,16 @@ NCCL_API_EXPORT ncclResult_t pncclBroadcast(const void* sendbuff, void* recvbuff
     // sendbuff is only read on the root.
     if (rank == root) NCCL_CHECK(CheckPtr(sendbuff, "sendbuff (on the root)", func));
   }
-  OrderOnStream(stream, sendbuff, recvbuff);
+  const size_t bytes = count * TypeSize(datatype);
+  ncclResult_t res;
+  if (TakeStreamPath(
+          comm, stream, func,
+          {{rank == root ? sendbuff : nullptr, bytes, true, false}, {recvbuff, bytes, false, true}},
+          [=](const HostPointers& h) {
+            return braidBroadcast(h(sendbuff), h(recvbuff), count, B(datatype), root, B(comm));
+          },
+          &res))
+    return res;
   return FromBraid(braidBroadcast(sendbuff, recvbuff, count, B(datatype), root, B(comm)), func);
 }
 NCCL_WEAK_ALIAS(ncclResult_t, ncclBroadcast,
@@ -102,7 +176,14 @@ NCCL_API_EXPORT ncclResult_t pncclBcast(void* buff, size_t count, ncclDataType_t
   CommShape(comm, &rank, &nranks);
   NCCL_CHECK(CheckRank(root, nranks, "root", func));
   if (count > 0) NCCL_CHECK(CheckPtr(buff, "buff", func));
-  OrderOnStream(stream, buff, buff);
+  ncclResult_t res;
+  if (TakeStreamPath(
+          comm, stream, func, {{buff, count * TypeSize(datatype), rank == root, rank != root}},
+          [=](const HostPointers& h) {
+            return braidBroadcast(h(buff), h(buff), count, B(datatype), root, B(comm));
+          },
+          &res))
+    return res;
   return FromBraid(braidBroadcast(buff, buff, count, B(datatype), root, B(comm)), func);
 }
 NCCL_WEAK_ALIAS(ncclResult_t, ncclBcast,
@@ -123,7 +204,17 @@ NCCL_API_EXPORT ncclResult_t pncclReduceScatter(const void* sendbuff, void* recv
     NCCL_CHECK(CheckPtr(sendbuff, "sendbuff", func));
     NCCL_CHECK(CheckPtr(recvbuff, "recvbuff", func));
   }
-  OrderOnStream(stream, sendbuff, recvbuff);
+  const size_t bytes = recvcount * TypeSize(datatype);
+  ncclResult_t res;
+  if (nranks > 0 && TakeStreamPath(
+                        comm, stream, func,
+                        {{sendbuff, bytes * nranks, true, false}, {recvbuff, bytes, false, true}},
+                        [=](const HostPointers& h) {
+                          return braidReduceScatter(h(sendbuff), h(recvbuff), recvcount,
+                                                    B(datatype), B(op), B(comm));
+                        },
+                        &res))
+    return res;
   return FromBraid(braidReduceScatter(sendbuff, recvbuff, recvcount, B(datatype), B(op), B(comm)),
                    func);
 }
@@ -143,7 +234,17 @@ NCCL_API_EXPORT ncclResult_t pncclAllGather(const void* sendbuff, void* recvbuff
     NCCL_CHECK(CheckPtr(sendbuff, "sendbuff", func));
     NCCL_CHECK(CheckPtr(recvbuff, "recvbuff", func));
   }
-  OrderOnStream(stream, sendbuff, recvbuff);
+  const size_t bytes = sendcount * TypeSize(datatype);
+  ncclResult_t res;
+  if (nranks > 0 && TakeStreamPath(
+                        comm, stream, func,
+                        {{sendbuff, bytes, true, false}, {recvbuff, bytes * nranks, false, true}},
+                        [=](const HostPointers& h) {
+                          return braidAllGather(h(sendbuff), h(recvbuff), sendcount, B(datatype),
+                                                B(comm));
+                        },
+                        &res))
+    return res;
   return FromBraid(braidAllGather(sendbuff, recvbuff, sendcount, B(datatype), B(comm)), func);
 }
 NCCL_WEAK_ALIAS(ncclResult_t, ncclAllGather,
@@ -162,17 +263,24 @@ NCCL_API_EXPORT ncclResult_t pncclAlltoAll(const void* sendbuff, void* recvbuff,
     NCCL_CHECK(CheckPtr(sendbuff, "sendbuff", func));
     NCCL_CHECK(CheckPtr(recvbuff, "recvbuff", func));
   }
-  OrderOnStream(stream, sendbuff, recvbuff);
   const void* src = sendbuff;
   if (sendbuff == recvbuff && count > 0 && nranks == 1) return ncclSuccess;  // already in place
+  // braid's all-to-all is out of place only; NCCL programs (nccl-tests) also run it in place.
+  // Host memory: send from a copy. Device memory: refused (not yet staged through a copy).
+  if (sendbuff == recvbuff && count > 0 && nranks > 1 && IsDeviceBuffer(recvbuff))
+    return Fail(ncclInvalidArgument, std::string(func) +
+                                         ": in-place all-to-all on device memory is not supported "
+                                         "by braid; use separate send and receive buffers");
+  const size_t bytes = nranks > 0 ? count * nranks * TypeSize(datatype) : 0;
+  ncclResult_t res;
+  if (TakeStreamPath(
+          comm, stream, func, {{sendbuff, bytes, true, false}, {recvbuff, bytes, false, true}},
+          [=](const HostPointers& h) {
+            return braidAllToAll(h(sendbuff), h(recvbuff), count, B(datatype), B(comm));
+          },
+          &res))
+    return res;
   if (sendbuff == recvbuff && count > 0 && nranks > 1) {
-    // braid's all-to-all is out of place only; NCCL programs (nccl-tests) also run it in place.
-    // Host memory: send from a copy. Device memory: no copy engine here, so refuse.
-    if (IsDeviceMemory(recvbuff))
-      return Fail(ncclInvalidArgument,
-                  std::string(func) +
-                      ": in-place all-to-all on device memory is not supported "
-                      "by braid; use separate send and receive buffers");
     size_t bytes = count * nranks * TypeSize(datatype);
     void* copy = std::malloc(bytes);
     if (!copy)
@@ -211,25 +319,18 @@ NCCL_API_EXPORT ncclResult_t pncclGather(const void* sendbuff, void* recvbuff, s
   if (count == 0) return ncclSuccess;
   NCCL_CHECK(CheckPtr(sendbuff, "sendbuff", func));
   if (rank == root) NCCL_CHECK(CheckPtr(recvbuff, "recvbuff (on the root)", func));
-  OrderOnStream(stream, sendbuff, recvbuff);
-  const size_t elt = TypeSize(datatype);
-  const braidDataType_t t = B(datatype);
-  braidResult_t r = braidGroupStart();
-  if (r != braidSuccess) return FromBraid(r, func);
-  if (rank == root) {
-    for (int p = 0; p < nranks && r == braidSuccess; ++p) {
-      char* dst = At(recvbuff, static_cast<size_t>(p) * count, elt);
-      if (p != root) {
-        r = braidRecv(dst, count, t, p, B(comm));
-      } else if (dst != sendbuff) {  // in place when sendbuff == recvbuff + root * count
-        r = braidSend(sendbuff, count, t, root, B(comm));
-        if (r == braidSuccess) r = braidRecv(dst, count, t, root, B(comm));
-      }
-    }
-  } else {
-    r = braidSend(sendbuff, count, t, root, B(comm));
-  }
-  return FromBraid(EndGroup(r), func);
+  const size_t bytes = count * TypeSize(datatype);
+  ncclResult_t res;
+  if (TakeStreamPath(
+          comm, stream, func,
+          {{sendbuff, bytes, true, false},
+           {rank == root ? recvbuff : nullptr, bytes * nranks, false, true}},
+          [=](const HostPointers& h) {
+            return RunGather(h(sendbuff), h(recvbuff), count, datatype, root, comm, rank, nranks);
+          },
+          &res))
+    return res;
+  return FromBraid(RunGather(sendbuff, recvbuff, count, datatype, root, comm, rank, nranks), func);
 }
 NCCL_WEAK_ALIAS(ncclResult_t, ncclGather,
                 (const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
@@ -244,25 +345,18 @@ NCCL_API_EXPORT ncclResult_t pncclScatter(const void* sendbuff, void* recvbuff, 
   if (count == 0) return ncclSuccess;
   NCCL_CHECK(CheckPtr(recvbuff, "recvbuff", func));
   if (rank == root) NCCL_CHECK(CheckPtr(sendbuff, "sendbuff (on the root)", func));
-  OrderOnStream(stream, sendbuff, recvbuff);
-  const size_t elt = TypeSize(datatype);
-  const braidDataType_t t = B(datatype);
-  braidResult_t r = braidGroupStart();
-  if (r != braidSuccess) return FromBraid(r, func);
-  if (rank == root) {
-    for (int p = 0; p < nranks && r == braidSuccess; ++p) {
-      const char* src = At(sendbuff, static_cast<size_t>(p) * count, elt);
-      if (p != root) {
-        r = braidSend(src, count, t, p, B(comm));
-      } else if (src != recvbuff) {  // in place when recvbuff == sendbuff + root * count
-        r = braidSend(src, count, t, root, B(comm));
-        if (r == braidSuccess) r = braidRecv(recvbuff, count, t, root, B(comm));
-      }
-    }
-  } else {
-    r = braidRecv(recvbuff, count, t, root, B(comm));
-  }
-  return FromBraid(EndGroup(r), func);
+  const size_t bytes = count * TypeSize(datatype);
+  ncclResult_t res;
+  if (TakeStreamPath(
+          comm, stream, func,
+          {{rank == root ? sendbuff : nullptr, bytes * nranks, true, false},
+           {recvbuff, bytes, false, true}},
+          [=](const HostPointers& h) {
+            return RunScatter(h(sendbuff), h(recvbuff), count, datatype, root, comm, rank, nranks);
+          },
+          &res))
+    return res;
+  return FromBraid(RunScatter(sendbuff, recvbuff, count, datatype, root, comm, rank, nranks), func);
 }
 NCCL_WEAK_ALIAS(ncclResult_t, ncclScatter,
                 (const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
@@ -276,7 +370,14 @@ NCCL_API_EXPORT ncclResult_t pncclSend(const void* sendbuff, size_t count, ncclD
   CommShape(comm, &rank, &nranks);
   NCCL_CHECK(CheckRank(peer, nranks, "peer", func));
   if (count > 0) NCCL_CHECK(CheckPtr(sendbuff, "sendbuff", func));
-  OrderOnStream(stream, sendbuff, nullptr);
+  ncclResult_t res;
+  if (TakeStreamPath(
+          comm, stream, func, {{sendbuff, count * TypeSize(datatype), true, false}},
+          [=](const HostPointers& h) {
+            return braidSend(h(sendbuff), count, B(datatype), peer, B(comm));
+          },
+          &res))
+    return res;
   return FromBraid(braidSend(sendbuff, count, B(datatype), peer, B(comm)), func);
 }
 NCCL_WEAK_ALIAS(ncclResult_t, ncclSend,
@@ -291,7 +392,14 @@ NCCL_API_EXPORT ncclResult_t pncclRecv(void* recvbuff, size_t count, ncclDataTyp
   CommShape(comm, &rank, &nranks);
   NCCL_CHECK(CheckRank(peer, nranks, "peer", func));
   if (count > 0) NCCL_CHECK(CheckPtr(recvbuff, "recvbuff", func));
-  OrderOnStream(stream, nullptr, recvbuff);
+  ncclResult_t res;
+  if (TakeStreamPath(
+          comm, stream, func, {{recvbuff, count * TypeSize(datatype), false, true}},
+          [=](const HostPointers& h) {
+            return braidRecv(h(recvbuff), count, B(datatype), peer, B(comm));
+          },
+          &res))
+    return res;
   return FromBraid(braidRecv(recvbuff, count, B(datatype), peer, B(comm)), func);
 }
 NCCL_WEAK_ALIAS(ncclResult_t, ncclRecv,

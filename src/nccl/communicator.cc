@@ -6,6 +6,7 @@
 
 #include "nccl/cuda_driver.h"
 #include "nccl/shim.h"
+#include "nccl/stream_path.h"
 
 using namespace braid::nccl;
 
@@ -180,19 +181,28 @@ NCCL_WEAK_ALIAS(ncclResult_t, ncclCommShrink,
 
 NCCL_API_EXPORT ncclResult_t pncclCommFinalize(ncclComm_t comm) {
   NCCL_CHECK(CheckComm(comm, "ncclCommFinalize"));
+  NCCL_CHECK(DrainStreamAgent(comm));  // stream-ordered calls first (their streams must progress)
   return FromBraid(braidCommFinalize(B(comm)), "ncclCommFinalize");
 }
 NCCL_WEAK_ALIAS(ncclResult_t, ncclCommFinalize, (ncclComm_t comm))
 
 NCCL_API_EXPORT ncclResult_t pncclCommDestroy(ncclComm_t comm) {
   if (!comm) return ncclSuccess;  // as NCCL
+  // The stream agent finishes the calls queued on it first (NCCL's destroy also waits for them).
+  DetachStreamAgent(comm).reset();
   return FromBraid(braidCommDestroy(B(comm)), "ncclCommDestroy");
 }
 NCCL_WEAK_ALIAS(ncclResult_t, ncclCommDestroy, (ncclComm_t comm))
 
 NCCL_API_EXPORT ncclResult_t pncclCommAbort(ncclComm_t comm) {
   if (!comm) return ncclSuccess;  // as NCCL
-  return FromBraid(braidCommAbort(B(comm)), "ncclCommAbort");
+  // Queued stream-ordered calls fail (their streams released), the communicator's abort returns
+  // the one running, and only then does the agent's thread end.
+  std::shared_ptr<braid::StreamAgent> agent = DetachStreamAgent(comm);
+  if (agent) agent->abort("ncclCommAbort");
+  ncclResult_t r = FromBraid(braidCommAbort(B(comm)), "ncclCommAbort");
+  agent.reset();
+  return r;
 }
 NCCL_WEAK_ALIAS(ncclResult_t, ncclCommAbort, (ncclComm_t comm))
 
@@ -214,6 +224,16 @@ NCCL_API_EXPORT ncclResult_t pncclCommGetAsyncError(ncclComm_t comm, ncclResult_
   braidResult_t e = braidSuccess;
   braidResult_t r = braidCommGetAsyncError(B(comm), &e);
   if (r != braidSuccess) return FromBraid(r, func);
+  // A stream-ordered call that failed is the communicator's asynchronous error too.
+  std::string stream_message;
+  if (e == braidSuccess || e == braidInProgress) {
+    braidResult_t s = StreamAgentError(comm, &stream_message);
+    if (s != braidSuccess) {
+      LastError() = std::string(func) + ": " + stream_message;
+      *asyncError = MapStatus(s);
+      return ncclSuccess;
+    }
+  }
   if (e == braidSuccess || e == braidInProgress) {
     *asyncError = e == braidSuccess ? ncclSuccess : ncclInProgress;
     return ncclSuccess;

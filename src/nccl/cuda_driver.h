@@ -1,26 +1,17 @@
-// The few CUDA driver calls the NCCL shim needs to keep NCCL's stream semantics for device
-// buffers, taken from a libcuda.so.1 the application has already loaded (dlopen RTLD_NOLOAD).
-// A program that never loads CUDA pays nothing and the shim never loads CUDA itself, so the
-// library runs on machines without a GPU driver.
+// The shim's few direct uses of the device runtime outside the stream path: the communicator's
+// device (ncclCommCuDevice) and reading a scalar that may be device memory (pre-multiplied sums).
+// Stream-ordered collectives are nccl/stream_path.h's.
 #pragma once
 
 #include <cstddef>
 
-#include "nccl.h"
-
 namespace braid::nccl {
 
-// Looks for a libcuda.so.1 loaded by the application. Cheap; called at communicator creation
-// (NCCL programs initialise CUDA before that) and whenever the answer is still "no".
+// Chooses the process's device runtime (device/device_runtime.h: CUDA when the application has
+// loaded libcuda.so.1, or BRAID_DEVICE's emulated device) and looks for cuCtxGetDevice. Cheap;
+// called at communicator creation (NCCL programs initialise CUDA before that) and whenever the
+// answer is still "none".
 void ProbeCudaDriver();
-
-// True when `p` is device (or managed) memory according to the CUDA driver; false for host
-// memory, unknown pointers and when CUDA is not loaded.
-bool IsDeviceMemory(const void* p);
-
-// For device buffers: waits for the work queued on `stream` so the inputs are ready before
-// braid reads them. A no-op when neither buffer is device memory: host calls ignore streams.
-void OrderOnStream(cudaStream_t stream, const void* sendbuff, const void* recvbuff);
 
 // Copies `bytes` from `src` (host or device memory) to host memory `dst`.
 bool CopyToHost(void* dst, const void* src, size_t bytes);

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "nccl/shim.h"
+#include "nccl/stream_path.h"
 
 namespace braid::nccl {
 
@@ -59,8 +60,14 @@ NCCL_API_EXPORT ncclResult_t pncclGroupEnd(void) {
   if (t_depth == 0)
     return Fail(ncclInvalidUsage, "ncclGroupEnd: no matching ncclGroupStart in this thread");
   braidResult_t r = braidGroupEnd();
-  CloseLevel();
-  return FromBraid(r, "ncclGroupEnd");
+  ncclResult_t res = FromBraid(r, "ncclGroupEnd");
+  // The group's calls on device buffers were collected, not given to braid: ordered on their
+  // streams now, at the outermost level.
+  if (CloseLevel()) {
+    ncclResult_t s = SubmitGroupStreamCalls();
+    if (res == ncclSuccess) res = s;
+  }
+  return res;
 }
 NCCL_WEAK_ALIAS(ncclResult_t, ncclGroupEnd, (void))
 
@@ -78,7 +85,10 @@ NCCL_API_EXPORT ncclResult_t pncclGroupSimulateEnd(ncclSimInfo_t* simInfo) {
   braidResult_t r = braidGroupSimulateEnd(&seconds);
   // As in NCCL, an inner level only closes itself and leaves simInfo alone. NCCL reports
   // microseconds; a caller's older struct may end before the field.
-  if (CloseLevel() && r == braidSuccess &&
+  const bool outermost = CloseLevel();
+  if (outermost)
+    DiscardGroupStreamCalls();  // device calls are not costed yet: dropped, as the rest
+  if (outermost && r == braidSuccess &&
       simInfo->size >= offsetof(ncclSimInfo_t, estimatedTime) + sizeof(float))
     simInfo->estimatedTime = static_cast<float>(seconds * 1e6);
   return FromBraid(r, func);

@@ -1,10 +1,14 @@
 // ncclMemAlloc/Free and buffer/window registration. braid reads and writes user buffers
 // directly and needs no registration, so registrations are only handles the shim can validate.
+// ncclMemAlloc gives device memory where a device runtime is active (CUDA loaded, or
+// BRAID_DEVICE's emulated device), as NCCL's does; host memory otherwise.
 #include <cstdlib>
 #include <mutex>
 #include <string>
 #include <unordered_set>
 
+#include "device/device_runtime.h"
+#include "nccl/cuda_driver.h"
 #include "nccl/shim.h"
 
 using namespace braid::nccl;
@@ -64,7 +68,15 @@ NCCL_API_EXPORT ncclResult_t pncclMemAlloc(void** ptr, size_t size) {
   const char* func = "ncclMemAlloc";
   NCCL_CHECK(CheckPtr(ptr, "ptr", func));
   if (size == 0) return Fail(ncclInvalidArgument, std::string(func) + ": size is 0");
-  // Host memory in this build, aligned as NCCL's windows require.
+  ProbeCudaDriver();
+  if (braid::device::DeviceRuntime* rt = braid::device::ActiveDeviceRuntime()) {
+    auto p = rt->allocDevice(size);
+    if (!p.ok())
+      return Fail(ncclUnhandledCudaError, std::string(func) + ": " + p.status().message());
+    *ptr = *p;
+    return ncclSuccess;
+  }
+  // Host memory, aligned as NCCL's windows require.
   size_t rounded = (size + kAlignment - 1) / kAlignment * kAlignment;
   if (rounded < size)
     return Fail(ncclInvalidArgument,
@@ -79,6 +91,15 @@ NCCL_API_EXPORT ncclResult_t pncclMemAlloc(void** ptr, size_t size) {
 NCCL_WEAK_ALIAS(ncclResult_t, ncclMemAlloc, (void** ptr, size_t size))
 
 NCCL_API_EXPORT ncclResult_t pncclMemFree(void* ptr) {
+  if (!ptr) return ncclSuccess;
+  if (braid::device::DeviceRuntime* rt = braid::device::ActiveDeviceRuntime()) {
+    auto info = rt->classify(ptr);
+    if (info.ok() && info->onDevice()) {
+      braid::Status st = rt->freeDevice(ptr);
+      if (!st.ok()) return Fail(ncclUnhandledCudaError, "ncclMemFree: " + st.message());
+      return ncclSuccess;
+    }
+  }
   std::free(ptr);
   return ncclSuccess;
 }

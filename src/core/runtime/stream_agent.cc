@@ -1,0 +1,267 @@
+#include "core/runtime/stream_agent.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+
+namespace braid {
+
+namespace {
+
+// A call waiting for `ready` re-checks for an abort this often (the wait itself sleeps).
+constexpr std::chrono::milliseconds kReadySlice{100};
+constexpr size_t kStagingAlign = 256;
+
+std::string Hex(const void* p) {
+  char b[32];
+  std::snprintf(b, sizeof(b), "%p", p);
+  return b;
+}
+
+}  // namespace
+
+void* HostPointers::operator()(const void* user) const {
+  const auto a = reinterpret_cast<uintptr_t>(user);
+  for (const Range& r : ranges_)
+    if (a >= r.start && a < r.end) return r.host + (a - r.start);
+  return const_cast<void*>(user);
+}
+
+StreamAgent::StreamAgent(device::DeviceRuntime* runtime, std::string name, StreamFlagPool* pool)
+    : runtime_(runtime),
+      pool_(pool ? *pool : StreamFlagPool::For(runtime)),
+      name_(std::move(name)) {
+  thread_ = std::thread(&StreamAgent::loop, this);
+}
+
+StreamAgent::~StreamAgent() {
+  {
+    std::unique_lock<std::mutex> lock(mu_);
+    if (!aborted_) drained_.wait(lock, [&] { return completed_ == submitted_; });
+    stop_ = true;
+  }
+  cv_.notify_all();
+  thread_.join();
+}
+
+Status StreamAgent::error() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return error_;
+}
+
+void StreamAgent::fail(Status s) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (error_.ok()) error_ = std::move(s);
+}
+
+Status StreamAgent::submit(StreamCall call) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (aborted_)
+      return AbortedError(call.what + ": the communicator was aborted (" + abort_reason_ + ")");
+    if (!error_.ok()) {
+      Status s = error_;
+      return s.prepend(call.what + ": not run: an earlier stream-ordered call failed: ");
+    }
+  }
+  if (call.streams.empty())
+    return InternalError(call.what + ": a stream-ordered call without a stream");
+  for (device::StreamHandle s : call.streams) {
+    Status st = runtime_->checkStream(s);
+    if (!st.ok()) return st.prepend(call.what + ": ");
+  }
+  for (const StreamBuffer& b : call.buffers)
+    if (b.bytes > 0 && !b.info.covers(b.ptr, b.bytes))
+      return InvalidArgument(call.what + ": " + std::to_string(b.bytes) + " bytes at " +
+                             Hex(b.ptr) + " run past the end of their " +
+                             device::MemoryKindName(b.info.kind) + " allocation (" +
+                             std::to_string(b.info.size) + " bytes at " + Hex(b.info.base) +
+                             "): check the count and the buffer");
+  Pending p;
+  p.context = runtime_->currentContext();
+  for (device::StreamHandle s : call.streams) {
+    auto slot = pool_.acquire();
+    Status st = slot.ok() ? runtime_->writeValue32(s, slot->ready, slot->value) : slot.status();
+    if (st.ok()) {
+      st = runtime_->waitValue32(s, slot->done, slot->value);
+      // The stream writes `ready` but waits for nothing: the slot is lost (quarantined).
+    } else if (slot.ok()) {
+      pool_.release(*slot);  // nothing queued on the stream: the slot is untouched
+    }
+    if (!st.ok()) {
+      // Streams already ordered on this call must not wait forever.
+      for (StreamFlagSlot& q : p.slots) runtime_->hostWriteFlag(q.done, q.value);
+      return st.prepend(call.what + ": ordering the call on its stream: ");
+    }
+    p.slots.push_back(*slot);
+  }
+  p.call = std::move(call);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    queue_.push_back(std::move(p));
+    ++submitted_;
+  }
+  cv_.notify_one();
+  return Status::Ok();
+}
+
+Status StreamAgent::drain() {
+  std::unique_lock<std::mutex> lock(mu_);
+  drained_.wait(lock, [&] { return completed_ == submitted_; });
+  return error_;
+}
+
+void StreamAgent::abort(const std::string& why) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (aborted_) return;
+    aborted_ = true;
+    abort_reason_ = why;
+  }
+  cv_.notify_all();
+}
+
+void StreamAgent::release(Pending& p, bool ready_seen) {
+  for (StreamFlagSlot& s : p.slots) {
+    runtime_->hostWriteFlag(s.done, s.value);
+    if (ready_seen) pool_.release(s);
+  }
+}
+
+void StreamAgent::loop() {
+  bool context_set = false;
+  for (;;) {
+    Pending p;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait(lock, [&] { return stop_ || aborted_ || !queue_.empty(); });
+      if (queue_.empty()) break;  // stopped (or aborted) with nothing left
+      p = std::move(queue_.front());
+      queue_.pop_front();
+    }
+    if (!context_set && p.context) {
+      context_set = runtime_->useContext(p.context).ok();
+    }
+    Status st = execute(p);
+    if (!st.ok()) fail(std::move(st));
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      ++completed_;
+    }
+    drained_.notify_all();
+  }
+  if (have_copy_stream_) (void)runtime_->destroyStream(copy_stream_);
+  if (staging_) (void)runtime_->freeHostMapped(staging_);
+}
+
+Status StreamAgent::execute(Pending& p) {
+  {
+    // Not run after an abort or a failure (the kept error already says why); the streams go on.
+    std::unique_lock<std::mutex> lock(mu_);
+    if (aborted_ || !error_.ok()) {
+      Status s = aborted_ ? AbortedError(p.call.what + ": not run: the communicator was aborted (" +
+                                         abort_reason_ + ")")
+                          : Status::Ok();
+      lock.unlock();
+      release(p, false);
+      return s;
+    }
+  }
+  // The streams' earlier work: sleep until each stream wrote `ready`.
+  for (const StreamFlagSlot& s : p.slots) {
+    while (
+        !runtime_->hostWaitFlag(s.ready, s.value, std::chrono::steady_clock::now() + kReadySlice)) {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (aborted_) {
+        Status why = AbortedError(p.call.what + ": not run: the communicator was aborted (" +
+                                  abort_reason_ + ") while the call waited for its stream");
+        // Some streams may have written `ready`: their slots are still not reused (simplest).
+        for (const StreamFlagSlot& q : p.slots) runtime_->hostWriteFlag(q.done, q.value);
+        return why;
+      }
+    }
+  }
+  HostPointers map;
+  std::vector<std::pair<const StreamBuffer*, char*>> out;
+  Status st = stage(p, &map, &out);
+  if (st.ok()) st = p.call.run(map);
+  if (st.ok() && !out.empty()) {
+    // Results back to device memory before the stream goes on.
+    for (const auto& [b, host] : out) {
+      st = runtime_->copyAsync(const_cast<void*>(b->ptr), host, b->bytes, copy_stream_);
+      if (!st.ok()) break;
+    }
+    Status sync = runtime_->synchronize(copy_stream_);
+    if (st.ok()) st = std::move(sync);
+    if (!st.ok()) st.prepend("copying the result to device memory: ");
+  }
+  release(p, true);
+  if (!st.ok()) st.prepend("[" + name_ + "] " + p.call.what + " (stream-ordered): ");
+  return st;
+}
+
+Status StreamAgent::stage(Pending& p, HostPointers* map,
+                          std::vector<std::pair<const StreamBuffer*, char*>>* out) {
+  if (runtime_->deviceMemoryHostAccessible()) return Status::Ok();
+  // Device buffers, merged where they overlap (in-place forms), each region staged once.
+  struct Region {
+    uintptr_t start, end;
+    bool read;
+  };
+  std::vector<Region> regions;
+  for (const StreamBuffer& b : p.call.buffers) {
+    if (b.bytes == 0 || !b.info.onDevice()) continue;
+    const auto s = reinterpret_cast<uintptr_t>(b.ptr);
+    regions.push_back({s, s + b.bytes, b.read});
+  }
+  if (regions.empty()) return Status::Ok();
+  std::sort(regions.begin(), regions.end(),
+            [](const Region& a, const Region& b) { return a.start < b.start; });
+  std::vector<Region> merged;
+  for (const Region& r : regions) {
+    if (!merged.empty() && r.start < merged.back().end) {
+      merged.back().end = std::max(merged.back().end, r.end);
+      merged.back().read = merged.back().read || r.read;
+    } else {
+      merged.push_back(r);
+    }
+  }
+  size_t total = 0;
+  for (const Region& r : merged)
+    total += (r.end - r.start + kStagingAlign - 1) / kStagingAlign * kStagingAlign;
+  if (total > staging_bytes_) {
+    if (staging_) (void)runtime_->freeHostMapped(staging_);
+    staging_ = nullptr;
+    staging_bytes_ = 0;
+    auto buf = runtime_->allocHostMapped(total);
+    if (!buf.ok()) return Status(buf.status()).prepend("staging buffer: ");
+    staging_ = static_cast<char*>(*buf);
+    staging_bytes_ = total;
+  }
+  if (!have_copy_stream_) {
+    auto s = runtime_->createStream();
+    if (!s.ok()) return Status(s.status()).prepend("the agent's copy stream: ");
+    copy_stream_ = *s;
+    have_copy_stream_ = true;
+  }
+  size_t offset = 0;
+  Status st;
+  for (const Region& r : merged) {
+    char* host = staging_ + offset;
+    map->ranges_.push_back({r.start, r.end, host});
+    // Regions the call only writes are written whole: nothing to copy in.
+    if (r.read && st.ok())
+      st = runtime_->copyAsync(host, reinterpret_cast<const void*>(r.start), r.end - r.start,
+                               copy_stream_);
+    offset += (r.end - r.start + kStagingAlign - 1) / kStagingAlign * kStagingAlign;
+  }
+  Status sync = runtime_->synchronize(copy_stream_);
+  if (st.ok()) st = std::move(sync);
+  if (!st.ok()) return st.prepend("copying the inputs from device memory: ");
+  for (const StreamBuffer& b : p.call.buffers)
+    if (b.bytes > 0 && b.written && b.info.onDevice())
+      out->push_back({&b, static_cast<char*>((*map)(b.ptr))});
+  return Status::Ok();
+}
+
+}  // namespace braid

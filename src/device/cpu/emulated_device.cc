@@ -1,0 +1,368 @@
+#include "device/cpu/emulated_device.h"
+
+#include <linux/futex.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <climits>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+namespace braid::device {
+
+namespace {
+
+// Flags are plain uint32_t words (host-mapped memory on a GPU); every access goes through an
+// atomic_ref so the host, the stream workers and the agent agree on them.
+uint32_t LoadFlag(const uint32_t* flag) {
+  return std::atomic_ref<uint32_t>(*const_cast<uint32_t*>(flag)).load(std::memory_order_acquire);
+}
+
+// Private futexes: every waiter and writer of an emulated flag is in this process.
+void FutexWait(const uint32_t* word, uint32_t seen, std::chrono::nanoseconds limit) {
+  timespec ts{};
+  ts.tv_sec = static_cast<time_t>(limit.count() / 1000000000);
+  ts.tv_nsec = static_cast<long>(limit.count() % 1000000000);
+  syscall(SYS_futex, const_cast<uint32_t*>(word), FUTEX_WAIT_PRIVATE, seen, &ts, nullptr, 0);
+}
+void FutexWakeAll(uint32_t* word) {
+  syscall(SYS_futex, word, FUTEX_WAKE_PRIVATE, INT_MAX, nullptr, nullptr, 0);
+}
+
+void StoreFlag(uint32_t* flag, uint32_t value) {
+  std::atomic_ref<uint32_t>(*flag).store(value, std::memory_order_release);
+  FutexWakeAll(flag);
+}
+
+// A waiting stream re-checks its stop request this often (the futex wakes it at once otherwise).
+constexpr std::chrono::milliseconds kWaitSlice{100};
+
+std::string Hex(const void* p) {
+  char b[32];
+  std::snprintf(b, sizeof(b), "%p", p);
+  return b;
+}
+
+size_t PageRound(size_t bytes) {
+  const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  return (std::max<size_t>(bytes, 1) + page - 1) / page * page;
+}
+
+}  // namespace
+
+struct EmulatedDevice::Stream {
+  std::mutex mu;
+  std::condition_variable work;  // an op was queued, or stop
+  std::condition_variable idle;  // an op finished
+  std::deque<std::function<Status()>> ops;
+  uint64_t queued = 0;
+  uint64_t finished = 0;
+  std::atomic<bool> stop{false};
+  Status error;  // the first op that failed; later ops still run (as on a GPU, the next sync says)
+  std::thread worker;
+};
+
+EmulatedDevice::EmulatedDevice(Mode mode) : mode_(mode) {}
+
+EmulatedDevice::~EmulatedDevice() {
+  std::unordered_map<StreamHandle, std::unique_ptr<Stream>> streams;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    streams.swap(streams_);
+  }
+  for (auto& [h, st] : streams) {
+    {
+      std::lock_guard<std::mutex> lock(st->mu);
+      st->stop = true;
+    }
+    st->work.notify_all();
+    if (st->worker.joinable()) st->worker.join();
+  }
+  for (auto& [addr, a] : allocations_) {
+    if (a.kind == MemoryKind::kPinnedHost) {
+      std::free(a.backing);
+      continue;
+    }
+    if (a.backing != reinterpret_cast<char*>(addr)) munmap(reinterpret_cast<void*>(addr), a.size);
+    munmap(a.backing, a.size);
+  }
+}
+
+const char* EmulatedDevice::name() const {
+  return mode_ == Mode::kSeparate ? "emulated" : "emulated-host";
+}
+
+Result<PointerInfo> EmulatedDevice::classify(const void* p) {
+  PointerInfo info;
+  const auto addr = reinterpret_cast<uintptr_t>(p);
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = allocations_.upper_bound(addr);
+  if (it == allocations_.begin()) return info;
+  --it;
+  if (addr >= it->first + it->second.size) return info;
+  info.kind = it->second.kind;
+  info.device = info.kind == MemoryKind::kPinnedHost ? -1 : 0;
+  info.base = reinterpret_cast<const void*>(it->first);
+  info.size = it->second.size;
+  return info;
+}
+
+Result<void*> EmulatedDevice::allocate(size_t bytes, MemoryKind kind) {
+  Allocation a{};
+  a.kind = kind;
+  void* addr = nullptr;
+  if (kind == MemoryKind::kPinnedHost) {
+    a.size = std::max<size_t>(bytes, 1);
+    if (posix_memalign(&addr, 64, a.size) != 0)
+      return SystemError("emulated device: cannot allocate " + std::to_string(bytes) +
+                         " bytes of host-mapped memory");
+    std::memset(addr, 0, a.size);
+    a.backing = static_cast<char*>(addr);
+  } else {
+    a.size = PageRound(bytes);
+    void* backing =
+        mmap(nullptr, a.size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (backing == MAP_FAILED)
+      return SystemError(
+          ErrnoMessage("emulated device: mmap of " + std::to_string(bytes) + " bytes", errno));
+    a.backing = static_cast<char*>(backing);
+    addr = backing;
+    if (mode_ == Mode::kSeparate) {
+      // An address range of its own that the host cannot touch: the device pointer.
+      addr = mmap(nullptr, a.size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+      if (addr == MAP_FAILED) {
+        const int err = errno;
+        munmap(backing, a.size);
+        return SystemError(ErrnoMessage("emulated device: reserving device addresses", err));
+      }
+    }
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  allocations_[reinterpret_cast<uintptr_t>(addr)] = a;
+  return addr;
+}
+
+Status EmulatedDevice::release(void* p, MemoryKind kind) {
+  if (!p) return Status::Ok();
+  Allocation a{};
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = allocations_.find(reinterpret_cast<uintptr_t>(p));
+    if (it == allocations_.end() || it->second.kind != kind)
+      return InvalidArgument("emulated device: " + Hex(p) + " is not the start of a live " +
+                             MemoryKindName(kind) + " allocation");
+    a = it->second;
+    allocations_.erase(it);
+  }
+  if (kind == MemoryKind::kPinnedHost) {
+    std::free(a.backing);
+    return Status::Ok();
+  }
+  if (a.backing != p) munmap(p, a.size);
+  munmap(a.backing, a.size);
+  return Status::Ok();
+}
+
+Result<void*> EmulatedDevice::allocDevice(size_t bytes) {
+  return allocate(bytes, MemoryKind::kDevice);
+}
+Status EmulatedDevice::freeDevice(void* p) {
+  return release(p, MemoryKind::kDevice);
+}
+Result<void*> EmulatedDevice::allocHostMapped(size_t bytes) {
+  return allocate(bytes, MemoryKind::kPinnedHost);
+}
+Status EmulatedDevice::freeHostMapped(void* p) {
+  return release(p, MemoryKind::kPinnedHost);
+}
+
+size_t EmulatedDevice::deviceAllocations() {
+  std::lock_guard<std::mutex> lock(mu_);
+  size_t n = 0;
+  for (const auto& [addr, a] : allocations_) n += a.kind == MemoryKind::kDevice ? 1 : 0;
+  return n;
+}
+
+Result<void*> EmulatedDevice::hostView(const void* p, size_t bytes) {
+  const auto addr = reinterpret_cast<uintptr_t>(p);
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = allocations_.upper_bound(addr);
+  if (it == allocations_.begin()) return const_cast<void*>(p);
+  --it;
+  const Allocation& a = it->second;
+  if (addr >= it->first + a.size) return const_cast<void*>(p);  // not ours: host memory
+  if (bytes > a.size - (addr - it->first))
+    return InvalidArgument("emulated device: " + std::to_string(bytes) + " bytes at " + Hex(p) +
+                           " run past the end of their " + MemoryKindName(a.kind) +
+                           " allocation (" + std::to_string(a.size) + " bytes at " +
+                           Hex(reinterpret_cast<void*>(it->first)) + ")");
+  return static_cast<void*>(a.backing + (addr - it->first));
+}
+
+// ------------------------------------------------------------------ streams
+
+void EmulatedDevice::runStream(Stream* st) {
+  for (;;) {
+    std::function<Status()> op;
+    {
+      std::unique_lock<std::mutex> lock(st->mu);
+      st->work.wait(lock, [&] { return st->stop.load() || !st->ops.empty(); });
+      if (st->ops.empty()) return;  // stopped and drained
+      op = std::move(st->ops.front());
+      st->ops.pop_front();
+    }
+    Status s = op();
+    {
+      std::lock_guard<std::mutex> lock(st->mu);
+      if (!s.ok() && st->error.ok()) st->error = std::move(s);
+      ++st->finished;
+    }
+    st->idle.notify_all();
+  }
+}
+
+Result<StreamHandle> EmulatedDevice::createStream() {
+  auto st = std::make_unique<Stream>();
+  Stream* raw = st.get();
+  st->worker = std::thread(&EmulatedDevice::runStream, raw);
+  std::lock_guard<std::mutex> lock(mu_);
+  streams_[raw] = std::move(st);
+  return static_cast<StreamHandle>(raw);
+}
+
+EmulatedDevice::Stream* EmulatedDevice::findStream(StreamHandle s) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!s) {
+    if (!default_stream_) {
+      auto st = std::make_unique<Stream>();
+      default_stream_ = st.get();
+      st->worker = std::thread(&EmulatedDevice::runStream, default_stream_);
+      // Keyed apart from every handle: the default stream is reached only as 0.
+      streams_[static_cast<StreamHandle>(&default_stream_)] = std::move(st);
+    }
+    return default_stream_;
+  }
+  auto it = streams_.find(s);
+  return it == streams_.end() ? nullptr : it->second.get();
+}
+
+Status EmulatedDevice::checkStream(StreamHandle s) {
+  if (findStream(s)) return Status::Ok();
+  return InvalidArgument("stream " + Hex(s) + " is not a live stream of the " + name() + " device");
+}
+
+Status EmulatedDevice::destroyStream(StreamHandle s) {
+  if (!s) return InvalidArgument("the default stream (0) cannot be destroyed");
+  std::unique_ptr<Stream> st;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = streams_.find(s);
+    if (it == streams_.end())
+      return InvalidArgument("stream " + Hex(s) + " is not a live stream of the " + name() +
+                             " device");
+    st = std::move(it->second);
+    streams_.erase(it);
+  }
+  // The worker runs what was queued, then ends; a flag wait still pending fails (the stream is
+  // going away), so destroying a stream never hangs.
+  {
+    std::lock_guard<std::mutex> lock(st->mu);
+    st->stop = true;
+  }
+  st->work.notify_all();
+  st->worker.join();
+  return Status::Ok();
+}
+
+Status EmulatedDevice::enqueue(StreamHandle s, std::function<Status()> op) {
+  Stream* st = findStream(s);
+  if (!st)
+    return InvalidArgument("stream " + Hex(s) + " is not a live stream of the " +
+                           std::string(name()) + " device");
+  {
+    std::lock_guard<std::mutex> lock(st->mu);
+    st->ops.push_back(std::move(op));
+    ++st->queued;
+  }
+  st->work.notify_one();
+  return Status::Ok();
+}
+
+Status EmulatedDevice::copyAsync(void* dst, const void* src, size_t bytes, StreamHandle s) {
+  if (bytes == 0) return checkStream(s);
+  // Resolved now, so a bad range fails the call rather than the stream.
+  BRAID_ASSIGN_OR_RETURN(void* to, hostView(dst, bytes));
+  BRAID_ASSIGN_OR_RETURN(void* from, hostView(src, bytes));
+  return enqueue(s, [to, from, bytes] {
+    std::memmove(to, from, bytes);
+    return Status::Ok();
+  });
+}
+
+Status EmulatedDevice::writeValue32(StreamHandle s, uint32_t* flag, uint32_t value) {
+  BRAID_ASSIGN_OR_RETURN(PointerInfo info, classify(flag));
+  if (info.kind != MemoryKind::kPinnedHost)
+    return InvalidArgument("emulated device: flag " + Hex(flag) + " is not host-mapped memory");
+  return enqueue(s, [flag, value] {
+    StoreFlag(flag, value);
+    return Status::Ok();
+  });
+}
+
+Status EmulatedDevice::waitValue32(StreamHandle s, const uint32_t* flag, uint32_t value) {
+  BRAID_ASSIGN_OR_RETURN(PointerInfo info, classify(flag));
+  if (info.kind != MemoryKind::kPinnedHost)
+    return InvalidArgument("emulated device: flag " + Hex(flag) + " is not host-mapped memory");
+  Stream* st = findStream(s);
+  return enqueue(s, [st, flag, value]() -> Status {
+    for (;;) {
+      const uint32_t seen = LoadFlag(flag);
+      if (FlagReached(seen, value)) return Status::Ok();
+      if (st && st->stop.load())
+        return AbortedError("emulated stream stopped while waiting for flag " + Hex(flag) +
+                            " to reach " + std::to_string(value));
+      FutexWait(flag, seen, kWaitSlice);
+    }
+  });
+}
+
+Status EmulatedDevice::launchHostFunction(StreamHandle s, std::function<void()> fn) {
+  return enqueue(s, [fn = std::move(fn)] {
+    fn();
+    return Status::Ok();
+  });
+}
+
+Status EmulatedDevice::synchronize(StreamHandle s) {
+  Stream* st = findStream(s);
+  if (!st)
+    return InvalidArgument("stream " + Hex(s) + " is not a live stream of the " +
+                           std::string(name()) + " device");
+  std::unique_lock<std::mutex> lock(st->mu);
+  const uint64_t target = st->queued;
+  st->idle.wait(lock, [&] { return st->finished >= target; });
+  return st->error;
+}
+
+void EmulatedDevice::hostWriteFlag(uint32_t* flag, uint32_t value) {
+  StoreFlag(flag, value);
+}
+
+bool EmulatedDevice::hostWaitFlag(const uint32_t* flag, uint32_t value,
+                                  std::chrono::steady_clock::time_point deadline) {
+  for (;;) {
+    const uint32_t seen = LoadFlag(flag);
+    if (FlagReached(seen, value)) return true;
+    const auto now = std::chrono::steady_clock::now();
+    if (now >= deadline) return false;
+    FutexWait(flag, seen, std::min<std::chrono::nanoseconds>(deadline - now, kWaitSlice));
+  }
+}
+
+}  // namespace braid::device

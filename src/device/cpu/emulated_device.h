@@ -1,0 +1,97 @@
+// A CPU implementation of the device runtime (device/device_runtime.h): what CI runs in place of
+// a GPU, so that the device path's logic (classification, the stream agent's flag protocol,
+// staging, error paths) fails a test here, not only on a GPU.
+//
+// - Device memory is host memory this object allocated and tracks by address range, so classify()
+//   knows it and any other pointer classifies as host. In Mode::kSeparate (BRAID_DEVICE=emulated)
+//   a device allocation is an address range reserved PROT_NONE, its bytes live elsewhere (the
+//   "backing"), and only this runtime's copies (and hostView(), for the host functions that play
+//   kernels) reach them: a device pointer that reaches memmove on the host faults, as it would on
+//   a GPU. In Mode::kHostMemory (BRAID_DEVICE=emulated-host) device memory is the backing itself.
+// - A stream is a FIFO run in order by a worker thread of its own: copies, flag writes, flag waits
+//   (which block the stream until the flag reaches the value) and host functions (a test's
+//   kernels). Every wait sleeps on a futex or a condition variable, never spins.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <unordered_map>
+
+#include "device/device_runtime.h"
+
+namespace braid::device {
+
+class EmulatedDevice final : public DeviceRuntime {
+ public:
+  enum class Mode { kSeparate, kHostMemory };
+
+  explicit EmulatedDevice(Mode mode);
+  // Stops every stream (waits still pending fail) and frees every allocation.
+  ~EmulatedDevice() override;
+  EmulatedDevice(const EmulatedDevice&) = delete;
+  EmulatedDevice& operator=(const EmulatedDevice&) = delete;
+
+  const char* name() const override;
+  Result<PointerInfo> classify(const void* p) override;
+  bool deviceMemoryHostAccessible() const override { return mode_ == Mode::kHostMemory; }
+
+  Result<void*> allocDevice(size_t bytes) override;
+  Status freeDevice(void* p) override;
+  Result<void*> allocHostMapped(size_t bytes) override;
+  Status freeHostMapped(void* p) override;
+
+  Result<StreamHandle> createStream() override;
+  Status destroyStream(StreamHandle s) override;
+  Status checkStream(StreamHandle s) override;
+  Status copyAsync(void* dst, const void* src, size_t bytes, StreamHandle s) override;
+  Status writeValue32(StreamHandle s, uint32_t* flag, uint32_t value) override;
+  Status waitValue32(StreamHandle s, const uint32_t* flag, uint32_t value) override;
+  Status synchronize(StreamHandle s) override;
+
+  void hostWriteFlag(uint32_t* flag, uint32_t value) override;
+  bool hostWaitFlag(const uint32_t* flag, uint32_t value,
+                    std::chrono::steady_clock::time_point deadline) override;
+
+  void* currentContext() override { return nullptr; }
+  Status useContext(void*) override { return Status::Ok(); }
+
+  // Emulated only: queues `fn` on `s`, run by the stream's worker in order with the rest (the
+  // role a kernel plays on a GPU).
+  Status launchHostFunction(StreamHandle s, std::function<void()> fn);
+  // Emulated only: where the bytes of `bytes` bytes at `p` live for host code (a host function
+  // playing a kernel): the backing of device memory, `p` itself for any other memory. Error when
+  // the range runs past a device allocation.
+  Result<void*> hostView(const void* p, size_t bytes);
+
+  // Live device allocations (tests check that nothing leaks).
+  size_t deviceAllocations();
+
+ private:
+  struct Allocation {
+    size_t size;
+    char* backing;  // == the address in kHostMemory mode and for host-mapped memory
+    MemoryKind kind;
+  };
+  struct Stream;
+
+  Result<void*> allocate(size_t bytes, MemoryKind kind);
+  Status release(void* p, MemoryKind kind);
+  // Resolves a stream handle (0 = the default stream, made on first use); null when unknown.
+  Stream* findStream(StreamHandle s);
+  Status enqueue(StreamHandle s, std::function<Status()> op);
+  static void runStream(Stream* st);
+
+  const Mode mode_;
+  std::mutex mu_;
+  std::map<uintptr_t, Allocation> allocations_;  // by start address
+  std::unordered_map<StreamHandle, std::unique_ptr<Stream>> streams_;
+  Stream* default_stream_ = nullptr;
+};
+
+}  // namespace braid::device

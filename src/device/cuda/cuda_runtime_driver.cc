@@ -1,0 +1,220 @@
+#include "device/cuda/cuda_runtime_driver.h"
+
+#include <dlfcn.h>
+#include <sched.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdio>
+#include <string>
+#include <thread>
+
+namespace braid::device {
+
+namespace {
+
+// Driver API declarations (cuda.h), so no CUDA header is needed to build.
+using CUresult = int;
+using CUdeviceptr = unsigned long long;
+using CUstream = void*;
+using CUcontext = void*;
+constexpr CUresult kSuccess = 0;
+constexpr CUresult kNotReady = 600;  // CUDA_ERROR_NOT_READY
+
+// CUpointer_attribute values.
+constexpr int kAttrMemoryType = 2;     // CU_POINTER_ATTRIBUTE_MEMORY_TYPE
+constexpr int kAttrIsManaged = 8;      // CU_POINTER_ATTRIBUTE_IS_MANAGED
+constexpr int kAttrDeviceOrdinal = 9;  // CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL
+constexpr int kAttrRangeStart = 11;    // CU_POINTER_ATTRIBUTE_RANGE_START_ADDR
+constexpr int kAttrRangeSize = 12;     // CU_POINTER_ATTRIBUTE_RANGE_SIZE
+// CUmemorytype values.
+constexpr unsigned kTypeHost = 1;
+constexpr unsigned kTypeDevice = 2;
+constexpr unsigned kTypeUnified = 4;
+constexpr unsigned kHostAllocPortable = 0x01;   // CU_MEMHOSTALLOC_PORTABLE
+constexpr unsigned kHostAllocDeviceMap = 0x02;  // CU_MEMHOSTALLOC_DEVICEMAP
+constexpr unsigned kStreamNonBlocking = 0x1;    // CU_STREAM_NON_BLOCKING
+constexpr unsigned kWaitValueGeq = 0x0;         // CU_STREAM_WAIT_VALUE_GEQ (cyclic)
+constexpr unsigned kWriteValueDefault = 0x0;    // CU_STREAM_WRITE_VALUE_DEFAULT
+
+struct Api {
+  CUresult (*pointerGetAttributes)(unsigned, int*, void**, CUdeviceptr) = nullptr;
+  CUresult (*memAlloc)(CUdeviceptr*, size_t) = nullptr;
+  CUresult (*memFree)(CUdeviceptr) = nullptr;
+  CUresult (*memHostAlloc)(void**, size_t, unsigned) = nullptr;
+  CUresult (*memFreeHost)(void*) = nullptr;
+  CUresult (*memcpyAsync)(CUdeviceptr, CUdeviceptr, size_t, CUstream) = nullptr;
+  CUresult (*streamCreate)(CUstream*, unsigned) = nullptr;
+  CUresult (*streamDestroy)(CUstream) = nullptr;
+  CUresult (*streamQuery)(CUstream) = nullptr;
+  CUresult (*streamSynchronize)(CUstream) = nullptr;
+  CUresult (*streamWriteValue32)(CUstream, CUdeviceptr, unsigned, unsigned) = nullptr;
+  CUresult (*streamWaitValue32)(CUstream, CUdeviceptr, unsigned, unsigned) = nullptr;
+  CUresult (*ctxGetCurrent)(CUcontext*) = nullptr;
+  CUresult (*ctxSetCurrent)(CUcontext) = nullptr;
+  CUresult (*getErrorString)(CUresult, const char**) = nullptr;
+};
+
+// dlsym of the first of `names` that exists (the _v2 names are the current ABI of several calls).
+template <typename Fn>
+bool Bind(void* lib, Fn* out, std::initializer_list<const char*> names) {
+  for (const char* n : names)
+    if (void* f = dlsym(lib, n)) {
+      *out = reinterpret_cast<Fn>(f);
+      return true;
+    }
+  return false;
+}
+
+CUdeviceptr Dev(const void* p) {
+  return reinterpret_cast<CUdeviceptr>(p);
+}
+
+class CudaDriverRuntime final : public DeviceRuntime {
+ public:
+  explicit CudaDriverRuntime(const Api& api) : api_(api) {}
+
+  const char* name() const override { return "cuda"; }
+  bool deviceMemoryHostAccessible() const override { return false; }
+
+  Result<PointerInfo> classify(const void* p) override {
+    PointerInfo info;
+    if (!p) return info;
+    unsigned type = 0, managed = 0;
+    int ordinal = -1;
+    CUdeviceptr start = 0;
+    size_t size = 0;
+    int attrs[] = {kAttrMemoryType, kAttrIsManaged, kAttrDeviceOrdinal, kAttrRangeStart,
+                   kAttrRangeSize};
+    void* data[] = {&type, &managed, &ordinal, &start, &size};
+    // Pointers CUDA does not know (pageable host memory) succeed with memory type 0.
+    if (api_.pointerGetAttributes(5, attrs, data, Dev(p)) != kSuccess) return info;
+    if (managed || type == kTypeUnified)
+      info.kind = MemoryKind::kManaged;
+    else if (type == kTypeDevice)
+      info.kind = MemoryKind::kDevice;
+    else if (type == kTypeHost)
+      info.kind = MemoryKind::kPinnedHost;
+    else
+      return info;
+    info.device = info.onDevice() ? ordinal : -1;
+    info.base = reinterpret_cast<const void*>(start);
+    info.size = size;
+    return info;
+  }
+
+  Result<void*> allocDevice(size_t bytes) override {
+    CUdeviceptr p = 0;
+    BRAID_RETURN_IF_ERROR(Check(api_.memAlloc(&p, bytes), "cuMemAlloc"));
+    return reinterpret_cast<void*>(p);
+  }
+  Status freeDevice(void* p) override { return Check(api_.memFree(Dev(p)), "cuMemFree"); }
+  Result<void*> allocHostMapped(size_t bytes) override {
+    void* p = nullptr;
+    BRAID_RETURN_IF_ERROR(Check(
+        api_.memHostAlloc(&p, bytes, kHostAllocPortable | kHostAllocDeviceMap), "cuMemHostAlloc"));
+    return p;
+  }
+  Status freeHostMapped(void* p) override { return Check(api_.memFreeHost(p), "cuMemFreeHost"); }
+
+  Result<StreamHandle> createStream() override {
+    CUstream s = nullptr;
+    BRAID_RETURN_IF_ERROR(Check(api_.streamCreate(&s, kStreamNonBlocking), "cuStreamCreate"));
+    return s;
+  }
+  Status destroyStream(StreamHandle s) override {
+    return Check(api_.streamDestroy(s), "cuStreamDestroy");
+  }
+  Status checkStream(StreamHandle s) override {
+    const CUresult r = api_.streamQuery(s);
+    if (r == kSuccess || r == kNotReady) return Status::Ok();
+    return Check(r, "cuStreamQuery (is the stream valid and its context current?)");
+  }
+  Status copyAsync(void* dst, const void* src, size_t bytes, StreamHandle s) override {
+    return Check(api_.memcpyAsync(Dev(dst), Dev(src), bytes, s), "cuMemcpyAsync");
+  }
+  // Host-mapped flags are addressed by their host pointers: with unified addressing a
+  // cuMemHostAlloc pointer is the device's pointer too.
+  Status writeValue32(StreamHandle s, uint32_t* flag, uint32_t value) override {
+    return Check(api_.streamWriteValue32(s, Dev(flag), value, kWriteValueDefault),
+                 "cuStreamWriteValue32");
+  }
+  Status waitValue32(StreamHandle s, const uint32_t* flag, uint32_t value) override {
+    return Check(api_.streamWaitValue32(s, Dev(flag), value, kWaitValueGeq), "cuStreamWaitValue32");
+  }
+  Status synchronize(StreamHandle s) override {
+    return Check(api_.streamSynchronize(s), "cuStreamSynchronize");
+  }
+
+  void hostWriteFlag(uint32_t* flag, uint32_t value) override {
+    std::atomic_ref<uint32_t>(*flag).store(value, std::memory_order_release);
+  }
+  // The GPU writes the flag: no wake-up reaches the host, so poll, yielding first and then
+  // sleeping longer and longer (up to 200 us), so a waiting agent costs no core.
+  bool hostWaitFlag(const uint32_t* flag, uint32_t value,
+                    std::chrono::steady_clock::time_point deadline) override {
+    auto nap = std::chrono::microseconds(1);
+    for (int i = 0;; ++i) {
+      const uint32_t seen =
+          std::atomic_ref<uint32_t>(*const_cast<uint32_t*>(flag)).load(std::memory_order_acquire);
+      if (FlagReached(seen, value)) return true;
+      if (std::chrono::steady_clock::now() >= deadline) return false;
+      if (i < 16) {
+        sched_yield();
+        continue;
+      }
+      std::this_thread::sleep_for(nap);
+      nap = std::min<std::chrono::microseconds>(nap * 2, std::chrono::microseconds(200));
+    }
+  }
+
+  void* currentContext() override {
+    CUcontext c = nullptr;
+    return api_.ctxGetCurrent(&c) == kSuccess ? c : nullptr;
+  }
+  Status useContext(void* context) override {
+    if (!context) return Status::Ok();
+    return Check(api_.ctxSetCurrent(context), "cuCtxSetCurrent");
+  }
+
+ private:
+  Status Check(CUresult r, const char* call) const {
+    if (r == kSuccess) return Status::Ok();
+    const char* what = nullptr;
+    if (api_.getErrorString) api_.getErrorString(r, &what);
+    return Status::Error(ErrorClass::kSystem, std::string(call) + " failed: CUDA error " +
+                                                  std::to_string(r) + " (" +
+                                                  (what ? what : "unknown") + ")");
+  }
+
+  Api api_;
+};
+
+}  // namespace
+
+std::unique_ptr<DeviceRuntime> LoadCudaDriverRuntime() {
+  void* lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL | RTLD_NOLOAD);
+  if (!lib) return nullptr;
+  Api a;
+  const bool ok =
+      Bind(lib, &a.pointerGetAttributes, {"cuPointerGetAttributes"}) &&
+      Bind(lib, &a.memAlloc, {"cuMemAlloc_v2", "cuMemAlloc"}) &&
+      Bind(lib, &a.memFree, {"cuMemFree_v2", "cuMemFree"}) &&
+      Bind(lib, &a.memHostAlloc, {"cuMemHostAlloc"}) &&
+      Bind(lib, &a.memFreeHost, {"cuMemFreeHost"}) &&
+      Bind(lib, &a.memcpyAsync, {"cuMemcpyAsync"}) &&
+      Bind(lib, &a.streamCreate, {"cuStreamCreate"}) &&
+      Bind(lib, &a.streamDestroy, {"cuStreamDestroy_v2", "cuStreamDestroy"}) &&
+      Bind(lib, &a.streamQuery, {"cuStreamQuery"}) &&
+      Bind(lib, &a.streamSynchronize, {"cuStreamSynchronize"}) &&
+      Bind(lib, &a.streamWriteValue32, {"cuStreamWriteValue32_v2", "cuStreamWriteValue32"}) &&
+      Bind(lib, &a.streamWaitValue32, {"cuStreamWaitValue32_v2", "cuStreamWaitValue32"}) &&
+      Bind(lib, &a.ctxGetCurrent, {"cuCtxGetCurrent"}) &&
+      Bind(lib, &a.ctxSetCurrent, {"cuCtxSetCurrent"});
+  Bind(lib, &a.getErrorString, {"cuGetErrorString"});  // optional: messages only
+  // The handle stays open: the application owns libcuda's lifetime, ours only adds a reference.
+  if (!ok) return nullptr;
+  return std::make_unique<CudaDriverRuntime>(a);
+}
+
+}  // namespace braid::device

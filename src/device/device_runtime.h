@@ -1,0 +1,108 @@
+// The device runtime: what braid needs from a GPU runtime to keep NCCL's stream semantics for
+// device buffers (DESIGN.md 2.5): classify a pointer, allocate device and host-mapped memory, copy
+// on a stream, write and wait for 32-bit host-mapped flags on a stream, synchronise a stream.
+//
+// Two implementations: device/cuda/cuda_runtime_driver.h (the CUDA driver API, taken from a
+// libcuda.so.1 the application loaded) and device/cpu/emulated_device.h (host memory and host
+// threads), which is what CI runs, so the device path's logic (flag protocol, staging, error
+// paths) is tested without a GPU. Kernels are not part of this interface: they are
+// device/cuda/kernels.h and device/cpu/*_kernels.h.
+//
+// Streams are opaque handles: a CUstream (== cudaStream_t) for CUDA, where 0 is the legacy default
+// stream; an emulated stream for the emulated device, where 0 is its default stream.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+
+#include "core/base/status.h"
+
+namespace braid::device {
+
+enum class MemoryKind : uint8_t {
+  kHost,        // ordinary (pageable) host memory, or memory no runtime knows
+  kPinnedHost,  // page-locked host memory known to the runtime (also device-visible when mapped)
+  kDevice,      // device memory: never dereferenced on the host
+  kManaged,     // managed (unified) memory: treated as device memory (staged), which is always safe
+};
+const char* MemoryKindName(MemoryKind k);  // "host", "pinned host", "device", "managed"
+
+// What a pointer is. For runtime allocations, the allocation's range, so that a buffer running
+// past its allocation is refused before any copy touches it.
+struct PointerInfo {
+  MemoryKind kind = MemoryKind::kHost;
+  int device = -1;             // the device's ordinal for device/managed memory, else -1
+  const void* base = nullptr;  // start of the allocation (null when unknown, e.g. pageable host)
+  size_t size = 0;             // bytes of the allocation (0 when unknown)
+
+  bool onDevice() const { return kind == MemoryKind::kDevice || kind == MemoryKind::kManaged; }
+  // [p, p + bytes) lies inside the allocation (always true when the range is unknown).
+  bool covers(const void* p, size_t bytes) const;
+};
+
+using StreamHandle = void*;  // CUstream / cudaStream_t, or an emulated stream
+
+// Flag values are compared cyclically, as cuStreamWaitValue32's CU_STREAM_WAIT_VALUE_GEQ does
+// ((int32_t)(flag - value) >= 0): a flag whose value only ever increases by small steps stays
+// correct across the 32-bit wrap.
+inline bool FlagReached(uint32_t flag, uint32_t value) {
+  return static_cast<int32_t>(flag - value) >= 0;
+}
+
+class DeviceRuntime {
+ public:
+  virtual ~DeviceRuntime() = default;
+  virtual const char* name() const = 0;  // "cuda", "emulated", "emulated-host"
+
+  // What `p` is. Unknown pointers are host memory; an error only when the runtime itself fails.
+  virtual Result<PointerInfo> classify(const void* p) = 0;
+  // True when the host may read and write device memory directly (the emulated device's
+  // host-memory mode): then no staging copy is needed. False for a real GPU.
+  virtual bool deviceMemoryHostAccessible() const = 0;
+
+  virtual Result<void*> allocDevice(size_t bytes) = 0;
+  virtual Status freeDevice(void* p) = 0;
+  // Pinned host memory, mapped for the device (flags, staging buffers): the host address is also
+  // the device's (unified addressing).
+  virtual Result<void*> allocHostMapped(size_t bytes) = 0;
+  virtual Status freeHostMapped(void* p) = 0;
+
+  virtual Result<StreamHandle> createStream() = 0;
+  virtual Status destroyStream(StreamHandle s) = 0;
+  // Ok when `s` is a stream this runtime can queue work on; InvalidArgument naming it otherwise.
+  virtual Status checkStream(StreamHandle s) = 0;
+  // Queues a copy of `bytes` from `src` to `dst` (any of host, pinned host, device) on `s`.
+  virtual Status copyAsync(void* dst, const void* src, size_t bytes, StreamHandle s) = 0;
+  // Queues, on `s`, a write of `value` to the host-mapped word `flag`.
+  virtual Status writeValue32(StreamHandle s, uint32_t* flag, uint32_t value) = 0;
+  // Queues, on `s`, a wait until FlagReached(*flag, value): later work on `s` waits for it.
+  virtual Status waitValue32(StreamHandle s, const uint32_t* flag, uint32_t value) = 0;
+  // Blocks (sleeping) until everything queued on `s` has run; reports the stream's error.
+  virtual Status synchronize(StreamHandle s) = 0;
+
+  // The host's side of the flags (host-mapped words a stream waits on or writes). hostWriteFlag
+  // publishes `value` (release) and wakes whoever waits for it; hostWaitFlag sleeps until
+  // FlagReached(*flag, value) or `deadline` (then false). Never a busy spin: ranks outnumber cores.
+  virtual void hostWriteFlag(uint32_t* flag, uint32_t value) = 0;
+  virtual bool hostWaitFlag(const uint32_t* flag, uint32_t value,
+                            std::chrono::steady_clock::time_point deadline) = 0;
+
+  // The calling thread's device context, to be made current on another thread (the stream
+  // agent's) with useContext before it calls this runtime. Null where there is none (emulated).
+  virtual void* currentContext() = 0;
+  virtual Status useContext(void* context) = 0;
+};
+
+// The runtime for this process, chosen once by ChooseDeviceRuntime(): BRAID_DEVICE=emulated (device
+// memory is separate host memory the host must not touch: staged like a GPU's),
+// BRAID_DEVICE=emulated-host (device memory is host memory), BRAID_DEVICE=none (no runtime), unset
+// or cuda: the CUDA driver when the application has loaded libcuda.so.1 (braid never loads it).
+// While none is chosen (unset and no libcuda yet) the choice is made again at the next
+// ChooseDeviceRuntime(), so a program that loads CUDA after its first braid call still gets it.
+// Call it where a dlopen probe is cheap enough (communicator creation); ActiveDeviceRuntime() is
+// one atomic load for every call: null means buffers are host memory, as before.
+DeviceRuntime* ChooseDeviceRuntime();
+DeviceRuntime* ActiveDeviceRuntime();
+
+}  // namespace braid::device

@@ -1,0 +1,225 @@
+#include "nccl/stream_path.h"
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <mutex>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+namespace braid::nccl {
+
+namespace {
+
+// ------------------------------------------------------------------ agents per communicator
+
+struct Agents {
+  std::mutex mu;
+  std::unordered_map<braidComm_t, std::shared_ptr<StreamAgent>> by_comm;
+};
+Agents& TheAgents() {
+  static auto* a = new Agents;  // leaked: communicators may be destroyed during exit
+  return *a;
+}
+std::atomic<int> g_agents{0};
+
+// A reference, so that ncclCommGetAsyncError on another thread cannot lose the agent under it.
+std::shared_ptr<StreamAgent> FindAgent(ncclComm_t comm) {
+  if (g_agents.load(std::memory_order_acquire) == 0) return nullptr;
+  Agents& a = TheAgents();
+  std::lock_guard<std::mutex> lock(a.mu);
+  auto it = a.by_comm.find(B(comm));
+  return it == a.by_comm.end() ? nullptr : it->second;
+}
+
+std::shared_ptr<StreamAgent> AgentFor(device::DeviceRuntime* rt, ncclComm_t comm) {
+  Agents& a = TheAgents();
+  std::lock_guard<std::mutex> lock(a.mu);
+  auto& slot = a.by_comm[B(comm)];
+  if (!slot) {
+    int rank, nranks;
+    CommShape(comm, &rank, &nranks);
+    slot = std::make_shared<StreamAgent>(
+        rt, "rank " + std::to_string(rank) + "/" + std::to_string(nranks) + " " + rt->name());
+    g_agents.fetch_add(1, std::memory_order_acq_rel);
+  }
+  return slot;
+}
+
+// ------------------------------------------------------------------ translation
+
+// A braid result on the agent's thread, with that thread's message.
+Status FromResult(braidResult_t r) {
+  if (r == braidSuccess) return Status::Ok();
+  const char* m = braidGetLastError(nullptr);
+  return Status::Error(static_cast<ErrorClass>(r), m && *m ? m : braidGetErrorString(r));
+}
+
+ncclResult_t Report(const Status& st, const char* func) {
+  if (st.ok()) return ncclSuccess;
+  std::string m = st.message();
+  // The agent's messages already start with the call's name.
+  if (m.rfind(func, 0) != 0) m = std::string(func) + ": " + m;
+  return Fail(MapStatus(st.code()), std::move(m));
+}
+
+// ------------------------------------------------------------------ groups
+
+struct GroupedCall {
+  ncclComm_t comm;
+  cudaStream_t stream;
+  const char* func;
+  std::vector<StreamBuffer> buffers;
+  StreamRun run;
+};
+struct GroupState {
+  std::vector<GroupedCall> device_calls;
+  std::vector<ncclComm_t> host_comms;  // communicators with host calls in this group
+};
+GroupState& Group() {
+  thread_local GroupState g;
+  return g;
+}
+
+ncclResult_t MixedGroup(const char* func) {
+  return Fail(ncclInvalidUsage,
+              std::string(func) +
+                  ": a group may not mix calls on host buffers and on device buffers of one "
+                  "communicator (braid runs device calls ordered on their streams, host calls at "
+                  "ncclGroupEnd); use separate groups");
+}
+
+}  // namespace
+
+bool AnyStreamAgent() {
+  return g_agents.load(std::memory_order_relaxed) > 0;
+}
+
+bool SubmitIfDevice(device::DeviceRuntime* rt, ncclComm_t comm, cudaStream_t stream,
+                    const char* func, std::initializer_list<BufferUse> buffers,
+                    const std::function<StreamRun()>& make_run, ncclResult_t* result) {
+  // Once per call and buffer: what the buffer is (no cache yet; see docs/gpu.md).
+  std::array<StreamBuffer, 4> found{};
+  size_t n = 0;
+  bool device = false;
+  for (const BufferUse& b : buffers) {
+    if (!b.ptr || b.bytes == 0 || n == found.size()) continue;
+    auto info = rt->classify(b.ptr);
+    if (!info.ok()) {
+      *result = Fail(ncclUnhandledCudaError,
+                     std::string(func) + ": cannot classify a buffer: " + info.status().message());
+      return true;
+    }
+    found[n++] = StreamBuffer{b.ptr, b.bytes, b.read, b.written, *info};
+    device = device || info->onDevice();
+  }
+  if (!device) return false;
+  std::vector<StreamBuffer> bufs(found.begin(), found.begin() + static_cast<ptrdiff_t>(n));
+  if (GroupDepth() > 0) {
+    GroupState& g = Group();
+    if (std::find(g.host_comms.begin(), g.host_comms.end(), comm) != g.host_comms.end()) {
+      *result = MixedGroup(func);
+      return true;
+    }
+    Status st = rt->checkStream(stream);
+    if (!st.ok()) {
+      *result = Report(st, func);
+      return true;
+    }
+    g.device_calls.push_back(GroupedCall{comm, stream, func, std::move(bufs), make_run()});
+    *result = ncclSuccess;
+    return true;
+  }
+  StreamCall call;
+  call.what = func;
+  call.streams.push_back(stream);
+  call.buffers = std::move(bufs);
+  call.run = [run = make_run()](const HostPointers& h) { return FromResult(run(h)); };
+  *result = Report(AgentFor(rt, comm)->submit(std::move(call)), func);
+  return true;
+}
+
+ncclResult_t BeforeHostCall(ncclComm_t comm, const char* func) {
+  if (GroupDepth() > 0) {
+    GroupState& g = Group();
+    for (const GroupedCall& c : g.device_calls)
+      if (c.comm == comm) return MixedGroup(func);
+    if (std::find(g.host_comms.begin(), g.host_comms.end(), comm) == g.host_comms.end())
+      g.host_comms.push_back(comm);
+  }
+  if (auto agent = FindAgent(comm)) return Report(agent->drain(), func);
+  return ncclSuccess;
+}
+
+ncclResult_t SubmitGroupStreamCalls() {
+  GroupState g = std::move(Group());
+  Group() = GroupState{};
+  ncclResult_t first = ncclSuccess;
+  device::DeviceRuntime* rt = device::ActiveDeviceRuntime();
+  // One job per communicator, in the order of its first call.
+  std::vector<bool> taken(g.device_calls.size(), false);
+  for (size_t i = 0; i < g.device_calls.size(); ++i) {
+    if (taken[i]) continue;
+    const ncclComm_t comm = g.device_calls[i].comm;
+    StreamCall call;
+    call.what = std::string("group of ") + g.device_calls[i].func;
+    std::vector<StreamRun> runs;
+    for (size_t j = i; j < g.device_calls.size(); ++j) {
+      GroupedCall& c = g.device_calls[j];
+      if (c.comm != comm) continue;
+      taken[j] = true;
+      if (std::find(call.streams.begin(), call.streams.end(), c.stream) == call.streams.end())
+        call.streams.push_back(c.stream);
+      call.buffers.insert(call.buffers.end(), c.buffers.begin(), c.buffers.end());
+      runs.push_back(std::move(c.run));
+    }
+    call.run = [runs = std::move(runs)](const HostPointers& h) {
+      braidResult_t r = braidGroupStart();
+      if (r != braidSuccess) return FromResult(r);
+      for (const StreamRun& run : runs) {
+        r = run(h);
+        if (r != braidSuccess) break;
+      }
+      Status st = FromResult(r);
+      braidResult_t end = braidGroupEnd();
+      if (st.ok()) st = FromResult(end);
+      return st;
+    };
+    ncclResult_t res = Report(AgentFor(rt, comm)->submit(std::move(call)), "ncclGroupEnd");
+    if (first == ncclSuccess) first = res;
+  }
+  return first;
+}
+
+void DiscardGroupStreamCalls() {
+  Group() = GroupState{};
+}
+
+ncclResult_t DrainStreamAgent(ncclComm_t comm) {
+  if (auto agent = FindAgent(comm)) (void)agent->drain();  // errors: GetAsyncError's
+  return ncclSuccess;
+}
+
+std::shared_ptr<StreamAgent> DetachStreamAgent(ncclComm_t comm) {
+  if (g_agents.load(std::memory_order_acquire) == 0) return nullptr;
+  Agents& a = TheAgents();
+  std::lock_guard<std::mutex> lock(a.mu);
+  auto it = a.by_comm.find(B(comm));
+  if (it == a.by_comm.end()) return nullptr;
+  std::shared_ptr<StreamAgent> agent = std::move(it->second);
+  a.by_comm.erase(it);
+  g_agents.fetch_sub(1, std::memory_order_acq_rel);
+  return agent;
+}
+
+braidResult_t StreamAgentError(ncclComm_t comm, std::string* message) {
+  auto agent = FindAgent(comm);
+  if (!agent) return braidSuccess;
+  Status st = agent->error();
+  if (st.ok()) return braidSuccess;
+  *message = st.message();
+  return st.code();
+}
+
+}  // namespace braid::nccl

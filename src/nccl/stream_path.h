@@ -1,0 +1,91 @@
+// NCCL's stream semantics for device buffers (issue 39). A call whose buffers include device
+// memory (classified by the process's device runtime, device/device_runtime.h) is ordered on the
+// caller's stream through the communicator's stream agent (core/runtime/stream_agent.h) and
+// returns at once; calls on host buffers keep braid's host semantics (the stream is ignored, the
+// call has completed when it returns), after the communicator's stream-ordered calls are done,
+// since calls on one communicator must not run beside each other.
+//
+// Inside a group, a communicator's device calls are collected and, at the outermost
+// ncclGroupEnd, ordered on every stream they named as one agent job that runs them as one braid
+// group. A group may not mix host and device calls on one communicator (ncclInvalidUsage).
+//
+// Device memory never reaches host code here: only the agent's staged copies (or the runtime's
+// own copies) touch it.
+#pragma once
+
+#include <functional>
+#include <initializer_list>
+#include <memory>
+#include <string>
+
+#include "core/runtime/stream_agent.h"
+#include "device/device_runtime.h"
+#include "nccl/shim.h"
+
+namespace braid::nccl {
+
+struct BufferUse {
+  const void* ptr;
+  size_t bytes;
+  bool read;     // the call reads it
+  bool written;  // the call writes all of it
+};
+
+// A call on the stream path: runs on the agent's thread with the buffers' host addresses.
+using StreamRun = std::function<braidResult_t(const HostPointers&)>;
+
+// The stream path itself (out of line). Sets *result and returns true when the call is a device
+// call (submitted, or refused with an error); false for host buffers.
+bool SubmitIfDevice(device::DeviceRuntime* rt, ncclComm_t comm, cudaStream_t stream,
+                    const char* func, std::initializer_list<BufferUse> buffers,
+                    const std::function<StreamRun()>& make_run, ncclResult_t* result);
+// Before a host call on `comm`: waits for its stream-ordered calls (or refuses a host call in a
+// group that holds device calls on `comm`). Returns ncclSuccess or the error to return.
+ncclResult_t BeforeHostCall(ncclComm_t comm, const char* func);
+// True when the active device runtime says `p` is device (or managed) memory.
+inline bool IsDeviceBuffer(const void* p) {
+  device::DeviceRuntime* rt = device::ActiveDeviceRuntime();
+  if (!rt || !p) return false;
+  auto info = rt->classify(p);
+  return info.ok() && info->onDevice();
+}
+
+// Set while any communicator has a stream agent: host calls then check for one.
+bool AnyStreamAgent();
+
+// Returns true (with *result) when the call was taken by the stream path. `run` is only turned
+// into a StreamRun for a device call, so a host call costs one atomic load without a device
+// runtime, and a classification per buffer with one.
+template <typename Run>
+bool TakeStreamPath(ncclComm_t comm, cudaStream_t stream, const char* func,
+                    std::initializer_list<BufferUse> buffers, Run&& run, ncclResult_t* result) {
+  device::DeviceRuntime* rt = device::ActiveDeviceRuntime();
+  if (!rt) return false;
+  if (SubmitIfDevice(
+          rt, comm, stream, func, buffers,
+          [&]() -> StreamRun { return StreamRun(std::forward<Run>(run)); }, result))
+    return true;
+  if (AnyStreamAgent() || GroupDepth() > 0) {
+    *result = BeforeHostCall(comm, func);
+    if (*result != ncclSuccess) return true;
+  }
+  return false;
+}
+
+// ncclGroupEnd's part: at the outermost level, submits the group's device calls (per
+// communicator). Returns the first error.
+ncclResult_t SubmitGroupStreamCalls();
+// Drops the group's device calls (a group ended with an error before running them).
+void DiscardGroupStreamCalls();
+
+// Communicator life cycle. Finalize waits for the agent's calls; destroy takes the agent (its
+// destructor waits for them); abort takes it, aborts it, aborts the communicator (so a call
+// already running returns) and only then destroys it. GetAsyncError reports the agent's kept
+// error.
+ncclResult_t DrainStreamAgent(ncclComm_t comm);
+std::shared_ptr<StreamAgent> DetachStreamAgent(ncclComm_t comm);
+// braidSuccess, or the status of the first stream-ordered call of `comm` that failed (its message
+// into *message).
+braidResult_t StreamAgentError(ncclComm_t comm, std::string* message);
+
+}  // namespace braid::nccl

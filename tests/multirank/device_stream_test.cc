@@ -1,0 +1,475 @@
+// NCCL's stream semantics for device buffers (issue 39), through the NCCL API, on the emulated
+// device (BRAID_DEVICE=emulated: device memory the host cannot touch, streams run by threads;
+// device/cpu/emulated_device.h). Host functions queued on a stream play the kernels: one writes
+// the send buffer, the collective is queued on the same stream, one reads the result; the test
+// never synchronises between them, so a collective that did not wait for the stream would read
+// stale data, and a stream that did not wait for the collective would read a stale result. Also:
+// every collective on device buffers, and the failure paths (a mismatch across ranks, a bad
+// stream or buffer, destroy with calls queued, abort with a call waiting for its stream).
+//
+// The shim's objects are linked into this binary with the core (braid_nccl_objects), so that the
+// test's emulated device is the one the shim uses.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstring>
+#include <mutex>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "device/cpu/emulated_device.h"
+#include "multirank/harness.h"
+#include "nccl.h"
+
+using braid::device::EmulatedDevice;
+using braid_test::AllSucceeded;
+using braid_test::DescribeOutcomes;
+using braid_test::JobOptions;
+using braid_test::RunJob;
+
+#undef CHECK_OR_FAIL
+#define CHECK_OR_FAIL(cond, ...) CHECK_OR_FAIL_WITH(ncclGetLastError(nullptr), cond, __VA_ARGS__)
+
+namespace {
+
+// Joins the job's communicator through the NCCL API; the device is the shim's emulated one.
+int InitNccl(const braidUniqueId& id, int rank, int nranks, ncclComm_t* comm,
+             EmulatedDevice** dev) {
+  ncclUniqueId nid;
+  static_assert(sizeof(nid) == sizeof(id));
+  std::memcpy(&nid, &id, sizeof(nid));
+  CHECK_OR_FAIL(ncclCommInitRank(comm, nranks, nid, rank) == ncclSuccess, "init");
+  *dev = dynamic_cast<EmulatedDevice*>(braid::device::ActiveDeviceRuntime());
+  CHECK_OR_FAIL(*dev != nullptr, "BRAID_DEVICE=emulated did not select the emulated device");
+  return 0;
+}
+
+template <typename T>
+T* View(EmulatedDevice* dev, void* p, size_t n) {
+  return static_cast<T*>(*dev->hostView(p, n * sizeof(T)));
+}
+
+JobOptions Job(int nranks, const char* device, int timeout_s = 60) {
+  JobOptions o;
+  o.nranks = nranks;
+  o.timeout_s = timeout_s;
+  o.init = false;
+  o.env = {{"BRAID_DEVICE", device}};
+  return o;
+}
+
+// A rank's contribution: small integers, so every sum is exact in fp32 whatever the order.
+uint32_t Value(int rank, int rep, size_t i) {
+  return (static_cast<uint32_t>(rank + 1) * 7919u + static_cast<uint32_t>(rep) * 31u +
+          static_cast<uint32_t>(i)) %
+         65536u;
+}
+
+// The issue's stream-order test: write the send buffer on the stream (late by a random few
+// microseconds), all-reduce on the same stream, read the result on the stream; `reps` times, no
+// host synchronisation in between. Alternates fp32 sum and int32 max; every fifth is in place.
+int StreamOrderBody(const braidUniqueId& id, int rank, int nranks, int reps) {
+  ncclComm_t comm = nullptr;
+  EmulatedDevice* dev = nullptr;
+  if (InitNccl(id, rank, nranks, &comm, &dev) != 0) return 1;
+  const size_t counts[] = {1, 7, 1000, 4099};
+  const size_t max_n = 4099;
+  void* send = *dev->allocDevice(max_n * 4);
+  void* recv = *dev->allocDevice(max_n * 4);
+  auto s = dev->createStream();
+  CHECK_OR_FAIL(s.ok(), "createStream");
+  cudaStream_t stream = static_cast<cudaStream_t>(*s);
+  std::mt19937 rng(1234 + rank);
+  auto bad = std::make_shared<std::atomic<int>>(0);
+  auto checked = std::make_shared<std::atomic<int>>(0);
+  for (int rep = 0; rep < reps; ++rep) {
+    const size_t n = counts[rep % 4];
+    const bool fp = rep % 2 == 0;
+    const bool in_place = rep % 5 == 4;
+    void* src = in_place ? recv : send;
+    const int delay_us = static_cast<int>(rng() % 40);
+    CHECK_OR_FAIL(
+        dev->launchHostFunction(stream,
+                                [=] {
+                                  std::this_thread::sleep_for(std::chrono::microseconds(delay_us));
+                                  float* f = View<float>(dev, src, n);
+                                  int32_t* k = View<int32_t>(dev, src, n);
+                                  for (size_t i = 0; i < n; ++i) {
+                                    const uint32_t v = Value(rank, rep, i);
+                                    if (fp)
+                                      f[i] = static_cast<float>(v);
+                                    else
+                                      k[i] = static_cast<int32_t>(v);
+                                  }
+                                })
+            .ok(),
+        "launch");
+    CHECK_OR_FAIL(ncclAllReduce(src, recv, n, fp ? ncclFloat32 : ncclInt32, fp ? ncclSum : ncclMax,
+                                comm, stream) == ncclSuccess,
+                  "ncclAllReduce rep %d", rep);
+    CHECK_OR_FAIL(dev->launchHostFunction(
+                         stream,
+                         [=] {
+                           const char* got = View<char>(dev, recv, n * 4);
+                           for (size_t i = 0; i < n; ++i) {
+                             uint32_t want_bits, got_bits;
+                             if (fp) {
+                               float sum = 0;
+                               for (int r = 0; r < nranks; ++r)
+                                 sum += static_cast<float>(Value(r, rep, i));
+                               std::memcpy(&want_bits, &sum, 4);
+                             } else {
+                               int32_t mx = 0;
+                               for (int r = 0; r < nranks; ++r)
+                                 mx = std::max(mx, static_cast<int32_t>(Value(r, rep, i)));
+                               std::memcpy(&want_bits, &mx, 4);
+                             }
+                             std::memcpy(&got_bits, got + i * 4, 4);
+                             if (got_bits != want_bits) {
+                               if (bad->fetch_add(1) == 0)
+                                 std::fprintf(stderr,
+                                              "[rank %d] rep %d element %zu: %08x, want %08x\n",
+                                              rank, rep, i, got_bits, want_bits);
+                               return;
+                             }
+                           }
+                           checked->fetch_add(1);
+                         })
+                      .ok(),
+                  "launch");
+  }
+  CHECK_OR_FAIL(dev->synchronize(stream).ok(), "synchronize");
+  CHECK_OR_FAIL(bad->load() == 0, "%d of %d repetitions wrong", bad->load(), reps);
+  CHECK_OR_FAIL(checked->load() == reps, "%d of %d repetitions checked", checked->load(), reps);
+  ncclResult_t async = ncclSuccess;
+  CHECK_OR_FAIL(ncclCommGetAsyncError(comm, &async) == ncclSuccess && async == ncclSuccess,
+                "async error %d", static_cast<int>(async));
+  CHECK_OR_FAIL(ncclCommDestroy(comm) == ncclSuccess, "destroy");
+  CHECK_OR_FAIL(dev->destroyStream(stream).ok(), "destroyStream");
+  CHECK_OR_FAIL(dev->freeDevice(send).ok() && dev->freeDevice(recv).ok(), "free");
+  return 0;
+}
+
+TEST(DeviceStream, AllReduceOrderedOnTheStream1000TimesTwoRanks) {
+  auto out =
+      RunJob(Job(2, "emulated"), [](braidComm_t, int rank, int nranks, const braidUniqueId& id) {
+        return StreamOrderBody(id, rank, nranks, 1000);
+      });
+  EXPECT_TRUE(AllSucceeded(out)) << DescribeOutcomes(out);
+}
+
+// 4 ranks on a 2-core machine (a stream thread, an agent thread and braid's own per rank): the
+// same 1000 repetitions, about 2 s.
+TEST(DeviceStream, AllReduceOrderedOnTheStream1000TimesFourRanks) {
+  auto out =
+      RunJob(Job(4, "emulated"), [](braidComm_t, int rank, int nranks, const braidUniqueId& id) {
+        return StreamOrderBody(id, rank, nranks, 1000);
+      });
+  EXPECT_TRUE(AllSucceeded(out)) << DescribeOutcomes(out);
+}
+
+// Device memory that is host memory (BRAID_DEVICE=emulated-host): no staging, the same order.
+TEST(DeviceStream, AllReduceOrderedOnTheStreamHostAccessibleDevice) {
+  auto out = RunJob(Job(2, "emulated-host"),
+                    [](braidComm_t, int rank, int nranks, const braidUniqueId& id) {
+                      return StreamOrderBody(id, rank, nranks, 300);
+                    });
+  EXPECT_TRUE(AllSucceeded(out)) << DescribeOutcomes(out);
+}
+
+// Every collective (and grouped sends/receives) on device buffers, queued back to back on one
+// stream; results copied to host memory on the stream and checked after one synchronisation.
+int EveryCollectiveBody(const braidUniqueId& id, int rank, int nranks) {
+  ncclComm_t comm = nullptr;
+  EmulatedDevice* dev = nullptr;
+  if (InitNccl(id, rank, nranks, &comm, &dev) != 0) return 1;
+  const size_t n = 333;  // elements per rank's block
+  const size_t total = n * static_cast<size_t>(nranks);
+  // ncclMemAlloc gives the device's memory when a device runtime is active.
+  void* send = nullptr;
+  CHECK_OR_FAIL(ncclMemAlloc(&send, total * 4) == ncclSuccess, "ncclMemAlloc");
+  CHECK_OR_FAIL(dev->classify(send)->kind == braid::device::MemoryKind::kDevice,
+                "ncclMemAlloc gave no device memory");
+  void* recv = *dev->allocDevice(total * 4);
+  cudaStream_t stream = static_cast<cudaStream_t>(*dev->createStream());
+  auto fill = [&](int tag) {
+    return dev->launchHostFunction(stream, [=] {
+      int32_t* p = View<int32_t>(dev, send, total);
+      for (size_t i = 0; i < total; ++i) p[i] = static_cast<int32_t>(Value(rank, tag, i));
+    });
+  };
+  auto clear = [&] {
+    return dev->launchHostFunction(
+        stream, [=] { std::memset(View<char>(dev, recv, total * 4), 0xee, total * 4); });
+  };
+  struct Result {
+    const char* name;
+    std::vector<int32_t> got, want;
+  };
+  std::vector<Result> results(8);
+  auto keep = [&](Result& r, const char* name, size_t count, std::vector<int32_t> want) {
+    r.name = name;
+    r.got.assign(count, 0);
+    r.want = std::move(want);
+    return dev->copyAsync(r.got.data(), recv, count * 4, stream);  // device -> host on the stream
+  };
+  const int root = nranks - 1;
+  auto V = [&](int r, int tag, size_t i) { return static_cast<int32_t>(Value(r, tag, i)); };
+  std::vector<int32_t> w;
+
+  CHECK_OR_FAIL(fill(1).ok() && clear().ok(), "launch");
+  CHECK_OR_FAIL(ncclBroadcast(send, recv, total, ncclInt32, root, comm, stream) == ncclSuccess,
+                "bcast");
+  w.assign(total, 0);
+  for (size_t i = 0; i < total; ++i) w[i] = V(root, 1, i);
+  CHECK_OR_FAIL(keep(results[0], "broadcast", total, w).ok(), "copy");
+
+  CHECK_OR_FAIL(fill(2).ok() && clear().ok(), "launch");
+  CHECK_OR_FAIL(ncclReduceScatter(send, recv, n, ncclInt32, ncclSum, comm, stream) == ncclSuccess,
+                "rs");
+  w.assign(n, 0);
+  for (size_t i = 0; i < n; ++i)
+    for (int r = 0; r < nranks; ++r) w[i] += V(r, 2, rank * n + i);
+  CHECK_OR_FAIL(keep(results[1], "reduce-scatter", n, w).ok(), "copy");
+
+  CHECK_OR_FAIL(fill(3).ok() && clear().ok(), "launch");
+  CHECK_OR_FAIL(ncclAllGather(send, recv, n, ncclInt32, comm, stream) == ncclSuccess, "ag");
+  w.assign(total, 0);
+  for (int r = 0; r < nranks; ++r)
+    for (size_t i = 0; i < n; ++i) w[r * n + i] = V(r, 3, i);
+  CHECK_OR_FAIL(keep(results[2], "all-gather", total, w).ok(), "copy");
+
+  CHECK_OR_FAIL(fill(4).ok() && clear().ok(), "launch");
+  CHECK_OR_FAIL(
+      ncclReduce(send, recv, total, ncclInt32, ncclMax, root, comm, stream) == ncclSuccess,
+      "reduce");
+  w.assign(total, static_cast<int32_t>(0xeeeeeeee));  // untouched off the root
+  if (rank == root)
+    for (size_t i = 0; i < total; ++i) {
+      w[i] = V(0, 4, i);
+      for (int r = 1; r < nranks; ++r) w[i] = std::max(w[i], V(r, 4, i));
+    }
+  CHECK_OR_FAIL(keep(results[3], "reduce", total, w).ok(), "copy");
+
+  CHECK_OR_FAIL(fill(5).ok() && clear().ok(), "launch");
+  CHECK_OR_FAIL(ncclAlltoAll(send, recv, n, ncclInt32, comm, stream) == ncclSuccess, "a2a");
+  w.assign(total, 0);
+  for (int r = 0; r < nranks; ++r)
+    for (size_t i = 0; i < n; ++i) w[r * n + i] = V(r, 5, rank * n + i);
+  CHECK_OR_FAIL(keep(results[4], "all-to-all", total, w).ok(), "copy");
+
+  // A ring of grouped sends and receives: one agent job running one braid group.
+  CHECK_OR_FAIL(fill(6).ok() && clear().ok(), "launch");
+  const int next = (rank + 1) % nranks, prev = (rank + nranks - 1) % nranks;
+  CHECK_OR_FAIL(ncclGroupStart() == ncclSuccess, "group");
+  CHECK_OR_FAIL(ncclSend(send, n, ncclInt32, next, comm, stream) == ncclSuccess, "send");
+  CHECK_OR_FAIL(ncclRecv(recv, n, ncclInt32, prev, comm, stream) == ncclSuccess, "recv");
+  CHECK_OR_FAIL(ncclGroupEnd() == ncclSuccess, "group end");
+  w.assign(n, 0);
+  for (size_t i = 0; i < n; ++i) w[i] = V(prev, 6, i);
+  CHECK_OR_FAIL(keep(results[5], "send/recv", n, w).ok(), "copy");
+
+  CHECK_OR_FAIL(fill(7).ok() && clear().ok(), "launch");
+  CHECK_OR_FAIL(ncclGather(send, recv, n, ncclInt32, root, comm, stream) == ncclSuccess, "gather");
+  w.assign(total, static_cast<int32_t>(0xeeeeeeee));
+  if (rank == root)
+    for (int r = 0; r < nranks; ++r)
+      for (size_t i = 0; i < n; ++i) w[r * n + i] = V(r, 7, i);
+  CHECK_OR_FAIL(keep(results[6], "gather", total, w).ok(), "copy");
+
+  // In place: all-reduce of the send buffer into itself.
+  CHECK_OR_FAIL(fill(8).ok(), "launch");
+  CHECK_OR_FAIL(ncclAllReduce(send, send, total, ncclInt32, ncclSum, comm, stream) == ncclSuccess,
+                "ar");
+  CHECK_OR_FAIL(dev->copyAsync(recv, send, total * 4, stream).ok(), "copy");
+  w.assign(total, 0);
+  for (size_t i = 0; i < total; ++i)
+    for (int r = 0; r < nranks; ++r) w[i] += V(r, 8, i);
+  CHECK_OR_FAIL(keep(results[7], "all-reduce in place", total, w).ok(), "copy");
+
+  CHECK_OR_FAIL(dev->synchronize(stream).ok(), "synchronize");
+  for (const Result& r : results)
+    CHECK_OR_FAIL(std::memcmp(r.got.data(), r.want.data(), r.want.size() * 4) == 0,
+                  "%s: wrong result", r.name);
+  CHECK_OR_FAIL(ncclCommDestroy(comm) == ncclSuccess, "destroy");
+  CHECK_OR_FAIL(dev->destroyStream(stream).ok(), "destroyStream");
+  CHECK_OR_FAIL(ncclMemFree(send) == ncclSuccess && dev->freeDevice(recv).ok(), "free");
+  CHECK_OR_FAIL(dev->deviceAllocations() == 0, "device memory leaked");
+  return 0;
+}
+
+TEST(DeviceStream, EveryCollectiveOnDeviceBuffers) {
+  for (int nranks : {2, 3}) {
+    auto out = RunJob(Job(nranks, "emulated"),
+                      [](braidComm_t, int rank, int nranks, const braidUniqueId& id) {
+                        return EveryCollectiveBody(id, rank, nranks);
+                      });
+    EXPECT_TRUE(AllSucceeded(out)) << nranks << " ranks: " << DescribeOutcomes(out);
+  }
+}
+
+// A count that differs between the ranks on the stream path: braid's call check fails it on every
+// rank; every stream is released, the error is kept (ncclCommGetAsyncError, the next call), and
+// the communicator is destroyed cleanly.
+TEST(DeviceStream, MismatchedCountFailsEveryRankAndReleasesTheStream) {
+  auto out =
+      RunJob(Job(2, "emulated"), [](braidComm_t, int rank, int nranks, const braidUniqueId& id) {
+        ncclComm_t comm = nullptr;
+        EmulatedDevice* dev = nullptr;
+        if (InitNccl(id, rank, nranks, &comm, &dev) != 0) return 1;
+        void* buf = *dev->allocDevice(4096);
+        cudaStream_t stream = static_cast<cudaStream_t>(*dev->createStream());
+        CHECK_OR_FAIL(
+            ncclAllReduce(buf, buf, 100 + rank, ncclFloat32, ncclSum, comm, stream) == ncclSuccess,
+            "the call is queued");
+        std::atomic<bool> after{false};
+        CHECK_OR_FAIL(dev->launchHostFunction(stream, [&] { after = true; }).ok(), "launch");
+        CHECK_OR_FAIL(dev->synchronize(stream).ok(), "the stream is released");
+        CHECK_OR_FAIL(after.load(), "work after the call ran");
+        ncclResult_t async = ncclSuccess;
+        CHECK_OR_FAIL(ncclCommGetAsyncError(comm, &async) == ncclSuccess, "GetAsyncError");
+        CHECK_OR_FAIL(async == ncclInvalidUsage, "async error %d", static_cast<int>(async));
+        const std::string msg = ncclGetLastError(comm);
+        CHECK_OR_FAIL(msg.find("mismatch") != std::string::npos &&
+                          msg.find("stream-ordered") != std::string::npos,
+                      "message: %s", msg.c_str());
+        ncclResult_t next = ncclAllReduce(buf, buf, 10, ncclFloat32, ncclSum, comm, stream);
+        CHECK_OR_FAIL(next == ncclInvalidUsage, "the next call reports it (%d)",
+                      static_cast<int>(next));
+        CHECK_OR_FAIL(
+            std::string(ncclGetLastError(nullptr)).find("an earlier stream-ordered call failed") !=
+                std::string::npos,
+            "next call's message: %s", ncclGetLastError(nullptr));
+        CHECK_OR_FAIL(ncclCommDestroy(comm) == ncclSuccess, "destroy");
+        CHECK_OR_FAIL(dev->destroyStream(stream).ok(), "destroyStream");
+        return 0;
+      });
+  EXPECT_TRUE(AllSucceeded(out)) << DescribeOutcomes(out);
+}
+
+// A stream that is not one, a buffer that runs past its allocation: refused at once with a
+// message, nothing queued, and the communicator goes on working (host buffers too).
+TEST(DeviceStream, BadStreamOrBufferIsRefusedClearly) {
+  auto out = RunJob(Job(2, "emulated"), [](braidComm_t, int rank, int nranks,
+                                           const braidUniqueId& id) {
+    ncclComm_t comm = nullptr;
+    EmulatedDevice* dev = nullptr;
+    if (InitNccl(id, rank, nranks, &comm, &dev) != 0) return 1;
+    void* buf = *dev->allocDevice(4096);
+    cudaStream_t stream = static_cast<cudaStream_t>(*dev->createStream());
+    int not_a_stream = 0;
+    ncclResult_t r = ncclAllReduce(buf, buf, 16, ncclFloat32, ncclSum, comm,
+                                   reinterpret_cast<cudaStream_t>(&not_a_stream));
+    CHECK_OR_FAIL(r == ncclInvalidArgument, "bad stream: %d", static_cast<int>(r));
+    CHECK_OR_FAIL(
+        std::string(ncclGetLastError(nullptr)).find("not a live stream") != std::string::npos,
+        "message: %s", ncclGetLastError(nullptr));
+    r = ncclAllReduce(buf, buf, 1025, ncclFloat32, ncclSum, comm, stream);  // 4100 bytes of 4096
+    CHECK_OR_FAIL(r == ncclInvalidArgument, "overrun: %d", static_cast<int>(r));
+    CHECK_OR_FAIL(
+        std::string(ncclGetLastError(nullptr)).find("run past the end") != std::string::npos,
+        "message: %s", ncclGetLastError(nullptr));
+    // Still healthy: a device call, then a host call after it (which waits for it).
+    CHECK_OR_FAIL(
+        dev->launchHostFunction(stream, [=] { View<float>(dev, buf, 16)[0] = 1.0f + rank; }).ok(),
+        "l");
+    CHECK_OR_FAIL(ncclAllReduce(buf, buf, 16, ncclFloat32, ncclSum, comm, stream) == ncclSuccess,
+                  "device call");
+    std::vector<float> host(16, 2.0f);
+    CHECK_OR_FAIL(ncclAllReduce(host.data(), host.data(), 16, ncclFloat32, ncclSum, comm, stream) ==
+                      ncclSuccess,
+                  "host call");
+    CHECK_OR_FAIL(host[0] == 2.0f * nranks, "host result %g", host[0]);
+    CHECK_OR_FAIL(dev->synchronize(stream).ok(), "sync");
+    CHECK_OR_FAIL(View<float>(dev, buf, 16)[0] == 3.0f, "device result %g",
+                  View<float>(dev, buf, 16)[0]);
+    ncclResult_t async = ncclSuccess;
+    CHECK_OR_FAIL(ncclCommGetAsyncError(comm, &async) == ncclSuccess && async == ncclSuccess,
+                  "async");
+    CHECK_OR_FAIL(ncclCommDestroy(comm) == ncclSuccess, "destroy");
+    CHECK_OR_FAIL(dev->destroyStream(stream).ok(), "destroyStream");
+    return 0;
+  });
+  EXPECT_TRUE(AllSucceeded(out)) << DescribeOutcomes(out);
+}
+
+// Destroy right after queuing: the queued calls still run (their streams go on), then the
+// communicator goes.
+TEST(DeviceStream, DestroyWaitsForQueuedCalls) {
+  auto out =
+      RunJob(Job(2, "emulated"), [](braidComm_t, int rank, int nranks, const braidUniqueId& id) {
+        ncclComm_t comm = nullptr;
+        EmulatedDevice* dev = nullptr;
+        if (InitNccl(id, rank, nranks, &comm, &dev) != 0) return 1;
+        void* buf = *dev->allocDevice(4096);
+        cudaStream_t stream = static_cast<cudaStream_t>(*dev->createStream());
+        CHECK_OR_FAIL(
+            dev->launchHostFunction(stream,
+                                    [=] {
+                                      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+                                      for (int i = 0; i < 64; ++i)
+                                        View<int32_t>(dev, buf, 64)[i] = rank + i;
+                                    })
+                .ok(),
+            "l");
+        for (int k = 0; k < 3; ++k)
+          CHECK_OR_FAIL(
+              ncclAllReduce(buf, buf, 64, ncclInt32, ncclSum, comm, stream) == ncclSuccess, "call");
+        CHECK_OR_FAIL(ncclCommDestroy(comm) == ncclSuccess, "destroy");
+        CHECK_OR_FAIL(dev->synchronize(stream).ok(), "sync");
+        for (int i = 0; i < 64; ++i) {
+          int32_t v = 0;
+          for (int r = 0; r < nranks; ++r) v += r + i;
+          v *= nranks * nranks;  // three sums: x n ranks, twice more
+          CHECK_OR_FAIL(View<int32_t>(dev, buf, 64)[i] == v, "element %d: %d, want %d", i,
+                        View<int32_t>(dev, buf, 64)[i], v);
+        }
+        CHECK_OR_FAIL(dev->destroyStream(stream).ok(), "destroyStream");
+        return 0;
+      });
+  EXPECT_TRUE(AllSucceeded(out)) << DescribeOutcomes(out);
+}
+
+// Abort with a call whose stream is blocked: the call fails without running, and the stream is
+// released when it gets there; nothing hangs.
+TEST(DeviceStream, AbortReleasesAStreamWhoseCallWaits) {
+  auto out =
+      RunJob(Job(2, "emulated"), [](braidComm_t, int rank, int nranks, const braidUniqueId& id) {
+        ncclComm_t comm = nullptr;
+        EmulatedDevice* dev = nullptr;
+        if (InitNccl(id, rank, nranks, &comm, &dev) != 0) return 1;
+        void* buf = *dev->allocDevice(4096);
+        cudaStream_t stream = static_cast<cudaStream_t>(*dev->createStream());
+        std::mutex mu;
+        std::condition_variable cv;
+        bool open = false;
+        CHECK_OR_FAIL(dev->launchHostFunction(stream,
+                                              [&] {
+                                                for (int i = 0; i < 64; ++i)
+                                                  View<int32_t>(dev, buf, 64)[i] = 7;
+                                                std::unique_lock<std::mutex> lock(mu);
+                                                cv.wait(lock, [&] { return open; });
+                                              })
+                          .ok(),
+                      "l");
+        CHECK_OR_FAIL(ncclAllReduce(buf, buf, 64, ncclInt32, ncclSum, comm, stream) == ncclSuccess,
+                      "call");
+        CHECK_OR_FAIL(ncclCommAbort(comm) == ncclSuccess, "abort");
+        {
+          std::lock_guard<std::mutex> lock(mu);
+          open = true;
+        }
+        cv.notify_all();
+        CHECK_OR_FAIL(dev->synchronize(stream).ok(), "the stream is released");
+        CHECK_OR_FAIL(View<int32_t>(dev, buf, 64)[0] == 7, "the aborted call did not run");
+        CHECK_OR_FAIL(dev->destroyStream(stream).ok(), "destroyStream");
+        return 0;
+      });
+  EXPECT_TRUE(AllSucceeded(out)) << DescribeOutcomes(out);
+}
+
+}  // namespace

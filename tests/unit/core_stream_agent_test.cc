@@ -1,0 +1,328 @@
+// The stream agent (core/runtime/stream_agent.h) on the emulated device, without a communicator:
+// calls whose `run` is a host transform stand in for collectives. Ordering on the stream (a call
+// starts after the stream's earlier work and the stream's later work sees its result), staging of
+// device buffers, calls ordered on several streams, flag slot reuse, and the failure paths: a
+// failing call, abort, bad arguments. Every check is bit-exact; nothing sleeps for ordering.
+#include "core/runtime/stream_agent.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <cstring>
+#include <mutex>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include "device/cpu/emulated_device.h"
+
+using braid::HostPointers;
+using braid::Status;
+using braid::StreamAgent;
+using braid::StreamBuffer;
+using braid::StreamCall;
+using braid::device::EmulatedDevice;
+using braid::device::StreamHandle;
+
+namespace {
+
+class StreamAgentTest : public ::testing::TestWithParam<EmulatedDevice::Mode> {
+ protected:
+  StreamBuffer Buffer(void* p, size_t bytes, bool read, bool written) {
+    StreamBuffer b;
+    b.ptr = p;
+    b.bytes = bytes;
+    b.read = read;
+    b.written = written;
+    b.info = *dev_.classify(p);
+    return b;
+  }
+  uint32_t* At(void* device, size_t bytes) {
+    return static_cast<uint32_t*>(*dev_.hostView(device, bytes));
+  }
+  // out[i] = in[i] * 3 + salt, on the host addresses the agent gives; checks that device memory
+  // reaches it only as staged copies when the device is separate.
+  StreamCall Transform(StreamHandle s, void* in, void* out, size_t n, uint32_t salt) {
+    StreamCall c;
+    c.what = "transform";
+    c.streams = {s};
+    c.buffers = {Buffer(in, n * 4, true, false), Buffer(out, n * 4, false, true)};
+    const bool separate = GetParam() == EmulatedDevice::Mode::kSeparate;
+    c.run = [=](const HostPointers& h) -> Status {
+      auto* src = static_cast<const uint32_t*>(h(in));
+      auto* dst = static_cast<uint32_t*>(h(out));
+      if (separate && (static_cast<const void*>(src) == in || static_cast<void*>(dst) == out))
+        return braid::InternalError("device memory reached the call unstaged");
+      for (size_t i = 0; i < n; ++i) dst[i] = src[i] * 3 + salt;
+      return Status::Ok();
+    };
+    return c;
+  }
+
+  EmulatedDevice dev_{GetParam()};
+  braid::StreamFlagPool pool_{&dev_};
+};
+
+TEST_P(StreamAgentTest, CallsAreOrderedOnTheStream) {
+  const size_t n = 1031;
+  void* in = *dev_.allocDevice(n * 4);
+  void* out = *dev_.allocDevice(n * 4);
+  StreamHandle s = *dev_.createStream();
+  std::atomic<int> bad{0};
+  {
+    StreamAgent agent(&dev_, "test", &pool_);
+    std::mt19937 rng(7);
+    for (uint32_t rep = 0; rep < 300; ++rep) {
+      // The "kernel" that writes the input, late by a random few microseconds.
+      const int delay_us = static_cast<int>(rng() % 30);
+      ASSERT_TRUE(dev_.launchHostFunction(s,
+                                          [=, this] {
+                                            std::this_thread::sleep_for(
+                                                std::chrono::microseconds(delay_us));
+                                            uint32_t* p = At(in, n * 4);
+                                            for (size_t i = 0; i < n; ++i)
+                                              p[i] = rep * 1000003u + static_cast<uint32_t>(i);
+                                          })
+                      .ok());
+      ASSERT_TRUE(agent.submit(Transform(s, in, out, n, rep)).ok());
+      // The "kernel" that reads the result.
+      ASSERT_TRUE(dev_.launchHostFunction(
+                          s,
+                          [=, this, &bad] {
+                            const uint32_t* p = At(out, n * 4);
+                            for (size_t i = 0; i < n; ++i)
+                              if (p[i] != (rep * 1000003u + static_cast<uint32_t>(i)) * 3 + rep) {
+                                ++bad;
+                                return;
+                              }
+                          })
+                      .ok());
+    }
+    EXPECT_TRUE(agent.drain().ok()) << agent.error().message();
+    ASSERT_TRUE(dev_.synchronize(s).ok());
+    // 300 calls queued at once held up to 300 slots; one at a time, they reuse the free ones.
+    const size_t held = pool_.allocated();
+    EXPECT_GE(held, 64u);
+    for (uint32_t k = 0; k < 200; ++k) {
+      ASSERT_TRUE(agent.submit(Transform(s, in, out, n, k)).ok());
+      ASSERT_TRUE(dev_.synchronize(s).ok());
+    }
+    EXPECT_EQ(pool_.allocated(), held);
+    EXPECT_EQ(pool_.available(), held);
+  }
+  ASSERT_TRUE(dev_.synchronize(s).ok());
+  EXPECT_EQ(bad.load(), 0);
+  EXPECT_TRUE(dev_.destroyStream(s).ok());
+  EXPECT_TRUE(dev_.freeDevice(in).ok());
+  EXPECT_TRUE(dev_.freeDevice(out).ok());
+}
+
+TEST_P(StreamAgentTest, InPlaceAndDestroyWaitsForQueuedCalls) {
+  const size_t n = 100;
+  void* buf = *dev_.allocDevice(n * 4);
+  StreamHandle s = *dev_.createStream();
+  ASSERT_TRUE(dev_.launchHostFunction(s,
+                                      [=, this] {
+                                        uint32_t* p = At(buf, n * 4);
+                                        for (size_t i = 0; i < n; ++i)
+                                          p[i] = static_cast<uint32_t>(i);
+                                      })
+                  .ok());
+  {
+    StreamAgent agent(&dev_, "test", &pool_);
+    for (uint32_t k = 0; k < 5; ++k) ASSERT_TRUE(agent.submit(Transform(s, buf, buf, n, k)).ok());
+  }  // no drain: the destructor waits
+  ASSERT_TRUE(dev_.synchronize(s).ok());
+  const uint32_t* p = At(buf, n * 4);
+  for (size_t i = 0; i < n; ++i) {
+    uint32_t v = static_cast<uint32_t>(i);
+    for (uint32_t k = 0; k < 5; ++k) v = v * 3 + k;
+    ASSERT_EQ(p[i], v) << i;
+  }
+  EXPECT_TRUE(dev_.destroyStream(s).ok());
+  EXPECT_TRUE(dev_.freeDevice(buf).ok());
+}
+
+TEST_P(StreamAgentTest, ACallOnTwoStreamsWaitsForBoth) {
+  const size_t n = 64;
+  void* a = *dev_.allocDevice(n * 4);
+  void* b = *dev_.allocDevice(n * 4);
+  StreamHandle s1 = *dev_.createStream();
+  StreamHandle s2 = *dev_.createStream();
+  ASSERT_TRUE(dev_.launchHostFunction(s1,
+                                      [=, this] {
+                                        uint32_t* p = At(a, n * 4);
+                                        for (size_t i = 0; i < n; ++i) p[i] = 1;
+                                      })
+                  .ok());
+  ASSERT_TRUE(dev_.launchHostFunction(s2,
+                                      [=, this] {
+                                        uint32_t* p = At(b, n * 4);
+                                        for (size_t i = 0; i < n; ++i) p[i] = 2;
+                                      })
+                  .ok());
+  StreamCall c;
+  c.what = "pair";
+  c.streams = {s1, s2};
+  c.buffers = {Buffer(a, n * 4, true, true), Buffer(b, n * 4, true, true)};
+  c.run = [=](const HostPointers& h) {
+    auto* x = static_cast<uint32_t*>(h(a));
+    auto* y = static_cast<uint32_t*>(h(b));
+    for (size_t i = 0; i < n; ++i) {
+      const uint32_t t = x[i];
+      x[i] = y[i] * 10;
+      y[i] = t * 10;
+    }
+    return Status::Ok();
+  };
+  uint32_t after1 = 0, after2 = 0;
+  {
+    StreamAgent agent(&dev_, "test", &pool_);
+    ASSERT_TRUE(agent.submit(std::move(c)).ok());
+    ASSERT_TRUE(dev_.launchHostFunction(s1, [&, this] { after1 = At(a, 4)[n - 1]; }).ok());
+    ASSERT_TRUE(dev_.launchHostFunction(s2, [&, this] { after2 = At(b, 4)[0]; }).ok());
+    ASSERT_TRUE(agent.drain().ok());
+  }
+  ASSERT_TRUE(dev_.synchronize(s1).ok());
+  ASSERT_TRUE(dev_.synchronize(s2).ok());
+  EXPECT_EQ(after1, 20u);
+  EXPECT_EQ(after2, 10u);
+  EXPECT_TRUE(dev_.destroyStream(s1).ok());
+  EXPECT_TRUE(dev_.destroyStream(s2).ok());
+  EXPECT_TRUE(dev_.freeDevice(a).ok());
+  EXPECT_TRUE(dev_.freeDevice(b).ok());
+}
+
+TEST_P(StreamAgentTest, AFailedCallReleasesTheStreamAndIsKept) {
+  const size_t n = 16;
+  void* in = *dev_.allocDevice(n * 4);
+  void* out = *dev_.allocDevice(n * 4);
+  StreamHandle s = *dev_.createStream();
+  // Held until every call is queued, so that none has failed yet when the next is submitted.
+  std::mutex mu;
+  std::condition_variable cv;
+  bool open = false;
+  ASSERT_TRUE(dev_.launchHostFunction(s,
+                                      [&] {
+                                        std::unique_lock<std::mutex> lock(mu);
+                                        cv.wait(lock, [&] { return open; });
+                                      })
+                  .ok());
+  StreamAgent agent(&dev_, "rank 0/2", &pool_);
+  std::atomic<int> ran{0};
+  StreamCall ok = Transform(s, in, out, n, 0);
+  ok.run = [&](const HostPointers&) {
+    ++ran;
+    return Status::Ok();
+  };
+  ASSERT_TRUE(agent.submit(std::move(ok)).ok());
+  StreamCall failing = Transform(s, in, out, n, 0);
+  failing.what = "ncclAllReduce";
+  failing.run = [](const HostPointers&) {
+    return braid::InvalidUsage("mismatched call: count 10 here, 11 on rank 1");
+  };
+  ASSERT_TRUE(agent.submit(std::move(failing)).ok());
+  StreamCall skipped = Transform(s, in, out, n, 1);
+  skipped.run = [&](const HostPointers&) {
+    ran += 100;
+    return Status::Ok();
+  };
+  ASSERT_TRUE(agent.submit(std::move(skipped)).ok());
+  std::atomic<bool> after{false};
+  ASSERT_TRUE(dev_.launchHostFunction(s, [&] { after = true; }).ok());
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    open = true;
+  }
+  cv.notify_all();
+  // The stream goes on past the failed call and the one skipped after it.
+  ASSERT_TRUE(dev_.synchronize(s).ok());
+  EXPECT_TRUE(after.load());
+  EXPECT_EQ(ran.load(), 1);
+  Status e = agent.drain();
+  EXPECT_EQ(e.cls(), braid::ErrorClass::kInvalidUsage);
+  EXPECT_EQ(
+      e.message(),
+      "[rank 0/2] ncclAllReduce (stream-ordered): mismatched call: count 10 here, 11 on rank 1");
+  // Later calls report it and are not queued.
+  Status again = agent.submit(Transform(s, in, out, n, 2));
+  EXPECT_EQ(again.cls(), braid::ErrorClass::kInvalidUsage);
+  EXPECT_NE(again.message().find("transform: not run: an earlier stream-ordered call failed: "
+                                 "[rank 0/2] ncclAllReduce"),
+            std::string::npos)
+      << again.message();
+  EXPECT_TRUE(dev_.destroyStream(s).ok());
+  EXPECT_TRUE(dev_.freeDevice(in).ok());
+  EXPECT_TRUE(dev_.freeDevice(out).ok());
+}
+
+TEST_P(StreamAgentTest, AbortReleasesAStreamWhoseCallWaitsForReady) {
+  const size_t n = 16;
+  void* in = *dev_.allocDevice(n * 4);
+  void* out = *dev_.allocDevice(n * 4);
+  StreamHandle s = *dev_.createStream();
+  // A "kernel" that blocks the stream until the test opens the gate.
+  std::mutex mu;
+  std::condition_variable cv;
+  bool open = false;
+  ASSERT_TRUE(dev_.launchHostFunction(s,
+                                      [&] {
+                                        std::unique_lock<std::mutex> lock(mu);
+                                        cv.wait(lock, [&] { return open; });
+                                      })
+                  .ok());
+  std::atomic<int> ran{0};
+  auto agent = std::make_unique<StreamAgent>(&dev_, "test", &pool_);
+  StreamCall c = Transform(s, in, out, n, 0);
+  c.run = [&](const HostPointers&) {
+    ++ran;
+    return Status::Ok();
+  };
+  StreamCall c2 = Transform(s, in, out, n, 0);
+  c2.run = c.run;
+  ASSERT_TRUE(agent->submit(std::move(c)).ok());
+  ASSERT_TRUE(agent->submit(std::move(c2)).ok());
+  agent->abort("test abort");
+  agent.reset();  // joins: neither call ran
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    open = true;
+  }
+  cv.notify_all();
+  ASSERT_TRUE(dev_.synchronize(s).ok());  // released: `done` was written for both
+  EXPECT_EQ(ran.load(), 0);
+  EXPECT_TRUE(dev_.destroyStream(s).ok());
+  EXPECT_TRUE(dev_.freeDevice(in).ok());
+  EXPECT_TRUE(dev_.freeDevice(out).ok());
+}
+
+TEST_P(StreamAgentTest, BadStreamOrBufferIsRefusedAtOnce) {
+  const size_t n = 16;
+  void* in = *dev_.allocDevice(n * 4);
+  void* out = *dev_.allocDevice(n * 4);
+  StreamAgent agent(&dev_, "test", &pool_);
+  int not_a_stream;
+  Status st = agent.submit(Transform(&not_a_stream, in, out, n, 0));
+  EXPECT_EQ(st.cls(), braid::ErrorClass::kInvalidArgument);
+  EXPECT_NE(st.message().find("not a live stream"), std::string::npos) << st.message();
+  // Past the end of its allocation (a page, 4096 bytes).
+  const size_t size = dev_.classify(out)->size;
+  st = agent.submit(Transform(nullptr, in, out, size / 4 + 1, 0));
+  EXPECT_EQ(st.cls(), braid::ErrorClass::kInvalidArgument);
+  EXPECT_NE(st.message().find("run past the end"), std::string::npos) << st.message();
+  // Nothing was queued, nothing is kept.
+  EXPECT_TRUE(agent.drain().ok());
+  EXPECT_TRUE(dev_.freeDevice(in).ok());
+  EXPECT_TRUE(dev_.freeDevice(out).ok());
+}
+
+INSTANTIATE_TEST_SUITE_P(Modes, StreamAgentTest,
+                         ::testing::Values(EmulatedDevice::Mode::kSeparate,
+                                           EmulatedDevice::Mode::kHostMemory),
+                         [](const auto& info) {
+                           return info.param == EmulatedDevice::Mode::kSeparate ? "Separate"
+                                                                                : "HostMemory";
+                         });
+
+}  // namespace
