@@ -70,7 +70,9 @@ class DeviceRuntime {
 
   virtual Result<StreamHandle> createStream() = 0;
   virtual Status destroyStream(StreamHandle s) = 0;
-  // Ok when `s` is a stream this runtime can queue work on; InvalidArgument naming it otherwise.
+  // Ok when `s` is a stream this runtime can queue work on; InvalidArgument naming it otherwise,
+  // InvalidUsage when it is capturing a graph (a stream-ordered call is one host-side event: a
+  // graph replayed many times would wait for a `done` written once).
   virtual Status checkStream(StreamHandle s) = 0;
   // Queues a copy of `bytes` from `src` to `dst` (any of host, pinned host, device) on `s`.
   virtual Status copyAsync(void* dst, const void* src, size_t bytes, StreamHandle s) = 0;

@@ -351,8 +351,9 @@ TEST(DeviceStream, MismatchedCountFailsEveryRankAndReleasesTheStream) {
   EXPECT_TRUE(AllSucceeded(out)) << DescribeOutcomes(out);
 }
 
-// A stream that is not one, a buffer that runs past its allocation: refused at once with a
-// message, nothing queued, and the communicator goes on working (host buffers too).
+// A stream that is not one, a buffer that runs past its allocation, a stream capturing a graph:
+// refused at once with a message, nothing queued, and the communicator goes on working (host
+// buffers too).
 TEST(DeviceStream, BadStreamOrBufferIsRefusedClearly) {
   auto out = RunJob(Job(2, "emulated"), [](braidComm_t, int rank, int nranks,
                                            const braidUniqueId& id) {
@@ -373,6 +374,14 @@ TEST(DeviceStream, BadStreamOrBufferIsRefusedClearly) {
     CHECK_OR_FAIL(
         std::string(ncclGetLastError(nullptr)).find("run past the end") != std::string::npos,
         "message: %s", ncclGetLastError(nullptr));
+    // A stream capturing a graph: refused, naming it (NCCL would capture the call).
+    CHECK_OR_FAIL(dev->setCapturing(stream, true).ok(), "capture");
+    r = ncclAllReduce(buf, buf, 16, ncclFloat32, ncclSum, comm, stream);
+    CHECK_OR_FAIL(r == ncclInvalidUsage, "capturing stream: %d", static_cast<int>(r));
+    CHECK_OR_FAIL(
+        std::string(ncclGetLastError(nullptr)).find("capturing a graph") != std::string::npos,
+        "message: %s", ncclGetLastError(nullptr));
+    CHECK_OR_FAIL(dev->setCapturing(stream, false).ok(), "capture end");
     // Still healthy: a device call, then a host call after it (which waits for it).
     CHECK_OR_FAIL(
         dev->launchHostFunction(stream, [=] { View<float>(dev, buf, 16)[0] = 1.0f + rank; }).ok(),

@@ -106,6 +106,7 @@ TEST_P(StreamAgentTest, CallsAreOrderedOnTheStream) {
     EXPECT_GE(held, 64u);
     for (uint32_t k = 0; k < 200; ++k) {
       ASSERT_TRUE(agent.submit(Transform(s, in, out, n, k)).ok());
+      ASSERT_TRUE(agent.drain().ok());  // the agent has put the slot back (after writing `done`)
       ASSERT_TRUE(dev_.synchronize(s).ok());
     }
     EXPECT_EQ(pool_.allocated(), held);

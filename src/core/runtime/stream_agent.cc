@@ -142,8 +142,7 @@ void StreamAgent::loop() {
     if (!context_set && p.context) {
       context_set = runtime_->useContext(p.context).ok();
     }
-    Status st = execute(p);
-    if (!st.ok()) fail(std::move(st));
+    execute(p);
     {
       std::lock_guard<std::mutex> lock(mu_);
       ++completed_;
@@ -154,30 +153,34 @@ void StreamAgent::loop() {
   if (staging_) (void)runtime_->freeHostMapped(staging_);
 }
 
-Status StreamAgent::execute(Pending& p) {
+// Every path keeps its failure before it writes `done`: whoever synchronises the stream and then
+// asks for the communicator's error must see it.
+void StreamAgent::execute(Pending& p) {
   {
     // Not run after an abort or a failure (the kept error already says why); the streams go on.
     std::unique_lock<std::mutex> lock(mu_);
     if (aborted_ || !error_.ok()) {
-      Status s = aborted_ ? AbortedError(p.call.what + ": not run: the communicator was aborted (" +
-                                         abort_reason_ + ")")
-                          : Status::Ok();
+      if (error_.ok())  // aborted: the first failure
+        error_ = AbortedError(p.call.what + ": not run: the communicator was aborted (" +
+                              abort_reason_ + ")");
       lock.unlock();
       release(p, false);
-      return s;
+      return;
     }
   }
   // The streams' earlier work: sleep until each stream wrote `ready`.
   for (const StreamFlagSlot& s : p.slots) {
     while (
         !runtime_->hostWaitFlag(s.ready, s.value, std::chrono::steady_clock::now() + kReadySlice)) {
-      std::lock_guard<std::mutex> lock(mu_);
+      std::unique_lock<std::mutex> lock(mu_);
       if (aborted_) {
-        Status why = AbortedError(p.call.what + ": not run: the communicator was aborted (" +
-                                  abort_reason_ + ") while the call waited for its stream");
+        if (error_.ok())
+          error_ = AbortedError(p.call.what + ": not run: the communicator was aborted (" +
+                                abort_reason_ + ") while the call waited for its stream");
+        lock.unlock();
         // Some streams may have written `ready`: their slots are still not reused (simplest).
-        for (const StreamFlagSlot& q : p.slots) runtime_->hostWriteFlag(q.done, q.value);
-        return why;
+        release(p, false);
+        return;
       }
     }
   }
@@ -195,9 +198,9 @@ Status StreamAgent::execute(Pending& p) {
     if (st.ok()) st = std::move(sync);
     if (!st.ok()) st.prepend("copying the result to device memory: ");
   }
+  if (!st.ok())
+    fail(std::move(st.prepend("[" + name_ + "] " + p.call.what + " (stream-ordered): ")));
   release(p, true);
-  if (!st.ok()) st.prepend("[" + name_ + "] " + p.call.what + " (stream-ordered): ");
-  return st;
 }
 
 Status StreamAgent::stage(Pending& p, HostPointers* map,

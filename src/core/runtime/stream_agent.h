@@ -99,7 +99,7 @@ class StreamAgent {
   };
 
   void loop();
-  Status execute(Pending& p);
+  void execute(Pending& p);
   Status stage(Pending& p, HostPointers* map,
                std::vector<std::pair<const StreamBuffer*, char*>>* out);
   // Writes `done` for every slot; slots whose `ready` was seen go back to the pool.

@@ -64,6 +64,7 @@ struct EmulatedDevice::Stream {
   uint64_t queued = 0;
   uint64_t finished = 0;
   std::atomic<bool> stop{false};
+  std::atomic<bool> capturing{false};
   Status error;  // the first op that failed; later ops still run (as on a GPU, the next sync says)
   std::thread worker;
 };
@@ -253,8 +254,24 @@ EmulatedDevice::Stream* EmulatedDevice::findStream(StreamHandle s) {
 }
 
 Status EmulatedDevice::checkStream(StreamHandle s) {
-  if (findStream(s)) return Status::Ok();
-  return InvalidArgument("stream " + Hex(s) + " is not a live stream of the " + name() + " device");
+  Stream* st = findStream(s);
+  if (!st)
+    return InvalidArgument("stream " + Hex(s) + " is not a live stream of the " + name() +
+                           " device");
+  if (st->capturing.load())
+    return InvalidUsage("stream " + Hex(s) +
+                        " is capturing a graph: braid cannot capture a stream-ordered call yet; "
+                        "call it outside the capture");
+  return Status::Ok();
+}
+
+Status EmulatedDevice::setCapturing(StreamHandle s, bool capturing) {
+  Stream* st = findStream(s);
+  if (!st)
+    return InvalidArgument("stream " + Hex(s) + " is not a live stream of the " + name() +
+                           " device");
+  st->capturing = capturing;
+  return Status::Ok();
 }
 
 Status EmulatedDevice::destroyStream(StreamHandle s) {

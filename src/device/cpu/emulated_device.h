@@ -69,6 +69,10 @@ class EmulatedDevice final : public DeviceRuntime {
   // the range runs past a device allocation.
   Result<void*> hostView(const void* p, size_t bytes);
 
+  // Emulated only: marks `s` as capturing a graph (checkStream then refuses it), as
+  // cudaStreamBeginCapture would, so the refusal is tested without a GPU.
+  Status setCapturing(StreamHandle s, bool capturing);
+
   // Live device allocations (tests check that nothing leaks).
   size_t deviceAllocations();
 

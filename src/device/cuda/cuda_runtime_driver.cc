@@ -36,6 +36,7 @@ constexpr unsigned kHostAllocDeviceMap = 0x02;  // CU_MEMHOSTALLOC_DEVICEMAP
 constexpr unsigned kStreamNonBlocking = 0x1;    // CU_STREAM_NON_BLOCKING
 constexpr unsigned kWaitValueGeq = 0x0;         // CU_STREAM_WAIT_VALUE_GEQ (cyclic)
 constexpr unsigned kWriteValueDefault = 0x0;    // CU_STREAM_WRITE_VALUE_DEFAULT
+constexpr int kCaptureNone = 0;                 // CU_STREAM_CAPTURE_STATUS_NONE
 
 struct Api {
   CUresult (*pointerGetAttributes)(unsigned, int*, void**, CUdeviceptr) = nullptr;
@@ -47,6 +48,7 @@ struct Api {
   CUresult (*streamCreate)(CUstream*, unsigned) = nullptr;
   CUresult (*streamDestroy)(CUstream) = nullptr;
   CUresult (*streamQuery)(CUstream) = nullptr;
+  CUresult (*streamIsCapturing)(CUstream, int*) = nullptr;
   CUresult (*streamSynchronize)(CUstream) = nullptr;
   CUresult (*streamWriteValue32)(CUstream, CUdeviceptr, unsigned, unsigned) = nullptr;
   CUresult (*streamWaitValue32)(CUstream, CUdeviceptr, unsigned, unsigned) = nullptr;
@@ -126,6 +128,14 @@ class CudaDriverRuntime final : public DeviceRuntime {
     return Check(api_.streamDestroy(s), "cuStreamDestroy");
   }
   Status checkStream(StreamHandle s) override {
+    // First whether it captures: cuStreamQuery on a capturing stream would invalidate the capture.
+    int capture = kCaptureNone;
+    BRAID_RETURN_IF_ERROR(Check(api_.streamIsCapturing(s, &capture), "cuStreamIsCapturing"));
+    if (capture != kCaptureNone)
+      return InvalidUsage(
+          "the stream is capturing a CUDA graph: braid cannot capture a stream-ordered call yet "
+          "(a graph replays its flag writes, while braid's agent serves each call once); call it "
+          "outside the capture");
     const CUresult r = api_.streamQuery(s);
     if (r == kSuccess || r == kNotReady) return Status::Ok();
     return Check(r, "cuStreamQuery (is the stream valid and its context current?)");
@@ -206,6 +216,7 @@ std::unique_ptr<DeviceRuntime> LoadCudaDriverRuntime() {
       Bind(lib, &a.streamCreate, {"cuStreamCreate"}) &&
       Bind(lib, &a.streamDestroy, {"cuStreamDestroy_v2", "cuStreamDestroy"}) &&
       Bind(lib, &a.streamQuery, {"cuStreamQuery"}) &&
+      Bind(lib, &a.streamIsCapturing, {"cuStreamIsCapturing"}) &&
       Bind(lib, &a.streamSynchronize, {"cuStreamSynchronize"}) &&
       Bind(lib, &a.streamWriteValue32, {"cuStreamWriteValue32_v2", "cuStreamWriteValue32"}) &&
       Bind(lib, &a.streamWaitValue32, {"cuStreamWaitValue32_v2", "cuStreamWaitValue32"}) &&
