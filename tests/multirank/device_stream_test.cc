@@ -9,12 +9,14 @@
 //
 // The shim's objects are linked into this binary with the core (braid_nccl_objects), so that the
 // test's emulated device is the one the shim uses.
+#include <dlfcn.h>
 #include <gtest/gtest.h>
 
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstring>
+#include <functional>
 #include <mutex>
 #include <random>
 #include <string>
@@ -69,20 +71,89 @@ uint32_t Value(int rank, int rep, size_t i) {
          65536u;
 }
 
+// What the stream-order test does to a device, either through the emulated device's own API or
+// through the CUDA driver API of the fake libcuda (tests/common/fake_libcuda.cc), which makes
+// braid choose its CUDA runtime.
+struct RankDevice {
+  std::function<void*(size_t)> alloc;
+  std::function<bool(void*)> free;
+  std::function<cudaStream_t()> create_stream;
+  std::function<bool(cudaStream_t, std::function<void()>)> launch;
+  std::function<void*(void*, size_t)> view;
+  std::function<bool(cudaStream_t)> synchronize;
+  std::function<bool(cudaStream_t)> destroy_stream;
+};
+
+RankDevice Emulated(EmulatedDevice* dev) {
+  RankDevice d;
+  d.alloc = [dev](size_t b) { return *dev->allocDevice(b); };
+  d.free = [dev](void* p) { return dev->freeDevice(p).ok(); };
+  d.create_stream = [dev] { return static_cast<cudaStream_t>(*dev->createStream()); };
+  d.launch = [dev](cudaStream_t s, std::function<void()> fn) {
+    return dev->launchHostFunction(s, std::move(fn)).ok();
+  };
+  d.view = [dev](void* p, size_t b) { return *dev->hostView(p, b); };
+  d.synchronize = [dev](cudaStream_t s) { return dev->synchronize(s).ok(); };
+  d.destroy_stream = [dev](cudaStream_t s) { return dev->destroyStream(s).ok(); };
+  return d;
+}
+
+#ifdef BRAID_FAKE_LIBCUDA
+template <typename Fn>
+Fn Sym(void* lib, const char* name) {
+  return reinterpret_cast<Fn>(dlsym(lib, name));
+}
+
+// The fake driver's entry points, as a CUDA program would call them.
+RankDevice FakeCuda(void* lib) {
+  using Ptr = unsigned long long;
+  auto mem_alloc = Sym<int (*)(Ptr*, size_t)>(lib, "cuMemAlloc_v2");
+  auto mem_free = Sym<int (*)(Ptr)>(lib, "cuMemFree_v2");
+  auto stream_create = Sym<int (*)(void**, unsigned)>(lib, "cuStreamCreate");
+  auto stream_destroy = Sym<int (*)(void*)>(lib, "cuStreamDestroy_v2");
+  auto stream_sync = Sym<int (*)(void*)>(lib, "cuStreamSynchronize");
+  auto launch_host = Sym<int (*)(void*, void (*)(void*), void*)>(lib, "cuLaunchHostFunc");
+  auto host_view = Sym<void* (*)(void*, size_t)>(lib, "braidFakeCudaHostView");
+  RankDevice d;
+  d.alloc = [=](size_t b) {
+    Ptr p = 0;
+    return mem_alloc(&p, b) == 0 ? reinterpret_cast<void*>(p) : nullptr;
+  };
+  d.free = [=](void* p) { return mem_free(reinterpret_cast<Ptr>(p)) == 0; };
+  d.create_stream = [=] {
+    void* s = nullptr;
+    stream_create(&s, 1);
+    return static_cast<cudaStream_t>(s);
+  };
+  d.launch = [=](cudaStream_t s, std::function<void()> fn) {
+    auto* f = new std::function<void()>(std::move(fn));
+    return launch_host(
+               s,
+               [](void* arg) {
+                 auto* g = static_cast<std::function<void()>*>(arg);
+                 (*g)();
+                 delete g;
+               },
+               f) == 0;
+  };
+  d.view = [=](void* p, size_t b) { return host_view(p, b); };
+  d.synchronize = [=](cudaStream_t s) { return stream_sync(s) == 0; };
+  d.destroy_stream = [=](cudaStream_t s) { return stream_destroy(s) == 0; };
+  return d;
+}
+#endif
+
 // The stream-order test: write the send buffer on the stream (late by a random few
 // microseconds), all-reduce on the same stream, read the result on the stream; `reps` times, no
 // host synchronisation in between. Alternates fp32 sum and int32 max; every fifth is in place.
-int StreamOrderBody(const braidUniqueId& id, int rank, int nranks, int reps) {
-  ncclComm_t comm = nullptr;
-  EmulatedDevice* dev = nullptr;
-  if (InitNccl(id, rank, nranks, &comm, &dev) != 0) return 1;
+int StreamOrder(const RankDevice& dev, ncclComm_t comm, int rank, int nranks, int reps) {
   const size_t counts[] = {1, 7, 1000, 4099};
   const size_t max_n = 4099;
-  void* send = *dev->allocDevice(max_n * 4);
-  void* recv = *dev->allocDevice(max_n * 4);
-  auto s = dev->createStream();
-  CHECK_OR_FAIL(s.ok(), "createStream");
-  cudaStream_t stream = static_cast<cudaStream_t>(*s);
+  void* send = dev.alloc(max_n * 4);
+  void* recv = dev.alloc(max_n * 4);
+  CHECK_OR_FAIL(send && recv, "alloc");
+  cudaStream_t stream = dev.create_stream();
+  CHECK_OR_FAIL(stream != nullptr, "createStream");
   std::mt19937 rng(1234 + rank);
   auto bad = std::make_shared<std::atomic<int>>(0);
   auto checked = std::make_shared<std::atomic<int>>(0);
@@ -92,66 +163,69 @@ int StreamOrderBody(const braidUniqueId& id, int rank, int nranks, int reps) {
     const bool in_place = rep % 5 == 4;
     void* src = in_place ? recv : send;
     const int delay_us = static_cast<int>(rng() % 40);
-    CHECK_OR_FAIL(
-        dev->launchHostFunction(stream,
-                                [=] {
-                                  std::this_thread::sleep_for(std::chrono::microseconds(delay_us));
-                                  float* f = View<float>(dev, src, n);
-                                  int32_t* k = View<int32_t>(dev, src, n);
-                                  for (size_t i = 0; i < n; ++i) {
-                                    const uint32_t v = Value(rank, rep, i);
-                                    if (fp)
-                                      f[i] = static_cast<float>(v);
-                                    else
-                                      k[i] = static_cast<int32_t>(v);
-                                  }
-                                })
-            .ok(),
-        "launch");
+    CHECK_OR_FAIL(dev.launch(stream,
+                             [=, &dev] {
+                               std::this_thread::sleep_for(std::chrono::microseconds(delay_us));
+                               float* f = static_cast<float*>(dev.view(src, n * 4));
+                               int32_t* k = static_cast<int32_t*>(dev.view(src, n * 4));
+                               for (size_t i = 0; i < n; ++i) {
+                                 const uint32_t v = Value(rank, rep, i);
+                                 if (fp)
+                                   f[i] = static_cast<float>(v);
+                                 else
+                                   k[i] = static_cast<int32_t>(v);
+                               }
+                             }),
+                  "launch");
     CHECK_OR_FAIL(ncclAllReduce(src, recv, n, fp ? ncclFloat32 : ncclInt32, fp ? ncclSum : ncclMax,
                                 comm, stream) == ncclSuccess,
                   "ncclAllReduce rep %d", rep);
-    CHECK_OR_FAIL(dev->launchHostFunction(
-                         stream,
-                         [=] {
-                           const char* got = View<char>(dev, recv, n * 4);
-                           for (size_t i = 0; i < n; ++i) {
-                             uint32_t want_bits, got_bits;
-                             if (fp) {
-                               float sum = 0;
-                               for (int r = 0; r < nranks; ++r)
-                                 sum += static_cast<float>(Value(r, rep, i));
-                               std::memcpy(&want_bits, &sum, 4);
-                             } else {
-                               int32_t mx = 0;
-                               for (int r = 0; r < nranks; ++r)
-                                 mx = std::max(mx, static_cast<int32_t>(Value(r, rep, i)));
-                               std::memcpy(&want_bits, &mx, 4);
-                             }
-                             std::memcpy(&got_bits, got + i * 4, 4);
-                             if (got_bits != want_bits) {
-                               if (bad->fetch_add(1) == 0)
-                                 std::fprintf(stderr,
-                                              "[rank %d] rep %d element %zu: %08x, want %08x\n",
-                                              rank, rep, i, got_bits, want_bits);
-                               return;
-                             }
-                           }
-                           checked->fetch_add(1);
-                         })
-                      .ok(),
+    CHECK_OR_FAIL(dev.launch(stream,
+                             [=, &dev] {
+                               const char* got = static_cast<const char*>(dev.view(recv, n * 4));
+                               for (size_t i = 0; i < n; ++i) {
+                                 uint32_t want_bits, got_bits;
+                                 if (fp) {
+                                   float sum = 0;
+                                   for (int r = 0; r < nranks; ++r)
+                                     sum += static_cast<float>(Value(r, rep, i));
+                                   std::memcpy(&want_bits, &sum, 4);
+                                 } else {
+                                   int32_t mx = 0;
+                                   for (int r = 0; r < nranks; ++r)
+                                     mx = std::max(mx, static_cast<int32_t>(Value(r, rep, i)));
+                                   std::memcpy(&want_bits, &mx, 4);
+                                 }
+                                 std::memcpy(&got_bits, got + i * 4, 4);
+                                 if (got_bits != want_bits) {
+                                   if (bad->fetch_add(1) == 0)
+                                     std::fprintf(stderr,
+                                                  "[rank %d] rep %d element %zu: %08x, want %08x\n",
+                                                  rank, rep, i, got_bits, want_bits);
+                                   return;
+                                 }
+                               }
+                               checked->fetch_add(1);
+                             }),
                   "launch");
   }
-  CHECK_OR_FAIL(dev->synchronize(stream).ok(), "synchronize");
+  CHECK_OR_FAIL(dev.synchronize(stream), "synchronize");
   CHECK_OR_FAIL(bad->load() == 0, "%d of %d repetitions wrong", bad->load(), reps);
   CHECK_OR_FAIL(checked->load() == reps, "%d of %d repetitions checked", checked->load(), reps);
   ncclResult_t async = ncclSuccess;
   CHECK_OR_FAIL(ncclCommGetAsyncError(comm, &async) == ncclSuccess && async == ncclSuccess,
                 "async error %d", static_cast<int>(async));
   CHECK_OR_FAIL(ncclCommDestroy(comm) == ncclSuccess, "destroy");
-  CHECK_OR_FAIL(dev->destroyStream(stream).ok(), "destroyStream");
-  CHECK_OR_FAIL(dev->freeDevice(send).ok() && dev->freeDevice(recv).ok(), "free");
+  CHECK_OR_FAIL(dev.destroy_stream(stream), "destroyStream");
+  CHECK_OR_FAIL(dev.free(send) && dev.free(recv), "free");
   return 0;
+}
+
+int StreamOrderBody(const braidUniqueId& id, int rank, int nranks, int reps) {
+  ncclComm_t comm = nullptr;
+  EmulatedDevice* dev = nullptr;
+  if (InitNccl(id, rank, nranks, &comm, &dev) != 0) return 1;
+  return StreamOrder(Emulated(dev), comm, rank, nranks, reps);
 }
 
 TEST(DeviceStream, AllReduceOrderedOnTheStream1000TimesTwoRanks) {
@@ -180,6 +254,40 @@ TEST(DeviceStream, AllReduceOrderedOnTheStreamHostAccessibleDevice) {
                     });
   EXPECT_TRUE(AllSucceeded(out)) << DescribeOutcomes(out);
 }
+
+#ifdef BRAID_FAKE_LIBCUDA
+// braid's CUDA runtime (src/device/cuda/cuda_runtime_driver.cc) over a fake libcuda.so.1 built on
+// the emulated device: the driver's symbols bound, pointer attributes decoded, flags written and
+// waited for with cuStreamWriteValue32/WaitValue32, copies with cuMemcpyAsync, the context set on
+// the agent's thread; the stream-order test through it, and a capturing stream refused.
+TEST(DeviceStream, CudaRuntimeOverAFakeDriver) {
+  auto out = RunJob(Job(2, "cuda"), [](braidComm_t, int rank, int nranks, const braidUniqueId& id) {
+    void* lib = dlopen(BRAID_FAKE_LIBCUDA, RTLD_NOW | RTLD_GLOBAL);
+    CHECK_OR_FAIL(lib != nullptr, "dlopen %s: %s", BRAID_FAKE_LIBCUDA, dlerror());
+    ncclUniqueId nid;
+    std::memcpy(&nid, &id, sizeof(nid));
+    ncclComm_t comm = nullptr;
+    CHECK_OR_FAIL(ncclCommInitRank(&comm, nranks, nid, rank) == ncclSuccess, "init");
+    braid::device::DeviceRuntime* rt = braid::device::ActiveDeviceRuntime();
+    CHECK_OR_FAIL(rt && std::string(rt->name()) == "cuda", "the CUDA runtime was not chosen (%s)",
+                  rt ? rt->name() : "none");
+    RankDevice dev = FakeCuda(lib);
+    cudaStream_t stream = dev.create_stream();
+    auto set_capturing = Sym<int (*)(void*, int)>(lib, "braidFakeCudaSetCapturing");
+    void* buf = dev.alloc(4096);
+    CHECK_OR_FAIL(set_capturing(stream, 1) == 0, "capture");
+    ncclResult_t r = ncclAllReduce(buf, buf, 16, ncclFloat32, ncclSum, comm, stream);
+    CHECK_OR_FAIL(r == ncclInvalidUsage, "capturing stream: %d", static_cast<int>(r));
+    CHECK_OR_FAIL(
+        std::string(ncclGetLastError(nullptr)).find("capturing a CUDA graph") != std::string::npos,
+        "message: %s", ncclGetLastError(nullptr));
+    CHECK_OR_FAIL(set_capturing(stream, 0) == 0, "capture end");
+    CHECK_OR_FAIL(dev.free(buf) && dev.destroy_stream(stream), "free");
+    return StreamOrder(dev, comm, rank, nranks, 300);
+  });
+  EXPECT_TRUE(AllSucceeded(out)) << DescribeOutcomes(out);
+}
+#endif
 
 // Every collective (and grouped sends/receives) on device buffers, queued back to back on one
 // stream; results copied to host memory on the stream and checked after one synchronisation.

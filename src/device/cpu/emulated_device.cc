@@ -40,9 +40,6 @@ void StoreFlag(uint32_t* flag, uint32_t value) {
   FutexWakeAll(flag);
 }
 
-// A waiting stream re-checks its stop request this often (the futex wakes it at once otherwise).
-constexpr std::chrono::milliseconds kWaitSlice{100};
-
 std::string Hex(const void* p) {
   char b[32];
   std::snprintf(b, sizeof(b), "%p", p);
@@ -69,7 +66,8 @@ struct EmulatedDevice::Stream {
   std::thread worker;
 };
 
-EmulatedDevice::EmulatedDevice(Mode mode) : mode_(mode) {}
+EmulatedDevice::EmulatedDevice(Mode mode, std::chrono::microseconds flag_poll)
+    : mode_(mode), flag_poll_(flag_poll) {}
 
 EmulatedDevice::~EmulatedDevice() {
   std::unordered_map<StreamHandle, std::unique_ptr<Stream>> streams;
@@ -337,14 +335,14 @@ Status EmulatedDevice::waitValue32(StreamHandle s, const uint32_t* flag, uint32_
   if (info.kind != MemoryKind::kPinnedHost)
     return InvalidArgument("emulated device: flag " + Hex(flag) + " is not host-mapped memory");
   Stream* st = findStream(s);
-  return enqueue(s, [st, flag, value]() -> Status {
+  return enqueue(s, [st, flag, value, poll = flag_poll_]() -> Status {
     for (;;) {
       const uint32_t seen = LoadFlag(flag);
       if (FlagReached(seen, value)) return Status::Ok();
       if (st && st->stop.load())
         return AbortedError("emulated stream stopped while waiting for flag " + Hex(flag) +
                             " to reach " + std::to_string(value));
-      FutexWait(flag, seen, kWaitSlice);
+      FutexWait(flag, seen, poll);
     }
   });
 }
@@ -378,7 +376,7 @@ bool EmulatedDevice::hostWaitFlag(const uint32_t* flag, uint32_t value,
     if (FlagReached(seen, value)) return true;
     const auto now = std::chrono::steady_clock::now();
     if (now >= deadline) return false;
-    FutexWait(flag, seen, std::min<std::chrono::nanoseconds>(deadline - now, kWaitSlice));
+    FutexWait(flag, seen, std::min<std::chrono::nanoseconds>(deadline - now, flag_poll_));
   }
 }
 

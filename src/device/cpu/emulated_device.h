@@ -31,7 +31,12 @@ class EmulatedDevice final : public DeviceRuntime {
  public:
   enum class Mode { kSeparate, kHostMemory };
 
-  explicit EmulatedDevice(Mode mode);
+  // `flag_poll`: how long a flag wait sleeps before it looks again without being woken. Writes
+  // through this object wake their waiters at once; a writer that does not (a plain store, as
+  // braid's CUDA runtime makes for a GPU that polls, in the fake driver of the tests) is seen
+  // within flag_poll.
+  explicit EmulatedDevice(Mode mode,
+                          std::chrono::microseconds flag_poll = std::chrono::milliseconds(100));
   // Stops every stream (waits still pending fail) and frees every allocation.
   ~EmulatedDevice() override;
   EmulatedDevice(const EmulatedDevice&) = delete;
@@ -92,6 +97,7 @@ class EmulatedDevice final : public DeviceRuntime {
   static void runStream(Stream* st);
 
   const Mode mode_;
+  const std::chrono::microseconds flag_poll_;
   std::mutex mu_;
   std::map<uintptr_t, Allocation> allocations_;  // by start address
   std::unordered_map<StreamHandle, std::unique_ptr<Stream>> streams_;

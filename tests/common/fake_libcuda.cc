@@ -1,0 +1,155 @@
+// A stand-in for the CUDA driver (libcuda.so.1) built over the emulated device, so that braid's
+// CUDA device runtime (src/device/cuda/cuda_runtime_driver.cc: symbol binding, pointer-attribute
+// decoding, capture check, error strings) runs in CI, where no GPU and no driver exist. Only the
+// entry points braid uses, with the driver's C signatures and values (cuda.h); streams, flags and
+// copies are the emulated device's (separate device memory, PROT_NONE to the host).
+//
+// Never on a search path: tests dlopen it by its path (RTLD_GLOBAL), after which braid's
+// dlopen("libcuda.so.1", RTLD_NOLOAD) finds it by its soname, as it finds the real driver that a
+// CUDA program has loaded. Test hooks: braidFakeCuda*.
+#include <cstddef>
+#include <cstdint>
+
+#include "device/cpu/emulated_device.h"
+
+using braid::device::EmulatedDevice;
+using braid::device::MemoryKind;
+
+namespace {
+
+EmulatedDevice& Dev() {
+  // A GPU polls its flags: braid's CUDA runtime writes `done` with a plain store, no wake-up.
+  static auto* d =
+      new EmulatedDevice(EmulatedDevice::Mode::kSeparate, std::chrono::microseconds(50));
+  return *d;
+}
+
+constexpr int kSuccess = 0;
+constexpr int kInvalidValue = 1;     // CUDA_ERROR_INVALID_VALUE
+constexpr int kInvalidHandle = 400;  // CUDA_ERROR_INVALID_HANDLE
+
+int Code(const braid::Status& s) {
+  return s.ok() ? kSuccess : kInvalidValue;
+}
+void* P(unsigned long long p) {
+  return reinterpret_cast<void*>(p);
+}
+
+}  // namespace
+
+#define FAKE_CU extern "C" __attribute__((visibility("default")))
+
+FAKE_CU int cuPointerGetAttributes(unsigned n, int* attrs, void** data, unsigned long long ptr) {
+  auto info = Dev().classify(P(ptr));
+  if (!info.ok()) return kInvalidValue;
+  for (unsigned i = 0; i < n; ++i) {
+    switch (attrs[i]) {
+      case 2:  // CU_POINTER_ATTRIBUTE_MEMORY_TYPE: 0 for memory CUDA does not know
+        *static_cast<unsigned*>(data[i]) = info->kind == MemoryKind::kDevice       ? 2u
+                                           : info->kind == MemoryKind::kPinnedHost ? 1u
+                                                                                   : 0u;
+        break;
+      case 8:  // CU_POINTER_ATTRIBUTE_IS_MANAGED (a bool)
+        *static_cast<bool*>(data[i]) = false;
+        break;
+      case 9:  // CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL
+        *static_cast<int*>(data[i]) = info->device;
+        break;
+      case 11:  // CU_POINTER_ATTRIBUTE_RANGE_START_ADDR
+        *static_cast<unsigned long long*>(data[i]) = reinterpret_cast<uintptr_t>(info->base);
+        break;
+      case 12:  // CU_POINTER_ATTRIBUTE_RANGE_SIZE
+        *static_cast<size_t*>(data[i]) = info->size;
+        break;
+      default:
+        return kInvalidValue;
+    }
+  }
+  return kSuccess;
+}
+
+FAKE_CU int cuMemAlloc_v2(unsigned long long* p, size_t bytes) {
+  auto r = Dev().allocDevice(bytes);
+  if (!r.ok()) return kInvalidValue;
+  *p = reinterpret_cast<uintptr_t>(*r);
+  return kSuccess;
+}
+FAKE_CU int cuMemFree_v2(unsigned long long p) {
+  return Code(Dev().freeDevice(P(p)));
+}
+FAKE_CU int cuMemHostAlloc(void** p, size_t bytes, unsigned) {
+  auto r = Dev().allocHostMapped(bytes);
+  if (!r.ok()) return kInvalidValue;
+  *p = *r;
+  return kSuccess;
+}
+FAKE_CU int cuMemFreeHost(void* p) {
+  return Code(Dev().freeHostMapped(p));
+}
+FAKE_CU int cuMemcpyAsync(unsigned long long dst, unsigned long long src, size_t bytes, void* s) {
+  return Code(Dev().copyAsync(P(dst), P(src), bytes, s));
+}
+FAKE_CU int cuStreamCreate(void** s, unsigned) {
+  auto r = Dev().createStream();
+  if (!r.ok()) return kInvalidValue;
+  *s = *r;
+  return kSuccess;
+}
+FAKE_CU int cuStreamDestroy_v2(void* s) {
+  return Code(Dev().destroyStream(s));
+}
+FAKE_CU int cuStreamQuery(void* s) {
+  return Dev().checkStream(s).ok() ? kSuccess : kInvalidHandle;
+}
+// CU_STREAM_CAPTURE_STATUS_NONE (0) or _ACTIVE (1); the emulated device refuses a capturing
+// stream with InvalidUsage, a dead one with InvalidArgument.
+FAKE_CU int cuStreamIsCapturing(void* s, int* status) {
+  braid::Status st = Dev().checkStream(s);
+  if (st.cls() == braid::ErrorClass::kInvalidArgument) return kInvalidHandle;
+  *status = st.ok() ? 0 : 1;
+  return kSuccess;
+}
+FAKE_CU int cuStreamSynchronize(void* s) {
+  return Code(Dev().synchronize(s));
+}
+FAKE_CU int cuStreamWriteValue32_v2(void* s, unsigned long long addr, unsigned value,
+                                    unsigned flags) {
+  if (flags != 0) return kInvalidValue;
+  return Code(Dev().writeValue32(s, static_cast<uint32_t*>(P(addr)), value));
+}
+FAKE_CU int cuStreamWaitValue32_v2(void* s, unsigned long long addr, unsigned value,
+                                   unsigned flags) {
+  if (flags != 0) return kInvalidValue;  // braid asks for CU_STREAM_WAIT_VALUE_GEQ only
+  return Code(Dev().waitValue32(s, static_cast<uint32_t*>(P(addr)), value));
+}
+FAKE_CU int cuCtxGetCurrent(void** c) {
+  *c = &Dev();  // one fake context
+  return kSuccess;
+}
+FAKE_CU int cuCtxSetCurrent(void* c) {
+  return c == &Dev() ? kSuccess : kInvalidValue;
+}
+FAKE_CU int cuCtxGetDevice(int* device) {
+  *device = 0;
+  return kSuccess;
+}
+FAKE_CU int cuGetErrorString(int code, const char** s) {
+  *s = code == kInvalidHandle ? "invalid resource handle (fake driver)"
+                              : "invalid argument (fake driver)";
+  return kSuccess;
+}
+FAKE_CU int cuLaunchHostFunc(void* s, void (*fn)(void*), void* arg) {
+  return Code(Dev().launchHostFunction(s, [fn, arg] { fn(arg); }));
+}
+
+// Test hooks.
+FAKE_CU void* braidFakeCudaHostView(void* p, size_t bytes) {
+  auto r = Dev().hostView(p, bytes);
+  return r.ok() ? *r : nullptr;
+}
+FAKE_CU int braidFakeCudaSetCapturing(void* s, int on) {
+  return Code(Dev().setCapturing(s, on != 0));
+}
+FAKE_CU size_t braidFakeCudaDeviceAllocations() {
+  return Dev().deviceAllocations();
+}
