@@ -7,6 +7,7 @@
 // Never on a search path: tests dlopen it by its path (RTLD_GLOBAL), after which braid's
 // dlopen("libcuda.so.1", RTLD_NOLOAD) finds it by its soname, as it finds the real driver that a
 // CUDA program has loaded. Test hooks: braidFakeCuda*.
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 
@@ -83,7 +84,15 @@ FAKE_CU int cuMemHostAlloc(void** p, size_t bytes, unsigned) {
   *p = *r;
   return kSuccess;
 }
+// On a GPU cuMemFreeHost synchronises the device: called while a stream waits for the caller
+// (a flag only it will write), it never returns. The fake refuses such a free and counts it
+// (braidFakeCudaFreesWhileWaiting), so a test sees the deadlock a GPU would have.
+static std::atomic<int> g_frees_while_waiting{0};
 FAKE_CU int cuMemFreeHost(void* p) {
+  if (Dev().blockedWaits() > 0) {
+    g_frees_while_waiting.fetch_add(1);
+    return 999;  // CUDA_ERROR_UNKNOWN
+  }
   return Code(Dev().freeHostMapped(p));
 }
 FAKE_CU int cuMemcpyAsync(unsigned long long dst, unsigned long long src, size_t bytes, void* s) {
@@ -149,6 +158,9 @@ FAKE_CU void* braidFakeCudaHostView(void* p, size_t bytes) {
 }
 FAKE_CU int braidFakeCudaSetCapturing(void* s, int on) {
   return Code(Dev().setCapturing(s, on != 0));
+}
+FAKE_CU int braidFakeCudaFreesWhileWaiting() {
+  return g_frees_while_waiting.load();
 }
 FAKE_CU size_t braidFakeCudaDeviceAllocations() {
   return Dev().deviceAllocations();

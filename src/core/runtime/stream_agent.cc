@@ -35,6 +35,13 @@ StreamAgent::StreamAgent(device::DeviceRuntime* runtime, std::string name, Strea
 }
 
 StreamAgent::~StreamAgent() {
+  shutdown(false);
+}
+
+void StreamAgent::shutdown(bool abort_calls, const std::string& why) {
+  if (abort_calls) abort(why);
+  std::lock_guard<std::mutex> join_lock(join_mu_);
+  if (joined_) return;
   {
     std::unique_lock<std::mutex> lock(mu_);
     if (!aborted_) drained_.wait(lock, [&] { return completed_ == submitted_; });
@@ -42,6 +49,25 @@ StreamAgent::~StreamAgent() {
   }
   cv_.notify_all();
   thread_.join();
+  joined_ = true;
+}
+
+void StreamAgent::runAfterQueued(std::function<void()> job) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!stop_) {
+      Pending p;
+      p.host_job = std::move(job);
+      queue_.push_back(std::move(p));
+      ++submitted_;
+      job = nullptr;
+    }
+  }
+  if (job) {
+    job();  // stopped: nothing is queued any more
+    return;
+  }
+  cv_.notify_one();
 }
 
 Status StreamAgent::error() {
@@ -55,19 +81,17 @@ void StreamAgent::fail(Status s) {
 }
 
 Status StreamAgent::submit(StreamCall call) {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (aborted_)
-      return AbortedError(call.what + ": the communicator was aborted (" + abort_reason_ + ")");
-    if (!error_.ok()) {
-      Status s = error_;
-      return s.prepend(call.what + ": not run: an earlier stream-ordered call failed: ");
-    }
-  }
+  std::vector<std::pair<StreamAgent*, StreamCall>> one;
+  one.emplace_back(this, std::move(call));
+  return submitGroup(std::move(one));
+}
+
+// What submit checks before anything is queued: the agent's state, the streams, the buffers.
+static Status CheckCall(device::DeviceRuntime* rt, const StreamCall& call) {
   if (call.streams.empty())
     return InternalError(call.what + ": a stream-ordered call without a stream");
   for (device::StreamHandle s : call.streams) {
-    Status st = runtime_->checkStream(s);
+    Status st = rt->checkStream(s);
     if (!st.ok()) return st.prepend(call.what + ": ");
   }
   for (const StreamBuffer& b : call.buffers)
@@ -77,31 +101,70 @@ Status StreamAgent::submit(StreamCall call) {
                              device::MemoryKindName(b.info.kind) + " allocation (" +
                              std::to_string(b.info.size) + " bytes at " + Hex(b.info.base) +
                              "): check the count and the buffer");
-  Pending p;
-  p.context = runtime_->currentContext();
-  for (device::StreamHandle s : call.streams) {
-    auto slot = pool_.acquire();
-    Status st = slot.ok() ? runtime_->writeValue32(s, slot->ready, slot->value) : slot.status();
-    if (st.ok()) {
-      st = runtime_->waitValue32(s, slot->done, slot->value);
-      // The stream writes `ready` but waits for nothing: the slot is lost (quarantined).
-    } else if (slot.ok()) {
-      pool_.release(*slot);  // nothing queued on the stream: the slot is untouched
+  return Status::Ok();
+}
+
+Status StreamAgent::submitGroup(std::vector<std::pair<StreamAgent*, StreamCall>> calls) {
+  for (auto& [agent, call] : calls) {
+    {
+      std::lock_guard<std::mutex> lock(agent->mu_);
+      if (agent->aborted_)
+        return AbortedError(call.what + ": the communicator was aborted (" + agent->abort_reason_ +
+                            ")");
+      if (agent->stop_) return InvalidUsage(call.what + ": the communicator is being destroyed");
+      if (!agent->error_.ok()) {
+        Status s = agent->error_;
+        return s.prepend(call.what + ": not run: an earlier stream-ordered call failed: ");
+      }
     }
-    if (!st.ok()) {
-      // Streams already ordered on this call must not wait forever.
-      for (StreamFlagSlot& q : p.slots) runtime_->hostWriteFlag(q.done, q.value);
-      return st.prepend(call.what + ": ordering the call on its stream: ");
+    Status st = CheckCall(agent->runtime_, call);
+    if (!st.ok()) return st;
+  }
+  std::vector<Pending> pending(calls.size());
+  // Streams already ordered on some call must not wait forever when a later step fails.
+  auto unwind = [&](Status st, const std::string& what) {
+    for (size_t i = 0; i < calls.size(); ++i)
+      for (StreamFlagSlot& q : pending[i].slots)
+        calls[i].first->runtime_->hostWriteFlag(q.done, q.value);
+    return st.prepend(what + ": ordering the call on its stream: ");
+  };
+  // Every `ready` first, on every stream of every call...
+  for (size_t i = 0; i < calls.size(); ++i) {
+    StreamAgent* agent = calls[i].first;
+    const StreamCall& call = calls[i].second;
+    pending[i].context = agent->runtime_->currentContext();
+    for (device::StreamHandle s : call.streams) {
+      auto slot = agent->pool_.acquire();
+      if (!slot.ok()) return unwind(slot.status(), call.what);
+      Status st = agent->runtime_->writeValue32(s, slot->ready, slot->value);
+      if (!st.ok()) {
+        agent->pool_.release(*slot);  // nothing queued on the stream: the slot is untouched
+        return unwind(st, call.what);
+      }
+      pending[i].slots.push_back(*slot);
     }
-    p.slots.push_back(*slot);
   }
-  p.call = std::move(call);
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    queue_.push_back(std::move(p));
-    ++submitted_;
+  // ...then every wait for `done` (a slot whose stream writes `ready` but waits for nothing is
+  // lost: quarantined, never released).
+  for (size_t i = 0; i < calls.size(); ++i) {
+    StreamAgent* agent = calls[i].first;
+    const StreamCall& call = calls[i].second;
+    for (size_t k = 0; k < call.streams.size(); ++k) {
+      const StreamFlagSlot& slot = pending[i].slots[k];
+      Status st = agent->runtime_->waitValue32(call.streams[k], slot.done, slot.value);
+      if (!st.ok()) return unwind(st, call.what);
+    }
   }
-  cv_.notify_one();
+  for (size_t i = 0; i < calls.size(); ++i) {
+    StreamAgent* agent = calls[i].first;
+    pending[i].call = std::move(calls[i].second);
+    {
+      std::lock_guard<std::mutex> lock(agent->mu_);
+      agent->queue_.push_back(std::move(pending[i]));
+      ++agent->submitted_;
+    }
+    agent->cv_.notify_one();
+  }
   return Status::Ok();
 }
 
@@ -139,10 +202,12 @@ void StreamAgent::loop() {
       p = std::move(queue_.front());
       queue_.pop_front();
     }
-    if (!context_set && p.context) {
-      context_set = runtime_->useContext(p.context).ok();
+    if (p.host_job) {
+      p.host_job();
+    } else {
+      if (!context_set && p.context) context_set = runtime_->useContext(p.context).ok();
+      execute(p);
     }
-    execute(p);
     {
       std::lock_guard<std::mutex> lock(mu_);
       ++completed_;
@@ -151,6 +216,7 @@ void StreamAgent::loop() {
   }
   if (have_copy_stream_) (void)runtime_->destroyStream(copy_stream_);
   if (staging_) (void)runtime_->freeHostMapped(staging_);
+  for (char* old : retired_) (void)runtime_->freeHostMapped(old);
 }
 
 // Every path keeps its failure before it writes `done`: whoever synchronises the stream and then
@@ -233,13 +299,16 @@ Status StreamAgent::stage(Pending& p, HostPointers* map,
   for (const Region& r : merged)
     total += (r.end - r.start + kStagingAlign - 1) / kStagingAlign * kStagingAlign;
   if (total > staging_bytes_) {
-    if (staging_) (void)runtime_->freeHostMapped(staging_);
+    if (staging_) retired_.push_back(staging_);  // a stream may wait: see retired_
     staging_ = nullptr;
     staging_bytes_ = 0;
-    auto buf = runtime_->allocHostMapped(total);
+    // Powers of two: outgrown buffers are kept (retired_), so few sizes.
+    size_t size = 4096;
+    while (size < total) size *= 2;
+    auto buf = runtime_->allocHostMapped(size);
     if (!buf.ok()) return Status(buf.status()).prepend("staging buffer: ");
     staging_ = static_cast<char*>(*buf);
-    staging_bytes_ = total;
+    staging_bytes_ = size;
   }
   if (!have_copy_stream_) {
     auto s = runtime_->createStream();

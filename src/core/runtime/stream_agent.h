@@ -81,6 +81,16 @@ class StreamAgent {
   // Checks the call (streams, buffer ranges), orders it on its streams and queues it. Returns at
   // once. Errors: the argument's (InvalidArgument, nothing queued), or the agent's kept error.
   Status submit(StreamCall call);
+  // Several calls, each for its agent (a group over several communicators), ordered on their
+  // streams together: every call's write of `ready` on every stream is queued before any wait for
+  // `done`, so ranks that list the communicators in different orders cannot deadlock (one stream
+  // waiting for A's `done` before it wrote B's `ready`, while a peer does the opposite). All or
+  // nothing: on an error no call is queued (streams already ordered are released).
+  static Status submitGroup(std::vector<std::pair<StreamAgent*, StreamCall>> calls);
+  // Runs `job` on the agent's thread after every call queued before it, whatever their outcome
+  // (also after an abort or a failure). For what must outlive the queued calls but not the
+  // communicator (ncclRedOpDestroy of an operator they use). Runs it at once when stopped.
+  void runAfterQueued(std::function<void()> job);
   // Waits until every submitted call has completed (their streams must make progress); returns
   // the kept error.
   Status drain();
@@ -90,12 +100,18 @@ class StreamAgent {
   void abort(const std::string& why);
   // The first failure (ok while none).
   Status error();
+  // Stops the agent whatever the number of references to it (a thread polling the
+  // communicator's error may hold one during ncclCommDestroy): without `abort`, waits for the
+  // queued calls first (drain()); with it, abort(why) first. Then joins the thread. Idempotent;
+  // later submits fail. Destroy, finalize and abort call it; the destructor calls shutdown(false).
+  void shutdown(bool abort, const std::string& why = "");
 
  private:
   struct Pending {
     StreamCall call;
     std::vector<StreamFlagSlot> slots;  // one per stream
     void* context = nullptr;
+    std::function<void()> host_job;  // runAfterQueued's (no call, no slots)
   };
 
   void loop();
@@ -116,6 +132,8 @@ class StreamAgent {
   std::deque<Pending> queue_;
   uint64_t submitted_ = 0, completed_ = 0;
   bool stop_ = false;
+  bool joined_ = false;  // shutdown() joined the thread (under join_mu_)
+  std::mutex join_mu_;
   bool aborted_ = false;
   std::string abort_reason_;
   Status error_;
@@ -125,6 +143,10 @@ class StreamAgent {
   bool have_copy_stream_ = false;
   char* staging_ = nullptr;
   size_t staging_bytes_ = 0;
+  // Staging buffers outgrown, freed only when the thread ends: freeing pinned memory
+  // (cuMemFreeHost) synchronises the device, and a user's stream may be waiting for `done` right
+  // now: the free would wait for the stream, the stream for the agent.
+  std::vector<char*> retired_;
 
   std::thread thread_;
 };

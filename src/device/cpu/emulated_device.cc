@@ -335,15 +335,23 @@ Status EmulatedDevice::waitValue32(StreamHandle s, const uint32_t* flag, uint32_
   if (info.kind != MemoryKind::kPinnedHost)
     return InvalidArgument("emulated device: flag " + Hex(flag) + " is not host-mapped memory");
   Stream* st = findStream(s);
-  return enqueue(s, [st, flag, value, poll = flag_poll_]() -> Status {
+  return enqueue(s, [this, st, flag, value, poll = flag_poll_]() -> Status {
+    bool blocked = false;
+    Status result;
     for (;;) {
       const uint32_t seen = LoadFlag(flag);
-      if (FlagReached(seen, value)) return Status::Ok();
-      if (st && st->stop.load())
-        return AbortedError("emulated stream stopped while waiting for flag " + Hex(flag) +
-                            " to reach " + std::to_string(value));
+      if (FlagReached(seen, value)) break;
+      if (st && st->stop.load()) {
+        result = AbortedError("emulated stream stopped while waiting for flag " + Hex(flag) +
+                              " to reach " + std::to_string(value));
+        break;
+      }
+      if (!blocked) blocked_waits_.fetch_add(1);
+      blocked = true;
       FutexWait(flag, seen, poll);
     }
+    if (blocked) blocked_waits_.fetch_sub(1);
+    return result;
   });
 }
 

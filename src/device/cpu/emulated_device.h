@@ -80,6 +80,10 @@ class EmulatedDevice final : public DeviceRuntime {
 
   // Live device allocations (tests check that nothing leaks).
   size_t deviceAllocations();
+  // Streams blocked right now in a waitValue32 whose flag is not reached. On a GPU, freeing
+  // pinned memory (cuMemFreeHost) synchronises the device, so a free while a stream waits for
+  // the freeing thread deadlocks: the fake libcuda refuses it (tests/common/fake_libcuda.cc).
+  int blockedWaits() const { return blocked_waits_.load(); }
 
  private:
   struct Allocation {
@@ -102,6 +106,7 @@ class EmulatedDevice final : public DeviceRuntime {
   std::map<uintptr_t, Allocation> allocations_;  // by start address
   std::unordered_map<StreamHandle, std::unique_ptr<Stream>> streams_;
   Stream* default_stream_ = nullptr;
+  std::atomic<int> blocked_waits_{0};
 };
 
 }  // namespace braid::device
