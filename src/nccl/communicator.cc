@@ -141,6 +141,9 @@ NCCL_API_EXPORT ncclResult_t pncclCommSplit(ncclComm_t comm, int color, int key,
     pbc = &bc;
   }
   *newcomm = nullptr;
+  // The split's all-gather runs on this thread: the stream-ordered calls queued before it must be
+  // over, or ranks could match it with a queued collective (every rank's order is the program's).
+  NCCL_CHECK(DrainStreamAgent(comm));
   return FromBraid(braidCommSplit(B(comm), color, key, B(newcomm), pbc), func);
 }
 NCCL_WEAK_ALIAS(ncclResult_t, ncclCommSplit,
@@ -171,6 +174,11 @@ NCCL_API_EXPORT ncclResult_t pncclCommShrink(ncclComm_t comm, int* excludeRanksL
     pbc = &bc;
   }
   *newcomm = nullptr;
+  // As split: the queued stream-ordered calls first; with NCCL_SHRINK_ABORT they are aborted.
+  if (shrinkFlags == NCCL_SHRINK_ABORT)
+    AbortStreamAgent(comm, "ncclCommShrink with NCCL_SHRINK_ABORT");
+  else
+    NCCL_CHECK(DrainStreamAgent(comm));
   return FromBraid(
       braidCommShrink(B(comm), excludeRanksList, excludeRanksCount, B(newcomm), pbc, shrinkFlags),
       func);
@@ -181,15 +189,18 @@ NCCL_WEAK_ALIAS(ncclResult_t, ncclCommShrink,
 
 NCCL_API_EXPORT ncclResult_t pncclCommFinalize(ncclComm_t comm) {
   NCCL_CHECK(CheckComm(comm, "ncclCommFinalize"));
-  NCCL_CHECK(DrainStreamAgent(comm));  // stream-ordered calls first (their streams must progress)
+  // Stream-ordered calls first (their streams must progress); the agent stops here, whoever
+  // holds a reference.
+  ShutdownStreamAgent(comm, false, "");
   return FromBraid(braidCommFinalize(B(comm)), "ncclCommFinalize");
 }
 NCCL_WEAK_ALIAS(ncclResult_t, ncclCommFinalize, (ncclComm_t comm))
 
 NCCL_API_EXPORT ncclResult_t pncclCommDestroy(ncclComm_t comm) {
   if (!comm) return ncclSuccess;  // as NCCL
-  // The stream agent finishes the calls queued on it first (NCCL's destroy also waits for them).
-  DetachStreamAgent(comm).reset();
+  // The stream agent finishes the calls queued on it first (NCCL's destroy also waits for them),
+  // and stops even when another thread holds a reference to it.
+  ShutdownStreamAgent(comm, false, "");
   return FromBraid(braidCommDestroy(B(comm)), "ncclCommDestroy");
 }
 NCCL_WEAK_ALIAS(ncclResult_t, ncclCommDestroy, (ncclComm_t comm))
@@ -201,7 +212,7 @@ NCCL_API_EXPORT ncclResult_t pncclCommAbort(ncclComm_t comm) {
   std::shared_ptr<braid::StreamAgent> agent = DetachStreamAgent(comm);
   if (agent) agent->abort("ncclCommAbort");
   ncclResult_t r = FromBraid(braidCommAbort(B(comm)), "ncclCommAbort");
-  agent.reset();
+  if (agent) agent->shutdown(true, "ncclCommAbort");  // joins whoever else holds a reference
   return r;
 }
 NCCL_WEAK_ALIAS(ncclResult_t, ncclCommAbort, (ncclComm_t comm))
@@ -213,6 +224,8 @@ NCCL_API_EXPORT ncclResult_t pncclCommRevoke(ncclComm_t comm, int revokeFlags) {
     return Fail(ncclInvalidArgument, std::string(func) + ": invalid revokeFlags " +
                                          std::to_string(revokeFlags) +
                                          " (must be NCCL_REVOKE_DEFAULT)");
+  // Queued stream-ordered calls fail (their streams released) and the running one returns.
+  AbortStreamAgent(comm, "ncclCommRevoke");
   return FromBraid(braidCommRevoke(B(comm)), func);
 }
 NCCL_WEAK_ALIAS(ncclResult_t, ncclCommRevoke, (ncclComm_t comm, int revokeFlags))

@@ -3,6 +3,7 @@
 
 #include "nccl/cuda_driver.h"
 #include "nccl/shim.h"
+#include "nccl/stream_path.h"
 
 using namespace braid::nccl;
 
@@ -43,7 +44,11 @@ NCCL_API_EXPORT ncclResult_t pncclRedOpDestroy(ncclRedOp_t op, ncclComm_t comm) 
                                          " is a built-in and cannot be destroyed");
   NCCL_CHECK(CheckOp(op, func));
   // braid keeps the operator's state with every call already issued, so destroying it here is
-  // safe even inside a group before ncclGroupEnd().
+  // safe even inside a group before ncclGroupEnd(). Not for stream-ordered calls: they reach
+  // braid when the agent runs them, so while some may be queued (or collected in the open group)
+  // the operator is destroyed after them, on the agent's thread (PyTorch destroys it right after
+  // the call). braid never reuses an operator's id, so later calls cannot pick up another scalar.
+  if (DestroyRedOpAfterQueued(comm, op)) return ncclSuccess;
   return FromBraid(braidRedOpDestroy(B(op), B(comm)), func);
 }
 NCCL_WEAK_ALIAS(ncclResult_t, ncclRedOpDestroy, (ncclRedOp_t op, ncclComm_t comm))

@@ -76,6 +76,9 @@ struct GroupedCall {
 struct GroupState {
   std::vector<GroupedCall> device_calls;
   std::vector<ncclComm_t> host_comms;  // communicators with host calls in this group
+  // Operators destroyed in the group while device calls of their communicator were collected:
+  // destroyed after those calls ran (DestroyRedOpAfterQueued).
+  std::vector<std::pair<ncclComm_t, ncclRedOp_t>> op_destroys;
 };
 GroupState& Group() {
   thread_local GroupState g;
@@ -114,7 +117,20 @@ bool SubmitIfDevice(device::DeviceRuntime* rt, ncclComm_t comm, cudaStream_t str
     found[n++] = StreamBuffer{b.ptr, b.bytes, b.read, b.written, *info};
     device = device || info->onDevice();
   }
-  if (!device) return false;
+  if (!device) {
+    // A call with no bytes at all (zero count) is neutral: NCCL does nothing for it, and neither
+    // does braid here, so that it neither makes the communicator a host one in a group (whose
+    // device calls would then be refused as mixed) nor waits for the queued device calls.
+    if (n == 0 && (GroupDepth() > 0 || AnyStreamAgent())) {
+      bool zero = true;
+      for (const BufferUse& b : buffers) zero = zero && b.bytes == 0;
+      if (zero) {
+        *result = ncclSuccess;
+        return true;
+      }
+    }
+    return false;
+  }
   std::vector<StreamBuffer> bufs(found.begin(), found.begin() + static_cast<ptrdiff_t>(n));
   if (GroupDepth() > 0) {
     GroupState& g = Group();
@@ -159,6 +175,8 @@ ncclResult_t SubmitGroupStreamCalls() {
   device::DeviceRuntime* rt = device::ActiveDeviceRuntime();
   // One job per communicator, in the order of its first call.
   std::vector<bool> taken(g.device_calls.size(), false);
+  std::vector<std::pair<StreamAgent*, StreamCall>> jobs;
+  std::vector<std::shared_ptr<StreamAgent>> agents;  // keep them while submitting
   for (size_t i = 0; i < g.device_calls.size(); ++i) {
     if (taken[i]) continue;
     const ncclComm_t comm = g.device_calls[i].comm;
@@ -186,19 +204,49 @@ ncclResult_t SubmitGroupStreamCalls() {
       if (st.ok()) st = FromResult(end);
       return st;
     };
-    ncclResult_t res = Report(AgentFor(rt, comm)->submit(std::move(call)), "ncclGroupEnd");
-    if (first == ncclSuccess) first = res;
+    std::shared_ptr<StreamAgent> agent = AgentFor(rt, comm);
+    jobs.emplace_back(agent.get(), std::move(call));
+    agents.push_back(std::move(agent));
   }
+  // One submission for every communicator: each stream writes every `ready` of the group before
+  // it waits for any `done`, as NCCL runs such a group as one fused launch.
+  if (!jobs.empty()) first = Report(StreamAgent::submitGroup(std::move(jobs)), "ncclGroupEnd");
+  for (auto& [comm, op] : g.op_destroys) DestroyRedOpAfterQueued(comm, op);
   return first;
 }
 
 void DiscardGroupStreamCalls() {
+  GroupState g = std::move(Group());
   Group() = GroupState{};
+  for (auto& [comm, op] : g.op_destroys) (void)braidRedOpDestroy(B(op), B(comm));
 }
 
 ncclResult_t DrainStreamAgent(ncclComm_t comm) {
   if (auto agent = FindAgent(comm)) (void)agent->drain();  // errors: GetAsyncError's
   return ncclSuccess;
+}
+
+void AbortStreamAgent(ncclComm_t comm, const char* why) {
+  if (auto agent = FindAgent(comm)) agent->abort(why);
+}
+
+void ShutdownStreamAgent(ncclComm_t comm, bool abort, const char* why) {
+  if (auto agent = DetachStreamAgent(comm)) agent->shutdown(abort, why);
+}
+
+bool DestroyRedOpAfterQueued(ncclComm_t comm, ncclRedOp_t op) {
+  if (GroupDepth() > 0) {
+    GroupState& g = Group();
+    for (const GroupedCall& c : g.device_calls)
+      if (c.comm == comm) {
+        g.op_destroys.emplace_back(comm, op);
+        return true;
+      }
+  }
+  auto agent = FindAgent(comm);
+  if (!agent) return false;
+  agent->runAfterQueued([comm, op] { (void)braidRedOpDestroy(B(op), B(comm)); });
+  return true;
 }
 
 std::shared_ptr<StreamAgent> DetachStreamAgent(ncclComm_t comm) {

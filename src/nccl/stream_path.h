@@ -83,6 +83,15 @@ void DiscardGroupStreamCalls();
 // already running returns) and only then destroys it. GetAsyncError reports the agent's kept
 // error.
 ncclResult_t DrainStreamAgent(ncclComm_t comm);
+// Aborts the agent (queued calls fail, their streams released) but keeps it: ncclCommRevoke.
+void AbortStreamAgent(ncclComm_t comm, const char* why);
+// Detaches the agent and stops it (StreamAgent::shutdown) whoever else holds a reference:
+// destroy (abort = false: the queued calls run first) and abort.
+void ShutdownStreamAgent(ncclComm_t comm, bool abort, const char* why);
+// ncclRedOpDestroy of an operator that stream-ordered calls queued (or collected in the open
+// group) may still use: destroyed on the agent's thread after them. False when no such call can
+// exist (destroy it now).
+bool DestroyRedOpAfterQueued(ncclComm_t comm, ncclRedOp_t op);
 std::shared_ptr<StreamAgent> DetachStreamAgent(ncclComm_t comm);
 // braidSuccess, or the status of the first stream-ordered call of `comm` that failed (its message
 // into *message).

@@ -146,6 +146,8 @@ RankDevice FakeCuda(void* lib) {
 // The stream-order test: write the send buffer on the stream (late by a random few
 // microseconds), all-reduce on the same stream, read the result on the stream; `reps` times, no
 // host synchronisation in between. Alternates fp32 sum and int32 max; every fifth is in place.
+// The stream's host functions copy what they use (`view`): they may run after an early return
+// has destroyed `dev` (a temporary of the caller's).
 int StreamOrder(const RankDevice& dev, ncclComm_t comm, int rank, int nranks, int reps) {
   const size_t counts[] = {1, 7, 1000, 4099};
   const size_t max_n = 4099;
@@ -164,10 +166,10 @@ int StreamOrder(const RankDevice& dev, ncclComm_t comm, int rank, int nranks, in
     void* src = in_place ? recv : send;
     const int delay_us = static_cast<int>(rng() % 40);
     CHECK_OR_FAIL(dev.launch(stream,
-                             [=, &dev] {
+                             [=, view = dev.view] {
                                std::this_thread::sleep_for(std::chrono::microseconds(delay_us));
-                               float* f = static_cast<float*>(dev.view(src, n * 4));
-                               int32_t* k = static_cast<int32_t*>(dev.view(src, n * 4));
+                               float* f = static_cast<float*>(view(src, n * 4));
+                               int32_t* k = static_cast<int32_t*>(view(src, n * 4));
                                for (size_t i = 0; i < n; ++i) {
                                  const uint32_t v = Value(rank, rep, i);
                                  if (fp)
@@ -181,8 +183,8 @@ int StreamOrder(const RankDevice& dev, ncclComm_t comm, int rank, int nranks, in
                                 comm, stream) == ncclSuccess,
                   "ncclAllReduce rep %d", rep);
     CHECK_OR_FAIL(dev.launch(stream,
-                             [=, &dev] {
-                               const char* got = static_cast<const char*>(dev.view(recv, n * 4));
+                             [=, view = dev.view] {
+                               const char* got = static_cast<const char*>(view(recv, n * 4));
                                for (size_t i = 0; i < n; ++i) {
                                  uint32_t want_bits, got_bits;
                                  if (fp) {
@@ -283,7 +285,13 @@ TEST(DeviceStream, CudaRuntimeOverAFakeDriver) {
         "message: %s", ncclGetLastError(nullptr));
     CHECK_OR_FAIL(set_capturing(stream, 0) == 0, "capture end");
     CHECK_OR_FAIL(dev.free(buf) && dev.destroy_stream(stream), "free");
-    return StreamOrder(dev, comm, rank, nranks, 300);
+    if (StreamOrder(dev, comm, rank, nranks, 300) != 0) return 1;
+    // The agent grew its staging buffer while the stream waited for it: a GPU would deadlock in
+    // cuMemFreeHost had it freed the old one then (the fake counts such frees).
+    auto frees_while_waiting = Sym<int (*)()>(lib, "braidFakeCudaFreesWhileWaiting");
+    CHECK_OR_FAIL(frees_while_waiting() == 0, "%d cuMemFreeHost calls while a stream waited",
+                  frees_while_waiting());
+    return 0;
   });
   EXPECT_TRUE(AllSucceeded(out)) << DescribeOutcomes(out);
 }
@@ -584,6 +592,288 @@ TEST(DeviceStream, AbortReleasesAStreamWhoseCallWaits) {
         CHECK_OR_FAIL(dev->synchronize(stream).ok(), "the stream is released");
         CHECK_OR_FAIL(View<int32_t>(dev, buf, 64)[0] == 7, "the aborted call did not run");
         CHECK_OR_FAIL(dev->destroyStream(stream).ok(), "destroyStream");
+        return 0;
+      });
+  EXPECT_TRUE(AllSucceeded(out)) << DescribeOutcomes(out);
+}
+
+// A gate on a stream: the stream's later work waits until open() (no sleep: the test decides).
+struct Gate {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool is_open = false;
+  void wait() {
+    std::unique_lock<std::mutex> lock(mu);
+    cv.wait(lock, [&] { return is_open; });
+  }
+  void open() {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      is_open = true;
+    }
+    cv.notify_all();
+  }
+};
+
+// PyTorch's pattern: ncclRedOpCreatePreMulSum, the all-reduce on a stream, ncclRedOpDestroy at
+// once. The call is still queued (its stream is held) when the operator is destroyed: it must
+// still reduce with the operator's scalar, and an operator created after the destroy must not
+// change it.
+TEST(DeviceStream, PreMulSumDestroyedRightAfterTheCall) {
+  auto out = RunJob(Job(2, "emulated", 30), [](braidComm_t, int rank, int nranks,
+                                               const braidUniqueId& id) {
+    ncclComm_t comm = nullptr;
+    EmulatedDevice* dev = nullptr;
+    if (InitNccl(id, rank, nranks, &comm, &dev) != 0) return 1;
+    const size_t n = 257;
+    void* buf = *dev->allocDevice(n * 4);
+    cudaStream_t stream = static_cast<cudaStream_t>(*dev->createStream());
+    auto gate = std::make_shared<Gate>();  // outlives an early return
+    CHECK_OR_FAIL(dev->launchHostFunction(stream,
+                                          [=] {
+                                            gate->wait();
+                                            float* p = View<float>(dev, buf, n);
+                                            for (size_t i = 0; i < n; ++i)
+                                              p[i] = static_cast<float>(rank * 100 + i);
+                                          })
+                      .ok(),
+                  "launch");
+    float scalar = 2.0f;
+    ncclRedOp_t op;
+    CHECK_OR_FAIL(ncclRedOpCreatePreMulSum(&op, &scalar, ncclFloat32, ncclScalarHostImmediate,
+                                           comm) == ncclSuccess,
+                  "create");
+    CHECK_OR_FAIL(ncclAllReduce(buf, buf, n, ncclFloat32, op, comm, stream) == ncclSuccess,
+                  "all-reduce");
+    CHECK_OR_FAIL(ncclRedOpDestroy(op, comm) == ncclSuccess, "destroy");
+    // Another operator now: it must not be the one the queued call uses.
+    float other = 5.0f;
+    ncclRedOp_t op2;
+    CHECK_OR_FAIL(ncclRedOpCreatePreMulSum(&op2, &other, ncclFloat32, ncclScalarHostImmediate,
+                                           comm) == ncclSuccess,
+                  "create 2");
+    gate->open();
+    CHECK_OR_FAIL(dev->synchronize(stream).ok(), "synchronize");
+    ncclResult_t async = ncclSuccess;
+    CHECK_OR_FAIL(ncclCommGetAsyncError(comm, &async) == ncclSuccess && async == ncclSuccess,
+                  "async error %d: %s", static_cast<int>(async), ncclGetLastError(comm));
+    const float* p = View<float>(dev, buf, n);
+    for (size_t i = 0; i < n; ++i) {
+      float want = 0;
+      for (int r = 0; r < nranks; ++r) want += 2.0f * static_cast<float>(r * 100 + i);
+      CHECK_OR_FAIL(std::memcmp(&p[i], &want, 4) == 0, "element %zu: %g, want %g", i, p[i], want);
+    }
+    CHECK_OR_FAIL(ncclRedOpDestroy(op2, comm) == ncclSuccess, "destroy 2");
+    CHECK_OR_FAIL(ncclCommDestroy(comm) == ncclSuccess, "destroy comm");
+    CHECK_OR_FAIL(dev->destroyStream(stream).ok() && dev->freeDevice(buf).ok(), "free");
+    return 0;
+  });
+  EXPECT_TRUE(AllSucceeded(out)) << DescribeOutcomes(out);
+}
+
+// A device all-reduce whose stream is late on rank 0, then ncclCommSplit on the user's thread:
+// the split's all-gather must come after the queued all-reduce on every rank (not beside it), so
+// both give exact results.
+TEST(DeviceStream, SplitWaitsForQueuedStreamCalls) {
+  auto out = RunJob(Job(2, "emulated", 30), [](braidComm_t, int rank, int nranks,
+                                               const braidUniqueId& id) {
+    ncclComm_t comm = nullptr;
+    EmulatedDevice* dev = nullptr;
+    if (InitNccl(id, rank, nranks, &comm, &dev) != 0) return 1;
+    const size_t n = 1000;
+    void* buf = *dev->allocDevice(n * 4);
+    cudaStream_t stream = static_cast<cudaStream_t>(*dev->createStream());
+    CHECK_OR_FAIL(
+        dev->launchHostFunction(stream,
+                                [=] {
+                                  // Late on one rank only: provokes the race.
+                                  if (rank == 0)
+                                    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+                                  int32_t* p = View<int32_t>(dev, buf, n);
+                                  for (size_t i = 0; i < n; ++i)
+                                    p[i] = static_cast<int32_t>(Value(rank, 0, i));
+                                })
+            .ok(),
+        "launch");
+    CHECK_OR_FAIL(ncclAllReduce(buf, buf, n, ncclInt32, ncclSum, comm, stream) == ncclSuccess,
+                  "all-reduce");
+    ncclComm_t sub = nullptr;
+    CHECK_OR_FAIL(ncclCommSplit(comm, 0, nranks - rank, &sub, nullptr) == ncclSuccess, "split: %s",
+                  ncclGetLastError(nullptr));
+    CHECK_OR_FAIL(dev->synchronize(stream).ok(), "synchronize");
+    const int32_t* p = View<int32_t>(dev, buf, n);
+    for (size_t i = 0; i < n; ++i) {
+      int32_t want = 0;
+      for (int r = 0; r < nranks; ++r) want += static_cast<int32_t>(Value(r, 0, i));
+      CHECK_OR_FAIL(p[i] == want, "element %zu: %d, want %d", i, p[i], want);
+    }
+    int sub_rank = -1;
+    CHECK_OR_FAIL(ncclCommUserRank(sub, &sub_rank) == ncclSuccess && sub_rank == nranks - 1 - rank,
+                  "split rank %d", sub_rank);
+    ncclResult_t async = ncclSuccess;
+    CHECK_OR_FAIL(ncclCommGetAsyncError(comm, &async) == ncclSuccess && async == ncclSuccess,
+                  "async error %d", static_cast<int>(async));
+    CHECK_OR_FAIL(ncclCommDestroy(sub) == ncclSuccess && ncclCommDestroy(comm) == ncclSuccess,
+                  "destroy");
+    CHECK_OR_FAIL(dev->destroyStream(stream).ok() && dev->freeDevice(buf).ok(), "free");
+    return 0;
+  });
+  EXPECT_TRUE(AllSucceeded(out)) << DescribeOutcomes(out);
+}
+
+// A zero-count send and receive in a group beside device sends and receives: neutral (NCCL does
+// nothing for them), not a host call that would make the group "mix" host and device calls.
+TEST(DeviceStream, ZeroCountCallsInAGroupAreNeutral) {
+  auto out = RunJob(Job(2, "emulated", 30), [](braidComm_t, int rank, int nranks,
+                                               const braidUniqueId& id) {
+    ncclComm_t comm = nullptr;
+    EmulatedDevice* dev = nullptr;
+    if (InitNccl(id, rank, nranks, &comm, &dev) != 0) return 1;
+    const size_t n = 100;
+    void* send = *dev->allocDevice(n * 4);
+    void* recv = *dev->allocDevice(n * 4);
+    cudaStream_t stream = static_cast<cudaStream_t>(*dev->createStream());
+    CHECK_OR_FAIL(dev->launchHostFunction(stream,
+                                          [=] {
+                                            int32_t* p = View<int32_t>(dev, send, n);
+                                            for (size_t i = 0; i < n; ++i)
+                                              p[i] = static_cast<int32_t>(Value(rank, 1, i));
+                                          })
+                      .ok(),
+                  "launch");
+    const int next = (rank + 1) % nranks, prev = (rank + nranks - 1) % nranks;
+    CHECK_OR_FAIL(ncclGroupStart() == ncclSuccess, "group");
+    CHECK_OR_FAIL(ncclSend(send, 0, ncclInt32, next, comm, stream) == ncclSuccess, "send 0");
+    CHECK_OR_FAIL(ncclRecv(recv, 0, ncclInt32, prev, comm, stream) == ncclSuccess, "recv 0");
+    CHECK_OR_FAIL(ncclSend(send, n, ncclInt32, next, comm, stream) == ncclSuccess, "send: %s",
+                  ncclGetLastError(nullptr));
+    CHECK_OR_FAIL(ncclRecv(recv, n, ncclInt32, prev, comm, stream) == ncclSuccess, "recv: %s",
+                  ncclGetLastError(nullptr));
+    CHECK_OR_FAIL(ncclGroupEnd() == ncclSuccess, "group end: %s", ncclGetLastError(nullptr));
+    // Outside a group too: returns at once, the stream's calls stay queued.
+    CHECK_OR_FAIL(ncclAllReduce(send, send, 0, ncclInt32, ncclSum, comm, stream) == ncclSuccess,
+                  "zero all-reduce");
+    CHECK_OR_FAIL(dev->synchronize(stream).ok(), "synchronize");
+    const int32_t* p = View<int32_t>(dev, recv, n);
+    for (size_t i = 0; i < n; ++i)
+      CHECK_OR_FAIL(p[i] == static_cast<int32_t>(Value(prev, 1, i)), "element %zu: %d", i, p[i]);
+    CHECK_OR_FAIL(ncclCommDestroy(comm) == ncclSuccess, "destroy");
+    CHECK_OR_FAIL(
+        dev->destroyStream(stream).ok() && dev->freeDevice(send).ok() && dev->freeDevice(recv).ok(),
+        "free");
+    return 0;
+  });
+  EXPECT_TRUE(AllSucceeded(out)) << DescribeOutcomes(out);
+}
+
+// A group over two communicators on one stream, listed in a different order on each rank: NCCL
+// runs it as one launch; braid must queue both `ready` writes before either wait, or rank 0's
+// stream waits for A while rank 1's waits for B. Wall-clock guarded (20 s).
+// Two independent communicators (a split would be a view of the first, which braid requires every
+// rank to call in one order): the second one's id is made here, before the ranks are forked.
+TEST(DeviceStream, GroupOverTwoCommunicatorsInAnyOrder) {
+  ncclUniqueId id_b;
+  ASSERT_EQ(ncclGetUniqueId(&id_b), ncclSuccess);
+  auto out = RunJob(
+      Job(2, "emulated", 20), [id_b](braidComm_t, int rank, int nranks, const braidUniqueId& id) {
+        ncclComm_t a = nullptr;
+        EmulatedDevice* dev = nullptr;
+        if (InitNccl(id, rank, nranks, &a, &dev) != 0) return 1;
+        ncclComm_t b = nullptr;
+        CHECK_OR_FAIL(ncclCommInitRank(&b, nranks, id_b, rank) == ncclSuccess, "second comm");
+        const size_t n = 64;
+        void* x = *dev->allocDevice(n * 4);
+        void* y = *dev->allocDevice(n * 4);
+        cudaStream_t stream = static_cast<cudaStream_t>(*dev->createStream());
+        CHECK_OR_FAIL(dev->launchHostFunction(stream,
+                                              [=] {
+                                                int32_t* px = View<int32_t>(dev, x, n);
+                                                int32_t* py = View<int32_t>(dev, y, n);
+                                                for (size_t i = 0; i < n; ++i) {
+                                                  px[i] = static_cast<int32_t>(Value(rank, 2, i));
+                                                  py[i] = static_cast<int32_t>(Value(rank, 3, i));
+                                                }
+                                              })
+                          .ok(),
+                      "launch");
+        CHECK_OR_FAIL(ncclGroupStart() == ncclSuccess, "group");
+        if (rank == 0) {
+          CHECK_OR_FAIL(ncclAllReduce(x, x, n, ncclInt32, ncclSum, a, stream) == ncclSuccess, "a");
+          CHECK_OR_FAIL(ncclAllReduce(y, y, n, ncclInt32, ncclSum, b, stream) == ncclSuccess, "b");
+        } else {
+          CHECK_OR_FAIL(ncclAllReduce(y, y, n, ncclInt32, ncclSum, b, stream) == ncclSuccess, "b");
+          CHECK_OR_FAIL(ncclAllReduce(x, x, n, ncclInt32, ncclSum, a, stream) == ncclSuccess, "a");
+        }
+        CHECK_OR_FAIL(ncclGroupEnd() == ncclSuccess, "group end: %s", ncclGetLastError(nullptr));
+        CHECK_OR_FAIL(dev->synchronize(stream).ok(), "synchronize");
+        for (ncclComm_t c : {a, b}) {
+          ncclResult_t async = ncclSuccess;
+          CHECK_OR_FAIL(ncclCommGetAsyncError(c, &async) == ncclSuccess && async == ncclSuccess,
+                        "async error %d: %s", static_cast<int>(async), ncclGetLastError(c));
+        }
+        for (size_t i = 0; i < n; ++i) {
+          int32_t wx = 0, wy = 0;
+          for (int r = 0; r < nranks; ++r) {
+            wx += static_cast<int32_t>(Value(r, 2, i));
+            wy += static_cast<int32_t>(Value(r, 3, i));
+          }
+          CHECK_OR_FAIL(View<int32_t>(dev, x, n)[i] == wx && View<int32_t>(dev, y, n)[i] == wy,
+                        "element %zu: x %d (want %d) y %d (want %d)", i,
+                        View<int32_t>(dev, x, n)[i], wx, View<int32_t>(dev, y, n)[i], wy);
+        }
+        CHECK_OR_FAIL(ncclCommDestroy(b) == ncclSuccess && ncclCommDestroy(a) == ncclSuccess,
+                      "destroy");
+        CHECK_OR_FAIL(
+            dev->destroyStream(stream).ok() && dev->freeDevice(x).ok() && dev->freeDevice(y).ok(),
+            "free");
+        return 0;
+      });
+  EXPECT_TRUE(AllSucceeded(out)) << DescribeOutcomes(out);
+}
+
+// A thread that holds a reference to the agent (it polls ncclCommGetAsyncError) while the
+// communicator is destroyed: destroy still waits for the queued calls and stops the agent.
+TEST(DeviceStream, DestroyWithAPollingThread) {
+  auto out = RunJob(
+      Job(2, "emulated", 30), [](braidComm_t, int rank, int nranks, const braidUniqueId& id) {
+        ncclComm_t comm = nullptr;
+        EmulatedDevice* dev = nullptr;
+        if (InitNccl(id, rank, nranks, &comm, &dev) != 0) return 1;
+        void* buf = *dev->allocDevice(4096);
+        cudaStream_t stream = static_cast<cudaStream_t>(*dev->createStream());
+        CHECK_OR_FAIL(dev->launchHostFunction(stream,
+                                              [=] {
+                                                for (int i = 0; i < 64; ++i)
+                                                  View<int32_t>(dev, buf, 64)[i] = rank + i;
+                                              })
+                          .ok(),
+                      "l");
+        std::atomic<bool> stop{false};
+        std::atomic<int> polls{0};
+        std::thread poller([&] {
+          while (!stop.load()) {
+            ncclResult_t e;
+            (void)ncclCommGetAsyncError(comm, &e);
+            polls.fetch_add(1);
+          }
+        });
+        while (polls.load() < 10) std::this_thread::yield();
+        for (int k = 0; k < 20; ++k)
+          CHECK_OR_FAIL(
+              ncclAllReduce(buf, buf, 64, ncclInt32, ncclSum, comm, stream) == ncclSuccess, "call");
+        const ncclResult_t destroyed = ncclCommFinalize(comm);
+        stop = true;
+        poller.join();
+        CHECK_OR_FAIL(destroyed == ncclSuccess, "finalize");
+        CHECK_OR_FAIL(ncclCommDestroy(comm) == ncclSuccess, "destroy");
+        CHECK_OR_FAIL(dev->synchronize(stream).ok(), "sync");
+        for (int i = 0; i < 64; ++i) {
+          int64_t v = 0;
+          for (int r = 0; r < nranks; ++r) v += r + i;
+          for (int k = 1; k < 20; ++k) v *= nranks;
+          CHECK_OR_FAIL(View<int32_t>(dev, buf, 64)[i] == static_cast<int32_t>(v), "element %d", i);
+        }
+        CHECK_OR_FAIL(dev->destroyStream(stream).ok() && dev->freeDevice(buf).ok(), "free");
         return 0;
       });
   EXPECT_TRUE(AllSucceeded(out)) << DescribeOutcomes(out);
