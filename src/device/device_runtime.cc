@@ -2,6 +2,7 @@
 #include "device/device_runtime.h"
 
 #include <atomic>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
@@ -23,6 +24,12 @@ const char* MemoryKindName(MemoryKind k) {
       return "managed";
   }
   return "unknown";
+}
+
+std::string PointerText(const void* p) {
+  char b[32];
+  std::snprintf(b, sizeof(b), "%p", p);
+  return b;
 }
 
 bool PointerInfo::covers(const void* p, size_t bytes) const {

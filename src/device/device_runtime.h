@@ -15,6 +15,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <string>
 
 #include "core/base/status.h"
 
@@ -27,6 +28,8 @@ enum class MemoryKind : uint8_t {
   kManaged,     // managed (unified) memory: treated as device memory (staged), which is always safe
 };
 const char* MemoryKindName(MemoryKind k);  // "host", "pinned host", "device", "managed"
+// "0x7f12..." for error messages naming a buffer, a stream or a flag.
+std::string PointerText(const void* p);
 
 // What a pointer is. For runtime allocations, the allocation's range, so that a buffer running
 // past its allocation is refused before any copy touches it.

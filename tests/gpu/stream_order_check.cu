@@ -31,7 +31,8 @@ namespace {
 
 __host__ __device__ unsigned Value(int rank, int rep, size_t i) {
   return (static_cast<unsigned>(rank + 1) * 7919u + static_cast<unsigned>(rep) * 31u +
-          static_cast<unsigned>(i)) % 65536u;
+          static_cast<unsigned>(i)) %
+         65536u;
 }
 
 // Each block's first thread spins `delay` clocks before the block writes.
@@ -107,8 +108,8 @@ int Rank(int rank, int nranks, int reps, const ncclUniqueId& id) {
   NCCL_OR_FAIL(ncclCommGetAsyncError(comm, &async));
   NCCL_OR_FAIL(async);
   NCCL_OR_FAIL(ncclCommDestroy(comm));
-  std::printf("[rank %d/%d] %d stream-ordered all-reduces in %.3f s: %u wrong\n", rank, nranks, reps,
-              s, bad);
+  std::printf("[rank %d/%d] %d stream-ordered all-reduces in %.3f s: %u wrong\n", rank, nranks,
+              reps, s, bad);
   return bad == 0 ? 0 : 1;
 }
 
@@ -167,7 +168,8 @@ int main(int argc, char** argv) {
   int result = 0;
   for (int nranks : {2, 4}) {
     const int r = Job(nranks, reps);
-    std::printf("stream_order_check: %d ranks on one GPU: %s\n", nranks, r == 0 ? "PASSED" : "FAILED");
+    std::printf("stream_order_check: %d ranks on one GPU: %s\n", nranks,
+                r == 0 ? "PASSED" : "FAILED");
     if (r != 0) result = 1;
   }
   return result;

@@ -179,6 +179,10 @@ class Engine {
   void startBoardCall(BoardCall& c, const OpDesc& d, const Planned& p);
   // One call outside a group (most blocking calls): the batch's loop without the batch.
   Status driveOneBoardCall(const OpDesc& d, const Planned& p);
+  // The error of board call `d` that did not complete because the communicator had failed.
+  Status failedEarlier(const OpDesc& d) const;
+  // Call `c` is over (whatever its result): its slot is free, the counters move.
+  void endBoardCall(BoardCall& c);
   // Waits until `run` (blocked) can go on: spins, then sleeps on the peer's flag, checking for
   // failures; `deadline` is set at the first sleep. An error has failed the communicator.
   Status awaitBoard(OneSidedRun& run, const OpDesc& d, uint64_t seq,
@@ -219,7 +223,7 @@ class Engine {
   std::atomic<int64_t> last_coll_completed_{-1};
   std::atomic<bool> report_requested_{false};
   std::condition_variable report_cv_;
-  int cv_waiters_ = 0;  // callers in drain() or debugState() (under mu_): endInline wakes them
+  int cv_waiters_ = 0;       // callers in drain() or debugState() (under mu_): endInline wakes them
   std::string report_;       // guarded by mu_
   uint64_t report_gen_ = 0;  // guarded by mu_; bumped per answered request
 

@@ -130,8 +130,19 @@ void Engine::startBoardCall(BoardCall& c, const OpDesc& d, const Planned& p) {
     c.slots_of = *p.schedule;
     c.slots_scratch = c.scratch.data();
   }
-  c.run.start(comm, *p.schedule, d, BoardSignatureOf(d, comm.nranks(), p.form), c.slots,
-              &c.pulls);
+  c.run.start(comm, *p.schedule, d, BoardSignatureOf(d, comm.nranks(), p.form), c.slots, &c.pulls);
+}
+
+Status Engine::failedEarlier(const OpDesc& d) const {
+  Status st = comm_->asyncError();
+  return st.prepend(comm_->where() + ": " + DescribeCall(d) +
+                    ": not completed because the communicator failed: ");
+}
+
+void Engine::endBoardCall(BoardCall& c) {
+  c.live = false;
+  completed_.fetch_add(1, std::memory_order_release);
+  last_coll_completed_.store(static_cast<int64_t>(c.seq), std::memory_order_relaxed);
 }
 
 Status Engine::driveOneBoardCall(const OpDesc& d, const Planned& p) {
@@ -142,9 +153,7 @@ Status Engine::driveOneBoardCall(const OpDesc& d, const Planned& p) {
   Status result;
   for (;;) {
     if (comm.asyncErrorCode() != braidSuccess) {
-      Status st = comm.asyncError();
-      result = st.prepend(comm.where() + ": " + DescribeCall(d) +
-                          ": not completed because the communicator failed: ");
+      result = failedEarlier(d);
       break;
     }
     bool moved = false;
@@ -160,9 +169,7 @@ Status Engine::driveOneBoardCall(const OpDesc& d, const Planned& p) {
       break;
     }
   }
-  c.live = false;
-  completed_.fetch_add(1, std::memory_order_release);
-  last_coll_completed_.store(static_cast<int64_t>(c.seq), std::memory_order_relaxed);
+  endBoardCall(c);
   return result;
 }
 
@@ -190,18 +197,10 @@ bool Engine::driveBoardCalls(std::span<const OpDesc* const> calls, Status* resul
   // Call i runs in board_calls_[i % kBoardBatch]: at most kBoardBatch in flight.
   const auto slot = [&](size_t i) -> BoardCall& { return board_calls_[i % kBoardBatch]; };
   const auto complete = [&](size_t i, const Status& st) {
-    BoardCall& c = slot(i);
     results[i] = st;
-    c.live = false;
     planned[i].keep = {};
     --left;
-    completed_.fetch_add(1, std::memory_order_release);
-    last_coll_completed_.store(static_cast<int64_t>(c.seq), std::memory_order_relaxed);
-  };
-  const auto failed_earlier = [&](size_t i) {
-    Status st = comm.asyncError();
-    return st.prepend(comm.where() + ": " + DescribeCall(*calls[i]) +
-                      ": not completed because the communicator failed: ");
+    endBoardCall(slot(i));
   };
   while (left > 0) {
     // Start the calls whose posts are known (a call of several posts settles its count at its
@@ -209,7 +208,7 @@ bool Engine::driveBoardCalls(std::span<const OpDesc* const> calls, Status* resul
     while (next < n && comm.boardClock().next() != 0 && !slot(next).live) {
       const size_t i = next++;
       startBoardCall(slot(i), *calls[i], planned[i]);
-      if (comm.asyncErrorCode() != braidSuccess) complete(i, failed_earlier(i));
+      if (comm.asyncErrorCode() != braidSuccess) complete(i, failedEarlier(*calls[i]));
     }
     // Every call in flight, in order, as far as it goes.
     bool moved = false;
@@ -218,7 +217,7 @@ bool Engine::driveBoardCalls(std::span<const OpDesc* const> calls, Status* resul
       BoardCall& c = slot(i);
       if (!c.live) continue;
       if (comm.asyncErrorCode() != braidSuccess) {
-        complete(i, failed_earlier(i));
+        complete(i, failedEarlier(*calls[i]));
         continue;
       }
       Status st = c.run.advance(&moved);
@@ -242,7 +241,7 @@ bool Engine::driveBoardCalls(std::span<const OpDesc* const> calls, Status* resul
     if (Status st = awaitBoard(c.run, *c.desc, c.seq, &deadline); !st.ok()) {
       complete(first_blocked, st);
       for (size_t i = next > kBoardBatch ? next - kBoardBatch : 0; i < next; ++i)
-        if (slot(i).live) complete(i, failed_earlier(i));
+        if (slot(i).live) complete(i, failedEarlier(*calls[i]));
     }
   }
   return true;

@@ -185,7 +185,6 @@ void OneSidedRun::compile(const RankSchedule& s, int me) {
   ops_.clear();
   steps_.clear();
   reduce_dtype_ = -1;
-  bool reduce_types_differ = false;
   const std::vector<Step>& steps = s.channels[0].steps;
   last_post_step_ = 0;
   for (size_t si = 0; si < steps.size(); ++si) {
@@ -221,10 +220,10 @@ void OneSidedRun::compile(const RankSchedule& s, int me) {
       }
       if (so.kind == StepOpKind::kCombine || so.kind == StepOpKind::kReduce) {
         const int t = static_cast<int>(op.dtype);
-        if (reduce_dtype_ < 0 && !reduce_types_differ)
+        if (reduce_dtype_ == -1)
           reduce_dtype_ = t;
         else if (reduce_dtype_ != t)
-          reduce_types_differ = true;
+          reduce_dtype_ = -2;
       }
       if (so.kind == StepOpKind::kCombine) op.src2 = ref(so.src2);
       if (has_src) op.bytes = so.src.count * es[so.src.buffer];
@@ -257,7 +256,6 @@ void OneSidedRun::compile(const RankSchedule& s, int me) {
       steps_.push_back(range);
     if (si == s.last_post_step) last_post_step_ = static_cast<uint32_t>(steps_.size() - 1);
   }
-  if (reduce_types_differ) reduce_dtype_ = -1;
   reduce_fn_ = nullptr;
   reduce_fn_op_ = -1;
   base_.assign(nbase, nullptr);

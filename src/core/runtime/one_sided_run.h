@@ -179,7 +179,7 @@ class OneSidedRun {
   uint32_t posts_ = 0;
   uint32_t last_post_step_ = 0;  // the compiled step holding the schedule's last post
   bool exposure_ = false;
-  // The reductions' element type when they share one (-1: none, or several): their kernel is
+  // The reductions' element type when they share one (-1 none, -2 several): their kernel is
   // resolved at start() for the call's op, not dispatched per reduction.
   int reduce_dtype_ = -1;
   ReduceKernelFn reduce_fn_ = nullptr;

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cstdio>
 
 namespace braid {
 
@@ -11,12 +10,6 @@ namespace {
 // A call waiting for `ready` re-checks for an abort this often (the wait itself sleeps).
 constexpr std::chrono::milliseconds kReadySlice{100};
 constexpr size_t kStagingAlign = 256;
-
-std::string Hex(const void* p) {
-  char b[32];
-  std::snprintf(b, sizeof(b), "%p", p);
-  return b;
-}
 
 }  // namespace
 
@@ -96,11 +89,11 @@ static Status CheckCall(device::DeviceRuntime* rt, const StreamCall& call) {
   }
   for (const StreamBuffer& b : call.buffers)
     if (b.bytes > 0 && !b.info.covers(b.ptr, b.bytes))
-      return InvalidArgument(call.what + ": " + std::to_string(b.bytes) + " bytes at " +
-                             Hex(b.ptr) + " run past the end of their " +
-                             device::MemoryKindName(b.info.kind) + " allocation (" +
-                             std::to_string(b.info.size) + " bytes at " + Hex(b.info.base) +
-                             "): check the count and the buffer");
+      return InvalidArgument(
+          call.what + ": " + std::to_string(b.bytes) + " bytes at " + device::PointerText(b.ptr) +
+          " run past the end of their " + device::MemoryKindName(b.info.kind) + " allocation (" +
+          std::to_string(b.info.size) + " bytes at " + device::PointerText(b.info.base) +
+          "): check the count and the buffer");
   return Status::Ok();
 }
 

@@ -9,7 +9,6 @@
 #include <atomic>
 #include <cerrno>
 #include <climits>
-#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -38,12 +37,6 @@ void FutexWakeAll(uint32_t* word) {
 void StoreFlag(uint32_t* flag, uint32_t value) {
   std::atomic_ref<uint32_t>(*flag).store(value, std::memory_order_release);
   FutexWakeAll(flag);
-}
-
-std::string Hex(const void* p) {
-  char b[32];
-  std::snprintf(b, sizeof(b), "%p", p);
-  return b;
 }
 
 size_t PageRound(size_t bytes) {
@@ -154,7 +147,7 @@ Status EmulatedDevice::release(void* p, MemoryKind kind) {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = allocations_.find(reinterpret_cast<uintptr_t>(p));
     if (it == allocations_.end() || it->second.kind != kind)
-      return InvalidArgument("emulated device: " + Hex(p) + " is not the start of a live " +
+      return InvalidArgument("emulated device: " + PointerText(p) + " is not the start of a live " +
                              MemoryKindName(kind) + " allocation");
     a = it->second;
     allocations_.erase(it);
@@ -197,10 +190,10 @@ Result<void*> EmulatedDevice::hostView(const void* p, size_t bytes) {
   const Allocation& a = it->second;
   if (addr >= it->first + a.size) return const_cast<void*>(p);  // not ours: host memory
   if (bytes > a.size - (addr - it->first))
-    return InvalidArgument("emulated device: " + std::to_string(bytes) + " bytes at " + Hex(p) +
-                           " run past the end of their " + MemoryKindName(a.kind) +
+    return InvalidArgument("emulated device: " + std::to_string(bytes) + " bytes at " +
+                           PointerText(p) + " run past the end of their " + MemoryKindName(a.kind) +
                            " allocation (" + std::to_string(a.size) + " bytes at " +
-                           Hex(reinterpret_cast<void*>(it->first)) + ")");
+                           PointerText(reinterpret_cast<void*>(it->first)) + ")");
   return static_cast<void*>(a.backing + (addr - it->first));
 }
 
@@ -254,10 +247,10 @@ EmulatedDevice::Stream* EmulatedDevice::findStream(StreamHandle s) {
 Status EmulatedDevice::checkStream(StreamHandle s) {
   Stream* st = findStream(s);
   if (!st)
-    return InvalidArgument("stream " + Hex(s) + " is not a live stream of the " + name() +
+    return InvalidArgument("stream " + PointerText(s) + " is not a live stream of the " + name() +
                            " device");
   if (st->capturing.load())
-    return InvalidUsage("stream " + Hex(s) +
+    return InvalidUsage("stream " + PointerText(s) +
                         " is capturing a graph: braid cannot capture a stream-ordered call yet; "
                         "call it outside the capture");
   return Status::Ok();
@@ -266,7 +259,7 @@ Status EmulatedDevice::checkStream(StreamHandle s) {
 Status EmulatedDevice::setCapturing(StreamHandle s, bool capturing) {
   Stream* st = findStream(s);
   if (!st)
-    return InvalidArgument("stream " + Hex(s) + " is not a live stream of the " + name() +
+    return InvalidArgument("stream " + PointerText(s) + " is not a live stream of the " + name() +
                            " device");
   st->capturing = capturing;
   return Status::Ok();
@@ -279,7 +272,7 @@ Status EmulatedDevice::destroyStream(StreamHandle s) {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = streams_.find(s);
     if (it == streams_.end())
-      return InvalidArgument("stream " + Hex(s) + " is not a live stream of the " + name() +
+      return InvalidArgument("stream " + PointerText(s) + " is not a live stream of the " + name() +
                              " device");
     st = std::move(it->second);
     streams_.erase(it);
@@ -298,7 +291,7 @@ Status EmulatedDevice::destroyStream(StreamHandle s) {
 Status EmulatedDevice::enqueue(StreamHandle s, std::function<Status()> op) {
   Stream* st = findStream(s);
   if (!st)
-    return InvalidArgument("stream " + Hex(s) + " is not a live stream of the " +
+    return InvalidArgument("stream " + PointerText(s) + " is not a live stream of the " +
                            std::string(name()) + " device");
   {
     std::lock_guard<std::mutex> lock(st->mu);
@@ -323,7 +316,8 @@ Status EmulatedDevice::copyAsync(void* dst, const void* src, size_t bytes, Strea
 Status EmulatedDevice::writeValue32(StreamHandle s, uint32_t* flag, uint32_t value) {
   BRAID_ASSIGN_OR_RETURN(PointerInfo info, classify(flag));
   if (info.kind != MemoryKind::kPinnedHost)
-    return InvalidArgument("emulated device: flag " + Hex(flag) + " is not host-mapped memory");
+    return InvalidArgument("emulated device: flag " + PointerText(flag) +
+                           " is not host-mapped memory");
   return enqueue(s, [flag, value] {
     StoreFlag(flag, value);
     return Status::Ok();
@@ -333,7 +327,8 @@ Status EmulatedDevice::writeValue32(StreamHandle s, uint32_t* flag, uint32_t val
 Status EmulatedDevice::waitValue32(StreamHandle s, const uint32_t* flag, uint32_t value) {
   BRAID_ASSIGN_OR_RETURN(PointerInfo info, classify(flag));
   if (info.kind != MemoryKind::kPinnedHost)
-    return InvalidArgument("emulated device: flag " + Hex(flag) + " is not host-mapped memory");
+    return InvalidArgument("emulated device: flag " + PointerText(flag) +
+                           " is not host-mapped memory");
   Stream* st = findStream(s);
   return enqueue(s, [this, st, flag, value, poll = flag_poll_]() -> Status {
     bool blocked = false;
@@ -342,8 +337,8 @@ Status EmulatedDevice::waitValue32(StreamHandle s, const uint32_t* flag, uint32_
       const uint32_t seen = LoadFlag(flag);
       if (FlagReached(seen, value)) break;
       if (st && st->stop.load()) {
-        result = AbortedError("emulated stream stopped while waiting for flag " + Hex(flag) +
-                              " to reach " + std::to_string(value));
+        result = AbortedError("emulated stream stopped while waiting for flag " +
+                              PointerText(flag) + " to reach " + std::to_string(value));
         break;
       }
       if (!blocked) blocked_waits_.fetch_add(1);
@@ -365,7 +360,7 @@ Status EmulatedDevice::launchHostFunction(StreamHandle s, std::function<void()> 
 Status EmulatedDevice::synchronize(StreamHandle s) {
   Stream* st = findStream(s);
   if (!st)
-    return InvalidArgument("stream " + Hex(s) + " is not a live stream of the " +
+    return InvalidArgument("stream " + PointerText(s) + " is not a live stream of the " +
                            std::string(name()) + " device");
   std::unique_lock<std::mutex> lock(st->mu);
   const uint64_t target = st->queued;
