@@ -772,8 +772,20 @@ TEST(DeviceStream, ZeroCountCallsInAGroupAreNeutral) {
 // Two independent communicators (a split would be a view of the first, which braid requires every
 // rank to call in one order): the second one's id is made here, before the ranks are forked.
 TEST(DeviceStream, GroupOverTwoCommunicatorsInAnyOrder) {
+  // The second communicator's id comes from a rendezvous process of its own, as the job's does:
+  // ncclGetUniqueId here would start the service thread in this process, and a rank forked while
+  // that thread allocates can inherit ASan's allocator lock held (both ranks then hang; seen in
+  // CI, 2026-11-29).
+  braidUniqueId second;
+  const pid_t second_root = braid_test::StartRootProcess(&second);
+  ASSERT_GT(second_root, 0);
+  struct RootGuard {
+    pid_t pid;
+    ~RootGuard() { braid_test::StopRootProcess(pid); }
+  } second_guard{second_root};
   ncclUniqueId id_b;
-  ASSERT_EQ(ncclGetUniqueId(&id_b), ncclSuccess);
+  static_assert(sizeof(id_b) == sizeof(second));
+  std::memcpy(&id_b, &second, sizeof(id_b));
   auto out = RunJob(
       Job(2, "emulated", 20), [id_b](braidComm_t, int rank, int nranks, const braidUniqueId& id) {
         ncclComm_t a = nullptr;

@@ -119,7 +119,8 @@ class LinkCalibration : public ::testing::TestWithParam<Case> {
     JobOptions o;
     o.nranks = GetParam().nranks;
     o.timeout_s = 60;
-    o.env = {{"BRAID_TRANSPORTS", GetParam().transport}};
+    // The harness turns the measurement off unless asked: these tests are about it.
+    o.env = {{"BRAID_TRANSPORTS", GetParam().transport}, {"BRAID_LINK_CALIBRATION", "1"}};
     for (auto& e : extra) o.env.push_back(e);
     return o;
   }
@@ -262,6 +263,7 @@ TEST(LinkCalibrationTwoNodes, MeasuresBothClassesAndAgrees) {
   o.nranks = 4;
   o.timeout_s = 60;
   o.init = false;
+  o.env = {{"BRAID_LINK_CALIBRATION", "1"}};
   auto out = RunJob(o, [](braidComm_t, int rank, int nranks, const braidUniqueId& id) {
     setenv("BRAID_HOSTID", rank < 2 ? "node-a" : "node-b", 1);
     braidComm_t comm = nullptr;
