@@ -105,11 +105,11 @@ if [ "$sanitizers" = 1 ]; then
   # without --full a representative part of the multirank binaries (below) and of their cases
   # (tools/sanitizer-skip.txt says which, and why); every binary and case runs in the release
   # pass. The binaries kept: the executor's paths (collectives, board, inflight, device_stream),
-  # the sharding layer (shard_step, shard_checkpoint), split communicators (split_view), the
-  # quantized pipeline and lazy connections. Left to --full: the hierarchical schedules (the
-  # same executor over sub-communicators), the large counts (never under the sanitizers) and the
-  # tuner, placement, calibration, plan-cache, scale and ucx cases.
-  multirank_subset='board|collectives|inflight|device_stream|shard_step|shard_checkpoint|split_view|quantized|lazy_connect'
+  # the sharding layer's step (shard_step) and the quantized pipeline. Left to --full: the
+  # hierarchical schedules and split communicators (the same executor over sub-communicators),
+  # checkpoints, lazy connections, the large counts (never under the sanitizers) and the tuner,
+  # placement, calibration, plan-cache, scale and ucx cases.
+  multirank_subset='board|collectives|inflight|device_stream|shard_step|quantized'
   [ "$full" = 0 ] || multirank_subset=
   bash tools/preset.sh asan -DBRAID_BUILD_PERF=OFF "-DBRAID_MULTIRANK_TESTS=$multirank_subset"
   cmake --build build-asan -j"$jobs"

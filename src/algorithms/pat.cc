@@ -193,7 +193,9 @@ void AppendUnpack(Step& st, const Pass& p, int c) {
 
 void AllGatherPass(Channel& ch, const Pass& p) {
   const int top = p.Top(), delta = p.sh.delta;
-  const auto [own_buf, own_off] = p.own;
+  // Not a structured binding: the lambdas below capture them, which clang before 16 refuses.
+  const uint16_t own_buf = p.own.first;
+  const uint64_t own_off = p.own.second;
   // Where class c's first block lies: its slot, or the user's buffers for a single block.
   auto at = [&](int c) -> std::pair<uint16_t, uint64_t> {
     if (p.Packed(c)) return {kScratchBuf, p.Item(c, 0)};

@@ -38,9 +38,67 @@ float Grad(int b, size_t i, int step, int mb, int rank, float param) {
   return static_cast<float>(base + (param > 0.0f ? 1 : 0));
 }
 
+// The compiler's half type, an independent reference for braid's fp16 conversions: _Float16
+// (GCC, clang 15+), or clang 14's __fp16 (storage only; it converts to and from float with the
+// same round-to-nearest-even), which the sanitizer build's clang 14 has on x86.
+#if defined(__clang__) && __clang_major__ < 15
+// clang 14 has no _Float16 on x86, and its __fp16 conversions call runtime functions libgcc
+// lacks: IEEE binary16 by hand, round to nearest even (F. Giesen's float_to_half_fast3_rtne).
+struct Half {
+  uint16_t bits;
+  explicit Half(float f) {
+    uint32_t x;
+    std::memcpy(&x, &f, 4);
+    const uint32_t sign = x & 0x80000000u;
+    x ^= sign;
+    if (x >= 0x47800000u) {  // 2^16 and above, infinities and NaNs
+      bits = x > 0x7f800000u ? 0x7e00 : 0x7c00;
+    } else if (x < 0x38800000u) {  // below 2^-14: subnormal or zero, rounded by the FPU's add
+      constexpr uint32_t kMagicBits = ((127 - 15) + (23 - 10) + 1) << 23;
+      float magic, g;
+      std::memcpy(&magic, &kMagicBits, 4);
+      std::memcpy(&g, &x, 4);
+      g += magic;
+      uint32_t r;
+      std::memcpy(&r, &g, 4);
+      bits = static_cast<uint16_t>(r - kMagicBits);
+    } else {
+      const uint32_t odd = (x >> 13) & 1u;
+      x += (static_cast<uint32_t>(15 - 127) << 23) + 0xfffu + odd;
+      bits = static_cast<uint16_t>(x >> 13);
+    }
+    bits = static_cast<uint16_t>(bits | (sign >> 16));
+  }
+  explicit operator float() const {
+    const uint32_t sign = static_cast<uint32_t>(bits & 0x8000u) << 16;
+    uint32_t exp = (bits >> 10) & 0x1fu, mant = bits & 0x3ffu, out;
+    if (exp == 0x1f) {
+      out = sign | 0x7f800000u | (mant << 13);
+    } else if (exp != 0) {
+      out = sign | ((exp + 112) << 23) | (mant << 13);
+    } else if (mant == 0) {
+      out = sign;
+    } else {  // subnormal: normalise
+      int e = -1;
+      do {
+        mant <<= 1;
+        ++e;
+      } while (!(mant & 0x400u));
+      out = sign | (static_cast<uint32_t>(112 - e) << 23) | ((mant & 0x3ffu) << 13);
+    }
+    float f;
+    std::memcpy(&f, &out, 4);
+    return f;
+  }
+};
+static_assert(sizeof(Half) == 2);
+#else
+using Half = _Float16;
+#endif
+
 // The reference's own rounding to the parameter dtype (round to nearest even).
 float RoundTo(braidDataType_t dt, float f) {
-  if (dt == braidFloat16) return static_cast<float>(static_cast<_Float16>(f));
+  if (dt == braidFloat16) return static_cast<float>(static_cast<Half>(f));
   if (dt != braidBfloat16) return f;
   uint32_t u;
   std::memcpy(&u, &f, 4);
@@ -58,7 +116,7 @@ std::vector<unsigned char> ToDt(braidDataType_t dt, const std::vector<float>& v)
     if (dt == braidFloat32) {
       std::memcpy(&out[4 * i], &v[i], 4);
     } else if (dt == braidFloat16) {
-      const _Float16 h = static_cast<_Float16>(v[i]);
+      const Half h = static_cast<Half>(v[i]);
       std::memcpy(&out[2 * i], &h, 2);
     } else {
       uint32_t u;
@@ -78,7 +136,7 @@ float FromDt(braidDataType_t dt, const unsigned char* p, size_t i) {
     return f;
   }
   if (dt == braidFloat16) {
-    _Float16 h;
+    Half h(0.0f);
     std::memcpy(&h, p + 2 * i, 2);
     return static_cast<float>(h);
   }
