@@ -59,24 +59,23 @@ select_tests() {
   printf '%s\n' "$kept"
 }
 
-# run_tests DIR NUMBERS [ctest options...]: runs those tests of DIR, the unit tier two at a time
+# run_tests DIR NUMBERS: runs those tests of DIR, the unit tier two at a time
 # (pure code on 2 cores; its RUN_SERIAL tests, which fork, listen or time deadlines, alone), then
 # every other test one at a time (multi-rank tests fork up to 8 processes each). Fails when either
 # run failed, after both ran. (The numbers go to -I only: ctest's -L beside -I drops some.)
 run_tests() {
   local dir=$1 nums=$2 unit_re unit=() rest=() n rc=0
-  shift 2
   unit_re=",$(ctest --test-dir "$dir" -N -L '^unit$' | sed -nE 's/^ *Test +#([0-9]+):.*/\1/p' |
     paste -sd,),"
   for n in ${nums//,/ }; do
     if [[ $unit_re == *",$n,"* ]]; then unit+=("$n"); else rest+=("$n"); fi
   done
   if [ "${#unit[@]}" -gt 0 ]; then
-    ctest --test-dir "$dir" --output-on-failure --timeout 900 -j2 "$@" \
+    ctest --test-dir "$dir" --output-on-failure --timeout 900 -j2 \
       -I "0,0,0,$(IFS=,; echo "${unit[*]}")" || rc=1
   fi
   if [ "${#rest[@]}" -gt 0 ]; then
-    ctest --test-dir "$dir" --output-on-failure --timeout 900 -j1 "$@" \
+    ctest --test-dir "$dir" --output-on-failure --timeout 900 -j1 \
       -I "0,0,0,$(IFS=,; echo "${rest[*]}")" || rc=1
   fi
   return $rc

@@ -779,10 +779,7 @@ TEST(DeviceStream, GroupOverTwoCommunicatorsInAnyOrder) {
   braidUniqueId second;
   const pid_t second_root = braid_test::StartRootProcess(&second);
   ASSERT_GT(second_root, 0);
-  struct RootGuard {
-    pid_t pid;
-    ~RootGuard() { braid_test::StopRootProcess(pid); }
-  } second_guard{second_root};
+  braid_test::RootProcessGuard second_guard{second_root};
   ncclUniqueId id_b;
   static_assert(sizeof(id_b) == sizeof(second));
   std::memcpy(&id_b, &second, sizeof(id_b));

@@ -2,7 +2,6 @@
 // over the real transports, with a wall-clock guard so a hang fails the test instead of CI.
 #pragma once
 
-#include <dirent.h>
 #include <fcntl.h>
 #include <sched.h>
 #include <signal.h>
@@ -23,6 +22,7 @@
 #include <vector>
 
 #include "braid/braid.h"
+#include "common/proc_state.h"
 
 // Inside a rank's function (`rank` in scope, returning int): when `cond` is false, prints the
 // rank, the condition, the printf-style message and `detail` (a C string, e.g. braid's last
@@ -134,16 +134,11 @@ inline void StopRootProcess(pid_t pid) {
   waitpid(pid, nullptr, 0);
 }
 
-// Threads of this process now (the entries of /proc/self/task); 0 when it cannot tell.
-inline int ThreadsInThisProcess() {
-  int n = 0;
-  if (DIR* d = opendir("/proc/self/task")) {
-    while (dirent* e = readdir(d))
-      if (e->d_name[0] != '.') ++n;
-    closedir(d);
-  }
-  return n;
-}
+// Stops a rendezvous process (StartRootProcess) when the scope ends.
+struct RootProcessGuard {
+  pid_t pid;
+  ~RootProcessGuard() { StopRootProcess(pid); }
+};
 
 inline std::vector<RankOutcome> RunJob(const JobOptions& opt, const RankBody& body) {
   std::vector<RankOutcome> out(opt.nranks);
@@ -151,7 +146,7 @@ inline std::vector<RankOutcome> RunJob(const JobOptions& opt, const RankBody& bo
   // has no fork handler; a service thread authenticating, a worker allocating): the child then
   // hangs until the guard kills the job, now and then. Refuse at once instead of flaking; start
   // services in a process of their own (StartRootProcess).
-  if (const int threads = ThreadsInThisProcess(); threads > 1) {
+  if (const int threads = braid_test_common::CountEntries("/proc/self/task"); threads > 1) {
     std::fprintf(stderr,
                  "harness: the test process runs %d threads; ranks forked now may inherit a held "
                  "lock (join them first, or start the service with StartRootProcess)\n",
@@ -161,10 +156,7 @@ inline std::vector<RankOutcome> RunJob(const JobOptions& opt, const RankBody& bo
   braidUniqueId id;
   pid_t root = StartRootProcess(&id);
   if (root < 0) return out;
-  struct RootGuard {
-    pid_t pid;
-    ~RootGuard() { StopRootProcess(pid); }
-  } root_guard{root};
+  RootProcessGuard root_guard{root};
   std::fflush(stdout);
   std::fflush(stderr);
   std::vector<pid_t> pids(opt.nranks, -1);

@@ -3,7 +3,6 @@
 // separate groups; braidCommSplitLevel makes node-local and same-local-rank views without any
 // communication. Every view's collectives are checked bit for bit. Ranks emulate their nodes with
 // BRAID_HOSTID, set in each rank before its init.
-#include <dirent.h>
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -18,13 +17,7 @@ namespace braid_test {
 namespace {
 
 int CountFds() {
-  int n = 0;
-  if (DIR* d = opendir("/proc/self/fd")) {
-    while (dirent* e = readdir(d))
-      if (e->d_name[0] != '.') ++n;
-    closedir(d);
-  }
-  return n;
+  return braid_test_common::CountEntries("/proc/self/fd");
 }
 
 float In(int k, int r, size_t i) {
