@@ -960,16 +960,27 @@ void SendGoodbye(Endpoint* ep, FailureCause::Reason why) {
 
 bool braidComm::awaitedByAPeer() {
   if (root_ || !engine()) return false;
+  bool awaited = false;
   for (int p = 0; p < nranks_; ++p) {
     if (p == rank_) continue;
-    // Stream data this rank never read: the peer is in an operation this rank did not make (or
-    // it said goodbye: leave() reads those first).
-    if (peerSentUnreadStreamBytes(p)) return true;
+    // Stream data this rank never read: the peer is in an operation this rank did not make,
+    // unless it is the peer's goodbye (it finished and left too), which is read past here. One
+    // pass that reads what it finds: a goodbye that lands after a first look must not count as
+    // data at a second look (two ranks that finish together and leave at once would each take
+    // the other's goodbye for a waiting call, and fail the ranks still running).
+    for (const auto& ep : endpoints_[static_cast<size_t>(p)])
+      if (ep && ep->hasUnreadBytes() && !ReadGoodbye(ep.get())) {
+        if (!awaited)
+          BRAID_INFO("%s: rank %d sent data for a call this rank never made (%s)",
+                     where().c_str(), p, ep->describe().c_str());
+        awaited = true;
+      }
     // A post on the board for a call this rank never made (its next number is known when no
     // call is open: the operations are drained).
-    if (board_ && board_clock_.next() != 0 && board_->posted(p, board_clock_.next())) return true;
+    if (board_ && board_clock_.next() != 0 && board_->posted(p, board_clock_.next()))
+      awaited = true;
   }
-  return false;
+  return awaited;
 }
 
 void braidComm::leave(FailureCause::Reason why) {
@@ -980,16 +991,7 @@ void braidComm::leave(FailureCause::Reason why) {
   const bool idle = engine_->withIdleLoop([&] {
     // A peer's goodbye is no call waiting; anything else is (read past either way: this rank
     // leaves, and a waiting peer is told so below).
-    for (int p = 0; p < nranks_; ++p)
-      if (p != rank_)
-        for (const auto& ep : endpoints_[static_cast<size_t>(p)])
-          if (ep && ep->hasUnreadBytes() && !ReadGoodbye(ep.get())) {
-            if (!awaited)
-              BRAID_INFO("%s: rank %d sent data for a call this rank never made (%s)",
-                         where().c_str(), p, ep->describe().c_str());
-            awaited = true;
-          }
-    awaited = awaited || awaitedByAPeer();
+    awaited = awaitedByAPeer();
     // Before the goodbyes: a shm peer that sees one on a stream while it waits on the board then
     // finds the reason there too, not "a peer in another call".
     for (const auto& t : transports_) t->markDeparted(static_cast<uint32_t>(why));

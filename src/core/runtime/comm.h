@@ -274,7 +274,8 @@ struct braidComm {
   // is busy (another thread still calls), or for a split view. Sends no notice when nobody waits.
   void leave(braid::FailureCause::Reason why);
   // Whether a peer waits on this rank in a call this rank has not made: it sent stream data
-  // nobody read here, or posted a board call this rank never posted. Any thread; reads nothing.
+  // nobody read here (other than its goodbye, which is read past), or posted a board call this
+  // rank never posted. On the engine's thread or in its idle loop: it reads the streams.
   bool awaitedByAPeer();
   // Tells every rank that this rank leaves for `why`, then shuts the streams down.
   void announceLeaving(braid::FailureCause::Reason why);
