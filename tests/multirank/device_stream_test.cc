@@ -248,6 +248,19 @@ TEST(DeviceStream, AllReduceOrderedOnTheStream1000TimesFourRanks) {
   EXPECT_TRUE(AllSucceeded(out)) << DescribeOutcomes(out);
 }
 
+// One hardware queue (CUDA_DEVICE_MAX_CONNECTIONS=1, which Megatron-LM sets): every stream's work
+// runs through one FIFO, so the staging copies must be queued on the user's stream around the
+// call; a copy on a stream of the agent's waited behind the user's stream's wait for `done`
+// (a deadlock: the guard's timeout).
+TEST(DeviceStream, AllReduceOrderedOnOneHardwareQueue) {
+  JobOptions job = Job(2, "emulated");
+  job.env.push_back({"CUDA_DEVICE_MAX_CONNECTIONS", "1"});
+  auto out = RunJob(job, [](braidComm_t, int rank, int nranks, const braidUniqueId& id) {
+    return StreamOrderBody(id, rank, nranks, 300);
+  });
+  EXPECT_TRUE(AllSucceeded(out)) << DescribeOutcomes(out);
+}
+
 // Device memory that is host memory (BRAID_DEVICE=emulated-host): no staging, the same order.
 TEST(DeviceStream, AllReduceOrderedOnTheStreamHostAccessibleDevice) {
   auto out = RunJob(Job(2, "emulated-host"),
@@ -771,7 +784,8 @@ TEST(DeviceStream, ZeroCountCallsInAGroupAreNeutral) {
 // stream waits for A while rank 1's waits for B. Wall-clock guarded (20 s).
 // Two independent communicators (a split would be a view of the first, which braid requires every
 // rank to call in one order): the second one's id is made here, before the ranks are forked.
-TEST(DeviceStream, GroupOverTwoCommunicatorsInAnyOrder) {
+// `one_queue`: the streams share one hardware queue (CUDA_DEVICE_MAX_CONNECTIONS=1).
+void GroupOverTwoCommunicators(bool one_queue) {
   // The second communicator's id comes from a rendezvous process of its own, as the job's does:
   // ncclGetUniqueId here would start the service thread in this process, and a rank forked while
   // that thread allocates can inherit ASan's allocator lock held (both ranks then hang; seen in
@@ -783,61 +797,72 @@ TEST(DeviceStream, GroupOverTwoCommunicatorsInAnyOrder) {
   ncclUniqueId id_b;
   static_assert(sizeof(id_b) == sizeof(second));
   std::memcpy(&id_b, &second, sizeof(id_b));
-  auto out = RunJob(
-      Job(2, "emulated", 20), [id_b](braidComm_t, int rank, int nranks, const braidUniqueId& id) {
-        ncclComm_t a = nullptr;
-        EmulatedDevice* dev = nullptr;
-        if (InitNccl(id, rank, nranks, &a, &dev) != 0) return 1;
-        ncclComm_t b = nullptr;
-        CHECK_OR_FAIL(ncclCommInitRank(&b, nranks, id_b, rank) == ncclSuccess, "second comm");
-        const size_t n = 64;
-        void* x = *dev->allocDevice(n * 4);
-        void* y = *dev->allocDevice(n * 4);
-        cudaStream_t stream = static_cast<cudaStream_t>(*dev->createStream());
-        CHECK_OR_FAIL(dev->launchHostFunction(stream,
-                                              [=] {
-                                                int32_t* px = View<int32_t>(dev, x, n);
-                                                int32_t* py = View<int32_t>(dev, y, n);
-                                                for (size_t i = 0; i < n; ++i) {
-                                                  px[i] = static_cast<int32_t>(Value(rank, 2, i));
-                                                  py[i] = static_cast<int32_t>(Value(rank, 3, i));
-                                                }
-                                              })
-                          .ok(),
-                      "launch");
-        CHECK_OR_FAIL(ncclGroupStart() == ncclSuccess, "group");
-        if (rank == 0) {
-          CHECK_OR_FAIL(ncclAllReduce(x, x, n, ncclInt32, ncclSum, a, stream) == ncclSuccess, "a");
-          CHECK_OR_FAIL(ncclAllReduce(y, y, n, ncclInt32, ncclSum, b, stream) == ncclSuccess, "b");
-        } else {
-          CHECK_OR_FAIL(ncclAllReduce(y, y, n, ncclInt32, ncclSum, b, stream) == ncclSuccess, "b");
-          CHECK_OR_FAIL(ncclAllReduce(x, x, n, ncclInt32, ncclSum, a, stream) == ncclSuccess, "a");
-        }
-        CHECK_OR_FAIL(ncclGroupEnd() == ncclSuccess, "group end: %s", ncclGetLastError(nullptr));
-        CHECK_OR_FAIL(dev->synchronize(stream).ok(), "synchronize");
-        for (ncclComm_t c : {a, b}) {
-          ncclResult_t async = ncclSuccess;
-          CHECK_OR_FAIL(ncclCommGetAsyncError(c, &async) == ncclSuccess && async == ncclSuccess,
-                        "async error %d: %s", static_cast<int>(async), ncclGetLastError(c));
-        }
-        for (size_t i = 0; i < n; ++i) {
-          int32_t wx = 0, wy = 0;
-          for (int r = 0; r < nranks; ++r) {
-            wx += static_cast<int32_t>(Value(r, 2, i));
-            wy += static_cast<int32_t>(Value(r, 3, i));
-          }
-          CHECK_OR_FAIL(View<int32_t>(dev, x, n)[i] == wx && View<int32_t>(dev, y, n)[i] == wy,
-                        "element %zu: x %d (want %d) y %d (want %d)", i,
-                        View<int32_t>(dev, x, n)[i], wx, View<int32_t>(dev, y, n)[i], wy);
-        }
-        CHECK_OR_FAIL(ncclCommDestroy(b) == ncclSuccess && ncclCommDestroy(a) == ncclSuccess,
-                      "destroy");
-        CHECK_OR_FAIL(
-            dev->destroyStream(stream).ok() && dev->freeDevice(x).ok() && dev->freeDevice(y).ok(),
-            "free");
-        return 0;
-      });
+  JobOptions job = Job(2, "emulated", 20);
+  if (one_queue) job.env.push_back({"CUDA_DEVICE_MAX_CONNECTIONS", "1"});
+  auto out = RunJob(job, [id_b](braidComm_t, int rank, int nranks, const braidUniqueId& id) {
+    ncclComm_t a = nullptr;
+    EmulatedDevice* dev = nullptr;
+    if (InitNccl(id, rank, nranks, &a, &dev) != 0) return 1;
+    ncclComm_t b = nullptr;
+    CHECK_OR_FAIL(ncclCommInitRank(&b, nranks, id_b, rank) == ncclSuccess, "second comm");
+    const size_t n = 64;
+    void* x = *dev->allocDevice(n * 4);
+    void* y = *dev->allocDevice(n * 4);
+    cudaStream_t stream = static_cast<cudaStream_t>(*dev->createStream());
+    CHECK_OR_FAIL(dev->launchHostFunction(stream,
+                                          [=] {
+                                            int32_t* px = View<int32_t>(dev, x, n);
+                                            int32_t* py = View<int32_t>(dev, y, n);
+                                            for (size_t i = 0; i < n; ++i) {
+                                              px[i] = static_cast<int32_t>(Value(rank, 2, i));
+                                              py[i] = static_cast<int32_t>(Value(rank, 3, i));
+                                            }
+                                          })
+                      .ok(),
+                  "launch");
+    CHECK_OR_FAIL(ncclGroupStart() == ncclSuccess, "group");
+    if (rank == 0) {
+      CHECK_OR_FAIL(ncclAllReduce(x, x, n, ncclInt32, ncclSum, a, stream) == ncclSuccess, "a");
+      CHECK_OR_FAIL(ncclAllReduce(y, y, n, ncclInt32, ncclSum, b, stream) == ncclSuccess, "b");
+    } else {
+      CHECK_OR_FAIL(ncclAllReduce(y, y, n, ncclInt32, ncclSum, b, stream) == ncclSuccess, "b");
+      CHECK_OR_FAIL(ncclAllReduce(x, x, n, ncclInt32, ncclSum, a, stream) == ncclSuccess, "a");
+    }
+    CHECK_OR_FAIL(ncclGroupEnd() == ncclSuccess, "group end: %s", ncclGetLastError(nullptr));
+    CHECK_OR_FAIL(dev->synchronize(stream).ok(), "synchronize");
+    for (ncclComm_t c : {a, b}) {
+      ncclResult_t async = ncclSuccess;
+      CHECK_OR_FAIL(ncclCommGetAsyncError(c, &async) == ncclSuccess && async == ncclSuccess,
+                    "async error %d: %s", static_cast<int>(async), ncclGetLastError(c));
+    }
+    for (size_t i = 0; i < n; ++i) {
+      int32_t wx = 0, wy = 0;
+      for (int r = 0; r < nranks; ++r) {
+        wx += static_cast<int32_t>(Value(r, 2, i));
+        wy += static_cast<int32_t>(Value(r, 3, i));
+      }
+      CHECK_OR_FAIL(View<int32_t>(dev, x, n)[i] == wx && View<int32_t>(dev, y, n)[i] == wy,
+                    "element %zu: x %d (want %d) y %d (want %d)", i, View<int32_t>(dev, x, n)[i],
+                    wx, View<int32_t>(dev, y, n)[i], wy);
+    }
+    CHECK_OR_FAIL(ncclCommDestroy(b) == ncclSuccess && ncclCommDestroy(a) == ncclSuccess,
+                  "destroy");
+    CHECK_OR_FAIL(
+        dev->destroyStream(stream).ok() && dev->freeDevice(x).ok() && dev->freeDevice(y).ok(),
+        "free");
+    return 0;
+  });
   EXPECT_TRUE(AllSucceeded(out)) << DescribeOutcomes(out);
+}
+
+TEST(DeviceStream, GroupOverTwoCommunicatorsInAnyOrder) {
+  GroupOverTwoCommunicators(false);
+}
+
+// The same on one hardware queue: every stream's work in one FIFO, so a copy that waited behind
+// the stream's wait for `done` would never run (the agent queues none).
+TEST(DeviceStream, GroupOverTwoCommunicatorsOnOneHardwareQueue) {
+  GroupOverTwoCommunicators(true);
 }
 
 // A thread that holds a reference to the agent (it polls ncclCommGetAsyncError) while the

@@ -2,7 +2,8 @@
 // calls whose `run` is a host transform stand in for collectives. Ordering on the stream (a call
 // starts after the stream's earlier work and the stream's later work sees its result), staging of
 // device buffers, calls ordered on several streams, flag slot reuse, and the failure paths: a
-// failing call, abort, bad arguments. Every check is bit-exact; nothing sleeps for ordering.
+// failing call, abort, bad arguments; each with streams of their own and on one hardware queue.
+// Every check is bit-exact; nothing sleeps for ordering.
 #include "core/runtime/stream_agent.h"
 
 #include <gtest/gtest.h>
@@ -12,6 +13,7 @@
 #include <cstring>
 #include <mutex>
 #include <random>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -27,7 +29,15 @@ using braid::device::StreamHandle;
 
 namespace {
 
-class StreamAgentTest : public ::testing::TestWithParam<EmulatedDevice::Mode> {
+// The device's memory mode, and whether its streams share one hardware queue (as a GPU's do
+// under CUDA_DEVICE_MAX_CONNECTIONS=1: a wait on one stream holds up the others; an agent that
+// queued its own staging copies deadlocked there, as it would on such a GPU).
+struct AgentParam {
+  EmulatedDevice::Mode mode;
+  bool single_queue;
+};
+
+class StreamAgentTest : public ::testing::TestWithParam<AgentParam> {
  protected:
   StreamBuffer Buffer(void* p, size_t bytes, bool read, bool written) {
     StreamBuffer b;
@@ -48,7 +58,7 @@ class StreamAgentTest : public ::testing::TestWithParam<EmulatedDevice::Mode> {
     c.what = "transform";
     c.streams = {s};
     c.buffers = {Buffer(in, n * 4, true, false), Buffer(out, n * 4, false, true)};
-    const bool separate = GetParam() == EmulatedDevice::Mode::kSeparate;
+    const bool separate = GetParam().mode == EmulatedDevice::Mode::kSeparate;
     c.run = [=](const HostPointers& h) -> Status {
       auto* src = static_cast<const uint32_t*>(h(in));
       auto* dst = static_cast<uint32_t*>(h(out));
@@ -60,7 +70,7 @@ class StreamAgentTest : public ::testing::TestWithParam<EmulatedDevice::Mode> {
     return c;
   }
 
-  EmulatedDevice dev_{GetParam()};
+  EmulatedDevice dev_{GetParam().mode, std::chrono::milliseconds(100), GetParam().single_queue};
   braid::StreamFlagPool pool_{&dev_};
 };
 
@@ -334,11 +344,15 @@ TEST_P(StreamAgentTest, BadStreamOrBufferIsRefusedAtOnce) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Modes, StreamAgentTest,
-                         ::testing::Values(EmulatedDevice::Mode::kSeparate,
-                                           EmulatedDevice::Mode::kHostMemory),
+                         ::testing::Values(AgentParam{EmulatedDevice::Mode::kSeparate, false},
+                                           AgentParam{EmulatedDevice::Mode::kHostMemory, false},
+                                           AgentParam{EmulatedDevice::Mode::kSeparate, true},
+                                           AgentParam{EmulatedDevice::Mode::kHostMemory, true}),
                          [](const auto& info) {
-                           return info.param == EmulatedDevice::Mode::kSeparate ? "Separate"
-                                                                                : "HostMemory";
+                           std::string name = info.param.mode == EmulatedDevice::Mode::kSeparate
+                                                  ? "Separate"
+                                                  : "HostMemory";
+                           return name + (info.param.single_queue ? "OneQueue" : "");
                          });
 
 }  // namespace

@@ -9,7 +9,11 @@ namespace {
 
 // A call waiting for `ready` re-checks for an abort this often (the wait itself sleeps).
 constexpr std::chrono::milliseconds kReadySlice{100};
+// Staging data starts this far into its buffer (the flag sits before it), and regions are padded
+// to it.
 constexpr size_t kStagingAlign = 256;
+// How long the agent's end waits for the staging buffers' copies out before freeing them.
+constexpr std::chrono::seconds kStagingFreeWait{5};
 
 }  // namespace
 
@@ -114,43 +118,100 @@ Status StreamAgent::submitGroup(std::vector<std::pair<StreamAgent*, StreamCall>>
     if (!st.ok()) return st;
   }
   std::vector<Pending> pending(calls.size());
-  // Streams already ordered on some call must not wait forever when a later step fails.
+  for (size_t i = 0; i < calls.size(); ++i) {
+    pending[i].call = std::move(calls[i].second);
+    pending[i].slots.resize(pending[i].call.streams.size());
+  }
+  // Streams already ordered on some call must not wait forever when a later step fails: every
+  // `done` and every staging flag a stream may wait for is written from here. A staging buffer
+  // with copies queued into it is never reused (they may still run).
   auto unwind = [&](Status st, const std::string& what) {
-    for (size_t i = 0; i < calls.size(); ++i)
+    for (size_t i = 0; i < calls.size(); ++i) {
+      StreamAgent* agent = calls[i].first;
       for (StreamFlagSlot& q : pending[i].slots)
-        calls[i].first->runtime_->hostWriteFlag(q.done, q.value);
+        if (q.done) agent->runtime_->hostWriteFlag(q.done, q.value);
+      if (Staging* sb = pending[i].staging) {
+        agent->runtime_->hostWriteFlag(sb->flag(), pending[i].staging_value);
+        std::lock_guard<std::mutex> lock(agent->staging_mu_);
+        sb->held = false;
+        sb->lost = true;
+      }
+    }
     return st.prepend(what + ": ordering the call on its stream: ");
   };
-  // Every `ready` first, on every stream of every call...
-  for (size_t i = 0; i < calls.size(); ++i) {
+  auto take_slot = [&](size_t i, size_t k) -> Status {
     StreamAgent* agent = calls[i].first;
-    const StreamCall& call = calls[i].second;
-    pending[i].context = agent->runtime_->currentContext();
-    for (device::StreamHandle s : call.streams) {
-      auto slot = agent->pool_.acquire();
-      if (!slot.ok()) return unwind(slot.status(), call.what);
-      Status st = agent->runtime_->writeValue32(s, slot->ready, slot->value);
-      if (!st.ok()) {
-        agent->pool_.release(*slot);  // nothing queued on the stream: the slot is untouched
-        return unwind(st, call.what);
-      }
-      pending[i].slots.push_back(*slot);
+    auto slot = agent->pool_.acquire();
+    if (!slot.ok()) return slot.status();
+    Status st = agent->runtime_->writeValue32(pending[i].call.streams[k], slot->ready, slot->value);
+    if (!st.ok()) {
+      agent->pool_.release(*slot);  // nothing queued on the stream: the slot is untouched
+      return st;
     }
+    pending[i].slots[k] = *slot;
+    return Status::Ok();
+  };
+  // Where each call's buffers are for the host: staging buffers taken, nothing queued yet.
+  for (size_t i = 0; i < calls.size(); ++i) {
+    pending[i].context = calls[i].first->runtime_->currentContext();
+    Status st = calls[i].first->planStaging(pending[i]);
+    if (!st.ok()) return unwind(st, pending[i].call.what);
+  }
+  // Every `ready` first, on every stream of every call (so that ranks listing communicators in
+  // different orders cannot deadlock, and on one hardware queue no wait comes before the write
+  // it waits for): the streams after a call's first...
+  for (size_t i = 0; i < calls.size(); ++i)
+    for (size_t k = 1; k < pending[i].call.streams.size(); ++k) {
+      Status st = take_slot(i, k);
+      if (!st.ok()) return unwind(st, pending[i].call.what);
+    }
+  // ...then the first: a staged call's copies in go there, after the other streams' `ready`
+  // (their earlier work may write what the call reads).
+  for (size_t i = 0; i < calls.size(); ++i) {
+    device::DeviceRuntime* rt = calls[i].first->runtime_;
+    Pending& p = pending[i];
+    device::StreamHandle s0 = p.call.streams[0];
+    Status st;
+    if (p.staging) {
+      for (size_t k = 1; k < p.slots.size() && st.ok(); ++k)
+        st = rt->waitValue32(s0, p.slots[k].ready, p.slots[k].value);
+      for (const auto& [host, dev, bytes] : p.in) {
+        if (!st.ok()) break;
+        st = rt->copyAsync(host, dev, bytes, s0);
+      }
+      if (!st.ok())
+        return unwind(st.prepend("copying the inputs from device memory: "), p.call.what);
+    }
+    st = take_slot(i, 0);
+    if (!st.ok()) return unwind(st, p.call.what);
   }
   // ...then every wait for `done` (a slot whose stream writes `ready` but waits for nothing is
-  // lost: quarantined, never released).
+  // lost: quarantined, never released). A staged call's copies out follow its `done` on the first
+  // stream, then its staging flag, which its other streams wait for.
   for (size_t i = 0; i < calls.size(); ++i) {
-    StreamAgent* agent = calls[i].first;
-    const StreamCall& call = calls[i].second;
-    for (size_t k = 0; k < call.streams.size(); ++k) {
-      const StreamFlagSlot& slot = pending[i].slots[k];
-      Status st = agent->runtime_->waitValue32(call.streams[k], slot.done, slot.value);
-      if (!st.ok()) return unwind(st, call.what);
+    device::DeviceRuntime* rt = calls[i].first->runtime_;
+    Pending& p = pending[i];
+    const auto& streams = p.call.streams;
+    Status st = rt->waitValue32(streams[0], p.slots[0].done, p.slots[0].value);
+    if (p.staging) {
+      for (const auto& [dev, host, bytes] : p.out) {
+        if (!st.ok()) break;
+        st = rt->copyAsync(dev, host, bytes, streams[0]);
+      }
+      if (st.ok()) st = rt->writeValue32(streams[0], p.staging->flag(), p.staging_value);
     }
+    for (size_t k = 1; k < streams.size() && st.ok(); ++k)
+      st = p.staging ? rt->waitValue32(streams[k], p.staging->flag(), p.staging_value)
+                     : rt->waitValue32(streams[k], p.slots[k].done, p.slots[k].value);
+    if (!st.ok()) return unwind(st, p.call.what);
   }
   for (size_t i = 0; i < calls.size(); ++i) {
     StreamAgent* agent = calls[i].first;
-    pending[i].call = std::move(calls[i].second);
+    if (Staging* sb = pending[i].staging) {
+      std::lock_guard<std::mutex> lock(agent->staging_mu_);
+      sb->value = pending[i].staging_value;  // free again once the stream wrote it
+      sb->held = false;
+    }
     {
       std::lock_guard<std::mutex> lock(agent->mu_);
       agent->queue_.push_back(std::move(pending[i]));
@@ -207,9 +268,22 @@ void StreamAgent::loop() {
     }
     drained_.notify_all();
   }
-  if (have_copy_stream_) (void)runtime_->destroyStream(copy_stream_);
-  if (staging_) (void)runtime_->freeHostMapped(staging_);
-  for (char* old : retired_) (void)runtime_->freeHostMapped(old);
+  // The staging buffers, once their copies out ran: every `done` is written, so the streams get
+  // there unless their own work hangs. Waited for a bounded time after a drain, not at all after
+  // an abort (its streams may be stuck for good); a buffer still in use is left allocated rather
+  // than freed under a copy. Lost ones (a failed submit) may have copies pending: kept too.
+  bool aborted;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    aborted = aborted_;
+  }
+  const auto until = aborted ? std::chrono::steady_clock::time_point{}
+                             : std::chrono::steady_clock::now() + kStagingFreeWait;
+  std::lock_guard<std::mutex> lock(staging_mu_);
+  for (auto& sb : staging_)
+    if (!sb->lost && runtime_->hostWaitFlag(sb->flag(), sb->value, until))
+      (void)runtime_->freeHostMapped(sb->base);
+  staging_.clear();
 }
 
 // Every path keeps its failure before it writes `done`: whoever synchronises the stream and then
@@ -227,7 +301,7 @@ void StreamAgent::execute(Pending& p) {
       return;
     }
   }
-  // The streams' earlier work: sleep until each stream wrote `ready`.
+  // The streams' earlier work (and the copies in): sleep until each stream wrote `ready`.
   for (const StreamFlagSlot& s : p.slots) {
     while (
         !runtime_->hostWaitFlag(s.ready, s.value, std::chrono::steady_clock::now() + kReadySlice)) {
@@ -243,27 +317,43 @@ void StreamAgent::execute(Pending& p) {
       }
     }
   }
-  HostPointers map;
-  std::vector<std::pair<const StreamBuffer*, char*>> out;
-  Status st = stage(p, &map, &out);
-  if (st.ok()) st = p.call.run(map);
-  if (st.ok() && !out.empty()) {
-    // Results back to device memory before the stream goes on.
-    for (const auto& [b, host] : out) {
-      st = runtime_->copyAsync(const_cast<void*>(b->ptr), host, b->bytes, copy_stream_);
-      if (!st.ok()) break;
-    }
-    Status sync = runtime_->synchronize(copy_stream_);
-    if (st.ok()) st = std::move(sync);
-    if (!st.ok()) st.prepend("copying the result to device memory: ");
-  }
+  Status st = p.call.run(p.map);
   if (!st.ok())
     fail(std::move(st.prepend("[" + name_ + "] " + p.call.what + " (stream-ordered): ")));
   release(p, true);
 }
 
-Status StreamAgent::stage(Pending& p, HostPointers* map,
-                          std::vector<std::pair<const StreamBuffer*, char*>>* out) {
+char* StreamAgent::Staging::data() const {
+  return base + kStagingAlign;
+}
+
+Result<StreamAgent::Staging*> StreamAgent::acquireStaging(size_t bytes) {
+  std::lock_guard<std::mutex> lock(staging_mu_);
+  Staging* best = nullptr;
+  const auto now = std::chrono::steady_clock::time_point{};  // past: a look, no wait
+  for (auto& sb : staging_) {
+    if (sb->held || sb->lost || sb->bytes < bytes) continue;
+    if (best && sb->bytes >= best->bytes) continue;
+    if (runtime_->hostWaitFlag(sb->flag(), sb->value, now)) best = sb.get();
+  }
+  if (!best) {
+    // Powers of two, so that buffers fit the next calls of a similar size.
+    size_t size = 4096;
+    while (size < bytes) size *= 2;
+    auto buf = runtime_->allocHostMapped(kStagingAlign + size);
+    if (!buf.ok()) return Status(buf.status()).prepend("staging buffer: ");
+    auto sb = std::make_unique<Staging>();
+    sb->base = static_cast<char*>(*buf);
+    sb->bytes = size;
+    runtime_->hostWriteFlag(sb->flag(), 0);
+    best = sb.get();
+    staging_.push_back(std::move(sb));
+  }
+  best->held = true;
+  return best;
+}
+
+Status StreamAgent::planStaging(Pending& p) {
   if (runtime_->deviceMemoryHostAccessible()) return Status::Ok();
   // Device buffers, merged where they overlap (in-place forms), each region staged once.
   struct Region {
@@ -288,44 +378,26 @@ Status StreamAgent::stage(Pending& p, HostPointers* map,
       merged.push_back(r);
     }
   }
+  auto padded = [](uintptr_t n) { return (n + kStagingAlign - 1) / kStagingAlign * kStagingAlign; };
   size_t total = 0;
-  for (const Region& r : merged)
-    total += (r.end - r.start + kStagingAlign - 1) / kStagingAlign * kStagingAlign;
-  if (total > staging_bytes_) {
-    if (staging_) retired_.push_back(staging_);  // a stream may wait: see retired_
-    staging_ = nullptr;
-    staging_bytes_ = 0;
-    // Powers of two: outgrown buffers are kept (retired_), so few sizes.
-    size_t size = 4096;
-    while (size < total) size *= 2;
-    auto buf = runtime_->allocHostMapped(size);
-    if (!buf.ok()) return Status(buf.status()).prepend("staging buffer: ");
-    staging_ = static_cast<char*>(*buf);
-    staging_bytes_ = size;
+  for (const Region& r : merged) total += padded(r.end - r.start);
+  BRAID_ASSIGN_OR_RETURN(Staging * sb, acquireStaging(total));
+  {
+    std::lock_guard<std::mutex> lock(staging_mu_);
+    p.staging_value = sb->value + 1;
   }
-  if (!have_copy_stream_) {
-    auto s = runtime_->createStream();
-    if (!s.ok()) return Status(s.status()).prepend("the agent's copy stream: ");
-    copy_stream_ = *s;
-    have_copy_stream_ = true;
-  }
+  p.staging = sb;
   size_t offset = 0;
-  Status st;
   for (const Region& r : merged) {
-    char* host = staging_ + offset;
-    map->ranges_.push_back({r.start, r.end, host});
+    char* host = sb->data() + offset;
+    p.map.ranges_.push_back({r.start, r.end, host});
     // Regions the call only writes are written whole: nothing to copy in.
-    if (r.read && st.ok())
-      st = runtime_->copyAsync(host, reinterpret_cast<const void*>(r.start), r.end - r.start,
-                               copy_stream_);
-    offset += (r.end - r.start + kStagingAlign - 1) / kStagingAlign * kStagingAlign;
+    if (r.read) p.in.emplace_back(host, reinterpret_cast<const void*>(r.start), r.end - r.start);
+    offset += padded(r.end - r.start);
   }
-  Status sync = runtime_->synchronize(copy_stream_);
-  if (st.ok()) st = std::move(sync);
-  if (!st.ok()) return st.prepend("copying the inputs from device memory: ");
   for (const StreamBuffer& b : p.call.buffers)
     if (b.bytes > 0 && b.written && b.info.onDevice())
-      out->push_back({&b, static_cast<char*>((*map)(b.ptr))});
+      p.out.emplace_back(const_cast<void*>(b.ptr), static_cast<const char*>(p.map(b.ptr)), b.bytes);
   return Status::Ok();
 }
 

@@ -10,24 +10,34 @@
 // buffers, and writes `done`, which releases the stream.
 //
 // Host access: where device memory is not host memory (a GPU, the emulated device's default), the
-// call's device buffers are staged through one pinned host buffer of the agent's with the
-// runtime's copies on a stream of the agent's: regions read by the call are copied in before it,
-// regions it writes are copied out after it. A whole-buffer copy before the collective starts, not
-// yet the chunked pipeline issue 39 asks for across nodes (copies overlapping the wire).
+// call's device buffers are staged through a pinned host buffer with copies queued on the call's
+// own (first) stream when it is submitted: the regions the call reads are copied in before its
+// `ready`, the regions it writes are copied out after its `done`, then the buffer's own flag says
+// it is free again. The agent itself queues no device work: on a GPU with one hardware queue
+// (CUDA_DEVICE_MAX_CONNECTIONS=1, as Megatron-LM sets it) a copy the agent queued on a stream of
+// its own would wait behind the user's stream's wait for `done`, which waits for the agent. Each
+// call in flight holds its own staging buffer (reused once its flag says the copies out ran). A
+// whole-buffer copy before the collective starts, not yet the chunked pipeline issue 39 asks for
+// across nodes (copies overlapping the wire). A call on several streams copies on the first, which
+// first waits for the others' `ready`; the others then wait for the staging buffer's flag (the
+// copies out), not for `done`.
 //
 // Failures never hang a stream: a call that fails, or that cannot run (the communicator failed
 // earlier, the agent is aborted), still writes `done`. The first failure is kept (error()) and
 // returned by every later submit(): the stream's later calls did not run, as after an NCCL
-// asynchronous error.
+// asynchronous error. As with NCCL, the output buffers of a failed call and of the calls not run
+// after it are undefined (the staging copies out still run).
 #pragma once
 
 #include <condition_variable>
 #include <cstddef>
 #include <deque>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "core/base/status.h"
@@ -107,17 +117,37 @@ class StreamAgent {
   void shutdown(bool abort, const std::string& why = "");
 
  private:
+  // A pinned, host-mapped staging buffer: its first kStagingAlign bytes hold the flag that the
+  // stream sets to `value` once the copies out of the call using it have run; data after.
+  struct Staging {
+    char* base = nullptr;
+    size_t bytes = 0;    // data bytes
+    uint32_t value = 0;  // the flag's value when free
+    bool held = false;   // taken by a submit not yet queued (or done failing)
+    bool lost = false;   // a submit failed with copies queued into it: never reused
+    uint32_t* flag() const { return reinterpret_cast<uint32_t*>(base); }
+    char* data() const;
+  };
   struct Pending {
     StreamCall call;
     std::vector<StreamFlagSlot> slots;  // one per stream
     void* context = nullptr;
     std::function<void()> host_job;  // runAfterQueued's (no call, no slots)
+    HostPointers map;                // where the call's buffers are for the host (staged or not)
+    Staging* staging = nullptr;      // its staging buffer, if it has device buffers to stage
+    uint32_t staging_value = 0;      // the staging flag's value once this call's copies out ran
+    // Copies in (staged copy, device region, bytes), queued before `ready` on streams[0], and
+    // copies out (device buffer, staged copy, bytes), queued after `done` on streams[0].
+    std::vector<std::tuple<char*, const void*, size_t>> in;
+    std::vector<std::tuple<void*, const char*, size_t>> out;
   };
 
   void loop();
   void execute(Pending& p);
-  Status stage(Pending& p, HostPointers* map,
-               std::vector<std::pair<const StreamBuffer*, char*>>* out);
+  // On the submitting thread: the call's staging buffer and map (nothing queued yet).
+  Status planStaging(Pending& p);
+  // A free staging buffer of at least `bytes` data bytes, held for the caller.
+  Result<Staging*> acquireStaging(size_t bytes);
   // Writes `done` for every slot; slots whose `ready` was seen go back to the pool.
   void release(Pending& p, bool ready_seen);
   void fail(Status s);
@@ -138,15 +168,10 @@ class StreamAgent {
   std::string abort_reason_;
   Status error_;
 
-  // The agent thread's own: its copy stream and the pinned staging buffer.
-  device::StreamHandle copy_stream_ = nullptr;
-  bool have_copy_stream_ = false;
-  char* staging_ = nullptr;
-  size_t staging_bytes_ = 0;
-  // Staging buffers outgrown, freed only when the thread ends: freeing pinned memory
-  // (cuMemFreeHost) synchronises the device, and a user's stream may be waiting for `done` right
-  // now: the free would wait for the stream, the stream for the agent.
-  std::vector<char*> retired_;
+  // Staging buffers, reused; freed when the agent's thread ends (freeing pinned memory,
+  // cuMemFreeHost, synchronises the device: not while a user's stream may wait for `done`).
+  std::mutex staging_mu_;
+  std::vector<std::unique_ptr<Staging>> staging_;
 
   std::thread thread_;
 };

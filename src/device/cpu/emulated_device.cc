@@ -59,8 +59,13 @@ struct EmulatedDevice::Stream {
   std::thread worker;
 };
 
-EmulatedDevice::EmulatedDevice(Mode mode, std::chrono::microseconds flag_poll)
-    : mode_(mode), flag_poll_(flag_poll) {}
+EmulatedDevice::EmulatedDevice(Mode mode, std::chrono::microseconds flag_poll, bool single_queue)
+    : mode_(mode), flag_poll_(flag_poll) {
+  if (single_queue) {
+    hardware_queue_ = std::make_unique<Stream>();
+    hardware_queue_->worker = std::thread(&EmulatedDevice::runStream, hardware_queue_.get());
+  }
+}
 
 EmulatedDevice::~EmulatedDevice() {
   std::unordered_map<StreamHandle, std::unique_ptr<Stream>> streams;
@@ -75,6 +80,16 @@ EmulatedDevice::~EmulatedDevice() {
     }
     st->work.notify_all();
     if (st->worker.joinable()) st->worker.join();
+  }
+  if (hardware_queue_) {
+    // Its work refers to the streams stopped above (their waits there now fail): it is drained
+    // and joined before they are freed, at the end of this scope.
+    {
+      std::lock_guard<std::mutex> lock(hardware_queue_->mu);
+      hardware_queue_->stop = true;
+    }
+    hardware_queue_->work.notify_all();
+    hardware_queue_->worker.join();
   }
   for (auto& [addr, a] : allocations_) {
     if (a.kind == MemoryKind::kPinnedHost) {
@@ -285,6 +300,13 @@ Status EmulatedDevice::destroyStream(StreamHandle s) {
   }
   st->work.notify_all();
   st->worker.join();
+  if (hardware_queue_) {
+    // Its work runs in the hardware queue and refers to it: wait until all of it has run (its
+    // waits fail now that it stopped; other streams' waits ahead of it may hold the queue, as
+    // cudaStreamDestroy's pending work waits on a GPU).
+    std::unique_lock<std::mutex> lock(st->mu);
+    st->idle.wait(lock, [&] { return st->finished >= st->queued; });
+  }
   return Status::Ok();
 }
 
@@ -293,6 +315,31 @@ Status EmulatedDevice::enqueue(StreamHandle s, std::function<Status()> op) {
   if (!st)
     return InvalidArgument("stream " + PointerText(s) + " is not a live stream of the " +
                            std::string(name()) + " device");
+  if (hardware_queue_) {
+    {
+      std::lock_guard<std::mutex> lock(st->mu);
+      ++st->queued;
+    }
+    // Run in the one queue; the stream counts it done (and keeps its error) as its own worker
+    // would.
+    Stream* hw = hardware_queue_.get();
+    {
+      std::lock_guard<std::mutex> lock(hw->mu);
+      hw->ops.push_back([st, op = std::move(op)]() -> Status {
+        Status s = op();
+        {
+          std::lock_guard<std::mutex> lock(st->mu);
+          if (!s.ok() && st->error.ok()) st->error = std::move(s);
+          ++st->finished;
+        }
+        st->idle.notify_all();
+        return Status::Ok();
+      });
+      ++hw->queued;
+    }
+    hw->work.notify_one();
+    return Status::Ok();
+  }
   {
     std::lock_guard<std::mutex> lock(st->mu);
     st->ops.push_back(std::move(op));

@@ -11,6 +11,11 @@
 // - A stream is a FIFO run in order by a worker thread of its own: copies, flag writes, flag waits
 //   (which block the stream until the flag reaches the value) and host functions (a test's
 //   kernels). Every wait sleeps on a futex or a condition variable, never spins.
+// - With one hardware queue (`single_queue`, or CUDA_DEVICE_MAX_CONNECTIONS=1 as a GPU reads it,
+//   which Megatron-LM sets), every stream's work goes through one FIFO in the order it was queued,
+//   as a GPU with one connection serialises its streams: a flag wait on one stream holds up the
+//   work queued after it on every other stream (the false dependency that deadlocks a design in
+//   which the host waits for work it queued on a second stream while the first waits for it).
 #pragma once
 
 #include <condition_variable>
@@ -36,7 +41,8 @@ class EmulatedDevice final : public DeviceRuntime {
   // braid's CUDA runtime makes for a GPU that polls, in the fake driver of the tests) is seen
   // within flag_poll.
   explicit EmulatedDevice(Mode mode,
-                          std::chrono::microseconds flag_poll = std::chrono::milliseconds(100));
+                          std::chrono::microseconds flag_poll = std::chrono::milliseconds(100),
+                          bool single_queue = false);
   // Stops every stream (waits still pending fail) and frees every allocation.
   ~EmulatedDevice() override;
   EmulatedDevice(const EmulatedDevice&) = delete;
@@ -102,6 +108,9 @@ class EmulatedDevice final : public DeviceRuntime {
 
   const Mode mode_;
   const std::chrono::microseconds flag_poll_;
+  // single_queue: the one FIFO every stream's work runs through (made with the device); each
+  // stream still counts its own work (synchronize, destroyStream).
+  std::unique_ptr<Stream> hardware_queue_;
   std::mutex mu_;
   std::map<uintptr_t, Allocation> allocations_;  // by start address
   std::unordered_map<StreamHandle, std::unique_ptr<Stream>> streams_;
