@@ -220,6 +220,50 @@ TEST_P(StreamAgentTest, ACallOnTwoStreamsWaitsForBoth) {
   EXPECT_TRUE(dev_.freeDevice(b).ok());
 }
 
+// Calls of one communicator on different streams keep their submission order for the data too
+// (NCCL serialises a communicator's kernels): the second call, on a stream that is free, reads
+// what the first, on a stream held back, writes; its copy in must wait for the first call's copy
+// out.
+TEST_P(StreamAgentTest, CallsOnTwoStreamsKeepTheirOrder) {
+  const size_t n = 257;
+  void* a = *dev_.allocDevice(n * 4);
+  void* x = *dev_.allocDevice(n * 4);
+  void* y = *dev_.allocDevice(n * 4);
+  StreamHandle s1 = *dev_.createStream();
+  StreamHandle s2 = *dev_.createStream();
+  std::mutex mu;
+  std::condition_variable cv;
+  bool open = false;
+  ASSERT_TRUE(dev_.launchHostFunction(s1,
+                                      [&, this] {
+                                        std::unique_lock<std::mutex> lock(mu);
+                                        cv.wait(lock, [&] { return open; });
+                                        uint32_t* p = At(a, n * 4);
+                                        for (size_t i = 0; i < n; ++i)
+                                          p[i] = static_cast<uint32_t>(i) + 5;
+                                      })
+                  .ok());
+  {
+    StreamAgent agent(&dev_, "test", &pool_);
+    ASSERT_TRUE(agent.submit(Transform(s1, a, x, n, 1)).ok());  // x = a * 3 + 1, held back
+    ASSERT_TRUE(agent.submit(Transform(s2, x, y, n, 2)).ok());  // y = x * 3 + 2
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      open = true;
+    }
+    cv.notify_all();
+    ASSERT_TRUE(agent.drain().ok()) << agent.error().message();
+  }
+  ASSERT_TRUE(dev_.synchronize(s1).ok());
+  ASSERT_TRUE(dev_.synchronize(s2).ok());
+  const uint32_t* got = At(y, n * 4);
+  for (size_t i = 0; i < n; ++i)
+    ASSERT_EQ(got[i], ((static_cast<uint32_t>(i) + 5) * 3 + 1) * 3 + 2) << i;
+  EXPECT_TRUE(dev_.destroyStream(s1).ok());
+  EXPECT_TRUE(dev_.destroyStream(s2).ok());
+  for (void* p : {a, x, y}) EXPECT_TRUE(dev_.freeDevice(p).ok());
+}
+
 TEST_P(StreamAgentTest, AFailedCallReleasesTheStreamAndIsKept) {
   const size_t n = 16;
   void* in = *dev_.allocDevice(n * 4);

@@ -131,10 +131,13 @@ Status StreamAgent::submitGroup(std::vector<std::pair<StreamAgent*, StreamCall>>
       for (StreamFlagSlot& q : pending[i].slots)
         if (q.done) agent->runtime_->hostWriteFlag(q.done, q.value);
       if (Staging* sb = pending[i].staging) {
-        agent->runtime_->hostWriteFlag(sb->flag(), pending[i].staging_value);
+        // Nothing queued on it: free as it was. Else a stream may wait for its flag, and copies
+        // into it may still run: the flag is written, the buffer never reused.
+        if (pending[i].staging_queued)
+          agent->runtime_->hostWriteFlag(sb->flag(), pending[i].staging_value);
         std::lock_guard<std::mutex> lock(agent->staging_mu_);
         sb->held = false;
-        sb->lost = true;
+        sb->lost = pending[i].staging_queued;
       }
     }
     return st.prepend(what + ": ordering the call on its stream: ");
@@ -173,6 +176,19 @@ Status StreamAgent::submitGroup(std::vector<std::pair<StreamAgent*, StreamCall>>
     device::StreamHandle s0 = p.call.streams[0];
     Status st;
     if (p.staging) {
+      p.staging_queued = true;
+      StreamAgent* agent = calls[i].first;
+      uint32_t* prev_flag;
+      uint32_t prev_value;
+      {
+        std::lock_guard<std::mutex> lock(agent->staging_mu_);
+        prev_flag = agent->last_flag_;
+        prev_value = agent->last_value_;
+      }
+      // The communicator's previous staged call wrote its results back (it may be on another
+      // stream). Its flag write was queued by an earlier submit (a group holds one call per
+      // communicator), so on one hardware queue this wait comes after it.
+      if (prev_flag) st = rt->waitValue32(s0, prev_flag, prev_value);
       for (size_t k = 1; k < p.slots.size() && st.ok(); ++k)
         st = rt->waitValue32(s0, p.slots[k].ready, p.slots[k].value);
       for (const auto& [host, dev, bytes] : p.in) {
@@ -205,21 +221,44 @@ Status StreamAgent::submitGroup(std::vector<std::pair<StreamAgent*, StreamCall>>
                      : rt->waitValue32(streams[k], p.slots[k].done, p.slots[k].value);
     if (!st.ok()) return unwind(st, p.call.what);
   }
+  Status result;
   for (size_t i = 0; i < calls.size(); ++i) {
     StreamAgent* agent = calls[i].first;
-    if (Staging* sb = pending[i].staging) {
-      std::lock_guard<std::mutex> lock(agent->staging_mu_);
-      sb->value = pending[i].staging_value;  // free again once the stream wrote it
-      sb->held = false;
-    }
+    Pending& p = pending[i];
+    Staging* const sb = p.staging;
+    const uint32_t value = p.staging_value;
+    bool queued = false;
     {
       std::lock_guard<std::mutex> lock(agent->mu_);
-      agent->queue_.push_back(std::move(pending[i]));
-      ++agent->submitted_;
+      // An abort (ncclCommRevoke, another thread) may have ended the agent's thread since the
+      // check above: nobody would run the call, so it is released here.
+      if (!agent->aborted_ && !agent->stop_) {
+        agent->queue_.push_back(std::move(p));
+        ++agent->submitted_;
+        queued = true;
+      } else if (result.ok()) {
+        result = AbortedError(pending[i].call.what + ": the communicator was aborted (" +
+                              agent->abort_reason_ + ") while the call was being queued");
+      }
     }
-    agent->cv_.notify_one();
+    if (sb) {
+      // Still held until here, so an agent ending meanwhile kept it (loop()).
+      if (!queued) agent->runtime_->hostWriteFlag(sb->flag(), value);
+      std::lock_guard<std::mutex> lock(agent->staging_mu_);
+      sb->value = value;  // free again once the stream wrote it
+      sb->held = false;
+      sb->lost = !queued;  // released unrun: its copies may still be pending
+      if (queued) {
+        agent->last_flag_ = sb->flag();
+        agent->last_value_ = value;
+      }
+    }
+    if (queued)
+      agent->cv_.notify_one();
+    else
+      agent->release(pending[i], false);
   }
-  return Status::Ok();
+  return result;
 }
 
 Status StreamAgent::drain() {
@@ -279,11 +318,17 @@ void StreamAgent::loop() {
   }
   const auto until = aborted ? std::chrono::steady_clock::time_point{}
                              : std::chrono::steady_clock::now() + kStagingFreeWait;
+  // A buffer held by a submit racing an abort stays too (with its Staging: the submit uses it).
   std::lock_guard<std::mutex> lock(staging_mu_);
-  for (auto& sb : staging_)
-    if (!sb->lost && runtime_->hostWaitFlag(sb->flag(), sb->value, until))
+  std::vector<std::unique_ptr<Staging>> kept;
+  for (auto& sb : staging_) {
+    if (sb->held)
+      kept.push_back(std::move(sb));
+    else if (!sb->lost && runtime_->hostWaitFlag(sb->flag(), sb->value, until))
       (void)runtime_->freeHostMapped(sb->base);
-  staging_.clear();
+  }
+  staging_ = std::move(kept);
+  last_flag_ = nullptr;
 }
 
 // Every path keeps its failure before it writes `done`: whoever synchronises the stream and then

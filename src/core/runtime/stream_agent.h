@@ -20,7 +20,9 @@
 // whole-buffer copy before the collective starts, not yet the chunked pipeline issue 39 asks for
 // across nodes (copies overlapping the wire). A call on several streams copies on the first, which
 // first waits for the others' `ready`; the others then wait for the staging buffer's flag (the
-// copies out), not for `done`.
+// copies out), not for `done`. A staged call's copies in also wait for the previous staged call's
+// flag, so that calls on different streams keep their order for the data (as NCCL serialises a
+// communicator's kernels).
 //
 // Failures never hang a stream: a call that fails, or that cannot run (the communicator failed
 // earlier, the agent is aborted), still writes `done`. The first failure is kept (error()) and
@@ -136,6 +138,7 @@ class StreamAgent {
     HostPointers map;                // where the call's buffers are for the host (staged or not)
     Staging* staging = nullptr;      // its staging buffer, if it has device buffers to stage
     uint32_t staging_value = 0;      // the staging flag's value once this call's copies out ran
+    bool staging_queued = false;     // a copy into or a wait on the staging buffer was queued
     // Copies in (staged copy, device region, bytes), queued before `ready` on streams[0], and
     // copies out (device buffer, staged copy, bytes), queued after `done` on streams[0].
     std::vector<std::tuple<char*, const void*, size_t>> in;
@@ -172,6 +175,12 @@ class StreamAgent {
   // cuMemFreeHost, synchronises the device: not while a user's stream may wait for `done`).
   std::mutex staging_mu_;
   std::vector<std::unique_ptr<Staging>> staging_;
+  // The last staged call's flag and value: the next staged call's copies in wait for it, so that
+  // calls of one communicator on different streams stay in submission order for the data too (as
+  // NCCL serialises a communicator's kernels): a call's copies in see the previous call's copies
+  // out.
+  uint32_t* last_flag_ = nullptr;
+  uint32_t last_value_ = 0;
 
   std::thread thread_;
 };

@@ -327,11 +327,10 @@ Status EmulatedDevice::enqueue(StreamHandle s, std::function<Status()> op) {
       std::lock_guard<std::mutex> lock(hw->mu);
       hw->ops.push_back([st, op = std::move(op)]() -> Status {
         Status s = op();
-        {
-          std::lock_guard<std::mutex> lock(st->mu);
-          if (!s.ok() && st->error.ok()) st->error = std::move(s);
-          ++st->finished;
-        }
+        // Notified under the lock: destroyStream may free the stream as soon as it sees the count.
+        std::lock_guard<std::mutex> lock(st->mu);
+        if (!s.ok() && st->error.ok()) st->error = std::move(s);
+        ++st->finished;
         st->idle.notify_all();
         return Status::Ok();
       });
