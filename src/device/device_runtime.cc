@@ -61,7 +61,7 @@ DeviceRuntime* ChooseDeviceRuntime() {
   // device too, so that a false dependency between streams deadlocks a test here.
   const char* connections = std::getenv("CUDA_DEVICE_MAX_CONNECTIONS");
   const bool single_queue = connections && std::strcmp(connections, "1") == 0;
-  const auto poll = std::chrono::milliseconds(100);
+  const auto poll = EmulatedDevice::kDefaultFlagPoll;
   if (want && std::strcmp(want, "emulated") == 0) {
     chosen = new EmulatedDevice(EmulatedDevice::Mode::kSeparate, poll, single_queue);
   } else if (want && std::strcmp(want, "emulated-host") == 0) {

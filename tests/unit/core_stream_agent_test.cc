@@ -70,7 +70,7 @@ class StreamAgentTest : public ::testing::TestWithParam<AgentParam> {
     return c;
   }
 
-  EmulatedDevice dev_{GetParam().mode, std::chrono::milliseconds(100), GetParam().single_queue};
+  EmulatedDevice dev_{GetParam().mode, EmulatedDevice::kDefaultFlagPoll, GetParam().single_queue};
   braid::StreamFlagPool pool_{&dev_};
 };
 

@@ -971,8 +971,8 @@ bool braidComm::awaitedByAPeer() {
     for (const auto& ep : endpoints_[static_cast<size_t>(p)])
       if (ep && ep->hasUnreadBytes() && !ReadGoodbye(ep.get())) {
         if (!awaited)
-          BRAID_INFO("%s: rank %d sent data for a call this rank never made (%s)",
-                     where().c_str(), p, ep->describe().c_str());
+          BRAID_INFO("%s: rank %d sent data for a call this rank never made (%s)", where().c_str(),
+                     p, ep->describe().c_str());
         awaited = true;
       }
     // A post on the board for a call this rank never made (its next number is known when no

@@ -130,15 +130,7 @@ Status StreamAgent::submitGroup(std::vector<std::pair<StreamAgent*, StreamCall>>
       StreamAgent* agent = calls[i].first;
       for (StreamFlagSlot& q : pending[i].slots)
         if (q.done) agent->runtime_->hostWriteFlag(q.done, q.value);
-      if (Staging* sb = pending[i].staging) {
-        // Nothing queued on it: free as it was. Else a stream may wait for its flag, and copies
-        // into it may still run: the flag is written, the buffer never reused.
-        if (pending[i].staging_queued)
-          agent->runtime_->hostWriteFlag(sb->flag(), pending[i].staging_value);
-        std::lock_guard<std::mutex> lock(agent->staging_mu_);
-        sb->held = false;
-        sb->lost = pending[i].staging_queued;
-      }
+      if (pending[i].staging) agent->dropStaging(pending[i], pending[i].staging_queued);
     }
     return st.prepend(what + ": ordering the call on its stream: ");
   };
@@ -241,22 +233,20 @@ Status StreamAgent::submitGroup(std::vector<std::pair<StreamAgent*, StreamCall>>
                               agent->abort_reason_ + ") while the call was being queued");
       }
     }
+    // The staging buffer was held until here, so an agent ending meanwhile kept it (loop()).
+    if (!queued) {
+      if (sb) agent->dropStaging(pending[i], true);  // released unrun: copies may be pending
+      agent->release(pending[i], false);
+      continue;
+    }
     if (sb) {
-      // Still held until here, so an agent ending meanwhile kept it (loop()).
-      if (!queued) agent->runtime_->hostWriteFlag(sb->flag(), value);
       std::lock_guard<std::mutex> lock(agent->staging_mu_);
       sb->value = value;  // free again once the stream wrote it
       sb->held = false;
-      sb->lost = !queued;  // released unrun: its copies may still be pending
-      if (queued) {
-        agent->last_flag_ = sb->flag();
-        agent->last_value_ = value;
-      }
+      agent->last_flag_ = sb->flag();
+      agent->last_value_ = value;
     }
-    if (queued)
-      agent->cv_.notify_one();
-    else
-      agent->release(pending[i], false);
+    agent->cv_.notify_one();
   }
   return result;
 }
@@ -366,6 +356,15 @@ void StreamAgent::execute(Pending& p) {
   if (!st.ok())
     fail(std::move(st.prepend("[" + name_ + "] " + p.call.what + " (stream-ordered): ")));
   release(p, true);
+}
+
+void StreamAgent::dropStaging(Pending& p, bool queued_into) {
+  Staging* sb = p.staging;
+  // A stream may wait for its flag: written. Copies into it may still run: never reused.
+  if (queued_into) runtime_->hostWriteFlag(sb->flag(), p.staging_value);
+  std::lock_guard<std::mutex> lock(staging_mu_);
+  sb->held = false;
+  sb->lost = queued_into;
 }
 
 char* StreamAgent::Staging::data() const {

@@ -151,6 +151,10 @@ class StreamAgent {
   Status planStaging(Pending& p);
   // A free staging buffer of at least `bytes` data bytes, held for the caller.
   Result<Staging*> acquireStaging(size_t bytes);
+  // Gives back the staging buffer of a call that is not queued: reusable as it was when nothing
+  // was queued into it, else its flag is written (a stream may wait for it) and it is never
+  // reused (copies into it may still run).
+  void dropStaging(Pending& p, bool queued_into);
   // Writes `done` for every slot; slots whose `ready` was seen go back to the pool.
   void release(Pending& p, bool ready_seen);
   void fail(Status s);

@@ -40,8 +40,8 @@ class EmulatedDevice final : public DeviceRuntime {
   // through this object wake their waiters at once; a writer that does not (a plain store, as
   // braid's CUDA runtime makes for a GPU that polls, in the fake driver of the tests) is seen
   // within flag_poll.
-  explicit EmulatedDevice(Mode mode,
-                          std::chrono::microseconds flag_poll = std::chrono::milliseconds(100),
+  static constexpr std::chrono::milliseconds kDefaultFlagPoll{100};
+  explicit EmulatedDevice(Mode mode, std::chrono::microseconds flag_poll = kDefaultFlagPoll,
                           bool single_queue = false);
   // Stops every stream (waits still pending fail) and frees every allocation.
   ~EmulatedDevice() override;
