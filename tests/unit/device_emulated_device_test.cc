@@ -174,6 +174,48 @@ TEST_P(EmulatedDeviceTest, DestroyingAStreamStopsAPendingWait) {
   EXPECT_TRUE(dev_.freeHostMapped(flag).ok());
 }
 
+// Host-mapped memory that a queued op still uses (a wait on a paused stream here) is not freed:
+// the free is refused and counted, and the op still reads live memory. Once the op ran, the free
+// succeeds. A paused stream does not see its flag until resumed.
+TEST_P(EmulatedDeviceTest, AFreeUnderAQueuedOpIsRefusedAndCounted) {
+  auto flag = static_cast<uint32_t*>(*dev_.allocHostMapped(sizeof(uint32_t)));
+  auto data = static_cast<uint32_t*>(*dev_.allocHostMapped(64));
+  auto s = dev_.createStream();
+  ASSERT_TRUE(s.ok());
+  ASSERT_TRUE(dev_.pauseStream(*s).ok());
+  ASSERT_TRUE(dev_.waitValue32(*s, flag, 1).ok());
+  ASSERT_TRUE(dev_.writeValue32(*s, data, 9).ok());
+  dev_.hostWriteFlag(flag, 1);
+  braid::Status refused = dev_.freeHostMapped(flag);
+  EXPECT_EQ(refused.cls(), braid::ErrorClass::kInvalidUsage) << refused.message();
+  EXPECT_NE(refused.message().find("queued stream operations"), std::string::npos);
+  EXPECT_FALSE(dev_.freeHostMapped(data).ok());
+  EXPECT_EQ(dev_.unsafeFrees(), 2u);
+  EXPECT_EQ(data[0], 0u);  // paused: nothing ran
+  ASSERT_TRUE(dev_.resumeStream(*s).ok());
+  ASSERT_TRUE(dev_.synchronize(*s).ok());
+  EXPECT_EQ(data[0], 9u);
+  EXPECT_TRUE(dev_.freeHostMapped(flag).ok());
+  EXPECT_TRUE(dev_.freeHostMapped(data).ok());
+  EXPECT_EQ(dev_.unsafeFrees(), 2u);
+  EXPECT_FALSE(dev_.pauseStream(reinterpret_cast<braid::device::StreamHandle>(0x10)).ok());
+  EXPECT_TRUE(dev_.destroyStream(*s).ok());
+}
+
+// A stream destroyed while paused is not held: its work runs (a pending wait fails), no hang.
+TEST_P(EmulatedDeviceTest, DestroyingAPausedStreamDoesNotHang) {
+  auto flag = static_cast<uint32_t*>(*dev_.allocHostMapped(sizeof(uint32_t)));
+  auto s = dev_.createStream();
+  ASSERT_TRUE(s.ok());
+  bool ran = false;
+  ASSERT_TRUE(dev_.pauseStream(*s).ok());
+  ASSERT_TRUE(dev_.waitValue32(*s, flag, 1).ok());
+  ASSERT_TRUE(dev_.launchHostFunction(*s, [&] { ran = true; }).ok());
+  EXPECT_TRUE(dev_.destroyStream(*s).ok());
+  EXPECT_TRUE(ran);
+  EXPECT_TRUE(dev_.freeHostMapped(flag).ok());
+}
+
 INSTANTIATE_TEST_SUITE_P(Modes, EmulatedDeviceTest,
                          ::testing::Values(EmulatedDevice::Mode::kSeparate,
                                            EmulatedDevice::Mode::kHostMemory),

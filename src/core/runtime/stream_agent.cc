@@ -9,8 +9,7 @@ namespace {
 
 // A call waiting for `ready` re-checks for an abort this often (the wait itself sleeps).
 constexpr std::chrono::milliseconds kReadySlice{100};
-// Staging data starts this far into its buffer (the flag sits before it), and regions are padded
-// to it.
+// Staged regions are padded to this (each starts aligned for any element type and copy engine).
 constexpr size_t kStagingAlign = 256;
 // How long the agent's end waits for the staging buffers' copies out before freeing them.
 constexpr std::chrono::seconds kStagingFreeWait{5};
@@ -314,8 +313,12 @@ void StreamAgent::loop() {
   for (auto& sb : staging_) {
     if (sb->held)
       kept.push_back(std::move(sb));
-    else if (!sb->lost && runtime_->hostWaitFlag(sb->flag(), sb->value, until))
+    else if (!sb->lost && runtime_->hostWaitFlag(sb->flag(), sb->value, until)) {
       (void)runtime_->freeHostMapped(sb->base);
+      // The flag word holds `value`: a later use of the slot waits for more (the pool's rule).
+      sb->word.value = sb->value;
+      pool_.release(sb->word);
+    }
   }
   staging_ = std::move(kept);
   last_flag_ = nullptr;
@@ -367,10 +370,6 @@ void StreamAgent::dropStaging(Pending& p, bool queued_into) {
   sb->lost = queued_into;
 }
 
-char* StreamAgent::Staging::data() const {
-  return base + kStagingAlign;
-}
-
 Result<StreamAgent::Staging*> StreamAgent::acquireStaging(size_t bytes) {
   std::lock_guard<std::mutex> lock(staging_mu_);
   Staging* best = nullptr;
@@ -384,12 +383,20 @@ Result<StreamAgent::Staging*> StreamAgent::acquireStaging(size_t bytes) {
     // Powers of two, so that buffers fit the next calls of a similar size.
     size_t size = 4096;
     while (size < bytes) size *= 2;
-    auto buf = runtime_->allocHostMapped(kStagingAlign + size);
-    if (!buf.ok()) return Status(buf.status()).prepend("staging buffer: ");
+    auto word = pool_.acquire();
+    if (!word.ok()) return Status(word.status()).prepend("staging flag: ");
+    auto buf = runtime_->allocHostMapped(size);
+    if (!buf.ok()) {
+      pool_.release(*word);  // untouched
+      return Status(buf.status()).prepend("staging buffer: ");
+    }
     auto sb = std::make_unique<Staging>();
     sb->base = static_cast<char*>(*buf);
     sb->bytes = size;
-    runtime_->hostWriteFlag(sb->flag(), 0);
+    sb->word = *word;
+    // The word holds its last use's value (a stale wait for it may still be queued: never lower
+    // it); this buffer's calls write the values after it.
+    sb->value = word->value - 1;
     best = sb.get();
     staging_.push_back(std::move(sb));
   }

@@ -119,16 +119,19 @@ class StreamAgent {
   void shutdown(bool abort, const std::string& why = "");
 
  private:
-  // A pinned, host-mapped staging buffer: its first kStagingAlign bytes hold the flag that the
-  // stream sets to `value` once the copies out of the call using it have run; data after.
+  // A pinned, host-mapped staging buffer and its flag, which the stream sets to `value` once the
+  // copies out of the call using it have run. The flag is a word of the process-lifetime flag
+  // pool (a slot's `done`), not part of the buffer: a call's other streams wait for it, and such
+  // a wait may still be queued when the buffer is freed (its copies are all done by then).
   struct Staging {
     char* base = nullptr;
-    size_t bytes = 0;    // data bytes
-    uint32_t value = 0;  // the flag's value when free
-    bool held = false;   // taken by a submit not yet queued (or done failing)
-    bool lost = false;   // a submit failed with copies queued into it: never reused
-    uint32_t* flag() const { return reinterpret_cast<uint32_t*>(base); }
-    char* data() const;
+    size_t bytes = 0;     // data bytes
+    StreamFlagSlot word;  // flag(): word.done; back to the pool once the flag is seen at `value`
+    uint32_t value = 0;   // the flag's value when free
+    bool held = false;    // taken by a submit not yet queued (or done failing)
+    bool lost = false;    // a submit failed with copies queued into it: never reused
+    uint32_t* flag() const { return word.done; }
+    char* data() const { return base; }
   };
   struct Pending {
     StreamCall call;

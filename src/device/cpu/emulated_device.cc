@@ -55,6 +55,8 @@ struct EmulatedDevice::Stream {
   uint64_t finished = 0;
   std::atomic<bool> stop{false};
   std::atomic<bool> capturing{false};
+  std::atomic<bool> paused{false};
+  std::condition_variable resumed;  // paused went false, or stop
   Status error;  // the first op that failed; later ops still run (as on a GPU, the next sync says)
   std::thread worker;
 };
@@ -79,6 +81,7 @@ EmulatedDevice::~EmulatedDevice() {
       st->stop = true;
     }
     st->work.notify_all();
+    st->resumed.notify_all();
     if (st->worker.joinable()) st->worker.join();
   }
   if (hardware_queue_) {
@@ -164,6 +167,12 @@ Status EmulatedDevice::release(void* p, MemoryKind kind) {
     if (it == allocations_.end() || it->second.kind != kind)
       return InvalidArgument("emulated device: " + PointerText(p) + " is not the start of a live " +
                              MemoryKindName(kind) + " allocation");
+    if (it->second.stream_refs > 0) {
+      unsafe_frees_.fetch_add(1);
+      return InvalidUsage("emulated device: host-mapped memory at " + PointerText(p) +
+                          " freed while " + std::to_string(it->second.stream_refs) +
+                          " queued stream operations still use it (kept until the device ends)");
+    }
     a = it->second;
     allocations_.erase(it);
   }
@@ -299,6 +308,7 @@ Status EmulatedDevice::destroyStream(StreamHandle s) {
     st->stop = true;
   }
   st->work.notify_all();
+  st->resumed.notify_all();
   st->worker.join();
   if (hardware_queue_) {
     // Its work runs in the hardware queue and refers to it: wait until all of it has run (its
@@ -310,11 +320,65 @@ Status EmulatedDevice::destroyStream(StreamHandle s) {
   return Status::Ok();
 }
 
-Status EmulatedDevice::enqueue(StreamHandle s, std::function<Status()> op) {
+void EmulatedDevice::holdWhilePaused(Stream* st) {
+  if (!st->paused.load()) return;
+  std::unique_lock<std::mutex> lock(st->mu);
+  st->resumed.wait(lock, [&] { return !st->paused.load() || st->stop.load(); });
+}
+
+Status EmulatedDevice::pauseStream(StreamHandle s) {
   Stream* st = findStream(s);
   if (!st)
     return InvalidArgument("stream " + PointerText(s) + " is not a live stream of the " +
                            std::string(name()) + " device");
+  st->paused = true;
+  return Status::Ok();
+}
+
+Status EmulatedDevice::resumeStream(StreamHandle s) {
+  Stream* st = findStream(s);
+  if (!st)
+    return InvalidArgument("stream " + PointerText(s) + " is not a live stream of the " +
+                           std::string(name()) + " device");
+  {
+    std::lock_guard<std::mutex> lock(st->mu);
+    st->paused = false;
+  }
+  st->resumed.notify_all();
+  return Status::Ok();
+}
+
+Status EmulatedDevice::enqueue(StreamHandle s, std::function<Status()> op,
+                               std::initializer_list<const void*> uses) {
+  Stream* st = findStream(s);
+  if (!st)
+    return InvalidArgument("stream " + PointerText(s) + " is not a live stream of the " +
+                           std::string(name()) + " device");
+  // The host-mapped allocations the op touches stay in use until it has run.
+  std::vector<uintptr_t> pinned;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const void* p : uses) {
+      const auto addr = reinterpret_cast<uintptr_t>(p);
+      auto it = allocations_.upper_bound(addr);
+      if (it == allocations_.begin()) continue;
+      --it;
+      if (addr >= it->first + it->second.size || it->second.kind != MemoryKind::kPinnedHost)
+        continue;
+      ++it->second.stream_refs;
+      pinned.push_back(it->first);
+    }
+  }
+  op = [this, st, op = std::move(op), pinned = std::move(pinned)]() -> Status {
+    holdWhilePaused(st);
+    Status result = op();
+    std::lock_guard<std::mutex> lock(mu_);
+    for (uintptr_t base : pinned) {
+      auto it = allocations_.find(base);
+      if (it != allocations_.end()) --it->second.stream_refs;
+    }
+    return result;
+  };
   if (hardware_queue_) {
     {
       std::lock_guard<std::mutex> lock(st->mu);
@@ -353,10 +417,12 @@ Status EmulatedDevice::copyAsync(void* dst, const void* src, size_t bytes, Strea
   // Resolved now, so a bad range fails the call rather than the stream.
   BRAID_ASSIGN_OR_RETURN(void* to, hostView(dst, bytes));
   BRAID_ASSIGN_OR_RETURN(void* from, hostView(src, bytes));
-  return enqueue(s, [to, from, bytes] {
-    std::memmove(to, from, bytes);
-    return Status::Ok();
-  });
+  return enqueue(s,
+                 [to, from, bytes] {
+                   std::memmove(to, from, bytes);
+                   return Status::Ok();
+                 },
+                 {dst, src});
 }
 
 Status EmulatedDevice::writeValue32(StreamHandle s, uint32_t* flag, uint32_t value) {
@@ -364,10 +430,12 @@ Status EmulatedDevice::writeValue32(StreamHandle s, uint32_t* flag, uint32_t val
   if (info.kind != MemoryKind::kPinnedHost)
     return InvalidArgument("emulated device: flag " + PointerText(flag) +
                            " is not host-mapped memory");
-  return enqueue(s, [flag, value] {
-    StoreFlag(flag, value);
-    return Status::Ok();
-  });
+  return enqueue(s,
+                 [flag, value] {
+                   StoreFlag(flag, value);
+                   return Status::Ok();
+                 },
+                 {flag});
 }
 
 Status EmulatedDevice::waitValue32(StreamHandle s, const uint32_t* flag, uint32_t value) {
@@ -376,24 +444,28 @@ Status EmulatedDevice::waitValue32(StreamHandle s, const uint32_t* flag, uint32_
     return InvalidArgument("emulated device: flag " + PointerText(flag) +
                            " is not host-mapped memory");
   Stream* st = findStream(s);
-  return enqueue(s, [this, st, flag, value, poll = flag_poll_]() -> Status {
-    bool blocked = false;
-    Status result;
-    for (;;) {
-      const uint32_t seen = LoadFlag(flag);
-      if (FlagReached(seen, value)) break;
-      if (st && st->stop.load()) {
-        result = AbortedError("emulated stream stopped while waiting for flag " +
-                              PointerText(flag) + " to reach " + std::to_string(value));
-        break;
-      }
-      if (!blocked) blocked_waits_.fetch_add(1);
-      blocked = true;
-      FutexWait(flag, seen, poll);
-    }
-    if (blocked) blocked_waits_.fetch_sub(1);
-    return result;
-  });
+  return enqueue(s,
+                 [this, st, flag, value, poll = flag_poll_]() -> Status {
+                   bool blocked = false;
+                   Status result;
+                   for (;;) {
+                     if (st) holdWhilePaused(st);  // a paused stream does not look at the flag
+                     const uint32_t seen = LoadFlag(flag);
+                     if (FlagReached(seen, value)) break;
+                     if (st && st->stop.load()) {
+                       result =
+                           AbortedError("emulated stream stopped while waiting for flag " +
+                                        PointerText(flag) + " to reach " + std::to_string(value));
+                       break;
+                     }
+                     if (!blocked) blocked_waits_.fetch_add(1);
+                     blocked = true;
+                     FutexWait(flag, seen, poll);
+                   }
+                   if (blocked) blocked_waits_.fetch_sub(1);
+                   return result;
+                 },
+                 {flag});
 }
 
 Status EmulatedDevice::launchHostFunction(StreamHandle s, std::function<void()> fn) {

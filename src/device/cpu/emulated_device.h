@@ -90,12 +90,22 @@ class EmulatedDevice final : public DeviceRuntime {
   // pinned memory (cuMemFreeHost) synchronises the device, so a free while a stream waits for
   // the freeing thread deadlocks: the fake libcuda refuses it (tests/common/fake_libcuda.cc).
   int blockedWaits() const { return blocked_waits_.load(); }
+  // Emulated only (tests): a paused stream starts no operation and, inside a flag wait, stops
+  // looking at the flag until resumed, as a GPU stream that is slow to get there. Resuming a
+  // stream that is not paused does nothing; a stopped stream is never held.
+  Status pauseStream(StreamHandle s);
+  Status resumeStream(StreamHandle s);
+  // Frees of host-mapped memory that queued stream operations (copies, flag writes and waits)
+  // still used: refused, and counted (on a GPU the stream would touch freed memory). The memory
+  // stays until the device ends. Tests expect none.
+  size_t unsafeFrees() const { return unsafe_frees_.load(); }
 
  private:
   struct Allocation {
     size_t size;
     char* backing;  // == the address in kHostMemory mode and for host-mapped memory
     MemoryKind kind;
+    size_t stream_refs = 0;  // host-mapped: queued stream operations that use it
   };
   struct Stream;
 
@@ -103,7 +113,12 @@ class EmulatedDevice final : public DeviceRuntime {
   Status release(void* p, MemoryKind kind);
   // Resolves a stream handle (0 = the default stream, made on first use); null when unknown.
   Stream* findStream(StreamHandle s);
-  Status enqueue(StreamHandle s, std::function<Status()> op);
+  // Queues `op` on `s`; `uses` are the addresses it touches: those in host-mapped memory are
+  // counted in use (a free refuses them) until the op has run.
+  Status enqueue(StreamHandle s, std::function<Status()> op,
+                 std::initializer_list<const void*> uses = {});
+  // Blocks a stream's op while the stream is paused (pauseStream).
+  static void holdWhilePaused(Stream* st);
   static void runStream(Stream* st);
 
   const Mode mode_;
@@ -116,6 +131,7 @@ class EmulatedDevice final : public DeviceRuntime {
   std::unordered_map<StreamHandle, std::unique_ptr<Stream>> streams_;
   Stream* default_stream_ = nullptr;
   std::atomic<int> blocked_waits_{0};
+  std::atomic<size_t> unsafe_frees_{0};
 };
 
 }  // namespace braid::device
