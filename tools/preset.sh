@@ -15,4 +15,11 @@ if [ -f "$dir/CMakeCache.txt" ] && ! grep -q '^CMAKE_GENERATOR:INTERNAL=Ninja$' 
   echo "preset.sh: $dir was configured with another generator; reconfiguring it for Ninja"
   rm -rf "$dir/CMakeCache.txt" "$dir/CMakeFiles"
 fi
+# The asan preset builds with clang since 2026-11-30: a build directory configured with another
+# compiler starts over (CMake refuses to change the compiler of a configured tree).
+if [ "$preset" = asan ] && [ -f "$dir/CMakeCache.txt" ] &&
+  ! grep -q '^CMAKE_CXX_COMPILER:[A-Z]*=.*clang++$' "$dir/CMakeCache.txt"; then
+  echo "preset.sh: $dir was configured with another compiler; reconfiguring it for clang"
+  rm -rf "$dir/CMakeCache.txt" "$dir/CMakeFiles"
+fi
 cmake --preset "$preset" "$@" >/dev/null

@@ -15,6 +15,7 @@
 
 #include "../common/proc_state.h"
 #include "braid/braid.h"
+#include "../common/sanitizers.h"
 
 namespace {
 
@@ -50,7 +51,7 @@ int Child() {
 }
 
 TEST(OutOfMemory, HugeQuantizedAllGatherIsASystemErrorNotACrash) {
-#if defined(__SANITIZE_ADDRESS__)
+#if BRAID_TEST_UNDER_ASAN
   GTEST_SKIP() << "ASan reserves terabytes of shadow memory: RLIMIT_AS cannot be applied";
 #endif
   std::fflush(nullptr);

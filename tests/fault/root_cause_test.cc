@@ -21,6 +21,7 @@
 #include "multirank/harness.h"
 #include "multirank/pid_pipe.h"
 #include "multirank/shared_state.h"
+#include "../common/sanitizers.h"
 
 namespace braid_test {
 namespace {
@@ -554,7 +555,7 @@ INSTANTIATE_TEST_SUITE_P(Fault, OutOfMemoryAlone,
                          });
 
 TEST_P(OutOfMemoryAlone, EverySurvivorNamesTheRankThatRanOutOfMemory) {
-#if defined(__SANITIZE_ADDRESS__)
+#if BRAID_TEST_UNDER_ASAN
   GTEST_SKIP() << "ASan reserves terabytes of shadow memory: RLIMIT_AS cannot be applied";
 #endif
   const auto [n, transport] = GetParam();

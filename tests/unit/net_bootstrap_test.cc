@@ -16,6 +16,7 @@
 #include "core/net/bootstrap.h"
 #include "core/net/handshake.h"
 #include "core/net/socket.h"
+#include "../common/sanitizers.h"
 
 namespace braid {
 namespace {
@@ -298,7 +299,7 @@ TEST(Bootstrap, OversizedContributionIsRefusedLocally) {
 // its first handshake): hammer the service with handshakes while forking children that
 // immediately use OpenSSL.
 TEST(BootstrapFork, ChildrenForkedWhileTheServiceAuthenticatesDoNotDeadlock) {
-#if defined(__SANITIZE_ADDRESS__)
+#if BRAID_TEST_UNDER_ASAN
   // This test forks on purpose while other threads allocate; ASan's allocator has no fork
   // handler, so a child can inherit its lock held. braid's own guard is exercised by the
   // release build of this test.

@@ -4,6 +4,7 @@
 // braidLinkProfileLoad reads the link profile a calibrated job wrote, with the tuner's parser.
 #include <algorithm>
 #include <cstdio>
+#include <cstring>
 #include <limits>
 #include <string>
 
@@ -24,14 +25,25 @@ namespace {
 // hardly depends on it beyond this.
 constexpr uint32_t kEstimateQuantBlock = 2048;
 
-Status CheckArgs(braidCollective_t coll, braidDataType_t dtype, int bits, int R, int n, int share,
+// An enum argument as the caller passed it. C lets any int through an enum parameter; in C++ a
+// value outside the enumerators' range is undefined (clang's UBSan reports its load), so it is read
+// as an int and checked before it is used as the enum.
+template <typename E>
+int RawEnum(const E& e) {
+  static_assert(sizeof(E) == sizeof(int));
+  int v;
+  std::memcpy(&v, &e, sizeof v);
+  return v;
+}
+
+Status CheckArgs(int coll, int dtype, int bits, int R, int n, int share,
                  const braidLinkParams_t* link, const double* seconds) {
   const std::string api = "braidEstimateCollective: ";
   if (!link || !seconds) return InvalidArgument(api + "link and seconds must not be NULL");
   if (coll < braidCollAllReduce || coll > braidCollBroadcast)
-    return InvalidArgument(api + "unknown collective " + std::to_string(static_cast<int>(coll)));
+    return InvalidArgument(api + "unknown collective " + std::to_string(coll));
   if (dtype < 0 || dtype >= braidNumTypes)
-    return InvalidArgument(api + "unknown datatype " + std::to_string(static_cast<int>(dtype)));
+    return InvalidArgument(api + "unknown datatype " + std::to_string(dtype));
   if (bits != 0 && bits != 4 && bits != 8)
     return InvalidArgument(api + "quantBits must be 0, 4 or 8, not " + std::to_string(bits));
   if (bits && coll != braidCollAllGather && coll != braidCollReduceScatter)
@@ -131,7 +143,8 @@ extern "C" braidResult_t braidEstimateCollective(braidCollective_t collective, u
                                                  char* algorithm, size_t algorithmLen) {
   try {
     Status st =
-        CheckArgs(collective, datatype, quantBits, ranksPerNode, nodes, nicSharing, link, seconds);
+        CheckArgs(RawEnum(collective), RawEnum(datatype), quantBits, ranksPerNode, nodes, nicSharing,
+                  link, seconds);
     if (!st.ok()) return Fail(st);
     const int n = nodes, N = ranksPerNode * nodes;
     Estimate e;
@@ -190,7 +203,8 @@ extern "C" braidResult_t braidEstimateAlgorithm(const char* algorithm, braidColl
   try {
     if (!algorithm) return Fail(InvalidArgument("braidEstimateAlgorithm: algorithm is NULL"));
     Status st =
-        CheckArgs(collective, datatype, quantBits, ranksPerNode, nodes, nicSharing, link, seconds);
+        CheckArgs(RawEnum(collective), RawEnum(datatype), quantBits, ranksPerNode, nodes, nicSharing,
+                  link, seconds);
     if (!st.ok())
       return Fail(InvalidArgument("braidEstimateAlgorithm: " +
                                   st.message().substr(st.message().find(": ") + 2)));
