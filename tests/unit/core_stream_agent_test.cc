@@ -451,3 +451,33 @@ INSTANTIATE_TEST_SUITE_P(Modes, StreamAgentTest,
                          });
 
 }  // namespace
+
+namespace {
+
+// The flag pool's rule, which a staging buffer's flag relies on (it starts from the value its word
+// holds): a slot given back unused comes out again with the same value, its `done` still short of
+// it; a released slot's next use waits for one more than its `done` holds.
+TEST(StreamFlagPool, AnUnusedSlotComesBackAsItWas) {
+  EmulatedDevice dev(EmulatedDevice::Mode::kSeparate);
+  braid::StreamFlagPool pool(&dev);
+  auto a = pool.acquire();
+  ASSERT_TRUE(a.ok());
+  EXPECT_EQ(a->value, 1u);
+  pool.giveBackUnused(*a);
+  auto b = pool.acquire();
+  ASSERT_TRUE(b.ok());
+  EXPECT_EQ(b->done, a->done);
+  EXPECT_EQ(b->value, 1u);
+  EXPECT_FALSE(dev.hostWaitFlag(b->done, b->value, {}));  // done holds 0
+  dev.hostWriteFlag(b->done, b->value);
+  pool.release(*b);
+  auto c = pool.acquire();
+  ASSERT_TRUE(c.ok());
+  EXPECT_EQ(c->done, a->done);
+  EXPECT_EQ(c->value, 2u);
+  EXPECT_TRUE(dev.hostWaitFlag(c->done, c->value - 1, {}));
+  EXPECT_FALSE(dev.hostWaitFlag(c->done, c->value, {}));
+  EXPECT_EQ(pool.available(), pool.allocated() - 1);
+}
+
+}  // namespace

@@ -139,7 +139,7 @@ Status StreamAgent::submitGroup(std::vector<std::pair<StreamAgent*, StreamCall>>
     if (!slot.ok()) return slot.status();
     Status st = agent->runtime_->writeValue32(pending[i].call.streams[k], slot->ready, slot->value);
     if (!st.ok()) {
-      agent->pool_.release(*slot);  // nothing queued on the stream: the slot is untouched
+      agent->pool_.giveBackUnused(*slot);  // nothing queued on the stream: untouched
       return st;
     }
     pending[i].slots[k] = *slot;
@@ -387,7 +387,7 @@ Result<StreamAgent::Staging*> StreamAgent::acquireStaging(size_t bytes) {
     if (!word.ok()) return Status(word.status()).prepend("staging flag: ");
     auto buf = runtime_->allocHostMapped(size);
     if (!buf.ok()) {
-      pool_.release(*word);  // untouched
+      pool_.giveBackUnused(*word);
       return Status(buf.status()).prepend("staging buffer: ");
     }
     auto sb = std::make_unique<Staging>();

@@ -37,6 +37,12 @@ void StreamFlagPool::release(const StreamFlagSlot& slot) {
   free_.push_back(slot);
 }
 
+void StreamFlagPool::giveBackUnused(const StreamFlagSlot& slot) {
+  StreamFlagSlot s = slot;
+  --s.value;
+  release(s);
+}
+
 size_t StreamFlagPool::allocated() {
   std::lock_guard<std::mutex> lock(mu_);
   return allocated_;

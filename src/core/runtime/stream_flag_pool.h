@@ -34,8 +34,12 @@ class StreamFlagPool {
   explicit StreamFlagPool(device::DeviceRuntime* runtime) : runtime_(runtime) {}
   // A slot with its next value (allocates another block of host-mapped flags when none is free).
   Result<StreamFlagSlot> acquire();
-  // Returns a slot whose `ready` the agent saw and whose `done` it wrote.
+  // Returns a slot whose `ready` the agent saw and whose `done` it wrote (or, for a staging flag,
+  // a slot whose `done` the stream wrote and the agent saw): its `done` holds `value`.
   void release(const StreamFlagSlot& slot);
+  // Returns a slot nothing was queued with, as it was before acquire(): its `done` still holds
+  // the value before this use's (a staging buffer's flag starts from what its word holds).
+  void giveBackUnused(const StreamFlagSlot& slot);
   // Slots handed out so far and slots free now (tests).
   size_t allocated();
   size_t available();
@@ -44,7 +48,7 @@ class StreamFlagPool {
   static constexpr size_t kSlotsPerBlock = 64;
   device::DeviceRuntime* runtime_;
   std::mutex mu_;
-  std::vector<StreamFlagSlot> free_;  // value: the slot's last use
+  std::vector<StreamFlagSlot> free_;  // value: the slot's last use, which its `done` holds
   size_t allocated_ = 0;
 };
 
