@@ -8,6 +8,8 @@
 #include <utility>
 #include <vector>
 
+#include "core/base/config.h"
+
 namespace braid::nccl {
 
 namespace {
@@ -42,6 +44,9 @@ std::shared_ptr<StreamAgent> AgentFor(device::DeviceRuntime* rt, ncclComm_t comm
     CommShape(comm, &rank, &nranks);
     slot = std::make_shared<StreamAgent>(
         rt, "rank " + std::to_string(rank) + "/" + std::to_string(nranks) + " " + rt->name());
+    // The communicator's init already refused a bad value: the default stands only for that.
+    auto config = LoadConfigFromEnv();
+    slot->setStagingCap(config.ok() ? config->staging_max_bytes : Config().staging_max_bytes);
     g_agents.fetch_add(1, std::memory_order_acq_rel);
   }
   return slot;

@@ -99,6 +99,8 @@ TEST_F(ConfigEnvTest, BadValuesNameTheVariable) {
       {"BRAID_LINK_CALIBRATION", "2", "out of range"},
       {"BRAID_LINK_CALIBRATION", "off", "not an integer"},
       {"BRAID_BOARD_TWO_SHOT", "yes", "expected auto, 0 or 1"},
+      {"BRAID_STAGING_MAX_BYTES", "1P", "unknown size suffix"},
+      {"BRAID_STAGING_MAX_BYTES", "-4K", "not a size"},
   };
   for (const auto& k : cases) {
     Clear();

@@ -271,6 +271,136 @@ TEST_P(StreamAgentTest, ASecondStreamSlowToItsWaitOutlivesTheAgent) {
   EXPECT_TRUE(dev_.freeDevice(b).ok());
 }
 
+// A gate on a stream: the stream's later work waits until the test opens it.
+struct StreamGate {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool open = false;
+  void Hold(EmulatedDevice& dev, StreamHandle s) {
+    ASSERT_TRUE(dev.launchHostFunction(s, [this] {
+                     std::unique_lock<std::mutex> lock(mu);
+                     cv.wait(lock, [&] { return open; });
+                   }).ok());
+  }
+  void Open() {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      open = true;
+    }
+    cv.notify_all();
+  }
+};
+
+// Polls (bounded) until a submit waits for a staging buffer: a state, not a time.
+bool AwaitStagingWait(StreamAgent& agent) {
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (agent.stagingWaits() == 0) {
+    if (std::chrono::steady_clock::now() > until) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  return true;
+}
+
+// Past the staging cap, a call waits for the oldest call in flight to have its results copied
+// back, then takes its buffer: one buffer for two calls, the first held back by its stream while
+// the second is submitted. Both results bit-exact.
+TEST_P(StreamAgentTest, PastTheStagingCapACallWaitsForTheOldest) {
+  if (GetParam().mode != EmulatedDevice::Mode::kSeparate)
+    GTEST_SKIP() << "device memory is host memory here: nothing is staged";
+  const size_t n = 1024;  // in + out: one 8 KiB staging buffer per call
+  void* in = *dev_.allocDevice(n * 4);
+  void* out1 = *dev_.allocDevice(n * 4);
+  void* out2 = *dev_.allocDevice(n * 4);
+  for (size_t i = 0; i < n; ++i) At(in, n * 4)[i] = static_cast<uint32_t>(i * 2654435761u);
+  StreamHandle s = *dev_.createStream();
+  StreamGate gate;
+  gate.Hold(dev_, s);
+  {
+    StreamAgent agent(&dev_, "test", &pool_);
+    agent.setStagingCap(8192);
+    ASSERT_TRUE(agent.submit(Transform(s, in, out1, n, 1)).ok());
+    Status second;
+    std::thread t([&] { second = agent.submit(Transform(s, in, out2, n, 2)); });
+    const bool waited = AwaitStagingWait(agent);
+    gate.Open();
+    t.join();
+    ASSERT_TRUE(waited) << "the second call never waited for a staging buffer";
+    ASSERT_TRUE(second.ok()) << second.message();
+    ASSERT_TRUE(agent.drain().ok()) << agent.error().message();
+    ASSERT_TRUE(dev_.synchronize(s).ok());
+    EXPECT_EQ(agent.stagingBuffers(), 1u);
+    EXPECT_EQ(agent.stagingBytes(), 8192u);
+    EXPECT_EQ(agent.stagingWaits(), 1u);
+  }
+  for (size_t i = 0; i < n; ++i) {
+    const uint32_t x = static_cast<uint32_t>(i * 2654435761u);
+    ASSERT_EQ(At(out1, n * 4)[i], x * 3 + 1) << i;
+    ASSERT_EQ(At(out2, n * 4)[i], x * 3 + 2) << i;
+  }
+  EXPECT_TRUE(dev_.destroyStream(s).ok());
+  for (void* p : {in, out1, out2}) EXPECT_TRUE(dev_.freeDevice(p).ok());
+}
+
+// A call larger than the whole cap, with nothing in flight to wait for, takes a buffer past it;
+// the next call reuses it.
+TEST_P(StreamAgentTest, ACallLargerThanTheStagingCapTakesItAlone) {
+  if (GetParam().mode != EmulatedDevice::Mode::kSeparate)
+    GTEST_SKIP() << "device memory is host memory here: nothing is staged";
+  const size_t n = 1024;
+  void* in = *dev_.allocDevice(n * 4);
+  void* out = *dev_.allocDevice(n * 4);
+  for (size_t i = 0; i < n; ++i) At(in, n * 4)[i] = static_cast<uint32_t>(i);
+  StreamHandle s = *dev_.createStream();
+  {
+    StreamAgent agent(&dev_, "test", &pool_);
+    agent.setStagingCap(4096);
+    for (uint32_t salt = 0; salt < 2; ++salt) {
+      ASSERT_TRUE(agent.submit(Transform(s, in, out, n, salt)).ok());
+      ASSERT_TRUE(agent.drain().ok()) << agent.error().message();
+      ASSERT_TRUE(dev_.synchronize(s).ok());
+      for (size_t i = 0; i < n; ++i) ASSERT_EQ(At(out, n * 4)[i], i * 3 + salt) << i;
+    }
+    EXPECT_EQ(agent.stagingBuffers(), 1u);
+    EXPECT_EQ(agent.stagingBytes(), 8192u);
+    EXPECT_EQ(agent.stagingWaits(), 0u);
+  }
+  EXPECT_TRUE(dev_.destroyStream(s).ok());
+  EXPECT_TRUE(dev_.freeDevice(in).ok());
+  EXPECT_TRUE(dev_.freeDevice(out).ok());
+}
+
+// An abort ends a submit waiting for a staging buffer (its stream held back for good): the call
+// fails as aborted, naming the wait, and nothing hangs.
+TEST_P(StreamAgentTest, AbortEndsAWaitForAStagingBuffer) {
+  if (GetParam().mode != EmulatedDevice::Mode::kSeparate)
+    GTEST_SKIP() << "device memory is host memory here: nothing is staged";
+  const size_t n = 1024;
+  void* in = *dev_.allocDevice(n * 4);
+  void* out = *dev_.allocDevice(n * 4);
+  StreamHandle s = *dev_.createStream();
+  StreamGate gate;
+  gate.Hold(dev_, s);
+  {
+    StreamAgent agent(&dev_, "test", &pool_);
+    agent.setStagingCap(8192);
+    ASSERT_TRUE(agent.submit(Transform(s, in, out, n, 1)).ok());
+    Status second;
+    std::thread t([&] { second = agent.submit(Transform(s, in, out, n, 2)); });
+    const bool waited = AwaitStagingWait(agent);
+    agent.abort("the test aborts");
+    t.join();
+    EXPECT_TRUE(waited);
+    EXPECT_EQ(second.cls(), braid::ErrorClass::kAborted) << second.message();
+    EXPECT_NE(second.message().find("staging buffer"), std::string::npos) << second.message();
+    EXPECT_NE(second.message().find("the test aborts"), std::string::npos) << second.message();
+  }
+  gate.Open();  // the stream runs on: the first call's `done` was written by the abort
+  ASSERT_TRUE(dev_.synchronize(s).ok());
+  EXPECT_TRUE(dev_.destroyStream(s).ok());
+  EXPECT_TRUE(dev_.freeDevice(in).ok());
+  EXPECT_TRUE(dev_.freeDevice(out).ok());
+}
+
 // Calls of one communicator on different streams keep their submission order for the data too
 // (NCCL serialises a communicator's kernels): the second call, on a stream that is free, reads
 // what the first, on a stream held back, writes; its copy in must wait for the first call's copy

@@ -87,6 +87,11 @@ const std::vector<ConfigVar>& ConfigTable() {
        "1: at init, a few ping-pongs between one pair of ranks per link class (intra-node, "
        "inter-node) measure the latency and bandwidth the tuner's cost model uses (a few ms); 0: "
        "the constant defaults (intra 2 us 8 GB/s, inter 25 us 1.2 GB/s). Rank 0's setting wins"},
+      {"BRAID_STAGING_MAX_BYTES", nullptr, "bytes", "1G",
+       "pinned host memory a communicator's stream-ordered calls on device buffers may hold for "
+       "staging when the device's memory is not the host's (docs/gpu.md); past it a call waits "
+       "in ncclAllReduce & co. for an earlier call's results to be copied back (as NCCL blocks "
+       "when its queue is full), and one larger than the whole cap takes it alone; 0: no cap"},
       {"BRAID_LINK_PROFILE", nullptr, "string", "",
        "file caching the measured link model: read at init instead of measuring when it exists "
        "and parses, else measured and written (by rank 0, atomically); delete it to measure "
@@ -211,6 +216,8 @@ Result<Config> LoadConfigFromEnv() {
     return BadValue(Var("BRAID_BOARD_TWO_SHOT"), two_shot.c_str(), "expected auto, 0 or 1");
   BRAID_RETURN_IF_ERROR(
       ReadBytes("BRAID_SINGLE_COPY_BYTES", 0, uint64_t{1} << 50, &c.single_copy_bytes));
+  BRAID_RETURN_IF_ERROR(
+      ReadBytes("BRAID_STAGING_MAX_BYTES", 0, uint64_t{1} << 50, &c.staging_max_bytes));
   ReadString("BRAID_HOSTID", &c.host_id);
   ReadString("BRAID_TOPO_FILE", &c.topo_file);
   ReadString("BRAID_COMM_ID", &c.comm_id);

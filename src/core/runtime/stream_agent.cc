@@ -321,6 +321,8 @@ void StreamAgent::loop() {
     }
   }
   staging_ = std::move(kept);
+  staging_bytes_ = 0;
+  for (const auto& sb : staging_) staging_bytes_ += sb->bytes;
   last_flag_ = nullptr;
 }
 
@@ -370,38 +372,84 @@ void StreamAgent::dropStaging(Pending& p, bool queued_into) {
   sb->lost = queued_into;
 }
 
-Result<StreamAgent::Staging*> StreamAgent::acquireStaging(size_t bytes) {
+void StreamAgent::setStagingCap(uint64_t bytes) {
   std::lock_guard<std::mutex> lock(staging_mu_);
-  Staging* best = nullptr;
-  const auto now = std::chrono::steady_clock::time_point{};  // past: a look, no wait
-  for (auto& sb : staging_) {
-    if (sb->held || sb->lost || sb->bytes < bytes) continue;
-    if (best && sb->bytes >= best->bytes) continue;
-    if (runtime_->hostWaitFlag(sb->flag(), sb->value, now)) best = sb.get();
-  }
-  if (!best) {
-    // Powers of two, so that buffers fit the next calls of a similar size.
-    size_t size = 4096;
-    while (size < bytes) size *= 2;
-    auto word = pool_.acquire();
-    if (!word.ok()) return Status(word.status()).prepend("staging flag: ");
-    auto buf = runtime_->allocHostMapped(size);
-    if (!buf.ok()) {
-      pool_.giveBackUnused(*word);
-      return Status(buf.status()).prepend("staging buffer: ");
+  staging_cap_ = bytes;
+}
+
+size_t StreamAgent::stagingBuffers() {
+  std::lock_guard<std::mutex> lock(staging_mu_);
+  return staging_.size();
+}
+
+uint64_t StreamAgent::stagingBytes() {
+  std::lock_guard<std::mutex> lock(staging_mu_);
+  return staging_bytes_;
+}
+
+uint64_t StreamAgent::stagingWaits() {
+  std::lock_guard<std::mutex> lock(staging_mu_);
+  return staging_waits_;
+}
+
+Result<StreamAgent::Staging*> StreamAgent::acquireStaging(size_t bytes, const std::string& what) {
+  // Powers of two, so that buffers fit the next calls of a similar size.
+  size_t size = 4096;
+  while (size < bytes) size *= 2;
+  std::unique_lock<std::mutex> lock(staging_mu_);
+  bool counted = false;
+  for (;;) {
+    Staging* best = nullptr;
+    Staging* oldest_busy = nullptr;
+    const auto now = std::chrono::steady_clock::time_point{};  // past: a look, no wait
+    for (auto& sb : staging_) {
+      if (sb->held || sb->lost) continue;
+      if (runtime_->hostWaitFlag(sb->flag(), sb->value, now)) {
+        if (sb->bytes >= bytes && (!best || sb->bytes < best->bytes)) best = sb.get();
+      } else if (!oldest_busy || sb->last_use < oldest_busy->last_use) {
+        oldest_busy = sb.get();
+      }
     }
-    auto sb = std::make_unique<Staging>();
-    sb->base = static_cast<char*>(*buf);
-    sb->bytes = size;
-    sb->word = *word;
-    // The word holds its last use's value (a stale wait for it may still be queued: never lower
-    // it); this buffer's calls write the values after it.
-    sb->value = word->value - 1;
-    best = sb.get();
-    staging_.push_back(std::move(sb));
+    if (best) {
+      best->held = true;
+      return best;
+    }
+    if (staging_cap_ == 0 || staging_bytes_ + size <= staging_cap_ || !oldest_busy) break;
+    // Past the cap with a call in flight: once its results are copied back its buffer is free
+    // (and the look above may find that one, or another, fits). Its flag is a pool word, valid
+    // even if the agent ends meanwhile.
+    if (!counted) ++staging_waits_;
+    counted = true;
+    const uint32_t* flag = oldest_busy->flag();
+    const uint32_t value = oldest_busy->value;
+    lock.unlock();
+    while (!runtime_->hostWaitFlag(flag, value, std::chrono::steady_clock::now() + kReadySlice)) {
+      std::lock_guard<std::mutex> agent_lock(mu_);
+      if (aborted_)
+        return AbortedError(what + ": the communicator was aborted (" + abort_reason_ +
+                            ") while the call waited for a staging buffer");
+    }
+    lock.lock();
   }
-  best->held = true;
-  return best;
+  auto word = pool_.acquire();
+  if (!word.ok()) return Status(word.status()).prepend("staging flag: ");
+  auto buf = runtime_->allocHostMapped(size);
+  if (!buf.ok()) {
+    pool_.giveBackUnused(*word);
+    return Status(buf.status()).prepend("staging buffer: ");
+  }
+  auto sb = std::make_unique<Staging>();
+  sb->base = static_cast<char*>(*buf);
+  sb->bytes = size;
+  sb->word = *word;
+  // The word holds its last use's value (a stale wait for it may still be queued: never lower
+  // it); this buffer's calls write the values after it.
+  sb->value = word->value - 1;
+  sb->held = true;
+  staging_bytes_ += size;
+  Staging* raw = sb.get();
+  staging_.push_back(std::move(sb));
+  return raw;
 }
 
 Status StreamAgent::planStaging(Pending& p) {
@@ -432,10 +480,11 @@ Status StreamAgent::planStaging(Pending& p) {
   auto padded = [](uintptr_t n) { return (n + kStagingAlign - 1) / kStagingAlign * kStagingAlign; };
   size_t total = 0;
   for (const Region& r : merged) total += padded(r.end - r.start);
-  BRAID_ASSIGN_OR_RETURN(Staging * sb, acquireStaging(total));
+  BRAID_ASSIGN_OR_RETURN(Staging * sb, acquireStaging(total, p.call.what));
   {
     std::lock_guard<std::mutex> lock(staging_mu_);
     p.staging_value = sb->value + 1;
+    sb->last_use = ++staging_uses_;
   }
   p.staging = sb;
   size_t offset = 0;

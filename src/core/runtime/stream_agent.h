@@ -112,6 +112,17 @@ class StreamAgent {
   void abort(const std::string& why);
   // The first failure (ok while none).
   Status error();
+  // Pinned staging memory this agent may hold (0, the default: no cap; the NCCL shim sets
+  // BRAID_STAGING_MAX_BYTES). Past it, a submit that needs a buffer waits for the oldest call
+  // in flight to have its results copied back (calls complete in submission order, so this
+  // always ends while the streams make progress; an abort ends it too). Buffers come in powers
+  // of two and are reused by any call they fit; one call larger than the cap, or one that no
+  // free buffer fits once none is in flight, allocates past it.
+  void setStagingCap(uint64_t bytes);
+  // Staging buffers allocated, their bytes, and how many submits have waited for one (tests).
+  size_t stagingBuffers();
+  uint64_t stagingBytes();
+  uint64_t stagingWaits();
   // Stops the agent whatever the number of references to it (a thread polling the
   // communicator's error may hold one during ncclCommDestroy): without `abort`, waits for the
   // queued calls first (drain()); with it, abort(why) first. Then joins the thread. Idempotent;
@@ -125,11 +136,12 @@ class StreamAgent {
   // a wait may still be queued when the buffer is freed (its copies are all done by then).
   struct Staging {
     char* base = nullptr;
-    size_t bytes = 0;     // data bytes
-    StreamFlagSlot word;  // flag(): word.done; back to the pool once the flag is seen at `value`
-    uint32_t value = 0;   // the flag's value when free
-    bool held = false;    // taken by a submit not yet queued (or done failing)
-    bool lost = false;    // a submit failed with copies queued into it: never reused
+    size_t bytes = 0;       // data bytes
+    StreamFlagSlot word;    // flag(): word.done; back to the pool once the flag is seen at `value`
+    uint32_t value = 0;     // the flag's value when free
+    bool held = false;      // taken by a submit not yet queued (or done failing)
+    bool lost = false;      // a submit failed with copies queued into it: never reused
+    uint64_t last_use = 0;  // when a call last took it (past the cap, the oldest is waited for)
     uint32_t* flag() const { return word.done; }
     char* data() const { return base; }
   };
@@ -152,8 +164,9 @@ class StreamAgent {
   void execute(Pending& p);
   // On the submitting thread: the call's staging buffer and map (nothing queued yet).
   Status planStaging(Pending& p);
-  // A free staging buffer of at least `bytes` data bytes, held for the caller.
-  Result<Staging*> acquireStaging(size_t bytes);
+  // A free staging buffer of at least `bytes` data bytes, held for the caller (past the cap,
+  // after waiting for one; fails only on an abort or an allocation failure).
+  Result<Staging*> acquireStaging(size_t bytes, const std::string& what);
   // Gives back the staging buffer of a call that is not queued: reusable as it was when nothing
   // was queued into it, else its flag is written (a stream may wait for it) and it is never
   // reused (copies into it may still run).
@@ -182,6 +195,10 @@ class StreamAgent {
   // cuMemFreeHost, synchronises the device: not while a user's stream may wait for `done`).
   std::mutex staging_mu_;
   std::vector<std::unique_ptr<Staging>> staging_;
+  uint64_t staging_cap_ = 0;    // 0: none
+  uint64_t staging_bytes_ = 0;  // allocated (lost ones included)
+  uint64_t staging_uses_ = 0;   // calls that took a buffer
+  uint64_t staging_waits_ = 0;  // submits that waited for one past the cap
   // The last staged call's flag and value: the next staged call's copies in wait for it, so that
   // calls of one communicator on different streams stay in submission order for the data too (as
   // NCCL serialises a communicator's kernels): a call's copies in see the previous call's copies
