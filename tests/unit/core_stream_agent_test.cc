@@ -277,10 +277,12 @@ struct StreamGate {
   std::condition_variable cv;
   bool open = false;
   void Hold(EmulatedDevice& dev, StreamHandle s) {
-    ASSERT_TRUE(dev.launchHostFunction(s, [this] {
-                     std::unique_lock<std::mutex> lock(mu);
-                     cv.wait(lock, [&] { return open; });
-                   }).ok());
+    ASSERT_TRUE(dev.launchHostFunction(s,
+                                       [this] {
+                                         std::unique_lock<std::mutex> lock(mu);
+                                         cv.wait(lock, [&] { return open; });
+                                       })
+                    .ok());
   }
   void Open() {
     {
@@ -317,7 +319,7 @@ TEST_P(StreamAgentTest, PastTheStagingCapACallWaitsForTheOldest) {
   gate.Hold(dev_, s);
   {
     StreamAgent agent(&dev_, "test", &pool_);
-    agent.setStagingCap(8192);
+    agent.setStagingCap(8192, std::chrono::minutes(2));  // waits as long as it takes
     ASSERT_TRUE(agent.submit(Transform(s, in, out1, n, 1)).ok());
     Status second;
     std::thread t([&] { second = agent.submit(Transform(s, in, out2, n, 2)); });
@@ -369,6 +371,69 @@ TEST_P(StreamAgentTest, ACallLargerThanTheStagingCapTakesItAlone) {
   EXPECT_TRUE(dev_.freeDevice(out).ok());
 }
 
+// The wait at the cap is bounded (ranks that call two communicators in different orders could
+// otherwise wait on each other for good): past the bound a call allocates past the cap. The first
+// call's stream stays held through the whole wait; both results bit-exact once it runs.
+TEST_P(StreamAgentTest, ABoundedWaitAtTheStagingCapAllocatesPastIt) {
+  if (GetParam().mode != EmulatedDevice::Mode::kSeparate)
+    GTEST_SKIP() << "device memory is host memory here: nothing is staged";
+  const size_t n = 1024;
+  void* in = *dev_.allocDevice(n * 4);
+  void* out1 = *dev_.allocDevice(n * 4);
+  void* out2 = *dev_.allocDevice(n * 4);
+  for (size_t i = 0; i < n; ++i) At(in, n * 4)[i] = static_cast<uint32_t>(i + 5);
+  StreamHandle s = *dev_.createStream();
+  StreamGate gate;
+  gate.Hold(dev_, s);
+  {
+    StreamAgent agent(&dev_, "test", &pool_);
+    agent.setStagingCap(8192, std::chrono::milliseconds(20));
+    ASSERT_TRUE(agent.submit(Transform(s, in, out1, n, 1)).ok());
+    ASSERT_TRUE(agent.submit(Transform(s, in, out2, n, 2)).ok());  // waits 20 ms, then allocates
+    EXPECT_EQ(agent.stagingWaits(), 1u);
+    EXPECT_EQ(agent.stagingPastCap(), 1u);
+    EXPECT_EQ(agent.stagingBuffers(), 2u);
+    gate.Open();
+    ASSERT_TRUE(agent.drain().ok()) << agent.error().message();
+    ASSERT_TRUE(dev_.synchronize(s).ok());
+  }
+  for (size_t i = 0; i < n; ++i) {
+    const uint32_t x = static_cast<uint32_t>(i + 5);
+    ASSERT_EQ(At(out1, n * 4)[i], x * 3 + 1) << i;
+    ASSERT_EQ(At(out2, n * 4)[i], x * 3 + 2) << i;
+  }
+  EXPECT_TRUE(dev_.destroyStream(s).ok());
+  for (void* p : {in, out1, out2}) EXPECT_TRUE(dev_.freeDevice(p).ok());
+}
+
+// A free buffer far larger than a call stays for large calls while the cap lets a right-sized one
+// be made (else after one large call every small call would share it, one at a time).
+TEST_P(StreamAgentTest, ASmallCallKeepsOffALargeFreeStagingBuffer) {
+  if (GetParam().mode != EmulatedDevice::Mode::kSeparate)
+    GTEST_SKIP() << "device memory is host memory here: nothing is staged";
+  const size_t big = 16384, small = 1024;  // in + out: 128 KiB, then 8 KiB of staging
+  void* in = *dev_.allocDevice(big * 4);
+  void* out = *dev_.allocDevice(big * 4);
+  for (size_t i = 0; i < big; ++i) At(in, big * 4)[i] = static_cast<uint32_t>(i);
+  StreamHandle s = *dev_.createStream();
+  {
+    StreamAgent agent(&dev_, "test", &pool_);
+    agent.setStagingCap(64 << 10, std::chrono::minutes(2));
+    for (size_t count : {big, small, small}) {
+      ASSERT_TRUE(agent.submit(Transform(s, in, out, count, 7)).ok());
+      ASSERT_TRUE(agent.drain().ok()) << agent.error().message();
+      ASSERT_TRUE(dev_.synchronize(s).ok());
+      for (size_t i = 0; i < count; ++i) ASSERT_EQ(At(out, big * 4)[i], i * 3 + 7) << i;
+    }
+    EXPECT_EQ(agent.stagingBuffers(), 2u);  // 128 KiB (past the cap, alone) and 8 KiB
+    EXPECT_EQ(agent.stagingBytes(), (128u << 10) + 8192u);
+    EXPECT_EQ(agent.stagingWaits(), 0u);
+  }
+  EXPECT_TRUE(dev_.destroyStream(s).ok());
+  EXPECT_TRUE(dev_.freeDevice(in).ok());
+  EXPECT_TRUE(dev_.freeDevice(out).ok());
+}
+
 // An abort ends a submit waiting for a staging buffer (its stream held back for good): the call
 // fails as aborted, naming the wait, and nothing hangs.
 TEST_P(StreamAgentTest, AbortEndsAWaitForAStagingBuffer) {
@@ -382,7 +447,7 @@ TEST_P(StreamAgentTest, AbortEndsAWaitForAStagingBuffer) {
   gate.Hold(dev_, s);
   {
     StreamAgent agent(&dev_, "test", &pool_);
-    agent.setStagingCap(8192);
+    agent.setStagingCap(8192, std::chrono::minutes(2));  // waits as long as it takes
     ASSERT_TRUE(agent.submit(Transform(s, in, out, n, 1)).ok());
     Status second;
     std::thread t([&] { second = agent.submit(Transform(s, in, out, n, 2)); });

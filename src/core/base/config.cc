@@ -88,10 +88,12 @@ const std::vector<ConfigVar>& ConfigTable() {
        "inter-node) measure the latency and bandwidth the tuner's cost model uses (a few ms); 0: "
        "the constant defaults (intra 2 us 8 GB/s, inter 25 us 1.2 GB/s). Rank 0's setting wins"},
       {"BRAID_STAGING_MAX_BYTES", nullptr, "bytes", "1G",
-       "pinned host memory a communicator's stream-ordered calls on device buffers may hold for "
-       "staging when the device's memory is not the host's (docs/gpu.md); past it a call waits "
-       "in ncclAllReduce & co. for an earlier call's results to be copied back (as NCCL blocks "
-       "when its queue is full), and one larger than the whole cap takes it alone; 0: no cap"},
+       "pinned host memory a communicator's stream-ordered calls in flight may hold for staging "
+       "device buffers where device memory is not the host's (docs/gpu.md); a call that would "
+       "pass it waits in ncclAllReduce & co. for the oldest call in flight to have its results "
+       "copied back (as NCCL blocks when its queue is full; at most 1 s, then it allocates past "
+       "the cap with a warning); one larger than the whole cap takes a buffer past it; 0: no "
+       "cap"},
       {"BRAID_LINK_PROFILE", nullptr, "string", "",
        "file caching the measured link model: read at init instead of measuring when it exists "
        "and parses, else measured and written (by rank 0, atomically); delete it to measure "

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <chrono>
 
+#include "core/base/log.h"
+
 namespace braid {
 
 namespace {
@@ -372,9 +374,15 @@ void StreamAgent::dropStaging(Pending& p, bool queued_into) {
   sb->lost = queued_into;
 }
 
-void StreamAgent::setStagingCap(uint64_t bytes) {
+void StreamAgent::setStagingCap(uint64_t bytes, std::chrono::milliseconds wait) {
   std::lock_guard<std::mutex> lock(staging_mu_);
   staging_cap_ = bytes;
+  staging_cap_wait_ = wait;
+}
+
+uint64_t StreamAgent::stagingPastCap() {
+  std::lock_guard<std::mutex> lock(staging_mu_);
+  return staging_past_cap_;
 }
 
 size_t StreamAgent::stagingBuffers() {
@@ -397,37 +405,67 @@ Result<StreamAgent::Staging*> StreamAgent::acquireStaging(size_t bytes, const st
   size_t size = 4096;
   while (size < bytes) size *= 2;
   std::unique_lock<std::mutex> lock(staging_mu_);
+  const auto wait_until = std::chrono::steady_clock::now() + staging_cap_wait_;
   bool counted = false;
   for (;;) {
-    Staging* best = nullptr;
-    Staging* oldest_busy = nullptr;
+    Staging* best = nullptr;         // the smallest free buffer that fits
+    Staging* oldest_busy = nullptr;  // the buffer of the oldest call in flight
+    uint64_t in_use = 0;             // bytes of buffers held or in flight
     const auto now = std::chrono::steady_clock::time_point{};  // past: a look, no wait
     for (auto& sb : staging_) {
-      if (sb->held || sb->lost) continue;
-      if (runtime_->hostWaitFlag(sb->flag(), sb->value, now)) {
+      if (sb->lost) continue;
+      if (sb->held) {
+        in_use += sb->bytes;
+      } else if (runtime_->hostWaitFlag(sb->flag(), sb->value, now)) {
         if (sb->bytes >= bytes && (!best || sb->bytes < best->bytes)) best = sb.get();
-      } else if (!oldest_busy || sb->last_use < oldest_busy->last_use) {
-        oldest_busy = sb.get();
+      } else {
+        in_use += sb->bytes;
+        if (!oldest_busy || sb->last_use < oldest_busy->last_use) oldest_busy = sb.get();
       }
     }
-    if (best) {
+    const bool may_allocate = staging_cap_ == 0 || in_use + size <= staging_cap_;
+    // A free buffer far larger than the call is kept for large calls while a right-sized one may
+    // be made (else one large call would leave every later small call on one buffer, one at a
+    // time).
+    if (best && (best->bytes <= 4 * size || !may_allocate)) {
       best->held = true;
       return best;
     }
-    if (staging_cap_ == 0 || staging_bytes_ + size <= staging_cap_ || !oldest_busy) break;
-    // Past the cap with a call in flight: once its results are copied back its buffer is free
-    // (and the look above may find that one, or another, fits). Its flag is a pool word, valid
-    // even if the agent ends meanwhile.
+    if (may_allocate || !oldest_busy) break;
+    // Past the cap with calls in flight: once the oldest's results are copied back its buffer is
+    // free (and the look above may find that one, or another, fits). Its flag is a pool word,
+    // valid even if the agent ends meanwhile. Bounded: a wait that does not end soon may be one
+    // that cannot (ranks calling two communicators in different orders, which NCCL's queues
+    // absorb), so past that bound the call allocates past the cap.
+    if (std::chrono::steady_clock::now() >= wait_until) {
+      if (staging_past_cap_++ == 0)
+        BRAID_WARN(
+            "[%s] %s: staging past BRAID_STAGING_MAX_BYTES (%llu bytes in flight, %zu more): "
+            "the oldest call in flight did not complete within %lld ms",
+            name_.c_str(), what.c_str(), static_cast<unsigned long long>(in_use), size,
+            static_cast<long long>(staging_cap_wait_.count()));
+      break;
+    }
     if (!counted) ++staging_waits_;
     counted = true;
     const uint32_t* flag = oldest_busy->flag();
     const uint32_t value = oldest_busy->value;
     lock.unlock();
-    while (!runtime_->hostWaitFlag(flag, value, std::chrono::steady_clock::now() + kReadySlice)) {
-      std::lock_guard<std::mutex> agent_lock(mu_);
-      if (aborted_)
-        return AbortedError(what + ": the communicator was aborted (" + abort_reason_ +
-                            ") while the call waited for a staging buffer");
+    for (;;) {
+      {
+        std::lock_guard<std::mutex> agent_lock(mu_);
+        if (aborted_)
+          return AbortedError(what + ": the communicator was aborted (" + abort_reason_ +
+                              ") while the call waited for a staging buffer");
+        if (stop_)
+          return InvalidUsage(what +
+                              ": the communicator was destroyed while the call waited "
+                              "for a staging buffer");
+      }
+      const auto slice = std::min(wait_until, std::chrono::steady_clock::now() + kReadySlice);
+      if (runtime_->hostWaitFlag(flag, value, slice) ||
+          std::chrono::steady_clock::now() >= wait_until)
+        break;
     }
     lock.lock();
   }
@@ -443,8 +481,10 @@ Result<StreamAgent::Staging*> StreamAgent::acquireStaging(size_t bytes, const st
   sb->bytes = size;
   sb->word = *word;
   // The word holds its last use's value (a stale wait for it may still be queued: never lower
-  // it); this buffer's calls write the values after it.
+  // it); this buffer's calls write the values after it. Written, so that a buffer no call has
+  // used yet reads as free whatever the word's history (a raise: stale waits stay satisfied).
   sb->value = word->value - 1;
+  runtime_->hostWriteFlag(sb->flag(), sb->value);
   sb->held = true;
   staging_bytes_ += size;
   Staging* raw = sb.get();

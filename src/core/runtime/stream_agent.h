@@ -31,6 +31,7 @@
 // after it are undefined (the staging copies out still run).
 #pragma once
 
+#include <chrono>
 #include <condition_variable>
 #include <cstddef>
 #include <deque>
@@ -112,17 +113,23 @@ class StreamAgent {
   void abort(const std::string& why);
   // The first failure (ok while none).
   Status error();
-  // Pinned staging memory this agent may hold (0, the default: no cap; the NCCL shim sets
-  // BRAID_STAGING_MAX_BYTES). Past it, a submit that needs a buffer waits for the oldest call
-  // in flight to have its results copied back (calls complete in submission order, so this
-  // always ends while the streams make progress; an abort ends it too). Buffers come in powers
-  // of two and are reused by any call they fit; one call larger than the cap, or one that no
-  // free buffer fits once none is in flight, allocates past it.
-  void setStagingCap(uint64_t bytes);
-  // Staging buffers allocated, their bytes, and how many submits have waited for one (tests).
+  // Pinned staging memory this agent's calls in flight may hold (0, the default: no cap; the
+  // NCCL shim sets BRAID_STAGING_MAX_BYTES). A call whose buffer would take the bytes held by
+  // calls in flight past it waits for the oldest call in flight to have its results copied back
+  // (calls complete in submission order) and looks again; an abort or a destroy ends the wait
+  // (the call fails). The wait is bounded by `wait`: one that does not end may be one that
+  // cannot (ranks calling two communicators in different orders, which NCCL's queues absorb),
+  // so past it the call allocates past the cap (a warning, counted). Buffers come in powers of
+  // two and are kept for reuse by any call they fit: memory allocated may exceed the cap, memory
+  // in flight does only past a bounded wait or for one call larger than the cap.
+  static constexpr std::chrono::milliseconds kStagingCapWait{1000};
+  void setStagingCap(uint64_t bytes, std::chrono::milliseconds wait = kStagingCapWait);
+  // Staging buffers allocated, their bytes, how many submits waited for one, and how many
+  // allocated past the cap after the bounded wait (tests).
   size_t stagingBuffers();
   uint64_t stagingBytes();
   uint64_t stagingWaits();
+  uint64_t stagingPastCap();
   // Stops the agent whatever the number of references to it (a thread polling the
   // communicator's error may hold one during ncclCommDestroy): without `abort`, waits for the
   // queued calls first (drain()); with it, abort(why) first. Then joins the thread. Idempotent;
@@ -195,10 +202,12 @@ class StreamAgent {
   // cuMemFreeHost, synchronises the device: not while a user's stream may wait for `done`).
   std::mutex staging_mu_;
   std::vector<std::unique_ptr<Staging>> staging_;
-  uint64_t staging_cap_ = 0;    // 0: none
-  uint64_t staging_bytes_ = 0;  // allocated (lost ones included)
-  uint64_t staging_uses_ = 0;   // calls that took a buffer
-  uint64_t staging_waits_ = 0;  // submits that waited for one past the cap
+  uint64_t staging_cap_ = 0;       // 0: none
+  uint64_t staging_bytes_ = 0;     // allocated (lost ones included)
+  uint64_t staging_uses_ = 0;      // calls that took a buffer
+  uint64_t staging_waits_ = 0;     // submits that waited for one past the cap
+  uint64_t staging_past_cap_ = 0;  // submits that allocated past it after the bounded wait
+  std::chrono::milliseconds staging_cap_wait_ = kStagingCapWait;
   // The last staged call's flag and value: the next staged call's copies in wait for it, so that
   // calls of one communicator on different streams stay in submission order for the data too (as
   // NCCL serialises a communicator's kernels): a call's copies in see the previous call's copies

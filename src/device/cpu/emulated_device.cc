@@ -451,7 +451,11 @@ Status EmulatedDevice::waitValue32(StreamHandle s, const uint32_t* flag, uint32_
                    for (;;) {
                      if (st) holdWhilePaused(st);  // a paused stream does not look at the flag
                      const uint32_t seen = LoadFlag(flag);
-                     if (FlagReached(seen, value)) break;
+                     if (FlagReached(seen, value)) {
+                       // Paused meanwhile: it completes no wait, it holds and looks again.
+                       if (st && st->paused.load() && !st->stop.load()) continue;
+                       break;
+                     }
                      if (st && st->stop.load()) {
                        result =
                            AbortedError("emulated stream stopped while waiting for flag " +

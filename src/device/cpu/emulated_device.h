@@ -97,7 +97,10 @@ class EmulatedDevice final : public DeviceRuntime {
   Status resumeStream(StreamHandle s);
   // Frees of host-mapped memory that queued stream operations (copies, flag writes and waits)
   // still used: refused, and counted (on a GPU the stream would touch freed memory). The memory
-  // stays until the device ends. Tests expect none.
+  // stays until the device ends. Tests expect none. An op counts until it has finished running,
+  // a little after its effect shows: a host that frees memory the moment it sees a flag that a
+  // writeValue32 on it stored could be refused (braid frees a staging buffer only behind a later
+  // op of the same stream, and never frees a flag).
   size_t unsafeFrees() const { return unsafe_frees_.load(); }
 
  private:
