@@ -37,6 +37,28 @@ struct AgentParam {
   bool single_queue;
 };
 
+// A gate on a stream: the stream's later work waits until the test opens it.
+struct StreamGate {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool open = false;
+  void Hold(EmulatedDevice& dev, StreamHandle s) {
+    ASSERT_TRUE(dev.launchHostFunction(s,
+                                       [this] {
+                                         std::unique_lock<std::mutex> lock(mu);
+                                         cv.wait(lock, [&] { return open; });
+                                       })
+                    .ok());
+  }
+  void Open() {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      open = true;
+    }
+    cv.notify_all();
+  }
+};
+
 class StreamAgentTest : public ::testing::TestWithParam<AgentParam> {
  protected:
   StreamBuffer Buffer(void* p, size_t bytes, bool read, bool written) {
@@ -50,6 +72,15 @@ class StreamAgentTest : public ::testing::TestWithParam<AgentParam> {
   }
   uint32_t* At(void* device, size_t bytes) {
     return static_cast<uint32_t*>(*dev_.hostView(device, bytes));
+  }
+  // The "kernel" that sets n words of `buf` to `v`, queued on `s`.
+  void FillOnStream(StreamHandle s, void* buf, size_t n, uint32_t v) {
+    ASSERT_TRUE(dev_.launchHostFunction(s,
+                                        [=, this] {
+                                          uint32_t* p = At(buf, n * 4);
+                                          for (size_t i = 0; i < n; ++i) p[i] = v;
+                                        })
+                    .ok());
   }
   // out[i] = in[i] * 3 + salt, on the host addresses the agent gives; checks that device memory
   // reaches it only as staged copies when the device is separate.
@@ -88,15 +119,8 @@ TEST_P(StreamAgentTest, CallsAreOrderedOnTheStream) {
     StreamAgent agent(&dev_, "test", &pool_);
     std::mt19937 rng(7);
     // The stream is held until every call is queued, so all 300 hold a slot at once.
-    std::mutex gate_mu;
-    std::condition_variable gate_cv;
-    bool gate_open = false;
-    ASSERT_TRUE(dev_.launchHostFunction(s,
-                                        [&] {
-                                          std::unique_lock<std::mutex> lock(gate_mu);
-                                          gate_cv.wait(lock, [&] { return gate_open; });
-                                        })
-                    .ok());
+    StreamGate gate;
+    gate.Hold(dev_, s);
     for (uint32_t rep = 0; rep < 300; ++rep) {
       // The "kernel" that writes the input, late by a random few microseconds.
       const int delay_us = static_cast<int>(rng() % 30);
@@ -123,11 +147,7 @@ TEST_P(StreamAgentTest, CallsAreOrderedOnTheStream) {
                           })
                       .ok());
     }
-    {
-      std::lock_guard<std::mutex> lock(gate_mu);
-      gate_open = true;
-    }
-    gate_cv.notify_all();
+    gate.Open();
     EXPECT_TRUE(agent.drain().ok()) << agent.error().message();
     ASSERT_TRUE(dev_.synchronize(s).ok());
     // 300 calls queued at once held 300 slots; one at a time, they reuse the free ones.
@@ -181,18 +201,8 @@ TEST_P(StreamAgentTest, ACallOnTwoStreamsWaitsForBoth) {
   void* b = *dev_.allocDevice(n * 4);
   StreamHandle s1 = *dev_.createStream();
   StreamHandle s2 = *dev_.createStream();
-  ASSERT_TRUE(dev_.launchHostFunction(s1,
-                                      [=, this] {
-                                        uint32_t* p = At(a, n * 4);
-                                        for (size_t i = 0; i < n; ++i) p[i] = 1;
-                                      })
-                  .ok());
-  ASSERT_TRUE(dev_.launchHostFunction(s2,
-                                      [=, this] {
-                                        uint32_t* p = At(b, n * 4);
-                                        for (size_t i = 0; i < n; ++i) p[i] = 2;
-                                      })
-                  .ok());
+  FillOnStream(s1, a, n, 1);
+  FillOnStream(s2, b, n, 2);
   StreamCall c;
   c.what = "pair";
   c.streams = {s1, s2};
@@ -235,12 +245,7 @@ TEST_P(StreamAgentTest, ASecondStreamSlowToItsWaitOutlivesTheAgent) {
   void* b = *dev_.allocDevice(n * 4);
   StreamHandle s1 = *dev_.createStream();
   StreamHandle s2 = *dev_.createStream();
-  ASSERT_TRUE(dev_.launchHostFunction(s1,
-                                      [=, this] {
-                                        uint32_t* p = At(a, n * 4);
-                                        for (size_t i = 0; i < n; ++i) p[i] = 3;
-                                      })
-                  .ok());
+  FillOnStream(s1, a, n, 3);
   StreamCall c;
   c.what = "pair";
   c.streams = {s1, s2};
@@ -271,32 +276,10 @@ TEST_P(StreamAgentTest, ASecondStreamSlowToItsWaitOutlivesTheAgent) {
   EXPECT_TRUE(dev_.freeDevice(b).ok());
 }
 
-// A gate on a stream: the stream's later work waits until the test opens it.
-struct StreamGate {
-  std::mutex mu;
-  std::condition_variable cv;
-  bool open = false;
-  void Hold(EmulatedDevice& dev, StreamHandle s) {
-    ASSERT_TRUE(dev.launchHostFunction(s,
-                                       [this] {
-                                         std::unique_lock<std::mutex> lock(mu);
-                                         cv.wait(lock, [&] { return open; });
-                                       })
-                    .ok());
-  }
-  void Open() {
-    {
-      std::lock_guard<std::mutex> lock(mu);
-      open = true;
-    }
-    cv.notify_all();
-  }
-};
-
 // Polls (bounded) until a submit waits for a staging buffer: a state, not a time.
 bool AwaitStagingWait(StreamAgent& agent) {
   const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(20);
-  while (agent.stagingWaits() == 0) {
+  while (agent.stagingStats().waits == 0) {
     if (std::chrono::steady_clock::now() > until) return false;
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
@@ -330,9 +313,9 @@ TEST_P(StreamAgentTest, PastTheStagingCapACallWaitsForTheOldest) {
     ASSERT_TRUE(second.ok()) << second.message();
     ASSERT_TRUE(agent.drain().ok()) << agent.error().message();
     ASSERT_TRUE(dev_.synchronize(s).ok());
-    EXPECT_EQ(agent.stagingBuffers(), 1u);
-    EXPECT_EQ(agent.stagingBytes(), 8192u);
-    EXPECT_EQ(agent.stagingWaits(), 1u);
+    EXPECT_EQ(agent.stagingStats().buffers, 1u);
+    EXPECT_EQ(agent.stagingStats().bytes, 8192u);
+    EXPECT_EQ(agent.stagingStats().waits, 1u);
   }
   for (size_t i = 0; i < n; ++i) {
     const uint32_t x = static_cast<uint32_t>(i * 2654435761u);
@@ -362,9 +345,9 @@ TEST_P(StreamAgentTest, ACallLargerThanTheStagingCapTakesItAlone) {
       ASSERT_TRUE(dev_.synchronize(s).ok());
       for (size_t i = 0; i < n; ++i) ASSERT_EQ(At(out, n * 4)[i], i * 3 + salt) << i;
     }
-    EXPECT_EQ(agent.stagingBuffers(), 1u);
-    EXPECT_EQ(agent.stagingBytes(), 8192u);
-    EXPECT_EQ(agent.stagingWaits(), 0u);
+    EXPECT_EQ(agent.stagingStats().buffers, 1u);
+    EXPECT_EQ(agent.stagingStats().bytes, 8192u);
+    EXPECT_EQ(agent.stagingStats().waits, 0u);
   }
   EXPECT_TRUE(dev_.destroyStream(s).ok());
   EXPECT_TRUE(dev_.freeDevice(in).ok());
@@ -390,9 +373,9 @@ TEST_P(StreamAgentTest, ABoundedWaitAtTheStagingCapAllocatesPastIt) {
     agent.setStagingCap(8192, std::chrono::milliseconds(20));
     ASSERT_TRUE(agent.submit(Transform(s, in, out1, n, 1)).ok());
     ASSERT_TRUE(agent.submit(Transform(s, in, out2, n, 2)).ok());  // waits 20 ms, then allocates
-    EXPECT_EQ(agent.stagingWaits(), 1u);
-    EXPECT_EQ(agent.stagingPastCap(), 1u);
-    EXPECT_EQ(agent.stagingBuffers(), 2u);
+    EXPECT_EQ(agent.stagingStats().waits, 1u);
+    EXPECT_EQ(agent.stagingStats().past_cap, 1u);
+    EXPECT_EQ(agent.stagingStats().buffers, 2u);
     gate.Open();
     ASSERT_TRUE(agent.drain().ok()) << agent.error().message();
     ASSERT_TRUE(dev_.synchronize(s).ok());
@@ -425,9 +408,9 @@ TEST_P(StreamAgentTest, ASmallCallKeepsOffALargeFreeStagingBuffer) {
       ASSERT_TRUE(dev_.synchronize(s).ok());
       for (size_t i = 0; i < count; ++i) ASSERT_EQ(At(out, big * 4)[i], i * 3 + 7) << i;
     }
-    EXPECT_EQ(agent.stagingBuffers(), 2u);  // 128 KiB (past the cap, alone) and 8 KiB
-    EXPECT_EQ(agent.stagingBytes(), (128u << 10) + 8192u);
-    EXPECT_EQ(agent.stagingWaits(), 0u);
+    EXPECT_EQ(agent.stagingStats().buffers, 2u);  // 128 KiB (past the cap, alone) and 8 KiB
+    EXPECT_EQ(agent.stagingStats().bytes, (128u << 10) + 8192u);
+    EXPECT_EQ(agent.stagingStats().waits, 0u);
   }
   EXPECT_TRUE(dev_.destroyStream(s).ok());
   EXPECT_TRUE(dev_.freeDevice(in).ok());

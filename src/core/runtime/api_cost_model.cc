@@ -142,9 +142,8 @@ extern "C" braidResult_t braidEstimateCollective(braidCollective_t collective, u
                                                  const braidLinkParams_t* link, double* seconds,
                                                  char* algorithm, size_t algorithmLen) {
   try {
-    Status st =
-        CheckArgs(RawEnum(collective), RawEnum(datatype), quantBits, ranksPerNode, nodes, nicSharing,
-                  link, seconds);
+    Status st = CheckArgs(RawEnum(collective), RawEnum(datatype), quantBits, ranksPerNode, nodes,
+                          nicSharing, link, seconds);
     if (!st.ok()) return Fail(st);
     const int n = nodes, N = ranksPerNode * nodes;
     Estimate e;
@@ -202,9 +201,8 @@ extern "C" braidResult_t braidEstimateAlgorithm(const char* algorithm, braidColl
                                                 double* seconds) {
   try {
     if (!algorithm) return Fail(InvalidArgument("braidEstimateAlgorithm: algorithm is NULL"));
-    Status st =
-        CheckArgs(RawEnum(collective), RawEnum(datatype), quantBits, ranksPerNode, nodes, nicSharing,
-                  link, seconds);
+    Status st = CheckArgs(RawEnum(collective), RawEnum(datatype), quantBits, ranksPerNode, nodes,
+                          nicSharing, link, seconds);
     if (!st.ok())
       return Fail(InvalidArgument("braidEstimateAlgorithm: " +
                                   st.message().substr(st.message().find(": ") + 2)));

@@ -380,24 +380,9 @@ void StreamAgent::setStagingCap(uint64_t bytes, std::chrono::milliseconds wait) 
   staging_cap_wait_ = wait;
 }
 
-uint64_t StreamAgent::stagingPastCap() {
+StreamAgent::StagingStats StreamAgent::stagingStats() {
   std::lock_guard<std::mutex> lock(staging_mu_);
-  return staging_past_cap_;
-}
-
-size_t StreamAgent::stagingBuffers() {
-  std::lock_guard<std::mutex> lock(staging_mu_);
-  return staging_.size();
-}
-
-uint64_t StreamAgent::stagingBytes() {
-  std::lock_guard<std::mutex> lock(staging_mu_);
-  return staging_bytes_;
-}
-
-uint64_t StreamAgent::stagingWaits() {
-  std::lock_guard<std::mutex> lock(staging_mu_);
-  return staging_waits_;
+  return {staging_.size(), staging_bytes_, staging_waits_, staging_past_cap_};
 }
 
 Result<StreamAgent::Staging*> StreamAgent::acquireStaging(size_t bytes, const std::string& what) {

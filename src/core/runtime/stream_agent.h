@@ -126,10 +126,11 @@ class StreamAgent {
   void setStagingCap(uint64_t bytes, std::chrono::milliseconds wait = kStagingCapWait);
   // Staging buffers allocated, their bytes, how many submits waited for one, and how many
   // allocated past the cap after the bounded wait (tests).
-  size_t stagingBuffers();
-  uint64_t stagingBytes();
-  uint64_t stagingWaits();
-  uint64_t stagingPastCap();
+  struct StagingStats {
+    size_t buffers = 0;
+    uint64_t bytes = 0, waits = 0, past_cap = 0;
+  };
+  StagingStats stagingStats();
   // Stops the agent whatever the number of references to it (a thread polling the
   // communicator's error may hold one during ncclCommDestroy): without `abort`, waits for the
   // queued calls first (drain()); with it, abort(why) first. Then joins the thread. Idempotent;

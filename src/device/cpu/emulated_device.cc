@@ -108,14 +108,18 @@ const char* EmulatedDevice::name() const {
   return mode_ == Mode::kSeparate ? "emulated" : "emulated-host";
 }
 
+EmulatedDevice::Allocations::iterator EmulatedDevice::allocationAt(uintptr_t addr) {
+  auto it = allocations_.upper_bound(addr);
+  if (it == allocations_.begin()) return allocations_.end();
+  --it;
+  return addr < it->first + it->second.size ? it : allocations_.end();
+}
+
 Result<PointerInfo> EmulatedDevice::classify(const void* p) {
   PointerInfo info;
-  const auto addr = reinterpret_cast<uintptr_t>(p);
   std::lock_guard<std::mutex> lock(mu_);
-  auto it = allocations_.upper_bound(addr);
-  if (it == allocations_.begin()) return info;
-  --it;
-  if (addr >= it->first + it->second.size) return info;
+  auto it = allocationAt(reinterpret_cast<uintptr_t>(p));
+  if (it == allocations_.end()) return info;
   info.kind = it->second.kind;
   info.device = info.kind == MemoryKind::kPinnedHost ? -1 : 0;
   info.base = reinterpret_cast<const void*>(it->first);
@@ -208,11 +212,9 @@ size_t EmulatedDevice::deviceAllocations() {
 Result<void*> EmulatedDevice::hostView(const void* p, size_t bytes) {
   const auto addr = reinterpret_cast<uintptr_t>(p);
   std::lock_guard<std::mutex> lock(mu_);
-  auto it = allocations_.upper_bound(addr);
-  if (it == allocations_.begin()) return const_cast<void*>(p);
-  --it;
+  auto it = allocationAt(addr);
+  if (it == allocations_.end()) return const_cast<void*>(p);  // not ours: host memory
   const Allocation& a = it->second;
-  if (addr >= it->first + a.size) return const_cast<void*>(p);  // not ours: host memory
   if (bytes > a.size - (addr - it->first))
     return InvalidArgument("emulated device: " + std::to_string(bytes) + " bytes at " +
                            PointerText(p) + " run past the end of their " + MemoryKindName(a.kind) +
@@ -268,11 +270,16 @@ EmulatedDevice::Stream* EmulatedDevice::findStream(StreamHandle s) {
   return it == streams_.end() ? nullptr : it->second.get();
 }
 
-Status EmulatedDevice::checkStream(StreamHandle s) {
+Result<EmulatedDevice::Stream*> EmulatedDevice::liveStream(StreamHandle s) {
   Stream* st = findStream(s);
   if (!st)
-    return InvalidArgument("stream " + PointerText(s) + " is not a live stream of the " + name() +
-                           " device");
+    return InvalidArgument("stream " + PointerText(s) + " is not a live stream of the " +
+                           std::string(name()) + " device");
+  return st;
+}
+
+Status EmulatedDevice::checkStream(StreamHandle s) {
+  BRAID_ASSIGN_OR_RETURN(Stream * st, liveStream(s));
   if (st->capturing.load())
     return InvalidUsage("stream " + PointerText(s) +
                         " is capturing a graph: braid cannot capture a stream-ordered call yet; "
@@ -281,10 +288,7 @@ Status EmulatedDevice::checkStream(StreamHandle s) {
 }
 
 Status EmulatedDevice::setCapturing(StreamHandle s, bool capturing) {
-  Stream* st = findStream(s);
-  if (!st)
-    return InvalidArgument("stream " + PointerText(s) + " is not a live stream of the " + name() +
-                           " device");
+  BRAID_ASSIGN_OR_RETURN(Stream * st, liveStream(s));
   st->capturing = capturing;
   return Status::Ok();
 }
@@ -327,19 +331,13 @@ void EmulatedDevice::holdWhilePaused(Stream* st) {
 }
 
 Status EmulatedDevice::pauseStream(StreamHandle s) {
-  Stream* st = findStream(s);
-  if (!st)
-    return InvalidArgument("stream " + PointerText(s) + " is not a live stream of the " +
-                           std::string(name()) + " device");
+  BRAID_ASSIGN_OR_RETURN(Stream * st, liveStream(s));
   st->paused = true;
   return Status::Ok();
 }
 
 Status EmulatedDevice::resumeStream(StreamHandle s) {
-  Stream* st = findStream(s);
-  if (!st)
-    return InvalidArgument("stream " + PointerText(s) + " is not a live stream of the " +
-                           std::string(name()) + " device");
+  BRAID_ASSIGN_OR_RETURN(Stream * st, liveStream(s));
   {
     std::lock_guard<std::mutex> lock(st->mu);
     st->paused = false;
@@ -350,21 +348,14 @@ Status EmulatedDevice::resumeStream(StreamHandle s) {
 
 Status EmulatedDevice::enqueue(StreamHandle s, std::function<Status()> op,
                                std::initializer_list<const void*> uses) {
-  Stream* st = findStream(s);
-  if (!st)
-    return InvalidArgument("stream " + PointerText(s) + " is not a live stream of the " +
-                           std::string(name()) + " device");
+  BRAID_ASSIGN_OR_RETURN(Stream * st, liveStream(s));
   // The host-mapped allocations the op touches stay in use until it has run.
   std::vector<uintptr_t> pinned;
   {
     std::lock_guard<std::mutex> lock(mu_);
     for (const void* p : uses) {
-      const auto addr = reinterpret_cast<uintptr_t>(p);
-      auto it = allocations_.upper_bound(addr);
-      if (it == allocations_.begin()) continue;
-      --it;
-      if (addr >= it->first + it->second.size || it->second.kind != MemoryKind::kPinnedHost)
-        continue;
+      auto it = allocationAt(reinterpret_cast<uintptr_t>(p));
+      if (it == allocations_.end() || it->second.kind != MemoryKind::kPinnedHost) continue;
       ++it->second.stream_refs;
       pinned.push_back(it->first);
     }
@@ -443,20 +434,20 @@ Status EmulatedDevice::waitValue32(StreamHandle s, const uint32_t* flag, uint32_
   if (info.kind != MemoryKind::kPinnedHost)
     return InvalidArgument("emulated device: flag " + PointerText(flag) +
                            " is not host-mapped memory");
-  Stream* st = findStream(s);
+  BRAID_ASSIGN_OR_RETURN(Stream * st, liveStream(s));
   return enqueue(s,
                  [this, st, flag, value, poll = flag_poll_]() -> Status {
                    bool blocked = false;
                    Status result;
                    for (;;) {
-                     if (st) holdWhilePaused(st);  // a paused stream does not look at the flag
+                     holdWhilePaused(st);  // a paused stream does not look at the flag
                      const uint32_t seen = LoadFlag(flag);
                      if (FlagReached(seen, value)) {
                        // Paused meanwhile: it completes no wait, it holds and looks again.
-                       if (st && st->paused.load() && !st->stop.load()) continue;
+                       if (st->paused.load() && !st->stop.load()) continue;
                        break;
                      }
-                     if (st && st->stop.load()) {
+                     if (st->stop.load()) {
                        result =
                            AbortedError("emulated stream stopped while waiting for flag " +
                                         PointerText(flag) + " to reach " + std::to_string(value));
@@ -480,10 +471,7 @@ Status EmulatedDevice::launchHostFunction(StreamHandle s, std::function<void()> 
 }
 
 Status EmulatedDevice::synchronize(StreamHandle s) {
-  Stream* st = findStream(s);
-  if (!st)
-    return InvalidArgument("stream " + PointerText(s) + " is not a live stream of the " +
-                           std::string(name()) + " device");
+  BRAID_ASSIGN_OR_RETURN(Stream * st, liveStream(s));
   std::unique_lock<std::mutex> lock(st->mu);
   const uint64_t target = st->queued;
   st->idle.wait(lock, [&] { return st->finished >= target; });

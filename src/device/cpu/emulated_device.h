@@ -114,8 +114,13 @@ class EmulatedDevice final : public DeviceRuntime {
 
   Result<void*> allocate(size_t bytes, MemoryKind kind);
   Status release(void* p, MemoryKind kind);
+  using Allocations = std::map<uintptr_t, Allocation>;
+  // The allocation holding `addr`, or end() (mu_ held).
+  Allocations::iterator allocationAt(uintptr_t addr);
   // Resolves a stream handle (0 = the default stream, made on first use); null when unknown.
   Stream* findStream(StreamHandle s);
+  // findStream, with the error that names an unknown handle.
+  Result<Stream*> liveStream(StreamHandle s);
   // Queues `op` on `s`; `uses` are the addresses it touches: those in host-mapped memory are
   // counted in use (a free refuses them) until the op has run.
   Status enqueue(StreamHandle s, std::function<Status()> op,
@@ -130,7 +135,7 @@ class EmulatedDevice final : public DeviceRuntime {
   // stream still counts its own work (synchronize, destroyStream).
   std::unique_ptr<Stream> hardware_queue_;
   std::mutex mu_;
-  std::map<uintptr_t, Allocation> allocations_;  // by start address
+  Allocations allocations_;  // by start address
   std::unordered_map<StreamHandle, std::unique_ptr<Stream>> streams_;
   Stream* default_stream_ = nullptr;
   std::atomic<int> blocked_waits_{0};
