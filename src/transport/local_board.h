@@ -74,7 +74,9 @@ class LocalBoard {
   // Whether `rank` (of the communicator) has a side on this board (this rank always has).
   virtual bool covers(int rank) const = 0;
 
-  // Where this rank writes the payload of post `seq`, placed at `place`, before post().
+  // Where this rank writes the payload of post `seq`, placed at `place`, before post(). Windows
+  // repeat every kEntries posts: outbox(seq + kEntries, p) == outbox(seq, p), and likewise
+  // inbox and peerWindow (callers look them up once per board).
   virtual std::byte* outbox(uint32_t seq, BoardPlace place) = 0;
   // Makes post `seq` visible: the signature, and the payload written to outbox(seq, place) (a
   // release store of its number; spinning readers see it without more).

@@ -295,9 +295,7 @@ void Engine::admit() {
 
 void Engine::finish(Operation* op, const Status& st) {
   braidComm* owner = op->owner() ? op->owner() : comm_;
-  // Release: idle() readers (the small-message board, comm.h peerAheadOnStreams) then see this
-  // operation's stream reads too.
-  completed_.fetch_add(1, std::memory_order_release);
+  completed_.fetch_add(1, std::memory_order_relaxed);
   op->complete(st);
   owner->opDone();  // the last touch of the owner: a view may go away after it
 }
@@ -670,8 +668,8 @@ std::string Engine::reportHeader() {
   const uint64_t issued = colls_issued_.load(std::memory_order_relaxed);
   // Appended piece by piece (one long chain of + trips GCC 12's -Wrestrict false positive).
   std::string s = "braid state of " + comm_->where() + " (pid " + std::to_string(getpid()) + ")\n";
-  s += "  operations: submitted " + std::to_string(submitted_.load()) + ", completed " +
-       std::to_string(completed_.load()) + ", queued " + std::to_string(queued_.load()) +
+  s += "  operations: submitted " + std::to_string(submitted_.load() + board_started_.load()) +
+       ", completed " + std::to_string(completed_.load() + board_done_.load()) + ", queued " + std::to_string(queued_.load()) +
        " (window " + std::to_string(window_) + ")\n";
   s += "  collectives: issued " + std::to_string(issued);
   if (issued) {

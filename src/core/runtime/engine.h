@@ -103,11 +103,6 @@ class Engine {
   // its algorithm, stage, per-lane progress and the ranks it waits on. While a loop is driving,
   // it writes the report itself at its next pass (within ~100 ms); `deadline` bounds the wait.
   std::string debugState(Deadline deadline);
-  // Whether every operation submitted (or run inline) has completed: nothing of this engine's (or
-  // its views') is in flight or queued. Any thread.
-  bool idle() const {
-    return completed_.load(std::memory_order_acquire) == submitted_.load(std::memory_order_acquire);
-  }
 
  private:
   void threadMain();
@@ -219,6 +214,11 @@ class Engine {
   // Counters for debugState().
   std::atomic<uint64_t> submitted_{0};
   std::atomic<uint64_t> completed_{0};
+  // Blocking calls run on the board, counted apart by the caller that holds the inline claim
+  // (only it writes them: a load and a store, where submitted_ and completed_, which any thread
+  // may bump, take a locked read-modify-write each).
+  std::atomic<uint64_t> board_started_{0};
+  std::atomic<uint64_t> board_done_{0};
   std::atomic<uint64_t> colls_issued_{0};
   std::atomic<int64_t> last_coll_completed_{-1};
   std::atomic<bool> report_requested_{false};
@@ -258,8 +258,11 @@ class Engine {
     // The memo's plan or `keep` (stable while the calls run: board_planned_ is not resized).
     const std::shared_ptr<const RankSchedule>* schedule = nullptr;
     std::shared_ptr<const RankSchedule> keep;  // when the memo does not hold it
-    uint8_t form = 0;                          // BoardForm, for the signature
+    uint8_t form = 0;                          // BoardForm
     uint64_t scratch_bytes = 0;                // its scratch buffers, 64-byte aligned each
+    // The call's signature on the board: a function of its plan shape (SamePlanShape) and form,
+    // so the memo keeps it too.
+    BoardSignature sig;
   };
   std::vector<Planned> board_planned_;
   struct BoardCall {
@@ -283,6 +286,7 @@ class Engine {
   braidComm::CachedPlan board_memo_plan_;
   uint8_t board_memo_form_ = 0;
   uint64_t board_memo_scratch_ = 0;
+  BoardSignature board_memo_sig_;
 };
 
 }  // namespace braid

@@ -58,6 +58,7 @@ bool Engine::planBoardCall(const OpDesc& d, Planned& p, std::span<Planned> plann
     p.schedule = &board_memo_plan_.schedule;
     p.form = board_memo_form_;
     p.scratch_bytes = board_memo_scratch_;
+    p.sig = board_memo_sig_;
     return true;
   }
   braidComm& comm = *comm_;
@@ -67,6 +68,7 @@ bool Engine::planBoardCall(const OpDesc& d, Planned& p, std::span<Planned> plann
   p.keep = std::move(plan->schedule);
   p.schedule = &p.keep;
   p.form = static_cast<uint8_t>(PlanBoardCall(args)->form);
+  p.sig = BoardSignatureOf(d, comm.nranks(), p.form);
   p.scratch_bytes = 0;
   for (const BufferDesc& b : p.keep->buffers)
     if (b.role == BufferRole::kScratch)
@@ -81,6 +83,7 @@ bool Engine::planBoardCall(const OpDesc& d, Planned& p, std::span<Planned> plann
   board_memo_plan_ = {&BoardAlgorithm(), p.keep};
   board_memo_form_ = p.form;
   board_memo_scratch_ = p.scratch_bytes;
+  board_memo_sig_ = p.sig;
   return true;
 }
 
@@ -88,7 +91,8 @@ void Engine::startBoardCall(BoardCall& c, const OpDesc& d, const Planned& p) {
   braidComm& comm = *comm_;
   braidComm::CallNumbers& numbers = comm.callNumbers();
   c.desc = &d;
-  submitted_.fetch_add(1, std::memory_order_relaxed);
+  board_started_.store(board_started_.load(std::memory_order_relaxed) + 1,
+                       std::memory_order_relaxed);
   c.seq = numbers.coll++;
   colls_issued_.store(numbers.coll, std::memory_order_relaxed);
   comm.board()->announceStarted(numbers.coll);
@@ -130,7 +134,7 @@ void Engine::startBoardCall(BoardCall& c, const OpDesc& d, const Planned& p) {
     c.slots_of = *p.schedule;
     c.slots_scratch = c.scratch.data();
   }
-  c.run.start(comm, *p.schedule, d, BoardSignatureOf(d, comm.nranks(), p.form), c.slots, &c.pulls);
+  c.run.start(comm, *p.schedule, d, p.sig, c.slots, &c.pulls);
 }
 
 Status Engine::failedEarlier(const OpDesc& d) const {
@@ -141,7 +145,7 @@ Status Engine::failedEarlier(const OpDesc& d) const {
 
 void Engine::endBoardCall(BoardCall& c) {
   c.live = false;
-  completed_.fetch_add(1, std::memory_order_release);
+  board_done_.store(board_done_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
   last_coll_completed_.store(static_cast<int64_t>(c.seq), std::memory_order_relaxed);
 }
 

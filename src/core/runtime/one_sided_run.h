@@ -151,6 +151,10 @@ class OneSidedRun {
     int16_t rank = -1;  // -1: this rank's
     BoardPlace place = BoardPlace::kEntry;
     uint32_t post = 0;
+    // Its address for a call whose epoch + post is k modulo LocalBoard::kEntries (a window's
+    // address repeats with that period), looked up once per board (tables_for_): two virtual
+    // calls per window and call were a twentieth of an 8-byte call's instructions.
+    std::byte* at[LocalBoard::kEntries] = {};
   };
   void compile(const RankSchedule& s, int me);
   Status runOp(const Op& op);
@@ -175,6 +179,7 @@ class OneSidedRun {
   std::vector<Op> ops_;
   std::vector<StepRange> steps_;
   std::vector<WindowBinding> windows_;
+  const LocalBoard* tables_for_ = nullptr;  // the board windows_' addresses were looked up on
   uint32_t nslots_ = 0;
   uint32_t posts_ = 0;
   uint32_t last_post_step_ = 0;  // the compiled step holding the schedule's last post
