@@ -224,7 +224,7 @@ bool Engine::driveBoardCalls(std::span<const OpDesc* const> calls, Status* resul
         complete(i, failedEarlier(*calls[i]));
         continue;
       }
-      Status st = c.run.advance(&moved);
+      Status st = c.run.advance(&moved, /*defer_publish=*/true);
       if (!st.ok()) {
         const std::string ctx = CallContext(comm, *c.desc, c.seq);
         // A mismatch: every rank fails the call, nothing was written, the communicator goes on.
@@ -239,6 +239,11 @@ bool Engine::driveBoardCalls(std::span<const OpDesc* const> calls, Status* resul
       }
       if (first_blocked == n) first_blocked = i;
     }
+    // One fence for every post the pass made (the runs defer theirs), before anything waits: a
+    // peer may sleep on any of them. Eight calls of a group each publishing its own post cost
+    // 0.03-0.07 us per call (all_reduce_perf -m 8; docs/performance.md "Publish before
+    // polling").
+    comm.board()->publish();
     if (left == 0 || moved) continue;
     if (first_blocked == n) continue;  // the next call waits for its posts: loop
     BoardCall& c = slot(first_blocked);

@@ -512,7 +512,7 @@ Status OneSidedRun::agreeWith(const Op& op) {
   return Status::Ok();
 }
 
-Status OneSidedRun::advance(bool* moved) {
+Status OneSidedRun::advance(bool* moved, bool defer_publish) {
   const size_t nsteps = steps_.size();
   while (step_ < nsteps) {
     const StepRange& r = steps_[step_];
@@ -534,7 +534,7 @@ Status OneSidedRun::advance(bool* moved) {
       if (bit < 64) met_ |= uint64_t{1} << bit;  // (waits past 64 are looked at again)
     }
     if (!all) {
-      publish();
+      if (!defer_publish) publish();
       return Status::Ok();
     }
     for (uint32_t i = r.data; i < r.end; ++i) {
@@ -547,14 +547,14 @@ Status OneSidedRun::advance(bool* moved) {
     // peers' lines go out. Polling first cost 0.05-0.1 us per call from 64 bytes on (a payload
     // in a slot of its own) on 2 ranks (docs/performance.md "Publish before polling"); a call
     // publishes once either way.
-    publish();
+    if (!defer_publish) publish();
     *moved = true;
     met_ = 0;
     blocked_ = {};
     ++step_;
   }
   finish();
-  publish();
+  if (!defer_publish) publish();
   return Status::Ok();
 }
 

@@ -90,8 +90,10 @@ class OneSidedRun {
 
   // Runs steps until the schedule ends or a wait is not met; *moved when anything ran. An error
   // is the call's: a mismatch (invalid usage; mismatched() then holds) or a failed read across
-  // processes.
-  Status advance(bool* moved);
+  // processes. The run publishes its posts itself (a step that posted, before it polls a peer)
+  // unless `defer_publish`: then the caller publishes the board once for a batch of calls, after
+  // advancing them all and before it waits (LocalBoard::publish).
+  Status advance(bool* moved, bool defer_publish = false);
   bool finished() const { return step_ >= steps_.size(); }
   bool mismatched() const { return mismatch_; }
   uint32_t epoch() const { return epoch_; }
