@@ -169,9 +169,13 @@ class Engine {
   // The plan of call `d` into `p` (the memo's, or a new one that the memo then holds); false when
   // it does not run on the board. `planned` are the batch's calls planned before it (those that
   // took the memo's plan keep it themselves when the memo changes).
-  bool planBoardCall(const OpDesc& d, Planned& p, std::span<Planned> planned);
+  // (Inlined: the memo's hit is the common case, and out of line its call cost more than it.)
+  [[gnu::always_inline]] inline bool planBoardCall(const OpDesc& d, Planned& p,
+                                                   std::span<Planned> planned);
+  bool planNewBoardCall(const OpDesc& d, Planned& p, std::span<Planned> planned);
   // Numbers call `d` and starts its run in `c` (its buffers: the user's, and scratch).
-  void startBoardCall(BoardCall& c, const OpDesc& d, const Planned& p);
+  [[gnu::always_inline]] inline void startBoardCall(BoardCall& c, const OpDesc& d,
+                                                    const Planned& p);
   // One call outside a group (most blocking calls): the batch's loop without the batch.
   Status driveOneBoardCall(const OpDesc& d, const Planned& p);
   // The error of board call `d` that did not complete because the communicator had failed.

@@ -49,11 +49,11 @@ std::string CallContext(const braidComm& comm, const OpDesc& d, uint64_t seq) {
 
 }  // namespace
 
-bool Engine::planBoardCall(const OpDesc& d, Planned& p, std::span<Planned> planned) {
+inline bool Engine::planBoardCall(const OpDesc& d, Planned& p, std::span<Planned> planned) {
   // The last shape planned here, kept alive by the memo: no arguments built, no plan cache
   // lookup, no reference count touched. The shape is all of the call a plan depends on (the rest
   // of CollArgsFor is the communicator's, fixed at init).
-  if (board_memo_plan_.schedule && SamePlanShape(d, board_memo_desc_)) {
+  if (board_memo_plan_.schedule && SamePlanShape(d, board_memo_desc_)) [[likely]] {
     p.keep = {};
     p.schedule = &board_memo_plan_.schedule;
     p.form = board_memo_form_;
@@ -61,6 +61,10 @@ bool Engine::planBoardCall(const OpDesc& d, Planned& p, std::span<Planned> plann
     p.sig = board_memo_sig_;
     return true;
   }
+  return planNewBoardCall(d, p, planned);
+}
+
+bool Engine::planNewBoardCall(const OpDesc& d, Planned& p, std::span<Planned> planned) {
   braidComm& comm = *comm_;
   const CollArgs args = CollArgsFor(comm, d);
   auto plan = PlanFor(comm, d, args);
@@ -87,7 +91,7 @@ bool Engine::planBoardCall(const OpDesc& d, Planned& p, std::span<Planned> plann
   return true;
 }
 
-void Engine::startBoardCall(BoardCall& c, const OpDesc& d, const Planned& p) {
+inline void Engine::startBoardCall(BoardCall& c, const OpDesc& d, const Planned& p) {
   braidComm& comm = *comm_;
   braidComm::CallNumbers& numbers = comm.callNumbers();
   c.desc = &d;

@@ -445,8 +445,19 @@ Status OneSidedRun::runOp(const Op& op) {
       std::memcpy(at(op.dst), at(op.src), op.bytes);
       return Status::Ok();
     case StepOpKind::kCombine:
+      // Both operands in mapped memory and the call's kernel resolved (the common case): one
+      // pass, here; the rest (a peer's exposed buffer, read in pieces) in reduce().
+      if (const std::byte *a = readable(op.src), *b = readable(op.src2); a && b && reduce_fn_) {
+        if (op.count) reduce_fn_(a, b, at(op.dst), op.count);
+        return Status::Ok();
+      }
       return reduce(op, true);
     case StepOpKind::kReduce:
+      if (const std::byte* b = readable(op.src); b && reduce_fn_) {
+        std::byte* dst = at(op.dst);
+        if (op.count) reduce_fn_(dst, b, dst, op.count);
+        return Status::Ok();
+      }
       return reduce(op, false);
     case StepOpKind::kExpose: {
       // Into the record of the call's first post (its entry carries no data in a schedule that
@@ -480,19 +491,8 @@ Status OneSidedRun::agreeWith(const Op& op) {
   const auto seq = static_cast<uint32_t>(static_cast<int64_t>(epoch_) + op.value);
   // The call agreement: every post of the call carries its signature.
   const BoardSignature theirs = board_->signature(op.peer, seq);
-  if (!(theirs == sig_)) {
-    mismatch_ = true;
-    // Every rank finds a difference at this call (if a differs from b, every rank differs from
-    // one of them) and every rank posted it: the board stays in step (the call took one post on
-    // every rank), and the call has read all it will.
-    step_ = steps_.size();
-    finish();
-    publish();
-    return InvalidUsage("call mismatch: rank " + std::to_string(op.peer) + " called " +
-                        DescribeBoardSignature(theirs) +
-                        " at this point; every rank must make the same calls in the same order "
-                        "(nothing was transferred; the communicator is still usable)");
-  }
+  if (!(theirs == sig_)) [[unlikely]]
+    return mismatchWith(op, theirs);
   if (!op.first_post) return Status::Ok();
   const auto peer = static_cast<size_t>(op.peer);
   if (seen_first_[peer] == epoch_) return Status::Ok();
@@ -510,6 +510,20 @@ Status OneSidedRun::agreeWith(const Op& op) {
     }
   }
   return Status::Ok();
+}
+
+Status OneSidedRun::mismatchWith(const Op& op, const BoardSignature& theirs) {
+  mismatch_ = true;
+  // Every rank finds a difference at this call (if a differs from b, every rank differs from one
+  // of them) and every rank posted it: the board stays in step (the call took one post on every
+  // rank), and the call has read all it will.
+  step_ = steps_.size();
+  finish();
+  publish();
+  return InvalidUsage("call mismatch: rank " + std::to_string(op.peer) + " called " +
+                      DescribeBoardSignature(theirs) +
+                      " at this point; every rank must make the same calls in the same order "
+                      "(nothing was transferred; the communicator is still usable)");
 }
 
 Status OneSidedRun::advance(bool* moved, bool defer_publish) {
