@@ -74,7 +74,7 @@ void Engine::submit(std::shared_ptr<Operation> op) {
     // thread asleep while what is left needs nothing from it (ActiveOp::quiet). Not with
     // BRAID_INLINE=0, whose waits never drive.
     if (comm_->config().inline_blocking && !driving_ && !inline_busy_ && !handoff_ && !stop_) {
-      inline_busy_ = true;
+      inline_busy_.store(true, std::memory_order_relaxed);
       drive = true;
     }
   }
@@ -103,7 +103,7 @@ bool Engine::poll() {
     std::lock_guard<std::mutex> lock(mu_);
     if (driving_ || inline_busy_ || handoff_ || stop_ || (queue_.empty() && active_.empty()))
       return false;
-    inline_busy_ = true;
+    inline_busy_.store(true, std::memory_order_relaxed);
   }
   driveOnCaller([&] { passOnCaller(); });
   return true;
@@ -147,7 +147,7 @@ bool Engine::beginInline() {
   // wait for the thread: the flags come first, so active_ is read only while nobody drives.
   if (inline_busy_ || driving_ || handoff_ || stop_ || !queue_.empty() || !active_.empty())
     return false;
-  inline_busy_ = true;
+  inline_busy_.store(true, std::memory_order_relaxed);
   return true;
 }
 
@@ -159,17 +159,40 @@ bool Engine::quiet() const {
 
 void Engine::endInline() {
   bool thread_has_work;
+  bool waiters;
+  if (active_.empty()) {
+    // Nothing left active (a board call, a blocking call that completed): the claim goes back
+    // with one store, and the lock is taken only when someone may need waking. A submit() from
+    // another thread meanwhile counts queued_ before it reads inline_busy_, a drain() or
+    // debugState() counts cv_waiters_ before it does, and this caller clears inline_busy_ before
+    // it reads them (all seq_cst): either they see it clear (and claim the loop, or stop
+    // waiting), or this caller sees them and wakes them below. The lock round trip this saves
+    // was two locked instructions and ~50 others per small blocking call.
+    inline_busy_.store(false, std::memory_order_seq_cst);
+    if (queued_.load(std::memory_order_seq_cst) == 0 &&
+        cv_waiters_.load(std::memory_order_seq_cst) == 0)
+      return;
+    {
+      // Another caller may hold the loop by now: nothing here reads the driver's state.
+      std::lock_guard<std::mutex> lock(mu_);
+      waiters = cv_waiters_.load(std::memory_order_relaxed) > 0;
+      if (waiters && queue_.empty()) drained_cv_.notify_all();
+      thread_has_work = stop_ || !queue_.empty();
+    }
+    if (waiters) report_cv_.notify_all();
+    if (thread_has_work) cv_.notify_one();
+    return;
+  }
   // Read while this caller still drives: operations left that need nothing from this rank but
   // its own reads (ActiveOp::quiet) wait for the caller's next call into the library (a wait, a
   // test, another call, or the destroy) instead of waking the thread.
   const bool left_quiet = quiet();
-  bool waiters;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    inline_busy_ = false;
+    inline_busy_.store(false, std::memory_order_relaxed);
     // (Notified only when someone waits: two broadcasts per blocking call were a tenth of a
     // small call's instructions.)
-    waiters = cv_waiters_ > 0;
+    waiters = cv_waiters_.load(std::memory_order_relaxed) > 0;
     if (waiters && queue_.empty()) drained_cv_.notify_all();
     // Operations queued meanwhile (non-blocking calls from another thread) or left active. Only
     // then: waking an idle thread after every blocking call cost a futex round trip per call and,
@@ -253,7 +276,7 @@ bool Engine::driveUntilDone(const Operation& op, Deadline deadline) {
         return false;
       }
     }
-    inline_busy_ = true;
+    inline_busy_.store(true, std::memory_order_relaxed);
   }
   driveOnCaller([&] { driveUntilIdle(true, &op, deadline); });  // then the thread takes the rest
   return true;

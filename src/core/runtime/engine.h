@@ -204,7 +204,11 @@ class Engine {
   // Guarded by mu_.
   std::deque<std::shared_ptr<Operation>> queue_;
   bool driving_ = false;      // the progress thread owns the driver state below
-  bool inline_busy_ = false;  // a caller runs an operation inline, or drives for its operation
+  // A caller runs an operation inline, or drives for its operation. Set under mu_; the caller
+  // that holds it may clear it without the lock (endInline's fast path, seq_cst: it pairs with
+  // submit()'s queued_ increment and drain()/debugState()'s cv_waiters_ increment, each made
+  // before they read it).
+  std::atomic<bool> inline_busy_{false};
   bool handoff_ = false;      // a caller waits for the progress thread to hand the loop over
   std::atomic<bool> handoff_wanted_{false};  // handoff_, read by the driver without the lock
   std::condition_variable handoff_cv_;
@@ -227,7 +231,8 @@ class Engine {
   std::atomic<int64_t> last_coll_completed_{-1};
   std::atomic<bool> report_requested_{false};
   std::condition_variable report_cv_;
-  int cv_waiters_ = 0;       // callers in drain() or debugState() (under mu_): endInline wakes them
+  // Callers in drain() or debugState() (changed under mu_): endInline wakes them.
+  std::atomic<int> cv_waiters_{0};
   std::string report_;       // guarded by mu_
   uint64_t report_gen_ = 0;  // guarded by mu_; bumped per answered request
 
