@@ -692,8 +692,8 @@ std::string Engine::reportHeader() {
   // Appended piece by piece (one long chain of + trips GCC 12's -Wrestrict false positive).
   std::string s = "braid state of " + comm_->where() + " (pid " + std::to_string(getpid()) + ")\n";
   s += "  operations: submitted " + std::to_string(submitted_.load() + board_started_.load()) +
-       ", completed " + std::to_string(completed_.load() + board_done_.load()) + ", queued " + std::to_string(queued_.load()) +
-       " (window " + std::to_string(window_) + ")\n";
+       ", completed " + std::to_string(completed_.load() + board_done_.load()) + ", queued " +
+       std::to_string(queued_.load()) + " (window " + std::to_string(window_) + ")\n";
   s += "  collectives: issued " + std::to_string(issued);
   if (issued) {
     s += " (last #";

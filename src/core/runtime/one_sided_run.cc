@@ -444,14 +444,17 @@ Status OneSidedRun::runOp(const Op& op) {
     case StepOpKind::kPut:
       std::memcpy(at(op.dst), at(op.src), op.bytes);
       return Status::Ok();
-    case StepOpKind::kCombine:
+    case StepOpKind::kCombine: {
       // Both operands in mapped memory and the call's kernel resolved (the common case): one
       // pass, here; the rest (a peer's exposed buffer, read in pieces) in reduce().
-      if (const std::byte *a = readable(op.src), *b = readable(op.src2); a && b && reduce_fn_) {
+      const std::byte* a = readable(op.src);
+      const std::byte* b = readable(op.src2);
+      if (a && b && reduce_fn_) {
         if (op.count) reduce_fn_(a, b, at(op.dst), op.count);
         return Status::Ok();
       }
       return reduce(op, true);
+    }
     case StepOpKind::kReduce:
       if (const std::byte* b = readable(op.src); b && reduce_fn_) {
         std::byte* dst = at(op.dst);
