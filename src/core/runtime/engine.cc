@@ -172,22 +172,16 @@ void Engine::endInline() {
     if (queued_.load(std::memory_order_seq_cst) == 0 &&
         cv_waiters_.load(std::memory_order_seq_cst) == 0)
       return;
-    {
-      // Another caller may hold the loop by now: nothing here reads the driver's state.
-      std::lock_guard<std::mutex> lock(mu_);
-      waiters = cv_waiters_.load(std::memory_order_relaxed) > 0;
-      if (waiters && queue_.empty()) drained_cv_.notify_all();
-      thread_has_work = stop_ || !queue_.empty();
-    }
-    if (waiters) report_cv_.notify_all();
-    if (thread_has_work) cv_.notify_one();
-    return;
-  }
-  // Read while this caller still drives: operations left that need nothing from this rank but
-  // its own reads (ActiveOp::quiet) wait for the caller's next call into the library (a wait, a
-  // test, another call, or the destroy) instead of waking the thread.
-  const bool left_quiet = quiet();
-  {
+    // Another caller may hold the loop by now: nothing here reads the driver's state.
+    std::lock_guard<std::mutex> lock(mu_);
+    waiters = cv_waiters_.load(std::memory_order_relaxed) > 0;
+    if (waiters && queue_.empty()) drained_cv_.notify_all();
+    thread_has_work = stop_ || !queue_.empty();
+  } else {
+    // Read while this caller still drives: operations left that need nothing from this rank but
+    // its own reads (ActiveOp::quiet) wait for the caller's next call into the library (a wait,
+    // a test, another call, or the destroy) instead of waking the thread.
+    const bool left_quiet = quiet();
     std::lock_guard<std::mutex> lock(mu_);
     inline_busy_.store(false, std::memory_order_relaxed);
     // (Notified only when someone waits: two broadcasts per blocking call were a tenth of a
@@ -195,8 +189,8 @@ void Engine::endInline() {
     waiters = cv_waiters_.load(std::memory_order_relaxed) > 0;
     if (waiters && queue_.empty()) drained_cv_.notify_all();
     // Operations queued meanwhile (non-blocking calls from another thread) or left active. Only
-    // then: waking an idle thread after every blocking call cost a futex round trip per call and,
-    // on oversubscribed cores, the peer's CPU (docs/performance.md, "Small calls over TCP").
+    // then: waking an idle thread after every blocking call cost a futex round trip per call
+    // and, on oversubscribed cores, the peer's CPU (docs/performance.md, "Small calls over TCP").
     thread_has_work = stop_ || !queue_.empty() || (!active_.empty() && !left_quiet);
   }
   if (waiters) report_cv_.notify_all();

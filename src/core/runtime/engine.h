@@ -203,13 +203,13 @@ class Engine {
   std::condition_variable drained_cv_;
   // Guarded by mu_.
   std::deque<std::shared_ptr<Operation>> queue_;
-  bool driving_ = false;      // the progress thread owns the driver state below
+  bool driving_ = false;  // the progress thread owns the driver state below
   // A caller runs an operation inline, or drives for its operation. Set under mu_; the caller
   // that holds it may clear it without the lock (endInline's fast path, seq_cst: it pairs with
   // submit()'s queued_ increment and drain()/debugState()'s cv_waiters_ increment, each made
   // before they read it).
   std::atomic<bool> inline_busy_{false};
-  bool handoff_ = false;      // a caller waits for the progress thread to hand the loop over
+  bool handoff_ = false;  // a caller waits for the progress thread to hand the loop over
   std::atomic<bool> handoff_wanted_{false};  // handoff_, read by the driver without the lock
   std::condition_variable handoff_cv_;
   bool stop_ = false;
@@ -267,10 +267,9 @@ class Engine {
     // The memo's plan or `keep` (stable while the calls run: board_planned_ is not resized).
     const std::shared_ptr<const RankSchedule>* schedule = nullptr;
     std::shared_ptr<const RankSchedule> keep;  // when the memo does not hold it
-    uint8_t form = 0;                          // BoardForm
     uint64_t scratch_bytes = 0;                // its scratch buffers, 64-byte aligned each
-    // The call's signature on the board: a function of its plan shape (SamePlanShape) and form,
-    // so the memo keeps it too.
+    // The call's signature on the board (its shape and board form): a function of its plan
+    // shape (SamePlanShape), so the memo keeps it too.
     BoardSignature sig;
   };
   std::vector<Planned> board_planned_;
@@ -293,7 +292,6 @@ class Engine {
   // The last call shape planned here and its plan: a repeated call skips the plan cache.
   OpDesc board_memo_desc_;
   braidComm::CachedPlan board_memo_plan_;
-  uint8_t board_memo_form_ = 0;
   uint64_t board_memo_scratch_ = 0;
   BoardSignature board_memo_sig_;
 };

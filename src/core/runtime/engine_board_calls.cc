@@ -56,7 +56,6 @@ inline bool Engine::planBoardCall(const OpDesc& d, Planned& p, std::span<Planned
   if (board_memo_plan_.schedule && SamePlanShape(d, board_memo_desc_)) [[likely]] {
     p.keep = {};
     p.schedule = &board_memo_plan_.schedule;
-    p.form = board_memo_form_;
     p.scratch_bytes = board_memo_scratch_;
     p.sig = board_memo_sig_;
     return true;
@@ -71,8 +70,7 @@ bool Engine::planNewBoardCall(const OpDesc& d, Planned& p, std::span<Planned> pl
   if (!plan.ok() || plan->algo != &BoardAlgorithm()) return false;
   p.keep = std::move(plan->schedule);
   p.schedule = &p.keep;
-  p.form = static_cast<uint8_t>(PlanBoardCall(args)->form);
-  p.sig = BoardSignatureOf(d, comm.nranks(), p.form);
+  p.sig = BoardSignatureOf(d, comm.nranks(), static_cast<uint8_t>(PlanBoardCall(args)->form));
   p.scratch_bytes = 0;
   for (const BufferDesc& b : p.keep->buffers)
     if (b.role == BufferRole::kScratch)
@@ -85,7 +83,6 @@ bool Engine::planNewBoardCall(const OpDesc& d, Planned& p, std::span<Planned> pl
     }
   board_memo_desc_ = d;
   board_memo_plan_ = {&BoardAlgorithm(), p.keep};
-  board_memo_form_ = p.form;
   board_memo_scratch_ = p.scratch_bytes;
   board_memo_sig_ = p.sig;
   return true;

@@ -550,10 +550,7 @@ Status OneSidedRun::advance(bool* moved, bool defer_publish) {
       if (op.counter == Counter::kPosted) BRAID_RETURN_IF_ERROR(agreeWith(op));
       if (bit < 64) met_ |= uint64_t{1} << bit;  // (waits past 64 are looked at again)
     }
-    if (!all) {
-      if (!defer_publish) publish();
-      return Status::Ok();
-    }
+    if (!all) return Status::Ok();  // (this run's posts were published after their steps)
     for (uint32_t i = r.data; i < r.end; ++i) {
       const Op& op = ops_[i];
       BRAID_RETURN_IF_ERROR(runOp(op));
@@ -571,7 +568,6 @@ Status OneSidedRun::advance(bool* moved, bool defer_publish) {
     ++step_;
   }
   finish();
-  if (!defer_publish) publish();
   return Status::Ok();
 }
 
