@@ -25,6 +25,10 @@ braidResult_t StartQuant(const OpCall& c, braidRequest_t* req) {
   return braidAllGatherQuantized(c.send, c.recv, c.count, c.type, c.quant, c.comm);
 }
 
+ncclResult_t StartNccl(const NcclCall& c) {
+  return c.nccl->allGather(c.send, c.recv, c.count, c.type, c.comm, c.stream);
+}
+
 std::vector<Block> Expected(int, int n, int, const CollCounts& c) {
   std::vector<Block> b;
   for (int q = 0; q < n; ++q) b.push_back({q * c.param, c.param, q, 0});
@@ -36,6 +40,6 @@ std::vector<Block> Expected(int, int n, int, const CollCounts& c) {
 int main(int argc, char** argv) {
   // --block default 2048: ZeRO++'s weight all-gather uses blocks of 2048-8192 elements.
   static const CollTest test{"all_gather_perf", "allgather", false,    false,      true, Counts,
-                             BusFactor,         Start,       Expected, StartQuant, 2048};
+                             BusFactor,         Start,       Expected, StartQuant, 2048, StartNccl};
   return PerfMain(argc, argv, test);
 }

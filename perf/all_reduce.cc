@@ -18,6 +18,10 @@ braidResult_t Start(const OpCall& c, braidRequest_t* req) {
   return braidAllReduce(c.send, c.recv, c.count, c.type, c.op, c.comm);
 }
 
+ncclResult_t StartNccl(const NcclCall& c) {
+  return c.nccl->allReduce(c.send, c.recv, c.count, c.type, c.op, c.comm, c.stream);
+}
+
 std::vector<Block> Expected(int, int, int, const CollCounts& c) {
   return {{0, c.param, 0, 0}};
 }
@@ -25,7 +29,7 @@ std::vector<Block> Expected(int, int, int, const CollCounts& c) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  static const CollTest test{"all_reduce_perf", "allreduce", true,    false, true, Counts,
-                             BusFactor,         Start,       Expected};
+  static const CollTest test{"all_reduce_perf", "allreduce", true,     false,   true, Counts,
+                             BusFactor,         Start,       Expected, nullptr, 0,    StartNccl};
   return PerfMain(argc, argv, test);
 }

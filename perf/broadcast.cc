@@ -18,6 +18,10 @@ braidResult_t Start(const OpCall& c, braidRequest_t* req) {
   return braidBroadcast(c.send, c.recv, c.count, c.type, c.root, c.comm);
 }
 
+ncclResult_t StartNccl(const NcclCall& c) {
+  return c.nccl->broadcast(c.send, c.recv, c.count, c.type, c.root, c.comm, c.stream);
+}
+
 std::vector<Block> Expected(int, int, int root, const CollCounts& c) {
   return {{0, c.param, root, 0}};
 }
@@ -25,7 +29,7 @@ std::vector<Block> Expected(int, int, int root, const CollCounts& c) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  static const CollTest test{"broadcast_perf", "broadcast", false, true,    true,
-                             Counts,           BusFactor,   Start, Expected};
+  static const CollTest test{"broadcast_perf", "broadcast", false,    true,    true, Counts,
+                             BusFactor,        Start,       Expected, nullptr, 0,    StartNccl};
   return PerfMain(argc, argv, test);
 }

@@ -18,6 +18,10 @@ braidResult_t Start(const OpCall& c, braidRequest_t* req) {
   return braidReduce(c.send, c.recv, c.count, c.type, c.op, c.root, c.comm);
 }
 
+ncclResult_t StartNccl(const NcclCall& c) {
+  return c.nccl->reduce(c.send, c.recv, c.count, c.type, c.op, c.root, c.comm, c.stream);
+}
+
 std::vector<Block> Expected(int rank, int, int root, const CollCounts& c) {
   if (rank != root) return {};
   return {{0, c.param, 0, 0}};
@@ -26,7 +30,7 @@ std::vector<Block> Expected(int rank, int, int root, const CollCounts& c) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  static const CollTest test{"reduce_perf", "reduce",  true,  true,    true,
-                             Counts,        BusFactor, Start, Expected};
+  static const CollTest test{"reduce_perf", "reduce", true,     true,    true, Counts,
+                             BusFactor,     Start,    Expected, nullptr, 0,    StartNccl};
   return PerfMain(argc, argv, test);
 }

@@ -27,6 +27,10 @@ braidResult_t StartQuant(const OpCall& c, braidRequest_t* req) {
   return braidReduceScatterQuantized(c.send, c.recv, c.count, c.type, c.op, c.quant, c.comm);
 }
 
+ncclResult_t StartNccl(const NcclCall& c) {
+  return c.nccl->reduceScatter(c.send, c.recv, c.count, c.type, c.op, c.comm, c.stream);
+}
+
 std::vector<Block> Expected(int rank, int, int, const CollCounts& c) {
   return {{0, c.param, 0, rank * c.param}};
 }
@@ -44,6 +48,7 @@ int main(int argc, char** argv) {
                              Start,
                              Expected,
                              StartQuant,
-                             32};  // --block default 32: the G of issue 12's error figures
+                             32,  // --block default 32: the G of issue 12's error figures
+                             StartNccl};
   return PerfMain(argc, argv, test);
 }

@@ -27,6 +27,18 @@ braidResult_t Start(const OpCall& c, braidRequest_t* req) {
   return r;
 }
 
+ncclResult_t StartNccl(const NcclCall& c) {
+  ncclResult_t r = c.nccl->groupStart();
+  if (r != ncclSuccess) return r;
+  ncclResult_t s = c.nccl->send(c.send, c.count, c.type, (c.rank + 1) % c.nranks, c.comm, c.stream);
+  ncclResult_t v =
+      c.nccl->recv(c.recv, c.count, c.type, (c.rank - 1 + c.nranks) % c.nranks, c.comm, c.stream);
+  r = c.nccl->groupEnd();
+  if (s != ncclSuccess) return s;
+  if (v != ncclSuccess) return v;
+  return r;
+}
+
 std::vector<Block> Expected(int rank, int n, int, const CollCounts& c) {
   return {{0, c.param, (rank - 1 + n) % n, 0}};
 }
@@ -34,7 +46,7 @@ std::vector<Block> Expected(int rank, int n, int, const CollCounts& c) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  static const CollTest test{"sendrecv_perf", nullptr,   false, false,   false,
-                             Counts,          BusFactor, Start, Expected};
+  static const CollTest test{"sendrecv_perf", nullptr, false,    false,   false, Counts,
+                             BusFactor,       Start,   Expected, nullptr, 0,     StartNccl};
   return PerfMain(argc, argv, test);
 }

@@ -71,6 +71,7 @@ uint64_t NextSize(uint64_t size, const Options& o) {
 // What the threads of this process share.
 struct Shared {
   const CollTest* test;
+  const DeviceApi* dev = nullptr;  // -M cuda
   Options opt;
   Launch launch;
   RunInfo info;
@@ -88,13 +89,14 @@ struct Shared {
 class RankRunner {
  public:
   RankRunner(Shared* s, int thread)
-      : s_(*s), t_(*s->test), o_(s->opt), comm_(s->launch.comms[thread]) {
+      : s_(*s), t_(*s->test), o_(s->opt), comm_(s->launch.comms[thread]), api_(s->dev) {
     braidCommUserRank(comm_, &rank_);
     braidCommCount(comm_, &nranks_);
     printer_ = rank_ == 0;
   }
 
   void run() {
+    if (api_) selectDevice();
     gatherDevices();
     if (o_.traffic && !traffic_.Init(comm_))
       fatal("--traffic: finding the peers on this node", braidErrInternal);
@@ -105,6 +107,7 @@ class RankRunner {
     if (!send_->get() || !recv_->get())
       fatal("allocating 2 x " + std::to_string(o_.max_bytes) + " bytes of host memory",
             braidErrSystem, false);
+    if (api_) setUpDevice();
 
     for (const TypeInfo* type : o_.types) {
       for (const OpInfo* op : o_.ops) {
@@ -124,6 +127,7 @@ class RankRunner {
     // Nobody exits before rank 0 has printed: a launcher stops the job at the first non-zero
     // exit (status 7 after wrong elements), which must not cut the report short.
     check(braidBarrier(comm_), "braidBarrier (end)");
+    if (api_) tearDownDevice();
   }
 
  private:
@@ -138,6 +142,78 @@ class RankRunner {
     if (r != braidSuccess) fatal(what, r);
   }
 
+  // -M cuda: errors of the driver and of NCCL end the job like braid's.
+  void checkCuda(int rc, const char* what) {
+    if (rc == 0) return;
+    std::fprintf(stderr, "%s: rank %d: %s failed: %s\n", t_.binary, rank_, what,
+                 api_->cudaError(rc).c_str());
+    AbortJob(s_.launch, kExitRuntime);
+  }
+  void checkNccl(ncclResult_t r, const char* what) {
+    if (r == ncclSuccess) return;
+    const char* last = api_->nccl.getLastError ? api_->nccl.getLastError(nccl_) : nullptr;
+    std::fprintf(stderr, "%s: rank %d: %s failed: %s%s%s\n", t_.binary, rank_, what,
+                 api_->nccl.getErrorString(r), last && *last ? ": " : "", last ? last : "");
+    AbortJob(s_.launch, kExitRuntime);
+  }
+
+  // -M cuda: the device of this rank, as nccl-tests picks it: the rank's index among the ranks of
+  // its host, modulo the devices the driver sees (so several ranks may share one GPU), made
+  // current on this thread for everything after (the buffers, the stream, the NCCL communicator).
+  void selectDevice() {
+    char host[64] = {};
+    gethostname(host, sizeof host - 1);
+    std::vector<char> all(sizeof host * nranks_);
+    check(braidAllGather(host, all.data(), sizeof host, braidUint8, comm_),
+          "braidAllGather (host names)");
+    int local = 0;
+    for (int r = 0; r < rank_; ++r)
+      local += std::strncmp(all.data() + r * sizeof host, host, sizeof host) == 0;
+    const int ordinal = local % api_->device_count;
+    int dev = 0;
+    void* ctx = nullptr;
+    checkCuda(api_->cu.deviceGet(&dev, ordinal), "cuDeviceGet");
+    checkCuda(api_->cu.primaryCtxRetain(&ctx, dev), "cuDevicePrimaryCtxRetain");
+    checkCuda(api_->cu.ctxSetCurrent(ctx), "cuCtxSetCurrent");
+    cuda_device_ = ordinal;
+    char name[96] = "cuda";
+    if (api_->cu.deviceGetName) api_->cu.deviceGetName(name, sizeof name - 1, dev);
+    device_name_ = name;
+  }
+
+  // -M cuda: the device buffers (the host buffers stay, as the images the data is made and
+  // checked in), the stream, and the NCCL communicator over the id rank 0 made.
+  void setUpDevice() {
+    const size_t bytes = std::max<uint64_t>(o_.max_bytes, 64);
+    checkCuda(api_->cu.memAlloc(&dsend_, bytes), "cuMemAlloc (send buffer)");
+    checkCuda(api_->cu.memAlloc(&drecv_, bytes), "cuMemAlloc (receive buffer)");
+    checkCuda(api_->cu.streamCreate(&stream_, 0), "cuStreamCreate");
+    ncclUniqueId id;
+    std::memset(&id, 0, sizeof id);
+    if (rank_ == 0) checkNccl(api_->nccl.getUniqueId(&id), "ncclGetUniqueId");
+    check(braidBroadcast(&id, &id, sizeof id, braidUint8, 0, comm_), "braidBroadcast (NCCL id)");
+    checkNccl(api_->nccl.commInitRank(&nccl_, nranks_, id, rank_), "ncclCommInitRank");
+  }
+
+  void tearDownDevice() {
+    checkCuda(api_->cu.streamSynchronize(stream_), "cuStreamSynchronize (end)");
+    checkNccl(api_->nccl.commDestroy(nccl_), "ncclCommDestroy");
+    nccl_ = nullptr;
+    checkCuda(api_->cu.memFree(dsend_), "cuMemFree");
+    checkCuda(api_->cu.memFree(drecv_), "cuMemFree");
+    checkCuda(api_->cu.streamDestroy(stream_), "cuStreamDestroy");
+  }
+
+  void syncStream(const char* what) { checkCuda(api_->cu.streamSynchronize(stream_), what); }
+
+  // Queues a copy on this rank's stream (ordered with its NCCL calls).
+  void queueCopy(void* dst, const void* src, size_t bytes, const char* what) {
+    if (bytes == 0) return;
+    checkCuda(api_->cu.memcpyAsync(reinterpret_cast<uintptr_t>(dst),
+                                   reinterpret_cast<uintptr_t>(src), bytes, stream_),
+              what);
+  }
+
   void gatherDevices() {
     char line[kDeviceLineBytes] = {};
     char host[64] = "?";
@@ -146,17 +222,26 @@ class RankRunner {
     if (braidCommDescribe(comm_, desc, sizeof desc) != braidSuccess) desc[0] = '\0';
     // The transport part of "rank 0/4 host h pid 42 transports shm:3 tcp:0 channels 2".
     const char* summary = std::strstr(desc, "transports");
-    std::snprintf(line, sizeof line, "%d|%s|%s", static_cast<int>(getpid()), host,
-                  summary ? summary : desc);
+    const std::string device = api_ ? std::to_string(cuda_device_) : "host";
+    const std::string device_name = api_ ? device_name_ : "cpu";
+    std::snprintf(line, sizeof line, "%d|%s|%s|%s|%s", static_cast<int>(getpid()), host,
+                  device.c_str(), device_name.c_str(), summary ? summary : desc);
     std::vector<char> all(kDeviceLineBytes * nranks_);
     check(braidAllGather(line, all.data(), kDeviceLineBytes, braidUint8, comm_), "braidAllGather");
     if (!printer_) return;
     for (int r = 0; r < nranks_; ++r) {
       std::string entry(all.data() + r * kDeviceLineBytes,
                         strnlen(all.data() + r * kDeviceLineBytes, kDeviceLineBytes));
-      size_t a = entry.find('|'), b = entry.find('|', a + 1);
-      DeviceLine d{r, std::atoi(entry.substr(0, a).c_str()), entry.substr(a + 1, b - a - 1),
-                   b == std::string::npos ? "" : entry.substr(b + 1)};
+      // pid|host|device|device name|transports
+      std::vector<std::string> f;
+      for (size_t at = 0, bar; f.size() < 4; at = bar + 1) {
+        bar = entry.find('|', at);
+        if (bar == std::string::npos) break;
+        f.push_back(entry.substr(at, bar - at));
+        if (f.size() == 4) f.push_back(entry.substr(bar + 1));
+      }
+      f.resize(5);
+      DeviceLine d{r, std::atoi(f[0].c_str()), f[1], f[4], f[2], f[3]};
       s_.devices.push_back(d);
     }
   }
@@ -164,8 +249,16 @@ class RankRunner {
   void runTypeOp(const TypeInfo& type, const OpInfo* op) {
     const OpKind kind = op ? op->kind : OpKind::kNone;
     braidRedOp_t red = BuiltinOp(kind);
+    nccl_op_ = static_cast<ncclRedOp_t>(red);  // braid's values are NCCL's
     bool custom_op = false;
-    if (kind == OpKind::kMulSum) {
+    if (kind == OpKind::kMulSum && api_) {
+      uint64_t scalar = EncodeInt(type, kMulSumScalar);
+      checkNccl(api_->nccl.redOpCreatePreMulSum(&nccl_op_, &scalar,
+                                                static_cast<ncclDataType_t>(type.type),
+                                                ncclScalarHostImmediate, nccl_),
+                "ncclRedOpCreatePreMulSum");
+      custom_op = true;
+    } else if (kind == OpKind::kMulSum) {
       uint64_t scalar = EncodeInt(type, kMulSumScalar);
       check(braidRedOpCreatePreMulSum(&red, &scalar, type.type, comm_),
             "braidRedOpCreatePreMulSum");
@@ -176,7 +269,10 @@ class RankRunner {
       runRow(type, op, red, model, size);
       if (size == o_.max_bytes && o_.step_factor <= 1 && o_.step_bytes == 0) break;
     }
-    if (custom_op) check(braidRedOpDestroy(red, comm_), "braidRedOpDestroy");
+    if (custom_op && api_)
+      checkNccl(api_->nccl.redOpDestroy(nccl_op_, nccl_), "ncclRedOpDestroy");
+    else if (custom_op)
+      check(braidRedOpDestroy(red, comm_), "braidRedOpDestroy");
   }
 
   void runRow(const TypeInfo& type, const OpInfo* op, braidRedOp_t red, const DataModel& model,
@@ -215,7 +311,9 @@ class RankRunner {
     size_t shift;
   };
 
-  Ptrs pointers(const CollCounts& c, size_t elt, bool in_place, uint64_t iter) const {
+  // Host addresses, or with `on_device` (-M cuda) the same offsets in the device buffers.
+  Ptrs pointers(const CollCounts& c, size_t elt, bool in_place, uint64_t iter,
+                bool on_device = false) const {
     // Move the buffers between iterations (as nccl-tests does) so the library cannot rely on
     // seeing the same pointer twice.
     const size_t total = std::max(c.send, c.recv) * elt;
@@ -223,12 +321,14 @@ class RankRunner {
     const size_t shift = total * (iter % steps);
     Ptrs p;
     p.shift = shift;
-    p.base = recv_->get() + shift;
+    unsigned char* send = on_device ? reinterpret_cast<unsigned char*>(dsend_) : send_->get();
+    unsigned char* recv = on_device ? reinterpret_cast<unsigned char*>(drecv_) : recv_->get();
+    p.base = recv + shift;
     if (in_place) {
       p.send = p.base + static_cast<size_t>(rank_) * c.send_inplace_step * elt;
       p.recv = p.base + static_cast<size_t>(rank_) * c.recv_inplace_step * elt;
     } else {
-      p.send = send_->get() + shift;
+      p.send = send + shift;
       p.recv = p.base;
     }
     return p;
@@ -238,6 +338,21 @@ class RankRunner {
     OpCall oc{p.send, p.recv, c.param, type.type, red, o_.root, rank_, nranks_, comm_, nullptr};
     if (o_.quantized) oc.quant = &o_.quant;
     return oc;
+  }
+
+  NcclCall ncclCall(const TypeInfo& type, const CollCounts& c, const Ptrs& p) const {
+    return NcclCall{p.send,
+                    p.recv,
+                    c.param,
+                    static_cast<ncclDataType_t>(type.type),
+                    type.size,
+                    nccl_op_,
+                    o_.root,
+                    rank_,
+                    nranks_,
+                    nccl_,
+                    static_cast<cudaStream_t>(stream_),
+                    &api_->nccl};
   }
 
   braidResult_t start(const OpCall& oc, braidRequest_t* req) const {
@@ -260,6 +375,13 @@ class RankRunner {
   // non-blocking form), or non-blocking with at most one op in flight per buffer region.
   void issue(const TypeInfo& type, braidRedOp_t red, const CollCounts& c, bool in_place,
              uint64_t iter, bool nonblocking) {
+    if (api_) {
+      // NCCL's calls return at once; -z 1 waits for each before the next.
+      Ptrs d = pointers(c, type.size, in_place, iter, true);
+      checkNccl(t_.start_nccl(ncclCall(type, c, d)), t_.binary);
+      if (!nonblocking) syncStream("cuStreamSynchronize (-z 1)");
+      return;
+    }
     Ptrs p = pointers(c, type.size, in_place, iter);
     OpCall oc = call(type, red, c, p);
     if (!nonblocking) {
@@ -275,6 +397,7 @@ class RankRunner {
 
   // One timed run of n iterations of m ops; returns seconds per op.
   double timedRun(const TypeInfo& type, braidRedOp_t red, const CollCounts& c, bool in_place) {
+    if (api_) return timedRunDevice(type, red, c, in_place);
     const bool nonblocking = o_.blocking == 0 && o_.agg_iters == 1;
     for (int w = 0; w < o_.warmup_iters; ++w) issue(type, red, c, in_place, w, nonblocking);
     waitInFlight(0, 0, true);
@@ -303,6 +426,30 @@ class RankRunner {
     return std::chrono::duration<double>(t1 - t0).count() / ops;
   }
 
+  // -M cuda: nccl-tests' loop. The iterations are queued on the stream (in a group of -m calls),
+  // and the clock stops when the stream has run them all.
+  double timedRunDevice(const TypeInfo& type, braidRedOp_t red, const CollCounts& c,
+                        bool in_place) {
+    const bool each = o_.blocking != 0 && o_.agg_iters == 1;
+    for (int w = 0; w < o_.warmup_iters; ++w) issue(type, red, c, in_place, w, !each);
+    syncStream("cuStreamSynchronize (warm-up)");
+    check(braidBarrier(comm_), "braidBarrier");
+    auto t0 = std::chrono::steady_clock::now();
+    for (int it = 0; it < o_.iters; ++it) {
+      if (o_.agg_iters > 1) checkNccl(api_->nccl.groupStart(), "ncclGroupStart");
+      for (int a = 0; a < o_.agg_iters; ++a)
+        issue(type, red, c, in_place, static_cast<uint64_t>(it) * o_.agg_iters + a, !each);
+      if (o_.agg_iters > 1) {
+        checkNccl(api_->nccl.groupEnd(), "ncclGroupEnd");
+        if (o_.blocking) syncStream("cuStreamSynchronize (-z 1)");
+      }
+    }
+    syncStream("cuStreamSynchronize");
+    auto t1 = std::chrono::steady_clock::now();
+    return std::chrono::duration<double>(t1 - t0).count() /
+           (static_cast<double>(o_.iters) * o_.agg_iters);
+  }
+
   double combine(double seconds) {
     if (o_.average == 0) return seconds;  // rank 0's own time (only rank 0 prints)
     braidRedOp_t op = o_.average == 1 ? braidSum : o_.average == 2 ? braidMin : braidMax;
@@ -324,9 +471,21 @@ class RankRunner {
       // Check iteration k uses the offset of iteration k, so moved pointers are checked too.
       Ptrs p = pointers(c, type.size, in_place, static_cast<uint64_t>(k));
       const size_t total = std::max(c.send, c.recv) * type.size;
-      std::memset(p.base, kPoison, in_place ? total : c.recv * type.size);
+      const size_t region = in_place ? total : c.recv * type.size;
+      std::memset(p.base, kPoison, region);
       model.fill(p.send, rank_, 0, c.send, static_cast<uint64_t>(k));
-      check(start(call(type, red, c, p), nullptr), t_.binary);
+      if (api_) {
+        // The host images go to the device, the call runs, the result comes back: all in
+        // stream order, then one synchronise.
+        Ptrs d = pointers(c, type.size, in_place, static_cast<uint64_t>(k), true);
+        queueCopy(d.base, p.base, region, "cuMemcpyAsync (to the device)");
+        if (!in_place) queueCopy(d.send, p.send, c.send * type.size, "cuMemcpyAsync (send)");
+        checkNccl(t_.start_nccl(ncclCall(type, c, d)), t_.binary);
+        queueCopy(p.base, d.base, region, "cuMemcpyAsync (from the device)");
+        syncStream("cuStreamSynchronize (check)");
+      } else {
+        check(start(call(type, red, c, p), nullptr), t_.binary);
+      }
       if (o_.corrupt && rank_ == corrupt_rank && !blocks.empty() && blocks[0].count > 0) {
         unsigned char* e = p.recv + blocks[0].dst * type.size;
         if (o_.quantized) {
@@ -412,6 +571,14 @@ class RankRunner {
   bool printer_ = false;
   std::unique_ptr<HostBuffer> send_, recv_;
   std::deque<InFlight> inflight_;
+  // -M cuda
+  const DeviceApi* api_ = nullptr;
+  int cuda_device_ = -1;
+  std::string device_name_;
+  unsigned long long dsend_ = 0, drecv_ = 0;  // device buffers (CUdeviceptr)
+  void* stream_ = nullptr;
+  ncclComm_t nccl_ = nullptr;
+  ncclRedOp_t nccl_op_ = ncclSum;
   NodeTraffic traffic_;        // --traffic
   double per_op_[2] = {0, 0};  // --traffic: this rank's last timed run, intra and inter
 };
@@ -442,6 +609,26 @@ int PerfMain(int argc, char** argv, const CollTest& test) {
   }
   if (o.timeout_s > 0) config.timeout_ms = static_cast<int64_t>(o.timeout_s) * 1000;
   const bool need_config = !o.algo.empty() || o.timeout_s > 0;
+
+  DeviceApi device_api;
+  if (o.memtype == "cuda") {
+    if (!test.start_nccl) {
+      std::fprintf(stderr, "%s: -M cuda: this collective has no NCCL form\n", test.binary);
+      return kExitUsage;
+    }
+    std::string why;
+    // Before the communicators: braid's libnccl.so.2 must find the driver this process uses.
+    if (!LoadDeviceApi(&device_api, &why)) {
+      std::fprintf(stderr, "%s: -M cuda: %s\n", test.binary, why.c_str());
+      return kExitRuntime;
+    }
+    s.dev = &device_api;
+    const int v = device_api.nccl_version;
+    s.info.memory_note = "Device memory: cuMemAlloc buffers, NCCL calls on a stream through " +
+                         device_api.libnccl + " (NCCL " + std::to_string(v / 10000) + "." +
+                         std::to_string(v / 100 % 100) + "." + std::to_string(v % 100) +
+                         "), driver " + device_api.libcuda;
+  }
 
   if (!CreateCommunicators(&argc, &argv, o.nthreads, config, need_config, test.binary, &s.launch))
     return kExitRuntime;

@@ -7,6 +7,7 @@
 
 #include "braid/braid.h"
 #include "common/data_model.h"
+#include "common/device_api.h"
 
 namespace braid_perf {
 
@@ -34,6 +35,22 @@ struct OpCall {
   const braidQuantConfig_t* quant;  // --quant: the codec; nullptr otherwise
 };
 
+// -M cuda: the same call through the NCCL API, on device buffers and this rank's stream.
+struct NcclCall {
+  const void* send;
+  void* recv;
+  size_t count;  // CollCounts::param
+  ncclDataType_t type;
+  size_t elt_size;  // bytes of one element of `type`
+  ncclRedOp_t op;
+  int root;
+  int rank;
+  int nranks;
+  ncclComm_t comm;
+  cudaStream_t stream;
+  const NcclApi* nccl;
+};
+
 struct CollTest {
   const char* binary;      // "all_reduce_perf"
   const char* tuner_name;  // name in BRAID_ALGO grammar for -A, or nullptr (no algorithm choice)
@@ -51,6 +68,8 @@ struct CollTest {
   // The quantized form (--quant), issued like `start`; nullptr: none (--quant is refused).
   braidResult_t (*start_quant)(const OpCall& call, braidRequest_t* request) = nullptr;
   int quant_block = 0;  // --block's default for this collective
+  // -M cuda: queues the operation on `call.stream` (NCCL's semantics: it returns at once).
+  ncclResult_t (*start_nccl)(const NcclCall& call) = nullptr;
 };
 
 // Parses the command line, creates the communicators, runs the table, returns the exit status.

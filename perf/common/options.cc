@@ -40,10 +40,13 @@ void PrintUsage(FILE* out, const char* binary, bool has_op, int quant_block) {
       "  -J, --output_file FILE    also write the results as JSON\n"
       "  -t, --nthreads N          ranks (threads) per process (default 1)\n"
       "  -g, --ngpus N             ranks per thread: only 1 (host memory)\n"
-      "  -G, --cudagraph N         accepted; host buffers use no graphs\n"
+      "  -G, --cudagraph N         accepted; no graphs are captured\n"
       "  -A, --algo ALGO           force an algorithm (e.g. ring, rd, tree) or a full BRAID_ALGO\n"
       "                            spec ('allreduce:ring@0-64K,rd@64K-inf')\n"
-      "  -M, --memtype TYPE        buffer memory: host (cuda/hip are not in this build)\n"
+      "  -M, --memtype TYPE        buffer memory: host (braid.h's calls), or cuda (also device):\n"
+      "                            cuMemAlloc buffers, NCCL calls on a stream (libnccl.so.2:\n"
+      "                            this build's, or BRAID_PERF_NCCL=path; CUDA driver\n"
+      "                            libcuda.so.1, or BRAID_PERF_LIBCUDA=path)\n"
       "  -F, --corrupt             plant one wrong element per checked row (tests the checker;\n"
       "                            also BRAID_PERF_CORRUPT=1)\n"
       "      --traffic             after the table, the bytes sent per operation to peers on\n"
@@ -146,7 +149,10 @@ bool ParseOptions(int argc, char** argv, const char* binary, bool has_op, int qu
   std::string op_arg = "sum", type_arg = "float";
   long block = 0;  // --block, 0: not given
   auto bad = [&](const char* what, const char* value, const char* expected) {
-    std::fprintf(stderr, "%s: %s '%s': %s\n", binary, what, value ? value : "", expected);
+    if (value && *value)
+      std::fprintf(stderr, "%s: %s '%s': %s\n", binary, what, value, expected);
+    else
+      std::fprintf(stderr, "%s: %s: %s\n", binary, what, expected);
     std::fprintf(stderr, "Run '%s -h' for the list of options.\n", binary);
     return false;
   };
@@ -246,11 +252,13 @@ bool ParseOptions(int argc, char** argv, const char* binary, bool has_op, int qu
         break;
       case 'M':
         o->memtype = optarg;
-        if (o->memtype == "cuda" || o->memtype == "hip")
+        if (o->memtype == "device") o->memtype = "cuda";
+        if (o->memtype == "hip")
           return bad("-M", optarg,
-                     "device memory is not supported by this build of the perf binaries (host "
-                     "buffers only); use -M host");
-        if (o->memtype != "host") return bad("-M", optarg, "expected host, cuda or hip");
+                     "braid has no HIP runtime yet (its HIP kernels build, nothing drives an AMD "
+                     "GPU); use -M host or -M cuda");
+        if (o->memtype != "host" && o->memtype != "cuda")
+          return bad("-M", optarg, "expected host, cuda (or device) or hip");
         break;
       case 'F':
         o->corrupt = true;
@@ -314,6 +322,16 @@ bool ParseOptions(int argc, char** argv, const char* binary, bool has_op, int qu
   if (o->step_factor <= 1 && o->step_bytes == 0 && o->min_bytes != o->max_bytes)
     return bad("-i", "0", "the step must be positive when -f is 1");
 
+  if (o->memtype == "cuda") {
+    // The device path runs the NCCL API, which has none of these.
+    if (o->quantized)
+      return bad("--quant", o->quant_name.c_str(), "host memory only, not with -M cuda");
+    if (o->traffic) return bad("--traffic", nullptr, "host memory only, not with -M cuda");
+    if (o->predict) return bad("--predict", nullptr, "host memory only, not with -M cuda");
+    if (!o->algo.empty())
+      return bad("-A", o->algo.c_str(),
+                 "host memory only; with -M cuda set BRAID_ALGO, which braid's libnccl.so.2 reads");
+  }
   if (block != 0 && !o->quantized)
     return bad("--block", std::to_string(block).c_str(), "needs --quant CODEC");
   if (o->quantized) {

@@ -101,9 +101,10 @@ void PrintHeader(FILE* out, const RunInfo& info, const Options& o,
                o.warmup_iters, o.iters, o.agg_iters, o.check_iters);
   std::fprintf(out, "#\n# Using devices\n");
   for (const DeviceLine& d : devices)
-    std::fprintf(out, "#  Rank %2d Group  0 Pid %6d on %10s device %5s [cpu] %s\n", d.rank, d.pid,
-                 d.host.c_str(), "host", d.summary.c_str());
+    std::fprintf(out, "#  Rank %2d Group  0 Pid %6d on %10s device %5s [%s] %s\n", d.rank, d.pid,
+                 d.host.c_str(), d.device.c_str(), d.device_name.c_str(), d.summary.c_str());
   std::fprintf(out, "#\n");
+  if (!info.memory_note.empty()) std::fprintf(out, "# %s\n#\n", info.memory_note.c_str());
   if (o.quantized) {
     std::fprintf(out,
                  "# Quantized: --quant %s --block %d (%d bits, %s), %s; relerr = ||result - "

@@ -44,6 +44,8 @@ struct DeviceLine {
   int pid;
   std::string host;
   std::string summary;  // transports from braidCommDescribe
+  std::string device = "host";  // -M cuda: the CUDA device ordinal
+  std::string device_name = "cpu";
 };
 
 struct RunInfo {
@@ -54,6 +56,8 @@ struct RunInfo {
   std::string version;  // library version "0.1.0"
   int header_code = 0;
   int library_code = 0;
+  // -M cuda: which NCCL library and CUDA driver ran the calls (one '#' line after the devices).
+  std::string memory_note;
 };
 
 void PrintHeader(FILE* out, const RunInfo& info, const Options& o,

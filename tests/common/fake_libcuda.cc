@@ -10,6 +10,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
 
 #include "device/cpu/emulated_device.h"
 
@@ -130,6 +131,30 @@ FAKE_CU int cuStreamWaitValue32_v2(void* s, unsigned long long addr, unsigned va
                                    unsigned flags) {
   if (flags != 0) return kInvalidValue;  // braid asks for CU_STREAM_WAIT_VALUE_GEQ only
   return Code(Dev().waitValue32(s, static_cast<uint32_t*>(P(addr)), value));
+}
+// One device, ordinal 0, whose primary context is the one fake context (the perf binaries'
+// -M cuda set-up: tests/perf).
+FAKE_CU int cuInit(unsigned flags) {
+  return flags == 0 ? kSuccess : kInvalidValue;
+}
+FAKE_CU int cuDeviceGetCount(int* count) {
+  *count = 1;
+  return kSuccess;
+}
+FAKE_CU int cuDeviceGet(int* device, int ordinal) {
+  if (ordinal != 0) return kInvalidValue;
+  *device = 0;
+  return kSuccess;
+}
+FAKE_CU int cuDevicePrimaryCtxRetain(void** c, int device) {
+  if (device != 0) return kInvalidValue;
+  *c = &Dev();
+  return kSuccess;
+}
+FAKE_CU int cuDeviceGetName(char* name, int len, int device) {
+  if (device != 0 || len <= 0) return kInvalidValue;
+  std::snprintf(name, static_cast<size_t>(len), "%s", "braid emulated device");
+  return kSuccess;
 }
 FAKE_CU int cuCtxGetCurrent(void** c) {
   *c = &Dev();  // one fake context
