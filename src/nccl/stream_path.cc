@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "core/base/config.h"
+#include "core/runtime/comm_registry.h"
 
 namespace braid::nccl {
 
@@ -44,9 +45,10 @@ std::shared_ptr<StreamAgent> AgentFor(device::DeviceRuntime* rt, ncclComm_t comm
     CommShape(comm, &rank, &nranks);
     slot = std::make_shared<StreamAgent>(
         rt, "rank " + std::to_string(rank) + "/" + std::to_string(nranks) + " " + rt->name());
-    // The communicator's init already refused a bad value: the default stands only for that.
-    auto config = LoadConfigFromEnv();
-    slot->setStagingCap(config.ok() ? config->staging_max_bytes : Config().staging_max_bytes);
+    // The cap the communicator was created with (BRAID_STAGING_MAX_BYTES as init read it), not
+    // the environment now: a program that changes the variable after init keeps init's value.
+    CommRef c = LookupComm(B(comm));
+    slot->setStagingCap(c ? c->config().staging_max_bytes : Config().staging_max_bytes);
     g_agents.fetch_add(1, std::memory_order_acq_rel);
   }
   return slot;
@@ -99,6 +101,11 @@ ncclResult_t MixedGroup(const char* func) {
 }
 
 }  // namespace
+
+StreamAgent::StagingStats StagingStatsOf(ncclComm_t comm) {
+  std::shared_ptr<StreamAgent> agent = FindAgent(comm);
+  return agent ? agent->stagingStats() : StreamAgent::StagingStats{};
+}
 
 bool AnyStreamAgent() {
   return g_agents.load(std::memory_order_relaxed) > 0;

@@ -53,6 +53,9 @@ inline bool IsDeviceBuffer(const void* p) {
 // Set while any communicator has a stream agent: host calls then check for one.
 bool AnyStreamAgent();
 
+// The staging figures of `comm`'s stream agent (tests); all zero before its first device call.
+StreamAgent::StagingStats StagingStatsOf(ncclComm_t comm);
+
 // Returns true (with *result) when the call was taken by the stream path. `run` is only turned
 // into a StreamRun for a device call, so a host call costs one atomic load without a device
 // runtime, and a classification per buffer with one.

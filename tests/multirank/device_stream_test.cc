@@ -26,6 +26,7 @@
 #include "device/cpu/emulated_device.h"
 #include "multirank/harness.h"
 #include "nccl.h"
+#include "nccl/stream_path.h"
 
 using braid::device::EmulatedDevice;
 using braid_test::AllSucceeded;
@@ -910,6 +911,32 @@ TEST(DeviceStream, DestroyWithAPollingThread) {
         CHECK_OR_FAIL(dev->destroyStream(stream).ok() && dev->freeDevice(buf).ok(), "free");
         return 0;
       });
+  EXPECT_TRUE(AllSucceeded(out)) << DescribeOutcomes(out);
+}
+
+// The staging cap is the communicator's, as its init read BRAID_STAGING_MAX_BYTES: a value set
+// after init (here: no cap) does not reach the agent its first device call makes.
+TEST(DeviceStream, StagingCapIsTheOneInitRead) {
+  JobOptions job = Job(2, "emulated");
+  job.env.push_back({"BRAID_STAGING_MAX_BYTES", "65536"});
+  auto out = RunJob(job, [](braidComm_t, int rank, int nranks, const braidUniqueId& id) {
+    ncclComm_t comm = nullptr;
+    EmulatedDevice* dev = nullptr;
+    if (InitNccl(id, rank, nranks, &comm, &dev) != 0) return 1;
+    setenv("BRAID_STAGING_MAX_BYTES", "0", 1);
+    void* buf = *dev->allocDevice(64 * 4);
+    cudaStream_t stream = static_cast<cudaStream_t>(*dev->createStream());
+    CHECK_OR_FAIL(std::memset(View<int32_t>(dev, buf, 64), 0, 64 * 4) != nullptr, "clear");
+    CHECK_OR_FAIL(ncclAllReduce(buf, buf, 64, ncclInt32, ncclSum, comm, stream) == ncclSuccess,
+                  "call");
+    CHECK_OR_FAIL(dev->synchronize(stream).ok(), "sync");
+    const uint64_t cap = braid::nccl::StagingStatsOf(comm).cap;
+    CHECK_OR_FAIL(cap == 65536, "the agent's cap is %llu, not init's 65536",
+                  static_cast<unsigned long long>(cap));
+    CHECK_OR_FAIL(ncclCommDestroy(comm) == ncclSuccess, "destroy");
+    CHECK_OR_FAIL(dev->destroyStream(stream).ok() && dev->freeDevice(buf).ok(), "free");
+    return 0;
+  });
   EXPECT_TRUE(AllSucceeded(out)) << DescribeOutcomes(out);
 }
 

@@ -382,7 +382,7 @@ void StreamAgent::setStagingCap(uint64_t bytes, std::chrono::milliseconds wait) 
 
 StreamAgent::StagingStats StreamAgent::stagingStats() {
   std::lock_guard<std::mutex> lock(staging_mu_);
-  return {staging_.size(), staging_bytes_, staging_waits_, staging_past_cap_};
+  return {staging_.size(), staging_bytes_, staging_waits_, staging_past_cap_, staging_cap_};
 }
 
 Result<StreamAgent::Staging*> StreamAgent::acquireStaging(size_t bytes, const std::string& what) {

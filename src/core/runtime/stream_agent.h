@@ -124,11 +124,11 @@ class StreamAgent {
   // in flight does only past a bounded wait or for one call larger than the cap.
   static constexpr std::chrono::milliseconds kStagingCapWait{1000};
   void setStagingCap(uint64_t bytes, std::chrono::milliseconds wait = kStagingCapWait);
-  // Staging buffers allocated, their bytes, how many submits waited for one, and how many
-  // allocated past the cap after the bounded wait (tests).
+  // Staging buffers allocated, their bytes, how many submits waited for one, how many
+  // allocated past the cap after the bounded wait, and the cap itself (tests).
   struct StagingStats {
     size_t buffers = 0;
-    uint64_t bytes = 0, waits = 0, past_cap = 0;
+    uint64_t bytes = 0, waits = 0, past_cap = 0, cap = 0;
   };
   StagingStats stagingStats();
   // Stops the agent whatever the number of references to it (a thread polling the
