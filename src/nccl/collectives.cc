@@ -82,6 +82,11 @@ braidResult_t RunScatter(const void* sendbuff, void* recvbuff, size_t count,
   return EndGroup(r);
 }
 
+// `p` + `bytes`, or null for a null buffer (a non-root's unused one): a piece's pointer.
+inline void* At(const void* p, size_t bytes) {
+  return p ? static_cast<char*>(const_cast<void*>(p)) + bytes : nullptr;
+}
+
 }  // namespace
 
 NCCL_API_EXPORT ncclResult_t pncclAllReduce(const void* sendbuff, void* recvbuff, size_t count,
@@ -101,7 +106,11 @@ NCCL_API_EXPORT ncclResult_t pncclAllReduce(const void* sendbuff, void* recvbuff
           [=](const HostPointers& h) {
             return braidAllReduce(h(sendbuff), h(recvbuff), count, B(datatype), B(op), B(comm));
           },
-          &res))
+          &res, count, TypeSize(datatype),
+          [=, elt = TypeSize(datatype)](const HostPointers& h, size_t first, size_t n) {
+            return braidAllReduce(h(At(sendbuff, first * elt)), h(At(recvbuff, first * elt)), n,
+                                  B(datatype), B(op), B(comm));
+          }))
     return res;
   return FromBraid(braidAllReduce(sendbuff, recvbuff, count, B(datatype), B(op), B(comm)), func);
 }
@@ -131,7 +140,11 @@ NCCL_API_EXPORT ncclResult_t pncclReduce(const void* sendbuff, void* recvbuff, s
           [=](const HostPointers& h) {
             return braidReduce(h(sendbuff), h(recvbuff), count, B(datatype), B(op), root, B(comm));
           },
-          &res))
+          &res, count, TypeSize(datatype),
+          [=, elt = TypeSize(datatype)](const HostPointers& h, size_t first, size_t n) {
+            return braidReduce(h(At(sendbuff, first * elt)), h(At(recvbuff, first * elt)), n,
+                               B(datatype), B(op), root, B(comm));
+          }))
     return res;
   return FromBraid(braidReduce(sendbuff, recvbuff, count, B(datatype), B(op), root, B(comm)), func);
 }
@@ -160,7 +173,11 @@ NCCL_API_EXPORT ncclResult_t pncclBroadcast(const void* sendbuff, void* recvbuff
           [=](const HostPointers& h) {
             return braidBroadcast(h(sendbuff), h(recvbuff), count, B(datatype), root, B(comm));
           },
-          &res))
+          &res, count, TypeSize(datatype),
+          [=, elt = TypeSize(datatype)](const HostPointers& h, size_t first, size_t n) {
+            return braidBroadcast(h(At(sendbuff, first * elt)), h(At(recvbuff, first * elt)), n,
+                                  B(datatype), root, B(comm));
+          }))
     return res;
   return FromBraid(braidBroadcast(sendbuff, recvbuff, count, B(datatype), root, B(comm)), func);
 }
@@ -182,7 +199,11 @@ NCCL_API_EXPORT ncclResult_t pncclBcast(void* buff, size_t count, ncclDataType_t
           [=](const HostPointers& h) {
             return braidBroadcast(h(buff), h(buff), count, B(datatype), root, B(comm));
           },
-          &res))
+          &res, count, TypeSize(datatype),
+          [=, elt = TypeSize(datatype)](const HostPointers& h, size_t first, size_t n) {
+            void* p = At(buff, first * elt);
+            return braidBroadcast(h(p), h(p), n, B(datatype), root, B(comm));
+          }))
     return res;
   return FromBraid(braidBroadcast(buff, buff, count, B(datatype), root, B(comm)), func);
 }

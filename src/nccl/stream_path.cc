@@ -113,7 +113,8 @@ bool AnyStreamAgent() {
 
 bool SubmitIfDevice(device::DeviceRuntime* rt, ncclComm_t comm, cudaStream_t stream,
                     const char* func, std::initializer_list<BufferUse> buffers,
-                    const std::function<StreamRun()>& make_run, ncclResult_t* result) {
+                    const std::function<StreamRun()>& make_run, ncclResult_t* result,
+                    const PieceForm& pieces) {
   // Once per call and buffer: what the buffer is (no cache yet; see docs/gpu.md).
   std::array<StreamBuffer, 4> found{};
   size_t n = 0;
@@ -164,6 +165,20 @@ bool SubmitIfDevice(device::DeviceRuntime* rt, ncclComm_t comm, cudaStream_t str
   call.streams.push_back(stream);
   call.buffers = std::move(bufs);
   call.run = [run = make_run()](const HostPointers& h) { return FromResult(run(h)); };
+  // Large element-wise calls in pieces (the staging pipeline): the piece size is the
+  // communicator's, whole elements; every rank cuts the same count the same way.
+  CommRef c = pieces.make ? LookupComm(B(comm)) : nullptr;
+  const uint64_t chunk = c ? c->config().staging_chunk_bytes : 0;
+  if (chunk > 0 && pieces.elt_size > 0 && pieces.count * pieces.elt_size > chunk) {
+    const size_t per = std::max<size_t>(1, chunk / pieces.elt_size);
+    call.pieces = (pieces.count + per - 1) / per;
+    call.piece_bytes = per * pieces.elt_size;
+    call.run_piece = [run = pieces.make(), per, count = pieces.count](const HostPointers& h,
+                                                                      size_t k) {
+      const size_t first = k * per;
+      return FromResult(run(h, first, std::min(per, count - first)));
+    };
+  }
   *result = Report(AgentFor(rt, comm)->submit(std::move(call)), func);
   return true;
 }

@@ -17,6 +17,7 @@
 #include <initializer_list>
 #include <memory>
 #include <string>
+#include <type_traits>
 
 #include "core/runtime/stream_agent.h"
 #include "device/device_runtime.h"
@@ -33,12 +34,21 @@ struct BufferUse {
 
 // A call on the stream path: runs on the agent's thread with the buffers' host addresses.
 using StreamRun = std::function<braidResult_t(const HostPointers&)>;
+// An element-wise collective (all-reduce, reduce, broadcast) on elements [first, first + n) of
+// its buffers: the pieces a large staged call runs as (BRAID_STAGING_CHUNK_BYTES).
+using PieceRun = std::function<braidResult_t(const HostPointers&, size_t first, size_t n)>;
+struct PieceForm {
+  size_t count = 0;                // elements of the whole call
+  size_t elt_size = 0;             // bytes per element
+  std::function<PieceRun()> make;  // empty: the call runs whole
+};
 
 // The stream path itself (out of line). Sets *result and returns true when the call is a device
 // call (submitted, or refused with an error); false for host buffers.
 bool SubmitIfDevice(device::DeviceRuntime* rt, ncclComm_t comm, cudaStream_t stream,
                     const char* func, std::initializer_list<BufferUse> buffers,
-                    const std::function<StreamRun()>& make_run, ncclResult_t* result);
+                    const std::function<StreamRun()>& make_run, ncclResult_t* result,
+                    const PieceForm& pieces = PieceForm{});
 // Before a host call on `comm`: waits for its stream-ordered calls (or refuses a host call in a
 // group that holds device calls on `comm`). Returns ncclSuccess or the error to return.
 ncclResult_t BeforeHostCall(ncclComm_t comm, const char* func);
@@ -59,14 +69,23 @@ StreamAgent::StagingStats StagingStatsOf(ncclComm_t comm);
 // Returns true (with *result) when the call was taken by the stream path. `run` is only turned
 // into a StreamRun for a device call, so a host call costs one atomic load without a device
 // runtime, and a classification per buffer with one.
-template <typename Run>
+// `piece` (optional): the call's PieceRun form, for element-wise collectives of `count` elements
+// of `elt_size` bytes.
+template <typename Run, typename Piece = std::nullptr_t>
 bool TakeStreamPath(ncclComm_t comm, cudaStream_t stream, const char* func,
-                    std::initializer_list<BufferUse> buffers, Run&& run, ncclResult_t* result) {
+                    std::initializer_list<BufferUse> buffers, Run&& run, ncclResult_t* result,
+                    size_t count = 0, size_t elt_size = 0, Piece&& piece = nullptr) {
   device::DeviceRuntime* rt = device::ActiveDeviceRuntime();
   if (!rt) return false;
+  PieceForm form;
+  if constexpr (!std::is_same_v<std::decay_t<Piece>, std::nullptr_t>) {
+    form.count = count;
+    form.elt_size = elt_size;
+    form.make = [&]() -> PieceRun { return PieceRun(std::forward<Piece>(piece)); };
+  }
   if (SubmitIfDevice(
           rt, comm, stream, func, buffers,
-          [&]() -> StreamRun { return StreamRun(std::forward<Run>(run)); }, result))
+          [&]() -> StreamRun { return StreamRun(std::forward<Run>(run)); }, result, form))
     return true;
   if (AnyStreamAgent() || GroupDepth() > 0) {
     *result = BeforeHostCall(comm, func);

@@ -940,4 +940,106 @@ TEST(DeviceStream, StagingCapIsTheOneInitRead) {
   EXPECT_TRUE(AllSucceeded(out)) << DescribeOutcomes(out);
 }
 
+// Large element-wise calls run in pieces (BRAID_STAGING_CHUNK_BYTES, 256 bytes here): all-reduce
+// out of place and in place, reduce, broadcast and ncclBcast on 1000 int32 (16 pieces, the last
+// short), 3 ranks, bit-exact; the agent counts the pieces it ran.
+TEST(DeviceStream, LargeCallsRunInPiecesBitExact) {
+  JobOptions job = Job(3, "emulated");
+  job.env.push_back({"BRAID_STAGING_CHUNK_BYTES", "256"});
+  auto out = RunJob(job, [](braidComm_t, int rank, int nranks, const braidUniqueId& id) {
+    ncclComm_t comm = nullptr;
+    EmulatedDevice* dev = nullptr;
+    if (InitNccl(id, rank, nranks, &comm, &dev) != 0) return 1;
+    const size_t n = 1000;
+    void* send = *dev->allocDevice(n * 4);
+    void* recv = *dev->allocDevice(n * 4);
+    cudaStream_t stream = static_cast<cudaStream_t>(*dev->createStream());
+    auto fill = [&](void* buf, int tag) {
+      int32_t* p = View<int32_t>(dev, buf, n);
+      for (size_t i = 0; i < n; ++i) p[i] = static_cast<int32_t>(Value(rank, tag, i));
+    };
+    auto V = [](int r, int tag, size_t i) { return static_cast<int32_t>(Value(r, tag, i)); };
+    const int root = 1;
+    // Each step: fill (host view, stream idle), call, synchronise, compare.
+    fill(send, 1);
+    CHECK_OR_FAIL(ncclAllReduce(send, recv, n, ncclInt32, ncclSum, comm, stream) == ncclSuccess,
+                  "all-reduce");
+    CHECK_OR_FAIL(dev->synchronize(stream).ok(), "sync");
+    for (size_t i = 0; i < n; ++i) {
+      int32_t want = 0;
+      for (int r = 0; r < nranks; ++r) want += V(r, 1, i);
+      CHECK_OR_FAIL(View<int32_t>(dev, recv, n)[i] == want, "all-reduce element %zu", i);
+    }
+    fill(recv, 2);
+    CHECK_OR_FAIL(ncclAllReduce(recv, recv, n, ncclInt32, ncclMax, comm, stream) == ncclSuccess,
+                  "all-reduce in place");
+    CHECK_OR_FAIL(dev->synchronize(stream).ok(), "sync");
+    for (size_t i = 0; i < n; ++i) {
+      int32_t want = V(0, 2, i);
+      for (int r = 1; r < nranks; ++r) want = std::max(want, V(r, 2, i));
+      CHECK_OR_FAIL(View<int32_t>(dev, recv, n)[i] == want, "in place element %zu", i);
+    }
+    fill(send, 3);
+    std::memset(View<int32_t>(dev, recv, n), 0xee, n * 4);
+    CHECK_OR_FAIL(ncclReduce(send, recv, n, ncclInt32, ncclSum, root, comm, stream) == ncclSuccess,
+                  "reduce");
+    CHECK_OR_FAIL(dev->synchronize(stream).ok(), "sync");
+    for (size_t i = 0; i < n; ++i) {
+      int32_t want = static_cast<int32_t>(0xeeeeeeee);
+      if (rank == root) {
+        want = 0;
+        for (int r = 0; r < nranks; ++r) want += V(r, 3, i);
+      }
+      CHECK_OR_FAIL(View<int32_t>(dev, recv, n)[i] == want, "reduce element %zu", i);
+    }
+    fill(send, 4);
+    CHECK_OR_FAIL(ncclBroadcast(send, recv, n, ncclInt32, root, comm, stream) == ncclSuccess,
+                  "broadcast");
+    CHECK_OR_FAIL(dev->synchronize(stream).ok(), "sync");
+    for (size_t i = 0; i < n; ++i)
+      CHECK_OR_FAIL(View<int32_t>(dev, recv, n)[i] == V(root, 4, i), "broadcast element %zu", i);
+    fill(recv, 6);
+    CHECK_OR_FAIL(ncclBcast(recv, n, ncclInt32, root, comm, stream) == ncclSuccess, "bcast");
+    CHECK_OR_FAIL(dev->synchronize(stream).ok(), "sync");
+    for (size_t i = 0; i < n; ++i)
+      CHECK_OR_FAIL(View<int32_t>(dev, recv, n)[i] == V(root, 6, i), "bcast element %zu", i);
+    const auto stats = braid::nccl::StagingStatsOf(comm);
+    // 16 pieces per call; the reduce's receive buffer is staged on the root only, but every rank
+    // stages its send buffer, so every rank runs every call in pieces.
+    CHECK_OR_FAIL(stats.pieces == 5 * 16, "%llu pieces, not 80",
+                  static_cast<unsigned long long>(stats.pieces));
+    CHECK_OR_FAIL(ncclCommDestroy(comm) == ncclSuccess, "destroy");
+    CHECK_OR_FAIL(dev->destroyStream(stream).ok(), "destroyStream");
+    CHECK_OR_FAIL(dev->freeDevice(send).ok() && dev->freeDevice(recv).ok(), "free");
+    return 0;
+  });
+  EXPECT_TRUE(AllSucceeded(out)) << DescribeOutcomes(out);
+}
+
+// Ranks that cut a call differently (BRAID_STAGING_CHUNK_BYTES differs) fail it as a count
+// mismatch on every rank, the streams released: an error, never wrong data or a hang.
+TEST(DeviceStream, PiecesCutDifferentlyFailEveryRank) {
+  auto out = RunJob(Job(2, "emulated"), [](braidComm_t, int rank, int nranks,
+                                           const braidUniqueId& id) {
+    setenv("BRAID_STAGING_CHUNK_BYTES", rank == 0 ? "256" : "512", 1);
+    ncclComm_t comm = nullptr;
+    EmulatedDevice* dev = nullptr;
+    if (InitNccl(id, rank, nranks, &comm, &dev) != 0) return 1;
+    void* buf = *dev->allocDevice(4096);
+    cudaStream_t stream = static_cast<cudaStream_t>(*dev->createStream());
+    CHECK_OR_FAIL(ncclAllReduce(buf, buf, 1024, ncclInt32, ncclSum, comm, stream) == ncclSuccess,
+                  "the call is queued");
+    CHECK_OR_FAIL(dev->synchronize(stream).ok(), "the stream is released");
+    ncclResult_t async = ncclSuccess;
+    CHECK_OR_FAIL(ncclCommGetAsyncError(comm, &async) == ncclSuccess, "GetAsyncError");
+    CHECK_OR_FAIL(async == ncclInvalidUsage, "async error %d", static_cast<int>(async));
+    const std::string msg = ncclGetLastError(comm);
+    CHECK_OR_FAIL(msg.find("piece 1 of") != std::string::npos, "message: %s", msg.c_str());
+    CHECK_OR_FAIL(ncclCommDestroy(comm) == ncclSuccess, "destroy");
+    CHECK_OR_FAIL(dev->destroyStream(stream).ok(), "destroyStream");
+    return 0;
+  });
+  EXPECT_TRUE(AllSucceeded(out)) << DescribeOutcomes(out);
+}
+
 }  // namespace

@@ -101,6 +101,7 @@ TEST_F(ConfigEnvTest, BadValuesNameTheVariable) {
       {"BRAID_BOARD_TWO_SHOT", "yes", "expected auto, 0 or 1"},
       {"BRAID_STAGING_MAX_BYTES", "1P", "unknown size suffix"},
       {"BRAID_STAGING_MAX_BYTES", "-4K", "not a size"},
+      {"BRAID_STAGING_CHUNK_BYTES", "4Q", "unknown size suffix"},
   };
   for (const auto& k : cases) {
     Clear();

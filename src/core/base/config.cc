@@ -87,6 +87,12 @@ const std::vector<ConfigVar>& ConfigTable() {
        "1: at init, a few ping-pongs between one pair of ranks per link class (intra-node, "
        "inter-node) measure the latency and bandwidth the tuner's cost model uses (a few ms); 0: "
        "the constant defaults (intra 2 us 8 GB/s, inter 25 us 1.2 GB/s). Rank 0's setting wins"},
+      {"BRAID_STAGING_CHUNK_BYTES", nullptr, "bytes", "4M",
+       "the piece size of a staged stream-ordered all-reduce, reduce or broadcast on device "
+       "buffers (docs/gpu.md): a larger call runs as pieces of this size, each copied in, "
+       "reduced and copied out on its own, so the copies of one piece overlap the collective of "
+       "the next; 0: whole calls (one copy in, the collective, one copy out). Every rank must "
+       "use the same value (a different one fails the call as a count mismatch)"},
       {"BRAID_STAGING_MAX_BYTES", nullptr, "bytes", "1G",
        "pinned host memory a communicator's stream-ordered calls in flight may hold for staging "
        "device buffers where device memory is not the host's (docs/gpu.md); a call that would "
@@ -220,6 +226,8 @@ Result<Config> LoadConfigFromEnv() {
       ReadBytes("BRAID_SINGLE_COPY_BYTES", 0, uint64_t{1} << 50, &c.single_copy_bytes));
   BRAID_RETURN_IF_ERROR(
       ReadBytes("BRAID_STAGING_MAX_BYTES", 0, uint64_t{1} << 50, &c.staging_max_bytes));
+  BRAID_RETURN_IF_ERROR(
+      ReadBytes("BRAID_STAGING_CHUNK_BYTES", 0, uint64_t{1} << 50, &c.staging_chunk_bytes));
   ReadString("BRAID_HOSTID", &c.host_id);
   ReadString("BRAID_TOPO_FILE", &c.topo_file);
   ReadString("BRAID_COMM_ID", &c.comm_id);

@@ -39,6 +39,7 @@ struct Config {
   std::string link_profile;              // BRAID_LINK_PROFILE
   bool split_share = true;               // BRAID_SPLIT_SHARE
   uint64_t staging_max_bytes = 1 << 30;  // BRAID_STAGING_MAX_BYTES (0: no cap)
+  uint64_t staging_chunk_bytes = 4 << 20;  // BRAID_STAGING_CHUNK_BYTES (0: whole calls)
   bool lazy_connect = true;              // BRAID_LAZY_CONNECT / NCCL_RUNTIME_CONNECT
 };
 

@@ -131,6 +131,8 @@ Status StreamAgent::submitGroup(std::vector<std::pair<StreamAgent*, StreamCall>>
       StreamAgent* agent = calls[i].first;
       for (StreamFlagSlot& q : pending[i].slots)
         if (q.done) agent->runtime_->hostWriteFlag(q.done, q.value);
+      for (StreamFlagSlot& q : pending[i].piece_slots)
+        agent->runtime_->hostWriteFlag(q.done, q.value);
       if (pending[i].staging) agent->dropStaging(pending[i], pending[i].staging_queued);
     }
     return st.prepend(what + ": ordering the call on its stream: ");
@@ -184,6 +186,12 @@ Status StreamAgent::submitGroup(std::vector<std::pair<StreamAgent*, StreamCall>>
       if (prev_flag) st = rt->waitValue32(s0, prev_flag, prev_value);
       for (size_t k = 1; k < p.slots.size() && st.ok(); ++k)
         st = rt->waitValue32(s0, p.slots[k].ready, p.slots[k].value);
+      if (p.split) {
+        // Piece by piece: copies in, then the piece's `ready` (piece 0's is slots[0]).
+        if (st.ok()) st = agent->queuePiecesIn(p);
+        if (!st.ok()) return unwind(st, p.call.what);
+        continue;
+      }
       for (const auto& [host, dev, bytes] : p.in) {
         if (!st.ok()) break;
         st = rt->copyAsync(host, dev, bytes, s0);
@@ -201,8 +209,12 @@ Status StreamAgent::submitGroup(std::vector<std::pair<StreamAgent*, StreamCall>>
     device::DeviceRuntime* rt = calls[i].first->runtime_;
     Pending& p = pending[i];
     const auto& streams = p.call.streams;
-    Status st = rt->waitValue32(streams[0], p.slots[0].done, p.slots[0].value);
-    if (p.staging) {
+    // A split call waits for each piece's `done` and copies that piece out.
+    Status st = p.split ? calls[i].first->queuePiecesOut(p)
+                        : rt->waitValue32(streams[0], p.slots[0].done, p.slots[0].value);
+    if (p.split) {
+      if (st.ok()) st = rt->writeValue32(streams[0], p.staging->flag(), p.staging_value);
+    } else if (p.staging) {
       for (const auto& [dev, host, bytes] : p.out) {
         if (!st.ok()) break;
         st = rt->copyAsync(dev, host, bytes, streams[0]);
@@ -273,6 +285,61 @@ void StreamAgent::release(Pending& p, bool ready_seen) {
     runtime_->hostWriteFlag(s.done, s.value);
     if (ready_seen) pool_.release(s);
   }
+  for (StreamFlagSlot& s : p.piece_slots) {
+    runtime_->hostWriteFlag(s.done, s.value);
+    if (ready_seen) pool_.release(s);
+  }
+}
+
+Status StreamAgent::queuePiecesIn(Pending& p) {
+  device::StreamHandle s0 = p.call.streams[0];
+  const size_t piece = p.call.piece_bytes;
+  for (size_t k = 0; k < p.call.pieces; ++k) {
+    for (size_t j = 0; j < p.in.size(); ++j) {
+      const auto& [host, dev, bytes] = p.in[j];
+      size_t from = 0, n = 0;
+      if (p.in_sliced[j]) {
+        from = std::min(bytes, k * piece);
+        n = std::min(bytes - from, piece);
+      } else if (k == 0) {
+        n = bytes;  // a merged region: whole, before the first piece
+      }
+      if (n == 0) continue;
+      Status st = runtime_->copyAsync(host + from, static_cast<const char*>(dev) + from, n, s0);
+      if (!st.ok()) return st.prepend("copying the inputs from device memory: ");
+    }
+    auto slot = pool_.acquire();
+    if (!slot.ok()) return slot.status();
+    Status st = runtime_->writeValue32(s0, slot->ready, slot->value);
+    if (!st.ok()) {
+      pool_.giveBackUnused(*slot);
+      return st;
+    }
+    if (k == 0)
+      p.slots[0] = *slot;
+    else
+      p.piece_slots.push_back(*slot);
+  }
+  return Status::Ok();
+}
+
+Status StreamAgent::queuePiecesOut(Pending& p) {
+  device::StreamHandle s0 = p.call.streams[0];
+  const size_t piece = p.call.piece_bytes;
+  for (size_t k = 0; k < p.call.pieces; ++k) {
+    const StreamFlagSlot& slot = p.pieceSlot(k);
+    Status st = runtime_->waitValue32(s0, slot.done, slot.value);
+    if (!st.ok()) return st;
+    // Copies out are per buffer (never merged): piece k of each.
+    for (const auto& [dev, host, bytes] : p.out) {
+      const size_t from = std::min(bytes, k * piece);
+      const size_t n = std::min(bytes - from, piece);
+      if (n == 0) continue;
+      st = runtime_->copyAsync(static_cast<char*>(dev) + from, host + from, n, s0);
+      if (!st.ok()) return st;
+    }
+  }
+  return Status::Ok();
 }
 
 void StreamAgent::loop() {
@@ -344,25 +411,70 @@ void StreamAgent::execute(Pending& p) {
     }
   }
   // The streams' earlier work (and the copies in): sleep until each stream wrote `ready`.
-  for (const StreamFlagSlot& s : p.slots) {
-    while (
-        !runtime_->hostWaitFlag(s.ready, s.value, std::chrono::steady_clock::now() + kReadySlice)) {
-      std::unique_lock<std::mutex> lock(mu_);
-      if (aborted_) {
-        if (error_.ok())
-          error_ = AbortedError(p.call.what + ": not run: the communicator was aborted (" +
-                                abort_reason_ + ") while the call waited for its stream");
-        lock.unlock();
-        // Some streams may have written `ready`: their slots are still not reused (simplest).
-        release(p, false);
+  for (const StreamFlagSlot& s : p.slots)
+    if (!waitReady(p, s)) return;
+  if (p.call.pieces >= 2 && p.call.run_piece) {
+    const size_t last = p.call.pieces - 1;
+    for (size_t k = 0; k <= last; ++k) {
+      if (k > 0) {
+        // An abort stops the call between pieces (the peers stop too, or time out).
+        std::unique_lock<std::mutex> lock(mu_);
+        if (aborted_) {
+          if (error_.ok())
+            error_ = AbortedError(p.call.what + ": stopped after piece " + std::to_string(k) +
+                                  " of " + std::to_string(last + 1) +
+                                  ": the communicator was aborted (" + abort_reason_ + ")");
+          lock.unlock();
+          release(p, false);
+          return;
+        }
+      }
+      // Split: piece k's own copies in (piece 0's came with slots[0]).
+      if (p.split && k > 0 && !waitReady(p, p.pieceSlot(k))) return;
+      if (p.split) {
+        // Started before the last piece's inputs were on the host: the pipeline at work.
+        const StreamFlagSlot& tail = p.pieceSlot(last);
+        const bool early = k < last && !runtime_->hostWaitFlag(tail.ready, tail.value, {});
+        std::lock_guard<std::mutex> lock(staging_mu_);
+        ++pieces_run_;
+        pieces_early_ += early;
+      }
+      Status st = p.call.run_piece(p.map, k);
+      if (!st.ok()) {
+        fail(std::move(st.prepend("[" + name_ + "] " + p.call.what + " (stream-ordered, piece " +
+                                  std::to_string(k + 1) + " of " + std::to_string(last + 1) +
+                                  "): ")));
+        // The later pieces' `ready` may not have been seen: their slots are not reused.
+        release(p, k == last || !p.split);
         return;
       }
+      // The stream copies this piece out while the next one runs.
+      if (p.split) runtime_->hostWriteFlag(p.pieceSlot(k).done, p.pieceSlot(k).value);
     }
+    release(p, true);
+    return;
   }
   Status st = p.call.run(p.map);
   if (!st.ok())
     fail(std::move(st.prepend("[" + name_ + "] " + p.call.what + " (stream-ordered): ")));
   release(p, true);
+}
+
+bool StreamAgent::waitReady(Pending& p, const StreamFlagSlot& s) {
+  while (
+      !runtime_->hostWaitFlag(s.ready, s.value, std::chrono::steady_clock::now() + kReadySlice)) {
+    std::unique_lock<std::mutex> lock(mu_);
+    if (aborted_) {
+      if (error_.ok())
+        error_ = AbortedError(p.call.what + ": not run: the communicator was aborted (" +
+                              abort_reason_ + ") while the call waited for its stream");
+      lock.unlock();
+      // Some streams may have written `ready`: their slots are still not reused (simplest).
+      release(p, false);
+      return false;
+    }
+  }
+  return true;
 }
 
 void StreamAgent::dropStaging(Pending& p, bool queued_into) {
@@ -382,7 +494,8 @@ void StreamAgent::setStagingCap(uint64_t bytes, std::chrono::milliseconds wait) 
 
 StreamAgent::StagingStats StreamAgent::stagingStats() {
   std::lock_guard<std::mutex> lock(staging_mu_);
-  return {staging_.size(), staging_bytes_, staging_waits_, staging_past_cap_, staging_cap_};
+  return {staging_.size(), staging_bytes_, staging_waits_, staging_past_cap_,
+          staging_cap_,    pieces_run_,    pieces_early_};
 }
 
 Result<StreamAgent::Staging*> StreamAgent::acquireStaging(size_t bytes, const std::string& what) {
@@ -483,12 +596,13 @@ Status StreamAgent::planStaging(Pending& p) {
   struct Region {
     uintptr_t start, end;
     bool read;
+    bool exact;  // one buffer's range (or several identical ones): copied piece by piece
   };
   std::vector<Region> regions;
   for (const StreamBuffer& b : p.call.buffers) {
     if (b.bytes == 0 || !b.info.onDevice()) continue;
     const auto s = reinterpret_cast<uintptr_t>(b.ptr);
-    regions.push_back({s, s + b.bytes, b.read});
+    regions.push_back({s, s + b.bytes, b.read, true});
   }
   if (regions.empty()) return Status::Ok();
   std::sort(regions.begin(), regions.end(),
@@ -496,6 +610,8 @@ Status StreamAgent::planStaging(Pending& p) {
   std::vector<Region> merged;
   for (const Region& r : regions) {
     if (!merged.empty() && r.start < merged.back().end) {
+      merged.back().exact =
+          merged.back().exact && r.start == merged.back().start && r.end == merged.back().end;
       merged.back().end = std::max(merged.back().end, r.end);
       merged.back().read = merged.back().read || r.read;
     } else {
@@ -517,12 +633,18 @@ Status StreamAgent::planStaging(Pending& p) {
     char* host = sb->data() + offset;
     p.map.ranges_.push_back({r.start, r.end, host});
     // Regions the call only writes are written whole: nothing to copy in.
-    if (r.read) p.in.emplace_back(host, reinterpret_cast<const void*>(r.start), r.end - r.start);
+    if (r.read) {
+      p.in.emplace_back(host, reinterpret_cast<const void*>(r.start), r.end - r.start);
+      p.in_sliced.push_back(r.exact);
+    }
     offset += padded(r.end - r.start);
   }
   for (const StreamBuffer& b : p.call.buffers)
     if (b.bytes > 0 && b.written && b.info.onDevice())
       p.out.emplace_back(const_cast<void*>(b.ptr), static_cast<const char*>(p.map(b.ptr)), b.bytes);
+  // In pieces with copies of their own: on one stream only (a group's calls run whole).
+  p.split = p.call.pieces >= 2 && p.call.run_piece && p.call.piece_bytes > 0 &&
+            p.call.streams.size() == 1;
   return Status::Ok();
 }
 

@@ -17,8 +17,9 @@
 // (CUDA_DEVICE_MAX_CONNECTIONS=1, as Megatron-LM sets it) a copy the agent queued on a stream of
 // its own would wait behind the user's stream's wait for `done`, which waits for the agent. Each
 // call in flight holds its own staging buffer (reused once its flag says the copies out ran). A
-// whole-buffer copy before the collective starts, not yet the chunked pipeline issue 39 asks for
-// across nodes (copies overlapping the wire). A call on several streams copies on the first, which
+// call in pieces (StreamCall::pieces: large element-wise collectives) is staged piece by piece,
+// each piece with flags of its own, so that its copies overlap the collective (the staging
+// pipeline). A call on several streams copies on the first, which
 // first waits for the others' `ready`; the others then wait for the staging buffer's flag (the
 // copies out), not for `done`. A staged call's copies in also wait for the previous staged call's
 // flag, so that calls on different streams keep their order for the data (as NCCL serialises a
@@ -78,6 +79,16 @@ struct StreamCall {
   std::vector<device::StreamHandle> streams;  // the streams it is ordered on (at least one)
   std::vector<StreamBuffer> buffers;
   std::function<Status(const HostPointers&)> run;
+  // Optional, for element-wise collectives (all-reduce, reduce, broadcast): the call as `pieces`
+  // (>= 2) calls on consecutive slices, run in order by run_piece(map, k) instead of `run`. Piece
+  // k covers bytes [k * piece_bytes, (k + 1) * piece_bytes) of every buffer (the last piece
+  // less). Staged on one stream, each piece has its own `ready` and `done`: its copies in come
+  // before its `ready`, its copies out after its `done`, so that the copies of one piece overlap
+  // the collective of its neighbours and the collective starts after the first piece's copy,
+  // not the whole buffer's. Otherwise the pieces run back to back after the call's `ready`.
+  size_t pieces = 0;
+  size_t piece_bytes = 0;
+  std::function<Status(const HostPointers&, size_t piece)> run_piece;
 };
 
 class StreamAgent {
@@ -125,10 +136,12 @@ class StreamAgent {
   static constexpr std::chrono::milliseconds kStagingCapWait{1000};
   void setStagingCap(uint64_t bytes, std::chrono::milliseconds wait = kStagingCapWait);
   // Staging buffers allocated, their bytes, how many submits waited for one, how many
-  // allocated past the cap after the bounded wait, and the cap itself (tests).
+  // allocated past the cap after the bounded wait, the cap itself, and the pieces of split calls
+  // run, of which how many started before the call's last piece was copied in (tests).
   struct StagingStats {
     size_t buffers = 0;
     uint64_t bytes = 0, waits = 0, past_cap = 0, cap = 0;
+    uint64_t pieces = 0, pieces_early = 0;
   };
   StagingStats stagingStats();
   // Stops the agent whatever the number of references to it (a thread polling the
@@ -166,10 +179,26 @@ class StreamAgent {
     // copies out (device buffer, staged copy, bytes), queued after `done` on streams[0].
     std::vector<std::tuple<char*, const void*, size_t>> in;
     std::vector<std::tuple<void*, const char*, size_t>> out;
+    // A call in pieces, staged on one stream (StreamCall::pieces): each piece's copies and flags
+    // of their own. piece_slots[k - 1] is piece k's pair (piece 0's is slots[0]). A region in
+    // `in` that is one buffer exactly is copied piece by piece; one merged from overlapping
+    // buffers is copied whole before piece 0 (in_sliced[j] says which).
+    bool split = false;
+    std::vector<StreamFlagSlot> piece_slots;
+    std::vector<bool> in_sliced;
+    const StreamFlagSlot& pieceSlot(size_t k) const {
+      return k == 0 ? slots[0] : piece_slots[k - 1];
+    }
   };
 
   void loop();
   void execute(Pending& p);
+  // Sleeps until `slot`'s `ready`; false after an abort (the error kept, `p` released).
+  bool waitReady(Pending& p, const StreamFlagSlot& slot);
+  // Queues a split call's pieces on streams[0]: piece k's copies in, then its `ready` (the
+  // slots taken here); then, for each piece, the wait for its `done` and its copies out.
+  Status queuePiecesIn(Pending& p);
+  Status queuePiecesOut(Pending& p);
   // On the submitting thread: the call's staging buffer and map (nothing queued yet).
   Status planStaging(Pending& p);
   // A free staging buffer of at least `bytes` data bytes, held for the caller (past the cap,
@@ -209,6 +238,7 @@ class StreamAgent {
   uint64_t staging_waits_ = 0;     // submits that waited for one past the cap
   uint64_t staging_past_cap_ = 0;  // submits that allocated past it after the bounded wait
   std::chrono::milliseconds staging_cap_wait_ = kStagingCapWait;
+  uint64_t pieces_run_ = 0, pieces_early_ = 0;  // split calls' pieces (StagingStats)
   // The last staged call's flag and value: the next staged call's copies in wait for it, so that
   // calls of one communicator on different streams stay in submission order for the data too (as
   // NCCL serialises a communicator's kernels): a call's copies in see the previous call's copies

@@ -409,7 +409,8 @@ Status EmulatedDevice::copyAsync(void* dst, const void* src, size_t bytes, Strea
   BRAID_ASSIGN_OR_RETURN(void* to, hostView(dst, bytes));
   BRAID_ASSIGN_OR_RETURN(void* from, hostView(src, bytes));
   return enqueue(s,
-                 [to, from, bytes] {
+                 [this, to, from, bytes, dst, src] {
+                   if (copy_hook_) copy_hook_(dst, src, bytes);
                    std::memmove(to, from, bytes);
                    return Status::Ok();
                  },

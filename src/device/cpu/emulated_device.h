@@ -80,6 +80,13 @@ class EmulatedDevice final : public DeviceRuntime {
   // the range runs past a device allocation.
   Result<void*> hostView(const void* p, size_t bytes);
 
+  // Emulated only (tests): called on a stream's worker before each copy runs, with the copy's
+  // device-side addresses (what copyAsync was given). Set before the copies are queued. A test
+  // holds a chosen copy back with it (the staging pipeline's: a piece runs before the last
+  // piece is copied in).
+  using CopyHook = std::function<void(const void* dst, const void* src, size_t bytes)>;
+  void setCopyHook(CopyHook hook) { copy_hook_ = std::move(hook); }
+
   // Emulated only: marks `s` as capturing a graph (checkStream then refuses it), as
   // cudaStreamBeginCapture would, so the refusal is tested without a GPU.
   Status setCapturing(StreamHandle s, bool capturing);
@@ -104,6 +111,7 @@ class EmulatedDevice final : public DeviceRuntime {
   size_t unsafeFrees() const { return unsafe_frees_.load(); }
 
  private:
+  CopyHook copy_hook_;
   struct Allocation {
     size_t size;
     char* backing;  // == the address in kHostMemory mode and for host-mapped memory
