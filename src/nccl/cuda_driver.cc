@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "device/device_runtime.h"
+#include "nccl/known_buffers.h"
 
 namespace braid::nccl {
 
@@ -32,7 +33,7 @@ void ProbeCudaDriver() {
 bool CopyToHost(void* dst, const void* src, size_t bytes) {
   device::DeviceRuntime* rt = device::ActiveDeviceRuntime();
   if (rt) {
-    auto info = rt->classify(src);
+    auto info = ClassifyBuffer(rt, src);
     if (info.ok() && info->onDevice()) {
       // The default stream: ordered after the work the program queued there, as cuMemcpyDtoH.
       return rt->copyAsync(dst, src, bytes, nullptr).ok() && rt->synchronize(nullptr).ok();

@@ -9,6 +9,7 @@
 
 #include "device/device_runtime.h"
 #include "nccl/cuda_driver.h"
+#include "nccl/known_buffers.h"
 #include "nccl/shim.h"
 
 using namespace braid::nccl;
@@ -21,6 +22,7 @@ struct Registration {
   ncclComm_t comm;
   void* buff;
   size_t size;
+  const void* allocation;  // the device allocation remembered for it (known_buffers.h), or null
 };
 
 // Live handles, so a bad or repeated deregistration is an error instead of a crash.
@@ -38,7 +40,17 @@ ncclResult_t Register(ncclComm_t comm, void* buff, size_t size, Registration** o
   NCCL_CHECK(CheckComm(comm, func));
   NCCL_CHECK(CheckPtr(buff, "buff", func));
   if (size == 0) return Fail(ncclInvalidArgument, std::string(func) + ": size is 0");
-  auto* reg = new Registration{comm, buff, size};
+  // The buffer's allocation is remembered until the deregistration, so calls on it need no
+  // driver query (NCCL requires a registered buffer to stay allocated until then).
+  const void* allocation = nullptr;
+  if (braid::device::DeviceRuntime* rt = braid::device::ActiveDeviceRuntime()) {
+    auto info = rt->classify(buff);
+    if (info.ok() && info->kind != braid::device::MemoryKind::kHost && info->base) {
+      RememberAllocation(*info);
+      allocation = info->base;
+    }
+  }
+  auto* reg = new Registration{comm, buff, size, allocation};
   std::lock_guard<std::mutex> lock(Handles().mu);
   Handles().live.insert(reg);
   *out = reg;
@@ -58,6 +70,7 @@ ncclResult_t Deregister(ncclComm_t comm, void* handle, const char* func) {
                                            "(or was already deregistered)");
     Handles().live.erase(it);
   }
+  if (reg->allocation) ForgetAllocation(reg->allocation);
   delete reg;
   return ncclSuccess;
 }
@@ -73,6 +86,9 @@ NCCL_API_EXPORT ncclResult_t pncclMemAlloc(void** ptr, size_t size) {
     auto p = rt->allocDevice(size);
     if (!p.ok())
       return Fail(ncclUnhandledCudaError, std::string(func) + ": " + p.status().message());
+    // Known until ncclMemFree: calls on it are classified without the driver.
+    auto info = rt->classify(*p);
+    if (info.ok()) RememberAllocation(*info);
     *ptr = *p;
     return ncclSuccess;
   }
@@ -93,8 +109,9 @@ NCCL_WEAK_ALIAS(ncclResult_t, ncclMemAlloc, (void** ptr, size_t size))
 NCCL_API_EXPORT ncclResult_t pncclMemFree(void* ptr) {
   if (!ptr) return ncclSuccess;
   if (braid::device::DeviceRuntime* rt = braid::device::ActiveDeviceRuntime()) {
-    auto info = rt->classify(ptr);
+    auto info = ClassifyBuffer(rt, ptr);
     if (info.ok() && info->onDevice()) {
+      ForgetAllocation(ptr, /*all=*/true);
       braid::Status st = rt->freeDevice(ptr);
       if (!st.ok()) return Fail(ncclUnhandledCudaError, "ncclMemFree: " + st.message());
       return ncclSuccess;

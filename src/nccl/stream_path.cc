@@ -115,13 +115,13 @@ bool SubmitIfDevice(device::DeviceRuntime* rt, ncclComm_t comm, cudaStream_t str
                     const char* func, std::initializer_list<BufferUse> buffers,
                     const std::function<StreamRun()>& make_run, ncclResult_t* result,
                     const PieceForm& pieces) {
-  // Once per call and buffer: what the buffer is (no cache yet; see docs/gpu.md).
+  // Once per call and buffer: what the buffer is (from the known allocations, else the driver).
   std::array<StreamBuffer, 4> found{};
   size_t n = 0;
   bool device = false;
   for (const BufferUse& b : buffers) {
     if (!b.ptr || b.bytes == 0 || n == found.size()) continue;
-    auto info = rt->classify(b.ptr);
+    auto info = ClassifyBuffer(rt, b.ptr);
     if (!info.ok()) {
       *result = Fail(ncclUnhandledCudaError,
                      std::string(func) + ": cannot classify a buffer: " + info.status().message());

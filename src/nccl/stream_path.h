@@ -21,6 +21,7 @@
 
 #include "core/runtime/stream_agent.h"
 #include "device/device_runtime.h"
+#include "nccl/known_buffers.h"
 #include "nccl/shim.h"
 
 namespace braid::nccl {
@@ -56,7 +57,7 @@ ncclResult_t BeforeHostCall(ncclComm_t comm, const char* func);
 inline bool IsDeviceBuffer(const void* p) {
   device::DeviceRuntime* rt = device::ActiveDeviceRuntime();
   if (!rt || !p) return false;
-  auto info = rt->classify(p);
+  auto info = ClassifyBuffer(rt, p);
   return info.ok() && info->onDevice();
 }
 

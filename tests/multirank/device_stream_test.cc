@@ -26,6 +26,7 @@
 #include "device/cpu/emulated_device.h"
 #include "multirank/harness.h"
 #include "nccl.h"
+#include "nccl/known_buffers.h"
 #include "nccl/stream_path.h"
 
 using braid::device::EmulatedDevice;
@@ -1037,6 +1038,63 @@ TEST(DeviceStream, PiecesCutDifferentlyFailEveryRank) {
     CHECK_OR_FAIL(msg.find("piece 1 of") != std::string::npos, "message: %s", msg.c_str());
     CHECK_OR_FAIL(ncclCommDestroy(comm) == ncclSuccess, "destroy");
     CHECK_OR_FAIL(dev->destroyStream(stream).ok(), "destroyStream");
+    return 0;
+  });
+  EXPECT_TRUE(AllSucceeded(out)) << DescribeOutcomes(out);
+}
+
+// Allocations whose lifetime the shim sees are classified from its table, not by the runtime:
+// ncclMemAlloc'd memory until ncclMemFree, a registered buffer until its deregistration. A
+// buffer the shim never saw allocated is asked about every call. Results stay exact throughout.
+TEST(DeviceStream, KnownAllocationsAreClassifiedWithoutTheRuntime) {
+  auto out = RunJob(Job(2, "emulated"), [](braidComm_t, int rank, int nranks,
+                                           const braidUniqueId& id) {
+    ncclComm_t comm = nullptr;
+    EmulatedDevice* dev = nullptr;
+    if (InitNccl(id, rank, nranks, &comm, &dev) != 0) return 1;
+    using braid::nccl::KnownAllocationCounts;
+    const size_t n = 64;
+    void* mem = nullptr;
+    CHECK_OR_FAIL(ncclMemAlloc(&mem, n * 4) == ncclSuccess, "ncclMemAlloc");
+    void* raw = *dev->allocDevice(n * 4);
+    cudaStream_t stream = static_cast<cudaStream_t>(*dev->createStream());
+    // Ten in-place all-reduces on `buf`; returns the table's hits they made.
+    auto calls = [&](void* buf, const char* what) -> int64_t {
+      std::memset(View<int32_t>(dev, buf, n), 0, n * 4);
+      const uint64_t before = KnownAllocationCounts().hits;
+      for (int k = 0; k < 10; ++k) {
+        if (k == 0) {
+          int32_t* p = View<int32_t>(dev, buf, n);
+          for (size_t i = 0; i < n; ++i) p[i] = static_cast<int32_t>(rank + i);
+        }
+        if (ncclAllReduce(buf, buf, n, ncclInt32, ncclSum, comm, stream) != ncclSuccess) return -1;
+      }
+      if (!dev->synchronize(stream).ok()) return -1;
+      const int32_t* p = View<int32_t>(dev, buf, n);
+      for (size_t i = 0; i < n; ++i) {
+        int64_t v = 0;
+        for (int r = 0; r < nranks; ++r) v += r + static_cast<int64_t>(i);
+        for (int k = 1; k < 10; ++k) v *= nranks;
+        if (p[i] != static_cast<int32_t>(v)) {
+          std::fprintf(stderr, "[rank %d] %s: element %zu is %d\n", rank, what, i, p[i]);
+          return -1;
+        }
+      }
+      return static_cast<int64_t>(KnownAllocationCounts().hits - before);
+    };
+    // Two buffers a call (send and receive), ten calls.
+    CHECK_OR_FAIL(calls(mem, "ncclMemAlloc'd") == 20, "ncclMemAlloc'd buffer: not from the table");
+    CHECK_OR_FAIL(calls(raw, "unregistered") == 0, "unregistered buffer: from the table");
+    void* handle = nullptr;
+    CHECK_OR_FAIL(ncclCommRegister(comm, raw, n * 4, &handle) == ncclSuccess, "register");
+    CHECK_OR_FAIL(calls(raw, "registered") == 20, "registered buffer: not from the table");
+    CHECK_OR_FAIL(ncclCommDeregister(comm, handle) == ncclSuccess, "deregister");
+    CHECK_OR_FAIL(calls(raw, "deregistered") == 0, "deregistered buffer: still in the table");
+    const size_t known = KnownAllocationCounts().allocations;
+    CHECK_OR_FAIL(ncclMemFree(mem) == ncclSuccess, "ncclMemFree");
+    CHECK_OR_FAIL(KnownAllocationCounts().allocations == known - 1, "freed memory still known");
+    CHECK_OR_FAIL(ncclCommDestroy(comm) == ncclSuccess, "destroy");
+    CHECK_OR_FAIL(dev->destroyStream(stream).ok() && dev->freeDevice(raw).ok(), "free");
     return 0;
   });
   EXPECT_TRUE(AllSucceeded(out)) << DescribeOutcomes(out);
