@@ -116,7 +116,6 @@ EmulatedDevice::Allocations::iterator EmulatedDevice::allocationAt(uintptr_t add
 }
 
 Result<PointerInfo> EmulatedDevice::classify(const void* p) {
-  classify_calls_.fetch_add(1, std::memory_order_relaxed);
   PointerInfo info;
   std::lock_guard<std::mutex> lock(mu_);
   auto it = allocationAt(reinterpret_cast<uintptr_t>(p));

@@ -109,8 +109,6 @@ class EmulatedDevice final : public DeviceRuntime {
   // writeValue32 on it stored could be refused (braid frees a staging buffer only behind a later
   // op of the same stream, and never frees a flag).
   size_t unsafeFrees() const { return unsafe_frees_.load(); }
-  // classify() calls so far (tests: what a cache of classifications saves).
-  uint64_t classifyCalls() const { return classify_calls_.load(); }
 
  private:
   CopyHook copy_hook_;
@@ -150,7 +148,6 @@ class EmulatedDevice final : public DeviceRuntime {
   Stream* default_stream_ = nullptr;
   std::atomic<int> blocked_waits_{0};
   std::atomic<size_t> unsafe_frees_{0};
-  std::atomic<uint64_t> classify_calls_{0};
 };
 
 }  // namespace braid::device
