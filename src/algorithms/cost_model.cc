@@ -1,4 +1,5 @@
 #include "algorithms/cost_model.h"
+#include "algorithms/device_staging.h"
 #include "algorithms/lowering.h"
 
 #include <algorithm>
@@ -151,6 +152,13 @@ double OneSidedOpSeconds(const RankSchedule& s, const StepOp& op, const LinkMode
       (ReadsSrcKind(op.kind) && across(op.src)) || (ReadsSrc2Kind(op.kind) && across(op.src2));
   if (pulled) return model.cross_memory.alpha_s + bytes / model.cross_memory.beta_bytes_s;
   return bytes / model.board.beta_bytes_s;
+}
+
+double StagingCopySeconds(const RankSchedule& s, const StepOp& op, const LinkModel& model) {
+  if (!IsStagingCopy(s, op)) return 0;
+  const auto bytes =
+      static_cast<double>(op.src.count * DataTypeSize(s.buffers[op.src.buffer].dtype));
+  return model.staging.alpha_s + bytes / model.staging.beta_bytes_s;
 }
 
 // Rank 0's one-sided schedule walked in order: its data ops at their cost, a wait for a peer's

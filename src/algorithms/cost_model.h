@@ -61,6 +61,9 @@ inline int64_t TreePartner(int64_t r, int64_t d, int64_t n) {
 // priced (they are the call: a one-shot all-reduce is copies), a two-sided schedule's are free.
 bool IsOneSidedSchedule(const RankSchedule& s);
 double OneSidedOpSeconds(const RankSchedule& s, const StepOp& op, const LinkModel& model);
+// Seconds of a staging copy (device_staging.h: a kCopy between memory types) on
+// model.staging; 0 for any other op.
+double StagingCopySeconds(const RankSchedule& s, const StepOp& op, const LinkModel& model);
 
 // Whether args.layout puts every rank on one node (or there is no layout).
 inline bool OnOneNode(const CollArgs& args) {

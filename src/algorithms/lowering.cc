@@ -4,6 +4,7 @@
 #include <string>
 
 #include "algorithms/codec.h"
+#include "algorithms/device_staging.h"
 #include "algorithms/schedule_builder.h"
 
 namespace braid {
@@ -206,6 +207,8 @@ uint16_t AddBuffer(RankSchedule& s, DataType dtype, uint64_t count) {
 }
 
 Result<RankSchedule> BuildSchedule(const Algorithm& algo, const CollArgs& args, int rank) {
+  // Device buffers: the staged form, whose host part comes back here.
+  if (args.memory != MemoryType::kHost) return BuildStagedSchedule(algo, args, rank);
   const bool reduction = args.kind == CollKind::kAllReduce ||
                          args.kind == CollKind::kReduceScatter || args.kind == CollKind::kReduce;
   if ((args.premul || args.avg) && (!reduction || args.op != ReduceOp::kSum))
@@ -373,6 +376,18 @@ Status CheckScheduleStructure(const RankSchedule& s, int rank, int nranks,
         if (ReadsSrc2Kind(op.kind) && !slice_ok(op.src2))
           return InternalError(where() + bounds(op.src2));
         if (writes && !slice_ok(op.dst)) return InternalError(where() + bounds(op.dst));
+        // Device memory is touched by the staging copies alone (device_staging.h): no transport
+        // and no host kernel may dereference it.
+        auto device = [&](const Slice& sl) {
+          return s.buffers[sl.buffer].memory != MemoryType::kHost;
+        };
+        const bool on_device = (reads && device(op.src)) ||
+                               (ReadsSrc2Kind(op.kind) && device(op.src2)) ||
+                               (writes && device(op.dst));
+        if (on_device && !(op.kind == StepOpKind::kCopy && device(op.src) != device(op.dst)))
+          return InternalError(where() +
+                               "touches device memory, which only a staging copy (device to host "
+                               "or host to device) may");
         if (Status st = CheckRemoteSlices(s, op, rank, nranks); !st.ok())
           return InternalError(where() + st.message());
         if (IsQuantizeKind(op.kind) != (op.codec != CodecId::kNone))

@@ -271,6 +271,9 @@ struct CollArgs {
   bool premul = false;
   bool avg = false;
   MemoryType memory = MemoryType::kHost;  // where the user's buffers live
+  // Device buffers (memory != kHost) are staged through host memory (algorithms/
+  // device_staging.h); an element-wise collective larger than this runs in pieces of it (0: whole).
+  uint64_t staging_piece_bytes = 0;
   // A quantized collective (braidAllGatherQuantized, braidReduceScatterQuantized): the block
   // codec its data travels in. kNone for every other call; only the quantized builders (qwz,
   // qgz) serve a request that names one, and they serve nothing else.

@@ -432,12 +432,18 @@ class Simulation {
           out->code.push_back(std::bit_cast<uint64_t>(x));
           ++nxfers;
         }
-        if (one_sided) {
+        // Staging copies of device buffers (device_staging.h) take time of their own, as a
+        // one-sided step's data ops do.
+        double staging = 0;
+        for (const StepOp& op : steps[k].ops) staging += StagingCopySeconds(s, op, m_);
+        const bool timed = one_sided || staging > 0;
+        if (timed) {
           // Its data ops' seconds and its signals and waits (cost_model.h prices them).
           const size_t count_at = out->code.size();
           out->code.push_back(0);
-          double work = 0;
-          for (const StepOp& op : steps[k].ops) work += OneSidedOpSeconds(s, op, m_);
+          double work = staging;
+          if (one_sided)
+            for (const StepOp& op : steps[k].ops) work += OneSidedOpSeconds(s, op, m_);
           out->code.push_back(std::bit_cast<uint64_t>(work));
           uint64_t nsw = 0;
           for (const StepOp& op : steps[k].ops) {
@@ -451,7 +457,7 @@ class Simulation {
           }
           out->code[count_at] = nsw;
         }
-        out->code[header] = StepHeader(nxfers, steps[k].deps.size(), one_sided);
+        out->code[header] = StepHeader(nxfers, steps[k].deps.size(), timed);
       }
       out->lane_words.push_back(out->code.size() - lane_begin);
     }

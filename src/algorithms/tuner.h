@@ -69,6 +69,11 @@ struct LinkModel {
   // (about 0.1 us); CUDA IPC and RDMA writes will add theirs.
   LinkParams board{0.5e-6, 10e9};
   LinkParams cross_memory{2e-6, 7.5e9};
+  // A staging copy between device memory and pinned host memory (device_staging.h: the NCCL
+  // shim's stream agent copies device buffers in and out around a host collective). alpha: the
+  // stream's flag round trip with the agent (which polls with naps of up to 200 us); beta: one
+  // direction of a PCIe 4 x16 copy engine. Defaults until a GPU session measures them.
+  LinkParams staging{10e-6, 20e9};
   // Whether the ranks of a node talk over TCP (every rank's first transport is tcp, e.g.
   // BRAID_TRANSPORTS=tcp), not shared memory: a round then costs system calls and wake-ups far
   // beyond its calibrated alpha, so algorithms that only save rounds pay there (Algorithm::

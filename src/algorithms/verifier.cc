@@ -265,7 +265,9 @@ class SymbolicRun {
         Status st = s.status();
         return st.prepend(prefix_ + "build(rank " + std::to_string(r) + "): ");
       }
-      if (!p2p_ && static_cast<int>(s->channels.size()) > a_.nchannels)
+      // A staged call's channel 0 is its device stream (device_staging.h), not an engine channel.
+      const int channels = a_.nchannels + (a_.memory != MemoryType::kHost ? 1 : 0);
+      if (!p2p_ && static_cast<int>(s->channels.size()) > channels)
         return InternalError(prefix_ + "rank " + std::to_string(r) + " uses " +
                              std::to_string(s->channels.size()) + " channels, more than nchannels");
       // Edges and cycles first: the clocks below assume an acyclic graph.
