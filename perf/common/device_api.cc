@@ -118,6 +118,8 @@ bool LoadNccl(DeviceApi* a, std::string* why) {
            Need{Bind(lib, &n.redOpCreatePreMulSum, {"ncclRedOpCreatePreMulSum"}),
                 "ncclRedOpCreatePreMulSum"},
            Need{Bind(lib, &n.redOpDestroy, {"ncclRedOpDestroy"}), "ncclRedOpDestroy"},
+           Need{Bind(lib, &n.commGetAsyncError, {"ncclCommGetAsyncError"}),
+                "ncclCommGetAsyncError"},
        }) {
     if (!x.ok) {
       *why = a->libnccl + " has no " + x.name;

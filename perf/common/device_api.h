@@ -55,6 +55,7 @@ struct NcclApi {
   decltype(&ncclGroupEnd) groupEnd = nullptr;
   decltype(&ncclRedOpCreatePreMulSum) redOpCreatePreMulSum = nullptr;
   decltype(&ncclRedOpDestroy) redOpDestroy = nullptr;
+  decltype(&ncclCommGetAsyncError) commGetAsyncError = nullptr;
 };
 
 struct DeviceApi {

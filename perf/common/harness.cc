@@ -204,7 +204,14 @@ class RankRunner {
     checkCuda(api_->cu.streamDestroy(stream_), "cuStreamDestroy");
   }
 
-  void syncStream(const char* what) { checkCuda(api_->cu.streamSynchronize(stream_), what); }
+  // Synchronises the stream, then asks for the communicator's asynchronous error: a stream-ordered
+  // call that failed released its stream (braid) and must not pass for a fast one.
+  void syncStream(const char* what) {
+    checkCuda(api_->cu.streamSynchronize(stream_), what);
+    ncclResult_t async = ncclSuccess;
+    checkNccl(api_->nccl.commGetAsyncError(nccl_, &async), "ncclCommGetAsyncError");
+    checkNccl(async, "a stream-ordered call (asynchronous error)");
+  }
 
   // Queues a copy on this rank's stream (ordered with its NCCL calls).
   void queueCopy(void* dst, const void* src, size_t bytes, const char* what) {

@@ -112,7 +112,16 @@ NCCL_API_EXPORT ncclResult_t pncclAllReduce(const void* sendbuff, void* recvbuff
                                   B(datatype), B(op), B(comm));
           }))
     return res;
-  return FromBraid(braidAllReduce(sendbuff, recvbuff, count, B(datatype), B(op), B(comm)), func);
+  const size_t elt = TypeSize(datatype);
+  return FromBraid(
+      RunHostCall(
+          comm, count, elt,
+          [&] { return braidAllReduce(sendbuff, recvbuff, count, B(datatype), B(op), B(comm)); },
+          [&](size_t first, size_t n) {
+            return braidAllReduce(At(sendbuff, first * elt), At(recvbuff, first * elt), n,
+                                  B(datatype), B(op), B(comm));
+          }),
+      func);
 }
 NCCL_WEAK_ALIAS(ncclResult_t, ncclAllReduce,
                 (const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
@@ -146,7 +155,16 @@ NCCL_API_EXPORT ncclResult_t pncclReduce(const void* sendbuff, void* recvbuff, s
                                B(datatype), B(op), root, B(comm));
           }))
     return res;
-  return FromBraid(braidReduce(sendbuff, recvbuff, count, B(datatype), B(op), root, B(comm)), func);
+  const size_t elt = TypeSize(datatype);
+  return FromBraid(
+      RunHostCall(
+          comm, count, elt,
+          [&] { return braidReduce(sendbuff, recvbuff, count, B(datatype), B(op), root, B(comm)); },
+          [&](size_t first, size_t n) {
+            return braidReduce(At(sendbuff, first * elt), At(recvbuff, first * elt), n, B(datatype),
+                               B(op), root, B(comm));
+          }),
+      func);
 }
 NCCL_WEAK_ALIAS(ncclResult_t, ncclReduce,
                 (const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
@@ -179,7 +197,16 @@ NCCL_API_EXPORT ncclResult_t pncclBroadcast(const void* sendbuff, void* recvbuff
                                   B(datatype), root, B(comm));
           }))
     return res;
-  return FromBraid(braidBroadcast(sendbuff, recvbuff, count, B(datatype), root, B(comm)), func);
+  const size_t elt = TypeSize(datatype);
+  return FromBraid(
+      RunHostCall(
+          comm, count, elt,
+          [&] { return braidBroadcast(sendbuff, recvbuff, count, B(datatype), root, B(comm)); },
+          [&](size_t first, size_t n) {
+            return braidBroadcast(At(sendbuff, first * elt), At(recvbuff, first * elt), n,
+                                  B(datatype), root, B(comm));
+          }),
+      func);
 }
 NCCL_WEAK_ALIAS(ncclResult_t, ncclBroadcast,
                 (const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
@@ -205,7 +232,16 @@ NCCL_API_EXPORT ncclResult_t pncclBcast(void* buff, size_t count, ncclDataType_t
             return braidBroadcast(h(p), h(p), n, B(datatype), root, B(comm));
           }))
     return res;
-  return FromBraid(braidBroadcast(buff, buff, count, B(datatype), root, B(comm)), func);
+  const size_t elt = TypeSize(datatype);
+  return FromBraid(
+      RunHostCall(
+          comm, count, elt,
+          [&] { return braidBroadcast(buff, buff, count, B(datatype), root, B(comm)); },
+          [&](size_t first, size_t n) {
+            void* p = At(buff, first * elt);
+            return braidBroadcast(p, p, n, B(datatype), root, B(comm));
+          }),
+      func);
 }
 NCCL_WEAK_ALIAS(ncclResult_t, ncclBcast,
                 (void* buff, size_t count, ncclDataType_t datatype, int root, ncclComm_t comm,

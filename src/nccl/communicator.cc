@@ -201,6 +201,9 @@ NCCL_API_EXPORT ncclResult_t pncclCommDestroy(ncclComm_t comm) {
   // The stream agent finishes the calls queued on it first (NCCL's destroy also waits for them),
   // and stops even when another thread holds a reference to it.
   ShutdownStreamAgent(comm, false, "");
+  // As NCCL, a destroy releases the communicator's registrations (and the classifications they
+  // kept: the buffers may be freed next).
+  DropRegistrations(comm);
   return FromBraid(braidCommDestroy(B(comm)), "ncclCommDestroy");
 }
 NCCL_WEAK_ALIAS(ncclResult_t, ncclCommDestroy, (ncclComm_t comm))
@@ -213,6 +216,7 @@ NCCL_API_EXPORT ncclResult_t pncclCommAbort(ncclComm_t comm) {
   if (agent) agent->abort("ncclCommAbort");
   ncclResult_t r = FromBraid(braidCommAbort(B(comm)), "ncclCommAbort");
   if (agent) agent->shutdown(true, "ncclCommAbort");  // joins whoever else holds a reference
+  DropRegistrations(comm);
   return r;
 }
 NCCL_WEAK_ALIAS(ncclResult_t, ncclCommAbort, (ncclComm_t comm))

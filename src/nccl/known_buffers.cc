@@ -36,7 +36,11 @@ void RememberAllocation(const device::PointerInfo& info) {
   std::unique_lock<std::shared_mutex> lock(k.mu);
   const auto base = reinterpret_cast<uintptr_t>(info.base);
   auto [it, added] = k.by_base.try_emplace(base, Entry{base + info.size, info, 0});
-  if (!added && it->second.end != base + info.size) it->second = Entry{base + info.size, info, 0};
+  // The runtime's answer of now wins over an entry left at this address (a use of it that ended
+  // without its free being seen): its range and its kind.
+  if (!added && it->second.end != base + info.size) it->second.refs = 0;
+  it->second.end = base + info.size;
+  it->second.info = info;
   ++it->second.refs;
   k.count.store(k.by_base.size(), std::memory_order_release);
 }

@@ -6,6 +6,7 @@
 #include <mutex>
 #include <string>
 #include <unordered_set>
+#include <vector>
 
 #include "device/device_runtime.h"
 #include "nccl/cuda_driver.h"
@@ -76,6 +77,25 @@ ncclResult_t Deregister(ncclComm_t comm, void* handle, const char* func) {
 }
 
 }  // namespace
+
+void braid::nccl::DropRegistrations(ncclComm_t comm) {
+  std::vector<Registration*> mine;
+  {
+    std::lock_guard<std::mutex> lock(Handles().mu);
+    for (auto it = Handles().live.begin(); it != Handles().live.end();) {
+      if ((*it)->comm == comm) {
+        mine.push_back(*it);
+        it = Handles().live.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+  for (Registration* reg : mine) {
+    if (reg->allocation) ForgetAllocation(reg->allocation);
+    delete reg;
+  }
+}
 
 NCCL_API_EXPORT ncclResult_t pncclMemAlloc(void** ptr, size_t size) {
   const char* func = "ncclMemAlloc";

@@ -96,4 +96,10 @@ int GroupDepth();
 // (a recorded call may still read it).
 void FreeAfterGroup(void* p);
 
+// ------------------------------------------------------------------ registrations
+
+// Drops `comm`'s buffer and window registrations (memory.cc): a destroy or an abort releases
+// them, as NCCL's does, so that a program need not deregister before it destroys.
+void DropRegistrations(ncclComm_t comm);
+
 }  // namespace braid::nccl

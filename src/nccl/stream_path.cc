@@ -102,6 +102,13 @@ ncclResult_t MixedGroup(const char* func) {
 
 }  // namespace
 
+uint64_t PieceBytesFor(ncclComm_t comm, size_t bytes) {
+  if (bytes <= kMinStagingChunkBytes) return 0;  // no piece size cuts it: no lookup
+  CommRef c = LookupComm(B(comm));
+  const uint64_t chunk = c ? c->config().staging_chunk_bytes : 0;
+  return chunk > 0 && bytes > chunk ? chunk : 0;
+}
+
 StreamAgent::StagingStats StagingStatsOf(ncclComm_t comm) {
   std::shared_ptr<StreamAgent> agent = FindAgent(comm);
   return agent ? agent->stagingStats() : StreamAgent::StagingStats{};
@@ -156,7 +163,22 @@ bool SubmitIfDevice(device::DeviceRuntime* rt, ncclComm_t comm, cudaStream_t str
       *result = Report(st, func);
       return true;
     }
-    g.device_calls.push_back(GroupedCall{comm, stream, func, std::move(bufs), make_run()});
+    // Cut as outside a group (PieceBytesFor): the pieces run one after another in the group's
+    // job, so that a rank that groups the call runs the collectives a rank that does not runs.
+    StreamRun run = make_run();
+    if (pieces.make) {
+      if (const uint64_t chunk = PieceBytesFor(comm, pieces.count * pieces.elt_size)) {
+        const size_t per = std::max<size_t>(1, chunk / pieces.elt_size);
+        run = [piece = pieces.make(), per, count = pieces.count](const HostPointers& h) {
+          for (size_t first = 0; first < count; first += per) {
+            const braidResult_t r = piece(h, first, std::min(per, count - first));
+            if (r != braidSuccess) return r;
+          }
+          return braidSuccess;
+        };
+      }
+    }
+    g.device_calls.push_back(GroupedCall{comm, stream, func, std::move(bufs), std::move(run)});
     *result = ncclSuccess;
     return true;
   }
@@ -167,9 +189,8 @@ bool SubmitIfDevice(device::DeviceRuntime* rt, ncclComm_t comm, cudaStream_t str
   call.run = [run = make_run()](const HostPointers& h) { return FromResult(run(h)); };
   // Large element-wise calls in pieces (the staging pipeline): the piece size is the
   // communicator's, whole elements; every rank cuts the same count the same way.
-  CommRef c = pieces.make ? LookupComm(B(comm)) : nullptr;
-  const uint64_t chunk = c ? c->config().staging_chunk_bytes : 0;
-  if (chunk > 0 && pieces.elt_size > 0 && pieces.count * pieces.elt_size > chunk) {
+  const uint64_t chunk = pieces.make ? PieceBytesFor(comm, pieces.count * pieces.elt_size) : 0;
+  if (chunk > 0 && pieces.elt_size > 0) {
     const size_t per = std::max<size_t>(1, chunk / pieces.elt_size);
     call.pieces = (pieces.count + per - 1) / per;
     call.piece_bytes = per * pieces.elt_size;

@@ -13,6 +13,7 @@
 // own copies) touch it.
 #pragma once
 
+#include <algorithm>
 #include <functional>
 #include <initializer_list>
 #include <memory>
@@ -63,6 +64,27 @@ inline bool IsDeviceBuffer(const void* p) {
 
 // Set while any communicator has a stream agent: host calls then check for one.
 bool AnyStreamAgent();
+
+// The piece size of an element-wise call of `bytes` bytes on `comm` (0: run it whole): the
+// communicator's BRAID_STAGING_CHUNK_BYTES (rank 0's, agreed at init) when the call is larger.
+// Every path cuts alike (the stream path, groups, host buffers), so that ranks whose buffers or
+// grouping differ still run the same collectives.
+uint64_t PieceBytesFor(ncclComm_t comm, size_t bytes);
+
+// A host-buffer element-wise call, cut as PieceBytesFor says: `piece(first, n)` for each piece of
+// `count` elements of `elt_size` bytes in order, or `whole()`.
+template <typename Whole, typename Piece>
+braidResult_t RunHostCall(ncclComm_t comm, size_t count, size_t elt_size, Whole&& whole,
+                          Piece&& piece) {
+  const uint64_t piece_bytes = PieceBytesFor(comm, count * elt_size);
+  if (piece_bytes == 0) return whole();
+  const size_t per = std::max<size_t>(1, piece_bytes / elt_size);
+  for (size_t first = 0; first < count; first += per) {
+    const braidResult_t r = piece(first, std::min(per, count - first));
+    if (r != braidSuccess) return r;
+  }
+  return braidSuccess;
+}
 
 // The staging figures of `comm`'s stream agent (tests); all zero before its first device call.
 StreamAgent::StagingStats StagingStatsOf(ncclComm_t comm);

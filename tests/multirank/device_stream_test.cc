@@ -941,17 +941,17 @@ TEST(DeviceStream, StagingCapIsTheOneInitRead) {
   EXPECT_TRUE(AllSucceeded(out)) << DescribeOutcomes(out);
 }
 
-// Large element-wise calls run in pieces (BRAID_STAGING_CHUNK_BYTES, 256 bytes here): all-reduce
-// out of place and in place, reduce, broadcast and ncclBcast on 1000 int32 (16 pieces, the last
-// short), 3 ranks, bit-exact; the agent counts the pieces it ran.
+// Large element-wise calls run in pieces (BRAID_STAGING_CHUNK_BYTES, 64K here): all-reduce out of
+// place and in place, reduce, broadcast and ncclBcast on 40000 int32 (3 pieces, the last short),
+// 3 ranks, bit-exact; the agent counts the pieces it ran.
 TEST(DeviceStream, LargeCallsRunInPiecesBitExact) {
   JobOptions job = Job(3, "emulated");
-  job.env.push_back({"BRAID_STAGING_CHUNK_BYTES", "256"});
+  job.env.push_back({"BRAID_STAGING_CHUNK_BYTES", "64K"});
   auto out = RunJob(job, [](braidComm_t, int rank, int nranks, const braidUniqueId& id) {
     ncclComm_t comm = nullptr;
     EmulatedDevice* dev = nullptr;
     if (InitNccl(id, rank, nranks, &comm, &dev) != 0) return 1;
-    const size_t n = 1000;
+    const size_t n = 40000;
     void* send = *dev->allocDevice(n * 4);
     void* recv = *dev->allocDevice(n * 4);
     cudaStream_t stream = static_cast<cudaStream_t>(*dev->createStream());
@@ -1005,9 +1005,9 @@ TEST(DeviceStream, LargeCallsRunInPiecesBitExact) {
     for (size_t i = 0; i < n; ++i)
       CHECK_OR_FAIL(View<int32_t>(dev, recv, n)[i] == V(root, 6, i), "bcast element %zu", i);
     const auto stats = braid::nccl::StagingStatsOf(comm);
-    // 16 pieces per call; the reduce's receive buffer is staged on the root only, but every rank
+    // 3 pieces per call; the reduce's receive buffer is staged on the root only, but every rank
     // stages its send buffer, so every rank runs every call in pieces.
-    CHECK_OR_FAIL(stats.pieces == 5 * 16, "%llu pieces, not 80",
+    CHECK_OR_FAIL(stats.pieces == 5 * 3, "%llu pieces, not 15",
                   static_cast<unsigned long long>(stats.pieces));
     CHECK_OR_FAIL(ncclCommDestroy(comm) == ncclSuccess, "destroy");
     CHECK_OR_FAIL(dev->destroyStream(stream).ok(), "destroyStream");
@@ -1017,29 +1017,83 @@ TEST(DeviceStream, LargeCallsRunInPiecesBitExact) {
   EXPECT_TRUE(AllSucceeded(out)) << DescribeOutcomes(out);
 }
 
-// Ranks that cut a call differently (BRAID_STAGING_CHUNK_BYTES differs) fail it as a count
-// mismatch on every rank, the streams released: an error, never wrong data or a hang.
-TEST(DeviceStream, PiecesCutDifferentlyFailEveryRank) {
-  auto out = RunJob(Job(2, "emulated"), [](braidComm_t, int rank, int nranks,
-                                           const braidUniqueId& id) {
-    setenv("BRAID_STAGING_CHUNK_BYTES", rank == 0 ? "256" : "512", 1);
-    ncclComm_t comm = nullptr;
-    EmulatedDevice* dev = nullptr;
-    if (InitNccl(id, rank, nranks, &comm, &dev) != 0) return 1;
-    void* buf = *dev->allocDevice(4096);
-    cudaStream_t stream = static_cast<cudaStream_t>(*dev->createStream());
-    CHECK_OR_FAIL(ncclAllReduce(buf, buf, 1024, ncclInt32, ncclSum, comm, stream) == ncclSuccess,
-                  "the call is queued");
-    CHECK_OR_FAIL(dev->synchronize(stream).ok(), "the stream is released");
-    ncclResult_t async = ncclSuccess;
-    CHECK_OR_FAIL(ncclCommGetAsyncError(comm, &async) == ncclSuccess, "GetAsyncError");
-    CHECK_OR_FAIL(async == ncclInvalidUsage, "async error %d", static_cast<int>(async));
-    const std::string msg = ncclGetLastError(comm);
-    CHECK_OR_FAIL(msg.find("piece 1 of") != std::string::npos, "message: %s", msg.c_str());
-    CHECK_OR_FAIL(ncclCommDestroy(comm) == ncclSuccess, "destroy");
-    CHECK_OR_FAIL(dev->destroyStream(stream).ok(), "destroyStream");
-    return 0;
-  });
+// Every rank cuts a large call alike, whatever its path: rank 0's BRAID_STAGING_CHUNK_BYTES wins
+// (rank 1 asks for another), and a rank whose buffers are host memory (the host path), a rank
+// that groups the call and a rank on device buffers run the same pieces: 3 ranks, all-reduce of
+// 100000 int32 (7 pieces of 64K), then a broadcast, bit-exact on every rank.
+TEST(DeviceStream, EveryPathCutsALargeCallAlike) {
+  auto out =
+      RunJob(Job(3, "emulated"), [](braidComm_t, int rank, int nranks, const braidUniqueId& id) {
+        setenv("BRAID_STAGING_CHUNK_BYTES", rank == 1 ? "256K" : "64K", 1);
+        ncclComm_t comm = nullptr;
+        EmulatedDevice* dev = nullptr;
+        if (InitNccl(id, rank, nranks, &comm, &dev) != 0) return 1;
+        const size_t n = 100000;
+        std::vector<int32_t> host(n);
+        void* device = *dev->allocDevice(n * 4);
+        cudaStream_t stream = static_cast<cudaStream_t>(*dev->createStream());
+        // Rank 0: host buffers; rank 1: device buffers in a group; rank 2: device buffers.
+        int32_t* data = rank == 0 ? host.data() : View<int32_t>(dev, device, n);
+        void* buf = rank == 0 ? static_cast<void*>(host.data()) : device;
+        for (size_t i = 0; i < n; ++i) data[i] = static_cast<int32_t>(Value(rank, 1, i));
+        if (rank == 1) CHECK_OR_FAIL(ncclGroupStart() == ncclSuccess, "group");
+        CHECK_OR_FAIL(ncclAllReduce(buf, buf, n, ncclInt32, ncclSum, comm, stream) == ncclSuccess,
+                      "all-reduce");
+        if (rank == 1) CHECK_OR_FAIL(ncclGroupEnd() == ncclSuccess, "group end");
+        CHECK_OR_FAIL(dev->synchronize(stream).ok(), "sync");
+        data = rank == 0 ? host.data() : View<int32_t>(dev, device, n);
+        for (size_t i = 0; i < n; ++i) {
+          int32_t want = 0;
+          for (int r = 0; r < nranks; ++r) want += static_cast<int32_t>(Value(r, 1, i));
+          CHECK_OR_FAIL(data[i] == want, "all-reduce element %zu: %d, want %d", i, data[i], want);
+        }
+        if (rank == 2)
+          for (size_t i = 0; i < n; ++i) data[i] = static_cast<int32_t>(Value(rank, 2, i));
+        CHECK_OR_FAIL(ncclBcast(buf, n, ncclInt32, 2, comm, stream) == ncclSuccess, "bcast");
+        CHECK_OR_FAIL(dev->synchronize(stream).ok(), "sync");
+        data = rank == 0 ? host.data() : View<int32_t>(dev, device, n);
+        for (size_t i = 0; i < n; ++i)
+          CHECK_OR_FAIL(data[i] == static_cast<int32_t>(Value(2, 2, i)), "bcast element %zu", i);
+        ncclResult_t async = ncclSuccess;
+        CHECK_OR_FAIL(ncclCommGetAsyncError(comm, &async) == ncclSuccess && async == ncclSuccess,
+                      "async error %d", static_cast<int>(async));
+        CHECK_OR_FAIL(ncclCommDestroy(comm) == ncclSuccess, "destroy");
+        CHECK_OR_FAIL(dev->destroyStream(stream).ok() && dev->freeDevice(device).ok(), "free");
+        return 0;
+      });
+  EXPECT_TRUE(AllSucceeded(out)) << DescribeOutcomes(out);
+}
+
+// A count mismatch between ranks where one rank's call is in a group and another's is on host
+// buffers: every rank gets the error, no stream hangs (3 ranks: host 100, grouped device 50 and
+// device 50, then the same with the counts agreeing).
+TEST(DeviceStream, MismatchAcrossPathsFailsEveryRank) {
+  auto out = RunJob(
+      Job(3, "emulated", 60), [](braidComm_t, int rank, int nranks, const braidUniqueId& id) {
+        ncclComm_t comm = nullptr;
+        EmulatedDevice* dev = nullptr;
+        if (InitNccl(id, rank, nranks, &comm, &dev) != 0) return 1;
+        std::vector<int32_t> host(100, 1);
+        void* device = *dev->allocDevice(400);
+        cudaStream_t stream = static_cast<cudaStream_t>(*dev->createStream());
+        void* buf = rank == 0 ? static_cast<void*>(host.data()) : device;
+        const size_t count = rank == 0 ? 100 : 50;
+        if (rank == 1) CHECK_OR_FAIL(ncclGroupStart() == ncclSuccess, "group");
+        ncclResult_t r = ncclAllReduce(buf, buf, count, ncclInt32, ncclSum, comm, stream);
+        if (rank == 1) {
+          const ncclResult_t e = ncclGroupEnd();
+          if (r == ncclSuccess) r = e;
+        }
+        CHECK_OR_FAIL(dev->synchronize(stream).ok(), "the stream is released");
+        ncclResult_t async = ncclSuccess;
+        CHECK_OR_FAIL(ncclCommGetAsyncError(comm, &async) == ncclSuccess, "GetAsyncError");
+        CHECK_OR_FAIL(r == ncclInvalidUsage || async == ncclInvalidUsage,
+                      "rank %d: the mismatch was not reported (call %d, async %d)", rank,
+                      static_cast<int>(r), static_cast<int>(async));
+        (void)ncclCommAbort(comm);
+        CHECK_OR_FAIL(dev->destroyStream(stream).ok() && dev->freeDevice(device).ok(), "free");
+        return 0;
+      });
   EXPECT_TRUE(AllSucceeded(out)) << DescribeOutcomes(out);
 }
 
@@ -1093,7 +1147,13 @@ TEST(DeviceStream, KnownAllocationsAreClassifiedWithoutTheRuntime) {
     const size_t known = KnownAllocationCounts().allocations;
     CHECK_OR_FAIL(ncclMemFree(mem) == ncclSuccess, "ncclMemFree");
     CHECK_OR_FAIL(KnownAllocationCounts().allocations == known - 1, "freed memory still known");
+    // A registration left at destroy goes with the communicator (the buffer may be freed next,
+    // and its addresses reused).
+    CHECK_OR_FAIL(ncclCommRegister(comm, raw, n * 4, &handle) == ncclSuccess, "register");
+    CHECK_OR_FAIL(KnownAllocationCounts().allocations == known, "registered buffer not known");
     CHECK_OR_FAIL(ncclCommDestroy(comm) == ncclSuccess, "destroy");
+    CHECK_OR_FAIL(KnownAllocationCounts().allocations == known - 1,
+                  "a destroyed communicator's registration is still known");
     CHECK_OR_FAIL(dev->destroyStream(stream).ok() && dev->freeDevice(raw).ok(), "free");
     return 0;
   });

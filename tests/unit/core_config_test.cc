@@ -102,6 +102,7 @@ TEST_F(ConfigEnvTest, BadValuesNameTheVariable) {
       {"BRAID_STAGING_MAX_BYTES", "1P", "unknown size suffix"},
       {"BRAID_STAGING_MAX_BYTES", "-4K", "not a size"},
       {"BRAID_STAGING_CHUNK_BYTES", "4Q", "unknown size suffix"},
+      {"BRAID_STAGING_CHUNK_BYTES", "1K", "expected 0 or at least 64K"},
   };
   for (const auto& k : cases) {
     Clear();

@@ -91,8 +91,9 @@ const std::vector<ConfigVar>& ConfigTable() {
        "the piece size of a staged stream-ordered all-reduce, reduce or broadcast on device "
        "buffers (docs/gpu.md): a larger call runs as pieces of this size, each copied in, "
        "reduced and copied out on its own, so the copies of one piece overlap the collective of "
-       "the next; 0: whole calls (one copy in, the collective, one copy out). Every rank must "
-       "use the same value (a different one fails the call as a count mismatch)"},
+       "the next; 0: whole calls (one copy in, the collective, one copy out); else at least "
+       "64K. The NCCL shim cuts such calls on every path (host buffers and groups too), so "
+       "that every rank runs the same pieces. Rank 0's setting wins"},
       {"BRAID_STAGING_MAX_BYTES", nullptr, "bytes", "1G",
        "pinned host memory a communicator's stream-ordered calls in flight may hold for staging "
        "device buffers where device memory is not the host's (docs/gpu.md); a call that would "
@@ -228,6 +229,11 @@ Result<Config> LoadConfigFromEnv() {
       ReadBytes("BRAID_STAGING_MAX_BYTES", 0, uint64_t{1} << 50, &c.staging_max_bytes));
   BRAID_RETURN_IF_ERROR(
       ReadBytes("BRAID_STAGING_CHUNK_BYTES", 0, uint64_t{1} << 50, &c.staging_chunk_bytes));
+  // Each piece is a collective with flags of its own: a tiny piece would make a large call
+  // millions of them.
+  if (c.staging_chunk_bytes > 0 && c.staging_chunk_bytes < kMinStagingChunkBytes)
+    return BadValue(Var("BRAID_STAGING_CHUNK_BYTES"), std::getenv("BRAID_STAGING_CHUNK_BYTES"),
+                    "expected 0 or at least 64K");
   ReadString("BRAID_HOSTID", &c.host_id);
   ReadString("BRAID_TOPO_FILE", &c.topo_file);
   ReadString("BRAID_COMM_ID", &c.comm_id);

@@ -11,6 +11,9 @@
 
 namespace braid {
 
+// The smallest piece BRAID_STAGING_CHUNK_BYTES accepts (other than 0).
+inline constexpr uint64_t kMinStagingChunkBytes = 64 << 10;
+
 struct Config {
   int64_t timeout_ms = 300000;           // BRAID_TIMEOUT (seconds in the environment)
   std::string transports;                // BRAID_TRANSPORTS

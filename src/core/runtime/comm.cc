@@ -281,6 +281,8 @@ Status braidComm::exchangeRankInfo(Bootstrap& bs, Deadline deadline) {
   if (loopback_root_)
     if (auto sel = SelectInterface(c.socket_ifname); sel.ok()) nic = sel->ifname;
   PutField(&mine, nic);
+  // The piece size of the NCCL shim's large element-wise calls: every rank must cut alike.
+  PutField(&mine, std::to_string(c.staging_chunk_bytes));
   BRAID_ASSIGN_OR_RETURN(auto all, bs.allGather(mine, deadline));
   infos_.resize(nranks_);
   std::vector<std::vector<std::string>> fields(nranks_);
@@ -389,6 +391,14 @@ Status braidComm::exchangeRankInfo(Bootstrap& bs, Deadline deadline) {
   if (single_copy != c.single_copy_bytes)
     BRAID_WARN("rank %d: BRAID_SINGLE_COPY_BYTES differs from rank 0's; using rank 0's", rank_);
   opts_.config.single_copy_bytes = single_copy;
+  // The NCCL shim's piece size (nccl/stream_path.h): rank 0's, so that every rank cuts a call
+  // into the same collectives.
+  uint64_t staging_chunk = 0;
+  if (!number(18, uint64_t{1} << 50, &staging_chunk))
+    return RemoteError("malformed BRAID_STAGING_CHUNK_BYTES in the init message from rank 0");
+  if (staging_chunk != c.staging_chunk_bytes)
+    BRAID_WARN("rank %d: BRAID_STAGING_CHUNK_BYTES differs from rank 0's; using rank 0's", rank_);
+  opts_.config.staging_chunk_bytes = staging_chunk;
 
   buildLayout();
   // Bind each rank to a device of its node: local rank k takes device k mod the node's count.

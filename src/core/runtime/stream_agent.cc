@@ -430,7 +430,7 @@ void StreamAgent::execute(Pending& p) {
         }
       }
       // Split: piece k's own copies in (piece 0's came with slots[0]).
-      if (p.split && k > 0 && !waitReady(p, p.pieceSlot(k))) return;
+      if (p.split && k > 0 && !waitReady(p, p.pieceSlot(k), k)) return;
       if (p.split) {
         // Started before the last piece's inputs were on the host: the pipeline at work.
         const StreamFlagSlot& tail = p.pieceSlot(last);
@@ -460,14 +460,19 @@ void StreamAgent::execute(Pending& p) {
   release(p, true);
 }
 
-bool StreamAgent::waitReady(Pending& p, const StreamFlagSlot& s) {
+bool StreamAgent::waitReady(Pending& p, const StreamFlagSlot& s, size_t pieces_run) {
   while (
       !runtime_->hostWaitFlag(s.ready, s.value, std::chrono::steady_clock::now() + kReadySlice)) {
     std::unique_lock<std::mutex> lock(mu_);
     if (aborted_) {
       if (error_.ok())
-        error_ = AbortedError(p.call.what + ": not run: the communicator was aborted (" +
-                              abort_reason_ + ") while the call waited for its stream");
+        error_ =
+            AbortedError(p.call.what +
+                         (pieces_run == 0 ? std::string(": not run")
+                                          : ": stopped after piece " + std::to_string(pieces_run) +
+                                                " of " + std::to_string(p.call.pieces)) +
+                         ": the communicator was aborted (" + abort_reason_ +
+                         ") while the call waited for its stream");
       lock.unlock();
       // Some streams may have written `ready`: their slots are still not reused (simplest).
       release(p, false);

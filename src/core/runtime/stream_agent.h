@@ -193,8 +193,9 @@ class StreamAgent {
 
   void loop();
   void execute(Pending& p);
-  // Sleeps until `slot`'s `ready`; false after an abort (the error kept, `p` released).
-  bool waitReady(Pending& p, const StreamFlagSlot& slot);
+  // Sleeps until `slot`'s `ready`; false after an abort (the error kept, naming the pieces that
+  // ran, and `p` released).
+  bool waitReady(Pending& p, const StreamFlagSlot& slot, size_t pieces_run = 0);
   // Queues a split call's pieces on streams[0]: piece k's copies in, then its `ready` (the
   // slots taken here); then, for each piece, the wait for its `done` and its copies out.
   Status queuePiecesIn(Pending& p);
