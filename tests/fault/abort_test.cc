@@ -282,6 +282,8 @@ class FakePeer {
     PutField(&info, std::to_string(cfg->board_two_shot));
     PutField(&info, "0,0");  // no cross-memory probe word
     PutField(&info, std::to_string(cfg->single_copy_bytes));
+    PutField(&info, "");  // no TCP interface to count
+    PutField(&info, std::to_string(cfg->staging_chunk_bytes));
     auto round1 = bs_->allGather(info, deadline);
     if (!round1.ok()) return Fail(round1.status().message());
     // Round 2: whether this rank reads its peers' memory (no), then the transport list; only

@@ -1,5 +1,6 @@
 // Fuzzes the perf binaries' command line (perf/common/options.cc): ParseOptions, nccl-tests'
-// flags plus -A, -M, --quant/--block and --traffic, and ParseSize, the size grammar of -b/-e/-i.
+// flags plus -A, -M (host, cuda), --quant/--block and --traffic, and ParseSize, the size grammar
+// of -b/-e/-i.
 //
 // Input: the arguments, one per line (argv[0] is supplied). An even input length parses as a
 // binary with a reduction operator (all_reduce_perf), an odd one without (all_gather_perf).
@@ -116,7 +117,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (o.check_iters < 0 || o.root < 0 || o.blocking < 0 || o.blocking > 1) std::abort();
   if (o.average < 0 || o.average > 3 || o.timeout_s < 0 || o.nthreads < 1 || o.nthreads > 1024)
     std::abort();
-  if (o.ngpus != 1 || o.memtype != "host" || o.graph_iters < 0) std::abort();
+  if (o.ngpus != 1 || (o.memtype != "host" && o.memtype != "cuda") || o.graph_iters < 0)
+    std::abort();
+  // -M cuda runs the NCCL API, which has none of the host-only options.
+  if (o.memtype == "cuda" && (o.quantized || o.traffic || o.predict || !o.algo.empty()))
+    std::abort();
   if (o.ops.empty() || o.types.empty()) std::abort();
   if (!has_op && (o.ops.size() != 1 || o.ops[0] != nullptr)) std::abort();
   for (const TypeInfo* t : o.types)
