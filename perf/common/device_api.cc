@@ -23,6 +23,17 @@ bool Bind(void* lib, Fn* out, std::initializer_list<const char*> names) {
   return false;
 }
 
+// Binds required entry points of `lib` (Bind), remembering the first one it lacks (by its plain
+// name, the last of its names).
+struct Binder {
+  void* lib;
+  std::string missing;
+  template <typename Fn>
+  void operator()(Fn* out, std::initializer_list<const char*> names) {
+    if (!Bind(lib, out, names) && missing.empty()) missing = *(names.end() - 1);
+  }
+};
+
 std::string DlError() {
   const char* e = dlerror();
   return e ? e : "unknown dlopen error";
@@ -47,29 +58,21 @@ bool LoadDriver(DeviceApi* a, std::string* why) {
     return false;
   }
   CudaDriver& c = a->cu;
-  struct Need {
-    bool ok;
-    const char* name;
-  };
-  for (const Need& n : {
-           Need{Bind(lib, &c.init, {"cuInit"}), "cuInit"},
-           Need{Bind(lib, &c.deviceGetCount, {"cuDeviceGetCount"}), "cuDeviceGetCount"},
-           Need{Bind(lib, &c.deviceGet, {"cuDeviceGet"}), "cuDeviceGet"},
-           Need{Bind(lib, &c.primaryCtxRetain, {"cuDevicePrimaryCtxRetain"}),
-                "cuDevicePrimaryCtxRetain"},
-           Need{Bind(lib, &c.ctxSetCurrent, {"cuCtxSetCurrent"}), "cuCtxSetCurrent"},
-           Need{Bind(lib, &c.memAlloc, {"cuMemAlloc_v2", "cuMemAlloc"}), "cuMemAlloc"},
-           Need{Bind(lib, &c.memFree, {"cuMemFree_v2", "cuMemFree"}), "cuMemFree"},
-           Need{Bind(lib, &c.memcpyAsync, {"cuMemcpyAsync"}), "cuMemcpyAsync"},
-           Need{Bind(lib, &c.streamCreate, {"cuStreamCreate"}), "cuStreamCreate"},
-           Need{Bind(lib, &c.streamDestroy, {"cuStreamDestroy_v2", "cuStreamDestroy"}),
-                "cuStreamDestroy"},
-           Need{Bind(lib, &c.streamSynchronize, {"cuStreamSynchronize"}), "cuStreamSynchronize"},
-       }) {
-    if (!n.ok) {
-      *why = a->libcuda + " has no " + n.name;
-      return false;
-    }
+  Binder need{lib, {}};
+  need(&c.init, {"cuInit"});
+  need(&c.deviceGetCount, {"cuDeviceGetCount"});
+  need(&c.deviceGet, {"cuDeviceGet"});
+  need(&c.primaryCtxRetain, {"cuDevicePrimaryCtxRetain"});
+  need(&c.ctxSetCurrent, {"cuCtxSetCurrent"});
+  need(&c.memAlloc, {"cuMemAlloc_v2", "cuMemAlloc"});
+  need(&c.memFree, {"cuMemFree_v2", "cuMemFree"});
+  need(&c.memcpyAsync, {"cuMemcpyAsync"});
+  need(&c.streamCreate, {"cuStreamCreate"});
+  need(&c.streamDestroy, {"cuStreamDestroy_v2", "cuStreamDestroy"});
+  need(&c.streamSynchronize, {"cuStreamSynchronize"});
+  if (!need.missing.empty()) {
+    *why = a->libcuda + " has no " + need.missing;
+    return false;
   }
   Bind(lib, &c.getErrorString, {"cuGetErrorString"});
   Bind(lib, &c.deviceGetName, {"cuDeviceGetName"});
@@ -96,35 +99,27 @@ bool LoadNccl(DeviceApi* a, std::string* why) {
     return false;
   }
   NcclApi& n = a->nccl;
-  struct Need {
-    bool ok;
-    const char* name;
-  };
-  for (const Need& x : {
-           Need{Bind(lib, &n.getVersion, {"ncclGetVersion"}), "ncclGetVersion"},
-           Need{Bind(lib, &n.getUniqueId, {"ncclGetUniqueId"}), "ncclGetUniqueId"},
-           Need{Bind(lib, &n.commInitRank, {"ncclCommInitRank"}), "ncclCommInitRank"},
-           Need{Bind(lib, &n.commDestroy, {"ncclCommDestroy"}), "ncclCommDestroy"},
-           Need{Bind(lib, &n.getErrorString, {"ncclGetErrorString"}), "ncclGetErrorString"},
-           Need{Bind(lib, &n.allReduce, {"ncclAllReduce"}), "ncclAllReduce"},
-           Need{Bind(lib, &n.allGather, {"ncclAllGather"}), "ncclAllGather"},
-           Need{Bind(lib, &n.reduceScatter, {"ncclReduceScatter"}), "ncclReduceScatter"},
-           Need{Bind(lib, &n.broadcast, {"ncclBroadcast"}), "ncclBroadcast"},
-           Need{Bind(lib, &n.reduce, {"ncclReduce"}), "ncclReduce"},
-           Need{Bind(lib, &n.send, {"ncclSend"}), "ncclSend"},
-           Need{Bind(lib, &n.recv, {"ncclRecv"}), "ncclRecv"},
-           Need{Bind(lib, &n.groupStart, {"ncclGroupStart"}), "ncclGroupStart"},
-           Need{Bind(lib, &n.groupEnd, {"ncclGroupEnd"}), "ncclGroupEnd"},
-           Need{Bind(lib, &n.redOpCreatePreMulSum, {"ncclRedOpCreatePreMulSum"}),
-                "ncclRedOpCreatePreMulSum"},
-           Need{Bind(lib, &n.redOpDestroy, {"ncclRedOpDestroy"}), "ncclRedOpDestroy"},
-           Need{Bind(lib, &n.commGetAsyncError, {"ncclCommGetAsyncError"}),
-                "ncclCommGetAsyncError"},
-       }) {
-    if (!x.ok) {
-      *why = a->libnccl + " has no " + x.name;
-      return false;
-    }
+  Binder need{lib, {}};
+  need(&n.getVersion, {"ncclGetVersion"});
+  need(&n.getUniqueId, {"ncclGetUniqueId"});
+  need(&n.commInitRank, {"ncclCommInitRank"});
+  need(&n.commDestroy, {"ncclCommDestroy"});
+  need(&n.getErrorString, {"ncclGetErrorString"});
+  need(&n.allReduce, {"ncclAllReduce"});
+  need(&n.allGather, {"ncclAllGather"});
+  need(&n.reduceScatter, {"ncclReduceScatter"});
+  need(&n.broadcast, {"ncclBroadcast"});
+  need(&n.reduce, {"ncclReduce"});
+  need(&n.send, {"ncclSend"});
+  need(&n.recv, {"ncclRecv"});
+  need(&n.groupStart, {"ncclGroupStart"});
+  need(&n.groupEnd, {"ncclGroupEnd"});
+  need(&n.redOpCreatePreMulSum, {"ncclRedOpCreatePreMulSum"});
+  need(&n.redOpDestroy, {"ncclRedOpDestroy"});
+  need(&n.commGetAsyncError, {"ncclCommGetAsyncError"});
+  if (!need.missing.empty()) {
+    *why = a->libnccl + " has no " + need.missing;
+    return false;
   }
   Bind(lib, &n.getLastError, {"ncclGetLastError"});  // NCCL >= 2.13
   if (n.getVersion(&a->nccl_version) != ncclSuccess) a->nccl_version = 0;

@@ -43,7 +43,7 @@ struct DeviceLine {
   int rank;
   int pid;
   std::string host;
-  std::string summary;  // transports from braidCommDescribe
+  std::string summary;          // transports from braidCommDescribe
   std::string device = "host";  // -M cuda: the CUDA device ordinal
   std::string device_name = "cpu";
 };

@@ -40,7 +40,9 @@ bool IsStagingCopy(const RankSchedule& s, const StepOp& op) {
   if (op.kind != StepOpKind::kCopy || op.src.buffer >= s.buffers.size() ||
       op.dst.buffer >= s.buffers.size())
     return false;
-  return s.buffers[op.src.buffer].memory != s.buffers[op.dst.buffer].memory;
+  // Exactly one side on the host: device to host or host to device.
+  return (s.buffers[op.src.buffer].memory == MemoryType::kHost) !=
+         (s.buffers[op.dst.buffer].memory == MemoryType::kHost);
 }
 
 Result<RankSchedule> BuildStagedSchedule(const Algorithm& algo, const CollArgs& args, int rank) {

@@ -26,7 +26,7 @@ namespace braid {
 
 Result<RankSchedule> BuildStagedSchedule(const Algorithm& algo, const CollArgs& args, int rank);
 
-// A kCopy from one memory type to another: a staging copy (device to host or host to device).
+// A kCopy between host memory and device memory (either way): a staging copy.
 bool IsStagingCopy(const RankSchedule& s, const StepOp& op);
 
 }  // namespace braid

@@ -384,7 +384,7 @@ Status CheckScheduleStructure(const RankSchedule& s, int rank, int nranks,
         const bool on_device = (reads && device(op.src)) ||
                                (ReadsSrc2Kind(op.kind) && device(op.src2)) ||
                                (writes && device(op.dst));
-        if (on_device && !(op.kind == StepOpKind::kCopy && device(op.src) != device(op.dst)))
+        if (on_device && !IsStagingCopy(s, op))
           return InternalError(where() +
                                "touches device memory, which only a staging copy (device to host "
                                "or host to device) may");

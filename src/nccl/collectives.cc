@@ -99,29 +99,13 @@ NCCL_API_EXPORT ncclResult_t pncclAllReduce(const void* sendbuff, void* recvbuff
     NCCL_CHECK(CheckPtr(sendbuff, "sendbuff", func));
     NCCL_CHECK(CheckPtr(recvbuff, "recvbuff", func));
   }
-  const size_t bytes = count * TypeSize(datatype);
-  ncclResult_t res;
-  if (TakeStreamPath(
-          comm, stream, func, {{sendbuff, bytes, true, false}, {recvbuff, bytes, false, true}},
-          [=](const HostPointers& h) {
-            return braidAllReduce(h(sendbuff), h(recvbuff), count, B(datatype), B(op), B(comm));
-          },
-          &res, count, TypeSize(datatype),
-          [=, elt = TypeSize(datatype)](const HostPointers& h, size_t first, size_t n) {
-            return braidAllReduce(h(At(sendbuff, first * elt)), h(At(recvbuff, first * elt)), n,
-                                  B(datatype), B(op), B(comm));
-          }))
-    return res;
-  const size_t elt = TypeSize(datatype);
-  return FromBraid(
-      RunHostCall(
-          comm, count, elt,
-          [&] { return braidAllReduce(sendbuff, recvbuff, count, B(datatype), B(op), B(comm)); },
-          [&](size_t first, size_t n) {
-            return braidAllReduce(At(sendbuff, first * elt), At(recvbuff, first * elt), n,
-                                  B(datatype), B(op), B(comm));
-          }),
-      func);
+  const size_t elt = TypeSize(datatype), bytes = count * elt;
+  return RunElementWise(
+      comm, stream, func, {{sendbuff, bytes, true, false}, {recvbuff, bytes, false, true}}, count,
+      elt, [=](const auto& h, size_t first, size_t n) {
+        return braidAllReduce(h(At(sendbuff, first * elt)), h(At(recvbuff, first * elt)), n,
+                              B(datatype), B(op), B(comm));
+      });
 }
 NCCL_WEAK_ALIAS(ncclResult_t, ncclAllReduce,
                 (const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
@@ -141,30 +125,14 @@ NCCL_API_EXPORT ncclResult_t pncclReduce(const void* sendbuff, void* recvbuff, s
     // recvbuff may be NULL except on the root.
     if (rank == root) NCCL_CHECK(CheckPtr(recvbuff, "recvbuff (on the root)", func));
   }
-  const size_t bytes = count * TypeSize(datatype);
-  ncclResult_t res;
-  if (TakeStreamPath(
-          comm, stream, func,
-          {{sendbuff, bytes, true, false}, {rank == root ? recvbuff : nullptr, bytes, false, true}},
-          [=](const HostPointers& h) {
-            return braidReduce(h(sendbuff), h(recvbuff), count, B(datatype), B(op), root, B(comm));
-          },
-          &res, count, TypeSize(datatype),
-          [=, elt = TypeSize(datatype)](const HostPointers& h, size_t first, size_t n) {
-            return braidReduce(h(At(sendbuff, first * elt)), h(At(recvbuff, first * elt)), n,
-                               B(datatype), B(op), root, B(comm));
-          }))
-    return res;
-  const size_t elt = TypeSize(datatype);
-  return FromBraid(
-      RunHostCall(
-          comm, count, elt,
-          [&] { return braidReduce(sendbuff, recvbuff, count, B(datatype), B(op), root, B(comm)); },
-          [&](size_t first, size_t n) {
-            return braidReduce(At(sendbuff, first * elt), At(recvbuff, first * elt), n, B(datatype),
-                               B(op), root, B(comm));
-          }),
-      func);
+  const size_t elt = TypeSize(datatype), bytes = count * elt;
+  return RunElementWise(
+      comm, stream, func,
+      {{sendbuff, bytes, true, false}, {rank == root ? recvbuff : nullptr, bytes, false, true}},
+      count, elt, [=](const auto& h, size_t first, size_t n) {
+        return braidReduce(h(At(sendbuff, first * elt)), h(At(recvbuff, first * elt)), n,
+                           B(datatype), B(op), root, B(comm));
+      });
 }
 NCCL_WEAK_ALIAS(ncclResult_t, ncclReduce,
                 (const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
@@ -183,30 +151,14 @@ NCCL_API_EXPORT ncclResult_t pncclBroadcast(const void* sendbuff, void* recvbuff
     // sendbuff is only read on the root.
     if (rank == root) NCCL_CHECK(CheckPtr(sendbuff, "sendbuff (on the root)", func));
   }
-  const size_t bytes = count * TypeSize(datatype);
-  ncclResult_t res;
-  if (TakeStreamPath(
-          comm, stream, func,
-          {{rank == root ? sendbuff : nullptr, bytes, true, false}, {recvbuff, bytes, false, true}},
-          [=](const HostPointers& h) {
-            return braidBroadcast(h(sendbuff), h(recvbuff), count, B(datatype), root, B(comm));
-          },
-          &res, count, TypeSize(datatype),
-          [=, elt = TypeSize(datatype)](const HostPointers& h, size_t first, size_t n) {
-            return braidBroadcast(h(At(sendbuff, first * elt)), h(At(recvbuff, first * elt)), n,
-                                  B(datatype), root, B(comm));
-          }))
-    return res;
-  const size_t elt = TypeSize(datatype);
-  return FromBraid(
-      RunHostCall(
-          comm, count, elt,
-          [&] { return braidBroadcast(sendbuff, recvbuff, count, B(datatype), root, B(comm)); },
-          [&](size_t first, size_t n) {
-            return braidBroadcast(At(sendbuff, first * elt), At(recvbuff, first * elt), n,
-                                  B(datatype), root, B(comm));
-          }),
-      func);
+  const size_t elt = TypeSize(datatype), bytes = count * elt;
+  return RunElementWise(
+      comm, stream, func,
+      {{rank == root ? sendbuff : nullptr, bytes, true, false}, {recvbuff, bytes, false, true}},
+      count, elt, [=](const auto& h, size_t first, size_t n) {
+        return braidBroadcast(h(At(sendbuff, first * elt)), h(At(recvbuff, first * elt)), n,
+                              B(datatype), root, B(comm));
+      });
 }
 NCCL_WEAK_ALIAS(ncclResult_t, ncclBroadcast,
                 (const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
@@ -220,28 +172,12 @@ NCCL_API_EXPORT ncclResult_t pncclBcast(void* buff, size_t count, ncclDataType_t
   CommShape(comm, &rank, &nranks);
   NCCL_CHECK(CheckRank(root, nranks, "root", func));
   if (count > 0) NCCL_CHECK(CheckPtr(buff, "buff", func));
-  ncclResult_t res;
-  if (TakeStreamPath(
-          comm, stream, func, {{buff, count * TypeSize(datatype), rank == root, rank != root}},
-          [=](const HostPointers& h) {
-            return braidBroadcast(h(buff), h(buff), count, B(datatype), root, B(comm));
-          },
-          &res, count, TypeSize(datatype),
-          [=, elt = TypeSize(datatype)](const HostPointers& h, size_t first, size_t n) {
-            void* p = At(buff, first * elt);
-            return braidBroadcast(h(p), h(p), n, B(datatype), root, B(comm));
-          }))
-    return res;
   const size_t elt = TypeSize(datatype);
-  return FromBraid(
-      RunHostCall(
-          comm, count, elt,
-          [&] { return braidBroadcast(buff, buff, count, B(datatype), root, B(comm)); },
-          [&](size_t first, size_t n) {
-            void* p = At(buff, first * elt);
-            return braidBroadcast(p, p, n, B(datatype), root, B(comm));
-          }),
-      func);
+  return RunElementWise(comm, stream, func, {{buff, count * elt, rank == root, rank != root}},
+                        count, elt, [=](const auto& h, size_t first, size_t n) {
+                          void* p = h(At(buff, first * elt));
+                          return braidBroadcast(p, p, n, B(datatype), root, B(comm));
+                        });
 }
 NCCL_WEAK_ALIAS(ncclResult_t, ncclBcast,
                 (void* buff, size_t count, ncclDataType_t datatype, int root, ncclComm_t comm,

@@ -102,11 +102,12 @@ ncclResult_t MixedGroup(const char* func) {
 
 }  // namespace
 
-uint64_t PieceBytesFor(ncclComm_t comm, size_t bytes) {
-  if (bytes <= kMinStagingChunkBytes) return 0;  // no piece size cuts it: no lookup
+size_t PieceElements(ncclComm_t comm, size_t count, size_t elt_size) {
+  const size_t bytes = count * elt_size;
+  if (elt_size == 0 || bytes <= kMinStagingChunkBytes) return 0;  // nothing cuts it: no lookup
   CommRef c = LookupComm(B(comm));
   const uint64_t chunk = c ? c->config().staging_chunk_bytes : 0;
-  return chunk > 0 && bytes > chunk ? chunk : 0;
+  return chunk > 0 && bytes > chunk ? std::max<size_t>(1, chunk / elt_size) : 0;
 }
 
 StreamAgent::StagingStats StagingStatsOf(ncclComm_t comm) {
@@ -163,21 +164,13 @@ bool SubmitIfDevice(device::DeviceRuntime* rt, ncclComm_t comm, cudaStream_t str
       *result = Report(st, func);
       return true;
     }
-    // Cut as outside a group (PieceBytesFor): the pieces run one after another in the group's
+    // Cut as outside a group (PieceElements): the pieces run one after another in the group's
     // job, so that a rank that groups the call runs the collectives a rank that does not runs.
     StreamRun run = make_run();
-    if (pieces.make) {
-      if (const uint64_t chunk = PieceBytesFor(comm, pieces.count * pieces.elt_size)) {
-        const size_t per = std::max<size_t>(1, chunk / pieces.elt_size);
-        run = [piece = pieces.make(), per, count = pieces.count](const HostPointers& h) {
-          for (size_t first = 0; first < count; first += per) {
-            const braidResult_t r = piece(h, first, std::min(per, count - first));
-            if (r != braidSuccess) return r;
-          }
-          return braidSuccess;
-        };
-      }
-    }
+    if (const size_t per = pieces.make ? PieceElements(comm, pieces.count, pieces.elt_size) : 0)
+      run = [piece = pieces.make(), per, count = pieces.count](const HostPointers& h) {
+        return RunPieces(count, per, [&](size_t first, size_t n) { return piece(h, first, n); });
+      };
     g.device_calls.push_back(GroupedCall{comm, stream, func, std::move(bufs), std::move(run)});
     *result = ncclSuccess;
     return true;
@@ -189,9 +182,7 @@ bool SubmitIfDevice(device::DeviceRuntime* rt, ncclComm_t comm, cudaStream_t str
   call.run = [run = make_run()](const HostPointers& h) { return FromResult(run(h)); };
   // Large element-wise calls in pieces (the staging pipeline): the piece size is the
   // communicator's, whole elements; every rank cuts the same count the same way.
-  const uint64_t chunk = pieces.make ? PieceBytesFor(comm, pieces.count * pieces.elt_size) : 0;
-  if (chunk > 0 && pieces.elt_size > 0) {
-    const size_t per = std::max<size_t>(1, chunk / pieces.elt_size);
+  if (const size_t per = pieces.make ? PieceElements(comm, pieces.count, pieces.elt_size) : 0) {
     call.pieces = (pieces.count + per - 1) / per;
     call.piece_bytes = per * pieces.elt_size;
     call.run_piece = [run = pieces.make(), per, count = pieces.count](const HostPointers& h,

@@ -65,26 +65,28 @@ inline bool IsDeviceBuffer(const void* p) {
 // Set while any communicator has a stream agent: host calls then check for one.
 bool AnyStreamAgent();
 
-// The piece size of an element-wise call of `bytes` bytes on `comm` (0: run it whole): the
-// communicator's BRAID_STAGING_CHUNK_BYTES (rank 0's, agreed at init) when the call is larger.
-// Every path cuts alike (the stream path, groups, host buffers), so that ranks whose buffers or
-// grouping differ still run the same collectives.
-uint64_t PieceBytesFor(ncclComm_t comm, size_t bytes);
+// Elements per piece of an element-wise call of `count` elements of `elt_size` bytes on `comm`
+// (0: run it whole): the communicator's BRAID_STAGING_CHUNK_BYTES (rank 0's, agreed at init) in
+// whole elements, when the call is larger. Every path cuts alike (the stream path, groups, host
+// buffers), so that ranks whose buffers or grouping differ still run the same collectives.
+size_t PieceElements(ncclComm_t comm, size_t count, size_t elt_size);
 
-// A host-buffer element-wise call, cut as PieceBytesFor says: `piece(first, n)` for each piece of
-// `count` elements of `elt_size` bytes in order, or `whole()`.
-template <typename Whole, typename Piece>
-braidResult_t RunHostCall(ncclComm_t comm, size_t count, size_t elt_size, Whole&& whole,
-                          Piece&& piece) {
-  const uint64_t piece_bytes = PieceBytesFor(comm, count * elt_size);
-  if (piece_bytes == 0) return whole();
-  const size_t per = std::max<size_t>(1, piece_bytes / elt_size);
+// `fn(first, n)` for each piece of `per` elements of `count` (the whole when `per` is 0), in
+// order, up to the first error.
+template <typename Fn>
+braidResult_t RunPieces(size_t count, size_t per, Fn&& fn) {
+  if (per == 0) return fn(size_t{0}, count);
   for (size_t first = 0; first < count; first += per) {
-    const braidResult_t r = piece(first, std::min(per, count - first));
+    const braidResult_t r = fn(first, std::min(per, count - first));
     if (r != braidSuccess) return r;
   }
   return braidSuccess;
 }
+
+// The map of a host-buffer call: every pointer is the host's already (HostPointers' interface).
+struct OwnPointers {
+  void* operator()(const void* p) const { return const_cast<void*>(p); }
+};
 
 // The staging figures of `comm`'s stream agent (tests); all zero before its first device call.
 StreamAgent::StagingStats StagingStatsOf(ncclComm_t comm);
@@ -115,6 +117,26 @@ bool TakeStreamPath(ncclComm_t comm, cudaStream_t stream, const char* func,
     if (*result != ncclSuccess) return true;
   }
   return false;
+}
+
+// An element-wise collective (all-reduce, reduce, broadcast) written once: `call(map, first, n)`
+// runs its elements [first, first + n) with every buffer pointer passed through `map`. On device
+// buffers it takes the stream path (whole, or in pieces with copies of their own); otherwise it
+// runs on the host buffers, cut as PieceElements says.
+template <typename Call>
+ncclResult_t RunElementWise(ncclComm_t comm, cudaStream_t stream, const char* func,
+                            std::initializer_list<BufferUse> buffers, size_t count, size_t elt_size,
+                            const Call& call) {
+  ncclResult_t result;
+  if (TakeStreamPath(
+          comm, stream, func, buffers,
+          [call, count](const HostPointers& h) { return call(h, size_t{0}, count); }, &result,
+          count, elt_size,
+          [call](const HostPointers& h, size_t first, size_t n) { return call(h, first, n); }))
+    return result;
+  return FromBraid(RunPieces(count, PieceElements(comm, count, elt_size),
+                             [&](size_t first, size_t n) { return call(OwnPointers{}, first, n); }),
+                   func);
 }
 
 // ncclGroupEnd's part: at the outermost level, submits the group's device calls (per
