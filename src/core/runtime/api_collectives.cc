@@ -183,7 +183,7 @@ braidResult_t CollectiveUnguarded(const Call& c, braidComm_t comm, braidRequest_
     if (raw->runBoardCalls(std::span<const OpDesc* const>(&call, 1), &st))
       return st.ok() ? braidSuccess : Fail(raw, st);
   }
-  return RunOperation(*ref, std::make_shared<Operation>(std::move(d)), request);
+  return RunOperation(*ref, std::move(d), request);
 }
 
 braidResult_t PointToPoint(bool is_send, void* buf, size_t count, braidDataType_t datatype,

@@ -300,7 +300,7 @@ braidResult_t braidTest(braidRequest_t* request, int* done) {
   }
   *done = 1;
   Status st = r->op->status();
-  delete r;
+  ReleaseRequest(r);
   *request = nullptr;
   return st.ok() ? braidSuccess : Fail(st);
 }
@@ -321,7 +321,7 @@ braidResult_t braidWait(braidRequest_t* request, int64_t timeout_ms) {
     return Fail(TimeoutError("braidWait: the operation did not complete within " +
                              std::to_string(timeout_ms) + " ms (the request stays valid)"));
   Status st = r->op->status();
-  delete r;
+  ReleaseRequest(r);
   *request = nullptr;
   return st.ok() ? braidSuccess : Fail(st);
 }

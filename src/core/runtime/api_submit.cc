@@ -27,6 +27,19 @@ braidResult_t RunOperation(const CommRef& comm, std::shared_ptr<Operation> op,
   return braidSuccess;
 }
 
+braidResult_t RunOperation(const CommRef& comm, OpDesc desc, braidRequest_t* request) {
+  if (!request || InGroup()) return RunOperation(comm, std::make_shared<Operation>(std::move(desc)), request);
+  auto block = std::make_shared<RequestedOperation>(std::move(desc));
+  std::shared_ptr<Operation> op(block, &block->op);
+  braidRequest* r = &block->request;
+  r->op = op;
+  r->comm = comm;
+  r->with_op = true;
+  comm->submit(std::move(op));
+  *request = r;
+  return braidSuccess;
+}
+
 braidResult_t InitChildComm(const braidComm& parent, braidComm_t* child, int nranks,
                             const braidUniqueId& id, int rank, const braidConfig_t* config) {
   braidConfig_t inherited = BRAID_CONFIG_INITIALIZER;

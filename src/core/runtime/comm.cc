@@ -682,19 +682,13 @@ std::string braidComm::lastError() const {
 
 void braidComm::submit(std::shared_ptr<Operation> op) {
   op->setOwner(this);
-  {
-    std::lock_guard<std::mutex> lock(own_mu_);
-    ++own_inflight_;
-  }
+  own_inflight_.fetch_add(1);
   engine()->submit(std::move(op));
 }
 
 bool braidComm::runInline(Operation& op) {
   op.setOwner(this);
-  {
-    std::lock_guard<std::mutex> lock(own_mu_);
-    ++own_inflight_;
-  }
+  own_inflight_.fetch_add(1);
   if (engine()->tryRunInline(op)) return true;
   opDone();  // not taken: the caller submits it instead
   return false;
@@ -702,16 +696,9 @@ bool braidComm::runInline(Operation& op) {
 
 bool braidComm::runInline(const std::vector<std::shared_ptr<Operation>>& ops) {
   for (const auto& op : ops) op->setOwner(this);
-  {
-    std::lock_guard<std::mutex> lock(own_mu_);
-    own_inflight_ += ops.size();
-  }
+  own_inflight_.fetch_add(ops.size());
   if (engine()->tryRunInline(ops)) return true;
-  {
-    std::lock_guard<std::mutex> lock(own_mu_);
-    own_inflight_ -= ops.size();
-  }
-  own_cv_.notify_all();
+  for (size_t i = 0; i < ops.size(); ++i) opDone();
   return false;
 }
 
@@ -742,16 +729,31 @@ bool braidComm::runBoardCalls(std::span<const OpDesc* const> calls, Status* resu
 }
 
 void braidComm::opDone() {
-  {
+  // The last touch of this object when nobody waits: a split view's destroy may free it as soon
+  // as it reads zero. With a waiter, the decrement happens under the lock the waiter checks the
+  // counter under, so that the waiter cannot see zero (and free) before this unlocks.
+  if (own_waiters_.load() > 0) {
     std::lock_guard<std::mutex> lock(own_mu_);
-    --own_inflight_;
+    own_inflight_.fetch_sub(1);
+    own_cv_.notify_all();
+    return;
   }
-  own_cv_.notify_all();
+  own_inflight_.fetch_sub(1);
 }
 
 bool braidComm::waitOwnOps(Deadline deadline) {
+  // A waiter that counts itself just after an opDone read own_waiters_ as zero is not woken by
+  // it: the wait sleeps in slices and reads the counter again (drain and destroy only).
+  constexpr auto kSlice = std::chrono::milliseconds(2);
+  own_waiters_.fetch_add(1);
   std::unique_lock<std::mutex> lock(own_mu_);
-  return own_cv_.wait_until(lock, deadline.at(), [&] { return own_inflight_ == 0; });
+  bool drained = own_inflight_.load() == 0;
+  while (!drained && !deadline.expired()) {
+    own_cv_.wait_until(lock, std::min(deadline.at(), Clock::now() + kSlice));
+    drained = own_inflight_.load() == 0;
+  }
+  own_waiters_.fetch_sub(1);
+  return drained;
 }
 
 std::string braidComm::debugState(Deadline deadline) const {

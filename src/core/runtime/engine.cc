@@ -65,10 +65,9 @@ Engine::~Engine() {
 void Engine::submit(std::shared_ptr<Operation> op) {
   submitted_.fetch_add(1, std::memory_order_relaxed);
   bool drive = false;
+  bool direct = false;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    queue_.push_back(std::move(op));
-    queued_.fetch_add(1);
     // Whoever gets there first drives: when nobody drives the loop, the caller makes a pass
     // itself (a board call posts; one that completes needs no thread at all) and leaves the
     // thread asleep while what is left needs nothing from it (ActiveOp::quiet). Not with
@@ -76,10 +75,24 @@ void Engine::submit(std::shared_ptr<Operation> op) {
     if (comm_->config().inline_blocking && !driving_ && !inline_busy_ && !handoff_ && !stop_) {
       inline_busy_.store(true, std::memory_order_relaxed);
       drive = true;
+      // Nothing queued ahead of it and room in the window: the caller activates it without the
+      // queue (active_ is read here only because nobody drives). The queue's round trip, a
+      // second lock in admit(), was about 400 instructions of a small non-blocking call.
+      direct = queue_.empty() && active_.size() < window_;
+    }
+    if (!direct) {
+      queue_.push_back(std::move(op));
+      queued_.fetch_add(1);
     }
   }
   if (drive) {
-    driveOnCaller([&] { passOnCaller(); });
+    driveOnCaller([&] {
+      if (direct) {
+        Operation* raw = op.get();  // before the move: argument order is unspecified
+        activate(raw, std::move(op));
+      }
+      passOnCaller();
+    });
     return;
   }
   cv_.notify_one();
@@ -337,18 +350,23 @@ void Engine::activate(Operation* op, std::shared_ptr<Operation> keep) {
   }
   // A retired operation's state, when there is one: its vectors keep their capacity (scratch
   // included), so a small call allocates nothing here.
+  // The most recently retired one first: when it ran this call's plan, rearm() takes it as it
+  // is (a repeated small non-blocking call).
+  braidComm::CallNumbers& numbers = owner->callNumbers();
   std::unique_ptr<ActiveOp> a;
+  bool armed = false;
   if (!spare_.empty()) {
     a = std::move(spare_.back());
     spare_.pop_back();
-    a->reset(owner, op, std::move(keep), next_id_++);
+    armed = a->rearm(owner, op, keep, next_id_, numbers.coll);
+    if (!armed) a->reset(owner, op, std::move(keep), next_id_);
+    ++next_id_;
   } else {
     a = std::make_unique<ActiveOp>(owner, op, std::move(keep), next_id_++);
   }
   Status st;
-  braidComm::CallNumbers& numbers = owner->callNumbers();
   try {
-    st = a->prepare(numbers.coll, numbers.p2p_send, numbers.p2p_recv);
+    if (!armed) st = a->prepare(numbers.coll, numbers.p2p_send, numbers.p2p_recv);
   } catch (const std::bad_alloc&) {
     st = OutOfMemory(owner->where() + ": " + DescribeCall(op->desc()) + ": ");
   }

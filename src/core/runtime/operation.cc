@@ -33,11 +33,15 @@ std::string DescribeCall(const OpDesc& d) {
 }
 
 void Operation::complete(Status status) {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    status_ = std::move(status);
-    done_.store(true, std::memory_order_release);
-  }
+  status_ = std::move(status);
+  // Dekker with wait(): this stores done_ before it reads waiters_, a sleeper counts itself in
+  // waiters_ before it reads done_ (all seq_cst): either the sleeper sees done_, or this sees the
+  // sleeper and wakes it under the lock (which orders the wake-up after the sleeper's check).
+  // Most operations have no sleeper (the caller drove it, or polls done()), and skipping the
+  // lock and the broadcast saves a small call about 150 instructions.
+  done_.store(true);
+  if (waiters_.load() == 0) return;
+  { std::lock_guard<std::mutex> lock(mu_); }
   cv_.notify_all();
 }
 
@@ -49,12 +53,19 @@ bool Operation::wait(Deadline deadline, int64_t spin_us) {
     if (done()) return true;
     sched_yield();
   }
-  std::unique_lock<std::mutex> lock(mu_);
-  if (deadline.at() == Clock::time_point::max()) {
-    cv_.wait(lock, [&] { return done(); });
-    return true;
+  waiters_.fetch_add(1);
+  bool finished;
+  {
+    std::unique_lock<std::mutex> lock(mu_);
+    if (deadline.at() == Clock::time_point::max()) {
+      cv_.wait(lock, [&] { return done_.load(); });
+      finished = true;
+    } else {
+      finished = cv_.wait_until(lock, deadline.at(), [&] { return done_.load(); });
+    }
   }
-  return cv_.wait_until(lock, deadline.at(), [&] { return done(); });
+  waiters_.fetch_sub(1);
+  return finished;
 }
 
 }  // namespace braid

@@ -76,6 +76,7 @@ class Operation {
   OpDesc desc_;
   braidComm* owner_ = nullptr;
   std::atomic<bool> done_{false};
+  std::atomic<int> waiters_{0};  // callers asleep in wait() (or about to be)
   Status status_;
   std::mutex mu_;
   std::condition_variable cv_;
