@@ -1137,84 +1137,83 @@ TEST_P(OneShotForms, BlockingNonBlockingAndGroupedFormsMeet) {
 // differs between ranks in the middle (every rank fails it, the operation that ran it is not
 // taken as it is), each result bit-exact against the sum computed here, no stream byte.
 TEST_P(OneShotForms, RepeatedNonBlockingCallsOfOneShapeAreBitExact) {
-  auto out = RunJob(
-      Options(GetParam()), [&](braidComm_t comm, int rank, int nranks, const braidUniqueId&) {
-        uint64_t before = 0;
-        CHECK_OR_FAIL(SentBytes(comm, nranks, &before), "traffic counters");
-        constexpr int kInFlight = 8;
-        struct Call {
-          std::vector<float> in, out;
-          braidRequest_t req = nullptr;
-          braidRedOp_t op = braidSum;
-          bool premul = false;
-          bool avg = false;
-          int round = 0;
-        };
-        std::vector<Call> calls(kInFlight);
-        // What rank r contributes to element i of call `round`, and its scalar when the call is
-        // a pre-multiplied sum: small integers, so that every product and sum, and the AVG
-        // division, are the same in any order.
-        const auto value = [](int r, size_t i, int round) {
-          return static_cast<float>((r + 1) * static_cast<int>(i % 7) + round % 5);
-        };
-        const auto scalar = [](int r, int round) { return static_cast<float>(1 + (r + round) % 3); };
-        // 0 when call `c` completed with the exact result (then its slot is free), else 1.
-        const auto finish = [&](Call& c) -> int {
-          CHECK_OR_FAIL(braidWait(&c.req, -1) == braidSuccess, "round %d: %s", c.round,
-                        braidGetLastError(comm));
-          if (c.premul)
-            CHECK_OR_FAIL(braidRedOpDestroy(c.op, comm) == braidSuccess, "premul destroy");
-          for (size_t i = 0; i < c.out.size(); ++i) {
-            float sum = 0;
-            for (int r = 0; r < nranks; ++r)
-              sum += (c.premul ? scalar(r, c.round) : 1.0f) * value(r, i, c.round);
-            if (c.avg) sum /= static_cast<float>(nranks);
-            CHECK_OR_FAIL(c.out[i] == sum, "round %d count %zu [%zu]: %g, want %g", c.round,
-                          c.out.size(), i, c.out[i], sum);
-          }
-          return 0;
-        };
-        for (int round = 0; round < 400; ++round) {
-          Call& c = calls[static_cast<size_t>(round % kInFlight)];
-          if (c.req) CHECK_OR_FAIL(finish(c) == 0, "call of round %d", c.round);
-          // Runs of 25 calls of one shape: sums, pre-multiplied sums (the scalar this rank's
-          // and this round's: the plan stays, the scalar changes), sums, AVGs (of a power of two
-          // of ranks: exact); every 50th call another count, every 9th a pre-multiplied sum.
-          const size_t count = round % 50 == 49 ? 33 : 16;
-          c.round = round;
-          c.premul = (round / 25) % 4 == 1 || round % 9 == 4;
-          c.avg = !c.premul && (round / 25) % 4 == 3;
-          c.op = c.avg ? braidAvg : braidSum;
-          if (c.premul) {
-            const float k = scalar(rank, round);
-            CHECK_OR_FAIL(braidRedOpCreatePreMulSum(&c.op, &k, braidFloat32, comm) == braidSuccess,
-                          "premul: %s", braidGetLastError(comm));
-          }
-          c.in.assign(count, 0);
-          c.out.assign(count, -1.0f);
-          for (size_t i = 0; i < count; ++i) c.in[i] = value(rank, i, round);
-          CHECK_OR_FAIL(braidIallReduce(c.in.data(), c.out.data(), count, braidFloat32, c.op,
-                                        comm, &c.req) == braidSuccess,
-                        "round %d: %s", round, braidGetLastError(comm));
-          if (round == 200) {
-            // A call that differs (rank 0's count): every rank fails it, nothing is written, and
-            // the calls after it run.
-            for (Call& k : calls)
-              if (k.req) CHECK_OR_FAIL(finish(k) == 0, "call of round %d", k.round);
-            std::vector<float> in(17, 1.0f), out(17, -1.0f);
-            braidRequest_t req = nullptr;
-            CHECK_OR_FAIL(braidIallReduce(in.data(), out.data(), rank == 0 ? 17 : 16,
-                                          braidFloat32, braidSum, comm, &req) == braidSuccess,
-                          "mismatch issue: %s", braidGetLastError(comm));
-            CHECK_OR_FAIL(braidWait(&req, -1) == braidErrInvalidUsage, "the mismatch did not fail");
-            for (float v : out) CHECK_OR_FAIL(v == -1.0f, "a failed call wrote its output");
-          }
-        }
-        for (Call& c : calls)
-          if (c.req) CHECK_OR_FAIL(finish(c) == 0, "call of round %d", c.round);
-        CHECK_OR_FAIL(SentSince(comm, nranks, before) == 0, "board calls sent stream bytes");
-        return 0;
-      });
+  auto out = RunJob(Options(GetParam()), [&](braidComm_t comm, int rank, int nranks,
+                                             const braidUniqueId&) {
+    uint64_t before = 0;
+    CHECK_OR_FAIL(SentBytes(comm, nranks, &before), "traffic counters");
+    constexpr int kInFlight = 8;
+    struct Call {
+      std::vector<float> in, out;
+      braidRequest_t req = nullptr;
+      braidRedOp_t op = braidSum;
+      bool premul = false;
+      bool avg = false;
+      int round = 0;
+    };
+    std::vector<Call> calls(kInFlight);
+    // What rank r contributes to element i of call `round`, and its scalar when the call is
+    // a pre-multiplied sum: small integers, so that every product and sum, and the AVG
+    // division, are the same in any order.
+    const auto value = [](int r, size_t i, int round) {
+      return static_cast<float>((r + 1) * static_cast<int>(i % 7) + round % 5);
+    };
+    const auto scalar = [](int r, int round) { return static_cast<float>(1 + (r + round) % 3); };
+    // 0 when call `c` completed with the exact result (then its slot is free), else 1.
+    const auto finish = [&](Call& c) -> int {
+      CHECK_OR_FAIL(braidWait(&c.req, -1) == braidSuccess, "round %d: %s", c.round,
+                    braidGetLastError(comm));
+      if (c.premul) CHECK_OR_FAIL(braidRedOpDestroy(c.op, comm) == braidSuccess, "premul destroy");
+      for (size_t i = 0; i < c.out.size(); ++i) {
+        float sum = 0;
+        for (int r = 0; r < nranks; ++r)
+          sum += (c.premul ? scalar(r, c.round) : 1.0f) * value(r, i, c.round);
+        if (c.avg) sum /= static_cast<float>(nranks);
+        CHECK_OR_FAIL(c.out[i] == sum, "round %d count %zu [%zu]: %g, want %g", c.round,
+                      c.out.size(), i, c.out[i], sum);
+      }
+      return 0;
+    };
+    for (int round = 0; round < 400; ++round) {
+      Call& c = calls[static_cast<size_t>(round % kInFlight)];
+      if (c.req) CHECK_OR_FAIL(finish(c) == 0, "call of round %d", c.round);
+      // Runs of 25 calls of one shape: sums, pre-multiplied sums (the scalar this rank's
+      // and this round's: the plan stays, the scalar changes), sums, AVGs (of a power of two
+      // of ranks: exact); every 50th call another count, every 9th a pre-multiplied sum.
+      const size_t count = round % 50 == 49 ? 33 : 16;
+      c.round = round;
+      c.premul = (round / 25) % 4 == 1 || round % 9 == 4;
+      c.avg = !c.premul && (round / 25) % 4 == 3;
+      c.op = c.avg ? braidAvg : braidSum;
+      if (c.premul) {
+        const float k = scalar(rank, round);
+        CHECK_OR_FAIL(braidRedOpCreatePreMulSum(&c.op, &k, braidFloat32, comm) == braidSuccess,
+                      "premul: %s", braidGetLastError(comm));
+      }
+      c.in.assign(count, 0);
+      c.out.assign(count, -1.0f);
+      for (size_t i = 0; i < count; ++i) c.in[i] = value(rank, i, round);
+      CHECK_OR_FAIL(braidIallReduce(c.in.data(), c.out.data(), count, braidFloat32, c.op, comm,
+                                    &c.req) == braidSuccess,
+                    "round %d: %s", round, braidGetLastError(comm));
+      if (round == 200) {
+        // A call that differs (rank 0's count): every rank fails it, nothing is written, and
+        // the calls after it run.
+        for (Call& k : calls)
+          if (k.req) CHECK_OR_FAIL(finish(k) == 0, "call of round %d", k.round);
+        std::vector<float> in(17, 1.0f), out(17, -1.0f);
+        braidRequest_t req = nullptr;
+        CHECK_OR_FAIL(braidIallReduce(in.data(), out.data(), rank == 0 ? 17 : 16, braidFloat32,
+                                      braidSum, comm, &req) == braidSuccess,
+                      "mismatch issue: %s", braidGetLastError(comm));
+        CHECK_OR_FAIL(braidWait(&req, -1) == braidErrInvalidUsage, "the mismatch did not fail");
+        for (float v : out) CHECK_OR_FAIL(v == -1.0f, "a failed call wrote its output");
+      }
+    }
+    for (Call& c : calls)
+      if (c.req) CHECK_OR_FAIL(finish(c) == 0, "call of round %d", c.round);
+    CHECK_OR_FAIL(SentSince(comm, nranks, before) == 0, "board calls sent stream bytes");
+    return 0;
+  });
   EXPECT_TRUE(AllSucceeded(out)) << DescribeOutcomes(out);
 }
 

@@ -162,8 +162,7 @@ bool ActiveOp::rearm(braidComm* comm, Operation* op, std::shared_ptr<Operation>&
   const braidComm::PlanMemo& memo = comm->planMemo();
   // The memo's plan is the one this ran (the plan cache is keyed by the call's arguments, so the
   // same schedule means the same args_, algorithm and layout).
-  if (memo.plan.schedule != data_sched_ || !SamePlanShape(d, memo.shape) ||
-      !SamePlanShape(d, d_))
+  if (memo.plan.schedule != data_sched_ || !SamePlanShape(d, memo.shape) || !SamePlanShape(d, d_))
     return false;
   rearmable_ = false;
   comm_ = comm;

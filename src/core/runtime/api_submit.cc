@@ -28,7 +28,8 @@ braidResult_t RunOperation(const CommRef& comm, std::shared_ptr<Operation> op,
 }
 
 braidResult_t RunOperation(const CommRef& comm, OpDesc desc, braidRequest_t* request) {
-  if (!request || InGroup()) return RunOperation(comm, std::make_shared<Operation>(std::move(desc)), request);
+  if (!request || InGroup())
+    return RunOperation(comm, std::make_shared<Operation>(std::move(desc)), request);
   auto block = std::make_shared<RequestedOperation>(std::move(desc));
   std::shared_ptr<Operation> op(block, &block->op);
   braidRequest* r = &block->request;
