@@ -325,7 +325,8 @@ void Engine::admit() {
 
 void Engine::finish(Operation* op, const Status& st) {
   braidComm* owner = op->owner() ? op->owner() : comm_;
-  completed_.fetch_add(1, std::memory_order_relaxed);
+  // Only the driver completes operations: a load and a store, not a locked increment.
+  completed_.store(completed_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
   op->complete(st);
   owner->opDone();  // the last touch of the owner: a view may go away after it
 }

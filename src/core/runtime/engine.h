@@ -219,12 +219,12 @@ class Engine {
   Status abort_reason_;
   int wake_fd_ = -1;  // eventfd: abort(), submit() and debugState() wake a sleeping driver
 
-  // Counters for debugState().
+  // Counters for debugState(). submitted_ is bumped by any submitting thread (a locked
+  // read-modify-write); completed_ only by whoever drives (finish(): a load and a store).
   std::atomic<uint64_t> submitted_{0};
   std::atomic<uint64_t> completed_{0};
   // Blocking calls run on the board, counted apart by the caller that holds the inline claim
-  // (only it writes them: a load and a store, where submitted_ and completed_, which any thread
-  // may bump, take a locked read-modify-write each).
+  // (only it writes them: a load and a store).
   std::atomic<uint64_t> board_started_{0};
   std::atomic<uint64_t> board_done_{0};
   std::atomic<uint64_t> colls_issued_{0};
