@@ -377,10 +377,8 @@ struct braidComm {
   CallNumbers numbers_;  // touched by the engine's driver only
   // Operations submitted and not completed. A counter, not a guarded integer: every call bumps it
   // twice, and the lock round trips with a broadcast were about 300 instructions of a small
-  // non-blocking call. own_mu_ and own_cv_ serve waitOwnOps only: a waiter counts itself in
-  // own_waiters_ before it reads the counter, and opDone reads own_waiters_ after its decrement
-  // (both seq_cst), so that either the waiter sees zero or opDone sees the waiter and wakes it
-  // under the lock.
+  // non-blocking call. own_mu_, own_cv_ and own_waiters_ serve waitOwnOps (drain, destroy) only;
+  // opDone says how they pair.
   std::atomic<uint64_t> own_inflight_{0};
   std::atomic<int> own_waiters_{0};
   std::mutex own_mu_;

@@ -350,9 +350,8 @@ void Engine::activate(Operation* op, std::shared_ptr<Operation> keep) {
     }
   }
   // A retired operation's state, when there is one: its vectors keep their capacity (scratch
-  // included), so a small call allocates nothing here.
-  // The most recently retired one first: when it ran this call's plan, rearm() takes it as it
-  // is (a repeated small non-blocking call).
+  // included), so a small call allocates nothing here. The most recently retired first: when it
+  // ran this call's plan, rearm() takes it as it is (a repeated small non-blocking call).
   braidComm::CallNumbers& numbers = owner->callNumbers();
   std::unique_ptr<ActiveOp> a;
   bool armed = false;
