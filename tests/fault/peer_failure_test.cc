@@ -97,6 +97,73 @@ INSTANTIATE_TEST_SUITE_P(UcxQuick, PeerKilled,
                          [](const auto& info) { return RanksTransportName(info); });
 #endif
 
+// The same with small non-blocking all-reduces, which run on the host's board inside the
+// engine: a survivor's call waits for the dead rank's post, which never comes; the engine looks
+// for the death when its loop idles (Engine::failBoardDeaths), so the wait fails, naming it,
+// instead of waiting out BRAID_TIMEOUT (set to 60 s here: only the death can end it in time).
+class BoardPeerKilled : public ::testing::TestWithParam<int> {};
+
+TEST_P(BoardPeerKilled, NonBlockingCallsFailNamingIt) {
+  const int n = GetParam();
+  JobOptions opt;
+  opt.nranks = n;
+  opt.timeout_s = 90;
+  opt.env = {{"BRAID_TRANSPORTS", "shm"}, {"BRAID_TIMEOUT", "60"}};
+  auto out = RunJob(opt, [](braidComm_t comm, int rank, int nranks, const braidUniqueId&) {
+    std::vector<float> in(8, 1.0f), res(8 * 4, 0.0f);
+    const int victim = nranks - 1;
+    auto t_kill = Clock::now();
+    for (int it = 0; it < 1000; ++it) {
+      if (rank == victim && it == 3) raise(SIGKILL);
+      if (it == 3) t_kill = Clock::now();
+      // Four in flight, as an overlapping trainer has them.
+      braidRequest_t req[4] = {};
+      braidResult_t rc = braidSuccess;
+      int issued = 0;
+      for (; issued < 4 && rc == braidSuccess; ++issued)
+        rc = braidIallReduce(in.data(), res.data() + 8 * issued, 8, braidFloat32, braidSum, comm,
+                             &req[issued]);
+      if (rc != braidSuccess) --issued;
+      for (int k = 0; k < issued; ++k) {
+        const braidResult_t w = braidWait(&req[k], -1);
+        if (rc == braidSuccess) rc = w;
+      }
+      if (rc == braidSuccess) {
+        for (float v : res)
+          if (v != static_cast<float>(nranks)) {
+            std::fprintf(stderr, "[rank %d] wrong sum %g in call %d\n", rank, v, it);
+            return 4;
+          }
+        continue;
+      }
+      const char* msg = braidGetLastError(comm);
+      const double dt = SecondsSince(t_kill);
+      const bool names = Contains(msg, ("rank " + std::to_string(victim) + " (host ").c_str()) &&
+                         Contains(msg, "died");
+      if (dt > 12 || (rc != braidErrRemote && rc != braidErrTimeout) || !names) {
+        std::fprintf(stderr, "[rank %d] rc=%d after %.1fs: %s\n", rank, rc, dt, msg);
+        return 1;
+      }
+      braidRequest_t after = nullptr;
+      const auto t1 = Clock::now();
+      if ((braidIallReduce(in.data(), res.data(), 8, braidFloat32, braidSum, comm, &after) ==
+               braidSuccess &&
+           braidWait(&after, -1) == braidSuccess) ||
+          SecondsSince(t1) > 1) {
+        std::fprintf(stderr, "[rank %d] the call after the failure did not fail at once\n", rank);
+        return 2;
+      }
+      return 0;
+    }
+    std::fprintf(stderr, "[rank %d] never saw the failure\n", rank);
+    return 3;
+  });
+  for (int r = 0; r + 1 < n; ++r) EXPECT_EQ(out[r].exit_code, 0) << DescribeOutcomes(out);
+  EXPECT_EQ(out[n - 1].exit_code, 128 + SIGKILL) << DescribeOutcomes(out);
+}
+
+INSTANTIATE_TEST_SUITE_P(Fault, BoardPeerKilled, ::testing::Values(2, 4));
+
 // Survivors recover (spec/reliability.md item 13): after a rank dies, the others shrink the
 // communicator and complete a checked all-reduce without it.
 TEST_P(Transports, SurvivorsShrinkAndContinue) {

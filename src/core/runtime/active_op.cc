@@ -134,7 +134,7 @@ void ActiveOp::reset(braidComm* comm, Operation* op, std::shared_ptr<Operation> 
   board_started_ = false;
   budget_ = 0;
   corked_ = nullptr;
-  last_progress_us = 0;
+  last_progress_us = -1;
   rearmable_ = false;
 }
 
@@ -183,7 +183,7 @@ bool ActiveOp::rearm(braidComm* comm, Operation* op, std::shared_ptr<Operation>&
   touched_ = false;
   budget_ = 0;
   corked_ = nullptr;
-  last_progress_us = 0;
+  last_progress_us = -1;
   // The scratch slots point where they did: the same layout found `scratch` large enough.
   auto* send = const_cast<std::byte*>(static_cast<const std::byte*>(d_.sendbuf));
   for (const uint16_t k : layout_.send_slots) bufs_.base[k] = send;
@@ -556,16 +556,9 @@ Status ActiveOp::advanceBoard(bool* moved) {
     if (run_.mismatched()) clean_failure_ = true;
     return st.prepend(context());
   }
-  if (!run_.finished()) {
-    // A peer that died never posts: its death is the error (the board asks the kernel at most
-    // every few ms).
-    // A peer that left (destroy, exit) did all its posts and reads before it said so: once it has
-    // gone, what it made is visible, so the wait is looked at again before it counts as failed.
-    const int peer = run_.blocked().peer;
-    if (peer >= 0 && comm_->board()->dead(peer) && !run_.blockedReady())
-      return comm_->board()->deathError(peer).prepend(context());
-    return Status::Ok();
-  }
+  // (A peer that died never posts: the engine looks for that when its loop idles,
+  // Engine::failBoardDeaths.)
+  if (!run_.finished()) return Status::Ok();
   stage_ = stage_ == Stage::kBoard ? Stage::kFinished : Stage::kData;
   if (stage_ == Stage::kData && data_chans_.empty()) stage_ = Stage::kFinished;
   *moved = true;

@@ -154,7 +154,10 @@ class ActiveOp {
   uint64_t seq() const { return seq_; }
   uint64_t id() const { return id_; }
   const std::vector<std::pair<uint32_t, uint32_t>>& claims() const { return claims_; }
-  int64_t last_progress_us = 0;
+  // When it last moved (NowMicros), for the stall checks; -1: it moved (or was activated) since
+  // the engine last looked, which stamps it then (Engine::failStalled). Progress costs a store,
+  // not a clock read (a read is ~30 ns on a VM; a small call's passes moved several times).
+  int64_t last_progress_us = -1;
 
   // Recycled by the engine between operations (they only grow).
   std::vector<std::byte> scratch;

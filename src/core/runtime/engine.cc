@@ -378,7 +378,7 @@ void Engine::activate(Operation* op, std::shared_ptr<Operation> keep) {
       if (LocalBoard* board = comm_->board()) board->announceStarted(numbers.coll);
     }
   }
-  a->last_progress_us = NowMicros();
+  a->last_progress_us = -1;  // (stamped by the first failStalled that sees it)
   gate_.claim(a->id(), a->claims());
   active_.push_back(std::move(a));
   if (!st.ok()) failAll(active_.size() - 1, st);
@@ -450,7 +450,7 @@ bool Engine::sweep(int64_t* bytes) {
       st = OutOfMemory(a.context());
     }
     if (moved) {
-      a.last_progress_us = NowMicros();
+      a.last_progress_us = -1;
       any = true;
       *bytes += a.bytesLastPass();
     }
@@ -494,6 +494,22 @@ bool Engine::dropAbortedView(size_t i) {
   return false;
 }
 
+bool Engine::failBoardDeaths() {
+  for (size_t i = 0; i < active_.size(); ++i) {
+    const OneSidedRun* run = active_[i]->boardBlocked();
+    if (!run) continue;
+    LocalBoard& board = *active_[i]->owner().board();
+    // A peer that left (destroy, exit) did all its posts and reads before it said so: once it has
+    // gone, what it made is visible, so the wait is looked at again before it counts as failed.
+    const int peer = run->blocked().peer;
+    if (peer >= 0 && board.dead(peer) && !run->blockedReady()) {
+      failAll(i, board.deathError(peer).prepend(active_[i]->context()));
+      return true;
+    }
+  }
+  return false;
+}
+
 bool Engine::failBoardStragglers() {
   // Only while nothing of this rank's runs on the streams: every operation waits on the board.
   for (const auto& a : active_)
@@ -521,6 +537,7 @@ void Engine::failStalled(int64_t now_us) {
   int64_t older = 0;
   for (size_t i = 0; i < active_.size(); ++i) {
     ActiveOp& a = *active_[i];
+    if (a.last_progress_us < 0) a.last_progress_us = now_us;  // it moved since the last look
     const int64_t since = std::max(a.last_progress_us, older);
     if (now_us - since > timeout_us) {
       handleStall(i, since);
@@ -638,8 +655,14 @@ void Engine::driveUntilIdle(bool admit_queued, const Operation* target, Deadline
   // answer: 64 polls before the first yield cost 4 ranks on 2 cores about half of a small
   // all-reduce over TCP (~100 us against ~50 yielding at once; 8 ranks ~430 against ~200).
   const int tight_polls = comm_->ranksOutnumberCpus() ? 1 : 64;
-  int64_t last_progress = NowMicros();
-  int64_t last_yield = last_progress;
+  // The clock is read only where a decision needs it: after the tight polls of a loop that moves
+  // nothing (the spin budget, stall checks) and once a megabyte has moved (the busy yield); a
+  // pass that moved a small call's data reads none, nor does a tight poll (a read is about 30 ns
+  // on a VM, a third of such a pass).
+  // last_progress < 0: the loop moved something since the clock was last read, so the spin
+  // starts at the next read.
+  int64_t last_progress = -1;
+  int64_t last_yield = yield_when_busy ? NowMicros() : 0;
   int64_t bytes_since_yield = 0;
   int idle_iterations = 0;
   for (;;) {
@@ -672,21 +695,24 @@ void Engine::driveUntilIdle(bool admit_queued, const Operation* target, Deadline
     const bool progressed = sweep(&bytes_since_yield);
     // A driving caller's deadline ends its drive after a pass, never before one.
     if (target && (target->done() || deadline.expired())) return;
-    const int64_t now = NowMicros();
     if (progressed) {
-      last_progress = now;
+      last_progress = -1;
       idle_iterations = 0;
-      if (yield_when_busy && bytes_since_yield >= kBusyYieldBytes &&
-          now - last_yield >= kBusyYieldUs) {
-        sched_yield();
-        last_yield = now;
-        bytes_since_yield = 0;
+      if (yield_when_busy && bytes_since_yield >= kBusyYieldBytes) {
+        if (const int64_t now = NowMicros(); now - last_yield >= kBusyYieldUs) {
+          sched_yield();
+          last_yield = now;
+          bytes_since_yield = 0;
+        }
       }
       continue;
     }
-    failStalled(now);
-    if (active_.empty()) continue;
+    // Tight polls look for nothing but the peers' progress: no clock (stalls are seconds away).
     if (++idle_iterations < tight_polls) continue;
+    const int64_t now = NowMicros();
+    if (last_progress < 0) last_progress = now;
+    failStalled(now);
+    if (active_.empty() || failBoardDeaths()) continue;
     if (now - last_progress < spin_us) {
       sched_yield();  // let co-located ranks run (more ranks than cores is the normal case)
       continue;

@@ -148,6 +148,11 @@ class Engine {
   // refuses connections has left the communicator (destroyed it before this call reached it, or
   // exited) and never will; fails the operations naming it. True when it did.
   bool failIfPeerLeft(size_t i);
+  // An operation waiting on the board for a peer that died never completes: fails the
+  // operations with the death (the board asks the kernel at most every few ms). Looked at when
+  // the loop idles, not on every pass: a pass that finds a post costs no liveness check. True
+  // when it failed them.
+  bool failBoardDeaths();
   // An operation waiting on the board for a peer that sent stream data nothing of this rank's
   // will read (every operation waits on the board): the ranks are in different calls, and it
   // fails naming that (OtherCallOnTheStreams). True when it failed the engine's operations.
