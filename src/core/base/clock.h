@@ -38,7 +38,10 @@ class Deadline {
     return d;
   }
   bool aborted() const { return abort_ && abort_->load(std::memory_order_acquire); }
-  bool expired() const { return aborted() || Clock::now() >= at_; }
+  // (Never() reads no clock: a driving caller's wait looks at its deadline after every pass.)
+  bool expired() const {
+    return aborted() || (at_ != Clock::time_point::max() && Clock::now() >= at_);
+  }
   // Milliseconds to wait before looking again, clamped to [0, cap]; for poll() timeouts. For an
   // abortable deadline at most kAbortCheckMs, and 0 once aborted: a wait loop that polls with
   // it and stops when expired() notices an abort within kAbortCheckMs.

@@ -173,14 +173,18 @@ bool Engine::quiet() const {
 void Engine::endInline() {
   bool thread_has_work;
   bool waiters;
-  if (active_.empty()) {
-    // Nothing left active (a board call, a blocking call that completed): the claim goes back
-    // with one store, and the lock is taken only when someone may need waking. A submit() from
-    // another thread meanwhile counts queued_ before it reads inline_busy_, a drain() or
-    // debugState() counts cv_waiters_ before it does, and this caller clears inline_busy_ before
-    // it reads them (all seq_cst): either they see it clear (and claim the loop, or stop
-    // waiting), or this caller sees them and wakes them below. The lock round trip this saves
-    // was two locked instructions and ~50 others per small blocking call.
+  // Operations left that need nothing from this rank but its own reads (ActiveOp::quiet) wait for
+  // the caller's next call into the library (a wait, a test, another call, or the destroy)
+  // instead of waking the thread. (Read while this caller still drives.)
+  if (active_.empty() || quiet()) {
+    // Nothing left that needs the thread (a board call, a blocking call that completed, a
+    // non-blocking one waiting for a peer's post): the claim goes back with one store, and the
+    // lock is taken only when someone may need waking. A submit() from another thread meanwhile
+    // counts queued_ before it reads inline_busy_, a drain() or debugState() counts cv_waiters_
+    // before it does, and this caller clears inline_busy_ before it reads them (all seq_cst):
+    // either they see it clear (and claim the loop, or stop waiting), or this caller sees them and
+    // wakes them below. The lock round trip this saves was two locked instructions and ~50 others
+    // per small call (a non-blocking one takes the loop twice: its submit and its wait).
     inline_busy_.store(false, std::memory_order_seq_cst);
     if (queued_.load(std::memory_order_seq_cst) == 0 &&
         cv_waiters_.load(std::memory_order_seq_cst) == 0)
@@ -191,20 +195,16 @@ void Engine::endInline() {
     if (waiters && queue_.empty()) drained_cv_.notify_all();
     thread_has_work = stop_ || !queue_.empty();
   } else {
-    // Read while this caller still drives: operations left that need nothing from this rank but
-    // its own reads (ActiveOp::quiet) wait for the caller's next call into the library (a wait,
-    // a test, another call, or the destroy) instead of waking the thread.
-    const bool left_quiet = quiet();
     std::lock_guard<std::mutex> lock(mu_);
     inline_busy_.store(false, std::memory_order_relaxed);
     // (Notified only when someone waits: two broadcasts per blocking call were a tenth of a
     // small call's instructions.)
     waiters = cv_waiters_.load(std::memory_order_relaxed) > 0;
     if (waiters && queue_.empty()) drained_cv_.notify_all();
-    // Operations queued meanwhile (non-blocking calls from another thread) or left active. Only
-    // then: waking an idle thread after every blocking call cost a futex round trip per call
-    // and, on oversubscribed cores, the peer's CPU (docs/performance.md, "Small calls over TCP").
-    thread_has_work = stop_ || !queue_.empty() || (!active_.empty() && !left_quiet);
+    // Operations left active that need the thread. Only then: waking an idle thread after every
+    // blocking call cost a futex round trip per call and, on oversubscribed cores, the peer's CPU
+    // (docs/performance.md, "Small calls over TCP").
+    thread_has_work = true;
   }
   if (waiters) report_cv_.notify_all();
   if (thread_has_work) cv_.notify_one();
