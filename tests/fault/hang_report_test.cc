@@ -192,6 +192,90 @@ TEST(HangReportBoard, WaitingBoardCallNamesTheLateRank) {
   EXPECT_TRUE(AllSucceeded(out)) << DescribeOutcomes(out);
 }
 
+// A small non-blocking call on an idle engine starts on the board on the caller's thread
+// (Engine::eagerBoardCall); one whose peer has not posted goes on as an operation in the run it
+// started. The report lists it once, as an operation on the board waiting for the late rank,
+// and the counters balance once it is done (it was counted as an operation, not as a board
+// call too).
+TEST(HangReportBoard, WaitingNonBlockingBoardCallIsListedOnce) {
+  int gate[2];
+  ASSERT_EQ(pipe(gate), 0);
+  JobOptions opt;
+  opt.nranks = 2;
+  opt.timeout_s = 60;
+  opt.env = {{"BRAID_TRANSPORTS", "shm"}, {"BRAID_TIMEOUT", "30"}};
+  auto out = RunJob(opt, [&](braidComm_t comm, int rank, int n, const braidUniqueId&) {
+    std::vector<float> a(7), b(7);
+    const auto call = [&](int k, braidRequest_t* req) {
+      for (int i = 0; i < 7; ++i) a[i] = static_cast<float>(rank * 100 + k * 10 + i);
+      return braidIallReduce(a.data(), b.data(), 7, braidFloat32, braidSum, comm, req);
+    };
+    const auto exact = [&](int k) {
+      for (int i = 0; i < 7; ++i)  // rank 0's and rank 1's inputs
+        if (b[i] != static_cast<float>(k * 10 + i + 100 + k * 10 + i)) return false;
+      return true;
+    };
+    // Calls #0-#9 of one shape complete everywhere (the engine keeps a spare for the shape).
+    for (int k = 0; k < 10; ++k) {
+      braidRequest_t req;
+      if (call(k, &req) != braidSuccess || braidWait(&req, -1) != braidSuccess || !exact(k))
+        return 1;
+    }
+    const int late = n - 1;
+    char c = 1;
+    if (rank == late) {
+      if (read(gate[0], &c, 1) != 1) return 2;
+      braidRequest_t req;
+      return call(10, &req) == braidSuccess && braidWait(&req, -1) == braidSuccess && exact(10) ? 0
+                                                                                                : 3;
+    }
+    braidRequest_t req;
+    if (call(10, &req) != braidSuccess) return 4;
+    // A thread waits for it (and drives the loop, which answers the report); this one reads the
+    // report, as BRAID_DUMP_SIGNAL's handler thread does.
+    int rc = -1;
+    std::thread waiter([&] { rc = braidWait(&req, -1); });
+    std::string report;
+    const std::string want = "allreduce(count=7, float, sum) #10 [oneshot] on the board";
+    const std::string waiting = "waiting for rank " + std::to_string(late) + " to post";
+    auto until = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    while (std::chrono::steady_clock::now() < until) {
+      std::vector<char> buf(1 << 16);
+      if (braidCommDebugState(comm, buf.data(), buf.size()) != braidSuccess) break;
+      report = buf.data();
+      if (Has(report, want) && Has(report, waiting)) break;
+      std::this_thread::yield();
+    }
+    const bool listed = Has(report, want) && Has(report, waiting) && Has(report, "in flight (1)");
+    if (write(gate[1], &c, 1) != 1) return 5;
+    waiter.join();
+    if (!listed) {
+      std::fprintf(stderr, "[rank %d] report:\n%s\n(want: %s)\n", rank, report.c_str(),
+                   want.c_str());
+      return 6;
+    }
+    if (rc != braidSuccess || !exact(10)) return 7;
+    std::vector<char> buf(1 << 16);
+    if (braidCommDebugState(comm, buf.data(), buf.size()) != braidSuccess) return 8;
+    report = buf.data();
+    // "operations: submitted N, completed N, queued 0"
+    const size_t at = report.find("operations: submitted ");
+    unsigned long submitted = 0, completed = 0;
+    if (at == std::string::npos ||
+        std::sscanf(report.c_str() + at, "operations: submitted %lu, completed %lu", &submitted,
+                    &completed) != 2 ||
+        submitted != completed || submitted < 11 || !Has(report, "last completed #10\n") ||
+        !Has(report, "nothing in flight")) {
+      std::fprintf(stderr, "[rank %d] idle report:\n%s\n", rank, report.c_str());
+      return 9;
+    }
+    return 0;
+  });
+  close(gate[0]);
+  close(gate[1]);
+  EXPECT_TRUE(AllSucceeded(out)) << DescribeOutcomes(out);
+}
+
 INSTANTIATE_TEST_SUITE_P(Fault, HangReport, ::testing::Values("shm", "tcp"));
 #ifdef BRAID_HAVE_UCX
 INSTANTIATE_TEST_SUITE_P(Ucx, HangReport, ::testing::Values("ucx"));

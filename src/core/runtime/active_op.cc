@@ -132,6 +132,7 @@ void ActiveOp::reset(braidComm* comm, Operation* op, std::shared_ptr<Operation> 
   sent_.clear();
   incoming_ = CallConflict();
   board_started_ = false;
+  adopted_ = nullptr;
   budget_ = 0;
   corked_ = nullptr;
   last_progress_us = -1;
@@ -154,16 +155,19 @@ void ActiveOp::recycle() {
   comm_ = nullptr;
 }
 
-bool ActiveOp::rearm(braidComm* comm, Operation* op, std::shared_ptr<Operation>& keep, uint64_t id,
-                     uint64_t coll_seq) {
+bool ActiveOp::canRearm(braidComm* comm, const OpDesc& d) const {
   if (!rearmable_ || comm != rearm_comm_) return false;
-  const OpDesc& d = op->desc();
   if (d.kind == CollKind::kSendRecv) return false;
   const braidComm::PlanMemo& memo = comm->planMemo();
   // The memo's plan is the one this ran (the plan cache is keyed by the call's arguments, so the
   // same schedule means the same args_, algorithm and layout).
-  if (memo.plan.schedule != data_sched_ || !SamePlanShape(d, memo.shape) || !SamePlanShape(d, d_))
-    return false;
+  return memo.plan.schedule == data_sched_ && SamePlanShape(d, memo.shape) && SamePlanShape(d, d_);
+}
+
+bool ActiveOp::rearm(braidComm* comm, Operation* op, std::shared_ptr<Operation>& keep, uint64_t id,
+                     uint64_t coll_seq) {
+  const OpDesc& d = op->desc();
+  if (!canRearm(comm, d)) return false;
   rearmable_ = false;
   comm_ = comm;
   op_ = op;
@@ -180,6 +184,7 @@ bool ActiveOp::rearm(braidComm* comm, Operation* op, std::shared_ptr<Operation>&
   proto_.seq = seq_;
   stage_ = Stage::kBoard;
   board_started_ = false;
+  adopted_ = nullptr;
   touched_ = false;
   budget_ = 0;
   corked_ = nullptr;
@@ -549,16 +554,16 @@ Status ActiveOp::advanceBoard(bool* moved) {
     board_started_ = true;
     *moved = true;
   }
-  Status st = run_.advance(moved);
+  Status st = run().advance(moved);
   if (!st.ok()) {
     // A mismatch found by the agreement: nothing written, every rank fails it, the communicator
     // stays usable.
-    if (run_.mismatched()) clean_failure_ = true;
+    if (run().mismatched()) clean_failure_ = true;
     return st.prepend(context());
   }
   // (A peer that died never posts: the engine looks for that when its loop idles,
   // Engine::failBoardDeaths.)
-  if (!run_.finished()) return Status::Ok();
+  if (!run().finished()) return Status::Ok();
   stage_ = stage_ == Stage::kBoard ? Stage::kFinished : Stage::kData;
   if (stage_ == Stage::kData && data_chans_.empty()) stage_ = Stage::kFinished;
   *moved = true;
@@ -1112,7 +1117,7 @@ std::string ActiveOp::progressReport(const StreamGate& gate) const {
                                                       : "finished") +
                   "\n";
   if (stage_ == Stage::kBoardAgreement || stage_ == Stage::kBoard) {
-    s += "    " + (board_started_ ? run_.describe() : std::string("waiting for its board posts")) +
+    s += "    " + (board_started_ ? run().describe() : std::string("waiting for its board posts")) +
          "\n";
     const auto peers = waitingOn(gate);
     if (!peers.empty())

@@ -136,14 +136,27 @@ class ActiveOp {
   // Whether what is left of this operation needs nothing from this rank that a peer waits for:
   // a one-sided schedule past its last post (it only reads, and consumes what it read). Such an
   // operation may wait for its caller's next call instead of the progress thread.
-  bool quiet() const { return stage_ == Stage::kBoard && board_started_ && run_.pastLastPost(); }
+  bool quiet() const { return stage_ == Stage::kBoard && board_started_ && run().pastLastPost(); }
   // The board run this operation is blocked in (a board stage waiting for a peer), or null.
   const OneSidedRun* boardBlocked() const {
-    return board_started_ && !run_.finished() &&
+    return board_started_ && !run().finished() &&
                    (stage_ == Stage::kBoard || stage_ == Stage::kBoardAgreement)
-               ? &run_
+               ? &run()
                : nullptr;
   }
+  // Whether rearm() would take call `d` of `comm` (the same test, nothing changed), and the
+  // schedule it would run.
+  bool canRearm(braidComm* comm, const OpDesc& d) const;
+  const std::shared_ptr<const RankSchedule>& dataSchedule() const { return data_sched_; }
+  // A call that rearm() took and that a caller started on the board itself (Engine's eager
+  // board call, engine_board_calls.cc) goes on in `run`, which the engine keeps until the
+  // operation retires: the operation is past its start, in its board stage.
+  void adoptBoardRun(OneSidedRun* run) {
+    adopted_ = run;
+    board_started_ = true;
+  }
+  OneSidedRun* adoptedRun() const { return adopted_; }
+  void dropAdoptedRun() { adopted_ = nullptr; }
   // "rank 0/4 on host h: allreduce(count=4, float, sum) #3 [ring]: " for error messages.
   std::string context() const;
 
@@ -286,6 +299,9 @@ class ActiveOp {
   CallConflict incoming_;
   // The board stages (one_sided_run.h): started once the board's clock gives the call its posts.
   OneSidedRun run_;
+  OneSidedRun* adopted_ = nullptr;  // the run that goes on instead of run_ (adoptBoardRun)
+  const OneSidedRun& run() const { return adopted_ ? *adopted_ : run_; }
+  OneSidedRun& run() { return adopted_ ? *adopted_ : run_; }
   bool board_started_ = false;
   int64_t budget_ = 0;  // bytes left in this pass (kSweepBudgetBytes at the start of advance())
   std::vector<Endpoint*>* corked_ = nullptr;  // this pass's (advance())

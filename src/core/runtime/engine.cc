@@ -63,7 +63,6 @@ Engine::~Engine() {
 }
 
 void Engine::submit(std::shared_ptr<Operation> op) {
-  submitted_.fetch_add(1, std::memory_order_relaxed);
   bool drive = false;
   bool direct = false;
   {
@@ -81,13 +80,16 @@ void Engine::submit(std::shared_ptr<Operation> op) {
       direct = queue_.empty() && active_.size() < window_;
     }
     if (!direct) {
+      submitted_.fetch_add(1, std::memory_order_relaxed);
       queue_.push_back(std::move(op));
       queued_.fetch_add(1);
     }
   }
   if (drive) {
     driveOnCaller([&] {
-      if (direct) {
+      // (A board call that completes at once is counted as one: eagerBoardCall.)
+      if (direct && !(active_.empty() && eagerBoardCall(op))) {
+        submitted_.fetch_add(1, std::memory_order_relaxed);
         Operation* raw = op.get();  // before the move: argument order is unspecified
         activate(raw, std::move(op));
       }
@@ -390,6 +392,12 @@ void Engine::retire(size_t i, const Status& st) {
   gate_.releaseAll(a->id(), a->claims());
   if (a->isCollective() && &a->owner() == comm_)
     last_coll_completed_.store(static_cast<int64_t>(a->seq()), std::memory_order_relaxed);
+  if (const OneSidedRun* run = a->adoptedRun()) {
+    // The board call it went on from (eagerBoardCall): its slot is free again.
+    for (BoardCall& c : board_calls_)
+      if (&c.run == run) c.live = c.adopted = false;
+    a->dropAdoptedRun();
+  }
   Operation* op = &a->operation();
   std::shared_ptr<Operation> keep = a->releaseKeep();
   // It holds the owner's address: dropped before the owner may go (finish), kept for reuse.
@@ -751,14 +759,14 @@ std::string Engine::reportHeader() {
 void Engine::answerReport() {
   std::string s = reportHeader();
   size_t board_calls = 0;
-  for (const BoardCall& c : board_calls_) board_calls += c.live;
+  for (const BoardCall& c : board_calls_) board_calls += c.live && !c.adopted;
   const size_t inflight = active_.size() + board_calls;
   s +=
       inflight == 0 ? "  nothing in flight\n" : "  in flight (" + std::to_string(inflight) + "):\n";
   for (const auto& a : active_) s += a->progressReport(gate_);
   // Blocking calls a caller runs on the board (runBoardCalls).
   for (const BoardCall& c : board_calls_) {
-    if (!c.live) continue;
+    if (!c.live || c.adopted) continue;
     s += "  " + DescribeCall(*c.desc) + " #" + std::to_string(c.seq) + " [oneshot] on the board\n";
     s += "    " + c.run.describe() + "\n";
     if (c.run.blocked().peer >= 0)

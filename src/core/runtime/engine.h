@@ -183,6 +183,15 @@ class Engine {
                                                     const Planned& p);
   // One call outside a group (most blocking calls): the batch's loop without the batch.
   Status driveOneBoardCall(const OpDesc& d, const Planned& p);
+  // A non-blocking call submitted to an idle engine, by the caller that claimed the loop: when it
+  // runs on the board, the caller starts it as a blocking board call (startBoardCall) and
+  // advances it once. A call whose peers have posted completes there, without an operation
+  // object of the engine (its activation, passes and retirement were about half of a small
+  // non-blocking call's instructions); one that waits for a peer goes on as the operation the
+  // last spare takes as it is (ActiveOp::rearm), in the started run (ActiveOp::adoptBoardRun),
+  // which board_calls_[0] keeps until the operation retires. Only when that spare can take it:
+  // the call is started first, and nothing may then refuse it. True when it took `op`.
+  bool eagerBoardCall(std::shared_ptr<Operation>& op);
   // The error of board call `d` that did not complete because the communicator had failed.
   Status failedEarlier(const OpDesc& d) const;
   // Call `c` is over (whatever its result): its slot is free, the counters move.
@@ -292,6 +301,10 @@ class Engine {
     const OpDesc* desc = nullptr;
     uint64_t seq = 0;
     bool live = false;
+    // Its run goes on in an operation (eagerBoardCall), which the report lists instead; the slot
+    // is free once the operation retires. (A slot is used only while active_ is empty, so it
+    // cannot be taken meanwhile: runBoardCalls and eagerBoardCall both need an idle engine.)
+    bool adopted = false;
   };
   BoardCall board_calls_[kBoardBatch];
   // The last call shape planned here and its plan: a repeated call skips the plan cache.

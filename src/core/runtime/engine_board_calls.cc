@@ -178,6 +178,65 @@ Status Engine::driveOneBoardCall(const OpDesc& d, const Planned& p) {
   return result;
 }
 
+bool Engine::eagerBoardCall(std::shared_ptr<Operation>& op) {
+  braidComm& comm = *comm_;
+  Operation* raw = op.get();
+  // This communicator's own call (not a split view's), with posts to take and a spare that
+  // will take it as it is should it wait.
+  if (raw->owner() != comm_ || !comm.board() || spare_.empty() || board_calls_[0].live ||
+      aborted_.load(std::memory_order_acquire) || comm.asyncErrorCode() != braidSuccess ||
+      comm.boardClock().next() == 0)
+    return false;
+  const OpDesc& d = raw->desc();
+  if (d.kind == CollKind::kSendRecv) return false;
+  if (board_planned_.empty()) board_planned_.resize(1);
+  Planned& p = board_planned_[0];
+  if (!planBoardCall(d, p, {})) return false;
+  ActiveOp& spare = *spare_.back();
+  // (Planning above may have changed the communicator's plan memo: looked at after it.)
+  if (!spare.canRearm(comm_, d) || spare.dataSchedule() != *p.schedule) {
+    p.keep = {};
+    return false;
+  }
+  BoardCall& c = board_calls_[0];
+  startBoardCall(c, d, p);  // (the run keeps its schedule)
+  p.keep = {};
+  Status result;
+  bool moved = false;
+  if (comm.asyncErrorCode() != braidSuccess) {
+    result = failedEarlier(d);
+  } else if (Status st = c.run.advance(&moved); !st.ok()) {
+    // A mismatch: every rank fails the call, nothing was written, the communicator goes on.
+    result = c.run.mismatched() ? st.prepend(CallContext(comm, d, c.seq))
+                                : failBoardCall(st, d, c.seq, std::nullopt);
+  } else if (!c.run.finished()) {
+    // It waits for a peer: an operation from here, numbered as the call was.
+    std::unique_ptr<ActiveOp> a = std::move(spare_.back());
+    spare_.pop_back();
+    const uint64_t seq = c.seq;
+    const uint64_t id = next_id_++;
+    // (canRearm held above, and nothing it reads has changed since: reset is for the record.)
+    const bool armed = a->rearm(comm_, raw, op, id, seq);
+    if (!armed) a->reset(comm_, raw, std::move(op), id);
+    a->adoptBoardRun(&c.run);
+    c.adopted = true;
+    // Counted as an operation (the report's totals): it completes as one.
+    board_started_.store(board_started_.load(std::memory_order_relaxed) - 1,
+                         std::memory_order_relaxed);
+    submitted_.fetch_add(1, std::memory_order_relaxed);
+    gate_.claim(a->id(), a->claims());
+    active_.push_back(std::move(a));
+    if (!armed)
+      failAll(active_.size() - 1,
+              InternalError(CallContext(comm, d, seq) + "a spare operation refused the call"));
+    return true;
+  }
+  endBoardCall(c);
+  raw->complete(std::move(result));
+  comm.opDone();  // the last touch of the communicator
+  return true;
+}
+
 bool Engine::driveBoardCalls(std::span<const OpDesc* const> calls, Status* results) {
   braidComm& comm = *comm_;
   const size_t n = calls.size();
