@@ -22,6 +22,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstring>
@@ -1126,6 +1127,59 @@ TEST_P(OneShotForms, BlockingNonBlockingAndGroupedFormsMeet) {
         CHECK_OR_FAIL(SentSince(comm, nranks, before) == 0, "board calls sent stream bytes");
         return 0;
       });
+  EXPECT_TRUE(AllSucceeded(out)) << DescribeOutcomes(out);
+}
+
+// A non-blocking board call its caller never waits for, left past its last post (it only reads
+// what is left), waits for the caller's next call into the library: the engine's thread is not
+// woken for it. The destroy is such a call and completes it (it waited out BRAID_TIMEOUT and
+// failed before), and the request, waited for after the destroy, holds the exact sum.
+TEST(OneShotDestroy, CompletesANonBlockingCallNobodyWaitedFor) {
+  int to1[2], to0[2];
+  ASSERT_EQ(pipe(to1), 0);
+  ASSERT_EQ(pipe(to0), 0);
+  JobOptions opt;
+  opt.nranks = 2;
+  opt.init = false;
+  opt.timeout_s = 90;
+  opt.env = {{"BRAID_TRANSPORTS", "shm"}, {"BRAID_TIMEOUT", "30"}};
+  auto out = RunJob(opt, [&](braidComm_t, int rank, int nranks, const braidUniqueId& id) {
+    braidComm_t comm = nullptr;
+    CHECK_OR_FAIL(braidCommInitRank(&comm, nranks, id, rank) == braidSuccess, "init");
+    float a[7], b[7] = {};
+    for (int i = 0; i < 7; ++i) a[i] = static_cast<float>(rank * 10 + i);
+    // Calls of the shape, waited for (the engine keeps a spare for it).
+    for (int k = 0; k < 4; ++k) {
+      braidRequest_t req;
+      CHECK_OR_FAIL(braidIallReduce(a, b, 7, braidFloat32, braidSum, comm, &req) == braidSuccess &&
+                        braidWait(&req, -1) == braidSuccess,
+                    "call %d", k);
+    }
+    std::fill(b, b + 7, 0.0f);
+    braidRequest_t req = nullptr;
+    char c = 1;
+    if (rank == 0) {
+      CHECK_OR_FAIL(braidIallReduce(a, b, 7, braidFloat32, braidSum, comm, &req) == braidSuccess,
+                    "the call left alone");
+      // Posted; rank 1 calls now, and its call completes: this rank's only reads are left.
+      CHECK_OR_FAIL(write(to1[1], &c, 1) == 1 && read(to0[0], &c, 1) == 1, "gate");
+    } else {
+      CHECK_OR_FAIL(read(to1[0], &c, 1) == 1, "gate");
+      CHECK_OR_FAIL(braidIallReduce(a, b, 7, braidFloat32, braidSum, comm, &req) == braidSuccess &&
+                        braidWait(&req, -1) == braidSuccess,
+                    "rank 1's call");
+      CHECK_OR_FAIL(write(to0[1], &c, 1) == 1, "gate");
+    }
+    const auto t0 = std::chrono::steady_clock::now();
+    CHECK_OR_FAIL(braidCommDestroy(comm) == braidSuccess, "destroy");
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    CHECK_OR_FAIL(s < 10, "destroy took %.1f s", s);
+    if (req) CHECK_OR_FAIL(braidWait(&req, -1) == braidSuccess, "the request after the destroy");
+    for (int i = 0; i < 7; ++i)
+      CHECK_OR_FAIL(b[i] == static_cast<float>(i + 10 + i), "[%d] %g", i, b[i]);
+    return 0;
+  });
+  for (int fd : {to1[0], to1[1], to0[0], to0[1]}) close(fd);
   EXPECT_TRUE(AllSucceeded(out)) << DescribeOutcomes(out);
 }
 

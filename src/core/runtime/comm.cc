@@ -789,6 +789,9 @@ std::string braidComm::debugState(Deadline deadline) const {
 
 Status braidComm::drain() {
   if (!engine()) return Status::Ok();
+  // Operations a caller left quiet (past their last post: Engine::endInline leaves them for the
+  // caller's next call) need a driver to read what their peers posted: the thread takes them.
+  engine()->wake();
   // This communicator's own operations: a root does not wait for its views' work, nor a view
   // for its root's.
   if (!waitOwnOps(Deadline::After(opts_.config.timeout_ms)))
