@@ -233,7 +233,7 @@ bool Engine::eagerBoardCall(std::shared_ptr<Operation>& op) {
   }
   endBoardCall(c);
   raw->complete(std::move(result));
-  comm.opDone();  // the last touch of the communicator
+  comm.opDone();  // (after complete(), as Engine::finish does)
   return true;
 }
 
