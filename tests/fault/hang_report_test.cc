@@ -25,6 +25,22 @@ bool Has(const std::string& s, const std::string& what) {
   return s.find(what) != std::string::npos;
 }
 
+// The communicator's report once it holds both `want` and `also` (polled, read from this thread
+// as BRAID_DUMP_SIGNAL's handler thread does), or the last one read after 20 s or when
+// braidCommDebugState fails.
+std::string ReportOnceItHas(braidComm_t comm, const std::string& want, const std::string& also) {
+  std::string report;
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (std::chrono::steady_clock::now() < until) {
+    std::vector<char> buf(1 << 16);
+    if (braidCommDebugState(comm, buf.data(), buf.size()) != braidSuccess) break;
+    report = buf.data();
+    if (Has(report, want) && Has(report, also)) break;
+    std::this_thread::yield();
+  }
+  return report;
+}
+
 class HangReport : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(HangReport, WaitingRanksNameTheOperationAndTheLateRank) {
@@ -159,17 +175,9 @@ TEST(HangReportBoard, WaitingBoardCallNamesTheLateRank) {
     int rc = -1;
     std::thread caller(
         [&] { rc = braidAllReduce(a.data(), b.data(), 7, braidFloat32, braidSum, comm); });
-    std::string report;
     const std::string want = "allreduce(count=7, float, sum) #1 [oneshot] on the board";
     const std::string waiting = "waiting on rank " + std::to_string(late);
-    auto until = std::chrono::steady_clock::now() + std::chrono::seconds(20);
-    while (std::chrono::steady_clock::now() < until) {
-      std::vector<char> buf(1 << 16);
-      if (braidCommDebugState(comm, buf.data(), buf.size()) != braidSuccess) break;
-      report = buf.data();
-      if (Has(report, want) && Has(report, waiting)) break;
-      std::this_thread::yield();
-    }
+    const std::string report = ReportOnceItHas(comm, want, waiting);
     const bool named = Has(report, want) && Has(report, waiting);
     if (write(gate[1], &c, 1) != 1) return 4;
     caller.join();
@@ -235,17 +243,9 @@ TEST(HangReportBoard, WaitingNonBlockingBoardCallIsListedOnce) {
     // report, as BRAID_DUMP_SIGNAL's handler thread does.
     int rc = -1;
     std::thread waiter([&] { rc = braidWait(&req, -1); });
-    std::string report;
     const std::string want = "allreduce(count=7, float, sum) #10 [oneshot] on the board";
     const std::string waiting = "waiting for rank " + std::to_string(late) + " to post";
-    auto until = std::chrono::steady_clock::now() + std::chrono::seconds(20);
-    while (std::chrono::steady_clock::now() < until) {
-      std::vector<char> buf(1 << 16);
-      if (braidCommDebugState(comm, buf.data(), buf.size()) != braidSuccess) break;
-      report = buf.data();
-      if (Has(report, want) && Has(report, waiting)) break;
-      std::this_thread::yield();
-    }
+    std::string report = ReportOnceItHas(comm, want, waiting);
     const bool listed = Has(report, want) && Has(report, waiting) && Has(report, "in flight (1)");
     if (write(gate[1], &c, 1) != 1) return 5;
     waiter.join();

@@ -28,6 +28,19 @@ bool Contains(const char* hay, const char* needle) {
   return std::strstr(hay, needle) != nullptr;
 }
 
+// Whether a survivor's failed call (`rc`, `msg`) after `victim` was killed at `t_kill` failed as
+// it must: within 12 s, with a remote error or a timeout, naming the victim and its death
+// (`death`: how the message says it). Prints why not.
+bool NamesTheDeath(int rank, braidResult_t rc, const char* msg, int victim, const char* death,
+                   Clock::time_point t_kill) {
+  const double dt = SecondsSince(t_kill);
+  const bool names =
+      Contains(msg, ("rank " + std::to_string(victim) + " (host ").c_str()) && Contains(msg, death);
+  if (dt <= 12 && (rc == braidErrRemote || rc == braidErrTimeout) && names) return true;
+  std::fprintf(stderr, "[rank %d] rc=%d after %.1fs: %s\n", rank, rc, dt, msg);
+  return false;
+}
+
 class Transports : public ::testing::TestWithParam<std::string> {};
 
 INSTANTIATE_TEST_SUITE_P(Fault, Transports, ::testing::Values("shm", "tcp"));
@@ -56,16 +69,11 @@ TEST_P(PeerKilled, SurvivorsFailNamingIt) {
       braidResult_t rc =
           braidAllReduce(buf.data(), buf.data(), buf.size(), braidFloat32, braidSum, comm);
       if (rc == braidSuccess) continue;
-      const char* msg = braidGetLastError(comm);
-      double dt = SecondsSince(t_kill);
       // Whether this rank saw the death itself or a neighbour shut its streams down after it,
       // the victim is named as the cause (root_cause_test.cc checks the exact wording).
-      bool names = Contains(msg, ("rank " + std::to_string(victim) + " (host ").c_str()) &&
-                   Contains(msg, ") died during allreduce #3");
-      if (dt > 12 || (rc != braidErrRemote && rc != braidErrTimeout) || !names) {
-        std::fprintf(stderr, "[rank %d] rc=%d after %.1fs: %s\n", rank, rc, dt, msg);
+      if (!NamesTheDeath(rank, rc, braidGetLastError(comm), victim, ") died during allreduce #3",
+                         t_kill))
         return 1;
-      }
       // The next call fails at once, too.
       auto t1 = Clock::now();
       if (braidAllReduce(buf.data(), buf.data(), 16, braidFloat32, braidSum, comm) ==
@@ -136,14 +144,7 @@ TEST_P(BoardPeerKilled, NonBlockingCallsFailNamingIt) {
           }
         continue;
       }
-      const char* msg = braidGetLastError(comm);
-      const double dt = SecondsSince(t_kill);
-      const bool names = Contains(msg, ("rank " + std::to_string(victim) + " (host ").c_str()) &&
-                         Contains(msg, "died");
-      if (dt > 12 || (rc != braidErrRemote && rc != braidErrTimeout) || !names) {
-        std::fprintf(stderr, "[rank %d] rc=%d after %.1fs: %s\n", rank, rc, dt, msg);
-        return 1;
-      }
+      if (!NamesTheDeath(rank, rc, braidGetLastError(comm), victim, "died", t_kill)) return 1;
       braidRequest_t after = nullptr;
       const auto t1 = Clock::now();
       if ((braidIallReduce(in.data(), res.data(), 8, braidFloat32, braidSum, comm, &after) ==

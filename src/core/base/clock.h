@@ -75,10 +75,9 @@ inline int64_t NowMicros() {
 }
 
 // NowMicros at the last timer tick (CLOCK_MONOTONIC_COARSE: the same time base, up to one tick,
-// 1-10 ms, behind; never ahead of NowMicros). For bookkeeping that is compared against
-// milliseconds or more (an operation's last progress, a peer's next liveness check) on paths that
-// run once per call: on a VM the exact clock costs about 30 ns a read (31-33 ns on the CI
-// machine's kvm TSC), the coarse one about 7, and a small non-blocking call read it five times.
+// 1-10 ms, behind; never ahead of NowMicros). For rate limits of milliseconds or more on paths
+// that run once per call (a peer's next liveness check): on a VM the exact clock costs about
+// 30 ns a read (31-33 ns on the CI machine's kvm TSC), the coarse one about 7.
 inline int64_t CoarseNowMicros() {
   timespec ts;
   clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);

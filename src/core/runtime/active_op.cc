@@ -166,8 +166,14 @@ bool ActiveOp::canRearm(braidComm* comm, const OpDesc& d) const {
 
 bool ActiveOp::rearm(braidComm* comm, Operation* op, std::shared_ptr<Operation>& keep, uint64_t id,
                      uint64_t coll_seq) {
+  if (!canRearm(comm, op->desc())) return false;
+  arm(comm, op, std::move(keep), id, coll_seq);
+  return true;
+}
+
+void ActiveOp::arm(braidComm* comm, Operation* op, std::shared_ptr<Operation> keep, uint64_t id,
+                   uint64_t coll_seq) {
   const OpDesc& d = op->desc();
-  if (!canRearm(comm, d)) return false;
   rearmable_ = false;
   comm_ = comm;
   op_ = op;
@@ -193,7 +199,6 @@ bool ActiveOp::rearm(braidComm* comm, Operation* op, std::shared_ptr<Operation>&
   auto* send = const_cast<std::byte*>(static_cast<const std::byte*>(d_.sendbuf));
   for (const uint16_t k : layout_.send_slots) bufs_.base[k] = send;
   for (const uint16_t k : layout_.recv_slots) bufs_.base[k] = static_cast<std::byte*>(d_.recvbuf);
-  return true;
 }
 
 std::string ActiveOp::context() const {

@@ -102,6 +102,10 @@ class ActiveOp {
   // untouched and the caller resets and prepares).
   bool rearm(braidComm* comm, Operation* op, std::shared_ptr<Operation>& keep, uint64_t id,
              uint64_t coll_seq);
+  // rearm() without its test, for a caller that asked canRearm() and changed nothing it reads
+  // since (Engine::eagerBoardCall, which must not be refused once it started the call).
+  void arm(braidComm* comm, Operation* op, std::shared_ptr<Operation> keep, uint64_t id,
+           uint64_t coll_seq);
 
   // Builds the schedules and the stream claims. `coll_seq` is the communicator's collective
   // number (ignored for point-to-point); `p2p_send_seq` / `p2p_recv_seq` number the point-to-
@@ -144,8 +148,7 @@ class ActiveOp {
                ? &run()
                : nullptr;
   }
-  // Whether rearm() would take call `d` of `comm` (the same test, nothing changed), and the
-  // schedule it would run.
+  // Whether rearm() would take call `d` of `comm`, and the schedule it would run.
   bool canRearm(braidComm* comm, const OpDesc& d) const;
   const std::shared_ptr<const RankSchedule>& dataSchedule() const { return data_sched_; }
   // A call that rearm() took and that a caller started on the board itself (Engine's eager

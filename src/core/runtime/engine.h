@@ -194,6 +194,9 @@ class Engine {
   bool eagerBoardCall(std::shared_ptr<Operation>& op);
   // The error of board call `d` that did not complete because the communicator had failed.
   Status failedEarlier(const OpDesc& d) const;
+  // The error of board call `c` whose run failed with `st`: a mismatch (the call fails on every
+  // rank, the communicator goes on), else failBoardCall's.
+  Status runError(const BoardCall& c, const Status& st);
   // Call `c` is over (whatever its result): its slot is free, the counters move.
   void endBoardCall(BoardCall& c);
   // Waits until `run` (blocked) can go on: spins, then sleeps on the peer's flag, checking for

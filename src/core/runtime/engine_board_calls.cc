@@ -163,9 +163,7 @@ Status Engine::driveOneBoardCall(const OpDesc& d, const Planned& p) {
     }
     bool moved = false;
     if (Status st = c.run.advance(&moved); !st.ok()) {
-      // A mismatch: every rank fails the call, nothing was written, the communicator goes on.
-      result = c.run.mismatched() ? st.prepend(CallContext(comm, d, c.seq))
-                                  : failBoardCall(st, d, c.seq, std::nullopt);
+      result = runError(c, st);
       break;
     }
     if (c.run.finished()) break;
@@ -206,18 +204,12 @@ bool Engine::eagerBoardCall(std::shared_ptr<Operation>& op) {
   if (comm.asyncErrorCode() != braidSuccess) {
     result = failedEarlier(d);
   } else if (Status st = c.run.advance(&moved); !st.ok()) {
-    // A mismatch: every rank fails the call, nothing was written, the communicator goes on.
-    result = c.run.mismatched() ? st.prepend(CallContext(comm, d, c.seq))
-                                : failBoardCall(st, d, c.seq, std::nullopt);
+    result = runError(c, st);
   } else if (!c.run.finished()) {
     // It waits for a peer: an operation from here, numbered as the call was.
     std::unique_ptr<ActiveOp> a = std::move(spare_.back());
     spare_.pop_back();
-    const uint64_t seq = c.seq;
-    const uint64_t id = next_id_++;
-    // (canRearm held above, and nothing it reads has changed since: reset is for the record.)
-    const bool armed = a->rearm(comm_, raw, op, id, seq);
-    if (!armed) a->reset(comm_, raw, std::move(op), id);
+    a->arm(comm_, raw, std::move(op), next_id_++, c.seq);  // (canRearm held above)
     a->adoptBoardRun(&c.run);
     c.adopted = true;
     // Counted as an operation (the report's totals): it completes as one.
@@ -226,9 +218,6 @@ bool Engine::eagerBoardCall(std::shared_ptr<Operation>& op) {
     submitted_.fetch_add(1, std::memory_order_relaxed);
     gate_.claim(a->id(), a->claims());
     active_.push_back(std::move(a));
-    if (!armed)
-      failAll(active_.size() - 1,
-              InternalError(CallContext(comm, d, seq) + "a spare operation refused the call"));
     return true;
   }
   endBoardCall(c);
@@ -286,10 +275,7 @@ bool Engine::driveBoardCalls(std::span<const OpDesc* const> calls, Status* resul
       }
       Status st = c.run.advance(&moved, /*defer_publish=*/true);
       if (!st.ok()) {
-        const std::string ctx = CallContext(comm, *c.desc, c.seq);
-        // A mismatch: every rank fails the call, nothing was written, the communicator goes on.
-        complete(i, c.run.mismatched() ? st.prepend(ctx)
-                                       : failBoardCall(st, *c.desc, c.seq, std::nullopt));
+        complete(i, runError(c, st));
         continue;
       }
       if (c.run.finished()) {
@@ -314,6 +300,12 @@ bool Engine::driveBoardCalls(std::span<const OpDesc* const> calls, Status* resul
     }
   }
   return true;
+}
+
+Status Engine::runError(const BoardCall& c, const Status& st) {
+  // A mismatch: every rank fails the call, nothing was written, the communicator goes on.
+  if (c.run.mismatched()) return Status(st).prepend(CallContext(*comm_, *c.desc, c.seq));
+  return failBoardCall(st, *c.desc, c.seq, std::nullopt);
 }
 
 Status Engine::failBoardCall(const Status& st, const OpDesc& d, uint64_t seq,
