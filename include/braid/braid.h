@@ -390,7 +390,10 @@ BRAID_API braidResult_t braidRecv(void* recvbuff, size_t count, braidDataType_t 
                                   braidComm_t comm);
 BRAID_API braidResult_t braidBarrier(braidComm_t comm);
 
-/* Non-blocking twins: same arguments plus the request written to *request. */
+/* Non-blocking twins: same arguments plus the request written to *request. A call may complete
+ * before it returns (a call of no element; a small call whose peers have all posted): its request
+ * is then one shared, completed handle. Requests are tokens for braidTest() and braidWait(), each
+ * waited for once, not identities: do not key a table on them. */
 BRAID_API braidResult_t braidIallReduce(const void* sendbuff, void* recvbuff, size_t count,
                                         braidDataType_t datatype, braidRedOp_t op, braidComm_t comm,
                                         braidRequest_t* request);

@@ -9,13 +9,43 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <new>
 #include <vector>
 
 #include "../common/proc_state.h"
 #include "braid/braid.h"
 #include "../common/sanitizers.h"
+#include "multirank/harness.h"
+
+namespace {
+
+// A pipe's write end, armed by a test: the next allocation by operator new writes a byte to it
+// and fails (std::bad_alloc), once.
+std::atomic<int> fail_next_new{-1};
+
+}  // namespace
+
+// This binary's operator new (the library's allocations come here too): malloc's, as the
+// standard one, which the standard operator delete (free) pairs with, but for a failure armed
+// above. Not under ASan, whose own operator new must pair with its delete.
+#if !BRAID_TEST_UNDER_ASAN
+void* operator new(std::size_t n) {
+  if (fail_next_new.load(std::memory_order_relaxed) >= 0) {
+    const int fd = fail_next_new.exchange(-1);
+    if (fd >= 0) {
+      const char c = 1;
+      (void)!write(fd, &c, 1);
+      throw std::bad_alloc();
+    }
+  }
+  if (void* p = std::malloc(n ? n : 1)) return p;
+  throw std::bad_alloc();
+}
+#endif
 
 namespace {
 
@@ -63,6 +93,73 @@ TEST(OutOfMemory, HugeQuantizedAllGatherIsASystemErrorNotACrash) {
   ASSERT_TRUE(WIFEXITED(status)) << "the child died of signal " << WTERMSIG(status)
                                  << (WTERMSIG(status) == SIGABRT ? " (an uncaught bad_alloc)" : "");
   EXPECT_EQ(WEXITSTATUS(status), 0);
+}
+
+// A small non-blocking call that starts on the board and must wait for a peer is made an
+// operation and a request only then (Engine::startCall). When that allocation fails, the call,
+// started already (its peers count on it), is not failed: it completes on the caller's thread as
+// a blocking call would, and the request says so. Rank 1 calls only once rank 0's allocation has
+// failed (the failing operator new writes to the pipe it waits on), so rank 0's call must wait.
+TEST(OutOfMemory, ASmallNonBlockingCallWithNoMemoryForItsRequestCompletesOnTheCaller) {
+#if BRAID_TEST_UNDER_ASAN
+  GTEST_SKIP() << "the test's operator new is not built under ASan";
+#endif
+  int failed[2];
+  ASSERT_EQ(pipe(failed), 0);
+  braid_test::JobOptions opt;
+  opt.nranks = 2;
+  opt.timeout_s = 90;
+  opt.env = {{"BRAID_TRANSPORTS", "shm"}, {"BRAID_TIMEOUT", "30"}};
+  auto out =
+      braid_test::RunJob(opt, [&](braidComm_t comm, int rank, int nranks, const braidUniqueId&) {
+        float in[16], res[16];
+        const auto fill = [&](int round) {
+          for (int i = 0; i < 16; ++i) in[i] = static_cast<float>((rank + 1) * i + round);
+          std::fill(res, res + 16, -1.0f);
+        };
+        const auto exact = [&](int round) {
+          for (int i = 0; i < 16; ++i)
+            if (res[i] != static_cast<float>(3 * i + 2 * round)) return false;
+          return true;
+        };
+        // Calls of the shape, waited for: the engine keeps a spare that can take the next one.
+        for (int k = 0; k < 4; ++k) {
+          fill(k);
+          braidRequest_t req = nullptr;
+          CHECK_OR_FAIL(
+              braidIallReduce(in, res, 16, braidFloat32, braidSum, comm, &req) == braidSuccess &&
+                  braidWait(&req, -1) == braidSuccess && exact(k),
+              "warm-up call %d", k);
+        }
+        fill(4);
+        if (rank == 0) {
+          braidRequest_t req = nullptr;
+          fail_next_new.store(failed[1]);
+          const braidResult_t rc = braidIallReduce(in, res, 16, braidFloat32, braidSum, comm, &req);
+          const bool fired = fail_next_new.exchange(-1) < 0;
+          CHECK_OR_FAIL(fired, "no allocation was made (the call did not wait for rank 1?)");
+          CHECK_OR_FAIL(rc == braidSuccess && req, "the call failed: %d %s", rc,
+                        braidGetLastError(comm));
+          CHECK_OR_FAIL(exact(4), "the call returned before it completed");
+          CHECK_OR_FAIL(braidWait(&req, -1) == braidSuccess, "wait: %s", braidGetLastError(comm));
+        } else {
+          char c;
+          CHECK_OR_FAIL(read(failed[0], &c, 1) == 1, "gate");
+          CHECK_OR_FAIL(
+              braidAllReduce(in, res, 16, braidFloat32, braidSum, comm) == braidSuccess && exact(4),
+              "rank 1's call: %s", braidGetLastError(comm));
+        }
+        // The communicator goes on.
+        fill(5);
+        CHECK_OR_FAIL(
+            braidAllReduce(in, res, 16, braidFloat32, braidSum, comm) == braidSuccess && exact(5),
+            "the call after: %s", braidGetLastError(comm));
+        (void)nranks;
+        return 0;
+      });
+  close(failed[0]);
+  close(failed[1]);
+  EXPECT_TRUE(braid_test::AllSucceeded(out)) << braid_test::DescribeOutcomes(out);
 }
 
 }  // namespace

@@ -1271,6 +1271,104 @@ TEST_P(OneShotForms, RepeatedNonBlockingCallsOfOneShapeAreBitExact) {
   EXPECT_TRUE(AllSucceeded(out)) << DescribeOutcomes(out);
 }
 
+// A small non-blocking call whose peers have all posted completes before it returns, on the
+// caller's thread and with no operation or request of its own (Engine::startCall): the last rank
+// calls once the others have posted (a pipe says so), and its output holds the exact sum when
+// braidIallReduce returns. Two such requests, kept and waited for (braidWait, braidTest) in
+// reverse order, both report success (such calls share one completed request: requests are tokens,
+// not identities). A call that differs (the last rank's count) fails there too: braidIallReduce
+// succeeds, its output is untouched, and braidWait reports the mismatch on every rank, naming both
+// calls; the next matched call runs.
+TEST_P(OneShotForms, ACallWhosePeersPostedCompletesBeforeItReturns) {
+  const int n = GetParam();
+  int posted[2];
+  ASSERT_EQ(pipe(posted), 0);
+  auto out = RunJob(Options(n), [&](braidComm_t comm, int rank, int nranks, const braidUniqueId&) {
+    const bool last = rank == nranks - 1;
+    std::vector<float> in(16), res(16);
+    const auto fill = [&](int round) {
+      for (size_t i = 0; i < in.size(); ++i) in[i] = static_cast<float>((rank + 1) * i + round);
+      std::fill(res.begin(), res.end(), -1.0f);
+    };
+    const auto exact = [&](int round) {
+      for (size_t i = 0; i < res.size(); ++i) {
+        float want = 0;
+        for (int r = 0; r < nranks; ++r) want += static_cast<float>((r + 1) * i + round);
+        if (res[i] != want) return false;
+      }
+      return true;
+    };
+    // Calls of the shape, waited for: the engine keeps a spare for it.
+    for (int k = 0; k < 4; ++k) {
+      fill(k);
+      braidRequest_t req = nullptr;
+      CHECK_OR_FAIL(braidIallReduce(in.data(), res.data(), 16, braidFloat32, braidSum, comm,
+                                    &req) == braidSuccess &&
+                        braidWait(&req, -1) == braidSuccess && exact(k),
+                    "warm-up call %d: %s", k, braidGetLastError(comm));
+    }
+    char c = 1;
+    braidRequest_t kept[2] = {nullptr, nullptr};
+    for (int round = 4; round < 7; ++round) {
+      const bool differs = round == 6;  // the last rank's count is 17 there
+      fill(round);
+      std::vector<float> big_in(17, 1.0f), big(17, -1.0f);
+      braidRequest_t req = nullptr;
+      if (!last) {
+        CHECK_OR_FAIL(braidIallReduce(in.data(), res.data(), 16, braidFloat32, braidSum, comm,
+                                      &req) == braidSuccess,
+                      "round %d: %s", round, braidGetLastError(comm));
+        CHECK_OR_FAIL(write(posted[1], &c, 1) == 1, "gate");
+        const braidResult_t rc = braidWait(&req, -1);
+        if (differs) {
+          CHECK_OR_FAIL(rc == braidErrInvalidUsage, "round %d: the mismatch gave %d", round, rc);
+          CHECK_OR_FAIL(std::count(res.begin(), res.end(), -1.0f) == 16, "a failed call wrote");
+        } else {
+          CHECK_OR_FAIL(rc == braidSuccess && exact(round), "round %d: %s", round,
+                        braidGetLastError(comm));
+        }
+        continue;
+      }
+      for (int k = 0; k < nranks - 1; ++k) CHECK_OR_FAIL(read(posted[0], &c, 1) == 1, "gate");
+      if (differs) {
+        CHECK_OR_FAIL(braidIallReduce(big_in.data(), big.data(), 17, braidFloat32, braidSum, comm,
+                                      &req) == braidSuccess,
+                      "the call that differs: %s", braidGetLastError(comm));
+        CHECK_OR_FAIL(std::count(big.begin(), big.end(), -1.0f) == 17, "a failed call wrote");
+        CHECK_OR_FAIL(braidWait(&req, -1) == braidErrInvalidUsage, "the mismatch did not fail");
+        const std::string msg = braidGetLastError(comm);
+        CHECK_OR_FAIL(
+            msg.find("count=17") != std::string::npos && msg.find("count=16") != std::string::npos,
+            "the error names both calls: %s", msg.c_str());
+        continue;
+      }
+      CHECK_OR_FAIL(braidIallReduce(in.data(), res.data(), 16, braidFloat32, braidSum, comm,
+                                    &req) == braidSuccess,
+                    "round %d: %s", round, braidGetLastError(comm));
+      CHECK_OR_FAIL(exact(round), "round %d: the output was not complete at the return", round);
+      kept[round - 4] = req;  // waited for below, the later first
+    }
+    if (last) {
+      // No request of their own: both are the one completed request.
+      CHECK_OR_FAIL(kept[0] == kept[1], "the calls made requests (an operation) of their own");
+      CHECK_OR_FAIL(braidWait(&kept[1], -1) == braidSuccess && kept[1] == nullptr, "kept 1");
+      int done = 0;
+      CHECK_OR_FAIL(braidTest(&kept[0], &done) == braidSuccess && done == 1 && kept[0] == nullptr,
+                    "kept 0");
+    }
+    // The communicator goes on.
+    fill(7);
+    CHECK_OR_FAIL(
+        braidAllReduce(in.data(), res.data(), 16, braidFloat32, braidSum, comm) == braidSuccess &&
+            exact(7),
+        "the call after the mismatch: %s", braidGetLastError(comm));
+    return 0;
+  });
+  close(posted[0]);
+  close(posted[1]);
+  EXPECT_TRUE(AllSucceeded(out)) << DescribeOutcomes(out);
+}
+
 // ------------------------------------------------------------------------- calls by reference
 
 // Whether this host lets a process read a sibling's memory (process_vm_readv): the ranks of a

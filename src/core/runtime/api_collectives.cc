@@ -165,11 +165,7 @@ braidResult_t CollectiveUnguarded(const Call& c, braidComm_t comm, braidRequest_
   Status st = Describe(*raw, c, &d);
   if (!st.ok()) return Fail(raw, st.prepend(raw->where() + ": "));
   if (c.count == 0 && c.kind != CollKind::kBarrier) {  // a no-op, like NCCL's
-    if (request) {
-      auto op = std::make_shared<Operation>(std::move(d));
-      op->complete(Status::Ok());
-      *request = new braidRequest{op, {}};  // completed already: no comm to drive
-    }
+    if (request) *request = CompletedRequest();
     return braidSuccess;
   }
   if (!request && InGroup()) {
@@ -212,11 +208,7 @@ braidResult_t PointToPoint(bool is_send, void* buf, size_t count, braidDataType_
   }
   P2PCall call{is_send, buf, count, static_cast<DataType>(datatype), peer};
   if (count == 0) {
-    if (request) {
-      auto op = std::make_shared<Operation>(OpDesc{});
-      op->complete(Status::Ok());
-      *request = new braidRequest{op, {}};  // completed already: no comm to drive
-    }
+    if (request) *request = CompletedRequest();
     return braidSuccess;
   }
   if (InGroup()) {

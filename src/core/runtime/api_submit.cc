@@ -27,17 +27,64 @@ braidResult_t RunOperation(const CommRef& comm, std::shared_ptr<Operation> op,
   return braidSuccess;
 }
 
-braidResult_t RunOperation(const CommRef& comm, OpDesc desc, braidRequest_t* request) {
-  if (!request || InGroup())
-    return RunOperation(comm, std::make_shared<Operation>(std::move(desc)), request);
+braidRequest* CompletedRequest() {
+  // Made once, and left to the end of the process: a request may be waited on at any time.
+  static braidRequest* const done = [] {
+    auto op = std::make_shared<Operation>(OpDesc{});
+    op->complete(Status::Ok());
+    auto* r = new braidRequest{std::move(op), {}};
+    r->shared = true;
+    return r;
+  }();
+  return done;
+}
+
+namespace {
+
+// Engine::MakeOperation for a non-blocking call: its operation and request in one block.
+struct RequestOf {
+  const CommRef* comm;
+  braidRequest* request = nullptr;  // made by MakeRequested
+};
+
+std::shared_ptr<Operation> MakeRequested(OpDesc&& desc, void* ctx) {
+  auto* of = static_cast<RequestOf*>(ctx);
   auto block = std::make_shared<RequestedOperation>(std::move(desc));
   std::shared_ptr<Operation> op(block, &block->op);
   braidRequest* r = &block->request;
   r->op = op;
-  r->comm = comm;
+  r->comm = *of->comm;
   r->with_op = true;
-  comm->submit(std::move(op));
-  *request = r;
+  of->request = r;
+  return op;
+}
+
+}  // namespace
+
+braidResult_t RunOperation(const CommRef& comm, OpDesc desc, braidRequest_t* request) {
+  if (!request || InGroup())
+    return RunOperation(comm, std::make_shared<Operation>(std::move(desc)), request);
+  RequestOf of{&comm};
+  // On an idle engine a small call starts here, and one whose peers have posted ends here too:
+  // no operation, no request of its own.
+  Status result;
+  switch (comm->startCall(desc, &result, &MakeRequested, &of)) {
+    case CallStart::kNotTaken:
+      break;
+    case CallStart::kAdopted:
+      *request = of.request;
+      return braidSuccess;
+    case CallStart::kCompleted:
+      if (result.ok()) {
+        *request = CompletedRequest();
+      } else {  // reported by braidWait or braidTest, as for a call that fails later
+        MakeRequested(std::move(desc), &of)->complete(std::move(result));
+        *request = of.request;
+      }
+      return braidSuccess;
+  }
+  comm->submit(MakeRequested(std::move(desc), &of));
+  *request = of.request;
   return braidSuccess;
 }
 

@@ -19,6 +19,9 @@ struct braidRequest {
   // Allocated with its operation (braid::RequestedOperation): released by dropping `op`, which
   // owns the block, not by delete.
   bool with_op = false;
+  // braid::CompletedRequest(): shared by every call that completed before it returned, never
+  // freed.
+  bool shared = false;
 };
 
 namespace braid {
@@ -32,8 +35,15 @@ struct RequestedOperation {
   braidRequest request;
 };
 
+// The request of a call that completed successfully before its function returned (a no-op, a
+// small call whose peers had posted: Engine::startCall). One object for all of them, completed
+// and never freed, so that such a call allocates nothing: requests are tokens for braidWait and
+// braidTest, not identities (braid.h).
+braidRequest* CompletedRequest();
+
 // Frees a request the caller is done with (braidWait, braidTest).
 inline void ReleaseRequest(braidRequest* r) {
+  if (r->shared) return;
   if (!r->with_op) {
     delete r;
     return;

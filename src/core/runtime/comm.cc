@@ -686,6 +686,11 @@ void braidComm::submit(std::shared_ptr<Operation> op) {
   engine()->submit(std::move(op));
 }
 
+CallStart braidComm::startCall(OpDesc& d, Status* result, MakeOperation make, void* ctx) {
+  if (!engine() || !config().inline_blocking) return CallStart::kNotTaken;
+  return engine()->startCall(this, d, result, make, ctx);
+}
+
 bool braidComm::runInline(Operation& op) {
   op.setOwner(this);
   own_inflight_.fetch_add(1);

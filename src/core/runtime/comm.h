@@ -99,6 +99,8 @@ struct braidComm {
   CallNumbers& callNumbers() { return numbers_; }
   // The engine calls it once an operation of this communicator has completed.
   void opDone();
+  // The engine calls it for an operation it made itself, not submitted (Engine::startCall).
+  void opIssued() { own_inflight_.fetch_add(1); }
   // A split view aborted or revoked: its operations fail (Engine::dropAbortedView), its root
   // and sibling views go on unless one was in the middle of a transfer.
   bool viewAborted() const { return view_aborted_.load(std::memory_order_acquire); }
@@ -149,6 +151,10 @@ struct braidComm {
   void poll();
   // Submits an operation; the engine runs operations in submission order.
   void submit(std::shared_ptr<braid::Operation> op);
+  // Starts non-blocking call `d` on this thread when the engine is idle (Engine::startCall):
+  // kNotTaken means submit it as usual.
+  braid::CallStart startCall(braid::OpDesc& d, braid::Status* result, braid::MakeOperation make,
+                             void* ctx);
   // Runs `op` now on this thread if the engine is idle (see Engine::tryRunInline).
   bool runInline(braid::Operation& op);
   // The same for a batch of operations that run at once (see Engine::tryRunInline).

@@ -104,6 +104,42 @@ void Engine::submit(std::shared_ptr<Operation> op) {
   if (sleeping_.load() && wake_fd_ >= 0) (void)!write(wake_fd_, &one, sizeof(one));
 }
 
+CallStart Engine::startCall(braidComm* owner, OpDesc& d, Status* result, MakeOperation make,
+                            void* ctx) {
+  if (!beginInline()) return CallStart::kNotTaken;
+  CallStart started = CallStart::kNotTaken;
+  driveOnCaller([&] {
+    switch (eagerBoardRun(owner, d, result)) {
+      case EagerRun::kNotTaken:
+        return;
+      case EagerRun::kFinished:
+        started = CallStart::kCompleted;
+        return;
+      case EagerRun::kWaiting:
+        break;
+    }
+    // It waits for a peer: now it needs an operation (and its request), built from `d`.
+    std::shared_ptr<Operation> op;
+    try {
+      op = make(std::move(d), ctx);  // (an allocation that fails leaves `d` as it was)
+    } catch (const std::bad_alloc&) {
+      // No memory for the operation, and the call has started: it ends here, on this thread, as
+      // a blocking call would (completing before the function returns is the call's right).
+      *result = finishBoardCall(board_calls_[0], d);
+      started = CallStart::kCompleted;
+      return;
+    }
+    op->setOwner(owner);
+    owner->opIssued();
+    adoptEagerRun(std::move(op));
+    started = CallStart::kAdopted;
+    // As submit's: a few passes while it moves (a call of several posts may get past its last
+    // one, and then needs nothing of the thread).
+    passOnCaller();
+  });
+  return started;
+}
+
 void Engine::passOnCaller() {
   // A few passes while they move: a board call's post, and what completes meanwhile.
   int64_t bytes = 0;

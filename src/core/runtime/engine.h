@@ -80,6 +80,13 @@ class Engine {
   // path for all of them).
   static constexpr size_t kBoardBatch = 16;
   bool runBoardCalls(std::span<const OpDesc* const> calls, Status* results);
+  // A non-blocking call `d` of `owner` on an idle engine, started on the calling thread before
+  // any operation exists (RunOperation): a small call on the host's board whose peers have posted
+  // completes here with no allocation, reference count or request of its own (eagerBoardCall
+  // without the operation); one that must wait is made an operation (`make`, with `ctx`) only
+  // then, and adopted as eagerBoardCall adopts it (CallStart says which). Not taken when the engine
+  // is busy, the call does not run on the board, or `owner` is a split view.
+  CallStart startCall(braidComm* owner, OpDesc& d, Status* result, MakeOperation make, void* ctx);
   // Runs `fn` on the calling thread with the loop claimed, when the engine is idle (nothing
   // queued or running, nobody driving): `fn` may use the endpoints. False when busy.
   template <typename Fn>
@@ -185,13 +192,21 @@ class Engine {
   Status driveOneBoardCall(const OpDesc& d, const Planned& p);
   // A non-blocking call submitted to an idle engine, by the caller that claimed the loop: when it
   // runs on the board, the caller starts it as a blocking board call (startBoardCall) and
-  // advances it once. A call whose peers have posted completes there, without an operation
-  // object of the engine (its activation, passes and retirement were about half of a small
-  // non-blocking call's instructions); one that waits for a peer goes on as the operation the
-  // last spare takes as it is (ActiveOp::rearm), in the started run (ActiveOp::adoptBoardRun),
-  // which board_calls_[0] keeps until the operation retires. Only when that spare can take it:
-  // the call is started first, and nothing may then refuse it. True when it took `op`.
+  // advances it once (eagerBoardRun). A call whose peers have posted completes there, without an
+  // operation object of the engine (its activation, passes and retirement were about half of a
+  // small non-blocking call's instructions); one that waits for a peer goes on as the operation
+  // the last spare takes as it is (adoptEagerRun). True when it took `op`.
   bool eagerBoardCall(std::shared_ptr<Operation>& op);
+  // eagerBoardCall's and startCall's start of call `d`: kNotTaken (nothing started), kFinished
+  // (*result), or kWaiting for a peer, its run live in board_calls_[0]. Only when the last spare
+  // can take the call as it is (ActiveOp::canRearm): once started, nothing may refuse it.
+  enum class EagerRun { kNotTaken, kFinished, kWaiting };
+  EagerRun eagerBoardRun(const braidComm* owner, const OpDesc& d, Status* result);
+  // The waiting run of board_calls_[0] goes on as operation `op` (of the call it runs), in the
+  // last spare (ActiveOp::adoptBoardRun); the slot is kept until the operation retires.
+  void adoptEagerRun(std::shared_ptr<Operation> op);
+  // Drives started board call `c` to its end on this thread (driveOneBoardCall's loop).
+  Status finishBoardCall(BoardCall& c, const OpDesc& d);
   // The error of board call `d` that did not complete because the communicator had failed.
   Status failedEarlier(const OpDesc& d) const;
   // The error of board call `c` whose run failed with `st`: a mismatch (the call fails on every

@@ -151,9 +151,13 @@ void Engine::endBoardCall(BoardCall& c) {
 }
 
 Status Engine::driveOneBoardCall(const OpDesc& d, const Planned& p) {
-  braidComm& comm = *comm_;
   BoardCall& c = board_calls_[0];
   startBoardCall(c, d, p);
+  return finishBoardCall(c, d);
+}
+
+Status Engine::finishBoardCall(BoardCall& c, const OpDesc& d) {
+  braidComm& comm = *comm_;
   std::optional<Deadline> deadline;
   Status result;
   for (;;) {
@@ -176,53 +180,71 @@ Status Engine::driveOneBoardCall(const OpDesc& d, const Planned& p) {
   return result;
 }
 
-bool Engine::eagerBoardCall(std::shared_ptr<Operation>& op) {
+Engine::EagerRun Engine::eagerBoardRun(const braidComm* owner, const OpDesc& d, Status* result) {
   braidComm& comm = *comm_;
-  Operation* raw = op.get();
   // This communicator's own call (not a split view's), with posts to take and a spare that
   // will take it as it is should it wait.
-  if (raw->owner() != comm_ || !comm.board() || spare_.empty() || board_calls_[0].live ||
+  if (owner != comm_ || !comm.board() || spare_.empty() || board_calls_[0].live ||
       aborted_.load(std::memory_order_acquire) || comm.asyncErrorCode() != braidSuccess ||
-      comm.boardClock().next() == 0)
-    return false;
-  const OpDesc& d = raw->desc();
-  if (d.kind == CollKind::kSendRecv) return false;
+      comm.boardClock().next() == 0 || d.kind == CollKind::kSendRecv)
+    return EagerRun::kNotTaken;
   if (board_planned_.empty()) board_planned_.resize(1);
   Planned& p = board_planned_[0];
-  if (!planBoardCall(d, p, {})) return false;
-  ActiveOp& spare = *spare_.back();
+  if (!planBoardCall(d, p, {})) return EagerRun::kNotTaken;
+  const ActiveOp& spare = *spare_.back();
   // (Planning above may have changed the communicator's plan memo: looked at after it.)
   if (!spare.canRearm(comm_, d) || spare.dataSchedule() != *p.schedule) {
     p.keep = {};
-    return false;
+    return EagerRun::kNotTaken;
   }
   BoardCall& c = board_calls_[0];
   startBoardCall(c, d, p);  // (the run keeps its schedule)
   p.keep = {};
-  Status result;
   bool moved = false;
   if (comm.asyncErrorCode() != braidSuccess) {
-    result = failedEarlier(d);
+    *result = failedEarlier(d);
   } else if (Status st = c.run.advance(&moved); !st.ok()) {
-    result = runError(c, st);
+    *result = runError(c, st);
   } else if (!c.run.finished()) {
-    // It waits for a peer: an operation from here, numbered as the call was.
-    std::unique_ptr<ActiveOp> a = std::move(spare_.back());
-    spare_.pop_back();
-    a->arm(comm_, raw, std::move(op), next_id_++, c.seq);  // (canRearm held above)
-    a->adoptBoardRun(&c.run);
-    c.adopted = true;
-    // Counted as an operation (the report's totals): it completes as one.
-    board_started_.store(board_started_.load(std::memory_order_relaxed) - 1,
-                         std::memory_order_relaxed);
-    submitted_.fetch_add(1, std::memory_order_relaxed);
-    gate_.claim(a->id(), a->claims());
-    active_.push_back(std::move(a));
-    return true;
+    return EagerRun::kWaiting;
   }
   endBoardCall(c);
-  raw->complete(std::move(result));
-  comm.opDone();  // (after complete(), as Engine::finish does)
+  return EagerRun::kFinished;
+}
+
+void Engine::adoptEagerRun(std::shared_ptr<Operation> op) {
+  BoardCall& c = board_calls_[0];
+  Operation* raw = op.get();
+  // The run reads the call's description from the operation from here on.
+  c.desc = &raw->desc();
+  c.run.rebind(raw->desc());
+  std::unique_ptr<ActiveOp> a = std::move(spare_.back());
+  spare_.pop_back();
+  a->arm(comm_, raw, std::move(op), next_id_++, c.seq);  // (eagerBoardRun asked canRearm)
+  a->adoptBoardRun(&c.run);
+  c.adopted = true;
+  // Counted as an operation (the report's totals): it completes as one.
+  board_started_.store(board_started_.load(std::memory_order_relaxed) - 1,
+                       std::memory_order_relaxed);
+  submitted_.fetch_add(1, std::memory_order_relaxed);
+  gate_.claim(a->id(), a->claims());
+  active_.push_back(std::move(a));
+}
+
+bool Engine::eagerBoardCall(std::shared_ptr<Operation>& op) {
+  Status result;
+  switch (eagerBoardRun(op->owner(), op->desc(), &result)) {
+    case EagerRun::kNotTaken:
+      return false;
+    case EagerRun::kWaiting:
+      // It waits for a peer: an operation from here, numbered as the call was.
+      adoptEagerRun(std::move(op));
+      return true;
+    case EagerRun::kFinished:
+      break;
+  }
+  op->complete(std::move(result));
+  comm_->opDone();  // (after complete(), as Engine::finish does)
   return true;
 }
 

@@ -87,6 +87,9 @@ class OneSidedRun {
   void start(braidComm& comm, const std::shared_ptr<const RankSchedule>& s, const OpDesc& d,
              const BoardSignature& sig, std::span<std::byte* const> slots,
              std::vector<std::byte>* scratch);
+  // The call's description moved to `d` (an equal copy: Engine::startCall makes the operation
+  // of a started call only once it waits).
+  void rebind(const OpDesc& d) { d_ = &d; }
 
   // Runs steps until the schedule ends or a wait is not met; *moved when anything ran. An error
   // is the call's: a mismatch (invalid usage; mismatched() then holds) or a failed read across

@@ -82,4 +82,14 @@ class Operation {
   std::condition_variable cv_;
 };
 
+// What became of a non-blocking call offered to start on the caller's thread (Engine::startCall).
+enum class CallStart {
+  kNotTaken,   // submit it as usual
+  kCompleted,  // it ran to its end there: no operation was made
+  kAdopted,    // it waits for a peer and goes on in the operation MakeOperation built
+};
+// Builds the operation a started call goes on in, from its description (moved), with whatever
+// the caller keeps beside it (its request: api_submit.cc). May throw std::bad_alloc.
+using MakeOperation = std::shared_ptr<Operation> (*)(OpDesc&& d, void* ctx);
+
 }  // namespace braid
