@@ -178,20 +178,6 @@ void Engine::wake() {
   cv_.notify_all();
 }
 
-bool Engine::drain(Deadline deadline) {
-  // Operations a caller left quiet (endInline) are the thread's now.
-  cv_.notify_one();
-  std::unique_lock<std::mutex> lock(mu_);
-  // active_ is read only once nobody drives (a caller that drove for its operation may leave
-  // others active for the thread).
-  ++cv_waiters_;
-  const bool drained = drained_cv_.wait_until(lock, deadline.at(), [&] {
-    return queue_.empty() && !driving_ && !inline_busy_ && !handoff_ && active_.empty();
-  });
-  --cv_waiters_;
-  return drained;
-}
-
 bool Engine::beginInline() {
   std::lock_guard<std::mutex> lock(mu_);
   // Not while a caller waits for the loop (handoff_) or operations a driving caller left active
@@ -218,7 +204,7 @@ void Engine::endInline() {
     // Nothing left that needs the thread (a board call, a blocking call that completed, a
     // non-blocking one waiting for a peer's post): the claim goes back with one store, and the
     // lock is taken only when someone may need waking. A submit() from another thread meanwhile
-    // counts queued_ before it reads inline_busy_, a drain() or debugState() counts cv_waiters_
+    // counts queued_ before it reads inline_busy_, a debugState() counts cv_waiters_
     // before it does, and this caller clears inline_busy_ before it reads them (all seq_cst):
     // either they see it clear (and claim the loop, or stop waiting), or this caller sees them and
     // wakes them below. The lock round trip this saves was two locked instructions and ~50 others
@@ -230,7 +216,6 @@ void Engine::endInline() {
     // Another caller may hold the loop by now: nothing here reads the driver's state.
     std::lock_guard<std::mutex> lock(mu_);
     waiters = cv_waiters_.load(std::memory_order_relaxed) > 0;
-    if (waiters && queue_.empty()) drained_cv_.notify_all();
     thread_has_work = stop_ || !queue_.empty();
   } else {
     std::lock_guard<std::mutex> lock(mu_);
@@ -238,7 +223,6 @@ void Engine::endInline() {
     // (Notified only when someone waits: two broadcasts per blocking call were a tenth of a
     // small call's instructions.)
     waiters = cv_waiters_.load(std::memory_order_relaxed) > 0;
-    if (waiters && queue_.empty()) drained_cv_.notify_all();
     // Operations left active that need the thread. Only then: waking an idle thread after every
     // blocking call cost a futex round trip per call and, on oversubscribed cores, the peer's CPU
     // (docs/performance.md, "Small calls over TCP").
@@ -729,7 +713,6 @@ void Engine::driveUntilIdle(bool admit_queued, const Operation* target, Deadline
       if (queue_.empty()) {
         if (target) return;  // (target is done: it was queued or active when the caller came)
         driving_ = false;
-        drained_cv_.notify_all();
         report_cv_.notify_all();
         handoff_cv_.notify_all();  // a caller asking for the loop takes a free one
         return;

@@ -103,8 +103,6 @@ class Engine {
   void abort(const Status& reason);
   // Wakes the driver (a split view was aborted: braidComm::viewAborted).
   void wake();
-  // Blocks until every submitted operation has completed or `deadline`; true when all done.
-  bool drain(Deadline deadline);
   // Hang localisation (spec/reliability.md check 8), callable from any thread: operation
   // counters, the last issued and completed collective numbers, and for each operation in flight
   // its algorithm, stage, per-lane progress and the ranks it waits on. While a loop is driving,
@@ -232,13 +230,12 @@ class Engine {
   std::thread thread_;
   std::mutex mu_;
   std::condition_variable cv_;
-  std::condition_variable drained_cv_;
   // Guarded by mu_.
   std::deque<std::shared_ptr<Operation>> queue_;
   bool driving_ = false;  // the progress thread owns the driver state below
   // A caller runs an operation inline, or drives for its operation. Set under mu_; the caller
   // that holds it may clear it without the lock (endInline's fast path, seq_cst: it pairs with
-  // submit()'s queued_ increment and drain()/debugState()'s cv_waiters_ increment, each made
+  // submit()'s queued_ increment and debugState()'s cv_waiters_ increment, each made
   // before they read it).
   std::atomic<bool> inline_busy_{false};
   bool handoff_ = false;  // a caller waits for the progress thread to hand the loop over
@@ -263,7 +260,7 @@ class Engine {
   std::atomic<int64_t> last_coll_completed_{-1};
   std::atomic<bool> report_requested_{false};
   std::condition_variable report_cv_;
-  // Callers in drain() or debugState() (changed under mu_): endInline wakes them.
+  // Callers in debugState() (changed under mu_): endInline wakes them.
   std::atomic<int> cv_waiters_{0};
   std::string report_;       // guarded by mu_
   uint64_t report_gen_ = 0;  // guarded by mu_; bumped per answered request
