@@ -65,13 +65,13 @@ braidResult_t RunOperation(const CommRef& comm, OpDesc desc, braidRequest_t* req
   if (!request || InGroup())
     return RunOperation(comm, std::make_shared<Operation>(std::move(desc)), request);
   RequestOf of{&comm};
-  // On an idle engine a small call starts here, and one whose peers have posted ends here too:
-  // no operation, no request of its own.
+  // On an idle engine the call starts here, and a small one whose peers have posted ends here
+  // too: no operation, no request of its own.
   Status result;
   switch (comm->startCall(desc, &result, &MakeRequested, &of)) {
     case CallStart::kNotTaken:
       break;
-    case CallStart::kAdopted:
+    case CallStart::kTaken:
       *request = of.request;
       return braidSuccess;
     case CallStart::kCompleted:

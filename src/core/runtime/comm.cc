@@ -682,18 +682,18 @@ std::string braidComm::lastError() const {
 
 void braidComm::submit(std::shared_ptr<Operation> op) {
   op->setOwner(this);
-  own_inflight_.fetch_add(1);
+  opIssued();
   engine()->submit(std::move(op));
 }
 
 CallStart braidComm::startCall(OpDesc& d, Status* result, MakeOperation make, void* ctx) {
-  if (!engine() || !config().inline_blocking) return CallStart::kNotTaken;
+  if (!engine()) return CallStart::kNotTaken;
   return engine()->startCall(this, d, result, make, ctx);
 }
 
 bool braidComm::runInline(Operation& op) {
   op.setOwner(this);
-  own_inflight_.fetch_add(1);
+  opIssued();
   if (engine()->tryRunInline(op)) return true;
   opDone();  // not taken: the caller submits it instead
   return false;

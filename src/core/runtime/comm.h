@@ -99,7 +99,8 @@ struct braidComm {
   CallNumbers& callNumbers() { return numbers_; }
   // The engine calls it once an operation of this communicator has completed.
   void opDone();
-  // The engine calls it for an operation it made itself, not submitted (Engine::startCall).
+  // An operation of this communicator was handed to the engine (submit, runInline, or made by
+  // the engine itself: Engine::startCall); opDone pairs with it.
   void opIssued() { own_inflight_.fetch_add(1); }
   // A split view aborted or revoked: its operations fail (Engine::dropAbortedView), its root
   // and sibling views go on unless one was in the middle of a transfer.

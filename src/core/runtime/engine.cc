@@ -106,27 +106,21 @@ void Engine::submit(std::shared_ptr<Operation> op) {
 
 CallStart Engine::startCall(braidComm* owner, OpDesc& d, Status* result, MakeOperation make,
                             void* ctx) {
-  // What rules the call out without the loop's claim (a communicator without a board: every call
-  // over TCP or UCX; a split view's call) costs no lock round trip.
-  if (owner != comm_ || !comm_->board() || d.kind == CollKind::kSendRecv)
-    return CallStart::kNotTaken;
-  if (!beginInline()) return CallStart::kNotTaken;
+  // (As submit's: with BRAID_INLINE=0 no caller drives.)
+  if (!comm_->config().inline_blocking || !beginInline()) return CallStart::kNotTaken;
   CallStart started = CallStart::kNotTaken;
   driveOnCaller([&] {
-    switch (eagerBoardRun(owner, d, result)) {
-      case EagerRun::kNotTaken:
-        return;
-      case EagerRun::kFinished:
-        started = CallStart::kCompleted;
-        return;
-      case EagerRun::kWaiting:
-        break;
+    const EagerRun run = eagerBoardRun(owner, d, result);
+    if (run == EagerRun::kFinished) {
+      started = CallStart::kCompleted;
+      return;
     }
-    // It waits for a peer: now it needs an operation (and its request), built from `d`.
+    // It goes on in an operation (and its request), built from `d` only now.
     std::shared_ptr<Operation> op;
     try {
       op = make(std::move(d), ctx);  // (an allocation that fails leaves `d` as it was)
     } catch (const std::bad_alloc&) {
+      if (run == EagerRun::kNotTaken) return;  // nothing started: the caller's own try reports it
       // No memory for the operation, and the call has started: it ends here, on this thread, as
       // a blocking call would (completing before the function returns is the call's right).
       *result = finishBoardCall(board_calls_[0], d);
@@ -135,8 +129,16 @@ CallStart Engine::startCall(braidComm* owner, OpDesc& d, Status* result, MakeOpe
     }
     op->setOwner(owner);
     owner->opIssued();
-    adoptEagerRun(std::move(op));
-    started = CallStart::kAdopted;
+    if (run == EagerRun::kWaiting) {
+      adoptEagerRun(std::move(op));
+    } else {
+      // Not on the board (too large, no board, a split view's call, the shape's first call): the
+      // engine is idle, so it is activated as submit's direct path would, without a second claim.
+      submitted_.fetch_add(1, std::memory_order_relaxed);
+      Operation* raw = op.get();  // before the move: argument order is unspecified
+      activate(raw, std::move(op));
+    }
+    started = CallStart::kTaken;
     // As submit's: a few passes while it moves (a call of several posts may get past its last
     // one, and then needs nothing of the thread).
     passOnCaller();

@@ -84,8 +84,9 @@ class Engine {
   // any operation exists (RunOperation): a small call on the host's board whose peers have posted
   // completes here with no allocation, reference count or request of its own (eagerBoardCall
   // without the operation); one that must wait is made an operation (`make`, with `ctx`) only
-  // then, and adopted as eagerBoardCall adopts it (CallStart says which). Not taken when the engine
-  // is busy, the call does not run on the board, or `owner` is a split view.
+  // then, and adopted as eagerBoardCall adopts it; a call not on the board is made an operation
+  // and activated as submit's direct path would (CallStart says which). Not taken when the
+  // engine is busy (then submit it).
   CallStart startCall(braidComm* owner, OpDesc& d, Status* result, MakeOperation make, void* ctx);
   // Runs `fn` on the calling thread with the loop claimed, when the engine is idle (nothing
   // queued or running, nobody driving): `fn` may use the endpoints. False when busy.
