@@ -162,4 +162,82 @@ TEST(OutOfMemory, ASmallNonBlockingCallWithNoMemoryForItsRequestCompletesOnTheCa
   EXPECT_TRUE(braid_test::AllSucceeded(out)) << braid_test::DescribeOutcomes(out);
 }
 
+// A non-blocking call issued while another is in flight gets its operation under the same claim
+// that activates or queues it (Engine::startCall on a busy engine). When that allocation fails,
+// nothing is issued: the call fails with out of memory, the call in flight is untouched, and the
+// same call issued again completes. With BRAID_INLINE=0 the operation is made under the engine's
+// lock and queued; otherwise (nobody else driving) the caller activates it, or queues it when the
+// thread drives: each path must fail the same way. Rank 1 calls only once rank 0's allocation has
+// failed (the failing operator new writes to the pipe it waits on), so rank 0's first call is
+// still in flight.
+void ExpectACallBehindOneInFlightFailsCleanly(const char* inline_blocking) {
+#if BRAID_TEST_UNDER_ASAN
+  GTEST_SKIP() << "the test's operator new is not built under ASan";
+#endif
+  int failed[2];
+  ASSERT_EQ(pipe(failed), 0);
+  braid_test::JobOptions opt;
+  opt.nranks = 2;
+  opt.timeout_s = 90;
+  opt.env = {
+      {"BRAID_TRANSPORTS", "shm"}, {"BRAID_TIMEOUT", "30"}, {"BRAID_INLINE", inline_blocking}};
+  auto out = braid_test::RunJob(opt, [&](braidComm_t comm, int rank, int nranks,
+                                         const braidUniqueId&) {
+    float a_in[16], a_out[16], b_in[16], b_out[16];
+    for (int i = 0; i < 16; ++i) {
+      a_in[i] = static_cast<float>((rank + 1) * i);
+      b_in[i] = static_cast<float>((rank + 1) * i + 7);
+    }
+    std::fill(a_out, a_out + 16, -1.0f);
+    std::fill(b_out, b_out + 16, -1.0f);
+    const auto exact = [](const float* res, int add) {
+      for (int i = 0; i < 16; ++i)
+        if (res[i] != static_cast<float>(3 * i + add)) return false;
+      return true;
+    };
+    braidRequest_t a = nullptr, b = nullptr;
+    if (rank == 0) {
+      CHECK_OR_FAIL(
+          braidIallReduce(a_in, a_out, 16, braidFloat32, braidSum, comm, &a) == braidSuccess,
+          "call A: %s", braidGetLastError(comm));
+      CHECK_OR_FAIL(a != nullptr, "call A completed before rank 1 called");
+      fail_next_new.store(failed[1]);
+      const braidResult_t rc = braidIallReduce(b_in, b_out, 16, braidFloat32, braidSum, comm, &b);
+      const bool fired = fail_next_new.exchange(-1) < 0;
+      CHECK_OR_FAIL(fired, "call B made no allocation");
+      CHECK_OR_FAIL(rc == braidErrSystem && b == nullptr &&
+                        std::strstr(braidGetLastError(comm), "out of memory"),
+                    "call B: rc=%d req=%p: %s", rc, static_cast<void*>(b), braidGetLastError(comm));
+      // Issued again, it is the same call B for the peers.
+      CHECK_OR_FAIL(
+          braidIallReduce(b_in, b_out, 16, braidFloat32, braidSum, comm, &b) == braidSuccess,
+          "call B again: %s", braidGetLastError(comm));
+    } else {
+      char c;
+      CHECK_OR_FAIL(read(failed[0], &c, 1) == 1, "gate");
+      CHECK_OR_FAIL(
+          braidIallReduce(a_in, a_out, 16, braidFloat32, braidSum, comm, &a) == braidSuccess &&
+              braidIallReduce(b_in, b_out, 16, braidFloat32, braidSum, comm, &b) == braidSuccess,
+          "rank 1's calls: %s", braidGetLastError(comm));
+    }
+    CHECK_OR_FAIL(braidWait(&a, -1) == braidSuccess && exact(a_out, 0), "call A: %s",
+                  braidGetLastError(comm));
+    CHECK_OR_FAIL(braidWait(&b, -1) == braidSuccess && exact(b_out, 14), "call B: %s",
+                  braidGetLastError(comm));
+    (void)nranks;
+    return 0;
+  });
+  close(failed[0]);
+  close(failed[1]);
+  EXPECT_TRUE(braid_test::AllSucceeded(out)) << braid_test::DescribeOutcomes(out);
+}
+
+TEST(OutOfMemory, ANonBlockingCallBehindOneInFlightWithNoMemoryIsNotIssued) {
+  ExpectACallBehindOneInFlightFailsCleanly("1");
+}
+
+TEST(OutOfMemory, AQueuedNonBlockingCallWithNoMemoryIsNotIssued) {
+  ExpectACallBehindOneInFlightFailsCleanly("0");
+}
+
 }  // namespace

@@ -66,7 +66,7 @@ braidResult_t RunOperation(const CommRef& comm, OpDesc desc, braidRequest_t* req
     return RunOperation(comm, std::make_shared<Operation>(std::move(desc)), request);
   RequestOf of{&comm};
   // On an idle engine the call starts here, and a small one whose peers have posted ends here
-  // too: no operation, no request of its own.
+  // too: no operation, no request of its own. On a busy one it is submitted under the same claim.
   Status result;
   switch (comm->startCall(desc, &result, &MakeRequested, &of)) {
     case CallStart::kNotTaken:

@@ -62,41 +62,32 @@ Engine::~Engine() {
   if (wake_fd_ >= 0) close(wake_fd_);
 }
 
-void Engine::submit(std::shared_ptr<Operation> op) {
-  bool drive = false;
-  bool direct = false;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    // Whoever gets there first drives: when nobody drives the loop, the caller makes a pass
-    // itself (a board call posts; one that completes needs no thread at all) and leaves the
-    // thread asleep while what is left needs nothing from it (ActiveOp::quiet). Not with
-    // BRAID_INLINE=0, whose waits never drive.
-    if (comm_->config().inline_blocking && !driving_ && !inline_busy_ && !handoff_ && !stop_) {
-      inline_busy_.store(true, std::memory_order_relaxed);
-      drive = true;
-      // Nothing queued ahead of it and room in the window: the caller activates it without the
-      // queue (active_ is read here only because nobody drives). The queue's round trip, a
-      // second lock in admit(), was about 400 instructions of a small non-blocking call.
-      direct = queue_.empty() && active_.size() < window_;
-    }
-    if (!direct) {
-      submitted_.fetch_add(1, std::memory_order_relaxed);
-      queue_.push_back(std::move(op));
-      queued_.fetch_add(1);
-    }
+template <typename Take>
+Engine::Claim Engine::claimOrQueue(Take&& take) {
+  std::lock_guard<std::mutex> lock(mu_);
+  // Whoever gets there first drives: when nobody drives the loop, the caller makes a pass itself
+  // (a board call posts; one that completes needs no thread at all) and leaves the thread asleep
+  // while what is left needs nothing from it (ActiveOp::quiet). Not with BRAID_INLINE=0, whose
+  // callers never drive. active_ is read only when nobody drives (the flags come first).
+  const bool drive =
+      comm_->config().inline_blocking && !driving_ && !inline_busy_ && !handoff_ && !stop_;
+  // Nothing queued ahead of it and room in the window: the caller activates it without the
+  // queue. The queue's round trip, a second lock in admit(), was about 400 instructions of a small
+  // non-blocking call.
+  if (drive && queue_.empty() && active_.size() < window_) {
+    inline_busy_.store(true, std::memory_order_relaxed);
+    return active_.empty() ? Claim::kIdle : Claim::kDirect;
   }
-  if (drive) {
-    driveOnCaller([&] {
-      // (A board call that completes at once is counted as one: eagerBoardCall.)
-      if (direct && !(active_.empty() && eagerBoardCall(op))) {
-        submitted_.fetch_add(1, std::memory_order_relaxed);
-        Operation* raw = op.get();  // before the move: argument order is unspecified
-        activate(raw, std::move(op));
-      }
-      passOnCaller();
-    });
-    return;
-  }
+  std::shared_ptr<Operation> op = take();  // (may throw std::bad_alloc: nothing is claimed yet)
+  submitted_.fetch_add(1, std::memory_order_relaxed);
+  queue_.push_back(std::move(op));
+  queued_.fetch_add(1);
+  if (!drive) return Claim::kQueued;
+  inline_busy_.store(true, std::memory_order_relaxed);
+  return Claim::kQueuedDriving;
+}
+
+void Engine::wakeForQueued() {
   cv_.notify_one();
   // Pairs with the driver's sleeping_ store and queued_ load (both seq_cst): either the driver
   // sees the new operation before it polls, or we see it sleeping and wake it.
@@ -104,45 +95,83 @@ void Engine::submit(std::shared_ptr<Operation> op) {
   if (sleeping_.load() && wake_fd_ >= 0) (void)!write(wake_fd_, &one, sizeof(one));
 }
 
-CallStart Engine::startCall(braidComm* owner, OpDesc& d, Status* result, MakeOperation make,
-                            void* ctx) {
-  // (As submit's: with BRAID_INLINE=0 no caller drives.)
-  if (!comm_->config().inline_blocking || !beginInline()) return CallStart::kNotTaken;
-  CallStart started = CallStart::kNotTaken;
+void Engine::submit(std::shared_ptr<Operation> op) {
+  const Claim claim = claimOrQueue([&] { return std::move(op); });
+  if (claim == Claim::kQueued) {
+    wakeForQueued();
+    return;
+  }
   driveOnCaller([&] {
-    const EagerRun run = eagerBoardRun(owner, d, result);
-    if (run == EagerRun::kFinished) {
-      started = CallStart::kCompleted;
-      return;
-    }
-    // It goes on in an operation (and its request), built from `d` only now.
-    std::shared_ptr<Operation> op;
-    try {
-      op = make(std::move(d), ctx);  // (an allocation that fails leaves `d` as it was)
-    } catch (const std::bad_alloc&) {
-      if (run == EagerRun::kNotTaken) return;  // nothing started: the caller's own try reports it
-      // No memory for the operation, and the call has started: it ends here, on this thread, as
-      // a blocking call would (completing before the function returns is the call's right).
-      *result = finishBoardCall(board_calls_[0], d);
-      started = CallStart::kCompleted;
-      return;
-    }
-    op->setOwner(owner);
-    owner->opIssued();
-    if (run == EagerRun::kWaiting) {
-      adoptEagerRun(std::move(op));
-    } else {
-      // Not on the board (too large, no board, a split view's call, the shape's first call): the
-      // engine is idle, so it is activated as submit's direct path would, without a second claim.
+    // (A board call that completes at once is counted as one: eagerBoardCall.)
+    if (claim != Claim::kQueuedDriving && !(claim == Claim::kIdle && eagerBoardCall(op))) {
       submitted_.fetch_add(1, std::memory_order_relaxed);
       Operation* raw = op.get();  // before the move: argument order is unspecified
       activate(raw, std::move(op));
     }
-    started = CallStart::kTaken;
-    // As submit's: a few passes while it moves (a call of several posts may get past its last
-    // one, and then needs nothing of the thread).
     passOnCaller();
   });
+}
+
+CallStart Engine::startCall(braidComm* owner, OpDesc& d, Status* result, MakeOperation make,
+                            void* ctx) {
+  // One claim decision for the call, as submit's: an engine that is busy gets the call's
+  // operation queued under the same lock (made there: nothing runs before it anyway), so a call
+  // issued while others are in flight takes the lock once, not once to try and once to submit.
+  const auto made = [&] {
+    std::shared_ptr<Operation> op = make(std::move(d), ctx);
+    op->setOwner(owner);
+    owner->opIssued();
+    return op;
+  };
+  const Claim claim = claimOrQueue(made);
+  if (claim == Claim::kQueued) {
+    wakeForQueued();
+    return CallStart::kTaken;
+  }
+  CallStart started = CallStart::kTaken;
+  bool no_memory = false;
+  driveOnCaller([&] {
+    // Only on an idle engine may the call start before its operation exists: a call behind
+    // others starts after them.
+    const EagerRun run =
+        claim == Claim::kIdle ? eagerBoardRun(owner, d, result) : EagerRun::kNotTaken;
+    if (run == EagerRun::kFinished) {
+      started = CallStart::kCompleted;
+      return;
+    }
+    if (claim != Claim::kQueuedDriving) {
+      // It goes on in an operation (and its request), built from `d` only now.
+      std::shared_ptr<Operation> op;
+      try {
+        op = made();  // (an allocation that fails leaves `d` as it was)
+      } catch (const std::bad_alloc&) {
+        if (run == EagerRun::kNotTaken) {  // nothing started: the call fails (below), as queued
+          no_memory = true;
+          return;
+        }
+        // No memory for the operation, and the call has started: it ends here, on this thread,
+        // as a blocking call would (completing before the function returns is the call's right).
+        *result = finishBoardCall(board_calls_[0], d);
+        started = CallStart::kCompleted;
+        return;
+      }
+      if (run == EagerRun::kWaiting) {
+        adoptEagerRun(std::move(op));
+      } else {
+        // Not on the board (too large, no board, a split view's call, the shape's first call,
+        // a call behind others): the caller holds the loop with room in the window, so it is
+        // activated as submit's direct path would.
+        submitted_.fetch_add(1, std::memory_order_relaxed);
+        Operation* raw = op.get();  // before the move: argument order is unspecified
+        activate(raw, std::move(op));
+      }
+    }
+    // As submit's: a few passes while it moves (a call of several posts may get past its last
+    // one, and then needs nothing of the thread; a queued one is admitted).
+    passOnCaller();
+  });
+  // Thrown only once the loop is given back (inside, driveOnCaller would fail every operation).
+  if (no_memory) throw std::bad_alloc();
   return started;
 }
 

@@ -85,8 +85,10 @@ class Engine {
   // completes here with no allocation, reference count or request of its own (eagerBoardCall
   // without the operation); one that must wait is made an operation (`make`, with `ctx`) only
   // then, and adopted as eagerBoardCall adopts it; a call not on the board is made an operation
-  // and activated as submit's direct path would (CallStart says which). Not taken when the
-  // engine is busy (then submit it).
+  // and activated as submit's direct path would (CallStart says which). On a busy engine it is
+  // made an operation and activated or queued as submit would, under the same one claim. Throws
+  // std::bad_alloc, with nothing issued, when the operation cannot be made before the call has
+  // started.
   CallStart startCall(braidComm* owner, OpDesc& d, Status* result, MakeOperation make, void* ctx);
   // Runs `fn` on the calling thread with the loop claimed, when the engine is idle (nothing
   // queued or running, nobody driving): `fn` may use the endpoints. False when busy.
@@ -112,6 +114,19 @@ class Engine {
 
  private:
   void threadMain();
+  // What a submission found, decided under one lock (claimOrQueue).
+  enum class Claim {
+    kIdle,           // the caller holds the loop; nothing is queued or active
+    kDirect,         // the caller holds the loop; nothing queued, room in the window
+    kQueuedDriving,  // the operation was queued behind others; the caller holds the loop
+    kQueued,         // the operation was queued; the thread (or another caller) drives
+  };
+  // The caller claims the loop when nobody drives it; the operation `take()` returns is queued
+  // (under the same lock) only when it cannot be activated at once.
+  template <typename Take>
+  Claim claimOrQueue(Take&& take);
+  // Wakes the progress thread after a queued submission.
+  void wakeForQueued();
   // Claims the driver for a caller (false when the engine is busy), and gives it back.
   bool beginInline();
   void endInline();

@@ -86,7 +86,7 @@ class Operation {
 enum class CallStart {
   kNotTaken,   // submit it as usual
   kCompleted,  // it ran to its end there: no operation was made
-  kTaken,      // it goes on in the operation MakeOperation built (waiting for a peer, or active)
+  kTaken,      // it goes on in the operation MakeOperation built (waiting, active or queued)
 };
 // Builds the operation a started call goes on in, from its description (moved), with whatever
 // the caller keeps beside it (its request: api_submit.cc). May throw std::bad_alloc.
