@@ -10,6 +10,8 @@
 #
 #   perf/z0_vs_z1.sh [-n RANKS] [-r REPS] [-b MIN] [-e MAX] [-f FACTOR] [-i ITERS] LIBDIR...
 #
+# At S < MAX the harness keeps calls of size S in flight behind each other (MAX / S buffer regions,
+# at most 8 calls); at S = MAX each call waits for the one before: -b S -e S times that alone.
 # LIBDIR: a directory holding a libbraid.so.0 (e.g. build/src, or the build/src of a worktree of
 # an older commit where only `ninja braid` was built); the perf binary's RUNPATH lets
 # LD_LIBRARY_PATH choose it. Times are all_reduce_perf's out-of-place us per call (float sum,
@@ -21,7 +23,7 @@ while getopts "n:r:b:e:f:i:" o; do
   case $o in
     n) ranks=$OPTARG ;; r) reps=$OPTARG ;; b) min=$OPTARG ;; e) max=$OPTARG ;;
     f) factor=$OPTARG ;; i) iters=$OPTARG ;;
-    *) sed -n '2,16p' "$0"; exit 2 ;;
+    *) sed -n '2,18p' "$0"; exit 2 ;;
   esac
 done
 shift $((OPTIND - 1))
