@@ -14,6 +14,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <new>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "../common/proc_state.h"
@@ -95,6 +97,16 @@ TEST(OutOfMemory, HugeQuantizedAllGatherIsASystemErrorNotACrash) {
   EXPECT_EQ(WEXITSTATUS(status), 0);
 }
 
+// Two ranks over shared memory, with a wall-clock guard (and `env` besides).
+braid_test::JobOptions TwoRanksOnShm(std::vector<std::pair<std::string, std::string>> env = {}) {
+  braid_test::JobOptions opt;
+  opt.nranks = 2;
+  opt.timeout_s = 90;
+  opt.env = {{"BRAID_TRANSPORTS", "shm"}, {"BRAID_TIMEOUT", "30"}};
+  for (auto& e : env) opt.env.push_back(std::move(e));
+  return opt;
+}
+
 // A small non-blocking call that starts on the board and must wait for a peer is made an
 // operation and a request only then (Engine::startCall). When that allocation fails, the call,
 // started already (its peers count on it), is not failed: it completes on the caller's thread as
@@ -106,10 +118,7 @@ TEST(OutOfMemory, ASmallNonBlockingCallWithNoMemoryForItsRequestCompletesOnTheCa
 #endif
   int failed[2];
   ASSERT_EQ(pipe(failed), 0);
-  braid_test::JobOptions opt;
-  opt.nranks = 2;
-  opt.timeout_s = 90;
-  opt.env = {{"BRAID_TRANSPORTS", "shm"}, {"BRAID_TIMEOUT", "30"}};
+  const braid_test::JobOptions opt = TwoRanksOnShm();
   auto out =
       braid_test::RunJob(opt, [&](braidComm_t comm, int rank, int nranks, const braidUniqueId&) {
         float in[16], res[16];
@@ -176,11 +185,7 @@ void ExpectACallBehindOneInFlightFailsCleanly(const char* inline_blocking) {
 #endif
   int failed[2];
   ASSERT_EQ(pipe(failed), 0);
-  braid_test::JobOptions opt;
-  opt.nranks = 2;
-  opt.timeout_s = 90;
-  opt.env = {
-      {"BRAID_TRANSPORTS", "shm"}, {"BRAID_TIMEOUT", "30"}, {"BRAID_INLINE", inline_blocking}};
+  const braid_test::JobOptions opt = TwoRanksOnShm({{"BRAID_INLINE", inline_blocking}});
   auto out = braid_test::RunJob(opt, [&](braidComm_t comm, int rank, int nranks,
                                          const braidUniqueId&) {
     float a_in[16], a_out[16], b_in[16], b_out[16];

@@ -68,22 +68,14 @@ braidResult_t RunOperation(const CommRef& comm, OpDesc desc, braidRequest_t* req
   // On an idle engine the call starts here, and a small one whose peers have posted ends here
   // too: no operation, no request of its own. On a busy one it is submitted under the same claim.
   Status result;
-  switch (comm->startCall(desc, &result, &MakeRequested, &of)) {
-    case CallStart::kNotTaken:
-      break;
-    case CallStart::kTaken:
-      *request = of.request;
+  if (comm->startCall(desc, &result, &MakeRequested, &of) == CallStart::kCompleted) {
+    if (result.ok()) {
+      *request = CompletedRequest();
       return braidSuccess;
-    case CallStart::kCompleted:
-      if (result.ok()) {
-        *request = CompletedRequest();
-      } else {  // reported by braidWait or braidTest, as for a call that fails later
-        MakeRequested(std::move(desc), &of)->complete(std::move(result));
-        *request = of.request;
-      }
-      return braidSuccess;
+    }
+    // Reported by braidWait or braidTest, as for a call that fails later.
+    MakeRequested(std::move(desc), &of)->complete(std::move(result));
   }
-  comm->submit(MakeRequested(std::move(desc), &of));
   *request = of.request;
   return braidSuccess;
 }

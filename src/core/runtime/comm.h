@@ -153,8 +153,7 @@ struct braidComm {
   // Submits an operation; the engine runs operations in submission order.
   void submit(std::shared_ptr<braid::Operation> op);
   // Issues non-blocking call `d`, started on this thread when the engine is idle and submitted
-  // under the same claim otherwise (Engine::startCall): kNotTaken means there is no engine
-  // (submit it as usual).
+  // under the same claim otherwise (Engine::startCall).
   braid::CallStart startCall(braid::OpDesc& d, braid::Status* result, braid::MakeOperation make,
                              void* ctx);
   // Runs `op` now on this thread if the engine is idle (see Engine::tryRunInline).

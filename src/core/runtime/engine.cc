@@ -103,11 +103,8 @@ void Engine::submit(std::shared_ptr<Operation> op) {
   }
   driveOnCaller([&] {
     // (A board call that completes at once is counted as one: eagerBoardCall.)
-    if (claim != Claim::kQueuedDriving && !(claim == Claim::kIdle && eagerBoardCall(op))) {
-      submitted_.fetch_add(1, std::memory_order_relaxed);
-      Operation* raw = op.get();  // before the move: argument order is unspecified
-      activate(raw, std::move(op));
-    }
+    if (claim != Claim::kQueuedDriving && !(claim == Claim::kIdle && eagerBoardCall(op)))
+      activateSubmitted(std::move(op));
     passOnCaller();
   });
 }
@@ -131,6 +128,9 @@ CallStart Engine::startCall(braidComm* owner, OpDesc& d, Status* result, MakeOpe
   CallStart started = CallStart::kTaken;
   bool no_memory = false;
   driveOnCaller([&] {
+    // As submit's: a few passes while it moves (a call of several posts may get past its last
+    // one, and then needs nothing of the thread; a queued one is admitted).
+    if (claim == Claim::kQueuedDriving) return passOnCaller();
     // Only on an idle engine may the call start before its operation exists: a call behind
     // others starts after them.
     const EagerRun run =
@@ -139,40 +139,39 @@ CallStart Engine::startCall(braidComm* owner, OpDesc& d, Status* result, MakeOpe
       started = CallStart::kCompleted;
       return;
     }
-    if (claim != Claim::kQueuedDriving) {
-      // It goes on in an operation (and its request), built from `d` only now.
-      std::shared_ptr<Operation> op;
-      try {
-        op = made();  // (an allocation that fails leaves `d` as it was)
-      } catch (const std::bad_alloc&) {
-        if (run == EagerRun::kNotTaken) {  // nothing started: the call fails (below), as queued
-          no_memory = true;
-          return;
-        }
-        // No memory for the operation, and the call has started: it ends here, on this thread,
-        // as a blocking call would (completing before the function returns is the call's right).
-        *result = finishBoardCall(board_calls_[0], d);
-        started = CallStart::kCompleted;
+    // It goes on in an operation (and its request), built from `d` only now.
+    std::shared_ptr<Operation> op;
+    try {
+      op = made();  // (an allocation that fails leaves `d` as it was)
+    } catch (const std::bad_alloc&) {
+      if (run == EagerRun::kNotTaken) {  // nothing started: the call fails (below), as queued
+        no_memory = true;
         return;
       }
-      if (run == EagerRun::kWaiting) {
-        adoptEagerRun(std::move(op));
-      } else {
-        // Not on the board (too large, no board, a split view's call, the shape's first call,
-        // a call behind others): the caller holds the loop with room in the window, so it is
-        // activated as submit's direct path would.
-        submitted_.fetch_add(1, std::memory_order_relaxed);
-        Operation* raw = op.get();  // before the move: argument order is unspecified
-        activate(raw, std::move(op));
-      }
+      // No memory for the operation, and the call has started: it ends here, on this thread, as
+      // a blocking call would (completing before the function returns is the call's right).
+      *result = finishBoardCall(board_calls_[0], d);
+      started = CallStart::kCompleted;
+      return;
     }
-    // As submit's: a few passes while it moves (a call of several posts may get past its last
-    // one, and then needs nothing of the thread; a queued one is admitted).
+    // Waiting on the board: adopted. Otherwise (too large, no board, a split view's call, the
+    // shape's first call, a call behind others) the caller holds the loop with room in the
+    // window, so it is activated as submit's direct path would.
+    if (run == EagerRun::kWaiting)
+      adoptEagerRun(std::move(op));
+    else
+      activateSubmitted(std::move(op));
     passOnCaller();
   });
   // Thrown only once the loop is given back (inside, driveOnCaller would fail every operation).
   if (no_memory) throw std::bad_alloc();
   return started;
+}
+
+void Engine::activateSubmitted(std::shared_ptr<Operation> op) {
+  submitted_.fetch_add(1, std::memory_order_relaxed);
+  Operation* raw = op.get();  // before the move: argument order is unspecified
+  activate(raw, std::move(op));
 }
 
 void Engine::passOnCaller() {

@@ -141,6 +141,9 @@ class Engine {
   // (admit, no target) also returns when a caller asks for the loop (handoff_).
   void driveUntilIdle(bool admit, const Operation* target = nullptr,
                       Deadline deadline = Deadline::Never());
+  // An operation that a caller holding the loop activates without the queue (submit's and
+  // startCall's direct path), counted as submitted.
+  void activateSubmitted(std::shared_ptr<Operation> op);
   // A few passes of the loop on a caller that claimed it (submit, poll).
   void passOnCaller();
   // Whether every active operation needs nothing more of the thread (ActiveOp::quiet): a caller

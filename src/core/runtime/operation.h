@@ -84,7 +84,6 @@ class Operation {
 
 // What became of a non-blocking call offered to start on the caller's thread (Engine::startCall).
 enum class CallStart {
-  kNotTaken,   // submit it as usual
   kCompleted,  // it ran to its end there: no operation was made
   kTaken,      // it goes on in the operation MakeOperation built (waiting, active or queued)
 };
