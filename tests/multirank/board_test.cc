@@ -1369,6 +1369,265 @@ TEST_P(OneShotForms, ACallWhosePeersPostedCompletesBeforeItReturns) {
   EXPECT_TRUE(AllSucceeded(out)) << DescribeOutcomes(out);
 }
 
+// --------------------------------------------------------------------------------- parked calls
+
+// A small non-blocking call that must wait for its peer and has nothing left to post stays a board
+// call ("parked", Engine::parkEagerRun) until its wait finishes it as a blocking call would, or
+// something else takes the engine's loop and adopts it as an operation. Rank 0's call here is
+// always parked: rank 1 calls only once rank 0's call has returned (a pipe). Each case takes one
+// way out of the parked state and checks the result bit-exact on both ranks.
+enum class ParkedExit {
+  kWaitWithATimeout,   // braidWait(req, 0) while rank 1 has not called, then with a time limit
+  kBlockingCallAfter,  // a blocking call behind it, then its wait
+  kNonBlockingAfter,   // a second non-blocking call behind it, both waited for in reverse order
+  kTestUntilDone,      // braidTest until done
+  kDestroyUnwaited,    // never waited for: the destroy completes it
+};
+
+void CheckParkedCall(ParkedExit exit) {
+  int called[2], back[2];
+  ASSERT_EQ(pipe(called), 0);
+  ASSERT_EQ(pipe(back), 0);
+  JobOptions opt = Options(2);
+  opt.init = false;
+  auto out = RunJob(opt, [&](braidComm_t, int rank, int nranks, const braidUniqueId& id) {
+    braidComm_t comm = nullptr;
+    CHECK_OR_FAIL(braidCommInitRank(&comm, nranks, id, rank) == braidSuccess, "init");
+    float a[16], b[16], x[16], y[16];
+    const auto fill = [&](int round) {
+      for (int i = 0; i < 16; ++i) {
+        a[i] = static_cast<float>((rank + 1) * i + round);
+        x[i] = static_cast<float>((rank + 1) * i + 100 + round);
+      }
+      std::fill(b, b + 16, -1.0f);
+      std::fill(y, y + 16, -1.0f);
+    };
+    const auto exact = [](const float* out, int add) {
+      for (int i = 0; i < 16; ++i)
+        if (out[i] != static_cast<float>(3 * i + 2 * add)) return false;
+      return true;
+    };
+    // Calls of the shape, waited for: the engine keeps a spare that can take the next one.
+    for (int k = 0; k < 4; ++k) {
+      fill(k);
+      braidRequest_t req = nullptr;
+      CHECK_OR_FAIL(braidIallReduce(a, b, 16, braidFloat32, braidSum, comm, &req) == braidSuccess &&
+                        braidWait(&req, -1) == braidSuccess && exact(b, k),
+                    "warm-up call %d: %s", k, braidGetLastError(comm));
+    }
+    fill(4);
+    char c = 1;
+    braidRequest_t req = nullptr, second = nullptr;
+    if (rank == 1) {
+      CHECK_OR_FAIL(read(called[0], &c, 1) == 1, "gate");
+      CHECK_OR_FAIL(
+          braidAllReduce(a, b, 16, braidFloat32, braidSum, comm) == braidSuccess && exact(b, 4),
+          "rank 1's first call: %s", braidGetLastError(comm));
+      if (exit == ParkedExit::kBlockingCallAfter || exit == ParkedExit::kNonBlockingAfter)
+        CHECK_OR_FAIL(
+            braidAllReduce(x, y, 16, braidFloat32, braidSum, comm) == braidSuccess && exact(y, 104),
+            "rank 1's second call: %s", braidGetLastError(comm));
+      CHECK_OR_FAIL(write(back[1], &c, 1) == 1, "gate");
+    } else {
+      CHECK_OR_FAIL(braidIallReduce(a, b, 16, braidFloat32, braidSum, comm, &req) == braidSuccess,
+                    "rank 0's call: %s", braidGetLastError(comm));
+      CHECK_OR_FAIL(req != nullptr && std::count(b, b + 16, -1.0f) == 16,
+                    "the call completed before rank 1 called");
+      switch (exit) {
+        case ParkedExit::kWaitWithATimeout: {
+          const braidResult_t rc = braidWait(&req, 0);
+          CHECK_OR_FAIL(rc == braidErrTimeout && req != nullptr, "a wait with no time left: %d %s",
+                        rc, braidGetLastError(comm));
+          CHECK_OR_FAIL(write(called[1], &c, 1) == 1, "gate");
+          CHECK_OR_FAIL(braidWait(&req, 20000) == braidSuccess && exact(b, 4), "the wait: %s",
+                        braidGetLastError(comm));
+          break;
+        }
+        case ParkedExit::kBlockingCallAfter:
+          CHECK_OR_FAIL(write(called[1], &c, 1) == 1, "gate");
+          CHECK_OR_FAIL(braidAllReduce(x, y, 16, braidFloat32, braidSum, comm) == braidSuccess &&
+                            exact(y, 104),
+                        "the blocking call behind it: %s", braidGetLastError(comm));
+          CHECK_OR_FAIL(braidWait(&req, -1) == braidSuccess && exact(b, 4), "the wait: %s",
+                        braidGetLastError(comm));
+          break;
+        case ParkedExit::kNonBlockingAfter:
+          CHECK_OR_FAIL(
+              braidIallReduce(x, y, 16, braidFloat32, braidSum, comm, &second) == braidSuccess,
+              "the call behind it: %s", braidGetLastError(comm));
+          CHECK_OR_FAIL(write(called[1], &c, 1) == 1, "gate");
+          CHECK_OR_FAIL(braidWait(&second, -1) == braidSuccess && exact(y, 104),
+                        "the second wait: %s", braidGetLastError(comm));
+          CHECK_OR_FAIL(braidWait(&req, -1) == braidSuccess && exact(b, 4), "the wait: %s",
+                        braidGetLastError(comm));
+          break;
+        case ParkedExit::kTestUntilDone: {
+          CHECK_OR_FAIL(write(called[1], &c, 1) == 1, "gate");
+          int done = 0;
+          while (!done)  // (the job's wall-clock guard ends a hang)
+            CHECK_OR_FAIL(braidTest(&req, &done) == braidSuccess, "test: %s",
+                          braidGetLastError(comm));
+          CHECK_OR_FAIL(req == nullptr && exact(b, 4), "the tested call");
+          break;
+        }
+        case ParkedExit::kDestroyUnwaited:
+          CHECK_OR_FAIL(write(called[1], &c, 1) == 1, "gate");
+          break;
+      }
+      CHECK_OR_FAIL(read(back[0], &c, 1) == 1, "gate");
+    }
+    if (exit != ParkedExit::kDestroyUnwaited) {
+      // The communicator goes on, with the small calls' fast path.
+      fill(5);
+      CHECK_OR_FAIL(
+          braidAllReduce(a, b, 16, braidFloat32, braidSum, comm) == braidSuccess && exact(b, 5),
+          "the call after: %s", braidGetLastError(comm));
+    }
+    const auto t0 = Clock::now();
+    CHECK_OR_FAIL(braidCommDestroy(comm) == braidSuccess, "destroy: %s", braidGetLastError(comm));
+    CHECK_OR_FAIL(SecondsSince(t0) < 10, "destroy took %.1f s", SecondsSince(t0));
+    if (req) {
+      CHECK_OR_FAIL(braidWait(&req, -1) == braidSuccess && exact(b, 4),
+                    "the request after the destroy");
+    }
+    return 0;
+  });
+  for (int fd : {called[0], called[1], back[0], back[1]}) close(fd);
+  EXPECT_TRUE(AllSucceeded(out)) << DescribeOutcomes(out);
+}
+
+TEST(ParkedCall, AWaitWithATimeLimitReturnsThenCompletesIt) {
+  CheckParkedCall(ParkedExit::kWaitWithATimeout);
+}
+
+TEST(ParkedCall, ABlockingCallBehindItRunsAfterIt) {
+  CheckParkedCall(ParkedExit::kBlockingCallAfter);
+}
+
+TEST(ParkedCall, ANonBlockingCallBehindItAdoptsIt) {
+  CheckParkedCall(ParkedExit::kNonBlockingAfter);
+}
+
+TEST(ParkedCall, BraidTestDrivesIt) {
+  CheckParkedCall(ParkedExit::kTestUntilDone);
+}
+
+TEST(ParkedCall, TheDestroyCompletesItUnwaited) {
+  CheckParkedCall(ParkedExit::kDestroyUnwaited);
+}
+
+// Parking is gated on the program's pattern (Engine::parkEagerRun): a call issued while one is
+// parked stops it, and a wait that finds its call the only one in flight starts it again. Rank 0
+// reads braidCommDebugState after each of its calls, made while rank 1 has not called yet: the
+// report names a parked call as such. Rank 1 makes as many blocking calls as each byte from rank
+// 0 says (0: done), then answers. Rounds:
+//   1. call A is parked; call B, issued while A is in flight, stops parking (and adopts A); both
+//      are polled with braidTest (which does not start parking again);
+//   2. call C, on an idle engine, is not parked; its wait finds it alone and starts parking;
+//   3. call D is parked again.
+// A call on an idle engine may still not park when the progress thread holds the loop at that
+// moment (it then queues): A and D are tried again, each try waited for alone, up to 100 times.
+// Every result is checked bit-exact on both ranks.
+TEST(ParkedCall, ACallBehindAParkedOneStopsParkingUntilAWaitFindsItsCallAlone) {
+  int called[2], back[2];
+  ASSERT_EQ(pipe(called), 0);
+  ASSERT_EQ(pipe(back), 0);
+  JobOptions opt = Options(2);
+  auto out = RunJob(opt, [&](braidComm_t comm, int rank, int, const braidUniqueId&) {
+    // Slot k holds a call's buffers; value v (the call's number, the same on both ranks) its data.
+    float in[2][16], res[2][16];
+    int value[2] = {};
+    int next = 0;
+    const auto fill = [&](int k) {
+      value[k] = next++;
+      for (int i = 0; i < 16; ++i) in[k][i] = static_cast<float>((rank + 1) * i + 10 * value[k]);
+      std::fill(res[k], res[k] + 16, -1.0f);
+    };
+    const auto exact = [&](int k) {
+      for (int i = 0; i < 16; ++i)
+        if (res[k][i] != static_cast<float>(3 * i + 20 * value[k])) return false;
+      return true;
+    };
+    const auto start = [&](int k, braidRequest_t* req) {
+      fill(k);
+      return braidIallReduce(in[k], res[k], 16, braidFloat32, braidSum, comm, req) ==
+                 braidSuccess &&
+             *req != nullptr;
+    };
+    // Calls of the shape, waited for: the engine keeps a spare that can take the next one.
+    for (int k = 0; k < 4; ++k) {
+      braidRequest_t req = nullptr;
+      CHECK_OR_FAIL(start(0, &req) && braidWait(&req, -1) == braidSuccess && exact(0),
+                    "warm-up call %d: %s", k, braidGetLastError(comm));
+    }
+    unsigned char n = 0;
+    if (rank == 1) {
+      for (;;) {
+        CHECK_OR_FAIL(read(called[0], &n, 1) == 1, "gate");
+        if (n == 0) return 0;
+        for (int i = 0; i < n; ++i) {
+          fill(0);
+          CHECK_OR_FAIL(
+              braidAllReduce(in[0], res[0], 16, braidFloat32, braidSum, comm) == braidSuccess &&
+                  exact(0),
+              "rank 1's call %d: %s", value[0], braidGetLastError(comm));
+        }
+        CHECK_OR_FAIL(write(back[1], &n, 1) == 1, "gate");
+      }
+    }
+    // Rank 1 makes `calls` calls; false when its answer does not come.
+    const auto release = [&](unsigned char calls) {
+      return write(called[1], &calls, 1) == 1 && (calls == 0 || read(back[0], &n, 1) == 1);
+    };
+    // 1 when the report names a parked call, 0 when not, -1 when there is no report.
+    const auto parked = [&]() -> int {
+      std::vector<char> buf(1 << 16);
+      if (braidCommDebugState(comm, buf.data(), buf.size()) != braidSuccess) return -1;
+      return std::string(buf.data()).find("parked:") != std::string::npos ? 1 : 0;
+    };
+    // A call in slot 0 that parks (tries waited for alone in between).
+    braidRequest_t req[2] = {};
+    const auto startParked = [&](const char* name) {
+      for (int tries = 1;; ++tries) {
+        CHECK_OR_FAIL(start(0, &req[0]), "call %s: %s", name, braidGetLastError(comm));
+        const int p = parked();
+        CHECK_OR_FAIL(p >= 0, "no report: %s", braidGetLastError(comm));
+        if (p == 1) return 0;
+        CHECK_OR_FAIL(tries < 100, "call %s, waiting for rank 1, is never parked", name);
+        CHECK_OR_FAIL(release(1) && braidWait(&req[0], -1) == braidSuccess && exact(0),
+                      "call %s, not parked: %s", name, braidGetLastError(comm));
+      }
+    };
+    // Round 1.
+    CHECK_OR_FAIL(startParked("A") == 0, "call A");
+    CHECK_OR_FAIL(start(1, &req[1]), "call B: %s", braidGetLastError(comm));
+    CHECK_OR_FAIL(parked() == 0, "call A is still parked behind call B");
+    CHECK_OR_FAIL(write(called[1], "\2", 1) == 1, "gate");
+    for (int k = 0; k < 2; ++k) {
+      int done = 0;
+      while (!done)  // (the job's wall-clock guard ends a hang)
+        CHECK_OR_FAIL(braidTest(&req[k], &done) == braidSuccess, "test %d: %s", k,
+                      braidGetLastError(comm));
+      CHECK_OR_FAIL(req[k] == nullptr && exact(k), "call %c", "AB"[k]);
+    }
+    CHECK_OR_FAIL(read(back[0], &n, 1) == 1, "gate");
+    // Round 2.
+    CHECK_OR_FAIL(start(0, &req[0]), "call C: %s", braidGetLastError(comm));
+    CHECK_OR_FAIL(parked() == 0,
+                  "call C is parked: a call behind a parked one did not stop parking");
+    CHECK_OR_FAIL(release(1) && braidWait(&req[0], -1) == braidSuccess && exact(0), "call C: %s",
+                  braidGetLastError(comm));
+    // Round 3.
+    CHECK_OR_FAIL(startParked("D") == 0, "call D");
+    CHECK_OR_FAIL(release(1) && braidWait(&req[0], -1) == braidSuccess && exact(0), "call D: %s",
+                  braidGetLastError(comm));
+    CHECK_OR_FAIL(release(0), "gate");
+    return 0;
+  });
+  for (int fd : {called[0], called[1], back[0], back[1]}) close(fd);
+  EXPECT_TRUE(AllSucceeded(out)) << DescribeOutcomes(out);
+}
+
 // ------------------------------------------------------------------------- calls by reference
 
 // Whether this host lets a process read a sibling's memory (process_vm_readv): the ranks of a

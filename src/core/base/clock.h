@@ -62,6 +62,8 @@ class Deadline {
   }
   // The time limit alone: a wait_until(at()) does not see an abort (use remainingMs()).
   Clock::time_point at() const { return at_; }
+  // No time limit and no abort flag (braidWait's -1).
+  bool never() const { return at_ == Clock::time_point::max() && !abort_; }
 
  private:
   explicit Deadline(Clock::time_point at) : at_(at) {}

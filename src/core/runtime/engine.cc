@@ -76,7 +76,8 @@ Engine::Claim Engine::claimOrQueue(Take&& take) {
   // non-blocking call.
   if (drive && queue_.empty() && active_.size() < window_) {
     inline_busy_.store(true, std::memory_order_relaxed);
-    return active_.empty() ? Claim::kIdle : Claim::kDirect;
+    // (A parked call is adopted by whoever takes the loop: then this one goes behind it.)
+    return active_.empty() && !parked_ ? Claim::kIdle : Claim::kDirect;
   }
   std::shared_ptr<Operation> op = take();  // (may throw std::bad_alloc: nothing is claimed yet)
   submitted_.fetch_add(1, std::memory_order_relaxed);
@@ -102,6 +103,7 @@ void Engine::submit(std::shared_ptr<Operation> op) {
     return;
   }
   driveOnCaller([&] {
+    adoptParked();
     // (A board call that completes at once is counted as one: eagerBoardCall.)
     if (claim != Claim::kQueuedDriving && !(claim == Claim::kIdle && eagerBoardCall(op)))
       activateSubmitted(std::move(op));
@@ -128,6 +130,7 @@ CallStart Engine::startCall(braidComm* owner, OpDesc& d, Status* result, MakeOpe
   CallStart started = CallStart::kTaken;
   bool no_memory = false;
   driveOnCaller([&] {
+    adoptParked();
     // As submit's: a few passes while it moves (a call of several posts may get past its last
     // one, and then needs nothing of the thread; a queued one is admitted).
     if (claim == Claim::kQueuedDriving) return passOnCaller();
@@ -152,6 +155,14 @@ CallStart Engine::startCall(braidComm* owner, OpDesc& d, Status* result, MakeOpe
       // a blocking call would (completing before the function returns is the call's right).
       *result = finishBoardCall(board_calls_[0], d);
       started = CallStart::kCompleted;
+      return;
+    }
+    if (run == EagerRun::kWaiting && park_armed_.load(std::memory_order_relaxed) &&
+        board_calls_[0].run.pastLastPost()) {
+      // It only reads from here: it stays a board call, for its wait to finish as a blocking
+      // call's (finishParked), or for the next taker of the loop to adopt. No pass: it was just
+      // found waiting, and nothing else is active.
+      parkEagerRun(std::move(op));
       return;
     }
     // Waiting on the board: adopted. Otherwise (too large, no board, a split view's call, the
@@ -186,11 +197,15 @@ void Engine::passOnCaller() {
 bool Engine::poll() {
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (driving_ || inline_busy_ || handoff_ || stop_ || (queue_.empty() && active_.empty()))
+    if (driving_ || inline_busy_ || handoff_ || stop_ ||
+        (queue_.empty() && active_.empty() && !parked_))
       return false;
     inline_busy_.store(true, std::memory_order_relaxed);
   }
-  driveOnCaller([&] { passOnCaller(); });
+  driveOnCaller([&] {
+    adoptParked();
+    passOnCaller();
+  });
   return true;
 }
 
@@ -216,7 +231,8 @@ bool Engine::beginInline() {
   std::lock_guard<std::mutex> lock(mu_);
   // Not while a caller waits for the loop (handoff_) or operations a driving caller left active
   // wait for the thread: the flags come first, so active_ is read only while nobody drives.
-  if (inline_busy_ || driving_ || handoff_ || stop_ || !queue_.empty() || !active_.empty())
+  if (inline_busy_ || driving_ || handoff_ || stop_ || !queue_.empty() || !active_.empty() ||
+      parked_)
     return false;
   inline_busy_.store(true, std::memory_order_relaxed);
   return true;
@@ -341,7 +357,16 @@ bool Engine::driveUntilDone(const Operation& op, Deadline deadline) {
     }
     inline_busy_.store(true, std::memory_order_relaxed);
   }
-  driveOnCaller([&] { driveUntilIdle(true, &op, deadline); });  // then the thread takes the rest
+  // The parked call itself, waited for with no time limit on an engine not aborted: it ends here
+  // as a blocking call would. Otherwise it is adopted first (a wait with a deadline must be able
+  // to return with the call still running).
+  const bool finish_parked =
+      parked_.get() == &op && deadline.never() && !aborted_.load(std::memory_order_acquire);
+  driveOnCaller([&] {
+    if (finish_parked) return finishParked();
+    adoptParked();
+    driveUntilIdle(true, &op, deadline);  // then the thread takes the rest
+  });
   return true;
 }
 
@@ -351,12 +376,16 @@ void Engine::threadMain() {
       std::unique_lock<std::mutex> lock(mu_);
       // Wait while idle, and while a caller drives. active_ is read only while nobody drives
       // (inline_busy_, handoff_ and driving_ all false): a caller may leave operations active.
+      // A parked call is work for the thread too, but nothing wakes it for one but an abort, a
+      // wake (the destroy's drain) or the stop: its caller's wait finishes it.
       cv_.wait(lock, [&] {
-        return !inline_busy_ && !handoff_ && (stop_ || !queue_.empty() || !active_.empty());
+        return !inline_busy_ && !handoff_ &&
+               (stop_ || !queue_.empty() || !active_.empty() || parked_);
       });
-      if (queue_.empty() && active_.empty()) break;  // stop_ and nothing left
+      if (queue_.empty() && active_.empty() && !parked_) break;  // stop_ and nothing left
       driving_ = true;
     }
+    adoptParked();
     driveUntilIdle(true);
   }
 }
@@ -809,15 +838,9 @@ std::string Engine::reportHeader() {
   return s + "\n";
 }
 
-void Engine::answerReport() {
-  std::string s = reportHeader();
-  size_t board_calls = 0;
-  for (const BoardCall& c : board_calls_) board_calls += c.live && !c.adopted;
-  const size_t inflight = active_.size() + board_calls;
-  s +=
-      inflight == 0 ? "  nothing in flight\n" : "  in flight (" + std::to_string(inflight) + "):\n";
-  for (const auto& a : active_) s += a->progressReport(gate_);
-  // Blocking calls a caller runs on the board (runBoardCalls).
+std::string Engine::boardCallsReport() const {
+  // Blocking calls a caller runs on the board (runBoardCalls), and a parked call.
+  std::string s;
   for (const BoardCall& c : board_calls_) {
     if (!c.live || c.adopted) continue;
     s += "  " + DescribeCall(*c.desc) + " #" + std::to_string(c.seq) + " [oneshot] on the board\n";
@@ -826,6 +849,18 @@ void Engine::answerReport() {
       s += "    waiting on rank " + std::to_string(c.run.blocked().peer) +
            " (not there yet, or stuck on an earlier operation)\n";
   }
+  return s;
+}
+
+void Engine::answerReport() {
+  std::string s = reportHeader();
+  size_t board_calls = 0;
+  for (const BoardCall& c : board_calls_) board_calls += c.live && !c.adopted;
+  const size_t inflight = active_.size() + board_calls;
+  s +=
+      inflight == 0 ? "  nothing in flight\n" : "  in flight (" + std::to_string(inflight) + "):\n";
+  for (const auto& a : active_) s += a->progressReport(gate_);
+  s += boardCallsReport();
   {
     std::lock_guard<std::mutex> lock(mu_);
     report_ = std::move(s);
@@ -855,7 +890,12 @@ std::string Engine::debugState(Deadline deadline) {
              "  an operation is in flight, but the progress loop did not answer in time (it is "
              "inside a transport call or a reduction)\n";
   }
-  if (!active_.empty())  // nobody drives: a caller just gave the loop back to the thread
+  // Nobody drives, and a taker of the loop takes mu_ first: the board call of a parked call is
+  // read here as the driver would. It is alone (every taker of the loop adopts it first).
+  if (parked_)
+    return reportHeader() + "  in flight (1):\n" + boardCallsReport() +
+           "    parked: its wait, a braidTest or the next call on this communicator drives it\n";
+  if (!active_.empty())  // a caller gave the loop back to the thread
     return reportHeader() + "  " + std::to_string(active_.size()) +
            " operation(s) in flight, waiting for the progress thread to take the loop\n";
   return reportHeader() + "  nothing in flight\n";

@@ -222,6 +222,37 @@ class Engine {
   // The waiting run of board_calls_[0] goes on as operation `op` (of the call it runs), in the
   // last spare (ActiveOp::adoptBoardRun); the slot is kept until the operation retires.
   void adoptEagerRun(std::shared_ptr<Operation> op);
+  // A non-blocking call started by startCall on an idle engine, waiting for a peer's post and
+  // past its last post of its own (it only reads from here), is "parked": it stays the board
+  // call it is (board_calls_[0]), with no activation, sweep or retirement. Its braidWait with no
+  // time limit finishes it as a blocking call does (finishParked, with the loop claimed); every
+  // other taker of the loop (a claim to run or queue an operation, braidTest's poll, the thread
+  // woken by an abort, a wake or the stop, a wait with a deadline) adopts it first
+  // (adoptParked: adoptEagerRun), and beginInline refuses while one is parked.
+  // Parking pays only where the program waits for each call before the next: a call issued while
+  // one is parked adopts it only then, later than the loop's sweep would have completed it (the
+  // 8-64 B cells of a sweep with calls in flight behind each other were 5-13 % slower with
+  // parking always on). So it is gated on the pattern seen (park_armed_, braidComm's startCall and
+  // waitFor): a call issued while another of its communicator is in flight stops it, and a wait
+  // that finds its call the only one of its communicator in flight starts it again. Measured in
+  // docs/performance.md.
+  void parkEagerRun(std::shared_ptr<Operation> op);
+  void adoptParked() {
+    if (parked_) adoptEagerRun(std::move(parked_));
+  }
+
+ public:
+  void armParking() {
+    if (!park_armed_.load(std::memory_order_relaxed))
+      park_armed_.store(true, std::memory_order_relaxed);
+  }
+  void disarmParking() {
+    if (park_armed_.load(std::memory_order_relaxed))
+      park_armed_.store(false, std::memory_order_relaxed);
+  }
+
+ private:
+  void finishParked();
   // Drives started board call `c` to its end on this thread (driveOneBoardCall's loop).
   Status finishBoardCall(BoardCall& c, const OpDesc& d);
   // The error of board call `d` that did not complete because the communicator had failed.
@@ -243,6 +274,8 @@ class Engine {
   std::string reportHeader();
   // The driver answers a pending debugState() request.
   void answerReport();
+  // The report's lines for the live board calls not adopted by an operation.
+  std::string boardCallsReport() const;
 
   braidComm* comm_;
   const size_t window_;
@@ -251,6 +284,12 @@ class Engine {
   std::condition_variable cv_;
   // Guarded by mu_.
   std::deque<std::shared_ptr<Operation>> queue_;
+  // The parked call (parkEagerRun), or null. Read and written as active_ is: by whoever holds the
+  // loop, and under mu_ only while nobody does.
+  std::shared_ptr<Operation> parked_;
+  // Whether a call may park (parkEagerRun's gate). A hint only, read and written without order:
+  // any value is correct, a wrong one is only slower.
+  std::atomic<bool> park_armed_{true};
   bool driving_ = false;  // the progress thread owns the driver state below
   // A caller runs an operation inline, or drives for its operation. Set under mu_; the caller
   // that holds it may clear it without the lock (endInline's fast path, seq_cst: it pairs with

@@ -231,6 +231,33 @@ void Engine::adoptEagerRun(std::shared_ptr<Operation> op) {
   active_.push_back(std::move(a));
 }
 
+void Engine::parkEagerRun(std::shared_ptr<Operation> op) {
+  BoardCall& c = board_calls_[0];
+  // The run reads the call's description from the operation from here on.
+  c.desc = &op->desc();
+  c.run.rebind(op->desc());
+  parked_ = std::move(op);
+}
+
+void Engine::finishParked() {
+  std::shared_ptr<Operation> op = std::move(parked_);
+  BoardCall& c = board_calls_[0];
+  Status result;
+  try {
+    result = finishBoardCall(c, op->desc());
+  } catch (const std::bad_alloc&) {
+    // (No memory for an error's text.) The call goes on as an operation, which the abort that
+    // driveOnCaller makes of this then fails: its waiter is not left waiting.
+    adoptEagerRun(std::move(op));
+    throw;
+  }
+  // Counted as the board call it ran as (startBoardCall, endBoardCall), and as its caller's
+  // operation (startCall's opIssued).
+  braidComm* owner = op->owner() ? op->owner() : comm_;
+  op->complete(std::move(result));
+  owner->opDone();
+}
+
 bool Engine::eagerBoardCall(std::shared_ptr<Operation>& op) {
   Status result;
   switch (eagerBoardRun(op->owner(), op->desc(), &result)) {
