@@ -4,12 +4,12 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <deque>
 #include <string>
 #include <thread>
 
@@ -367,13 +367,23 @@ class RankRunner {
   }
 
   // Waits for in-flight requests (oldest first) until none overlaps [lo, hi) or all are done.
+  // The requests live in a fixed ring, oldest at inflight_head_: this runs once per -z 0 call, and
+  // its cost is counted against the library's. A std::deque here cost 273 instructions more per
+  // 8-byte call (callgrind, rank 0 of all_reduce_perf -b 8 -e 4096 -z 0: 695 in issue against
+  // 422), about 4 % of the call.
   void waitInFlight(size_t lo, size_t hi, bool all) {
-    while (!inflight_.empty()) {
-      bool overlap = false;
-      for (const InFlight& f : inflight_) overlap |= f.lo < hi && lo < f.hi;
-      if (!all && !overlap && inflight_.size() < kMaxInFlight) return;
-      braidRequest_t req = inflight_.front().req;
-      inflight_.pop_front();
+    while (inflight_count_ > 0) {
+      if (!all && inflight_count_ < kMaxInFlight) {
+        bool overlap = false;
+        for (size_t i = 0; i < inflight_count_; ++i) {
+          const InFlight& f = inflight_[(inflight_head_ + i) % kMaxInFlight];
+          overlap |= f.lo < hi && lo < f.hi;
+        }
+        if (!overlap) return;
+      }
+      braidRequest_t req = inflight_[inflight_head_].req;
+      inflight_head_ = (inflight_head_ + 1) % kMaxInFlight;
+      --inflight_count_;
       check(braidWait(&req, -1), "braidWait");
     }
   }
@@ -399,7 +409,11 @@ class RankRunner {
     waitInFlight(p.shift, p.shift + std::max<size_t>(total, 1), false);
     braidRequest_t req = nullptr;
     check(start(oc, &req), t_.binary);
-    if (req) inflight_.push_back({req, p.shift, p.shift + std::max<size_t>(total, 1)});
+    if (req) {  // (waitInFlight left room: fewer than kMaxInFlight are in flight)
+      inflight_[(inflight_head_ + inflight_count_) % kMaxInFlight] = {
+          req, p.shift, p.shift + std::max<size_t>(total, 1)};
+      ++inflight_count_;
+    }
   }
 
   // One timed run of n iterations of m ops; returns seconds per op.
@@ -577,7 +591,8 @@ class RankRunner {
   int nranks_ = 1;
   bool printer_ = false;
   std::unique_ptr<HostBuffer> send_, recv_;
-  std::deque<InFlight> inflight_;
+  std::array<InFlight, kMaxInFlight> inflight_{};  // a ring: waitInFlight
+  size_t inflight_head_ = 0, inflight_count_ = 0;
   // -M cuda
   const DeviceApi* api_ = nullptr;
   int cuda_device_ = -1;
