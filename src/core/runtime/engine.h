@@ -71,6 +71,12 @@ class Engine {
   // milliseconds for a small call issued behind a large one). False when another caller drives
   // (wait on `op` instead). Returns with `op` done, or at `deadline`.
   bool driveUntilDone(const Operation& op, Deadline deadline);
+  // parkEagerRun's gate, set from the program's pattern (braidComm's startCall and waitFor).
+  // Stored only on a change: the calls of a pattern all read the same value.
+  void allowParking(bool allow) {
+    if (park_armed_.load(std::memory_order_relaxed) != allow)
+      park_armed_.store(allow, std::memory_order_relaxed);
+  }
   // Blocking calls on the host's board (board_selection.h), run on the calling thread when the
   // engine is idle: the engine's one-sided mode without an operation object, a progress thread
   // or a syscall while the peers keep up. `calls` run in order (kBoardBatch at once at most), a
@@ -240,18 +246,6 @@ class Engine {
   void adoptParked() {
     if (parked_) adoptEagerRun(std::move(parked_));
   }
-
- public:
-  void armParking() {
-    if (!park_armed_.load(std::memory_order_relaxed))
-      park_armed_.store(true, std::memory_order_relaxed);
-  }
-  void disarmParking() {
-    if (park_armed_.load(std::memory_order_relaxed))
-      park_armed_.store(false, std::memory_order_relaxed);
-  }
-
- private:
   void finishParked();
   // Drives started board call `c` to its end on this thread (driveOneBoardCall's loop).
   Status finishBoardCall(BoardCall& c, const OpDesc& d);
