@@ -69,30 +69,34 @@ TEST_P(HangReport, WaitingRanksNameTheOperationAndTheLateRank) {
       if (braidIallReduce(a.data(), b.data(), a.size(), braidFloat32, braidSum, comm, &req) !=
           braidSuccess)
         return 3;
-      // The report names the late rank once the operation has reached it: poll the report (the
-      // agreement may first wait on a peer that is itself waiting), bounded.
+      // The report names the late rank once the operation has reached it: poll the report until
+      // it holds every line (the agreement may first wait on a peer that is itself waiting, and
+      // "waiting on rank" can show before the agreement's "not yet called by" line), bounded.
+      const auto complete = [&](const std::string& r) {
+        return Has(r, "last completed #0") && Has(r, "issued 2 (last #1)") &&
+               Has(r, "in flight (1)") && Has(r, "allreduce(count=1000") && Has(r, "#1 [") &&
+               Has(r, "lane ") && Has(r, "waiting on rank " + std::to_string(late)) &&
+               Has(r, "collective #1 not yet called by: rank " + std::to_string(late) + " (");
+      };
       std::string report;
       auto until = std::chrono::steady_clock::now() + std::chrono::seconds(20);
       for (;;) {
         std::vector<char> buf(1 << 16);
-        if (braidCommDebugState(comm, buf.data(), buf.size()) != braidSuccess) return 4;
+        if (braidCommDebugState(comm, buf.data(), buf.size()) != braidSuccess) break;
         report = buf.data();
-        if (Has(report, "waiting on rank " + std::to_string(late))) break;
+        if (complete(report)) break;
         if (std::chrono::steady_clock::now() > until) break;
         std::this_thread::yield();
       }
-      const bool ok =
-          Has(report, "last completed #0") && Has(report, "issued 2 (last #1)") &&
-          Has(report, "in flight (1)") && Has(report, "allreduce(count=1000") &&
-          Has(report, "#1 [") && Has(report, "lane ") &&
-          Has(report, "waiting on rank " + std::to_string(late)) &&
-          Has(report, "collective #1 not yet called by: rank " + std::to_string(late) + " (");
-      if (!ok) {
-        std::fprintf(stderr, "[rank %d] report:\n%s\n", rank, report.c_str());
-        return 5;
-      }
+      // The gate opens on failure too: the late rank must not wait for it until the job's guard,
+      // and the report that failed must reach the test's output.
       char c = 1;
       if (write(gate[1], &c, 1) != 1) return 6;
+      if (!complete(report)) {
+        std::fprintf(stderr, "[rank %d] report:\n%s\n", rank, report.c_str());
+        (void)braidWait(&req, -1);
+        return 5;
+      }
       if (braidWait(&req, -1) != braidSuccess) return 7;
       // Idle again: nothing in flight, both collectives completed.
       std::vector<char> buf(1 << 16);
