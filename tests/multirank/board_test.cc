@@ -1516,116 +1516,212 @@ TEST(ParkedCall, TheDestroyCompletesItUnwaited) {
   CheckParkedCall(ParkedExit::kDestroyUnwaited);
 }
 
-// Parking is gated on the program's pattern (Engine::parkEagerRun): a call issued while one is
-// parked stops it, and a wait that finds its call the only one in flight starts it again. Rank 0
-// reads braidCommDebugState after each of its calls, made while rank 1 has not called yet: the
-// report names a parked call as such. Rank 1 makes as many blocking calls as each byte from rank
-// 0 says (0: done), then answers. Rounds:
-//   1. call A is parked; call B, issued while A is in flight, stops parking (and adopts A); both
-//      are polled with braidTest (which does not start parking again);
-//   2. call C, on an idle engine, is not parked; its wait finds it alone and starts parking;
-//   3. call D is parked again.
-// A call on an idle engine may still not park when the progress thread holds the loop at that
-// moment (it then queues): A and D are tried again, each try waited for alone, up to 100 times.
-// Every result is checked bit-exact on both ranks.
-TEST(ParkedCall, ACallBehindAParkedOneStopsParkingUntilAWaitFindsItsCallAlone) {
+// Calls in flight behind each other park behind each other (Engine::parkEagerRun): each stays
+// the board call it is, in order, and leaves that state one way or another. Rank 1 is held back
+// by a pipe: for each byte from rank 0 it makes (byte & 31) blocking calls of 16 floats, then
+// one of 8 floats when the byte has bit 64, and answers. Rank 0 issues kChain calls of 16 floats
+// (round 1 leaves the engine a spare for each: its calls go on as operations) and reads
+// braidCommDebugState: the report lists them all as parked board calls. Call v's inputs are
+// (rank + 1) * i + 10 * v on both ranks, so every result is checked bit-exact.
+enum class ChainExit {
+  kWaitInOrder,       // waited for oldest first
+  kWaitNewestFirst,   // the newest waited for first finishes the others, in order
+  kTestTheMiddle,     // braidTest on the second call adopts them all
+  kOtherShapeBehind,  // a call of another shape behind them: they go on as operations, first
+  kBlockingBehind,    // a blocking call behind them runs after them
+  kDestroyUnwaited,   // never waited for: the destroy completes them
+};
+
+void CheckParkedChain(ChainExit exit) {
+  constexpr int kChain = 4;
   int called[2], back[2];
   ASSERT_EQ(pipe(called), 0);
   ASSERT_EQ(pipe(back), 0);
   JobOptions opt = Options(2);
-  auto out = RunJob(opt, [&](braidComm_t comm, int rank, int, const braidUniqueId&) {
-    // Slot k holds a call's buffers; value v (the call's number, the same on both ranks) its data.
-    float in[2][16], res[2][16];
-    int value[2] = {};
+  opt.init = false;
+  auto out = RunJob(opt, [&](braidComm_t, int rank, int nranks, const braidUniqueId& id) {
+    braidComm_t comm = nullptr;
+    CHECK_OR_FAIL(braidCommInitRank(&comm, nranks, id, rank) == braidSuccess, "init");
+    float in[kChain + 1][16], res[kChain + 1][16];
+    int value[kChain + 1] = {};
     int next = 0;
     const auto fill = [&](int k) {
       value[k] = next++;
       for (int i = 0; i < 16; ++i) in[k][i] = static_cast<float>((rank + 1) * i + 10 * value[k]);
       std::fill(res[k], res[k] + 16, -1.0f);
     };
-    const auto exact = [&](int k) {
-      for (int i = 0; i < 16; ++i)
+    const auto exact = [&](int k, int count) {
+      for (int i = 0; i < count; ++i)
         if (res[k][i] != static_cast<float>(3 * i + 20 * value[k])) return false;
       return true;
     };
-    const auto start = [&](int k, braidRequest_t* req) {
-      fill(k);
-      return braidIallReduce(in[k], res[k], 16, braidFloat32, braidSum, comm, req) ==
-                 braidSuccess &&
-             *req != nullptr;
-    };
-    // Calls of the shape, waited for: the engine keeps a spare that can take the next one.
-    for (int k = 0; k < 4; ++k) {
-      braidRequest_t req = nullptr;
-      CHECK_OR_FAIL(start(0, &req) && braidWait(&req, -1) == braidSuccess && exact(0),
-                    "warm-up call %d: %s", k, braidGetLastError(comm));
-    }
-    unsigned char n = 0;
     if (rank == 1) {
+      unsigned char n = 0;
       for (;;) {
         CHECK_OR_FAIL(read(called[0], &n, 1) == 1, "gate");
-        if (n == 0) return 0;
-        for (int i = 0; i < n; ++i) {
+        if (n == 0) break;
+        const int calls = (n & 31) + ((n & 64) ? 1 : 0);
+        for (int c = 0; c < calls; ++c) {
+          const int count = c < (n & 31) ? 16 : 8;
           fill(0);
           CHECK_OR_FAIL(
-              braidAllReduce(in[0], res[0], 16, braidFloat32, braidSum, comm) == braidSuccess &&
-                  exact(0),
+              braidAllReduce(in[0], res[0], count, braidFloat32, braidSum, comm) == braidSuccess &&
+                  exact(0, count),
               "rank 1's call %d: %s", value[0], braidGetLastError(comm));
         }
         CHECK_OR_FAIL(write(back[1], &n, 1) == 1, "gate");
       }
+      CHECK_OR_FAIL(braidCommDestroy(comm) == braidSuccess, "destroy: %s", braidGetLastError(comm));
+      return 0;
     }
-    // Rank 1 makes `calls` calls; false when its answer does not come.
-    const auto release = [&](unsigned char calls) {
-      return write(called[1], &calls, 1) == 1 && (calls == 0 || read(back[0], &n, 1) == 1);
+    // Rank 1 makes the calls `n` says (go), then answers (answered: false when it does not).
+    const auto go = [&](unsigned char n) { return write(called[1], &n, 1) == 1; };
+    const auto answered = [&] {
+      unsigned char got = 0;
+      return read(back[0], &got, 1) == 1;
     };
-    // 1 when the report names a parked call, 0 when not, -1 when there is no report.
-    const auto parked = [&]() -> int {
+    braidRequest_t req[kChain + 1] = {};
+    const auto issue = [&](int k, int count) {
+      fill(k);
+      return braidIallReduce(in[k], res[k], count, braidFloat32, braidSum, comm, &req[k]) ==
+                 braidSuccess &&
+             req[k] != nullptr;
+    };
+    const auto report = [&] {
       std::vector<char> buf(1 << 16);
-      if (braidCommDebugState(comm, buf.data(), buf.size()) != braidSuccess) return -1;
-      return std::string(buf.data()).find("parked:") != std::string::npos ? 1 : 0;
+      if (braidCommDebugState(comm, buf.data(), buf.size()) != braidSuccess) return std::string();
+      return std::string(buf.data());
     };
-    // A call in slot 0 that parks (tries waited for alone in between).
-    braidRequest_t req[2] = {};
-    const auto startParked = [&](const char* name) {
-      for (int tries = 1;; ++tries) {
-        CHECK_OR_FAIL(start(0, &req[0]), "call %s: %s", name, braidGetLastError(comm));
-        const int p = parked();
-        CHECK_OR_FAIL(p >= 0, "no report: %s", braidGetLastError(comm));
-        if (p == 1) return 0;
-        CHECK_OR_FAIL(tries < 100, "call %s, waiting for rank 1, is never parked", name);
-        CHECK_OR_FAIL(release(1) && braidWait(&req[0], -1) == braidSuccess && exact(0),
-                      "call %s, not parked: %s", name, braidGetLastError(comm));
-      }
+    const auto count = [](const std::string& s, const std::string& what) {
+      int n = 0;
+      for (size_t at = s.find(what); at != std::string::npos; at = s.find(what, at + 1)) ++n;
+      return n;
     };
-    // Round 1.
-    CHECK_OR_FAIL(startParked("A") == 0, "call A");
-    CHECK_OR_FAIL(start(1, &req[1]), "call B: %s", braidGetLastError(comm));
-    CHECK_OR_FAIL(parked() == 0, "call A is still parked behind call B");
-    CHECK_OR_FAIL(write(called[1], "\2", 1) == 1, "gate");
-    for (int k = 0; k < 2; ++k) {
-      int done = 0;
-      while (!done)  // (the job's wall-clock guard ends a hang)
-        CHECK_OR_FAIL(braidTest(&req[k], &done) == braidSuccess, "test %d: %s", k,
-                      braidGetLastError(comm));
-      CHECK_OR_FAIL(req[k] == nullptr && exact(k), "call %c", "AB"[k]);
+    const auto waitAll = [&](int calls, int last_count) {
+      for (int k = 0; k < calls; ++k)  // (a request braidTest found done is null)
+        if ((req[k] && braidWait(&req[k], -1) != braidSuccess) ||
+            !exact(k, k == kChain ? last_count : 16))
+          return false;
+      return true;
+    };
+    // Round 1: calls of the shape that must wait go on as operations, and leave a spare each.
+    // Then kChain calls, all parked: tried again (each try completed) should the progress thread
+    // hold the loop at one of them (the call then queues), up to 100 times.
+    for (int tries = 0;; ++tries) {
+      for (int k = 0; k < kChain; ++k)
+        CHECK_OR_FAIL(issue(k, 16), "call %d: %s", k, braidGetLastError(comm));
+      const std::string r = report();
+      if (tries > 0 && count(r, "[oneshot] on the board") == kChain &&
+          count(r, "in flight (" + std::to_string(kChain) + "):") == 1 && count(r, "parked:") == 1)
+        break;
+      CHECK_OR_FAIL(tries < 100, "%d calls in flight are never all parked; the last report:\n%s",
+                    kChain, r.c_str());
+      CHECK_OR_FAIL(go(kChain) && waitAll(kChain, 16) && answered(), "round %d: %s", tries,
+                    braidGetLastError(comm));
     }
-    CHECK_OR_FAIL(read(back[0], &n, 1) == 1, "gate");
-    // Round 2.
-    CHECK_OR_FAIL(start(0, &req[0]), "call C: %s", braidGetLastError(comm));
-    CHECK_OR_FAIL(parked() == 0,
-                  "call C is parked: a call behind a parked one did not stop parking");
-    CHECK_OR_FAIL(release(1) && braidWait(&req[0], -1) == braidSuccess && exact(0), "call C: %s",
-                  braidGetLastError(comm));
-    // Round 3.
-    CHECK_OR_FAIL(startParked("D") == 0, "call D");
-    CHECK_OR_FAIL(release(1) && braidWait(&req[0], -1) == braidSuccess && exact(0), "call D: %s",
-                  braidGetLastError(comm));
-    CHECK_OR_FAIL(release(0), "gate");
+    for (int k = 0; k < kChain; ++k)
+      CHECK_OR_FAIL(std::count(res[k], res[k] + 16, -1.0f) == 16,
+                    "call %d completed before rank 1 called", k);
+    switch (exit) {
+      case ChainExit::kWaitInOrder:
+        CHECK_OR_FAIL(go(kChain) && waitAll(kChain, 16) && answered(), "the waits: %s",
+                      braidGetLastError(comm));
+        break;
+      case ChainExit::kWaitNewestFirst: {
+        CHECK_OR_FAIL(go(kChain), "gate");
+        CHECK_OR_FAIL(braidWait(&req[kChain - 1], -1) == braidSuccess && exact(kChain - 1, 16),
+                      "the newest: %s", braidGetLastError(comm));
+        for (int k = 0; k < kChain - 1; ++k) {
+          int done = 0;
+          CHECK_OR_FAIL(braidTest(&req[k], &done) == braidSuccess && done == 1 && exact(k, 16),
+                        "call %d was not completed by the newest's wait: %s", k,
+                        braidGetLastError(comm));
+        }
+        CHECK_OR_FAIL(answered(), "gate");
+        break;
+      }
+      case ChainExit::kTestTheMiddle: {
+        CHECK_OR_FAIL(go(kChain), "gate");
+        int done = 0;
+        while (!done)  // (the job's wall-clock guard ends a hang)
+          CHECK_OR_FAIL(braidTest(&req[1], &done) == braidSuccess, "test: %s",
+                        braidGetLastError(comm));
+        CHECK_OR_FAIL(exact(1, 16) && waitAll(kChain, 16) && answered(), "the waits: %s",
+                      braidGetLastError(comm));
+        break;
+      }
+      case ChainExit::kOtherShapeBehind: {
+        CHECK_OR_FAIL(issue(kChain, 8), "the call behind: %s", braidGetLastError(comm));
+        const std::string r = report();
+        // Five operations (listed by the driver, or counted while none drives), none parked.
+        const std::string five = std::to_string(kChain + 1);
+        CHECK_OR_FAIL(count(r, "parked:") == 0 && count(r, "[oneshot] on the board") == 0 &&
+                          count(r, "in flight (" + five + "):") +
+                                  count(r, five + " operation(s) in flight") ==
+                              1,
+                      "the parked calls were not adopted:\n%s", r.c_str());
+        CHECK_OR_FAIL(go(kChain | 64) && waitAll(kChain + 1, 8) && answered(), "the waits: %s",
+                      braidGetLastError(comm));
+        break;
+      }
+      case ChainExit::kBlockingBehind:
+        CHECK_OR_FAIL(go(kChain + 1), "gate");
+        fill(kChain);
+        CHECK_OR_FAIL(braidAllReduce(in[kChain], res[kChain], 16, braidFloat32, braidSum, comm) ==
+                              braidSuccess &&
+                          exact(kChain, 16),
+                      "the blocking call behind them: %s", braidGetLastError(comm));
+        CHECK_OR_FAIL(waitAll(kChain, 16) && answered(), "the waits: %s", braidGetLastError(comm));
+        break;
+      case ChainExit::kDestroyUnwaited:
+        CHECK_OR_FAIL(go(kChain), "gate");
+        break;
+    }
+    if (exit != ChainExit::kDestroyUnwaited) {
+      // The communicator goes on.
+      CHECK_OR_FAIL(go(1), "gate");
+      fill(0);
+      CHECK_OR_FAIL(
+          braidAllReduce(in[0], res[0], 16, braidFloat32, braidSum, comm) == braidSuccess &&
+              exact(0, 16),
+          "the call after: %s", braidGetLastError(comm));
+      CHECK_OR_FAIL(answered(), "gate");
+    }
+    CHECK_OR_FAIL(go(0), "gate");
+    const auto t0 = Clock::now();
+    CHECK_OR_FAIL(braidCommDestroy(comm) == braidSuccess, "destroy: %s", braidGetLastError(comm));
+    CHECK_OR_FAIL(SecondsSince(t0) < 10, "destroy took %.1f s", SecondsSince(t0));
+    if (exit == ChainExit::kDestroyUnwaited) {
+      CHECK_OR_FAIL(answered() && waitAll(kChain, 16), "the requests after the destroy");
+    }
     return 0;
   });
   for (int fd : {called[0], called[1], back[0], back[1]}) close(fd);
   EXPECT_TRUE(AllSucceeded(out)) << DescribeOutcomes(out);
+}
+
+TEST(ParkedChain, WaitedForInOrder) {
+  CheckParkedChain(ChainExit::kWaitInOrder);
+}
+
+TEST(ParkedChain, TheNewestWaitedForFirstFinishesTheOthersInOrder) {
+  CheckParkedChain(ChainExit::kWaitNewestFirst);
+}
+
+TEST(ParkedChain, BraidTestOnTheSecondAdoptsThemAll) {
+  CheckParkedChain(ChainExit::kTestTheMiddle);
+}
+
+TEST(ParkedChain, ACallOfAnotherShapeBehindThemGoesAfterThem) {
+  CheckParkedChain(ChainExit::kOtherShapeBehind);
+}
+
+TEST(ParkedChain, ABlockingCallBehindThemRunsAfterThem) {
+  CheckParkedChain(ChainExit::kBlockingBehind);
+}
+
+TEST(ParkedChain, TheDestroyCompletesThemUnwaited) {
+  CheckParkedChain(ChainExit::kDestroyUnwaited);
 }
 
 // ------------------------------------------------------------------------- calls by reference

@@ -687,10 +687,7 @@ void braidComm::submit(std::shared_ptr<Operation> op) {
 }
 
 CallStart braidComm::startCall(OpDesc& d, Status* result, MakeOperation make, void* ctx) {
-  braid::Engine* engine = this->engine();
-  // Calls in flight behind each other: none parks (Engine::parkEagerRun's gate).
-  if (own_inflight_.load(std::memory_order_relaxed) > 0) engine->allowParking(false);
-  return engine->startCall(this, d, result, make, ctx);
+  return engine()->startCall(this, d, result, make, ctx);
 }
 
 bool braidComm::runInline(Operation& op) {
@@ -711,8 +708,6 @@ bool braidComm::runInline(const std::vector<std::shared_ptr<Operation>>& ops) {
 
 bool braidComm::waitFor(Operation& op, Deadline deadline) {
   braid::Engine* engine = config().inline_blocking ? this->engine() : nullptr;
-  // Only the call waited for, at most, is in flight: calls may park (Engine::parkEagerRun's gate).
-  if (engine && own_inflight_.load(std::memory_order_relaxed) <= 1) engine->allowParking(true);
   if (op.done()) return true;
   if (engine) engine->driveUntilDone(op, deadline);
   return op.wait(deadline, config().spin_us);

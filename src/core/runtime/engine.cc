@@ -48,6 +48,7 @@ Engine::Engine(braidComm* comm)
   wake_fd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   (void)InstallDumpSignal(comm->config().dump_signal);  // validated with the configuration
   gate_.reset(comm->nranks(), comm->nlanes());
+  parked_.reserve(kMaxParked);
   thread_ = std::thread([this] { threadMain(); });
 }
 
@@ -77,7 +78,7 @@ Engine::Claim Engine::claimOrQueue(Take&& take) {
   if (drive && queue_.empty() && active_.size() < window_) {
     inline_busy_.store(true, std::memory_order_relaxed);
     // (A parked call is adopted by whoever takes the loop: then this one goes behind it.)
-    return active_.empty() && !parked_ ? Claim::kIdle : Claim::kDirect;
+    return active_.empty() && parked_.empty() ? Claim::kIdle : Claim::kDirect;
   }
   std::shared_ptr<Operation> op = take();  // (may throw std::bad_alloc: nothing is claimed yet)
   submitted_.fetch_add(1, std::memory_order_relaxed);
@@ -130,18 +131,22 @@ CallStart Engine::startCall(braidComm* owner, OpDesc& d, Status* result, MakeOpe
   CallStart started = CallStart::kTaken;
   bool no_memory = false;
   driveOnCaller([&] {
-    adoptParked();
+    // Behind calls that are only parked (nothing active), a call may park too; behind anything
+    // else it goes after what is ahead of it, as an operation.
+    const bool behind_parked = claim == Claim::kDirect && active_.empty();
+    if (!behind_parked) adoptParked();
     // As submit's: a few passes while it moves (a call of several posts may get past its last
     // one, and then needs nothing of the thread; a queued one is admitted).
     if (claim == Claim::kQueuedDriving) return passOnCaller();
-    // Only on an idle engine may the call start before its operation exists: a call behind
-    // others starts after them.
-    const EagerRun run =
-        claim == Claim::kIdle ? eagerBoardRun(owner, d, result) : EagerRun::kNotTaken;
+    // Only on an engine with nothing active may the call start before its operation exists: a
+    // call behind others starts after them.
+    const EagerRun run = claim == Claim::kIdle || behind_parked ? eagerBoardRun(owner, d, result)
+                                                                : EagerRun::kNotTaken;
     if (run == EagerRun::kFinished) {
       started = CallStart::kCompleted;
       return;
     }
+    if (run == EagerRun::kNotTaken) adoptParked();  // it goes behind them, as an operation
     // It goes on in an operation (and its request), built from `d` only now.
     std::shared_ptr<Operation> op;
     try {
@@ -153,25 +158,24 @@ CallStart Engine::startCall(braidComm* owner, OpDesc& d, Status* result, MakeOpe
       }
       // No memory for the operation, and the call has started: it ends here, on this thread, as
       // a blocking call would (completing before the function returns is the call's right).
-      *result = finishBoardCall(board_calls_[0], d);
+      *result = finishBoardCall(*eager_call_, d);
       started = CallStart::kCompleted;
       return;
     }
-    if (run == EagerRun::kWaiting && park_armed_.load(std::memory_order_relaxed) &&
-        board_calls_[0].run.pastLastPost()) {
+    if (run == EagerRun::kWaiting) {
       // It only reads from here: it stays a board call, for its wait to finish as a blocking
       // call's (finishParked), or for the next taker of the loop to adopt. No pass: it was just
       // found waiting, and nothing else is active.
       parkEagerRun(std::move(op));
-      return;
-    }
-    // Waiting on the board: adopted. Otherwise (too large, no board, a split view's call, the
-    // shape's first call, a call behind others) the caller holds the loop with room in the
-    // window, so it is activated as submit's direct path would.
-    if (run == EagerRun::kWaiting)
-      adoptEagerRun(std::move(op));
-    else
+      if (eager_call_->run.pastLastPost()) return;
+      // Waiting on the board with a post still to make: it needs a driver, and goes on as an
+      // operation (after those parked before it).
+      adoptParked();
+    } else {
+      // Too large, no board, a split view's call, the shape's first call: the caller holds the
+      // loop with room in the window, so it is activated as submit's direct path would.
       activateSubmitted(std::move(op));
+    }
     passOnCaller();
   });
   // Thrown only once the loop is given back (inside, driveOnCaller would fail every operation).
@@ -198,7 +202,7 @@ bool Engine::poll() {
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (driving_ || inline_busy_ || handoff_ || stop_ ||
-        (queue_.empty() && active_.empty() && !parked_))
+        (queue_.empty() && active_.empty() && parked_.empty()))
       return false;
     inline_busy_.store(true, std::memory_order_relaxed);
   }
@@ -232,7 +236,7 @@ bool Engine::beginInline() {
   // Not while a caller waits for the loop (handoff_) or operations a driving caller left active
   // wait for the thread: the flags come first, so active_ is read only while nobody drives.
   if (inline_busy_ || driving_ || handoff_ || stop_ || !queue_.empty() || !active_.empty() ||
-      parked_)
+      !parked_.empty())
     return false;
   inline_busy_.store(true, std::memory_order_relaxed);
   return true;
@@ -361,9 +365,9 @@ bool Engine::driveUntilDone(const Operation& op, Deadline deadline) {
   // as a blocking call would. Otherwise it is adopted first (a wait with a deadline must be able
   // to return with the call still running).
   const bool finish_parked =
-      parked_.get() == &op && deadline.never() && !aborted_.load(std::memory_order_acquire);
+      deadline.never() && !aborted_.load(std::memory_order_acquire) && isParked(op);
   driveOnCaller([&] {
-    if (finish_parked) return finishParked();
+    if (finish_parked) return finishParked(op);
     adoptParked();
     driveUntilIdle(true, &op, deadline);  // then the thread takes the rest
   });
@@ -380,9 +384,9 @@ void Engine::threadMain() {
       // wake (the destroy's drain) or the stop: its caller's wait finishes it.
       cv_.wait(lock, [&] {
         return !inline_busy_ && !handoff_ &&
-               (stop_ || !queue_.empty() || !active_.empty() || parked_);
+               (stop_ || !queue_.empty() || !active_.empty() || !parked_.empty());
       });
-      if (queue_.empty() && active_.empty() && !parked_) break;  // stop_ and nothing left
+      if (queue_.empty() && active_.empty() && parked_.empty()) break;  // stop_ and nothing left
       driving_ = true;
     }
     adoptParked();
@@ -892,8 +896,9 @@ std::string Engine::debugState(Deadline deadline) {
   }
   // Nobody drives, and a taker of the loop takes mu_ first: the board call of a parked call is
   // read here as the driver would. It is alone (every taker of the loop adopts it first).
-  if (parked_)
-    return reportHeader() + "  in flight (1):\n" + boardCallsReport() +
+  if (!parked_.empty())
+    return reportHeader() + "  in flight (" + std::to_string(parked_.size()) + "):\n" +
+           boardCallsReport() +
            "    parked: its wait, a braidTest or the next call on this communicator drives it\n";
   if (!active_.empty())  // a caller gave the loop back to the thread
     return reportHeader() + "  " + std::to_string(active_.size()) +

@@ -71,12 +71,6 @@ class Engine {
   // milliseconds for a small call issued behind a large one). False when another caller drives
   // (wait on `op` instead). Returns with `op` done, or at `deadline`.
   bool driveUntilDone(const Operation& op, Deadline deadline);
-  // parkEagerRun's gate, set from the program's pattern (braidComm's startCall and waitFor).
-  // Stored only on a change: the calls of a pattern all read the same value.
-  void allowParking(bool allow) {
-    if (park_armed_.load(std::memory_order_relaxed) != allow)
-      park_armed_.store(allow, std::memory_order_relaxed);
-  }
   // Blocking calls on the host's board (board_selection.h), run on the calling thread when the
   // engine is idle: the engine's one-sided mode without an operation object, a progress thread
   // or a syscall while the peers keep up. `calls` run in order (kBoardBatch at once at most), a
@@ -221,32 +215,38 @@ class Engine {
   // the last spare takes as it is (adoptEagerRun). True when it took `op`.
   bool eagerBoardCall(std::shared_ptr<Operation>& op);
   // eagerBoardCall's and startCall's start of call `d`: kNotTaken (nothing started), kFinished
-  // (*result), or kWaiting for a peer, its run live in board_calls_[0]. Only when the last spare
-  // can take the call as it is (ActiveOp::canRearm): once started, nothing may refuse it.
+  // (*result), or kWaiting for a peer, its run live in eager_call_. Only when a spare that no
+  // parked call holds (eager_spare_) can take the call as it is (ActiveOp::canRearm): once
+  // started, nothing may refuse it.
   enum class EagerRun { kNotTaken, kFinished, kWaiting };
   EagerRun eagerBoardRun(const braidComm* owner, const OpDesc& d, Status* result);
-  // The waiting run of board_calls_[0] goes on as operation `op` (of the call it runs), in the
-  // last spare (ActiveOp::adoptBoardRun); the slot is kept until the operation retires.
-  void adoptEagerRun(std::shared_ptr<Operation> op);
-  // A non-blocking call started by startCall on an idle engine, waiting for a peer's post and
-  // past its last post of its own (it only reads from here), is "parked": it stays the board
-  // call it is (board_calls_[0]), with no activation, sweep or retirement. Its braidWait with no
-  // time limit finishes it as a blocking call does (finishParked, with the loop claimed); every
-  // other taker of the loop (a claim to run or queue an operation, braidTest's poll, the thread
-  // woken by an abort, a wake or the stop, a wait with a deadline) adopts it first
-  // (adoptParked: adoptEagerRun), and beginInline refuses while one is parked.
-  // Parking pays only where the program waits for each call before the next: a call issued while
-  // one is parked adopts it only then, later than the loop's sweep would have completed it (the
-  // 8-64 B cells of a sweep with calls in flight behind each other were 5-13 % slower with
-  // parking always on). So it is gated on the pattern seen (park_armed_, braidComm's startCall and
-  // waitFor): a call issued while another of its communicator is in flight stops it, and a wait
-  // that finds its call the only one of its communicator in flight starts it again. Measured in
-  // docs/performance.md.
+  // The waiting run of board call `c` goes on as operation `op` (of the call it runs), in spare
+  // `a` (ActiveOp::adoptBoardRun); the slot is kept until the operation retires.
+  void adoptEagerRun(std::shared_ptr<Operation> op, BoardCall& c, std::unique_ptr<ActiveOp> a);
+  // A non-blocking call started by startCall on an engine with nothing active, waiting for a
+  // peer's post and past its last post of its own (it only reads from here), is "parked": it
+  // stays the board call it is (eager_call_), with no activation, sweep or retirement, and holds
+  // the spare that would take it (eager_spare_). Calls issued behind it park behind it (up to
+  // kMaxParked, each in a board call of its own), so that small calls in flight behind each
+  // other are board calls too. A braidWait with no time limit on a parked call finishes it and
+  // the calls parked before it, in order, as blocking calls are (finishParked, with the loop
+  // claimed); every other taker of the loop (a claim to run or queue an operation, braidTest's
+  // poll, the thread woken by an abort, a wake or the stop, a wait with a deadline) adopts them
+  // all first, in order (adoptParked: adoptEagerRun), and beginInline refuses while one is
+  // parked. In order, because peers post their calls in order: the data of a later call being
+  // there means the earlier calls' is too, so finishing them first costs no wait.
+  // At most kMaxParked (perf's ring of calls in flight; half the board calls, each holding a
+  // spare). Measured in docs/performance.md ("Parked calls in a chain").
+  static constexpr size_t kMaxParked = 8;
   void parkEagerRun(std::shared_ptr<Operation> op);
-  void adoptParked() {
-    if (parked_) adoptEagerRun(std::move(parked_));
+  void adoptParked();
+  bool isParked(const Operation& op) const {
+    for (const ParkedCall& p : parked_)
+      if (p.op.get() == &op) return true;
+    return false;
   }
-  void finishParked();
+  // Finishes the parked calls up to `upto`, in order.
+  void finishParked(const Operation& upto);
   // Drives started board call `c` to its end on this thread (driveOneBoardCall's loop).
   Status finishBoardCall(BoardCall& c, const OpDesc& d);
   // The error of board call `d` that did not complete because the communicator had failed.
@@ -278,12 +278,18 @@ class Engine {
   std::condition_variable cv_;
   // Guarded by mu_.
   std::deque<std::shared_ptr<Operation>> queue_;
-  // The parked call (parkEagerRun), or null. Read and written as active_ is: by whoever holds the
-  // loop, and under mu_ only while nobody does.
-  std::shared_ptr<Operation> parked_;
-  // Whether a call may park (parkEagerRun's gate). A hint only, read and written without order:
-  // any value is correct, a wrong one is only slower.
-  std::atomic<bool> park_armed_{true};
+  // The parked calls (parkEagerRun), oldest first. Read and written as active_ is: by whoever
+  // holds the loop, and under mu_ only while nobody does. While one is parked nothing is active,
+  // so spare_ does not change: a parked call's spare is named by its index.
+  struct ParkedCall {
+    std::shared_ptr<Operation> op;
+    BoardCall* call;
+    size_t spare;
+  };
+  std::vector<ParkedCall> parked_;
+  // eagerBoardRun's choice for the call it started: its board call and spare.
+  BoardCall* eager_call_ = nullptr;
+  size_t eager_spare_ = 0;
   bool driving_ = false;  // the progress thread owns the driver state below
   // A caller runs an operation inline, or drives for its operation. Set under mu_; the caller
   // that holds it may clear it without the lock (endInline's fast path, seq_cst: it pairs with

@@ -182,44 +182,59 @@ Status Engine::finishBoardCall(BoardCall& c, const OpDesc& d) {
 
 Engine::EagerRun Engine::eagerBoardRun(const braidComm* owner, const OpDesc& d, Status* result) {
   braidComm& comm = *comm_;
-  // This communicator's own call (not a split view's), with posts to take and a spare that
-  // will take it as it is should it wait.
-  if (owner != comm_ || !comm.board() || spare_.empty() || board_calls_[0].live ||
-      aborted_.load(std::memory_order_acquire) || comm.asyncErrorCode() != braidSuccess ||
-      comm.boardClock().next() == 0 || d.kind == CollKind::kSendRecv)
+  // This communicator's own call (not a split view's), with posts to take, room behind the
+  // parked calls, and a spare that will take it as it is should it wait.
+  if (owner != comm_ || !comm.board() || parked_.size() >= kMaxParked ||
+      spare_.size() <= parked_.size() || aborted_.load(std::memory_order_acquire) ||
+      comm.asyncErrorCode() != braidSuccess || comm.boardClock().next() == 0 ||
+      d.kind == CollKind::kSendRecv)
     return EagerRun::kNotTaken;
+  // The last spare no parked call holds, and a board call not live.
+  size_t spare = spare_.size() - 1;
+  for (size_t k = parked_.size(); k > 0;) {
+    if (parked_[--k].spare == spare) {
+      --spare;
+      k = parked_.size();  // (a few entries: look again from the top)
+    }
+  }
+  BoardCall* c = nullptr;
+  for (BoardCall& b : board_calls_)
+    if (!b.live) {
+      c = &b;
+      break;
+    }
+  if (!c) return EagerRun::kNotTaken;
   if (board_planned_.empty()) board_planned_.resize(1);
   Planned& p = board_planned_[0];
   if (!planBoardCall(d, p, {})) return EagerRun::kNotTaken;
-  const ActiveOp& spare = *spare_.back();
+  const ActiveOp& a = *spare_[spare];
   // (Planning above may have changed the communicator's plan memo: looked at after it.)
-  if (!spare.canRearm(comm_, d) || spare.dataSchedule() != *p.schedule) {
+  if (!a.canRearm(comm_, d) || a.dataSchedule() != *p.schedule) {
     p.keep = {};
     return EagerRun::kNotTaken;
   }
-  BoardCall& c = board_calls_[0];
-  startBoardCall(c, d, p);  // (the run keeps its schedule)
+  startBoardCall(*c, d, p);  // (the run keeps its schedule)
   p.keep = {};
   bool moved = false;
   if (comm.asyncErrorCode() != braidSuccess) {
     *result = failedEarlier(d);
-  } else if (Status st = c.run.advance(&moved); !st.ok()) {
-    *result = runError(c, st);
-  } else if (!c.run.finished()) {
+  } else if (Status st = c->run.advance(&moved); !st.ok()) {
+    *result = runError(*c, st);
+  } else if (!c->run.finished()) {
+    eager_call_ = c;
+    eager_spare_ = spare;
     return EagerRun::kWaiting;
   }
-  endBoardCall(c);
+  endBoardCall(*c);
   return EagerRun::kFinished;
 }
 
-void Engine::adoptEagerRun(std::shared_ptr<Operation> op) {
-  BoardCall& c = board_calls_[0];
+void Engine::adoptEagerRun(std::shared_ptr<Operation> op, BoardCall& c,
+                           std::unique_ptr<ActiveOp> a) {
   Operation* raw = op.get();
   // The run reads the call's description from the operation from here on.
   c.desc = &raw->desc();
   c.run.rebind(raw->desc());
-  std::unique_ptr<ActiveOp> a = std::move(spare_.back());
-  spare_.pop_back();
   a->arm(comm_, raw, std::move(op), next_id_++, c.seq);  // (eagerBoardRun asked canRearm)
   a->adoptBoardRun(&c.run);
   c.adopted = true;
@@ -232,30 +247,45 @@ void Engine::adoptEagerRun(std::shared_ptr<Operation> op) {
 }
 
 void Engine::parkEagerRun(std::shared_ptr<Operation> op) {
-  BoardCall& c = board_calls_[0];
+  BoardCall& c = *eager_call_;
   // The run reads the call's description from the operation from here on.
   c.desc = &op->desc();
   c.run.rebind(op->desc());
-  parked_ = std::move(op);
+  parked_.push_back({std::move(op), &c, eager_spare_});
 }
 
-void Engine::finishParked() {
-  std::shared_ptr<Operation> op = std::move(parked_);
-  BoardCall& c = board_calls_[0];
-  Status result;
-  try {
-    result = finishBoardCall(c, op->desc());
-  } catch (const std::bad_alloc&) {
-    // (No memory for an error's text.) The call goes on as an operation, which the abort that
-    // driveOnCaller makes of this then fails: its waiter is not left waiting.
-    adoptEagerRun(std::move(op));
-    throw;
+void Engine::adoptParked() {
+  if (parked_.empty()) return;
+  // In order: the oldest call is the first operation. Each takes the spare it holds; the spares
+  // taken are then removed together (their indices name them until then).
+  for (ParkedCall& p : parked_) adoptEagerRun(std::move(p.op), *p.call, std::move(spare_[p.spare]));
+  parked_.clear();
+  std::erase_if(spare_, [](const std::unique_ptr<ActiveOp>& a) { return !a; });
+}
+
+void Engine::finishParked(const Operation& upto) {
+  size_t n = 0;
+  while (parked_[n].op.get() != &upto) ++n;
+  ++n;
+  for (size_t i = 0; i < n; ++i) {
+    ParkedCall& p = parked_[i];
+    Status result;
+    try {
+      result = finishBoardCall(*p.call, p.op->desc());
+    } catch (const std::bad_alloc&) {
+      // (No memory for an error's text.) The calls not finished go on as operations, which the
+      // abort that driveOnCaller makes of this then fails: their waiters are not left waiting.
+      parked_.erase(parked_.begin(), parked_.begin() + static_cast<ptrdiff_t>(i));
+      adoptParked();
+      throw;
+    }
+    // Counted as the board call it ran as (startBoardCall, endBoardCall), and as its caller's
+    // operation (startCall's opIssued).
+    braidComm* owner = p.op->owner() ? p.op->owner() : comm_;
+    p.op->complete(std::move(result));
+    owner->opDone();
   }
-  // Counted as the board call it ran as (startBoardCall, endBoardCall), and as its caller's
-  // operation (startCall's opIssued).
-  braidComm* owner = op->owner() ? op->owner() : comm_;
-  op->complete(std::move(result));
-  owner->opDone();
+  parked_.erase(parked_.begin(), parked_.begin() + static_cast<ptrdiff_t>(n));
 }
 
 bool Engine::eagerBoardCall(std::shared_ptr<Operation>& op) {
@@ -265,7 +295,8 @@ bool Engine::eagerBoardCall(std::shared_ptr<Operation>& op) {
       return false;
     case EagerRun::kWaiting:
       // It waits for a peer: an operation from here, numbered as the call was.
-      adoptEagerRun(std::move(op));
+      parkEagerRun(std::move(op));
+      adoptParked();
       return true;
     case EagerRun::kFinished:
       break;
