@@ -1518,11 +1518,11 @@ TEST(ParkedCall, TheDestroyCompletesItUnwaited) {
 
 // Calls in flight behind each other park behind each other (Engine::parkEagerRun): each stays
 // the board call it is, in order, and leaves that state one way or another. Rank 1 is held back
-// by a pipe: for each byte from rank 0 it makes (byte & 31) blocking calls of 16 floats, then
-// one of 8 floats when the byte has bit 64, and answers. Rank 0 issues kChain calls of 16 floats
-// (round 1 leaves the engine a spare for each: its calls go on as operations) and reads
-// braidCommDebugState: the report lists them all as parked board calls. Call v's inputs are
-// (rank + 1) * i + 10 * v on both ranks, so every result is checked bit-exact.
+// by a pipe: for each byte from rank 0 it makes (byte & 31) blocking calls of 16 floats (of 16
+// and 8 by turns when the byte has bit 32), then one of 8 floats when it has bit 64, and answers.
+// Rank 0 issues kChain calls of 16 floats (round 1 leaves the engine a spare for each: its calls go
+// on as operations) and reads braidCommDebugState: the report lists them all as parked board calls.
+// Call v's inputs are (rank + 1) * i + 10 * v on both ranks, so every result is checked bit-exact.
 enum class ChainExit {
   kWaitInOrder,       // waited for oldest first
   kWaitNewestFirst,   // the newest waited for first finishes the others, in order
@@ -1530,6 +1530,7 @@ enum class ChainExit {
   kOtherShapeBehind,  // a call of another shape behind them: they go on as operations, first
   kBlockingBehind,    // a blocking call behind them runs after them
   kDestroyUnwaited,   // never waited for: the destroy completes them
+  kTwoShapesByTurns,  // calls of 16 and 8 floats by turns park too (a spare of each shape)
 };
 
 void CheckParkedChain(ChainExit exit) {
@@ -1543,7 +1544,7 @@ void CheckParkedChain(ChainExit exit) {
     braidComm_t comm = nullptr;
     CHECK_OR_FAIL(braidCommInitRank(&comm, nranks, id, rank) == braidSuccess, "init");
     float in[kChain + 1][16], res[kChain + 1][16];
-    int value[kChain + 1] = {};
+    int value[kChain + 1] = {}, counts[kChain + 1] = {};
     int next = 0;
     const auto fill = [&](int k) {
       value[k] = next++;
@@ -1562,7 +1563,7 @@ void CheckParkedChain(ChainExit exit) {
         if (n == 0) break;
         const int calls = (n & 31) + ((n & 64) ? 1 : 0);
         for (int c = 0; c < calls; ++c) {
-          const int count = c < (n & 31) ? 16 : 8;
+          const int count = c < (n & 31) && ((n & 32) == 0 || c % 2 == 0) ? 16 : 8;
           fill(0);
           CHECK_OR_FAIL(
               braidAllReduce(in[0], res[0], count, braidFloat32, braidSum, comm) == braidSuccess &&
@@ -1583,6 +1584,7 @@ void CheckParkedChain(ChainExit exit) {
     braidRequest_t req[kChain + 1] = {};
     const auto issue = [&](int k, int count) {
       fill(k);
+      counts[k] = count;
       return braidIallReduce(in[k], res[k], count, braidFloat32, braidSum, comm, &req[k]) ==
                  braidSuccess &&
              req[k] != nullptr;
@@ -1597,26 +1599,27 @@ void CheckParkedChain(ChainExit exit) {
       for (size_t at = s.find(what); at != std::string::npos; at = s.find(what, at + 1)) ++n;
       return n;
     };
-    const auto waitAll = [&](int calls, int last_count) {
+    const auto waitAll = [&](int calls) {
       for (int k = 0; k < calls; ++k)  // (a request braidTest found done is null)
-        if ((req[k] && braidWait(&req[k], -1) != braidSuccess) ||
-            !exact(k, k == kChain ? last_count : 16))
+        if ((req[k] && braidWait(&req[k], -1) != braidSuccess) || !exact(k, counts[k]))
           return false;
       return true;
     };
+    const bool turns = exit == ChainExit::kTwoShapesByTurns;
+    const unsigned char chain = kChain | (turns ? 32 : 0);
     // Round 1: calls of the shape that must wait go on as operations, and leave a spare each.
     // Then kChain calls, all parked: tried again (each try completed) should the progress thread
     // hold the loop at one of them (the call then queues), up to 100 times.
     for (int tries = 0;; ++tries) {
       for (int k = 0; k < kChain; ++k)
-        CHECK_OR_FAIL(issue(k, 16), "call %d: %s", k, braidGetLastError(comm));
+        CHECK_OR_FAIL(issue(k, turns && k % 2 ? 8 : 16), "call %d: %s", k, braidGetLastError(comm));
       const std::string r = report();
       if (tries > 0 && count(r, "[oneshot] on the board") == kChain &&
           count(r, "in flight (" + std::to_string(kChain) + "):") == 1 && count(r, "parked:") == 1)
         break;
       CHECK_OR_FAIL(tries < 100, "%d calls in flight are never all parked; the last report:\n%s",
                     kChain, r.c_str());
-      CHECK_OR_FAIL(go(kChain) && waitAll(kChain, 16) && answered(), "round %d: %s", tries,
+      CHECK_OR_FAIL(go(chain) && waitAll(kChain) && answered(), "round %d: %s", tries,
                     braidGetLastError(comm));
     }
     for (int k = 0; k < kChain; ++k)
@@ -1624,7 +1627,8 @@ void CheckParkedChain(ChainExit exit) {
                     "call %d completed before rank 1 called", k);
     switch (exit) {
       case ChainExit::kWaitInOrder:
-        CHECK_OR_FAIL(go(kChain) && waitAll(kChain, 16) && answered(), "the waits: %s",
+      case ChainExit::kTwoShapesByTurns:
+        CHECK_OR_FAIL(go(chain) && waitAll(kChain) && answered(), "the waits: %s",
                       braidGetLastError(comm));
         break;
       case ChainExit::kWaitNewestFirst: {
@@ -1646,7 +1650,7 @@ void CheckParkedChain(ChainExit exit) {
         while (!done)  // (the job's wall-clock guard ends a hang)
           CHECK_OR_FAIL(braidTest(&req[1], &done) == braidSuccess, "test: %s",
                         braidGetLastError(comm));
-        CHECK_OR_FAIL(exact(1, 16) && waitAll(kChain, 16) && answered(), "the waits: %s",
+        CHECK_OR_FAIL(exact(1, 16) && waitAll(kChain) && answered(), "the waits: %s",
                       braidGetLastError(comm));
         break;
       }
@@ -1660,7 +1664,7 @@ void CheckParkedChain(ChainExit exit) {
                                   count(r, five + " operation(s) in flight") ==
                               1,
                       "the parked calls were not adopted:\n%s", r.c_str());
-        CHECK_OR_FAIL(go(kChain | 64) && waitAll(kChain + 1, 8) && answered(), "the waits: %s",
+        CHECK_OR_FAIL(go(kChain | 64) && waitAll(kChain + 1) && answered(), "the waits: %s",
                       braidGetLastError(comm));
         break;
       }
@@ -1671,7 +1675,7 @@ void CheckParkedChain(ChainExit exit) {
                               braidSuccess &&
                           exact(kChain, 16),
                       "the blocking call behind them: %s", braidGetLastError(comm));
-        CHECK_OR_FAIL(waitAll(kChain, 16) && answered(), "the waits: %s", braidGetLastError(comm));
+        CHECK_OR_FAIL(waitAll(kChain) && answered(), "the waits: %s", braidGetLastError(comm));
         break;
       case ChainExit::kDestroyUnwaited:
         CHECK_OR_FAIL(go(kChain), "gate");
@@ -1692,7 +1696,7 @@ void CheckParkedChain(ChainExit exit) {
     CHECK_OR_FAIL(braidCommDestroy(comm) == braidSuccess, "destroy: %s", braidGetLastError(comm));
     CHECK_OR_FAIL(SecondsSince(t0) < 10, "destroy took %.1f s", SecondsSince(t0));
     if (exit == ChainExit::kDestroyUnwaited) {
-      CHECK_OR_FAIL(answered() && waitAll(kChain, 16), "the requests after the destroy");
+      CHECK_OR_FAIL(answered() && waitAll(kChain), "the requests after the destroy");
     }
     return 0;
   });
@@ -1722,6 +1726,10 @@ TEST(ParkedChain, ABlockingCallBehindThemRunsAfterThem) {
 
 TEST(ParkedChain, TheDestroyCompletesThemUnwaited) {
   CheckParkedChain(ChainExit::kDestroyUnwaited);
+}
+
+TEST(ParkedChain, CallsOfTwoShapesByTurnsParkToo) {
+  CheckParkedChain(ChainExit::kTwoShapesByTurns);
 }
 
 // ------------------------------------------------------------------------- calls by reference

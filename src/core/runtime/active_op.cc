@@ -164,6 +164,14 @@ bool ActiveOp::canRearm(braidComm* comm, const OpDesc& d) const {
   return memo.plan.schedule == data_sched_ && SamePlanShape(d, memo.shape) && SamePlanShape(d, d_);
 }
 
+bool ActiveOp::canTake(braidComm* comm, const OpDesc& d,
+                       const std::shared_ptr<const RankSchedule>& schedule) const {
+  // (The plan cache is keyed by the call's arguments: the same schedule means the same args_,
+  // algorithm and layout, as in canRearm.)
+  return rearmable_ && comm == rearm_comm_ && d.kind != CollKind::kSendRecv &&
+         data_sched_ == schedule && SamePlanShape(d, d_);
+}
+
 bool ActiveOp::rearm(braidComm* comm, Operation* op, std::shared_ptr<Operation>& keep, uint64_t id,
                      uint64_t coll_seq) {
   if (!canRearm(comm, op->desc())) return false;

@@ -102,7 +102,7 @@ class ActiveOp {
   // untouched and the caller resets and prepares).
   bool rearm(braidComm* comm, Operation* op, std::shared_ptr<Operation>& keep, uint64_t id,
              uint64_t coll_seq);
-  // rearm() without its test, for a caller that asked canRearm() and changed nothing it reads
+  // rearm() without its test, for a caller that asked canTake() and changed nothing it reads
   // since (Engine::eagerBoardCall, which must not be refused once it started the call).
   void arm(braidComm* comm, Operation* op, std::shared_ptr<Operation> keep, uint64_t id,
            uint64_t coll_seq);
@@ -150,6 +150,11 @@ class ActiveOp {
   }
   // Whether rearm() would take call `d` of `comm`, and the schedule it would run.
   bool canRearm(braidComm* comm, const OpDesc& d) const;
+  // Whether arm() may take call `d` of `comm` that a caller planned itself, `schedule` being its
+  // plan (Engine::eagerBoardRun): as canRearm, with that plan in place of the communicator's memo,
+  // which holds the last shape prepared (calls of two shapes in flight by turns change it).
+  bool canTake(braidComm* comm, const OpDesc& d,
+               const std::shared_ptr<const RankSchedule>& schedule) const;
   const std::shared_ptr<const RankSchedule>& dataSchedule() const { return data_sched_; }
   // A call that rearm() took and that a caller started on the board itself (Engine's eager
   // board call, engine_board_calls.cc) goes on in `run`, which the engine keeps until the

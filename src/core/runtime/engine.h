@@ -216,7 +216,7 @@ class Engine {
   bool eagerBoardCall(std::shared_ptr<Operation>& op);
   // eagerBoardCall's and startCall's start of call `d`: kNotTaken (nothing started), kFinished
   // (*result), or kWaiting for a peer, its run live in eager_call_. Only when a spare that no
-  // parked call holds (eager_spare_) can take the call as it is (ActiveOp::canRearm): once
+  // parked call holds (eager_spare_) can take the call as it is (ActiveOp::canTake): once
   // started, nothing may refuse it.
   enum class EagerRun { kNotTaken, kFinished, kWaiting };
   EagerRun eagerBoardRun(const braidComm* owner, const OpDesc& d, Status* result);

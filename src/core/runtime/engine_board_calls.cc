@@ -189,14 +189,7 @@ Engine::EagerRun Engine::eagerBoardRun(const braidComm* owner, const OpDesc& d, 
       comm.asyncErrorCode() != braidSuccess || comm.boardClock().next() == 0 ||
       d.kind == CollKind::kSendRecv)
     return EagerRun::kNotTaken;
-  // The last spare no parked call holds, and a board call not live.
-  size_t spare = spare_.size() - 1;
-  for (size_t k = parked_.size(); k > 0;) {
-    if (parked_[--k].spare == spare) {
-      --spare;
-      k = parked_.size();  // (a few entries: look again from the top)
-    }
-  }
+  // A board call not live.
   BoardCall* c = nullptr;
   for (BoardCall& b : board_calls_)
     if (!b.live) {
@@ -207,9 +200,25 @@ Engine::EagerRun Engine::eagerBoardRun(const braidComm* owner, const OpDesc& d, 
   if (board_planned_.empty()) board_planned_.resize(1);
   Planned& p = board_planned_[0];
   if (!planBoardCall(d, p, {})) return EagerRun::kNotTaken;
-  const ActiveOp& a = *spare_[spare];
-  // (Planning above may have changed the communicator's plan memo: looked at after it.)
-  if (!a.canRearm(comm_, d) || a.dataSchedule() != *p.schedule) {
+  // A spare no parked call holds that takes the call as it is, among the last few: calls of two
+  // shapes in flight by turns each find one of theirs.
+  const auto held = [&](size_t j) {
+    for (const ParkedCall& q : parked_)
+      if (q.spare == j) return true;
+    return false;
+  };
+  size_t spare = spare_.size();
+  int looked = 0;
+  for (size_t j = spare_.size(); j-- > 0 && looked < 4;) {
+    if (held(j)) continue;
+    ++looked;
+    const ActiveOp& a = *spare_[j];
+    if (a.canTake(comm_, d, *p.schedule)) {
+      spare = j;
+      break;
+    }
+  }
+  if (spare == spare_.size()) {
     p.keep = {};
     return EagerRun::kNotTaken;
   }
@@ -235,7 +244,7 @@ void Engine::adoptEagerRun(std::shared_ptr<Operation> op, BoardCall& c,
   // The run reads the call's description from the operation from here on.
   c.desc = &raw->desc();
   c.run.rebind(raw->desc());
-  a->arm(comm_, raw, std::move(op), next_id_++, c.seq);  // (eagerBoardRun asked canRearm)
+  a->arm(comm_, raw, std::move(op), next_id_++, c.seq);  // (eagerBoardRun asked canTake)
   a->adoptBoardRun(&c.run);
   c.adopted = true;
   // Counted as an operation (the report's totals): it completes as one.
