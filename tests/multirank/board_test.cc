@@ -1504,7 +1504,7 @@ TEST(ParkedCall, ABlockingCallBehindItRunsAfterIt) {
   CheckParkedCall(ParkedExit::kBlockingCallAfter);
 }
 
-TEST(ParkedCall, ANonBlockingCallBehindItAdoptsIt) {
+TEST(ParkedCall, ANonBlockingCallBehindItGoesAfterIt) {
   CheckParkedCall(ParkedExit::kNonBlockingAfter);
 }
 

@@ -77,7 +77,7 @@ Engine::Claim Engine::claimOrQueue(Take&& take) {
   // non-blocking call.
   if (drive && queue_.empty() && active_.size() < window_) {
     inline_busy_.store(true, std::memory_order_relaxed);
-    // (A parked call is adopted by whoever takes the loop: then this one goes behind it.)
+    // (Parked calls are not active: a call behind them may park too, startCall.)
     return active_.empty() && parked_.empty() ? Claim::kIdle : Claim::kDirect;
   }
   std::shared_ptr<Operation> op = take();  // (may throw std::bad_alloc: nothing is claimed yet)
@@ -894,8 +894,8 @@ std::string Engine::debugState(Deadline deadline) {
              "  an operation is in flight, but the progress loop did not answer in time (it is "
              "inside a transport call or a reduction)\n";
   }
-  // Nobody drives, and a taker of the loop takes mu_ first: the board call of a parked call is
-  // read here as the driver would. It is alone (every taker of the loop adopts it first).
+  // Nobody drives, and a taker of the loop takes mu_ first: the board calls of parked calls are
+  // read here as the driver would. They are alone (every taker of the loop adopts them first).
   if (!parked_.empty())
     return reportHeader() + "  in flight (" + std::to_string(parked_.size()) + "):\n" +
            boardCallsReport() +
