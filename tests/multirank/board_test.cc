@@ -25,6 +25,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <initializer_list>
 #include <string>
@@ -1575,130 +1576,146 @@ void CheckParkedChain(ChainExit exit) {
       CHECK_OR_FAIL(braidCommDestroy(comm) == braidSuccess, "destroy: %s", braidGetLastError(comm));
       return 0;
     }
-    // Rank 1 makes the calls `n` says (go), then answers (answered: false when it does not).
-    const auto go = [&](unsigned char n) { return write(called[1], &n, 1) == 1; };
-    const auto answered = [&] {
-      unsigned char got = 0;
-      return read(back[0], &got, 1) == 1;
-    };
-    braidRequest_t req[kChain + 1] = {};
-    const auto issue = [&](int k, int count) {
-      fill(k);
-      counts[k] = count;
-      return braidIallReduce(in[k], res[k], count, braidFloat32, braidSum, comm, &req[k]) ==
-                 braidSuccess &&
-             req[k] != nullptr;
-    };
-    const auto report = [&] {
-      std::vector<char> buf(1 << 16);
-      if (braidCommDebugState(comm, buf.data(), buf.size()) != braidSuccess) return std::string();
-      return std::string(buf.data());
-    };
-    const auto count = [](const std::string& s, const std::string& what) {
-      int n = 0;
-      for (size_t at = s.find(what); at != std::string::npos; at = s.find(what, at + 1)) ++n;
-      return n;
-    };
-    const auto waitAll = [&](int calls) {
-      for (int k = 0; k < calls; ++k)  // (a request braidTest found done is null)
-        if ((req[k] && braidWait(&req[k], -1) != braidSuccess) || !exact(k, counts[k]))
-          return false;
-      return true;
-    };
-    const bool turns = exit == ChainExit::kTwoShapesByTurns;
-    const unsigned char chain = kChain | (turns ? 32 : 0);
-    // Round 1: calls of the shape that must wait go on as operations, and leave a spare each.
-    // Then kChain calls, all parked: tried again (each try completed) should the progress thread
-    // hold the loop at one of them (the call then queues), up to 100 times.
-    for (int tries = 0;; ++tries) {
-      for (int k = 0; k < kChain; ++k)
-        CHECK_OR_FAIL(issue(k, turns && k % 2 ? 8 : 16), "call %d: %s", k, braidGetLastError(comm));
-      const std::string r = report();
-      if (tries > 0 && count(r, "[oneshot] on the board") == kChain &&
-          count(r, "in flight (" + std::to_string(kChain) + "):") == 1 && count(r, "parked:") == 1)
-        break;
-      CHECK_OR_FAIL(tries < 100, "%d calls in flight are never all parked; the last report:\n%s",
-                    kChain, r.c_str());
-      CHECK_OR_FAIL(go(chain) && waitAll(kChain) && answered(), "round %d: %s", tries,
-                    braidGetLastError(comm));
-    }
-    for (int k = 0; k < kChain; ++k)
-      CHECK_OR_FAIL(std::count(res[k], res[k] + 16, -1.0f) == 16,
-                    "call %d completed before rank 1 called", k);
-    switch (exit) {
-      case ChainExit::kWaitInOrder:
-      case ChainExit::kTwoShapesByTurns:
-        CHECK_OR_FAIL(go(chain) && waitAll(kChain) && answered(), "the waits: %s",
-                      braidGetLastError(comm));
-        break;
-      case ChainExit::kWaitNewestFirst: {
-        CHECK_OR_FAIL(go(kChain), "gate");
-        CHECK_OR_FAIL(braidWait(&req[kChain - 1], -1) == braidSuccess && exact(kChain - 1, 16),
-                      "the newest: %s", braidGetLastError(comm));
-        for (int k = 0; k < kChain - 1; ++k) {
-          int done = 0;
-          CHECK_OR_FAIL(braidTest(&req[k], &done) == braidSuccess && done == 1 && exact(k, 16),
-                        "call %d was not completed by the newest's wait: %s", k,
+    // Rank 0's checks. One that fails lets rank 1 go (a zero byte: it destroys its communicator)
+    // rather than leave it blocked on the pipe until the job's guard.
+    const int failed = [&]() -> int {
+      // Rank 1 makes the calls `n` says (go), then answers (answered: false when it does not).
+      const auto go = [&](unsigned char n) { return write(called[1], &n, 1) == 1; };
+      const auto answered = [&] {
+        unsigned char got = 0;
+        return read(back[0], &got, 1) == 1;
+      };
+      braidRequest_t req[kChain + 1] = {};
+      const auto issue = [&](int k, int count) {
+        fill(k);
+        counts[k] = count;
+        return braidIallReduce(in[k], res[k], count, braidFloat32, braidSum, comm, &req[k]) ==
+                   braidSuccess &&
+               req[k] != nullptr;
+      };
+      const auto report = [&] {
+        std::vector<char> buf(1 << 16);
+        if (braidCommDebugState(comm, buf.data(), buf.size()) != braidSuccess) return std::string();
+        return std::string(buf.data());
+      };
+      const auto count = [](const std::string& s, const std::string& what) {
+        int n = 0;
+        for (size_t at = s.find(what); at != std::string::npos; at = s.find(what, at + 1)) ++n;
+        return n;
+      };
+      const auto waitAll = [&](int calls) {
+        for (int k = 0; k < calls; ++k)  // (a request braidTest found done is null)
+          if ((req[k] && braidWait(&req[k], -1) != braidSuccess) || !exact(k, counts[k]))
+            return false;
+        return true;
+      };
+      const bool turns = exit == ChainExit::kTwoShapesByTurns;
+      const unsigned char chain = kChain | (turns ? 32 : 0);
+      // Round 1: calls of the shape that must wait go on as operations, and leave a spare each.
+      // Then kChain calls, all parked: tried again (each try completed) should the progress thread
+      // hold the loop at one of them (the call then queues), up to 100 times.
+      for (int tries = 0;; ++tries) {
+        for (int k = 0; k < kChain; ++k)
+          CHECK_OR_FAIL(issue(k, turns && k % 2 ? 8 : 16), "call %d: %s", k,
                         braidGetLastError(comm));
-        }
-        CHECK_OR_FAIL(answered(), "gate");
-        break;
-      }
-      case ChainExit::kTestTheMiddle: {
-        CHECK_OR_FAIL(go(kChain), "gate");
-        int done = 0;
-        while (!done)  // (the job's wall-clock guard ends a hang)
-          CHECK_OR_FAIL(braidTest(&req[1], &done) == braidSuccess, "test: %s",
-                        braidGetLastError(comm));
-        CHECK_OR_FAIL(exact(1, 16) && waitAll(kChain) && answered(), "the waits: %s",
-                      braidGetLastError(comm));
-        break;
-      }
-      case ChainExit::kOtherShapeBehind: {
-        CHECK_OR_FAIL(issue(kChain, 8), "the call behind: %s", braidGetLastError(comm));
         const std::string r = report();
-        // Five operations (listed by the driver, or counted while none drives), none parked.
-        const std::string five = std::to_string(kChain + 1);
-        CHECK_OR_FAIL(count(r, "parked:") == 0 && count(r, "[oneshot] on the board") == 0 &&
-                          count(r, "in flight (" + five + "):") +
-                                  count(r, five + " operation(s) in flight") ==
-                              1,
-                      "the parked calls were not adopted:\n%s", r.c_str());
-        CHECK_OR_FAIL(go(kChain | 64) && waitAll(kChain + 1) && answered(), "the waits: %s",
+        if (tries > 0 && count(r, "[oneshot] on the board") == kChain &&
+            count(r, "in flight (" + std::to_string(kChain) + "):") == 1 &&
+            count(r, "parked:") == 1)
+          break;
+        CHECK_OR_FAIL(tries < 100, "%d calls in flight are never all parked; the last report:\n%s",
+                      kChain, r.c_str());
+        CHECK_OR_FAIL(go(chain) && waitAll(kChain) && answered(), "round %d: %s", tries,
                       braidGetLastError(comm));
-        break;
       }
-      case ChainExit::kBlockingBehind:
-        CHECK_OR_FAIL(go(kChain + 1), "gate");
-        fill(kChain);
-        CHECK_OR_FAIL(braidAllReduce(in[kChain], res[kChain], 16, braidFloat32, braidSum, comm) ==
-                              braidSuccess &&
-                          exact(kChain, 16),
-                      "the blocking call behind them: %s", braidGetLastError(comm));
-        CHECK_OR_FAIL(waitAll(kChain) && answered(), "the waits: %s", braidGetLastError(comm));
-        break;
-      case ChainExit::kDestroyUnwaited:
-        CHECK_OR_FAIL(go(kChain), "gate");
-        break;
+      for (int k = 0; k < kChain; ++k)
+        CHECK_OR_FAIL(std::count(res[k], res[k] + 16, -1.0f) == 16,
+                      "call %d completed before rank 1 called", k);
+      switch (exit) {
+        case ChainExit::kWaitInOrder:
+        case ChainExit::kTwoShapesByTurns:
+          CHECK_OR_FAIL(go(chain) && waitAll(kChain) && answered(), "the waits: %s",
+                        braidGetLastError(comm));
+          break;
+        case ChainExit::kWaitNewestFirst: {
+          CHECK_OR_FAIL(go(kChain), "gate");
+          CHECK_OR_FAIL(braidWait(&req[kChain - 1], -1) == braidSuccess && exact(kChain - 1, 16),
+                        "the newest: %s", braidGetLastError(comm));
+          for (int k = 0; k < kChain - 1; ++k) {
+            int done = 0;
+            CHECK_OR_FAIL(braidTest(&req[k], &done) == braidSuccess && done == 1 && exact(k, 16),
+                          "call %d was not completed by the newest's wait: %s", k,
+                          braidGetLastError(comm));
+          }
+          CHECK_OR_FAIL(answered(), "gate");
+          break;
+        }
+        case ChainExit::kTestTheMiddle: {
+          CHECK_OR_FAIL(go(kChain), "gate");
+          int done = 0;
+          while (!done)  // (the job's wall-clock guard ends a hang)
+            CHECK_OR_FAIL(braidTest(&req[1], &done) == braidSuccess, "test: %s",
+                          braidGetLastError(comm));
+          CHECK_OR_FAIL(exact(1, 16) && waitAll(kChain) && answered(), "the waits: %s",
+                        braidGetLastError(comm));
+          break;
+        }
+        case ChainExit::kOtherShapeBehind: {
+          CHECK_OR_FAIL(issue(kChain, 8), "the call behind: %s", braidGetLastError(comm));
+          const std::string r = report();
+          // None parked, and five operations outstanding: the four adopted (a parked call is
+          // counted as submitted only then) and the call behind them. Whoever holds the loop: the
+          // progress thread may have adopted them before this call came (it then queued behind
+          // them), this caller did (it went on after them), or nobody drives now.
+          long submitted = -1, completed = -1;
+          const size_t at = r.find("operations: submitted ");
+          CHECK_OR_FAIL(at != std::string::npos &&
+                            sscanf(r.c_str() + at, "operations: submitted %ld, completed %ld",
+                                   &submitted, &completed) == 2,
+                        "no totals in the report:\n%s", r.c_str());
+          CHECK_OR_FAIL(count(r, "parked:") == 0 && submitted - completed == kChain + 1,
+                        "the parked calls were not adopted:\n%s", r.c_str());
+          CHECK_OR_FAIL(go(kChain | 64) && waitAll(kChain + 1) && answered(), "the waits: %s",
+                        braidGetLastError(comm));
+          break;
+        }
+        case ChainExit::kBlockingBehind:
+          CHECK_OR_FAIL(go(kChain + 1), "gate");
+          fill(kChain);
+          CHECK_OR_FAIL(braidAllReduce(in[kChain], res[kChain], 16, braidFloat32, braidSum, comm) ==
+                                braidSuccess &&
+                            exact(kChain, 16),
+                        "the blocking call behind them: %s", braidGetLastError(comm));
+          CHECK_OR_FAIL(waitAll(kChain) && answered(), "the waits: %s", braidGetLastError(comm));
+          break;
+        case ChainExit::kDestroyUnwaited:
+          CHECK_OR_FAIL(go(kChain), "gate");
+          break;
+      }
+      if (exit != ChainExit::kDestroyUnwaited) {
+        // The communicator goes on.
+        CHECK_OR_FAIL(go(1), "gate");
+        fill(0);
+        CHECK_OR_FAIL(
+            braidAllReduce(in[0], res[0], 16, braidFloat32, braidSum, comm) == braidSuccess &&
+                exact(0, 16),
+            "the call after: %s", braidGetLastError(comm));
+        CHECK_OR_FAIL(answered(), "gate");
+      }
+      CHECK_OR_FAIL(go(0), "gate");
+      const auto t0 = Clock::now();
+      CHECK_OR_FAIL(braidCommDestroy(comm) == braidSuccess, "destroy: %s", braidGetLastError(comm));
+      CHECK_OR_FAIL(SecondsSince(t0) < 10, "destroy took %.1f s", SecondsSince(t0));
+      if (exit == ChainExit::kDestroyUnwaited) {
+        CHECK_OR_FAIL(answered() && waitAll(kChain), "the requests after the destroy");
+      }
+      return 0;
+    }();
+    if (failed) {
+      const unsigned char stop = 0;
+      (void)!write(called[1], &stop, 1);
     }
-    if (exit != ChainExit::kDestroyUnwaited) {
-      // The communicator goes on.
-      CHECK_OR_FAIL(go(1), "gate");
-      fill(0);
-      CHECK_OR_FAIL(
-          braidAllReduce(in[0], res[0], 16, braidFloat32, braidSum, comm) == braidSuccess &&
-              exact(0, 16),
-          "the call after: %s", braidGetLastError(comm));
-      CHECK_OR_FAIL(answered(), "gate");
-    }
-    CHECK_OR_FAIL(go(0), "gate");
-    const auto t0 = Clock::now();
-    CHECK_OR_FAIL(braidCommDestroy(comm) == braidSuccess, "destroy: %s", braidGetLastError(comm));
-    CHECK_OR_FAIL(SecondsSince(t0) < 10, "destroy took %.1f s", SecondsSince(t0));
-    if (exit == ChainExit::kDestroyUnwaited) {
-      CHECK_OR_FAIL(answered() && waitAll(kChain), "the requests after the destroy");
-    }
-    return 0;
+    return failed;
   });
   for (int fd : {called[0], called[1], back[0], back[1]}) close(fd);
   EXPECT_TRUE(AllSucceeded(out)) << DescribeOutcomes(out);
