@@ -1532,6 +1532,7 @@ enum class ChainExit {
   kBlockingBehind,    // a blocking call behind them runs after them
   kDestroyUnwaited,   // never waited for: the destroy completes them
   kTwoShapesByTurns,  // calls of 16 and 8 floats by turns park too (a spare of each shape)
+  kFinishedBehind,    // a call behind them that finishes at once completes after them
 };
 
 void CheckParkedChain(ChainExit exit) {
@@ -1564,6 +1565,8 @@ void CheckParkedChain(ChainExit exit) {
         if (n == 0) break;
         const int calls = (n & 31) + ((n & 64) ? 1 : 0);
         for (int c = 0; c < calls; ++c) {
+          // Bit 128: rank 1 says when it is about to make its last call.
+          if ((n & 128) && c == calls - 1) CHECK_OR_FAIL(write(back[1], &n, 1) == 1, "gate");
           const int count = c < (n & 31) && ((n & 32) == 0 || c % 2 == 0) ? 16 : 8;
           fill(0);
           CHECK_OR_FAIL(
@@ -1611,6 +1614,14 @@ void CheckParkedChain(ChainExit exit) {
       };
       const bool turns = exit == ChainExit::kTwoShapesByTurns;
       const unsigned char chain = kChain | (turns ? 32 : 0);
+      // A call behind kChain parked ones finds a spare of its own only if kChain + 1 operations of
+      // the shape were once in flight together.
+      if (exit == ChainExit::kFinishedBehind) {
+        for (int k = 0; k <= kChain; ++k)
+          CHECK_OR_FAIL(issue(k, 16), "warm-up call %d: %s", k, braidGetLastError(comm));
+        CHECK_OR_FAIL(go(kChain + 1) && waitAll(kChain + 1) && answered(), "warm-up: %s",
+                      braidGetLastError(comm));
+      }
       // Round 1: calls of the shape that must wait go on as operations, and leave a spare each.
       // Then kChain calls, all parked: tried again (each try completed) should the progress thread
       // hold the loop at one of them (the call then queues), up to 100 times.
@@ -1676,6 +1687,30 @@ void CheckParkedChain(ChainExit exit) {
           CHECK_OR_FAIL(count(r, "parked:") == 0 && submitted - completed == kChain + 1,
                         "the parked calls were not adopted:\n%s", r.c_str());
           CHECK_OR_FAIL(go(kChain | 64) && waitAll(kChain + 1) && answered(), "the waits: %s",
+                        braidGetLastError(comm));
+          break;
+        }
+        case ChainExit::kFinishedBehind: {
+          // Rank 1 says when it is about to make its last call: rank 0's call behind the parked
+          // ones usually finds rank 1's post there, and finishes at once. Calls complete in the
+          // order they were called (braid.h): it must not complete before the parked ones, which
+          // have not read anything yet. Those whose posts are there complete first; if one still
+          // waits, the call parks behind it, finished or waiting itself.
+          CHECK_OR_FAIL(go((kChain + 1) | 128) && answered(), "gate");
+          CHECK_OR_FAIL(issue(kChain, 16), "the call behind: %s", braidGetLastError(comm));
+          const std::string r = report();
+          // The call behind them is the last one issued: completed only if every call is (the
+          // parked ones whose posts were there complete first, finishReadyParked).
+          long issued = -1, last = -1, last_completed = -2;
+          const size_t at = r.find("collectives: issued ");
+          CHECK_OR_FAIL(
+              at != std::string::npos &&
+                  sscanf(r.c_str() + at, "collectives: issued %ld (last #%ld), last completed #%ld",
+                         &issued, &last, &last_completed) == 3,
+              "no totals in the report:\n%s", r.c_str());
+          CHECK_OR_FAIL(last_completed != last || count(r, "nothing in flight") == 1,
+                        "the call behind the parked ones completed before them:\n%s", r.c_str());
+          CHECK_OR_FAIL(waitAll(kChain + 1) && answered(), "the waits: %s",
                         braidGetLastError(comm));
           break;
         }
@@ -1747,6 +1782,10 @@ TEST(ParkedChain, TheDestroyCompletesThemUnwaited) {
 
 TEST(ParkedChain, CallsOfTwoShapesByTurnsParkToo) {
   CheckParkedChain(ChainExit::kTwoShapesByTurns);
+}
+
+TEST(ParkedChain, ACallThatFinishesAtOnceBehindThemCompletesAfterThem) {
+  CheckParkedChain(ChainExit::kFinishedBehind);
 }
 
 // ------------------------------------------------------------------------- calls by reference

@@ -134,7 +134,17 @@ CallStart Engine::startCall(braidComm* owner, OpDesc& d, Status* result, MakeOpe
     // Behind calls that are only parked (nothing active), a call may park too; behind anything
     // else it goes after what is ahead of it, as an operation.
     const bool behind_parked = claim == Claim::kDirect && active_.empty();
-    if (!behind_parked) adoptParked();
+    if (!behind_parked) {
+      adoptParked();
+    } else {
+      // Those of them whose peers have posted complete first (in order), with no wait.
+      try {
+        finishReadyParked();
+      } catch (const std::bad_alloc&) {
+        no_memory = true;  // the call fails, as queued (nothing of it started)
+        throw;
+      }
+    }
     // As submit's: a few passes while it moves (a call of several posts may get past its last
     // one, and then needs nothing of the thread; a queued one is admitted).
     if (claim == Claim::kQueuedDriving) return passOnCaller();

@@ -247,8 +247,16 @@ class Engine {
   }
   // Finishes the parked calls up to `upto`, in order.
   void finishParked(const Operation& upto);
+  // Completes the parked calls whose peers' posts are all there (one advance each, no wait),
+  // oldest first, up to the first that still waits; true when none is left parked. A call behind
+  // them runs it first (startCall): calls complete in the order they were called (braid.h), so a
+  // call that finishes at once completes only if every call parked before it has too; otherwise
+  // it parks behind them, finished (eagerBoardRun).
+  bool finishReadyParked();
   // Drives started board call `c` to its end on this thread (driveOneBoardCall's loop).
   Status finishBoardCall(BoardCall& c, const OpDesc& d);
+  // One advance of started board call `c`, no wait: true when it ended (*result says how).
+  bool tryFinishBoardCall(BoardCall& c, const OpDesc& d, Status* result);
   // The error of board call `d` that did not complete because the communicator had failed.
   Status failedEarlier(const OpDesc& d) const;
   // The error of board call `c` whose run failed with `st`: a mismatch (the call fails on every

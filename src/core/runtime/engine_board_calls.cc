@@ -229,7 +229,8 @@ Engine::EagerRun Engine::eagerBoardRun(const braidComm* owner, const OpDesc& d, 
     *result = failedEarlier(d);
   } else if (Status st = c->run.advance(&moved); !st.ok()) {
     *result = runError(*c, st);
-  } else if (!c->run.finished()) {
+  } else if (!c->run.finished() || !parked_.empty()) {
+    // Waiting for a peer, or finished behind calls still parked (they complete first).
     eager_call_ = c;
     eager_spare_ = spare;
     return EagerRun::kWaiting;
@@ -295,6 +296,41 @@ void Engine::finishParked(const Operation& upto) {
     owner->opDone();
   }
   parked_.erase(parked_.begin(), parked_.begin() + static_cast<ptrdiff_t>(n));
+}
+
+bool Engine::tryFinishBoardCall(BoardCall& c, const OpDesc& d, Status* result) {
+  bool moved = false;
+  if (comm_->asyncErrorCode() != braidSuccess) {
+    *result = failedEarlier(d);
+  } else if (Status st = c.run.advance(&moved); !st.ok()) {
+    *result = runError(c, st);
+  } else if (!c.run.finished()) {
+    return false;
+  }
+  endBoardCall(c);
+  return true;
+}
+
+bool Engine::finishReadyParked() {
+  size_t n = 0;
+  try {
+    for (; n < parked_.size(); ++n) {
+      ParkedCall& p = parked_[n];
+      Status result;
+      if (!tryFinishBoardCall(*p.call, p.op->desc(), &result)) break;
+      braidComm* owner = p.op->owner() ? p.op->owner() : comm_;  // (as finishParked's)
+      p.op->complete(std::move(result));
+      owner->opDone();
+    }
+  } catch (const std::bad_alloc&) {
+    // (No memory for an error's text.) As finishParked's: the rest go on as operations, which
+    // the abort that driveOnCaller makes of this then fails.
+    parked_.erase(parked_.begin(), parked_.begin() + static_cast<ptrdiff_t>(n));
+    adoptParked();
+    throw;
+  }
+  parked_.erase(parked_.begin(), parked_.begin() + static_cast<ptrdiff_t>(n));
+  return parked_.empty();
 }
 
 bool Engine::eagerBoardCall(std::shared_ptr<Operation>& op) {

@@ -572,6 +572,8 @@ Status OneSidedRun::advance(bool* moved, bool defer_publish) {
 }
 
 std::string OneSidedRun::describe() const {
+  // (A call that finished behind calls still parked: Engine::finishReadyParked.)
+  if (finished()) return "board steps done, completes after the calls before it";
   std::string s = "board step " + std::to_string(step_ + 1) + "/" + std::to_string(steps_.size());
   if (blocked_.peer >= 0)
     s += ", waiting for rank " + std::to_string(blocked_.peer) +
