@@ -233,7 +233,8 @@ class Engine {
   // claimed); every other taker of the loop (a claim to run or queue an operation, braidTest's
   // poll, the thread woken by an abort, a wake or the stop, a wait with a deadline) adopts them
   // all first, in order (adoptParked: adoptEagerRun), and beginInline refuses while one is
-  // parked. In order, because peers post their calls in order: the data of a later call being
+  // parked. A call issued behind them first completes those whose posts are there
+  // (finishReadyParked). In order, because peers post their calls in order: the data of a later call being
   // there means the earlier calls' is too, so finishing them first costs no wait.
   // At most kMaxParked (perf's ring of calls in flight; half the board calls, each holding a
   // spare). Measured in docs/performance.md ("Parked calls in a chain").
