@@ -1372,6 +1372,19 @@ TEST_P(OneShotForms, ACallWhosePeersPostedCompletesBeforeItReturns) {
 
 // --------------------------------------------------------------------------------- parked calls
 
+// For the two-rank jobs below whose ranks wait on each other through pipes: a rank whose check
+// fails writes a byte to the pipe its peer reads, so that the peer goes on (and fails at its next
+// call, or ends) instead of blocking until the job's wall-clock guard.
+template <typename Body>
+int ReleasingPeerOnFailure(int peer_reads, Body&& body) {
+  const int failed = body();
+  if (failed) {
+    const unsigned char stop = 0;
+    (void)!write(peer_reads, &stop, 1);
+  }
+  return failed;
+}
+
 // A small non-blocking call that must wait for its peer and has nothing left to post stays a board
 // call ("parked", Engine::parkEagerRun) until its wait finishes it as a blocking call would, or
 // something else takes the engine's loop and adopts it as an operation. Rank 0's call here is
@@ -1420,62 +1433,73 @@ void CheckParkedCall(ParkedExit exit) {
     char c = 1;
     braidRequest_t req = nullptr, second = nullptr;
     if (rank == 1) {
-      CHECK_OR_FAIL(read(called[0], &c, 1) == 1, "gate");
-      CHECK_OR_FAIL(
-          braidAllReduce(a, b, 16, braidFloat32, braidSum, comm) == braidSuccess && exact(b, 4),
-          "rank 1's first call: %s", braidGetLastError(comm));
-      if (exit == ParkedExit::kBlockingCallAfter || exit == ParkedExit::kNonBlockingAfter)
-        CHECK_OR_FAIL(
-            braidAllReduce(x, y, 16, braidFloat32, braidSum, comm) == braidSuccess && exact(y, 104),
-            "rank 1's second call: %s", braidGetLastError(comm));
-      CHECK_OR_FAIL(write(back[1], &c, 1) == 1, "gate");
+      if (const int failed = ReleasingPeerOnFailure(back[1], [&]() -> int {
+            CHECK_OR_FAIL(read(called[0], &c, 1) == 1, "gate");
+            CHECK_OR_FAIL(braidAllReduce(a, b, 16, braidFloat32, braidSum, comm) == braidSuccess &&
+                              exact(b, 4),
+                          "rank 1's first call: %s", braidGetLastError(comm));
+            if (exit == ParkedExit::kBlockingCallAfter || exit == ParkedExit::kNonBlockingAfter)
+              CHECK_OR_FAIL(
+                  braidAllReduce(x, y, 16, braidFloat32, braidSum, comm) == braidSuccess &&
+                      exact(y, 104),
+                  "rank 1's second call: %s", braidGetLastError(comm));
+            CHECK_OR_FAIL(write(back[1], &c, 1) == 1, "gate");
+            return 0;
+          }))
+        return failed;
     } else {
-      CHECK_OR_FAIL(braidIallReduce(a, b, 16, braidFloat32, braidSum, comm, &req) == braidSuccess,
-                    "rank 0's call: %s", braidGetLastError(comm));
-      CHECK_OR_FAIL(req != nullptr && std::count(b, b + 16, -1.0f) == 16,
-                    "the call completed before rank 1 called");
-      switch (exit) {
-        case ParkedExit::kWaitWithATimeout: {
-          const braidResult_t rc = braidWait(&req, 0);
-          CHECK_OR_FAIL(rc == braidErrTimeout && req != nullptr, "a wait with no time left: %d %s",
-                        rc, braidGetLastError(comm));
-          CHECK_OR_FAIL(write(called[1], &c, 1) == 1, "gate");
-          CHECK_OR_FAIL(braidWait(&req, 20000) == braidSuccess && exact(b, 4), "the wait: %s",
-                        braidGetLastError(comm));
-          break;
-        }
-        case ParkedExit::kBlockingCallAfter:
-          CHECK_OR_FAIL(write(called[1], &c, 1) == 1, "gate");
-          CHECK_OR_FAIL(braidAllReduce(x, y, 16, braidFloat32, braidSum, comm) == braidSuccess &&
-                            exact(y, 104),
-                        "the blocking call behind it: %s", braidGetLastError(comm));
-          CHECK_OR_FAIL(braidWait(&req, -1) == braidSuccess && exact(b, 4), "the wait: %s",
-                        braidGetLastError(comm));
-          break;
-        case ParkedExit::kNonBlockingAfter:
-          CHECK_OR_FAIL(
-              braidIallReduce(x, y, 16, braidFloat32, braidSum, comm, &second) == braidSuccess,
-              "the call behind it: %s", braidGetLastError(comm));
-          CHECK_OR_FAIL(write(called[1], &c, 1) == 1, "gate");
-          CHECK_OR_FAIL(braidWait(&second, -1) == braidSuccess && exact(y, 104),
-                        "the second wait: %s", braidGetLastError(comm));
-          CHECK_OR_FAIL(braidWait(&req, -1) == braidSuccess && exact(b, 4), "the wait: %s",
-                        braidGetLastError(comm));
-          break;
-        case ParkedExit::kTestUntilDone: {
-          CHECK_OR_FAIL(write(called[1], &c, 1) == 1, "gate");
-          int done = 0;
-          while (!done)  // (the job's wall-clock guard ends a hang)
-            CHECK_OR_FAIL(braidTest(&req, &done) == braidSuccess, "test: %s",
-                          braidGetLastError(comm));
-          CHECK_OR_FAIL(req == nullptr && exact(b, 4), "the tested call");
-          break;
-        }
-        case ParkedExit::kDestroyUnwaited:
-          CHECK_OR_FAIL(write(called[1], &c, 1) == 1, "gate");
-          break;
-      }
-      CHECK_OR_FAIL(read(back[0], &c, 1) == 1, "gate");
+      if (const int failed = ReleasingPeerOnFailure(called[1], [&]() -> int {
+            CHECK_OR_FAIL(
+                braidIallReduce(a, b, 16, braidFloat32, braidSum, comm, &req) == braidSuccess,
+                "rank 0's call: %s", braidGetLastError(comm));
+            CHECK_OR_FAIL(req != nullptr && std::count(b, b + 16, -1.0f) == 16,
+                          "the call completed before rank 1 called");
+            switch (exit) {
+              case ParkedExit::kWaitWithATimeout: {
+                const braidResult_t rc = braidWait(&req, 0);
+                CHECK_OR_FAIL(rc == braidErrTimeout && req != nullptr,
+                              "a wait with no time left: %d %s", rc, braidGetLastError(comm));
+                CHECK_OR_FAIL(write(called[1], &c, 1) == 1, "gate");
+                CHECK_OR_FAIL(braidWait(&req, 20000) == braidSuccess && exact(b, 4), "the wait: %s",
+                              braidGetLastError(comm));
+                break;
+              }
+              case ParkedExit::kBlockingCallAfter:
+                CHECK_OR_FAIL(write(called[1], &c, 1) == 1, "gate");
+                CHECK_OR_FAIL(
+                    braidAllReduce(x, y, 16, braidFloat32, braidSum, comm) == braidSuccess &&
+                        exact(y, 104),
+                    "the blocking call behind it: %s", braidGetLastError(comm));
+                CHECK_OR_FAIL(braidWait(&req, -1) == braidSuccess && exact(b, 4), "the wait: %s",
+                              braidGetLastError(comm));
+                break;
+              case ParkedExit::kNonBlockingAfter:
+                CHECK_OR_FAIL(braidIallReduce(x, y, 16, braidFloat32, braidSum, comm, &second) ==
+                                  braidSuccess,
+                              "the call behind it: %s", braidGetLastError(comm));
+                CHECK_OR_FAIL(write(called[1], &c, 1) == 1, "gate");
+                CHECK_OR_FAIL(braidWait(&second, -1) == braidSuccess && exact(y, 104),
+                              "the second wait: %s", braidGetLastError(comm));
+                CHECK_OR_FAIL(braidWait(&req, -1) == braidSuccess && exact(b, 4), "the wait: %s",
+                              braidGetLastError(comm));
+                break;
+              case ParkedExit::kTestUntilDone: {
+                CHECK_OR_FAIL(write(called[1], &c, 1) == 1, "gate");
+                int done = 0;
+                while (!done)  // (the job's wall-clock guard ends a hang)
+                  CHECK_OR_FAIL(braidTest(&req, &done) == braidSuccess, "test: %s",
+                                braidGetLastError(comm));
+                CHECK_OR_FAIL(req == nullptr && exact(b, 4), "the tested call");
+                break;
+              }
+              case ParkedExit::kDestroyUnwaited:
+                CHECK_OR_FAIL(write(called[1], &c, 1) == 1, "gate");
+                break;
+            }
+            CHECK_OR_FAIL(read(back[0], &c, 1) == 1, "gate");
+            return 0;
+          }))
+        return failed;
     }
     if (exit != ParkedExit::kDestroyUnwaited) {
       // The communicator goes on, with the small calls' fast path.
@@ -1559,29 +1583,31 @@ void CheckParkedChain(ChainExit exit) {
       return true;
     };
     if (rank == 1) {
-      unsigned char n = 0;
-      for (;;) {
-        CHECK_OR_FAIL(read(called[0], &n, 1) == 1, "gate");
-        if (n == 0) break;
-        const int calls = (n & 31) + ((n & 64) ? 1 : 0);
-        for (int c = 0; c < calls; ++c) {
-          // Bit 128: rank 1 says when it is about to make its last call.
-          if ((n & 128) && c == calls - 1) CHECK_OR_FAIL(write(back[1], &n, 1) == 1, "gate");
-          const int count = c < (n & 31) && ((n & 32) == 0 || c % 2 == 0) ? 16 : 8;
-          fill(0);
-          CHECK_OR_FAIL(
-              braidAllReduce(in[0], res[0], count, braidFloat32, braidSum, comm) == braidSuccess &&
-                  exact(0, count),
-              "rank 1's call %d: %s", value[0], braidGetLastError(comm));
+      return ReleasingPeerOnFailure(back[1], [&]() -> int {
+        unsigned char n = 0;
+        for (;;) {
+          CHECK_OR_FAIL(read(called[0], &n, 1) == 1, "gate");
+          if (n == 0) break;
+          const int calls = (n & 31) + ((n & 64) ? 1 : 0);
+          for (int c = 0; c < calls; ++c) {
+            // Bit 128: rank 1 says when it is about to make its last call.
+            if ((n & 128) && c == calls - 1) CHECK_OR_FAIL(write(back[1], &n, 1) == 1, "gate");
+            const int count = c < (n & 31) && ((n & 32) == 0 || c % 2 == 0) ? 16 : 8;
+            fill(0);
+            CHECK_OR_FAIL(braidAllReduce(in[0], res[0], count, braidFloat32, braidSum, comm) ==
+                                  braidSuccess &&
+                              exact(0, count),
+                          "rank 1's call %d: %s", value[0], braidGetLastError(comm));
+          }
+          CHECK_OR_FAIL(write(back[1], &n, 1) == 1, "gate");
         }
-        CHECK_OR_FAIL(write(back[1], &n, 1) == 1, "gate");
-      }
-      CHECK_OR_FAIL(braidCommDestroy(comm) == braidSuccess, "destroy: %s", braidGetLastError(comm));
-      return 0;
+        CHECK_OR_FAIL(braidCommDestroy(comm) == braidSuccess, "destroy: %s",
+                      braidGetLastError(comm));
+        return 0;
+      });
     }
-    // Rank 0's checks. One that fails lets rank 1 go (a zero byte: it destroys its communicator)
-    // rather than leave it blocked on the pipe until the job's guard.
-    const int failed = [&]() -> int {
+    // (A zero byte to rank 1 when a check fails: it destroys its communicator.)
+    return ReleasingPeerOnFailure(called[1], [&]() -> int {
       // Rank 1 makes the calls `n` says (go), then answers (answered: false when it does not).
       const auto go = [&](unsigned char n) { return write(called[1], &n, 1) == 1; };
       const auto answered = [&] {
@@ -1745,12 +1771,7 @@ void CheckParkedChain(ChainExit exit) {
         CHECK_OR_FAIL(answered() && waitAll(kChain), "the requests after the destroy");
       }
       return 0;
-    }();
-    if (failed) {
-      const unsigned char stop = 0;
-      (void)!write(called[1], &stop, 1);
-    }
-    return failed;
+    });
   });
   for (int fd : {called[0], called[1], back[0], back[1]}) close(fd);
   EXPECT_TRUE(AllSucceeded(out)) << DescribeOutcomes(out);
