@@ -1,12 +1,15 @@
 #!/bin/bash
 # Non-blocking against blocking small calls (issue 38's check: all_reduce_perf -z 0 within 1.5x
 # of -z 1 per call), for one or more builds of libbraid side by side under this tree's perf
-# binary. Each repetition runs every library with -z 0 and -z 1; the order of the libraries and
-# of the two forms flips every other repetition (ABBA), because on a shared VM the run that
-# comes first after a switch is often the slower one, and a phase change of the machine (~0.2
-# against ~0.65 us for an 8-byte 2-rank all-reduce) must hit every cell alike. Prints per size
-# the median us per call of each form and library, -z 0 / -z 1, and -z 0 against the first
-# library.
+# binary. Each repetition runs every library with -z 0 and -z 1, in an order rotated by one every
+# repetition (below), because on a shared VM the first run of a repetition is often the slower
+# one, and a phase change of the machine (~0.2 against ~0.65 us for an 8-byte 2-rank all-reduce)
+# must hit every cell alike. Prints per size the median us per call of each form and library,
+# -z 0 / -z 1, and -z 0 against the first library, each as the median of the per-repetition
+# ratios (runs next to each other share the machine's phase; the ratio of the two medians is
+# printed too, in brackets). Checked with an identical copy of one library as the second: 0.92-1.05
+# at 8 B-4 KiB with 24 repetitions, above and below 1 (the old order, flipped every other
+# repetition, read 0.81-0.97).
 #
 #   perf/z0_vs_z1.sh [-n RANKS] [-r REPS] [-b MIN] [-e MAX] [-f FACTOR] [-i ITERS] LIBDIR...
 #
@@ -38,27 +41,36 @@ done
 out=$(mktemp)
 trap 'rm -f "$out"' EXIT
 warm=$((iters / 10))
+# Every run is one (library, form). Repetition r runs them all in the base order (each library's
+# -z 0 then -z 1) rotated by r: over a multiple of 2 x libraries repetitions each run takes every
+# position once. (Flipping the whole order every other repetition left one run first after each
+# flip, and on this VM the first of a repetition is often the slower: an identical copy of the
+# library listed second read 3-19 % faster.)
+runs=()
+for l in "${libs[@]}"; do runs+=("$l 0" "$l 1"); done
 for r in $(seq "$reps"); do
-  order=("${libs[@]}") forms="0 1"
-  if ((r % 2 == 0)); then
-    order=() forms="1 0"
-    for ((k = ${#libs[@]} - 1; k >= 0; k--)); do order+=("${libs[k]}"); done
-  fi
-  for l in "${order[@]}"; do
-    for z in $forms; do
-      LD_LIBRARY_PATH=$l build/tools/braidrun -n "$ranks" build/perf/all_reduce_perf \
-        -b "$min" -e "$max" -f "$factor" -n "$iters" -w "$warm" -z "$z" -c 0 2>/dev/null |
-        awk -v l="$l" -v z="$z" '/^ +[0-9]+ +[0-9]+ +float/ {print l, z, $1, $6}' >>"$out"
-    done
+  for ((k = 0; k < ${#runs[@]}; k++)); do
+    read -r l z <<<"${runs[(k + r) % ${#runs[@]}]}"
+    LD_LIBRARY_PATH=$l build/tools/braidrun -n "$ranks" build/perf/all_reduce_perf \
+      -b "$min" -e "$max" -f "$factor" -n "$iters" -w "$warm" -z "$z" -c 0 2>/dev/null |
+      awk -v r="$r" -v l="$l" -v z="$z" '/^ +[0-9]+ +[0-9]+ +float/ {print r, l, z, $1, $6}' >>"$out"
   done
 done
-echo "# braidrun -n $ranks all_reduce_perf -b $min -e $max -f $factor -n $iters -c 0, $reps repetitions (ABBA)"
+echo "# braidrun -n $ranks all_reduce_perf -b $min -e $max -f $factor -n $iters -c 0, $reps repetitions (rotated order)"
+echo "# ratios: median of the per-repetition ratios (ratio of the medians in brackets)"
 python3 - "$out" "${libs[@]}" <<'EOF'
 import collections, statistics, sys
 rows = collections.defaultdict(list)
+by_rep = {}
 for line in open(sys.argv[1]):
-    lib, z, size, us = line.split()
+    rep, lib, z, size, us = line.split()
     rows[(lib, z, int(size))].append(float(us))
+    by_rep[(int(rep), lib, z, int(size))] = float(us)
+def paired(a, b, size):
+    """Median over the repetitions that ran both of a's time / b's (a, b: (lib, z))."""
+    r = [by_rep[(k, *a, size)] / by_rep[(k, *b, size)] for k in {key[0] for key in by_rep}
+         if (k, *a, size) in by_rep and (k, *b, size) in by_rep]
+    return statistics.median(r)
 libs = sys.argv[2:]
 head = "| bytes |"
 for k, lib in enumerate(libs):
@@ -71,10 +83,10 @@ for size in sorted({k[2] for k in rows}):
     for lib in libs:
         z1 = statistics.median(rows[(lib, "1", size)])
         z0 = statistics.median(rows[(lib, "0", size)])
-        line += f" {z1:.2f} | {z0:.2f} | {z0 / z1:.2f} |"
+        line += f" {z1:.2f} | {z0:.2f} | {paired((lib, '0'), (lib, '1'), size):.2f} ({z0 / z1:.2f}) |"
         if first is None:
-            first = z0
+            first = (lib, z0)
         else:
-            line += f" {z0 / first:.2f} |"
+            line += f" {paired((lib, '0'), (first[0], '0'), size):.2f} ({z0 / first[1]:.2f}) |"
     print(line)
 EOF
