@@ -26,6 +26,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <initializer_list>
 #include <string>
@@ -1632,6 +1633,14 @@ void CheckParkedChain(ChainExit exit) {
         for (size_t at = s.find(what); at != std::string::npos; at = s.find(what, at + 1)) ++n;
         return n;
       };
+      // The number the report prints right after `label` (its totals), or -1.
+      const auto number = [](const std::string& s, const std::string& label) -> long {
+        const size_t at = s.find(label);
+        if (at == std::string::npos) return -1;
+        char* end = nullptr;
+        const long v = std::strtol(s.c_str() + at + label.size(), &end, 10);
+        return end == s.c_str() + at + label.size() ? -1 : v;
+      };
       const auto waitAll = [&](int calls) {
         for (int k = 0; k < calls; ++k)  // (a request braidTest found done is null)
           if ((req[k] && braidWait(&req[k], -1) != braidSuccess) || !exact(k, counts[k]))
@@ -1704,12 +1713,10 @@ void CheckParkedChain(ChainExit exit) {
           // counted as submitted only then) and the call behind them. Whoever holds the loop: the
           // progress thread may have adopted them before this call came (it then queued behind
           // them), this caller did (it went on after them), or nobody drives now.
-          long submitted = -1, completed = -1;
-          const size_t at = r.find("operations: submitted ");
-          CHECK_OR_FAIL(at != std::string::npos &&
-                            sscanf(r.c_str() + at, "operations: submitted %ld, completed %ld",
-                                   &submitted, &completed) == 2,
-                        "no totals in the report:\n%s", r.c_str());
+          const long submitted = number(r, "operations: submitted ");
+          const long completed = number(r, ", completed ");
+          CHECK_OR_FAIL(submitted >= 0 && completed >= 0, "no totals in the report:\n%s",
+                        r.c_str());
           CHECK_OR_FAIL(count(r, "parked:") == 0 && submitted - completed == kChain + 1,
                         "the parked calls were not adopted:\n%s", r.c_str());
           CHECK_OR_FAIL(go(kChain | 64) && waitAll(kChain + 1) && answered(), "the waits: %s",
@@ -1727,13 +1734,10 @@ void CheckParkedChain(ChainExit exit) {
           const std::string r = report();
           // The call behind them is the last one issued: completed only if every call is (the
           // parked ones whose posts were there complete first, finishReadyParked).
-          long issued = -1, last = -1, last_completed = -2;
-          const size_t at = r.find("collectives: issued ");
-          CHECK_OR_FAIL(
-              at != std::string::npos &&
-                  sscanf(r.c_str() + at, "collectives: issued %ld (last #%ld), last completed #%ld",
-                         &issued, &last, &last_completed) == 3,
-              "no totals in the report:\n%s", r.c_str());
+          const long last = number(r, "(last #");
+          const long last_completed = number(r, "last completed #");
+          CHECK_OR_FAIL(last >= 0 && last_completed >= 0, "no totals in the report:\n%s",
+                        r.c_str());
           CHECK_OR_FAIL(last_completed != last || count(r, "nothing in flight") == 1,
                         "the call behind the parked ones completed before them:\n%s", r.c_str());
           CHECK_OR_FAIL(waitAll(kChain + 1) && answered(), "the waits: %s",

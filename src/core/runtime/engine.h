@@ -234,10 +234,10 @@ class Engine {
   // poll, the thread woken by an abort, a wake or the stop, a wait with a deadline) adopts them
   // all first, in order (adoptParked: adoptEagerRun), and beginInline refuses while one is
   // parked. A call issued behind them first completes those whose posts are there
-  // (finishReadyParked). In order, because peers post their calls in order: the data of a later call being
-  // there means the earlier calls' is too, so finishing them first costs no wait.
-  // At most kMaxParked (perf's ring of calls in flight; half the board calls, each holding a
-  // spare). Measured in docs/performance.md ("Parked calls in a chain").
+  // (finishReadyParked). In order, because peers post their calls in order: the data of a later
+  // call being there means the earlier calls' is too, so finishing them first costs no wait. At
+  // most kMaxParked (perf's ring of calls in flight; half the board calls, each holding a spare).
+  // Measured in docs/performance.md ("Parked calls in a chain").
   static constexpr size_t kMaxParked = 8;
   void parkEagerRun(std::shared_ptr<Operation> op);
   void adoptParked();
@@ -246,14 +246,16 @@ class Engine {
       if (p.op.get() == &op) return true;
     return false;
   }
+  // Completes the first `count` parked calls, in order: each driven to its end (`wait`), or, with
+  // no wait, those that end at one advance, up to the first that does not.
+  void completeParked(size_t count, bool wait);
   // Finishes the parked calls up to `upto`, in order.
   void finishParked(const Operation& upto);
-  // Completes the parked calls whose peers' posts are all there (one advance each, no wait),
-  // oldest first, up to the first that still waits; true when none is left parked. A call behind
-  // them runs it first (startCall): calls complete in the order they were called (braid.h), so a
-  // call that finishes at once completes only if every call parked before it has too; otherwise
-  // it parks behind them, finished (eagerBoardRun).
-  bool finishReadyParked();
+  // Completes the parked calls whose peers' posts are all there, oldest first, with no wait. A
+  // call behind them runs it first (startCall): calls complete in the order they were called
+  // (braid.h), so a call that finishes at once completes only if every call parked before it has
+  // too; otherwise it parks behind them, finished (eagerBoardRun).
+  void finishReadyParked() { completeParked(parked_.size(), false); }
   // Drives started board call `c` to its end on this thread (driveOneBoardCall's loop).
   Status finishBoardCall(BoardCall& c, const OpDesc& d);
   // One advance of started board call `c`, no wait: true when it ended (*result says how).

@@ -156,7 +156,22 @@ Status Engine::driveOneBoardCall(const OpDesc& d, const Planned& p) {
   return finishBoardCall(c, d);
 }
 
+bool Engine::tryFinishBoardCall(BoardCall& c, const OpDesc& d, Status* result) {
+  bool moved = false;
+  if (comm_->asyncErrorCode() != braidSuccess) {
+    *result = failedEarlier(d);
+  } else if (Status st = c.run.advance(&moved); !st.ok()) {
+    *result = runError(c, st);
+  } else if (!c.run.finished()) {
+    return false;
+  }
+  endBoardCall(c);
+  return true;
+}
+
 Status Engine::finishBoardCall(BoardCall& c, const OpDesc& d) {
+  // (tryFinishBoardCall's steps, with a wait between passes: written out, because the blocking
+  // call's path runs this loop, and a call per pass was not inlined.)
   braidComm& comm = *comm_;
   std::optional<Deadline> deadline;
   Status result;
@@ -273,64 +288,36 @@ void Engine::adoptParked() {
   std::erase_if(spare_, [](const std::unique_ptr<ActiveOp>& a) { return !a; });
 }
 
-void Engine::finishParked(const Operation& upto) {
-  size_t n = 0;
-  while (parked_[n].op.get() != &upto) ++n;
-  ++n;
-  for (size_t i = 0; i < n; ++i) {
-    ParkedCall& p = parked_[i];
-    Status result;
-    try {
-      result = finishBoardCall(*p.call, p.op->desc());
-    } catch (const std::bad_alloc&) {
-      // (No memory for an error's text.) The calls not finished go on as operations, which the
-      // abort that driveOnCaller makes of this then fails: their waiters are not left waiting.
-      parked_.erase(parked_.begin(), parked_.begin() + static_cast<ptrdiff_t>(i));
-      adoptParked();
-      throw;
-    }
-    // Counted as the board call it ran as (startBoardCall, endBoardCall), and as its caller's
-    // operation (startCall's opIssued).
-    braidComm* owner = p.op->owner() ? p.op->owner() : comm_;
-    p.op->complete(std::move(result));
-    owner->opDone();
-  }
-  parked_.erase(parked_.begin(), parked_.begin() + static_cast<ptrdiff_t>(n));
-}
-
-bool Engine::tryFinishBoardCall(BoardCall& c, const OpDesc& d, Status* result) {
-  bool moved = false;
-  if (comm_->asyncErrorCode() != braidSuccess) {
-    *result = failedEarlier(d);
-  } else if (Status st = c.run.advance(&moved); !st.ok()) {
-    *result = runError(c, st);
-  } else if (!c.run.finished()) {
-    return false;
-  }
-  endBoardCall(c);
-  return true;
-}
-
-bool Engine::finishReadyParked() {
+void Engine::completeParked(size_t count, bool wait) {
   size_t n = 0;
   try {
-    for (; n < parked_.size(); ++n) {
+    for (; n < count; ++n) {
       ParkedCall& p = parked_[n];
       Status result;
-      if (!tryFinishBoardCall(*p.call, p.op->desc(), &result)) break;
-      braidComm* owner = p.op->owner() ? p.op->owner() : comm_;  // (as finishParked's)
+      if (wait)
+        result = finishBoardCall(*p.call, p.op->desc());
+      else if (!tryFinishBoardCall(*p.call, p.op->desc(), &result))
+        break;
+      // Counted as the board call it ran as (startBoardCall, endBoardCall), and as its caller's
+      // operation (startCall's opIssued).
+      braidComm* owner = p.op->owner() ? p.op->owner() : comm_;
       p.op->complete(std::move(result));
       owner->opDone();
     }
   } catch (const std::bad_alloc&) {
-    // (No memory for an error's text.) As finishParked's: the rest go on as operations, which
-    // the abort that driveOnCaller makes of this then fails.
+    // (No memory for an error's text.) The calls not completed go on as operations, which the
+    // abort that driveOnCaller makes of this then fails: their waiters are not left waiting.
     parked_.erase(parked_.begin(), parked_.begin() + static_cast<ptrdiff_t>(n));
     adoptParked();
     throw;
   }
   parked_.erase(parked_.begin(), parked_.begin() + static_cast<ptrdiff_t>(n));
-  return parked_.empty();
+}
+
+void Engine::finishParked(const Operation& upto) {
+  size_t n = 0;
+  while (parked_[n].op.get() != &upto) ++n;
+  completeParked(n + 1, true);
 }
 
 bool Engine::eagerBoardCall(std::shared_ptr<Operation>& op) {
