@@ -46,6 +46,15 @@ struct PointerInfo {
 
 using StreamHandle = void*;  // CUstream / cudaStream_t, or an emulated stream
 
+// A device allocation made shareable with other processes of the node (CUDA IPC): the bytes of a
+// CUipcMemHandle (64) for CUDA, the emulated device's own description otherwise. Plain bytes,
+// so it travels in any message and compares with memcmp.
+struct IpcHandle {
+  static constexpr size_t kBytes = 64;
+  unsigned char bytes[kBytes] = {};
+  bool operator==(const IpcHandle&) const = default;
+};
+
 // Flag values are compared cyclically, as cuStreamWaitValue32's CU_STREAM_WAIT_VALUE_GEQ does
 // ((int32_t)(flag - value) >= 0): a flag whose value only ever increases by small steps stays
 // correct across the 32-bit wrap.
@@ -92,6 +101,18 @@ class DeviceRuntime {
   virtual void hostWriteFlag(uint32_t* flag, uint32_t value) = 0;
   virtual bool hostWaitFlag(const uint32_t* flag, uint32_t value,
                             std::chrono::steady_clock::time_point deadline) = 0;
+
+  // Peer memory (CUDA IPC; issue 39's intra-node path). exportAllocation: a handle for the device
+  // allocation that starts at `base` (InvalidArgument for anything else: an interior pointer,
+  // host memory, a peer allocation opened here). openPeerAllocation: maps the allocation of
+  // another process of this node that `h` names and returns its base in this process, which
+  // this runtime's copies (and kernels) may use as device memory until closePeerAllocation.
+  // A handle of this process's own is refused (InvalidUsage: use the pointer itself), as
+  // cuIpcOpenMemHandle refuses it; one of a process that exited, or garbage, is an error. Each
+  // handle is opened once per process (PeerMemoryMap counts the users).
+  virtual Result<IpcHandle> exportAllocation(const void* base) = 0;
+  virtual Result<void*> openPeerAllocation(const IpcHandle& h) = 0;
+  virtual Status closePeerAllocation(void* base) = 0;
 
   // The calling thread's device context, to be made current on another thread (the stream
   // agent's) with useContext before it calls this runtime. Null where there is none (emulated).

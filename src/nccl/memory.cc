@@ -1,5 +1,7 @@
 // ncclMemAlloc/Free and buffer/window registration. braid reads and writes user buffers
-// directly and needs no registration, so registrations are only handles the shim can validate.
+// directly and needs no registration, so a buffer registration is a handle the shim can validate
+// (and a classification it keeps); a window registration also maps the node's peers' windows
+// (nccl/peer_windows.h).
 // ncclMemAlloc gives device memory where a device runtime is active (CUDA loaded, or
 // BRAID_DEVICE's emulated device), as NCCL's does; host memory otherwise.
 #include <cstdlib>
@@ -11,6 +13,7 @@
 #include "device/device_runtime.h"
 #include "nccl/cuda_driver.h"
 #include "nccl/known_buffers.h"
+#include "nccl/peer_windows.h"
 #include "nccl/shim.h"
 
 using namespace braid::nccl;
@@ -24,6 +27,7 @@ struct Registration {
   void* buff;
   size_t size;
   const void* allocation;  // the device allocation remembered for it (known_buffers.h), or null
+  PeerWindows peers;       // a window's peers, mapped (nccl/peer_windows.h); empty otherwise
 };
 
 // Live handles, so a bad or repeated deregistration is an error instead of a crash.
@@ -51,7 +55,7 @@ ncclResult_t Register(ncclComm_t comm, void* buff, size_t size, Registration** o
       allocation = info->base;
     }
   }
-  auto* reg = new Registration{comm, buff, size, allocation};
+  auto* reg = new Registration{comm, buff, size, allocation, {}};
   std::lock_guard<std::mutex> lock(Handles().mu);
   Handles().live.insert(reg);
   *out = reg;
@@ -72,11 +76,20 @@ ncclResult_t Deregister(ncclComm_t comm, void* handle, const char* func) {
     Handles().live.erase(it);
   }
   if (reg->allocation) ForgetAllocation(reg->allocation);
+  UnmapPeerWindows(&reg->peers);
   delete reg;
   return ncclSuccess;
 }
 
 }  // namespace
+
+void* braid::nccl::WindowPeerPointer(ncclWindow_t win, int peer) {
+  auto* reg = reinterpret_cast<Registration*>(win);
+  std::lock_guard<std::mutex> lock(Handles().mu);
+  if (!Handles().live.count(reg) || peer < 0 || static_cast<size_t>(peer) >= reg->peers.peer.size())
+    return nullptr;
+  return reg->peers.peer[static_cast<size_t>(peer)];
+}
 
 void braid::nccl::DropRegistrations(ncclComm_t comm) {
   std::vector<Registration*> mine;
@@ -93,6 +106,7 @@ void braid::nccl::DropRegistrations(ncclComm_t comm) {
   }
   for (Registration* reg : mine) {
     if (reg->allocation) ForgetAllocation(reg->allocation);
+    UnmapPeerWindows(&reg->peers);
     delete reg;
   }
 }
@@ -167,6 +181,19 @@ NCCL_API_EXPORT ncclResult_t pncclCommWindowRegister(ncclComm_t comm, void* buff
                 std::string(func) + ": invalid winFlags " + std::to_string(winFlags));
   Registration* reg = nullptr;
   NCCL_CHECK(Register(comm, buff, size, &reg, func));
+  // Collective: every rank maps its node's peers' windows, or every rank fails.
+  PeerWindows peers;
+  const ncclResult_t mapped = MapPeerWindows(comm, buff, size, &peers, func);
+  if (mapped != ncclSuccess) {
+    const std::string why = LastError();
+    (void)Deregister(comm, reg, func);
+    LastError() = why;
+    return mapped;
+  }
+  {
+    std::lock_guard<std::mutex> lock(Handles().mu);
+    reg->peers = std::move(peers);
+  }
   *win = reinterpret_cast<ncclWindow_t>(reg);
   return ncclSuccess;
 }

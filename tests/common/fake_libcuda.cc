@@ -11,6 +11,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
 
 #include "device/cpu/emulated_device.h"
 
@@ -29,6 +30,7 @@ EmulatedDevice& Dev() {
 constexpr int kSuccess = 0;
 constexpr int kInvalidValue = 1;     // CUDA_ERROR_INVALID_VALUE
 constexpr int kInvalidHandle = 400;  // CUDA_ERROR_INVALID_HANDLE
+constexpr int kInvalidContext = 201;  // CUDA_ERROR_INVALID_CONTEXT
 
 int Code(const braid::Status& s) {
   return s.ok() ? kSuccess : kInvalidValue;
@@ -176,6 +178,36 @@ FAKE_CU int cuLaunchHostFunc(void* s, void (*fn)(void*), void* arg) {
   return Code(Dev().launchHostFunction(s, [fn, arg] { fn(arg); }));
 }
 
+// CUDA IPC over the emulated device's memfd-backed allocations. A handle of this process is
+// refused with CUDA_ERROR_INVALID_CONTEXT, as the driver refuses it.
+struct FakeIpcHandle {
+  char reserved[64];
+};
+FAKE_CU int cuIpcGetMemHandle(FakeIpcHandle* h, unsigned long long p) {
+  auto r = Dev().exportAllocation(P(p));
+  if (!r.ok()) return kInvalidValue;
+  std::memcpy(h->reserved, r->bytes, sizeof(h->reserved));
+  return kSuccess;
+}
+static std::atomic<int> g_fail_ipc_opens{0};  // braidFakeCudaFailIpcOpens
+FAKE_CU int cuIpcOpenMemHandle_v2(unsigned long long* p, FakeIpcHandle h, unsigned flags) {
+  if (flags != 1) return kInvalidValue;
+  if (g_fail_ipc_opens.load() > 0) {
+    g_fail_ipc_opens.fetch_sub(1);
+    return 217;  // CUDA_ERROR_PEER_ACCESS_UNSUPPORTED
+  }              // braid asks for CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS
+  braid::device::IpcHandle in;
+  std::memcpy(in.bytes, h.reserved, sizeof(h.reserved));
+  auto r = Dev().openPeerAllocation(in);
+  if (!r.ok())
+    return r.status().cls() == braid::ErrorClass::kInvalidUsage ? kInvalidContext : kInvalidValue;
+  *p = reinterpret_cast<uintptr_t>(*r);
+  return kSuccess;
+}
+FAKE_CU int cuIpcCloseMemHandle(unsigned long long p) {
+  return Code(Dev().closePeerAllocation(P(p)));
+}
+
 // Test hooks.
 FAKE_CU void* braidFakeCudaHostView(void* p, size_t bytes) {
   auto r = Dev().hostView(p, bytes);
@@ -186,6 +218,10 @@ FAKE_CU int braidFakeCudaSetCapturing(void* s, int on) {
 }
 FAKE_CU int braidFakeCudaFreesWhileWaiting() {
   return g_frees_while_waiting.load();
+}
+// The next `n` cuIpcOpenMemHandle calls fail (a peer the driver cannot map).
+FAKE_CU void braidFakeCudaFailIpcOpens(int n) {
+  g_fail_ipc_opens.store(n);
 }
 FAKE_CU size_t braidFakeCudaDeviceAllocations() {
   return Dev().deviceAllocations();

@@ -1,7 +1,9 @@
 #include "device/cpu/emulated_device.h"
 
+#include <fcntl.h>
 #include <linux/futex.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -38,6 +40,24 @@ void StoreFlag(uint32_t* flag, uint32_t value) {
   std::atomic_ref<uint32_t>(*flag).store(value, std::memory_order_release);
   FutexWakeAll(flag);
 }
+
+// An emulated IPC handle: "braidemu", then the exporter's pid, its memfd's descriptor, the
+// allocation's size and serial (also in the memfd's name, "braid-emulated-<pid>-<serial>").
+struct EmulatedIpc {
+  char magic[8];
+  int32_t pid;
+  int32_t fd;
+  uint64_t size;
+  uint64_t serial;
+};
+static_assert(sizeof(EmulatedIpc) <= IpcHandle::kBytes);
+constexpr char kIpcMagic[8] = {'b', 'r', 'a', 'i', 'd', 'e', 'm', 'u'};
+
+std::string MemfdName(int pid, uint64_t serial) {
+  return "braid-emulated-" + std::to_string(pid) + "-" + std::to_string(serial);
+}
+
+std::atomic<uint64_t> g_serial{0};
 
 size_t PageRound(size_t bytes) {
   const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
@@ -99,9 +119,14 @@ EmulatedDevice::~EmulatedDevice() {
       std::free(a.backing);
       continue;
     }
-    if (a.backing != reinterpret_cast<char*>(addr)) munmap(reinterpret_cast<void*>(addr), a.size);
-    munmap(a.backing, a.size);
+    unmap(addr, a);
   }
+}
+
+void EmulatedDevice::unmap(uintptr_t addr, const Allocation& a) {
+  if (a.backing != reinterpret_cast<char*>(addr)) munmap(reinterpret_cast<void*>(addr), a.size);
+  munmap(a.backing, a.size);
+  if (a.fd >= 0) close(a.fd);
 }
 
 const char* EmulatedDevice::name() const {
@@ -128,33 +153,59 @@ Result<PointerInfo> EmulatedDevice::classify(const void* p) {
 }
 
 Result<void*> EmulatedDevice::allocate(size_t bytes, MemoryKind kind) {
-  Allocation a{};
-  a.kind = kind;
-  void* addr = nullptr;
   if (kind == MemoryKind::kPinnedHost) {
+    Allocation a{};
+    a.kind = kind;
     a.size = std::max<size_t>(bytes, 1);
+    void* addr = nullptr;
     if (posix_memalign(&addr, 64, a.size) != 0)
       return SystemError("emulated device: cannot allocate " + std::to_string(bytes) +
                          " bytes of host-mapped memory");
     std::memset(addr, 0, a.size);
     a.backing = static_cast<char*>(addr);
-  } else {
-    a.size = PageRound(bytes);
-    void* backing =
-        mmap(nullptr, a.size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (backing == MAP_FAILED)
-      return SystemError(
-          ErrnoMessage("emulated device: mmap of " + std::to_string(bytes) + " bytes", errno));
-    a.backing = static_cast<char*>(backing);
-    addr = backing;
-    if (mode_ == Mode::kSeparate) {
-      // An address range of its own that the host cannot touch: the device pointer.
-      addr = mmap(nullptr, a.size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-      if (addr == MAP_FAILED) {
-        const int err = errno;
-        munmap(backing, a.size);
-        return SystemError(ErrnoMessage("emulated device: reserving device addresses", err));
-      }
+    std::lock_guard<std::mutex> lock(mu_);
+    allocations_[reinterpret_cast<uintptr_t>(addr)] = a;
+    return addr;
+  }
+  // Device memory lives in a memfd, so that exportAllocation can share it with another process.
+  const uint64_t serial = g_serial.fetch_add(1) + 1;
+  const int fd =
+      static_cast<int>(syscall(SYS_memfd_create, MemfdName(getpid(), serial).c_str(), MFD_CLOEXEC));
+  if (fd < 0) return SystemError(ErrnoMessage("emulated device: memfd_create", errno));
+  const size_t size = PageRound(bytes);
+  if (ftruncate(fd, static_cast<off_t>(size)) != 0) {
+    const int err = errno;
+    close(fd);
+    return SystemError(
+        ErrnoMessage("emulated device: sizing " + std::to_string(bytes) + " bytes", err));
+  }
+  return mapDevice(fd, size, serial, /*peer=*/false);
+}
+
+Result<void*> EmulatedDevice::mapDevice(int fd, size_t size, uint64_t serial, bool peer) {
+  Allocation a{};
+  a.kind = MemoryKind::kDevice;
+  a.size = size;
+  a.fd = fd;
+  a.serial = serial;
+  a.peer = peer;
+  void* backing = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (backing == MAP_FAILED) {
+    const int err = errno;
+    close(fd);
+    return SystemError(
+        ErrnoMessage("emulated device: mmap of " + std::to_string(size) + " bytes", err));
+  }
+  a.backing = static_cast<char*>(backing);
+  void* addr = backing;
+  if (mode_ == Mode::kSeparate) {
+    // An address range of its own that the host cannot touch: the device pointer.
+    addr = mmap(nullptr, size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (addr == MAP_FAILED) {
+      const int err = errno;
+      munmap(backing, size);
+      close(fd);
+      return SystemError(ErrnoMessage("emulated device: reserving device addresses", err));
     }
   }
   std::lock_guard<std::mutex> lock(mu_);
@@ -171,6 +222,10 @@ Status EmulatedDevice::release(void* p, MemoryKind kind) {
     if (it == allocations_.end() || it->second.kind != kind)
       return InvalidArgument("emulated device: " + PointerText(p) + " is not the start of a live " +
                              MemoryKindName(kind) + " allocation");
+    if (it->second.peer)
+      return InvalidArgument("emulated device: " + PointerText(p) +
+                             " is another process's allocation opened here: close it with "
+                             "closePeerAllocation, not free it");
     if (it->second.stream_refs > 0) {
       unsafe_frees_.fetch_add(1);
       return InvalidUsage("emulated device: host-mapped memory at " + PointerText(p) +
@@ -184,8 +239,74 @@ Status EmulatedDevice::release(void* p, MemoryKind kind) {
     std::free(a.backing);
     return Status::Ok();
   }
-  if (a.backing != p) munmap(p, a.size);
-  munmap(a.backing, a.size);
+  unmap(reinterpret_cast<uintptr_t>(p), a);
+  return Status::Ok();
+}
+
+Result<IpcHandle> EmulatedDevice::exportAllocation(const void* base) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = allocations_.find(reinterpret_cast<uintptr_t>(base));
+  if (it == allocations_.end() || it->second.kind != MemoryKind::kDevice || it->second.peer)
+    return InvalidArgument("emulated device: cannot export " + PointerText(base) +
+                           ": not the start of a device allocation made in this process");
+  EmulatedIpc e{};
+  std::memcpy(e.magic, kIpcMagic, sizeof(kIpcMagic));
+  e.pid = static_cast<int32_t>(getpid());
+  e.fd = it->second.fd;
+  e.size = it->second.size;
+  e.serial = it->second.serial;
+  IpcHandle h;
+  std::memcpy(h.bytes, &e, sizeof(e));
+  return h;
+}
+
+Result<void*> EmulatedDevice::openPeerAllocation(const IpcHandle& h) {
+  EmulatedIpc e{};
+  std::memcpy(&e, h.bytes, sizeof(e));
+  if (std::memcmp(e.magic, kIpcMagic, sizeof(kIpcMagic)) != 0 || e.pid <= 0 || e.fd < 0 ||
+      e.size == 0)
+    return InvalidArgument("emulated device: not an IPC handle of the emulated device");
+  if (e.pid == getpid())
+    return InvalidUsage(
+        "emulated device: the IPC handle names an allocation of this process "
+        "(use its pointer)");
+  // The descriptor must still be the exporter's memfd of that allocation: a process that exited,
+  // or freed the allocation (its descriptor closed or reused), is an error, not other bytes.
+  const std::string link = "/proc/" + std::to_string(e.pid) + "/fd/" + std::to_string(e.fd);
+  const std::string expect = "/memfd:" + MemfdName(e.pid, e.serial);
+  char target[256] = {};
+  const ssize_t n = readlink(link.c_str(), target, sizeof(target) - 1);
+  if (n < 0 || std::string(target, static_cast<size_t>(n)).rfind(expect, 0) != 0)
+    return SystemError("emulated device: the allocation of process " + std::to_string(e.pid) +
+                       " that the IPC handle names is gone (" + link + ": " +
+                       (n < 0 ? std::string(std::strerror(errno)) : std::string(target)) + ")");
+  const int fd = open(link.c_str(), O_RDWR | O_CLOEXEC);
+  if (fd < 0) return SystemError(ErrnoMessage("emulated device: opening " + link, errno));
+  // What was opened, named again (the exporter may have freed it between the two looks).
+  const std::string self = "/proc/self/fd/" + std::to_string(fd);
+  const ssize_t m = readlink(self.c_str(), target, sizeof(target) - 1);
+  struct stat st {};
+  if (m < 0 || std::string(target, static_cast<size_t>(m)).rfind(expect, 0) != 0 ||
+      fstat(fd, &st) != 0 || static_cast<uint64_t>(st.st_size) != e.size) {
+    close(fd);
+    return SystemError("emulated device: the allocation of process " + std::to_string(e.pid) +
+                       " that the IPC handle names was freed while it was being opened");
+  }
+  return mapDevice(fd, e.size, e.serial, /*peer=*/true);
+}
+
+Status EmulatedDevice::closePeerAllocation(void* base) {
+  Allocation a{};
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = allocations_.find(reinterpret_cast<uintptr_t>(base));
+    if (it == allocations_.end() || !it->second.peer)
+      return InvalidArgument("emulated device: " + PointerText(base) +
+                             " is not a peer allocation opened here");
+    a = it->second;
+    allocations_.erase(it);
+  }
+  unmap(reinterpret_cast<uintptr_t>(base), a);
   return Status::Ok();
 }
 

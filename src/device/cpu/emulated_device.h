@@ -69,6 +69,13 @@ class EmulatedDevice final : public DeviceRuntime {
   bool hostWaitFlag(const uint32_t* flag, uint32_t value,
                     std::chrono::steady_clock::time_point deadline) override;
 
+  // Device allocations are memfd-backed (MAP_SHARED), so a handle (the exporter's pid, the memfd's
+  // descriptor and a serial in the memfd's name) lets another process of the machine map the
+  // same bytes through /proc/<pid>/fd, as CUDA IPC maps another process's device memory.
+  Result<IpcHandle> exportAllocation(const void* base) override;
+  Result<void*> openPeerAllocation(const IpcHandle& h) override;
+  Status closePeerAllocation(void* base) override;
+
   void* currentContext() override { return nullptr; }
   Status useContext(void*) override { return Status::Ok(); }
 
@@ -117,7 +124,14 @@ class EmulatedDevice final : public DeviceRuntime {
     char* backing;  // == the address in kHostMemory mode and for host-mapped memory
     MemoryKind kind;
     size_t stream_refs = 0;  // host-mapped: queued stream operations that use it
+    int fd = -1;             // device memory: the memfd holding the bytes (kept for exports)
+    uint64_t serial = 0;     // device memory made here: named in the memfd, checked on open
+    bool peer = false;       // opened with openPeerAllocation (closed with closePeerAllocation)
   };
+  // Maps `size` bytes of memfd `fd` as a new device allocation (its own device addresses in
+  // Mode::kSeparate) and records it; takes `fd` (closed on failure).
+  Result<void*> mapDevice(int fd, size_t size, uint64_t serial, bool peer);
+  void unmap(uintptr_t addr, const Allocation& a);
   struct Stream;
 
   Result<void*> allocate(size_t bytes, MemoryKind kind);

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdio>
+#include <cstring>
 #include <string>
 #include <thread>
 
@@ -37,6 +38,14 @@ constexpr unsigned kStreamNonBlocking = 0x1;    // CU_STREAM_NON_BLOCKING
 constexpr unsigned kWaitValueGeq = 0x0;         // CU_STREAM_WAIT_VALUE_GEQ (cyclic)
 constexpr unsigned kWriteValueDefault = 0x0;    // CU_STREAM_WRITE_VALUE_DEFAULT
 constexpr int kCaptureNone = 0;                 // CU_STREAM_CAPTURE_STATUS_NONE
+constexpr unsigned kIpcLazyPeerAccess = 0x1;    // CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS
+constexpr CUresult kInvalidContext = 201;       // CUDA_ERROR_INVALID_CONTEXT
+
+// CUipcMemHandle: 64 opaque bytes, passed by value to cuIpcOpenMemHandle.
+struct CUipcMemHandle {
+  char reserved[IpcHandle::kBytes];
+};
+static_assert(sizeof(CUipcMemHandle) == 64);
 
 struct Api {
   CUresult (*pointerGetAttributes)(unsigned, int*, void**, CUdeviceptr) = nullptr;
@@ -55,6 +64,10 @@ struct Api {
   CUresult (*ctxGetCurrent)(CUcontext*) = nullptr;
   CUresult (*ctxSetCurrent)(CUcontext) = nullptr;
   CUresult (*getErrorString)(CUresult, const char**) = nullptr;
+  // Optional (peer memory only): a driver without them still serves everything else.
+  CUresult (*ipcGetMemHandle)(CUipcMemHandle*, CUdeviceptr) = nullptr;
+  CUresult (*ipcOpenMemHandle)(CUdeviceptr*, CUipcMemHandle, unsigned) = nullptr;
+  CUresult (*ipcCloseMemHandle)(CUdeviceptr) = nullptr;
 };
 
 // dlsym of the first of `names` that exists (the _v2 names are the current ABI of several calls).
@@ -178,6 +191,40 @@ class CudaDriverRuntime final : public DeviceRuntime {
     }
   }
 
+  Result<IpcHandle> exportAllocation(const void* base) override {
+    if (!api_.ipcGetMemHandle) return Unsupported("cuIpcGetMemHandle");
+    // cuIpcGetMemHandle accepts any pointer into an allocation and names the whole allocation:
+    // refuse an interior pointer here, as the emulated device does, so the base is what peers map.
+    auto info = classify(base);
+    if (!info.ok()) return info.status();
+    if (info->kind != MemoryKind::kDevice || info->base != base)
+      return InvalidArgument("cannot export " + PointerText(base) +
+                             ": not the start of a device allocation (cuMemAlloc)");
+    CUipcMemHandle h{};
+    BRAID_RETURN_IF_ERROR(Check(api_.ipcGetMemHandle(&h, Dev(base)), "cuIpcGetMemHandle"));
+    IpcHandle out;
+    std::memcpy(out.bytes, h.reserved, sizeof(h.reserved));
+    return out;
+  }
+  Result<void*> openPeerAllocation(const IpcHandle& h) override {
+    if (!api_.ipcOpenMemHandle) return Unsupported("cuIpcOpenMemHandle");
+    CUipcMemHandle in{};
+    std::memcpy(in.reserved, h.bytes, sizeof(in.reserved));
+    CUdeviceptr p = 0;
+    // Lazy peer access: a peer on another GPU of the node is reached over NVLink/PCIe.
+    const CUresult r = api_.ipcOpenMemHandle(&p, in, kIpcLazyPeerAccess);
+    if (r == kInvalidContext)
+      return InvalidUsage(
+          "cuIpcOpenMemHandle: the handle names an allocation of this process, or no context is "
+          "current (CUDA error 201)");
+    BRAID_RETURN_IF_ERROR(Check(r, "cuIpcOpenMemHandle"));
+    return reinterpret_cast<void*>(p);
+  }
+  Status closePeerAllocation(void* base) override {
+    if (!api_.ipcCloseMemHandle) return Unsupported("cuIpcCloseMemHandle");
+    return Check(api_.ipcCloseMemHandle(Dev(base)), "cuIpcCloseMemHandle");
+  }
+
   void* currentContext() override {
     CUcontext c = nullptr;
     return api_.ctxGetCurrent(&c) == kSuccess ? c : nullptr;
@@ -195,6 +242,10 @@ class CudaDriverRuntime final : public DeviceRuntime {
     return Status::Error(ErrorClass::kSystem, std::string(call) + " failed: CUDA error " +
                                                   std::to_string(r) + " (" +
                                                   (what ? what : "unknown") + ")");
+  }
+
+  static Status Unsupported(const char* call) {
+    return SystemError(std::string("the CUDA driver has no ") + call + ": no peer memory");
   }
 
   Api api_;
@@ -223,6 +274,9 @@ std::unique_ptr<DeviceRuntime> LoadCudaDriverRuntime() {
       Bind(lib, &a.ctxGetCurrent, {"cuCtxGetCurrent"}) &&
       Bind(lib, &a.ctxSetCurrent, {"cuCtxSetCurrent"});
   Bind(lib, &a.getErrorString, {"cuGetErrorString"});  // optional: messages only
+  Bind(lib, &a.ipcGetMemHandle, {"cuIpcGetMemHandle"});
+  Bind(lib, &a.ipcOpenMemHandle, {"cuIpcOpenMemHandle_v2", "cuIpcOpenMemHandle"});
+  Bind(lib, &a.ipcCloseMemHandle, {"cuIpcCloseMemHandle"});
   // The handle stays open: the application owns libcuda's lifetime, ours only adds a reference.
   if (!ok) return nullptr;
   return std::make_unique<CudaDriverRuntime>(a);

@@ -1,0 +1,40 @@
+// Peer windows (issue 39's intra-node GPU path): ncclCommWindowRegister is collective, so it is
+// where the ranks of a node exchange the IPC handles of their windows' device allocations and map
+// each other's windows, once, instead of at every call (NCCL's symmetric windows: every rank's
+// buffer at the same offset of its window, so a call on window memory knows where its peers'
+// buffers are). A rank's window is reachable from another rank on the same node: through the
+// device runtime's IPC (another process; counted in device::ProcessPeerMemory, so each peer
+// allocation is opened once) or by its own address (a rank of the same process). Ranks on other
+// nodes, and host-memory windows, are not mapped (null).
+//
+// Failures are collective: a rank whose window is bad (outside its allocation) or that cannot map
+// a peer's says so in the exchange, and every rank fails the registration with that rank's
+// reason, nothing left mapped. Only the argument checks that NCCL makes before any exchange (a
+// bad communicator or pointer, a zero size) fail locally.
+#pragma once
+
+#include <cstddef>
+#include <vector>
+
+#include "device/device_runtime.h"
+#include "nccl/shim.h"
+
+namespace braid::nccl {
+
+struct PeerWindows {
+  std::vector<void*> peer;                  // per rank: its window here (own rank: buff)
+  std::vector<device::IpcHandle> acquired;  // peer allocations held in ProcessPeerMemory
+};
+
+// Collective over `comm` (after its stream-ordered calls): exchanges the windows' records and
+// maps the reachable ones into *out. ncclSuccess, or every rank's error naming the failing rank.
+ncclResult_t MapPeerWindows(ncclComm_t comm, void* buff, size_t size, PeerWindows* out,
+                            const char* func);
+// Releases what MapPeerWindows acquired (local).
+void UnmapPeerWindows(PeerWindows* w);
+
+// Where rank `peer`'s part of window `win` is in this process: null where it is not reachable
+// (another node, host memory, or an invalid window or rank).
+void* WindowPeerPointer(ncclWindow_t win, int peer);
+
+}  // namespace braid::nccl
