@@ -16,7 +16,9 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <vector>
 
+#include "core/base/datatype.h"
 #include "core/base/status.h"
 
 namespace braid::device {
@@ -61,6 +63,23 @@ struct IpcHandle {
 inline bool FlagReached(uint32_t flag, uint32_t value) {
   return static_cast<int32_t>(flag - value) >= 0;
 }
+
+// One rank's share of an all-reduce whose every rank's buffers this rank can address (peer
+// windows, nccl/peer_windows.h): for i < count, acc = src[0][i] (op) src[1][i] (op) ... in rank
+// order, divided by `divide_by` when it is > 1 (AVG, as DivideKernel), then written to every
+// dst[r][i]. Each rank takes a disjoint segment, so one pass per rank reduces the whole buffer
+// and leaves the result in every rank's output. Queued on a stream; it does nothing when the
+// host-mapped word `skip` holds `skip_value` when it runs (the ranks disagreed on the call).
+struct PeerReduce {
+  DataType type = DataType::kFloat32;
+  ReduceOp op = ReduceOp::kSum;
+  uint64_t divide_by = 0;
+  std::vector<const void*> src;  // one per rank, this rank's segment of its input
+  std::vector<void*> dst;        // one per rank, this rank's segment of its output
+  size_t count = 0;              // elements of the segment
+  const uint32_t* skip = nullptr;
+  uint32_t skip_value = 0;
+};
 
 class DeviceRuntime {
  public:
@@ -113,6 +132,11 @@ class DeviceRuntime {
   virtual Result<IpcHandle> exportAllocation(const void* base) = 0;
   virtual Result<void*> openPeerAllocation(const IpcHandle& h) = 0;
   virtual Status closePeerAllocation(void* base) = 0;
+  // Whether launchPeerReduce can run here (a CUDA build without device kernels cannot).
+  virtual bool peerReduceAvailable() const = 0;
+  // Queues `r` on `s` (its pointers device memory of this process or peer allocations opened
+  // here). InvalidArgument for a bad type, op or rank count; the runtime's error otherwise.
+  virtual Status launchPeerReduce(const PeerReduce& r, StreamHandle s) = 0;
 
   // The calling thread's device context, to be made current on another thread (the stream
   // agent's) with useContext before it calls this runtime. Null where there is none (emulated).

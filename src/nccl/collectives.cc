@@ -9,6 +9,7 @@
 #include <cstring>
 #include <string>
 
+#include "nccl/peer_windows.h"
 #include "nccl/shim.h"
 #include "nccl/stream_path.h"
 
@@ -99,6 +100,10 @@ NCCL_API_EXPORT ncclResult_t pncclAllReduce(const void* sendbuff, void* recvbuff
     NCCL_CHECK(CheckPtr(sendbuff, "sendbuff", func));
     NCCL_CHECK(CheckPtr(recvbuff, "recvbuff", func));
   }
+  // Buffers in peer windows of one node's ranks: reduced on the device, no host staging.
+  ncclResult_t on_windows;
+  if (WindowAllReduce(comm, sendbuff, recvbuff, count, datatype, op, stream, &on_windows))
+    return on_windows;
   const size_t elt = TypeSize(datatype), bytes = count * elt;
   return RunElementWise(
       comm, stream, func, {{sendbuff, bytes, true, false}, {recvbuff, bytes, false, true}}, count,

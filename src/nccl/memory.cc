@@ -4,9 +4,11 @@
 // (nccl/peer_windows.h).
 // ncclMemAlloc gives device memory where a device runtime is active (CUDA loaded, or
 // BRAID_DEVICE's emulated device), as NCCL's does; host memory otherwise.
+#include <atomic>
 #include <cstdlib>
 #include <mutex>
 #include <string>
+#include <unordered_map>
 #include <unordered_set>
 #include <vector>
 
@@ -28,13 +30,19 @@ struct Registration {
   size_t size;
   const void* allocation;  // the device allocation remembered for it (known_buffers.h), or null
   PeerWindows peers;       // a window's peers, mapped (nccl/peer_windows.h); empty otherwise
+  uint64_t window_id = 0;  // a window's number on its communicator (0: a buffer registration)
 };
 
 // Live handles, so a bad or repeated deregistration is an error instead of a crash.
 struct Registry {
   std::mutex mu;
   std::unordered_set<Registration*> live;
+  // Windows registered so far per communicator: registration is collective, in one order on
+  // every rank, so a window's number is the same on every rank.
+  std::unordered_map<ncclComm_t, uint64_t> windows;
 };
+std::atomic<int> g_windows{0};  // live window registrations, all communicators
+
 Registry& Handles() {
   static Registry* r = new Registry;  // leaked: handles may be released during exit
   return *r;
@@ -55,7 +63,7 @@ ncclResult_t Register(ncclComm_t comm, void* buff, size_t size, Registration** o
       allocation = info->base;
     }
   }
-  auto* reg = new Registration{comm, buff, size, allocation, {}};
+  auto* reg = new Registration{comm, buff, size, allocation, {}, 0};
   std::lock_guard<std::mutex> lock(Handles().mu);
   Handles().live.insert(reg);
   *out = reg;
@@ -76,12 +84,35 @@ ncclResult_t Deregister(ncclComm_t comm, void* handle, const char* func) {
     Handles().live.erase(it);
   }
   if (reg->allocation) ForgetAllocation(reg->allocation);
+  if (reg->window_id) g_windows.fetch_sub(1, std::memory_order_relaxed);
   UnmapPeerWindows(&reg->peers);
   delete reg;
   return ncclSuccess;
 }
 
 }  // namespace
+
+bool braid::nccl::WindowSpan::everyPeerMapped() const {
+  for (void* p : peer)
+    if (!p) return false;
+  return !peer.empty();
+}
+
+bool braid::nccl::FindWindow(ncclComm_t comm, const void* p, size_t bytes, WindowSpan* out) {
+  if (g_windows.load(std::memory_order_relaxed) == 0) return false;  // every call asks
+  const auto a = reinterpret_cast<uintptr_t>(p);
+  std::lock_guard<std::mutex> lock(Handles().mu);
+  for (const Registration* reg : Handles().live) {
+    if (reg->comm != comm || reg->window_id == 0) continue;
+    const auto b = reinterpret_cast<uintptr_t>(reg->buff);
+    if (a < b || a - b > reg->size || bytes > reg->size - (a - b)) continue;
+    out->id = reg->window_id;
+    out->offset = a - b;
+    out->peer = reg->peers.peer;
+    return true;
+  }
+  return false;
+}
 
 void* braid::nccl::WindowPeerPointer(ncclWindow_t win, int peer) {
   auto* reg = reinterpret_cast<Registration*>(win);
@@ -95,6 +126,7 @@ void braid::nccl::DropRegistrations(ncclComm_t comm) {
   std::vector<Registration*> mine;
   {
     std::lock_guard<std::mutex> lock(Handles().mu);
+    Handles().windows.erase(comm);
     for (auto it = Handles().live.begin(); it != Handles().live.end();) {
       if ((*it)->comm == comm) {
         mine.push_back(*it);
@@ -106,6 +138,7 @@ void braid::nccl::DropRegistrations(ncclComm_t comm) {
   }
   for (Registration* reg : mine) {
     if (reg->allocation) ForgetAllocation(reg->allocation);
+    if (reg->window_id) g_windows.fetch_sub(1, std::memory_order_relaxed);
     UnmapPeerWindows(&reg->peers);
     delete reg;
   }
@@ -193,6 +226,8 @@ NCCL_API_EXPORT ncclResult_t pncclCommWindowRegister(ncclComm_t comm, void* buff
   {
     std::lock_guard<std::mutex> lock(Handles().mu);
     reg->peers = std::move(peers);
+    reg->window_id = ++Handles().windows[comm];
+    g_windows.fetch_add(1, std::memory_order_relaxed);
   }
   *win = reinterpret_cast<ncclWindow_t>(reg);
   return ncclSuccess;

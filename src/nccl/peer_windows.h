@@ -14,6 +14,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <vector>
 
 #include "device/device_runtime.h"
@@ -36,5 +37,25 @@ void UnmapPeerWindows(PeerWindows* w);
 // Where rank `peer`'s part of window `win` is in this process: null where it is not reachable
 // (another node, host memory, or an invalid window or rank).
 void* WindowPeerPointer(ncclWindow_t win, int peer);
+
+// A buffer inside a window of its communicator.
+struct WindowSpan {
+  uint64_t id = 0;          // the window's number on its communicator (the same on every rank)
+  size_t offset = 0;        // the buffer's offset in the window
+  std::vector<void*> peer;  // every rank's window here (null: not reachable)
+  bool everyPeerMapped() const;
+};
+// The window of `comm` that holds [p, p + bytes), if any.
+bool FindWindow(ncclComm_t comm, const void* p, size_t bytes, WindowSpan* out);
+
+// ncclAllReduce on buffers in peer windows mapped on every rank (one node, device memory, a
+// runtime with the peer-reduce kernel), outside a group: each rank reduces its segment of every
+// rank's input on the device and writes it into every rank's output (DeviceWork on the stream
+// agent), with no staging through the host. True (with *result) when the call took this path.
+bool WindowAllReduce(ncclComm_t comm, const void* sendbuff, void* recvbuff, size_t count,
+                     ncclDataType_t datatype, ncclRedOp_t op, cudaStream_t stream,
+                     ncclResult_t* result);
+// Calls that took WindowAllReduce's path in this process (tests).
+uint64_t WindowAllReduceCalls();
 
 }  // namespace braid::nccl

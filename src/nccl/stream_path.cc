@@ -195,6 +195,17 @@ bool SubmitIfDevice(device::DeviceRuntime* rt, ncclComm_t comm, cudaStream_t str
   return true;
 }
 
+ncclResult_t SubmitDeviceWork(device::DeviceRuntime* rt, ncclComm_t comm, cudaStream_t stream,
+                              const char* func, std::vector<StreamBuffer> buffers,
+                              std::shared_ptr<DeviceWork> work) {
+  StreamCall call;
+  call.what = func;
+  call.streams.push_back(stream);
+  call.buffers = std::move(buffers);
+  call.device_work = std::move(work);
+  return Report(AgentFor(rt, comm)->submit(std::move(call)), func);
+}
+
 ncclResult_t BeforeHostCall(ncclComm_t comm, const char* func) {
   if (GroupDepth() > 0) {
     GroupState& g = Group();

@@ -51,6 +51,11 @@ bool SubmitIfDevice(device::DeviceRuntime* rt, ncclComm_t comm, cudaStream_t str
                     const char* func, std::initializer_list<BufferUse> buffers,
                     const std::function<StreamRun()>& make_run, ncclResult_t* result,
                     const PieceForm& pieces = PieceForm{});
+// Submits a call whose data moves on the device (StreamAgent's DeviceWork) to `comm`'s stream
+// agent, ordered on `stream`. Returns ncclSuccess or the error (nothing queued).
+ncclResult_t SubmitDeviceWork(device::DeviceRuntime* rt, ncclComm_t comm, cudaStream_t stream,
+                              const char* func, std::vector<StreamBuffer> buffers,
+                              std::shared_ptr<DeviceWork> work);
 // Before a host call on `comm`: waits for its stream-ordered calls (or refuses a host call in a
 // group that holds device calls on `comm`). Returns ncclSuccess or the error to return.
 ncclResult_t BeforeHostCall(ncclComm_t comm, const char* func);

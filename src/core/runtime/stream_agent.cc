@@ -88,6 +88,8 @@ Status StreamAgent::submit(StreamCall call) {
 static Status CheckCall(device::DeviceRuntime* rt, const StreamCall& call) {
   if (call.streams.empty())
     return InternalError(call.what + ": a stream-ordered call without a stream");
+  if (call.device_work && call.streams.size() != 1)
+    return InternalError(call.what + ": a call with device work on several streams");
   for (device::StreamHandle s : call.streams) {
     Status st = rt->checkStream(s);
     if (!st.ok()) return st.prepend(call.what + ": ");
@@ -133,6 +135,9 @@ Status StreamAgent::submitGroup(std::vector<std::pair<StreamAgent*, StreamCall>>
         if (q.done) agent->runtime_->hostWriteFlag(q.done, q.value);
       for (StreamFlagSlot& q : pending[i].piece_slots)
         agent->runtime_->hostWriteFlag(q.done, q.value);
+      // Device work queued: told to skip, then let go (skip first: go lets it run).
+      for (auto it = pending[i].device_slots.rbegin(); it != pending[i].device_slots.rend(); ++it)
+        agent->runtime_->hostWriteFlag(it->ready, it->value);
       if (pending[i].staging) agent->dropStaging(pending[i], pending[i].staging_queued);
     }
     return st.prepend(what + ": ordering the call on its stream: ");
@@ -199,8 +204,20 @@ Status StreamAgent::submitGroup(std::vector<std::pair<StreamAgent*, StreamCall>>
       if (!st.ok())
         return unwind(st.prepend("copying the inputs from device memory: "), p.call.what);
     }
+    if (p.call.device_work) {
+      // As a staged call's copies in: after the communicator's previous staged call wrote its
+      // results back (it may be on another stream), since the device work reads the buffers.
+      StreamAgent* agent = calls[i].first;
+      std::lock_guard<std::mutex> lock(agent->staging_mu_);
+      if (agent->last_flag_) st = rt->waitValue32(s0, agent->last_flag_, agent->last_value_);
+      if (!st.ok()) return unwind(st, p.call.what);
+    }
     st = take_slot(i, 0);
     if (!st.ok()) return unwind(st, p.call.what);
+    if (p.call.device_work) {
+      st = calls[i].first->queueDeviceWork(p);
+      if (!st.ok()) return unwind(st, p.call.what);
+    }
   }
   // ...then every wait for `done` (a slot whose stream writes `ready` but waits for nothing is
   // lost: quarantined, never released). A staged call's copies out follow its `done` on the first
@@ -258,6 +275,13 @@ Status StreamAgent::submitGroup(std::vector<std::pair<StreamAgent*, StreamCall>>
       sb->held = false;
       agent->last_flag_ = sb->flag();
       agent->last_value_ = value;
+    } else if (p.call.device_work) {
+      // The next staged call (maybe on another stream) copies in after this call's `done`: its
+      // device work wrote the outputs by then, on every rank. A `done` only grows, so the wait
+      // holds after the slot is reused.
+      std::lock_guard<std::mutex> lock(agent->staging_mu_);
+      agent->last_flag_ = p.slots[0].done;
+      agent->last_value_ = p.slots[0].value;
     }
     agent->cv_.notify_one();
   }
@@ -281,6 +305,18 @@ void StreamAgent::abort(const std::string& why) {
 }
 
 void StreamAgent::release(Pending& p, bool ready_seen) {
+  if (!p.device_slots.empty()) {
+    if (p.device_ended) {
+      // The stream wrote go's `done` (the work's end); skip's is written here: both are back in
+      // the pool with their `done` at their value.
+      runtime_->hostWriteFlag(p.device_slots[1].done, p.device_slots[1].value);
+      for (const StreamFlagSlot& s : p.device_slots) pool_.release(s);
+    } else {
+      // Not run (or not seen to end): told to skip and let go; never reused.
+      runtime_->hostWriteFlag(p.device_slots[1].ready, p.device_slots[1].value);
+      runtime_->hostWriteFlag(p.device_slots[0].ready, p.device_slots[0].value);
+    }
+  }
   for (StreamFlagSlot& s : p.slots) {
     runtime_->hostWriteFlag(s.done, s.value);
     if (ready_seen) pool_.release(s);
@@ -413,6 +449,10 @@ void StreamAgent::execute(Pending& p) {
   // The streams' earlier work (and the copies in): sleep until each stream wrote `ready`.
   for (const StreamFlagSlot& s : p.slots)
     if (!waitReady(p, s)) return;
+  if (p.call.device_work) {
+    executeDeviceWork(p);
+    return;
+  }
   if (p.call.pieces >= 2 && p.call.run_piece) {
     const size_t last = p.call.pieces - 1;
     for (size_t k = 0; k <= last; ++k) {
@@ -457,6 +497,47 @@ void StreamAgent::execute(Pending& p) {
   Status st = p.call.run(p.map);
   if (!st.ok())
     fail(std::move(st.prepend("[" + name_ + "] " + p.call.what + " (stream-ordered): ")));
+  release(p, true);
+}
+
+Status StreamAgent::queueDeviceWork(Pending& p) {
+  device::StreamHandle s0 = p.call.streams[0];
+  for (int k = 0; k < 2; ++k) {
+    auto slot = pool_.acquire();
+    if (!slot.ok()) return slot.status();
+    p.device_slots.push_back(*slot);
+  }
+  const StreamFlagSlot& go = p.device_slots[0];
+  const StreamFlagSlot& skip = p.device_slots[1];
+  BRAID_RETURN_IF_ERROR(runtime_->waitValue32(s0, go.ready, go.value));
+  BRAID_RETURN_IF_ERROR(p.call.device_work->queue(s0, skip.ready, skip.value));
+  return runtime_->writeValue32(s0, go.done, go.value);
+}
+
+void StreamAgent::executeDeviceWork(Pending& p) {
+  const StreamFlagSlot& go = p.device_slots[0];
+  const StreamFlagSlot& skip = p.device_slots[1];
+  Status st = p.call.device_work->agree();
+  if (!st.ok()) runtime_->hostWriteFlag(skip.ready, skip.value);
+  runtime_->hostWriteFlag(go.ready, go.value);
+  // The work waits for nothing but `go`: it ends unless the device hangs; an abort stops the wait.
+  while (
+      !runtime_->hostWaitFlag(go.done, go.value, std::chrono::steady_clock::now() + kReadySlice)) {
+    std::unique_lock<std::mutex> lock(mu_);
+    if (aborted_) {
+      if (error_.ok())
+        error_ = AbortedError(p.call.what + ": the communicator was aborted (" + abort_reason_ +
+                              ") while the call's device work ran");
+      lock.unlock();
+      release(p, false);
+      return;
+    }
+  }
+  p.device_ended = true;
+  if (st.ok()) st = p.call.device_work->finish();
+  if (!st.ok())
+    fail(std::move(
+        st.prepend("[" + name_ + "] " + p.call.what + " (stream-ordered, on the device): ")));
   release(p, true);
 }
 
@@ -596,7 +677,8 @@ Result<StreamAgent::Staging*> StreamAgent::acquireStaging(size_t bytes, const st
 }
 
 Status StreamAgent::planStaging(Pending& p) {
-  if (runtime_->deviceMemoryHostAccessible()) return Status::Ok();
+  // Device work reads and writes the device buffers themselves.
+  if (runtime_->deviceMemoryHostAccessible() || p.call.device_work) return Status::Ok();
   // Device buffers, merged where they overlap (in-place forms), each region staged once.
   struct Region {
     uintptr_t start, end;

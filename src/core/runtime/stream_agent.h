@@ -74,6 +74,25 @@ class HostPointers {
   std::vector<Range> ranges_;
 };
 
+// A call whose data moves on the device, between the ranks' buffers that this rank can address
+// (peer windows, nccl/peer_windows.h), instead of through the host. On its stream: `ready`, a wait
+// for `go`, the device work, a write that says the work ended, the wait for `done`. The agent,
+// once `ready`: agree(), then `go` (with the work told to skip when they disagreed), then the
+// work's end, then finish(), then `done`. Nothing is staged; the agent still queues no device
+// work (the call's own stream carries it, so one hardware queue cannot deadlock it).
+struct DeviceWork {
+  // At submit: queues the device work on `s`; it must do nothing when the host-mapped word
+  // `skip` holds `skip_value` as it runs.
+  std::function<Status(device::StreamHandle s, const uint32_t* skip, uint32_t skip_value)> queue;
+  // On the agent, once the stream is `ready`: whether every rank runs its device work (a host
+  // exchange among the ranks, the same answer on every one). On an error no rank's work runs
+  // and the call fails with it.
+  std::function<Status()> agree;
+  // On the agent, after this rank's device work ended: waits until every rank's has (each writes
+  // into the others' buffers, so no rank's `done` may come before the last writer's end).
+  std::function<Status()> finish;
+};
+
 struct StreamCall {
   std::string what;                           // "ncclAllReduce", for messages
   std::vector<device::StreamHandle> streams;  // the streams it is ordered on (at least one)
@@ -89,6 +108,8 @@ struct StreamCall {
   size_t pieces = 0;
   size_t piece_bytes = 0;
   std::function<Status(const HostPointers&, size_t piece)> run_piece;
+  // Optional: the call's data moves on the device (DeviceWork; one stream; `run` unused).
+  std::shared_ptr<DeviceWork> device_work;
 };
 
 class StreamAgent {
@@ -189,10 +210,18 @@ class StreamAgent {
     const StreamFlagSlot& pieceSlot(size_t k) const {
       return k == 0 ? slots[0] : piece_slots[k - 1];
     }
+    // A call with device work: `go` (its ready: the agent's go; its done: the work's end, which
+    // the stream writes) and `skip` (its ready: written before `go` when the ranks disagreed).
+    std::vector<StreamFlagSlot> device_slots;
+    bool device_ended = false;  // the agent saw the device work's end
   };
 
   void loop();
   void execute(Pending& p);
+  // execute() of a call with device work (StreamCall::device_work).
+  void executeDeviceWork(Pending& p);
+  // At submit, on streams[0] after `ready`: the wait for `go`, the work, the write of its end.
+  Status queueDeviceWork(Pending& p);
   // Sleeps until `slot`'s `ready`; false after an abort (the error kept, naming the pieces that
   // ran, and `p` released).
   bool waitReady(Pending& p, const StreamFlagSlot& slot, size_t pieces_run = 0);

@@ -1,5 +1,7 @@
 #include "device/cpu/emulated_device.h"
 
+#include "device/cpu/reduce_kernels.h"
+
 #include <fcntl.h>
 #include <linux/futex.h>
 #include <sys/mman.h>
@@ -293,6 +295,38 @@ Result<void*> EmulatedDevice::openPeerAllocation(const IpcHandle& h) {
                        " that the IPC handle names was freed while it was being opened");
   }
   return mapDevice(fd, e.size, e.serial, /*peer=*/true);
+}
+
+Status EmulatedDevice::launchPeerReduce(const PeerReduce& r, StreamHandle s) {
+  if (!IsValidDataType(static_cast<int>(r.type)) || static_cast<int>(r.op) >= kNumReduceOps ||
+      r.src.empty() || r.src.size() != r.dst.size() || !r.skip)
+    return InvalidArgument("emulated device: a peer reduce with a bad type, op or rank count");
+  const size_t bytes = r.count * DataTypeSize(r.type);
+  // The ranges must lie in allocations (or host memory) now, as a GPU would fault on them later.
+  for (size_t k = 0; k < r.src.size(); ++k) {
+    BRAID_RETURN_IF_ERROR(hostView(r.src[k], bytes).status());
+    BRAID_RETURN_IF_ERROR(hostView(r.dst[k], bytes).status());
+  }
+  return enqueue(s,
+                 [this, r, bytes]() -> Status {
+                   if (LoadFlag(r.skip) == r.skip_value || r.count == 0) return Status::Ok();
+                   std::vector<char> acc(bytes);
+                   // Views resolved as the kernel runs: a peer's allocation is mapped here until
+                   // its window goes.
+                   BRAID_ASSIGN_OR_RETURN(void* first, hostView(r.src[0], bytes));
+                   std::memcpy(acc.data(), first, bytes);
+                   for (size_t k = 1; k < r.src.size(); ++k) {
+                     BRAID_ASSIGN_OR_RETURN(void* in, hostView(r.src[k], bytes));
+                     ReduceKernel(r.type, r.op, acc.data(), in, acc.data(), r.count);
+                   }
+                   if (r.divide_by > 1) DivideKernel(r.type, acc.data(), r.count, r.divide_by);
+                   for (void* d : r.dst) {
+                     BRAID_ASSIGN_OR_RETURN(void* out, hostView(d, bytes));
+                     std::memcpy(out, acc.data(), bytes);
+                   }
+                   return Status::Ok();
+                 },
+                 {r.skip});
 }
 
 Status EmulatedDevice::closePeerAllocation(void* base) {

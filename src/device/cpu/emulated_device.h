@@ -75,6 +75,10 @@ class EmulatedDevice final : public DeviceRuntime {
   Result<IpcHandle> exportAllocation(const void* base) override;
   Result<void*> openPeerAllocation(const IpcHandle& h) override;
   Status closePeerAllocation(void* base) override;
+  // A host function on the stream: the CPU kernels (device/cpu/reduce_kernels.h) on the
+  // allocations' bytes, as a GPU kernel would run on its memory.
+  bool peerReduceAvailable() const override { return true; }
+  Status launchPeerReduce(const PeerReduce& r, StreamHandle s) override;
 
   void* currentContext() override { return nullptr; }
   Status useContext(void*) override { return Status::Ok(); }

@@ -225,6 +225,13 @@ class CudaDriverRuntime final : public DeviceRuntime {
     return Check(api_.ipcCloseMemHandle(Dev(base)), "cuIpcCloseMemHandle");
   }
 
+  // Not yet: the peer-reduce kernel is not built into the library (the calls stage through the
+  // host instead, nccl/window_collectives.cc).
+  bool peerReduceAvailable() const override { return false; }
+  Status launchPeerReduce(const PeerReduce&, StreamHandle) override {
+    return SystemError("braid's CUDA runtime has no peer-reduce kernel yet");
+  }
+
   void* currentContext() override {
     CUcontext c = nullptr;
     return api_.ctxGetCurrent(&c) == kSuccess ? c : nullptr;

@@ -1,0 +1,424 @@
+// ncclAllReduce on peer windows (nccl/window_collectives.cc): buffers registered with
+// ncclCommWindowRegister on every rank of a node are reduced on the device, each rank reading its
+// segment of every rank's input and writing it into every rank's output, with no staging through
+// the host. On the emulated device (BRAID_DEVICE=emulated), whose peer reduce is a host function
+// on the stream over memfd-shared device memory.
+//
+// Checked: every type and op, in and out of place, 2 to 4 ranks, bit-exact against the same call
+// on plain device buffers (the staged host path) in the same run, and the window path taken for
+// every window call and no other; the stream-order test on windows (1000 repetitions, the
+// send buffer written late on the stream, the result read on the stream, no host
+// synchronisation), also on one hardware queue; ranks whose buffers sit at different offsets fail
+// every rank with the reason and write nothing; a rank on windows against a rank on plain buffers
+// fails both, nothing hangs.
+//
+// The shim's objects are linked into this binary with the core (braid_nccl_objects), so that the
+// test's emulated device is the one the shim uses.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "device/cpu/emulated_device.h"
+#include "device/cpu/reduce_kernels.h"
+#include "multirank/harness.h"
+#include "nccl.h"
+#include "nccl/peer_windows.h"
+#include "nccl/stream_path.h"
+
+using braid::device::EmulatedDevice;
+using braid_test::AllSucceeded;
+using braid_test::DescribeOutcomes;
+using braid_test::JobOptions;
+using braid_test::RunJob;
+
+#undef CHECK_OR_FAIL
+#define CHECK_OR_FAIL(cond, ...) CHECK_OR_FAIL_WITH(ncclGetLastError(nullptr), cond, __VA_ARGS__)
+
+namespace {
+
+JobOptions Job(int nranks, std::vector<std::pair<std::string, std::string>> env = {}) {
+  JobOptions o;
+  o.nranks = nranks;
+  o.timeout_s = 120;
+  o.init = false;
+  o.env = {{"BRAID_DEVICE", "emulated"}};
+  for (auto& e : env) o.env.push_back(e);
+  return o;
+}
+
+int Init(const braidUniqueId& id, int rank, int nranks, ncclComm_t* comm, EmulatedDevice** dev) {
+  ncclUniqueId nid;
+  static_assert(sizeof(nid) == sizeof(id));
+  std::memcpy(&nid, &id, sizeof(nid));
+  CHECK_OR_FAIL(ncclCommInitRank(comm, nranks, nid, rank) == ncclSuccess, "init");
+  *dev = dynamic_cast<EmulatedDevice*>(braid::device::ActiveDeviceRuntime());
+  CHECK_OR_FAIL(*dev != nullptr, "BRAID_DEVICE=emulated did not select the emulated device");
+  return 0;
+}
+
+size_t Size(ncclDataType_t t) {
+  switch (t) {
+    case ncclInt8:
+    case ncclUint8:
+    case ncclFloat8e4m3:
+    case ncclFloat8e5m2:
+      return 1;
+    case ncclFloat16:
+    case ncclBfloat16:
+      return 2;
+    case ncclInt32:
+    case ncclUint32:
+    case ncclFloat32:
+      return 4;
+    default:
+      return 8;
+  }
+}
+
+// Element i of `rank`'s input, as the value `v` encoded in type `t`. Values are small integers
+// chosen so that every order of reduction gives the same bits (sums and products stay exact in
+// every type, fp8 included), so the staged path's result is the reference.
+void Encode(ncclDataType_t t, double v, void* out) {
+  switch (t) {
+    case ncclInt8:
+      *static_cast<int8_t*>(out) = static_cast<int8_t>(v);
+      break;
+    case ncclUint8:
+      *static_cast<uint8_t*>(out) = static_cast<uint8_t>(v);
+      break;
+    case ncclInt32:
+      *static_cast<int32_t*>(out) = static_cast<int32_t>(v);
+      break;
+    case ncclUint32:
+      *static_cast<uint32_t*>(out) = static_cast<uint32_t>(v);
+      break;
+    case ncclInt64:
+      *static_cast<int64_t*>(out) = static_cast<int64_t>(v);
+      break;
+    case ncclUint64:
+      *static_cast<uint64_t*>(out) = static_cast<uint64_t>(v);
+      break;
+    case ncclFloat16:
+      *static_cast<uint16_t*>(out) = braid::FloatToHalf(static_cast<float>(v));
+      break;
+    case ncclBfloat16:
+      *static_cast<uint16_t*>(out) = braid::FloatToBf16(static_cast<float>(v));
+      break;
+    case ncclFloat32:
+      *static_cast<float*>(out) = static_cast<float>(v);
+      break;
+    case ncclFloat64:
+      *static_cast<double*>(out) = v;
+      break;
+    case ncclFloat8e4m3:
+      *static_cast<uint8_t*>(out) = braid::FloatToFp8E4M3(static_cast<float>(v));
+      break;
+    case ncclFloat8e5m2:
+      *static_cast<uint8_t*>(out) = braid::FloatToFp8E5M2(static_cast<float>(v));
+      break;
+    default:
+      break;
+  }
+}
+
+double Input(ncclDataType_t t, ncclRedOp_t op, int rank, size_t i) {
+  const bool is_unsigned = t == ncclUint8 || t == ncclUint32 || t == ncclUint64;
+  const size_t h = (i * 7 + static_cast<size_t>(rank) * 3) % 8;
+  switch (op) {
+    case ncclProd:
+      return 1.0 + static_cast<double>(h % 2);  // 1 or 2
+    case ncclMax:
+    case ncclMin:
+      return is_unsigned ? static_cast<double>(h) : static_cast<double>(h) - 3;
+    default:
+      return static_cast<double>(h % 2);  // sum and avg: 0 or 1
+  }
+}
+
+constexpr ncclDataType_t kTypes[] = {ncclInt8,    ncclUint8,    ncclInt32,      ncclUint32,
+                                     ncclInt64,   ncclUint64,   ncclFloat16,    ncclFloat32,
+                                     ncclFloat64, ncclBfloat16, ncclFloat8e4m3, ncclFloat8e5m2};
+constexpr ncclRedOp_t kOps[] = {ncclSum, ncclProd, ncclMax, ncclMin, ncclAvg};
+
+int EveryTypeAndOp(const braidUniqueId& id, int rank, int nranks) {
+  ncclComm_t comm = nullptr;
+  EmulatedDevice* dev = nullptr;
+  if (Init(id, rank, nranks, &comm, &dev) != 0) return 1;
+  const size_t counts[] = {1, 37, 4099};
+  const size_t bytes = 4099 * 8;
+  void *wsend = nullptr, *wrecv = nullptr;
+  CHECK_OR_FAIL(
+      ncclMemAlloc(&wsend, bytes) == ncclSuccess && ncclMemAlloc(&wrecv, bytes) == ncclSuccess,
+      "ncclMemAlloc");
+  ncclWindow_t ws = nullptr, wr = nullptr;
+  CHECK_OR_FAIL(
+      ncclCommWindowRegister(comm, wsend, bytes, &ws, NCCL_WIN_COLL_SYMMETRIC) == ncclSuccess &&
+          ncclCommWindowRegister(comm, wrecv, bytes, &wr, NCCL_WIN_COLL_SYMMETRIC) == ncclSuccess,
+      "window register");
+  void* psend = *dev->allocDevice(bytes);
+  void* precv = *dev->allocDevice(bytes);
+  cudaStream_t stream = static_cast<cudaStream_t>(*dev->createStream());
+  const uint64_t window_calls = braid::nccl::WindowAllReduceCalls();
+  int calls = 0;
+  std::vector<unsigned char> in(bytes);
+  for (ncclDataType_t t : kTypes)
+    for (ncclRedOp_t op : kOps)
+      for (size_t n : counts)
+        for (bool in_place : {false, true}) {
+          const size_t e = Size(t);
+          for (size_t i = 0; i < n; ++i) Encode(t, Input(t, op, rank, i), in.data() + i * e);
+          void* wsrc = in_place ? wrecv : wsend;
+          void* psrc = in_place ? precv : psend;
+          // The stream is idle here (synchronised below): the host may fill the buffers.
+          std::memcpy(*dev->hostView(wsrc, n * e), in.data(), n * e);
+          std::memcpy(*dev->hostView(psrc, n * e), in.data(), n * e);
+          CHECK_OR_FAIL(ncclAllReduce(wsrc, wrecv, n, t, op, comm, stream) == ncclSuccess,
+                        "window all-reduce type %d op %d n %zu", static_cast<int>(t),
+                        static_cast<int>(op), n);
+          CHECK_OR_FAIL(ncclAllReduce(psrc, precv, n, t, op, comm, stream) == ncclSuccess,
+                        "staged all-reduce");
+          CHECK_OR_FAIL(dev->synchronize(stream).ok(), "synchronize");
+          ++calls;
+          const auto* got = static_cast<const unsigned char*>(*dev->hostView(wrecv, n * e));
+          const auto* want = static_cast<const unsigned char*>(*dev->hostView(precv, n * e));
+          for (size_t i = 0; i < n * e; ++i)
+            CHECK_OR_FAIL(got[i] == want[i],
+                          "type %d op %d n %zu %s: byte %zu is %02x, the staged path's %02x",
+                          static_cast<int>(t), static_cast<int>(op), n,
+                          in_place ? "in place" : "out of place", i, got[i], want[i]);
+        }
+  CHECK_OR_FAIL(braid::nccl::WindowAllReduceCalls() - window_calls == static_cast<uint64_t>(calls),
+                "%llu calls took the window path, want %d",
+                static_cast<unsigned long long>(braid::nccl::WindowAllReduceCalls() - window_calls),
+                calls);
+  ncclResult_t async = ncclSuccess;
+  CHECK_OR_FAIL(ncclCommGetAsyncError(comm, &async) == ncclSuccess && async == ncclSuccess,
+                "async error %d", static_cast<int>(async));
+  CHECK_OR_FAIL(ncclCommWindowDeregister(comm, ws) == ncclSuccess &&
+                    ncclCommWindowDeregister(comm, wr) == ncclSuccess,
+                "deregister");
+  CHECK_OR_FAIL(ncclCommDestroy(comm) == ncclSuccess, "destroy");
+  CHECK_OR_FAIL(dev->destroyStream(stream).ok(), "destroy stream");
+  CHECK_OR_FAIL(ncclMemFree(wsend) == ncclSuccess && ncclMemFree(wrecv) == ncclSuccess &&
+                    dev->freeDevice(psend).ok() && dev->freeDevice(precv).ok(),
+                "free");
+  return 0;
+}
+
+TEST(WindowAllReduce, EveryTypeAndOpBitExactTwoRanks) {
+  auto out = RunJob(Job(2), [](braidComm_t, int rank, int nranks, const braidUniqueId& id) {
+    return EveryTypeAndOp(id, rank, nranks);
+  });
+  EXPECT_TRUE(AllSucceeded(out)) << DescribeOutcomes(out);
+}
+
+TEST(WindowAllReduce, EveryTypeAndOpBitExactThreeRanks) {
+  auto out = RunJob(Job(3), [](braidComm_t, int rank, int nranks, const braidUniqueId& id) {
+    return EveryTypeAndOp(id, rank, nranks);
+  });
+  EXPECT_TRUE(AllSucceeded(out)) << DescribeOutcomes(out);
+}
+
+TEST(WindowAllReduce, EveryTypeAndOpBitExactFourRanks) {
+  auto out = RunJob(Job(4), [](braidComm_t, int rank, int nranks, const braidUniqueId& id) {
+    return EveryTypeAndOp(id, rank, nranks);
+  });
+  EXPECT_TRUE(AllSucceeded(out)) << DescribeOutcomes(out);
+}
+
+// The stream-order test on windows: a host function on the stream writes the send buffer
+// (late by a random 0-40 us), the all-reduce follows on the same stream, a host function reads the
+// result: `reps` times with no host synchronisation. fp32 sums of small integers (exact in any
+// order); every fifth in place.
+int StreamOrderOnWindows(const braidUniqueId& id, int rank, int nranks, int reps) {
+  ncclComm_t comm = nullptr;
+  EmulatedDevice* dev = nullptr;
+  if (Init(id, rank, nranks, &comm, &dev) != 0) return 1;
+  const size_t counts[] = {1, 7, 1000, 4099};
+  const size_t bytes = 4099 * 4;
+  void *send = nullptr, *recv = nullptr;
+  CHECK_OR_FAIL(
+      ncclMemAlloc(&send, bytes) == ncclSuccess && ncclMemAlloc(&recv, bytes) == ncclSuccess,
+      "ncclMemAlloc");
+  ncclWindow_t ws = nullptr, wr = nullptr;
+  CHECK_OR_FAIL(
+      ncclCommWindowRegister(comm, send, bytes, &ws, NCCL_WIN_COLL_SYMMETRIC) == ncclSuccess &&
+          ncclCommWindowRegister(comm, recv, bytes, &wr, NCCL_WIN_COLL_SYMMETRIC) == ncclSuccess,
+      "window register");
+  cudaStream_t stream = static_cast<cudaStream_t>(*dev->createStream());
+  std::mt19937 rng(99 + rank);
+  auto bad = std::make_shared<std::atomic<int>>(0);
+  auto checked = std::make_shared<std::atomic<int>>(0);
+  const uint64_t window_calls = braid::nccl::WindowAllReduceCalls();
+  for (int rep = 0; rep < reps; ++rep) {
+    const size_t n = counts[rep % 4];
+    void* src = rep % 5 == 4 ? recv : send;
+    const int delay_us = static_cast<int>(rng() % 40);
+    auto value = [](int r, int rep, size_t i) {
+      return static_cast<float>((static_cast<uint32_t>(r + 1) * 7919u +
+                                 static_cast<uint32_t>(rep) * 31u + static_cast<uint32_t>(i)) %
+                                65536u);
+    };
+    CHECK_OR_FAIL(
+        dev->launchHostFunction(stream,
+                                [=] {
+                                  std::this_thread::sleep_for(std::chrono::microseconds(delay_us));
+                                  auto* f = static_cast<float*>(*dev->hostView(src, n * 4));
+                                  for (size_t i = 0; i < n; ++i) f[i] = value(rank, rep, i);
+                                })
+            .ok(),
+        "launch");
+    CHECK_OR_FAIL(ncclAllReduce(src, recv, n, ncclFloat32, ncclSum, comm, stream) == ncclSuccess,
+                  "ncclAllReduce rep %d", rep);
+    CHECK_OR_FAIL(dev->launchHostFunction(stream,
+                                          [=] {
+                                            const auto* f = static_cast<const float*>(
+                                                *dev->hostView(recv, n * 4));
+                                            for (size_t i = 0; i < n; ++i) {
+                                              float want = 0;
+                                              for (int r = 0; r < nranks; ++r)
+                                                want += value(r, rep, i);
+                                              if (std::memcmp(&f[i], &want, 4) != 0) {
+                                                if (bad->fetch_add(1) == 0)
+                                                  std::fprintf(stderr,
+                                                               "[rank %d] rep %d element %zu: "
+                                                               "%g, want %g\n",
+                                                               rank, rep, i, f[i], want);
+                                                return;
+                                              }
+                                            }
+                                            checked->fetch_add(1);
+                                          })
+                      .ok(),
+                  "launch");
+  }
+  CHECK_OR_FAIL(dev->synchronize(stream).ok(), "synchronize");
+  CHECK_OR_FAIL(bad->load() == 0, "%d of %d repetitions wrong", bad->load(), reps);
+  CHECK_OR_FAIL(checked->load() == reps, "%d of %d repetitions checked", checked->load(), reps);
+  CHECK_OR_FAIL(braid::nccl::WindowAllReduceCalls() - window_calls == static_cast<uint64_t>(reps),
+                "not every call took the window path");
+  ncclResult_t async = ncclSuccess;
+  CHECK_OR_FAIL(ncclCommGetAsyncError(comm, &async) == ncclSuccess && async == ncclSuccess,
+                "async error %d", static_cast<int>(async));
+  CHECK_OR_FAIL(ncclCommDestroy(comm) == ncclSuccess, "destroy");
+  CHECK_OR_FAIL(dev->destroyStream(stream).ok(), "destroy stream");
+  CHECK_OR_FAIL(ncclMemFree(send) == ncclSuccess && ncclMemFree(recv) == ncclSuccess, "free");
+  return 0;
+}
+
+TEST(WindowAllReduce, OrderedOnTheStream1000TimesTwoRanks) {
+  auto out = RunJob(Job(2), [](braidComm_t, int rank, int nranks, const braidUniqueId& id) {
+    return StreamOrderOnWindows(id, rank, nranks, 1000);
+  });
+  EXPECT_TRUE(AllSucceeded(out)) << DescribeOutcomes(out);
+}
+
+TEST(WindowAllReduce, OrderedOnTheStreamFourRanks) {
+  auto out = RunJob(Job(4), [](braidComm_t, int rank, int nranks, const braidUniqueId& id) {
+    return StreamOrderOnWindows(id, rank, nranks, 300);
+  });
+  EXPECT_TRUE(AllSucceeded(out)) << DescribeOutcomes(out);
+}
+
+// One hardware queue (CUDA_DEVICE_MAX_CONNECTIONS=1, as Megatron-LM sets it): the device work is
+// on the call's own stream, so nothing waits behind a wait for the agent.
+TEST(WindowAllReduce, OrderedOnOneHardwareQueue) {
+  auto out = RunJob(Job(2, {{"CUDA_DEVICE_MAX_CONNECTIONS", "1"}}),
+                    [](braidComm_t, int rank, int nranks, const braidUniqueId& id) {
+                      return StreamOrderOnWindows(id, rank, nranks, 300);
+                    });
+  EXPECT_TRUE(AllSucceeded(out)) << DescribeOutcomes(out);
+}
+
+// Rank 2's buffers sit 64 bytes further into the windows than the others': every rank's call
+// fails with the reason (an asynchronous error, as NCCL reports a failed stream-ordered call), and
+// no rank's output is touched.
+TEST(WindowAllReduce, DifferentOffsetsFailEveryRankAndWriteNothing) {
+  auto out = RunJob(Job(3), [](braidComm_t, int rank, int nranks, const braidUniqueId& id) {
+    ncclComm_t comm = nullptr;
+    EmulatedDevice* dev = nullptr;
+    if (Init(id, rank, nranks, &comm, &dev) != 0) return 1;
+    const size_t bytes = 8192, n = 1000;
+    void *send = nullptr, *recv = nullptr;
+    CHECK_OR_FAIL(
+        ncclMemAlloc(&send, bytes) == ncclSuccess && ncclMemAlloc(&recv, bytes) == ncclSuccess,
+        "ncclMemAlloc");
+    ncclWindow_t ws = nullptr, wr = nullptr;
+    CHECK_OR_FAIL(ncclCommWindowRegister(comm, send, bytes, &ws, 0) == ncclSuccess &&
+                      ncclCommWindowRegister(comm, recv, bytes, &wr, 0) == ncclSuccess,
+                  "window register");
+    std::memset(*dev->hostView(send, bytes), 1, bytes);
+    std::memset(*dev->hostView(recv, bytes), 0x5a, bytes);
+    const size_t shift = rank == 2 ? 64 : 0;
+    cudaStream_t stream = static_cast<cudaStream_t>(*dev->createStream());
+    CHECK_OR_FAIL(ncclAllReduce(static_cast<char*>(send) + shift, static_cast<char*>(recv) + shift,
+                                n, ncclInt32, ncclSum, comm, stream) == ncclSuccess,
+                  "the call is refused only once it runs");
+    CHECK_OR_FAIL(dev->synchronize(stream).ok(), "the stream is released");
+    ncclResult_t async = ncclSuccess;
+    CHECK_OR_FAIL(ncclCommGetAsyncError(comm, &async) == ncclSuccess && async == ncclInvalidUsage,
+                  "async error %d", static_cast<int>(async));
+    const std::string why = ncclGetLastError(comm);
+    CHECK_OR_FAIL(why.find("same offsets") != std::string::npos &&
+                      why.find("rank 2 has send at offset 64") != std::string::npos,
+                  "message: %s", why.c_str());
+    const auto* r = static_cast<const unsigned char*>(*dev->hostView(recv, bytes));
+    for (size_t i = 0; i < bytes; ++i)
+      CHECK_OR_FAIL(r[i] == 0x5a, "output byte %zu written (%02x)", i, r[i]);
+    // A later call fails at once with the kept error.
+    CHECK_OR_FAIL(ncclAllReduce(send, recv, n, ncclInt32, ncclSum, comm, stream) != ncclSuccess,
+                  "a call after the failure ran");
+    CHECK_OR_FAIL(ncclCommAbort(comm) == ncclSuccess, "abort");
+    CHECK_OR_FAIL(dev->destroyStream(stream).ok(), "destroy stream");
+    CHECK_OR_FAIL(ncclMemFree(send) == ncclSuccess && ncclMemFree(recv) == ncclSuccess, "free");
+    return 0;
+  });
+  EXPECT_TRUE(AllSucceeded(out)) << DescribeOutcomes(out);
+}
+
+// Rank 0's buffers are in windows, rank 1's are not: rank 0 takes the window path, rank 1 the
+// staged one. The two calls do not match, and both ranks fail instead of hanging.
+TEST(WindowAllReduce, ARankOffTheWindowsFailsBothRanks) {
+  auto out = RunJob(Job(2), [](braidComm_t, int rank, int nranks, const braidUniqueId& id) {
+    ncclComm_t comm = nullptr;
+    EmulatedDevice* dev = nullptr;
+    if (Init(id, rank, nranks, &comm, &dev) != 0) return 1;
+    const size_t bytes = 8192, n = 1000;
+    void *send = nullptr, *recv = nullptr;
+    CHECK_OR_FAIL(
+        ncclMemAlloc(&send, bytes) == ncclSuccess && ncclMemAlloc(&recv, bytes) == ncclSuccess,
+        "ncclMemAlloc");
+    ncclWindow_t ws = nullptr, wr = nullptr;
+    CHECK_OR_FAIL(ncclCommWindowRegister(comm, send, bytes, &ws, 0) == ncclSuccess &&
+                      ncclCommWindowRegister(comm, recv, bytes, &wr, 0) == ncclSuccess,
+                  "window register");
+    void* plain = *dev->allocDevice(bytes);
+    cudaStream_t stream = static_cast<cudaStream_t>(*dev->createStream());
+    void* buf = rank == 0 ? send : plain;
+    void* out_buf = rank == 0 ? recv : plain;
+    CHECK_OR_FAIL(ncclAllReduce(buf, out_buf, n, ncclInt32, ncclSum, comm, stream) == ncclSuccess,
+                  "submit");
+    CHECK_OR_FAIL(dev->synchronize(stream).ok(), "the stream is released");
+    ncclResult_t async = ncclSuccess;
+    CHECK_OR_FAIL(ncclCommGetAsyncError(comm, &async) == ncclSuccess && async != ncclSuccess,
+                  "mismatched paths ran as one call");
+    const std::string why = ncclGetLastError(comm);
+    CHECK_OR_FAIL(why.find("call mismatch") != std::string::npos, "message: %s", why.c_str());
+    CHECK_OR_FAIL(ncclCommAbort(comm) == ncclSuccess, "abort");
+    CHECK_OR_FAIL(dev->destroyStream(stream).ok(), "destroy stream");
+    CHECK_OR_FAIL(dev->freeDevice(plain).ok() && ncclMemFree(send) == ncclSuccess &&
+                      ncclMemFree(recv) == ncclSuccess,
+                  "free");
+    return 0;
+  });
+  EXPECT_TRUE(AllSucceeded(out)) << DescribeOutcomes(out);
+}
+
+}  // namespace
