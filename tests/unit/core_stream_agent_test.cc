@@ -17,6 +17,7 @@
 #include <random>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "device/cpu/emulated_device.h"
@@ -622,6 +623,185 @@ TEST_P(StreamAgentTest, AbortReleasesAStreamWhoseCallWaitsForReady) {
   EXPECT_TRUE(dev_.destroyStream(s).ok());
   EXPECT_TRUE(dev_.freeDevice(in).ok());
   EXPECT_TRUE(dev_.freeDevice(out).ok());
+}
+
+// A call with device work (StreamCall::device_work, the peer-window path): out[i] = in[i] * 3 +
+// salt as a "kernel" on the call's stream, between the agent's `go` and `done`. `log` records the
+// order of agree, the work and finish; the work reads `skip` as a GPU kernel would.
+struct DeviceWorkLog {
+  std::mutex mu;
+  std::vector<std::string> events;
+  std::atomic<int> skipped{0};
+  void Add(std::string e) {
+    std::lock_guard<std::mutex> lock(mu);
+    events.push_back(std::move(e));
+  }
+};
+
+StreamCall DeviceWorkCall(EmulatedDevice& dev, StreamHandle s, void* in, void* out, size_t n,
+                          uint32_t salt, DeviceWorkLog* log, Status agreement = Status::Ok(),
+                          std::function<void()> in_work = nullptr) {
+  StreamCall c;
+  c.what = "ncclAllReduce";
+  c.streams = {s};
+  c.buffers = {};
+  for (auto [p, rd, wr] : {std::tuple<void*, bool, bool>{in, true, false},
+                           std::tuple<void*, bool, bool>{out, false, true}}) {
+    StreamBuffer b;
+    b.ptr = p;
+    b.bytes = n * 4;
+    b.read = rd;
+    b.written = wr;
+    b.info = *dev.classify(p);
+    c.buffers.push_back(b);
+  }
+  c.run = [](const HostPointers&) {
+    return braid::InternalError("device work ran as a host call");
+  };
+  c.device_work = std::make_shared<braid::DeviceWork>();
+  c.device_work->queue = [&dev, in, out, n, salt, log, in_work](
+                             StreamHandle st, const uint32_t* skip, uint32_t value) {
+    return dev.launchHostFunction(st, [&dev, in, out, n, salt, log, in_work, skip, value] {
+      if (std::atomic_ref<uint32_t>(*const_cast<uint32_t*>(skip)).load() == value) {
+        ++log->skipped;
+        return;
+      }
+      if (in_work) in_work();
+      const auto* src = static_cast<const uint32_t*>(*dev.hostView(in, n * 4));
+      auto* dst = static_cast<uint32_t*>(*dev.hostView(out, n * 4));
+      for (size_t i = 0; i < n; ++i) dst[i] = src[i] * 3 + salt;
+      log->Add("work " + std::to_string(salt));
+    });
+  };
+  c.device_work->agree = [log, salt, agreement] {
+    log->Add("agree " + std::to_string(salt));
+    return agreement;
+  };
+  c.device_work->finish = [log, salt] {
+    log->Add("finish " + std::to_string(salt));
+    return Status::Ok();
+  };
+  return c;
+}
+
+TEST_P(StreamAgentTest, DeviceWorkRunsBetweenGoAndDoneInOrder) {
+  const size_t n = 64;
+  void* a = *dev_.allocDevice(n * 4);
+  void* b = *dev_.allocDevice(n * 4);
+  StreamHandle s = *dev_.createStream();
+  StreamAgent agent(&dev_, "rank 0/2", &pool_);
+  DeviceWorkLog log;
+  std::atomic<int> bad{0};
+  const int calls = 200;
+  for (int k = 0; k < calls; ++k) {
+    const uint32_t v = static_cast<uint32_t>(k * 7);
+    FillOnStream(s, a, n, v);  // the stream's earlier work: the call must see it
+    ASSERT_TRUE(
+        agent.submit(DeviceWorkCall(dev_, s, a, b, n, static_cast<uint32_t>(k), &log)).ok());
+    ASSERT_TRUE(dev_.launchHostFunction(s,
+                                        [&, v, k] {  // the stream's later work sees the result
+                                          const uint32_t* p = At(b, n * 4);
+                                          for (size_t i = 0; i < n; ++i)
+                                            if (p[i] != v * 3 + static_cast<uint32_t>(k)) ++bad;
+                                        })
+                    .ok());
+  }
+  ASSERT_TRUE(dev_.synchronize(s).ok());
+  EXPECT_TRUE(agent.drain().ok());
+  EXPECT_EQ(bad.load(), 0);
+  EXPECT_EQ(log.skipped.load(), 0);
+  // Each call: agree, its work, finish; calls in submission order.
+  ASSERT_EQ(log.events.size(), 3u * calls);
+  for (int k = 0; k < calls; ++k) {
+    EXPECT_EQ(log.events[3 * k], "agree " + std::to_string(k));
+    EXPECT_EQ(log.events[3 * k + 1], "work " + std::to_string(k));
+    EXPECT_EQ(log.events[3 * k + 2], "finish " + std::to_string(k));
+  }
+  // Every slot came back (three per call: ready/done, go/end, skip), none lost.
+  EXPECT_EQ(pool_.available(), pool_.allocated());
+  EXPECT_TRUE(dev_.destroyStream(s).ok());
+  EXPECT_TRUE(dev_.freeDevice(a).ok());
+  EXPECT_TRUE(dev_.freeDevice(b).ok());
+}
+
+TEST_P(StreamAgentTest, DeviceWorkSkipsWhenTheRanksDisagree) {
+  const size_t n = 16;
+  void* a = *dev_.allocDevice(n * 4);
+  void* b = *dev_.allocDevice(n * 4);
+  std::memset(At(b, n * 4), 0x5a, n * 4);
+  StreamHandle s = *dev_.createStream();
+  StreamAgent agent(&dev_, "rank 1/3", &pool_);
+  DeviceWorkLog log;
+  ASSERT_TRUE(agent
+                  .submit(DeviceWorkCall(dev_, s, a, b, n, 1, &log,
+                                         braid::InvalidUsage("rank 2 has other offsets")))
+                  .ok());
+  ASSERT_TRUE(dev_.synchronize(s).ok());  // released
+  Status e = agent.drain();
+  EXPECT_EQ(e.cls(), braid::ErrorClass::kInvalidUsage);
+  EXPECT_EQ(e.message(),
+            "[rank 1/3] ncclAllReduce (stream-ordered, on the device): rank 2 has other offsets");
+  EXPECT_EQ(log.skipped.load(), 1);
+  EXPECT_EQ(log.events, std::vector<std::string>{"agree 1"});  // no work, no finish
+  const auto* p = static_cast<const unsigned char*>(*dev_.hostView(b, n * 4));
+  for (size_t i = 0; i < n * 4; ++i) EXPECT_EQ(p[i], 0x5a) << i;
+  EXPECT_TRUE(dev_.destroyStream(s).ok());
+  EXPECT_TRUE(dev_.freeDevice(a).ok());
+  EXPECT_TRUE(dev_.freeDevice(b).ok());
+}
+
+TEST_P(StreamAgentTest, AbortWhileTheDeviceWorkRunsReleasesTheStream) {
+  const size_t n = 16;
+  void* a = *dev_.allocDevice(n * 4);
+  void* b = *dev_.allocDevice(n * 4);
+  StreamHandle s = *dev_.createStream();
+  StreamGate gate;
+  std::atomic<bool> in_work{false};
+  auto agent = std::make_unique<StreamAgent>(&dev_, "test", &pool_);
+  DeviceWorkLog log;
+  ASSERT_TRUE(agent
+                  ->submit(DeviceWorkCall(dev_, s, a, b, n, 1, &log, Status::Ok(),
+                                          [&] {
+                                            in_work = true;
+                                            std::unique_lock<std::mutex> lock(gate.mu);
+                                            gate.cv.wait(lock, [&] { return gate.open; });
+                                          }))
+                  .ok());
+  // A second call queued behind it: it must not run after the abort.
+  ASSERT_TRUE(agent->submit(DeviceWorkCall(dev_, s, a, b, n, 2, &log)).ok());
+  while (!in_work.load()) std::this_thread::yield();
+  agent->abort("test abort");
+  Status e = agent->drain();
+  EXPECT_EQ(e.cls(), braid::ErrorClass::kAborted);
+  EXPECT_NE(e.message().find("while the call's device work ran"), std::string::npos) << e.message();
+  agent.reset();
+  gate.Open();
+  ASSERT_TRUE(dev_.synchronize(s).ok());  // the first ends, the second is told to skip
+  EXPECT_EQ(log.skipped.load(), 1);
+  EXPECT_TRUE(dev_.destroyStream(s).ok());
+  EXPECT_TRUE(dev_.freeDevice(a).ok());
+  EXPECT_TRUE(dev_.freeDevice(b).ok());
+}
+
+TEST_P(StreamAgentTest, AbortBeforeReadySkipsTheDeviceWork) {
+  const size_t n = 16;
+  void* a = *dev_.allocDevice(n * 4);
+  void* b = *dev_.allocDevice(n * 4);
+  StreamHandle s = *dev_.createStream();
+  StreamGate gate;
+  gate.Hold(dev_, s);
+  auto agent = std::make_unique<StreamAgent>(&dev_, "test", &pool_);
+  DeviceWorkLog log;
+  ASSERT_TRUE(agent->submit(DeviceWorkCall(dev_, s, a, b, n, 1, &log)).ok());
+  agent->abort("test abort");
+  agent.reset();
+  gate.Open();
+  ASSERT_TRUE(dev_.synchronize(s).ok());
+  EXPECT_EQ(log.skipped.load(), 1);
+  EXPECT_TRUE(log.events.empty());
+  EXPECT_TRUE(dev_.destroyStream(s).ok());
+  EXPECT_TRUE(dev_.freeDevice(a).ok());
+  EXPECT_TRUE(dev_.freeDevice(b).ok());
 }
 
 TEST_P(StreamAgentTest, BadStreamOrBufferIsRefusedAtOnce) {
