@@ -281,6 +281,51 @@ TEST(PeerWindows, OverTheCudaRuntimeOfAFakeDriver) {
       for (size_t i = 0; i < kWindow; ++i)
         CHECK_OR_FAIL(peer[i] == Byte(r, i), "rank %d's byte %zu", r, i);
     }
+    // An all-reduce on windows runs the peer-reduce kernel: loaded from the library's fatbin
+    // (cuModuleLoadData), looked up (cuModuleGetFunction) and launched (cuLaunchKernel) on the
+    // stream, which the fake driver runs as the emulated device's peer reduce. A build without
+    // the kernels (no nvcc) stages instead.
+    {
+      auto stream_create = Sym<int (*)(void**, unsigned)>(lib, "cuStreamCreate");
+      auto stream_sync = Sym<int (*)(void*)>(lib, "cuStreamSynchronize");
+      auto stream_destroy = Sym<int (*)(void*)>(lib, "cuStreamDestroy_v2");
+      auto launches = Sym<int (*)()>(lib, "braidFakeCudaKernelLaunches");
+      Ptr out = 0;
+      CHECK_OR_FAIL(mem_alloc(&out, kWindow) == 0, "cuMemAlloc");
+      ncclWindow_t wout = nullptr;
+      CHECK_OR_FAIL(ncclCommWindowRegister(comm, reinterpret_cast<void*>(out), kWindow, &wout,
+                                           NCCL_WIN_COLL_SYMMETRIC) == ncclSuccess,
+                    "register the output window");
+      void* stream = nullptr;
+      CHECK_OR_FAIL(stream_create(&stream, 1) == 0, "cuStreamCreate");
+      const int launched = launches();
+      const uint64_t window_calls = braid::nccl::WindowAllReduceCalls();
+      // Bytes as uint8 sums: element i is the sum of every rank's Byte(r, i), mod 256.
+      CHECK_OR_FAIL(ncclAllReduce(window, reinterpret_cast<void*>(out), kWindow, ncclUint8, ncclSum,
+                                  comm, static_cast<cudaStream_t>(stream)) == ncclSuccess,
+                    "ncclAllReduce on windows");
+      CHECK_OR_FAIL(stream_sync(stream) == 0, "cuStreamSynchronize");
+      const auto* got =
+          static_cast<const unsigned char*>(host_view(reinterpret_cast<void*>(out), kWindow));
+      for (size_t i = 0; i < kWindow; ++i) {
+        unsigned sum = 0;
+        for (int r = 0; r < nranks; ++r) sum += Byte(r, i);
+        CHECK_OR_FAIL(got[i] == static_cast<unsigned char>(sum), "byte %zu: %u, want %u", i, got[i],
+                      sum & 0xff);
+      }
+      if (rt->peerReduceAvailable()) {
+        CHECK_OR_FAIL(launches() == launched + 1, "%d kernel launches, want 1",
+                      launches() - launched);
+        CHECK_OR_FAIL(braid::nccl::WindowAllReduceCalls() == window_calls + 1,
+                      "the call did not take the window path");
+      }
+      ncclResult_t async = ncclSuccess;
+      CHECK_OR_FAIL(ncclCommGetAsyncError(comm, &async) == ncclSuccess && async == ncclSuccess,
+                    "async error %d", static_cast<int>(async));
+      CHECK_OR_FAIL(stream_destroy(stream) == 0, "cuStreamDestroy");
+      CHECK_OR_FAIL(ncclCommWindowDeregister(comm, wout) == ncclSuccess, "deregister output");
+      CHECK_OR_FAIL(mem_free(out) == 0, "cuMemFree");
+    }
     CHECK_OR_FAIL(ncclCommWindowDeregister(comm, win) == ncclSuccess, "deregister");
     CHECK_OR_FAIL(ProcessPeerMemory()->mapped() == 0, "mapped after deregistration");
     // Rank 2's driver cannot map its first peer: every rank fails, naming it.

@@ -7,8 +7,17 @@
 #include <atomic>
 #include <cstdio>
 #include <cstring>
+#include <map>
+#include <mutex>
 #include <string>
 #include <thread>
+
+#include "device/cuda/peer_reduce_args.h"
+
+#ifdef BRAID_PEER_REDUCE_FATBIN
+// The peer-reduce kernels' fatbin (src/CMakeLists.txt embeds device/cuda/peer_reduce.cu's).
+extern "C" const unsigned char braid_peer_reduce_fatbin[];
+#endif
 
 namespace braid::device {
 
@@ -19,6 +28,8 @@ using CUresult = int;
 using CUdeviceptr = unsigned long long;
 using CUstream = void*;
 using CUcontext = void*;
+using CUmodule = void*;
+using CUfunction = void*;
 constexpr CUresult kSuccess = 0;
 constexpr CUresult kNotReady = 600;  // CUDA_ERROR_NOT_READY
 
@@ -68,6 +79,11 @@ struct Api {
   CUresult (*ipcGetMemHandle)(CUipcMemHandle*, CUdeviceptr) = nullptr;
   CUresult (*ipcOpenMemHandle)(CUdeviceptr*, CUipcMemHandle, unsigned) = nullptr;
   CUresult (*ipcCloseMemHandle)(CUdeviceptr) = nullptr;
+  // Optional (the peer-reduce kernels, loaded from the embedded fatbin).
+  CUresult (*moduleLoadData)(CUmodule*, const void*) = nullptr;
+  CUresult (*moduleGetFunction)(CUfunction*, CUmodule, const char*) = nullptr;
+  CUresult (*launchKernel)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
+                           unsigned, CUstream, void**, void**) = nullptr;
 };
 
 // dlsym of the first of `names` that exists (the _v2 names are the current ABI of several calls).
@@ -225,11 +241,52 @@ class CudaDriverRuntime final : public DeviceRuntime {
     return Check(api_.ipcCloseMemHandle(Dev(base)), "cuIpcCloseMemHandle");
   }
 
-  // Not yet: the peer-reduce kernel is not built into the library (the calls stage through the
-  // host instead, nccl/window_collectives.cc).
-  bool peerReduceAvailable() const override { return false; }
-  Status launchPeerReduce(const PeerReduce&, StreamHandle) override {
-    return SystemError("braid's CUDA runtime has no peer-reduce kernel yet");
+  // The kernels come from the fatbin built into the library (a build without nvcc has none:
+  // window calls then stage), loaded per context on first use.
+  bool peerReduceAvailable() const override {
+#ifdef BRAID_PEER_REDUCE_FATBIN
+    return api_.moduleLoadData && api_.moduleGetFunction && api_.launchKernel;
+#else
+    return false;
+#endif
+  }
+  Status launchPeerReduce(const PeerReduce& r, StreamHandle s) override {
+    if (!peerReduceAvailable())
+      return SystemError(
+          "braid was built without the peer-reduce kernels, or the driver cannot "
+          "load them");
+    if (!IsValidDataType(static_cast<int>(r.type)) || static_cast<int>(r.op) >= kNumReduceOps ||
+        r.src.empty() || r.src.size() != r.dst.size() ||
+        r.src.size() > static_cast<size_t>(cuda::kMaxPeerRanks) || !r.skip)
+      return InvalidArgument("peer reduce: a bad type, op or rank count (at most " +
+                             std::to_string(cuda::kMaxPeerRanks) + " ranks)");
+    BRAID_ASSIGN_OR_RETURN(CUfunction f,
+                           peerReduceFunction(static_cast<int>(r.type), static_cast<int>(r.op)));
+    cuda::PeerReduceArgs a{};
+    const size_t elt = DataTypeSize(r.type);
+    bool vector = true;
+    for (size_t k = 0; k < r.src.size(); ++k) {
+      a.src[k] = r.src[k];
+      a.dst[k] = r.dst[k];
+      vector = vector && reinterpret_cast<uintptr_t>(r.src[k]) % 16 == 0 &&
+               reinterpret_cast<uintptr_t>(r.dst[k]) % 16 == 0;
+    }
+    a.nranks = static_cast<int32_t>(r.src.size());
+    a.count = r.count;
+    a.divide_by = r.divide_by;
+    a.divide_wide = static_cast<double>(r.divide_by);
+    a.divide_narrow = static_cast<float>(r.divide_by);
+    a.skip = r.skip;
+    a.skip_value = r.skip_value;
+    a.vector = vector ? 1 : 0;
+    // One thread per 16-byte pack (or element), 256 a block, grid-stride beyond 4096 blocks.
+    const size_t per_pack = 16 / elt;
+    const uint64_t units = vector ? r.count / per_pack + r.count % per_pack : r.count;
+    const unsigned blocks =
+        static_cast<unsigned>(std::clamp<uint64_t>((units + 255) / 256, 1, 4096));
+    void* params[] = {&a};
+    return Check(api_.launchKernel(f, blocks, 1, 1, 256, 1, 1, 0, s, params, nullptr),
+                 "cuLaunchKernel (peer reduce)");
   }
 
   void* currentContext() override {
@@ -251,11 +308,43 @@ class CudaDriverRuntime final : public DeviceRuntime {
                                                   (what ? what : "unknown") + ")");
   }
 
+  // The kernel for (type, op) in the current context: the module loaded on first use per
+  // context, functions looked up once.
+  Result<CUfunction> peerReduceFunction(int type, int op) {
+#ifdef BRAID_PEER_REDUCE_FATBIN
+    CUcontext ctx = nullptr;
+    BRAID_RETURN_IF_ERROR(Check(api_.ctxGetCurrent(&ctx), "cuCtxGetCurrent"));
+    std::lock_guard<std::mutex> lock(modules_mu_);
+    PeerModule& m = modules_[ctx];
+    if (!m.module)
+      BRAID_RETURN_IF_ERROR(Check(api_.moduleLoadData(&m.module, braid_peer_reduce_fatbin),
+                                  "cuModuleLoadData (the peer-reduce kernels)"));
+    CUfunction& f = m.functions[type * kNumReduceOps + op];
+    if (!f) {
+      char name[48];
+      cuda::PeerReduceKernelName(type, op, name);
+      BRAID_RETURN_IF_ERROR(
+          Check(api_.moduleGetFunction(&f, m.module, name), "cuModuleGetFunction"));
+    }
+    return f;
+#else
+    (void)type;
+    (void)op;
+    return SystemError("no peer-reduce kernels in this build");
+#endif
+  }
+
   static Status Unsupported(const char* call) {
     return SystemError(std::string("the CUDA driver has no ") + call + ": no peer memory");
   }
 
   Api api_;
+  struct PeerModule {
+    CUmodule module = nullptr;
+    CUfunction functions[kNumDataTypes * kNumReduceOps] = {};
+  };
+  std::mutex modules_mu_;
+  std::map<CUcontext, PeerModule> modules_;  // never unloaded: kernels may still be queued
 };
 
 }  // namespace
@@ -284,6 +373,9 @@ std::unique_ptr<DeviceRuntime> LoadCudaDriverRuntime() {
   Bind(lib, &a.ipcGetMemHandle, {"cuIpcGetMemHandle"});
   Bind(lib, &a.ipcOpenMemHandle, {"cuIpcOpenMemHandle_v2", "cuIpcOpenMemHandle"});
   Bind(lib, &a.ipcCloseMemHandle, {"cuIpcCloseMemHandle"});
+  Bind(lib, &a.moduleLoadData, {"cuModuleLoadData"});
+  Bind(lib, &a.moduleGetFunction, {"cuModuleGetFunction"});
+  Bind(lib, &a.launchKernel, {"cuLaunchKernel"});
   // The handle stays open: the application owns libcuda's lifetime, ours only adds a reference.
   if (!ok) return nullptr;
   return std::make_unique<CudaDriverRuntime>(a);

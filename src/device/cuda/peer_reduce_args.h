@@ -1,0 +1,34 @@
+// The one parameter of the peer-reduce kernels (device/cuda/peer_reduce.cu), shared by the kernel,
+// braid's CUDA runtime that launches it through the driver API (cuLaunchKernel copies it as raw
+// bytes) and the fake driver of the tests. Plain data, the same layout in nvcc's and the host
+// compiler's view; kernels are looked up by name: PeerReduceKernelName(type, op).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+
+namespace braid::cuda {
+
+// Ranks whose buffers one kernel reads: one node's ranks (8 GPUs, several ranks per GPU).
+inline constexpr int kMaxPeerRanks = 32;
+
+struct PeerReduceArgs {
+  const void* src[kMaxPeerRanks];  // each rank's segment of its input
+  void* dst[kMaxPeerRanks];        // each rank's segment of its output
+  uint64_t count;                  // elements of the segment
+  uint64_t divide_by;              // > 1: AVG's division of the sum
+  double divide_wide;              // divide_by as fp64 and fp32 (element_math.h's Divisor)
+  float divide_narrow;
+  uint32_t skip_value;   // the kernel does nothing when *skip == skip_value
+  const uint32_t* skip;  // host-mapped
+  int32_t nranks;
+  int32_t vector;  // every pointer 16-byte aligned: 16-byte packs
+};
+
+// "braid_peer_reduce_<type>_<op>", braid's DataType and ReduceOp values.
+inline void PeerReduceKernelName(int type, int op, char (&out)[48]) {
+  std::snprintf(out, sizeof(out), "braid_peer_reduce_%d_%d", type, op);
+}
+
+}  // namespace braid::cuda
