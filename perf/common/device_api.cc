@@ -122,6 +122,10 @@ bool LoadNccl(DeviceApi* a, std::string* why) {
     return false;
   }
   Bind(lib, &n.getLastError, {"ncclGetLastError"});  // NCCL >= 2.13
+  Bind(lib, &n.commRegister, {"ncclCommRegister"});
+  Bind(lib, &n.commDeregister, {"ncclCommDeregister"});
+  Bind(lib, &n.commWindowRegister, {"ncclCommWindowRegister"});
+  Bind(lib, &n.commWindowDeregister, {"ncclCommWindowDeregister"});
   if (n.getVersion(&a->nccl_version) != ncclSuccess) a->nccl_version = 0;
   return true;
 }

@@ -56,6 +56,11 @@ struct NcclApi {
   decltype(&ncclRedOpCreatePreMulSum) redOpCreatePreMulSum = nullptr;
   decltype(&ncclRedOpDestroy) redOpDestroy = nullptr;
   decltype(&ncclCommGetAsyncError) commGetAsyncError = nullptr;
+  // Optional (-R): buffer registration (NCCL >= 2.19) and symmetric windows (NCCL >= 2.27).
+  decltype(&ncclCommRegister) commRegister = nullptr;
+  decltype(&ncclCommDeregister) commDeregister = nullptr;
+  decltype(&ncclCommWindowRegister) commWindowRegister = nullptr;
+  decltype(&ncclCommWindowDeregister) commWindowDeregister = nullptr;
 };
 
 struct DeviceApi {

@@ -157,6 +157,13 @@ class RankRunner {
     AbortJob(s_.launch, kExitRuntime);
   }
 
+  // -R with an NCCL that predates the registration calls.
+  void missingEntry(const char* name) {
+    std::fprintf(stderr, "%s: rank %d: -R %d: %s has no %s\n", t_.binary, rank_, o_.registration,
+                 api_->libnccl.c_str(), name);
+    AbortJob(s_.launch, kExitRuntime);
+  }
+
   // -M cuda: the device of this rank, as nccl-tests picks it: the rank's index among the ranks of
   // its host, modulo the devices the driver sees (so several ranks may share one GPU), made
   // current on this thread for everything after (the buffers, the stream, the NCCL communicator).
@@ -193,10 +200,35 @@ class RankRunner {
     if (rank_ == 0) checkNccl(api_->nccl.getUniqueId(&id), "ncclGetUniqueId");
     check(braidBroadcast(&id, &id, sizeof id, braidUint8, 0, comm_), "braidBroadcast (NCCL id)");
     checkNccl(api_->nccl.commInitRank(&nccl_, nranks_, id, rank_), "ncclCommInitRank");
+    // -R: both buffers registered (collective for windows: every rank registers in this order).
+    if (o_.registration == 1) {
+      if (!api_->nccl.commRegister || !api_->nccl.commDeregister) missingEntry("ncclCommRegister");
+      checkNccl(api_->nccl.commRegister(nccl_, reinterpret_cast<void*>(dsend_), bytes, &reg_send_),
+                "ncclCommRegister (send buffer)");
+      checkNccl(api_->nccl.commRegister(nccl_, reinterpret_cast<void*>(drecv_), bytes, &reg_recv_),
+                "ncclCommRegister (receive buffer)");
+    } else if (o_.registration == 2) {
+      if (!api_->nccl.commWindowRegister || !api_->nccl.commWindowDeregister)
+        missingEntry("ncclCommWindowRegister");
+      checkNccl(api_->nccl.commWindowRegister(nccl_, reinterpret_cast<void*>(dsend_), bytes,
+                                              &win_send_, NCCL_WIN_COLL_SYMMETRIC),
+                "ncclCommWindowRegister (send buffer)");
+      checkNccl(api_->nccl.commWindowRegister(nccl_, reinterpret_cast<void*>(drecv_), bytes,
+                                              &win_recv_, NCCL_WIN_COLL_SYMMETRIC),
+                "ncclCommWindowRegister (receive buffer)");
+    }
   }
 
   void tearDownDevice() {
     checkCuda(api_->cu.streamSynchronize(stream_), "cuStreamSynchronize (end)");
+    if (reg_send_) checkNccl(api_->nccl.commDeregister(nccl_, reg_send_), "ncclCommDeregister");
+    if (reg_recv_) checkNccl(api_->nccl.commDeregister(nccl_, reg_recv_), "ncclCommDeregister");
+    if (win_send_)
+      checkNccl(api_->nccl.commWindowDeregister(nccl_, win_send_), "ncclCommWindowDeregister");
+    if (win_recv_)
+      checkNccl(api_->nccl.commWindowDeregister(nccl_, win_recv_), "ncclCommWindowDeregister");
+    reg_send_ = reg_recv_ = nullptr;
+    win_send_ = win_recv_ = nullptr;
     checkNccl(api_->nccl.commDestroy(nccl_), "ncclCommDestroy");
     nccl_ = nullptr;
     checkCuda(api_->cu.memFree(dsend_), "cuMemFree");
@@ -600,6 +632,8 @@ class RankRunner {
   int cuda_device_ = -1;
   std::string device_name_;
   unsigned long long dsend_ = 0, drecv_ = 0;  // device buffers (CUdeviceptr)
+  void *reg_send_ = nullptr, *reg_recv_ = nullptr;        // -R 1: ncclCommRegister handles
+  ncclWindow_t win_send_ = nullptr, win_recv_ = nullptr;  // -R 2: symmetric windows
   void* stream_ = nullptr;
   ncclComm_t nccl_ = nullptr;
   ncclRedOp_t nccl_op_ = ncclSum;

@@ -47,6 +47,10 @@ void PrintUsage(FILE* out, const char* binary, bool has_op, int quant_block) {
       "                            cuMemAlloc buffers, NCCL calls on a stream (libnccl.so.2:\n"
       "                            this build's, or BRAID_PERF_NCCL=path; CUDA driver\n"
       "                            libcuda.so.1, or BRAID_PERF_LIBCUDA=path)\n"
+      "  -R, --local_register N    with -M cuda: register the buffers, 1 ncclCommRegister, 2\n"
+      "                            ncclCommWindowRegister symmetric windows (braid: one node's\n"
+      "                            all-reduce then runs on the device through CUDA IPC); 0 none\n"
+      "                            (default 0)\n"
       "  -F, --corrupt             plant one wrong element per checked row (tests the checker;\n"
       "                            also BRAID_PERF_CORRUPT=1)\n"
       "      --traffic             after the table, the bytes sent per operation to peers on\n"
@@ -138,6 +142,7 @@ bool ParseOptions(int argc, char** argv, const char* binary, bool has_op, int qu
                                  {"cudagraph", required_argument, nullptr, 'G'},
                                  {"algo", required_argument, nullptr, 'A'},
                                  {"memtype", required_argument, nullptr, 'M'},
+                                 {"local_register", required_argument, nullptr, 'R'},
                                  {"corrupt", no_argument, nullptr, 'F'},
                                  {"quant", required_argument, nullptr, kOptQuant},
                                  {"block", required_argument, nullptr, kOptBlock},
@@ -159,7 +164,7 @@ bool ParseOptions(int argc, char** argv, const char* binary, bool has_op, int qu
   opterr = 0;  // our own messages
   optind = 1;
   int c;
-  while ((c = getopt_long(argc, argv, ":b:e:i:f:n:w:m:c:o:d:r:z:a:T:J:t:g:G:A:M:Fh", kLong,
+  while ((c = getopt_long(argc, argv, ":b:e:i:f:n:w:m:c:o:d:r:z:a:T:J:t:g:G:A:M:R:Fh", kLong,
                           nullptr)) != -1) {
     long v = 0;
     switch (c) {
@@ -260,6 +265,12 @@ bool ParseOptions(int argc, char** argv, const char* binary, bool has_op, int qu
         if (o->memtype != "host" && o->memtype != "cuda")
           return bad("-M", optarg, "expected host, cuda (or device) or hip");
         break;
+      case 'R':
+        if (!ParseLong(optarg, 0, 2, &v))
+          return bad("-R", optarg,
+                     "expected 0 (none), 1 (ncclCommRegister) or 2 (symmetric windows)");
+        o->registration = static_cast<int>(v);
+        break;
       case 'F':
         o->corrupt = true;
         break;
@@ -322,6 +333,9 @@ bool ParseOptions(int argc, char** argv, const char* binary, bool has_op, int qu
   if (o->step_factor <= 1 && o->step_bytes == 0 && o->min_bytes != o->max_bytes)
     return bad("-i", "0", "the step must be positive when -f is 1");
 
+  if (o->registration != 0 && o->memtype != "cuda")
+    return bad("-R", std::to_string(o->registration).c_str(),
+               "registration is for device buffers: needs -M cuda");
   if (o->memtype == "cuda") {
     // The device path runs the NCCL API, which has none of these.
     if (o->quantized)

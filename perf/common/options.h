@@ -31,6 +31,7 @@ struct Options {
   int graph_iters = 0;                 // -G (accepted, no graphs on host memory)
   std::string algo;                    // -A
   std::string memtype = "host";        // -M
+  int registration = 0;                // -R: 0 none, 1 ncclCommRegister, 2 symmetric windows
   bool corrupt = false;                // -F or BRAID_PERF_CORRUPT=1: plant one wrong element
   // --quant CODEC [--block G]: the quantized form of the collective (all_gather_perf,
   // reduce_scatter_perf), checked by its relative L2 error instead of bit for bit.

@@ -215,11 +215,11 @@ bool WriteJson(const std::string& path, const RunInfo& info, const Options& o,
       "  \"config\": {\"min_bytes\": %llu, \"max_bytes\": %llu, \"step_factor\": %llu, "
       "\"step_bytes\": %llu, \"iters\": %d, \"warmup_iters\": %d, \"agg_iters\": %d, "
       "\"check_iters\": %d, \"blocking\": %d, \"average\": \"%s\", \"timeout_s\": %d, "
-      "\"algo\": %s, \"memtype\": %s",
+      "\"algo\": %s, \"memtype\": %s, \"registration\": %d",
       static_cast<unsigned long long>(o.min_bytes), static_cast<unsigned long long>(o.max_bytes),
       static_cast<unsigned long long>(o.step_factor), static_cast<unsigned long long>(o.step_bytes),
       o.iters, o.warmup_iters, o.agg_iters, o.check_iters, o.blocking, kAverage[o.average],
-      o.timeout_s, JsonString(o.algo).c_str(), JsonString(o.memtype).c_str());
+      o.timeout_s, JsonString(o.algo).c_str(), JsonString(o.memtype).c_str(), o.registration);
   if (o.quantized)
     std::fprintf(f,
                  ", \"quant\": {\"codec\": %s, \"bits\": %d, \"symmetric\": %s, \"block\": %d, "
