@@ -89,6 +89,24 @@ int Rank(int rank, int nranks, int reps, const ncclUniqueId& id) {
   CUDA_OR_FAIL(cudaMalloc(&recv, max_n * sizeof(float)));
   CUDA_OR_FAIL(cudaMalloc(&wrong, sizeof(unsigned)));
   CUDA_OR_FAIL(cudaMemset(wrong, 0, sizeof(unsigned)));
+  // STREAM_ORDER_WINDOWS=1: both buffers as symmetric windows, so braid's all-reduce runs on the
+  // device (CUDA IPC between the ranks' processes, the peer-reduce kernel) instead of staging.
+  const char* windows_env = std::getenv("STREAM_ORDER_WINDOWS");
+  const bool windows = windows_env && std::atoi(windows_env) == 1;
+#if defined(NCCL_VERSION_CODE) && NCCL_VERSION_CODE >= NCCL_VERSION(2, 27, 0)
+  ncclWindow_t wsend = nullptr, wrecv = nullptr;
+  if (windows) {
+    NCCL_OR_FAIL(ncclCommWindowRegister(comm, send, max_n * sizeof(float), &wsend,
+                                        NCCL_WIN_COLL_SYMMETRIC));
+    NCCL_OR_FAIL(ncclCommWindowRegister(comm, recv, max_n * sizeof(float), &wrecv,
+                                        NCCL_WIN_COLL_SYMMETRIC));
+  }
+#else
+  if (windows) {
+    std::printf("stream_order_check: STREAM_ORDER_WINDOWS=1 needs an nccl.h >= 2.27\n");
+    return 1;
+  }
+#endif
   cudaStream_t stream;
   CUDA_OR_FAIL(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   srand(1234 + rank);
@@ -107,9 +125,15 @@ int Rank(int rank, int nranks, int reps, const ncclUniqueId& id) {
   ncclResult_t async = ncclSuccess;
   NCCL_OR_FAIL(ncclCommGetAsyncError(comm, &async));
   NCCL_OR_FAIL(async);
+#if defined(NCCL_VERSION_CODE) && NCCL_VERSION_CODE >= NCCL_VERSION(2, 27, 0)
+  if (windows) {
+    NCCL_OR_FAIL(ncclCommWindowDeregister(comm, wsend));
+    NCCL_OR_FAIL(ncclCommWindowDeregister(comm, wrecv));
+  }
+#endif
   NCCL_OR_FAIL(ncclCommDestroy(comm));
-  std::printf("[rank %d/%d] %d stream-ordered all-reduces in %.3f s: %u wrong\n", rank, nranks,
-              reps, s, bad);
+  std::printf("[rank %d/%d] %d stream-ordered all-reduces%s in %.3f s: %u wrong\n", rank, nranks,
+              reps, windows ? " on windows" : "", s, bad);
   return bad == 0 ? 0 : 1;
 }
 
