@@ -64,18 +64,20 @@ inline bool FlagReached(uint32_t flag, uint32_t value) {
   return static_cast<int32_t>(flag - value) >= 0;
 }
 
-// One rank's share of an all-reduce whose every rank's buffers this rank can address (peer
-// windows, nccl/peer_windows.h): for i < count, acc = src[0][i] (op) src[1][i] (op) ... in rank
-// order, divided by `divide_by` when it is > 1 (AVG, as DivideKernel), then written to every
-// dst[r][i]. Each rank takes a disjoint segment, so one pass per rank reduces the whole buffer
-// and leaves the result in every rank's output. Queued on a stream; it does nothing when the
-// host-mapped word `skip` holds `skip_value` when it runs (the ranks disagreed on the call).
+// One rank's part of a collective over buffers of every rank of the node that this rank can
+// address (peer windows, nccl/peer_windows.h): for i < count, acc = src[0][i] (op) src[1][i]
+// (op) ... in order, divided by `divide_by` when it is > 1 (AVG, as DivideKernel), then written
+// to every dst[j][i]. An all-reduce gives rank r segment r of every rank's input as sources and
+// of every rank's output as destinations; an all-gather one source (its block) and every rank's
+// output; a reduce-scatter every rank's block r and one destination. Queued on a stream; it does
+// nothing when the host-mapped word `skip` holds `skip_value` when it runs (the ranks disagreed
+// on the call).
 struct PeerReduce {
   DataType type = DataType::kFloat32;
   ReduceOp op = ReduceOp::kSum;
   uint64_t divide_by = 0;
-  std::vector<const void*> src;  // one per rank, this rank's segment of its input
-  std::vector<void*> dst;        // one per rank, this rank's segment of its output
+  std::vector<const void*> src;  // at least one
+  std::vector<void*> dst;        // at least one
   size_t count = 0;              // elements of the segment
   const uint32_t* skip = nullptr;
   uint32_t skip_value = 0;
@@ -135,7 +137,8 @@ class DeviceRuntime {
   // Whether launchPeerReduce can run here (a CUDA build without device kernels cannot).
   virtual bool peerReduceAvailable() const = 0;
   // Queues `r` on `s` (its pointers device memory of this process or peer allocations opened
-  // here). InvalidArgument for a bad type, op or rank count; the runtime's error otherwise.
+  // here). InvalidArgument for a bad type or op, no source or destination, or too many; the
+  // runtime's error otherwise.
   virtual Status launchPeerReduce(const PeerReduce& r, StreamHandle s) = 0;
 
   // The calling thread's device context, to be made current on another thread (the stream

@@ -204,6 +204,9 @@ NCCL_API_EXPORT ncclResult_t pncclReduceScatter(const void* sendbuff, void* recv
   }
   const size_t bytes = recvcount * TypeSize(datatype);
   ncclResult_t res;
+  // The input in peer windows of one node's ranks: reduced on the device, no host staging.
+  if (WindowReduceScatter(comm, sendbuff, recvbuff, recvcount, datatype, op, stream, &res))
+    return res;
   if (nranks > 0 && TakeStreamPath(
                         comm, stream, func,
                         {{sendbuff, bytes * nranks, true, false}, {recvbuff, bytes, false, true}},
@@ -234,6 +237,8 @@ NCCL_API_EXPORT ncclResult_t pncclAllGather(const void* sendbuff, void* recvbuff
   }
   const size_t bytes = sendcount * TypeSize(datatype);
   ncclResult_t res;
+  // The output in peer windows of one node's ranks: copied on the device, no host staging.
+  if (WindowAllGather(comm, sendbuff, recvbuff, sendcount, datatype, stream, &res)) return res;
   if (nranks > 0 && TakeStreamPath(
                         comm, stream, func,
                         {{sendbuff, bytes, true, false}, {recvbuff, bytes * nranks, false, true}},

@@ -55,7 +55,15 @@ bool FindWindow(ncclComm_t comm, const void* p, size_t bytes, WindowSpan* out);
 bool WindowAllReduce(ncclComm_t comm, const void* sendbuff, void* recvbuff, size_t count,
                      ncclDataType_t datatype, ncclRedOp_t op, cudaStream_t stream,
                      ncclResult_t* result);
-// Calls that took WindowAllReduce's path in this process (tests).
-uint64_t WindowAllReduceCalls();
+// The same for ncclAllGather (the output in windows: each rank pushes its block into every
+// rank's output) and ncclReduceScatter (the input in windows: each rank pulls its block of every
+// rank's input, reduced).
+bool WindowAllGather(ncclComm_t comm, const void* sendbuff, void* recvbuff, size_t sendcount,
+                     ncclDataType_t datatype, cudaStream_t stream, ncclResult_t* result);
+bool WindowReduceScatter(ncclComm_t comm, const void* sendbuff, void* recvbuff, size_t recvcount,
+                         ncclDataType_t datatype, ncclRedOp_t op, cudaStream_t stream,
+                         ncclResult_t* result);
+// Calls that took a window path in this process (tests).
+uint64_t WindowCalls();
 
 }  // namespace braid::nccl

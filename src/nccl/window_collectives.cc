@@ -1,6 +1,13 @@
 // Collectives on peer windows (nccl/peer_windows.h): the intra-node GPU path of issue 39, where
 // each rank reads and writes its peers' device buffers directly (CUDA IPC mappings made at window
-// registration) instead of staging through the host. Only ncclAllReduce so far.
+// registration) instead of staging through the host. All-reduce, all-gather and reduce-scatter,
+// each one peer-reduce kernel per rank (device::PeerReduce: sources reduced in rank order,
+// written to every destination):
+//   all-gather      rank r pushes its block into block r of every rank's output (one source;
+//                   the output must be in a window on every rank);
+//   reduce-scatter  rank r pulls block r of every rank's input, reduced, into its output (the
+//                   input must be in a window on every rank);
+//   all-reduce      as below.
 //
 // All-reduce: rank r takes segment r of the buffer (whole 64-byte groups of elements, so a GPU
 // kernel's vector loads stay aligned), reduces it over every rank's input in rank order and writes
@@ -32,12 +39,25 @@ namespace {
 
 std::atomic<uint64_t> g_calls{0};
 
-// What every rank must agree on.
+enum class WindowKind : int32_t { kAllReduce = 1, kAllGather = 2, kReduceScatter = 3 };
+const char* KindName(int32_t k) {
+  switch (static_cast<WindowKind>(k)) {
+    case WindowKind::kAllReduce:
+      return "all-reduce";
+    case WindowKind::kAllGather:
+      return "all-gather";
+    case WindowKind::kReduceScatter:
+      return "reduce-scatter";
+  }
+  return "?";
+}
+
+// What every rank must agree on (a buffer not in a window, which only its rank touches: 0, 0).
 struct CallRecord {
+  int32_t kind = 0, type = 0, op = 0, pad = 0;
   uint64_t send_window = 0, send_offset = 0;
   uint64_t recv_window = 0, recv_offset = 0;
   uint64_t count = 0;
-  int32_t type = 0, op = 0;
   bool operator==(const CallRecord&) const = default;
 };
 
@@ -49,61 +69,60 @@ Status AgentStatus(braidResult_t r, const char* what) {
 }
 
 std::string Describe(const CallRecord& c) {
-  return "send at offset " + std::to_string(c.send_offset) + " of window " +
-         std::to_string(c.send_window) + ", receive at offset " + std::to_string(c.recv_offset) +
-         " of window " + std::to_string(c.recv_window) + ", count " + std::to_string(c.count) +
-         ", type " + std::to_string(c.type) + ", op " + std::to_string(c.op);
+  std::string s = KindName(c.kind);
+  if (c.send_window)
+    s += ", send at offset " + std::to_string(c.send_offset) + " of window " +
+         std::to_string(c.send_window);
+  if (c.recv_window)
+    s += ", receive at offset " + std::to_string(c.recv_offset) + " of window " +
+         std::to_string(c.recv_window);
+  return s + ", count " + std::to_string(c.count) + ", type " + std::to_string(c.type) + ", op " +
+         std::to_string(c.op);
 }
 
-}  // namespace
-
-bool WindowAllReduce(ncclComm_t comm, const void* sendbuff, void* recvbuff, size_t count,
-                     ncclDataType_t datatype, ncclRedOp_t op, cudaStream_t stream,
-                     ncclResult_t* result) {
+// The runtime when a call may take a window path at all, else null.
+device::DeviceRuntime* WindowRuntime(size_t count) {
   device::DeviceRuntime* rt = device::ActiveDeviceRuntime();
-  if (!rt || !rt->peerReduceAvailable() || GroupDepth() > 0 || count == 0) return false;
-  // Sum, prod, max, min and avg (pre-multiplied sums stage).
-  if (static_cast<int>(op) < 0 || static_cast<int>(op) >= static_cast<int>(ncclNumOps))
-    return false;
-  const size_t elt = TypeSize(datatype), bytes = count * elt;
-  WindowSpan send, recv;
-  if (!FindWindow(comm, sendbuff, bytes, &send) || !FindWindow(comm, recvbuff, bytes, &recv) ||
-      !send.everyPeerMapped() || !recv.everyPeerMapped() || send.peer.size() != recv.peer.size())
-    return false;
-  // Device memory only (a one-rank window of host memory maps "every peer" too).
-  std::vector<StreamBuffer> buffers;
-  for (const auto& [p, rd, wr] : {std::tuple<const void*, bool, bool>{sendbuff, true, false},
-                                  std::tuple<const void*, bool, bool>{recvbuff, false, true}}) {
+  if (!rt || !rt->peerReduceAvailable() || GroupDepth() > 0 || count == 0) return nullptr;
+  return rt;
+}
+
+// Sum, prod, max, min and avg (pre-multiplied sums stage).
+bool BuiltInOp(ncclRedOp_t op) {
+  return static_cast<int>(op) >= 0 && static_cast<int>(op) < static_cast<int>(ncclNumOps);
+}
+
+// The call's buffers as the agent checks them, when both are device memory (a window of host
+// memory on one rank maps "every peer" too); false otherwise (the staged path takes the call).
+bool DeviceBuffers(device::DeviceRuntime* rt, const void* send, size_t send_bytes, const void* recv,
+                   size_t recv_bytes, std::vector<StreamBuffer>* out) {
+  for (const auto& [p, bytes, rd, wr] :
+       {std::tuple<const void*, size_t, bool, bool>{send, send_bytes, true, false},
+        std::tuple<const void*, size_t, bool, bool>{recv, recv_bytes, false, true}}) {
     auto info = ClassifyBuffer(rt, p);
-    if (!info.ok() || !info->onDevice()) return false;  // the staged path reports an error
-    buffers.push_back(StreamBuffer{p, bytes, rd, wr, *info});
+    if (!info.ok() || !info->onDevice()) return false;
+    out->push_back(StreamBuffer{p, bytes, rd, wr, *info});
   }
-  int rank = -1, nranks = -1;
-  CommShape(comm, &rank, &nranks);
-  if (rank < 0 || static_cast<size_t>(nranks) != send.peer.size()) return false;
+  return true;
+}
 
-  // This rank's segment: whole 64-byte groups of elements.
-  const size_t group = 64 / elt;
-  const size_t per = ((count + nranks - 1) / nranks + group - 1) / group * group;
-  const size_t lo = std::min(count, per * static_cast<size_t>(rank));
-  const size_t n = std::min(count, lo + per) - lo;
-  device::PeerReduce r;
-  r.type = static_cast<DataType>(datatype);
-  r.op = op == ncclAvg ? ReduceOp::kSum : static_cast<ReduceOp>(op);
-  r.divide_by = op == ncclAvg ? static_cast<uint64_t>(nranks) : 0;
-  r.count = n;
-  for (int k = 0; k < nranks; ++k) {
-    r.src.push_back(static_cast<const char*>(send.peer[k]) + send.offset + lo * elt);
-    r.dst.push_back(static_cast<char*>(recv.peer[k]) + recv.offset + lo * elt);
-  }
-  CallRecord mine{send.id,
-                  send.offset,
-                  recv.id,
-                  recv.offset,
-                  count,
-                  static_cast<int32_t>(datatype),
-                  static_cast<int32_t>(op)};
+// The ranks, when `span` covers them all (one node, every window mapped).
+bool Shape(ncclComm_t comm, const WindowSpan& span, int* rank, int* nranks) {
+  CommShape(comm, rank, nranks);
+  return *rank >= 0 && span.everyPeerMapped() && static_cast<size_t>(*nranks) == span.peer.size();
+}
 
+void SetOp(device::PeerReduce* r, ncclRedOp_t op, int nranks) {
+  r->op = op == ncclAvg ? ReduceOp::kSum : static_cast<ReduceOp>(op);
+  r->divide_by = op == ncclAvg ? static_cast<uint64_t>(nranks) : 0;
+}
+
+// Submits `r` as this rank's device work of the call `mine` (StreamAgent's DeviceWork): every
+// rank agrees on the call before any touches another's memory, and waits for every rank's work
+// to end before its `done`.
+ncclResult_t SubmitWindowCall(device::DeviceRuntime* rt, ncclComm_t comm, cudaStream_t stream,
+                              const char* func, device::PeerReduce r, CallRecord mine, int nranks,
+                              std::vector<StreamBuffer> buffers) {
   auto work = std::make_shared<DeviceWork>();
   work->queue = [rt, r](device::StreamHandle s, const uint32_t* skip, uint32_t value) mutable {
     r.skip = skip;
@@ -127,12 +146,116 @@ bool WindowAllReduce(ncclComm_t comm, const void* sendbuff, void* recvbuff, size
     return AgentStatus(braidBarrier(B(comm)), "waiting for every rank's device work");
   };
   g_calls.fetch_add(1, std::memory_order_relaxed);
-  *result =
-      SubmitDeviceWork(rt, comm, stream, "ncclAllReduce", std::move(buffers), std::move(work));
+  return SubmitDeviceWork(rt, comm, stream, func, std::move(buffers), std::move(work));
+}
+
+}  // namespace
+
+bool WindowAllReduce(ncclComm_t comm, const void* sendbuff, void* recvbuff, size_t count,
+                     ncclDataType_t datatype, ncclRedOp_t op, cudaStream_t stream,
+                     ncclResult_t* result) {
+  device::DeviceRuntime* rt = WindowRuntime(count);
+  if (!rt || !BuiltInOp(op)) return false;
+  const size_t elt = TypeSize(datatype), bytes = count * elt;
+  WindowSpan send, recv;
+  int rank = -1, nranks = -1;
+  std::vector<StreamBuffer> buffers;
+  if (!FindWindow(comm, sendbuff, bytes, &send) || !FindWindow(comm, recvbuff, bytes, &recv) ||
+      !Shape(comm, send, &rank, &nranks) || !Shape(comm, recv, &rank, &nranks) ||
+      !DeviceBuffers(rt, sendbuff, bytes, recvbuff, bytes, &buffers))
+    return false;
+  // This rank's segment: whole 64-byte groups of elements.
+  const size_t group = 64 / elt;
+  const size_t per = ((count + nranks - 1) / nranks + group - 1) / group * group;
+  const size_t lo = std::min(count, per * static_cast<size_t>(rank));
+  device::PeerReduce r;
+  r.type = static_cast<DataType>(datatype);
+  SetOp(&r, op, nranks);
+  r.count = std::min(count, lo + per) - lo;
+  for (int k = 0; k < nranks; ++k) {
+    r.src.push_back(static_cast<const char*>(send.peer[k]) + send.offset + lo * elt);
+    r.dst.push_back(static_cast<char*>(recv.peer[k]) + recv.offset + lo * elt);
+  }
+  CallRecord mine;
+  mine.kind = static_cast<int32_t>(WindowKind::kAllReduce);
+  mine.type = static_cast<int32_t>(datatype);
+  mine.op = static_cast<int32_t>(op);
+  mine.send_window = send.id;
+  mine.send_offset = send.offset;
+  mine.recv_window = recv.id;
+  mine.recv_offset = recv.offset;
+  mine.count = count;
+  *result = SubmitWindowCall(rt, comm, stream, "ncclAllReduce", std::move(r), mine, nranks,
+                             std::move(buffers));
   return true;
 }
 
-uint64_t WindowAllReduceCalls() {
+bool WindowAllGather(ncclComm_t comm, const void* sendbuff, void* recvbuff, size_t sendcount,
+                     ncclDataType_t datatype, cudaStream_t stream, ncclResult_t* result) {
+  device::DeviceRuntime* rt = WindowRuntime(sendcount);
+  if (!rt) return false;
+  const size_t bytes = sendcount * TypeSize(datatype);
+  WindowSpan recv;
+  int rank = -1, nranks = -1;
+  CommShape(comm, &rank, &nranks);
+  std::vector<StreamBuffer> buffers;
+  if (nranks < 1 || !FindWindow(comm, recvbuff, bytes * nranks, &recv) ||
+      !Shape(comm, recv, &rank, &nranks) ||
+      !DeviceBuffers(rt, sendbuff, bytes, recvbuff, bytes * nranks, &buffers))
+    return false;
+  // Push: this rank's block into block `rank` of every rank's output.
+  device::PeerReduce r;
+  r.type = static_cast<DataType>(datatype);
+  r.count = sendcount;
+  r.src.push_back(sendbuff);
+  for (int k = 0; k < nranks; ++k)
+    r.dst.push_back(static_cast<char*>(recv.peer[k]) + recv.offset + bytes * rank);
+  CallRecord mine;
+  mine.kind = static_cast<int32_t>(WindowKind::kAllGather);
+  mine.type = static_cast<int32_t>(datatype);
+  mine.recv_window = recv.id;
+  mine.recv_offset = recv.offset;
+  mine.count = sendcount;
+  *result = SubmitWindowCall(rt, comm, stream, "ncclAllGather", std::move(r), mine, nranks,
+                             std::move(buffers));
+  return true;
+}
+
+bool WindowReduceScatter(ncclComm_t comm, const void* sendbuff, void* recvbuff, size_t recvcount,
+                         ncclDataType_t datatype, ncclRedOp_t op, cudaStream_t stream,
+                         ncclResult_t* result) {
+  device::DeviceRuntime* rt = WindowRuntime(recvcount);
+  if (!rt || !BuiltInOp(op)) return false;
+  const size_t bytes = recvcount * TypeSize(datatype);
+  WindowSpan send;
+  int rank = -1, nranks = -1;
+  CommShape(comm, &rank, &nranks);
+  std::vector<StreamBuffer> buffers;
+  if (nranks < 1 || !FindWindow(comm, sendbuff, bytes * nranks, &send) ||
+      !Shape(comm, send, &rank, &nranks) ||
+      !DeviceBuffers(rt, sendbuff, bytes * nranks, recvbuff, bytes, &buffers))
+    return false;
+  // Pull: block `rank` of every rank's input, reduced in rank order, into this rank's output.
+  device::PeerReduce r;
+  r.type = static_cast<DataType>(datatype);
+  SetOp(&r, op, nranks);
+  r.count = recvcount;
+  for (int k = 0; k < nranks; ++k)
+    r.src.push_back(static_cast<const char*>(send.peer[k]) + send.offset + bytes * rank);
+  r.dst.push_back(recvbuff);
+  CallRecord mine;
+  mine.kind = static_cast<int32_t>(WindowKind::kReduceScatter);
+  mine.type = static_cast<int32_t>(datatype);
+  mine.op = static_cast<int32_t>(op);
+  mine.send_window = send.id;
+  mine.send_offset = send.offset;
+  mine.count = recvcount;
+  *result = SubmitWindowCall(rt, comm, stream, "ncclReduceScatter", std::move(r), mine, nranks,
+                             std::move(buffers));
+  return true;
+}
+
+uint64_t WindowCalls() {
   return g_calls.load(std::memory_order_relaxed);
 }
 

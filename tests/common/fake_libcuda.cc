@@ -241,7 +241,9 @@ FAKE_CU int cuLaunchKernel(void* f, unsigned gx, unsigned gy, unsigned gz, unsig
     return kInvalidValue;
   const auto* fn = static_cast<const FakeFunction*>(f);
   const auto& a = *static_cast<const braid::cuda::PeerReduceArgs*>(params[0]);
-  if (a.nranks < 1 || a.nranks > braid::cuda::kMaxPeerRanks) return kInvalidValue;
+  if (a.nsrc < 1 || a.nsrc > braid::cuda::kMaxPeerRanks || a.ndst < 1 ||
+      a.ndst > braid::cuda::kMaxPeerRanks)
+    return kInvalidValue;
   braid::device::PeerReduce r;
   r.type = static_cast<braid::DataType>(fn->type);
   r.op = static_cast<braid::ReduceOp>(fn->op);
@@ -249,10 +251,8 @@ FAKE_CU int cuLaunchKernel(void* f, unsigned gx, unsigned gy, unsigned gz, unsig
   r.count = a.count;
   r.skip = a.skip;
   r.skip_value = a.skip_value;
-  for (int k = 0; k < a.nranks; ++k) {
-    r.src.push_back(a.src[k]);
-    r.dst.push_back(a.dst[k]);
-  }
+  for (int k = 0; k < a.nsrc; ++k) r.src.push_back(a.src[k]);
+  for (int k = 0; k < a.ndst; ++k) r.dst.push_back(a.dst[k]);
   g_kernel_launches.fetch_add(1);
   return Code(Dev().launchPeerReduce(r, s));
 }

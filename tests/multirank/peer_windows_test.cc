@@ -299,7 +299,7 @@ TEST(PeerWindows, OverTheCudaRuntimeOfAFakeDriver) {
       void* stream = nullptr;
       CHECK_OR_FAIL(stream_create(&stream, 1) == 0, "cuStreamCreate");
       const int launched = launches();
-      const uint64_t window_calls = braid::nccl::WindowAllReduceCalls();
+      const uint64_t window_calls = braid::nccl::WindowCalls();
       // Bytes as uint8 sums: element i is the sum of every rank's Byte(r, i), mod 256.
       CHECK_OR_FAIL(ncclAllReduce(window, reinterpret_cast<void*>(out), kWindow, ncclUint8, ncclSum,
                                   comm, static_cast<cudaStream_t>(stream)) == ncclSuccess,
@@ -316,7 +316,7 @@ TEST(PeerWindows, OverTheCudaRuntimeOfAFakeDriver) {
       if (rt->peerReduceAvailable()) {
         CHECK_OR_FAIL(launches() == launched + 1, "%d kernel launches, want 1",
                       launches() - launched);
-        CHECK_OR_FAIL(braid::nccl::WindowAllReduceCalls() == window_calls + 1,
+        CHECK_OR_FAIL(braid::nccl::WindowCalls() == window_calls + 1,
                       "the call did not take the window path");
       }
       ncclResult_t async = ncclSuccess;

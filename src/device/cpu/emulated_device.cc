@@ -299,14 +299,14 @@ Result<void*> EmulatedDevice::openPeerAllocation(const IpcHandle& h) {
 
 Status EmulatedDevice::launchPeerReduce(const PeerReduce& r, StreamHandle s) {
   if (!IsValidDataType(static_cast<int>(r.type)) || static_cast<int>(r.op) >= kNumReduceOps ||
-      r.src.empty() || r.src.size() != r.dst.size() || !r.skip)
-    return InvalidArgument("emulated device: a peer reduce with a bad type, op or rank count");
+      r.src.empty() || r.dst.empty() || !r.skip)
+    return InvalidArgument(
+        "emulated device: a peer reduce with a bad type or op, or without a "
+        "source or a destination");
   const size_t bytes = r.count * DataTypeSize(r.type);
   // The ranges must lie in allocations (or host memory) now, as a GPU would fault on them later.
-  for (size_t k = 0; k < r.src.size(); ++k) {
-    BRAID_RETURN_IF_ERROR(hostView(r.src[k], bytes).status());
-    BRAID_RETURN_IF_ERROR(hostView(r.dst[k], bytes).status());
-  }
+  for (const void* p : r.src) BRAID_RETURN_IF_ERROR(hostView(p, bytes).status());
+  for (void* p : r.dst) BRAID_RETURN_IF_ERROR(hostView(p, bytes).status());
   return enqueue(s,
                  [this, r, bytes]() -> Status {
                    if (LoadFlag(r.skip) == r.skip_value || r.count == 0) return Status::Ok();

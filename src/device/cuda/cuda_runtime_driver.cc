@@ -256,10 +256,10 @@ class CudaDriverRuntime final : public DeviceRuntime {
           "braid was built without the peer-reduce kernels, or the driver cannot "
           "load them");
     if (!IsValidDataType(static_cast<int>(r.type)) || static_cast<int>(r.op) >= kNumReduceOps ||
-        r.src.empty() || r.src.size() != r.dst.size() ||
-        r.src.size() > static_cast<size_t>(cuda::kMaxPeerRanks) || !r.skip)
-      return InvalidArgument("peer reduce: a bad type, op or rank count (at most " +
-                             std::to_string(cuda::kMaxPeerRanks) + " ranks)");
+        r.src.empty() || r.dst.empty() || r.src.size() > static_cast<size_t>(cuda::kMaxPeerRanks) ||
+        r.dst.size() > static_cast<size_t>(cuda::kMaxPeerRanks) || !r.skip)
+      return InvalidArgument("peer reduce: a bad type or op, or not 1 to " +
+                             std::to_string(cuda::kMaxPeerRanks) + " sources and destinations");
     BRAID_ASSIGN_OR_RETURN(CUfunction f,
                            peerReduceFunction(static_cast<int>(r.type), static_cast<int>(r.op)));
     cuda::PeerReduceArgs a{};
@@ -267,11 +267,14 @@ class CudaDriverRuntime final : public DeviceRuntime {
     bool vector = true;
     for (size_t k = 0; k < r.src.size(); ++k) {
       a.src[k] = r.src[k];
-      a.dst[k] = r.dst[k];
-      vector = vector && reinterpret_cast<uintptr_t>(r.src[k]) % 16 == 0 &&
-               reinterpret_cast<uintptr_t>(r.dst[k]) % 16 == 0;
+      vector = vector && reinterpret_cast<uintptr_t>(r.src[k]) % 16 == 0;
     }
-    a.nranks = static_cast<int32_t>(r.src.size());
+    for (size_t k = 0; k < r.dst.size(); ++k) {
+      a.dst[k] = r.dst[k];
+      vector = vector && reinterpret_cast<uintptr_t>(r.dst[k]) % 16 == 0;
+    }
+    a.nsrc = static_cast<int32_t>(r.src.size());
+    a.ndst = static_cast<int32_t>(r.dst.size());
     a.count = r.count;
     a.divide_by = r.divide_by;
     a.divide_wide = static_cast<double>(r.divide_by);

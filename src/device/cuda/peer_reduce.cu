@@ -1,6 +1,6 @@
-// The peer reduce (device/device_runtime.h's PeerReduce): one rank's segment of an all-reduce over
+// The peer reduce (device/device_runtime.h's PeerReduce): one rank's part of a collective over
 // buffers of every rank of the node (peer windows mapped by CUDA IPC): acc = src[0] (op) src[1]
-// (op) ... in rank order, each step through element_math.h's ReduceElement (rounded back to the
+// (op) ... in order, each step through element_math.h's ReduceElement (rounded back to the
 // type after every step, as the CPU kernels do), then AVG's division, then written to every
 // dst[r]. One thread per 16-byte pack (or element). Reads the host-mapped `skip` word first: the
 // ranks disagreed on the call, do nothing.
@@ -33,12 +33,12 @@ template <DataType kType, ReduceOp kOp>
 __device__ void PeerReduceBody(const PeerReduceArgs& a) {
   using S = StorageOf<kType>;
   if (*static_cast<const volatile uint32_t*>(a.skip) == a.skip_value) return;
-  const int n = a.nranks;
+  const int nsrc = a.nsrc, ndst = a.ndst;
   ForEach<S>(
       a.count, a.vector != 0,
       [&](size_t p) {
         Pack<S> acc = LoadPack(static_cast<const S*>(a.src[0]), p);
-        for (int r = 1; r < n; ++r) {
+        for (int r = 1; r < nsrc; ++r) {
           const Pack<S> x = LoadPack(static_cast<const S*>(a.src[r]), p);
 #pragma unroll
           for (size_t k = 0; k < Pack<S>::kCount; ++k)
@@ -46,14 +46,14 @@ __device__ void PeerReduceBody(const PeerReduceArgs& a) {
         }
 #pragma unroll
         for (size_t k = 0; k < Pack<S>::kCount; ++k) acc.v[k] = Finish<kType, kOp>(acc.v[k], a);
-        for (int r = 0; r < n; ++r) StorePack(static_cast<S*>(a.dst[r]), p, acc);
+        for (int r = 0; r < ndst; ++r) StorePack(static_cast<S*>(a.dst[r]), p, acc);
       },
       [&](size_t i) {
         S acc = static_cast<const S*>(a.src[0])[i];
-        for (int r = 1; r < n; ++r)
+        for (int r = 1; r < nsrc; ++r)
           acc = ReduceElement<kType, kOp, X86Nan>(acc, static_cast<const S*>(a.src[r])[i]);
         acc = Finish<kType, kOp>(acc, a);
-        for (int r = 0; r < n; ++r) static_cast<S*>(a.dst[r])[i] = acc;
+        for (int r = 0; r < ndst; ++r) static_cast<S*>(a.dst[r])[i] = acc;
       });
 }
 

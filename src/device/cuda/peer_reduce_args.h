@@ -10,19 +10,20 @@
 
 namespace braid::cuda {
 
-// Ranks whose buffers one kernel reads: one node's ranks (8 GPUs, several ranks per GPU).
+// Sources and destinations of one kernel: at most one per rank of a node (8 GPUs, several ranks
+// per GPU).
 inline constexpr int kMaxPeerRanks = 32;
 
 struct PeerReduceArgs {
-  const void* src[kMaxPeerRanks];  // each rank's segment of its input
-  void* dst[kMaxPeerRanks];        // each rank's segment of its output
+  const void* src[kMaxPeerRanks];  // reduced in order
+  void* dst[kMaxPeerRanks];        // each gets the result
   uint64_t count;                  // elements of the segment
   uint64_t divide_by;              // > 1: AVG's division of the sum
   double divide_wide;              // divide_by as fp64 and fp32 (element_math.h's Divisor)
   float divide_narrow;
   uint32_t skip_value;   // the kernel does nothing when *skip == skip_value
   const uint32_t* skip;  // host-mapped
-  int32_t nranks;
+  int32_t nsrc, ndst;
   int32_t vector;  // every pointer 16-byte aligned: 16-byte packs
 };
 

@@ -1,16 +1,18 @@
-// ncclAllReduce on peer windows (nccl/window_collectives.cc): buffers registered with
-// ncclCommWindowRegister on every rank of a node are reduced on the device, each rank reading its
-// segment of every rank's input and writing it into every rank's output, with no staging through
-// the host. On the emulated device (BRAID_DEVICE=emulated), whose peer reduce is a host function
-// on the stream over memfd-shared device memory.
+// Collectives on peer windows (nccl/window_collectives.cc): buffers registered with
+// ncclCommWindowRegister on every rank of a node are reduced or copied on the device, each rank
+// reading and writing its peers' buffers directly, with no staging through the host: all-reduce
+// (each rank's segment of every input into every output), all-gather (each rank's block pushed
+// into every output) and reduce-scatter (each rank's block of every input pulled and reduced). On
+// the emulated device (BRAID_DEVICE=emulated), whose peer reduce is a host function on the stream
+// over memfd-shared device memory.
 //
-// Checked: every type and op, in and out of place, 2 to 4 ranks, bit-exact against the same call
-// on plain device buffers (the staged host path) in the same run, and the window path taken for
-// every window call and no other; the stream-order test on windows (1000 repetitions, the
-// send buffer written late on the stream, the result read on the stream, no host
-// synchronisation), also on one hardware queue; ranks whose buffers sit at different offsets fail
-// every rank with the reason and write nothing; a rank on windows against a rank on plain buffers
-// fails both, nothing hangs.
+// Checked: every type and op, in and out of place, 2 to 4 ranks, all three collectives, bit-exact
+// against the same call on plain device buffers (the staged host path) in the same run, and the
+// window path taken for every window call and no other; the stream-order test on windows
+// (1000 repetitions, the send buffer written late on the stream, the result read on the stream, no
+// host synchronisation), also on one hardware queue; ranks whose buffers sit at different offsets
+// fail every rank with the reason and write nothing; a rank on windows against a rank on plain
+// buffers fails both, nothing hangs.
 //
 // The shim's objects are linked into this binary with the core (braid_nccl_objects), so that the
 // test's emulated device is the one the shim uses.
@@ -165,7 +167,7 @@ int EveryTypeAndOp(const braidUniqueId& id, int rank, int nranks) {
   void* psend = *dev->allocDevice(bytes);
   void* precv = *dev->allocDevice(bytes);
   cudaStream_t stream = static_cast<cudaStream_t>(*dev->createStream());
-  const uint64_t window_calls = braid::nccl::WindowAllReduceCalls();
+  const uint64_t window_calls = braid::nccl::WindowCalls();
   int calls = 0;
   std::vector<unsigned char> in(bytes);
   for (ncclDataType_t t : kTypes)
@@ -194,10 +196,55 @@ int EveryTypeAndOp(const braidUniqueId& id, int rank, int nranks) {
                           static_cast<int>(t), static_cast<int>(op), n,
                           in_place ? "in place" : "out of place", i, got[i], want[i]);
         }
-  CHECK_OR_FAIL(braid::nccl::WindowAllReduceCalls() - window_calls == static_cast<uint64_t>(calls),
+  // All-gather (the output in a window) and reduce-scatter (the input in a window), every type
+  // (and op), in and out of place (the in-place block: this rank's of the larger buffer).
+  for (ncclDataType_t t : kTypes)
+    for (size_t n : {size_t{1}, size_t{37}, size_t{1000}})
+      for (bool in_place : {false, true}) {
+        const size_t e = Size(t);
+        const size_t block = n * e;
+        const size_t total = block * static_cast<size_t>(nranks);
+        // All-gather: input block `rank`, output all blocks.
+        for (size_t i = 0; i < n; ++i) Encode(t, Input(t, ncclMax, rank, i), in.data() + i * e);
+        void* wsrc = in_place ? static_cast<char*>(wrecv) + block * rank : wsend;
+        void* psrc = in_place ? static_cast<char*>(precv) + block * rank : psend;
+        std::memcpy(*dev->hostView(wsrc, block), in.data(), block);
+        std::memcpy(*dev->hostView(psrc, block), in.data(), block);
+        CHECK_OR_FAIL(ncclAllGather(wsrc, wrecv, n, t, comm, stream) == ncclSuccess,
+                      "window all-gather type %d n %zu", static_cast<int>(t), n);
+        CHECK_OR_FAIL(ncclAllGather(psrc, precv, n, t, comm, stream) == ncclSuccess,
+                      "staged all-gather");
+        CHECK_OR_FAIL(dev->synchronize(stream).ok(), "synchronize");
+        ++calls;
+        CHECK_OR_FAIL(
+            std::memcmp(*dev->hostView(wrecv, total), *dev->hostView(precv, total), total) == 0,
+            "all-gather type %d n %zu %s differs from the staged path", static_cast<int>(t), n,
+            in_place ? "in place" : "out of place");
+        for (ncclRedOp_t op : kOps) {
+          // Reduce-scatter: input all blocks, output block `rank`.
+          for (int b = 0; b < nranks; ++b)
+            for (size_t i = 0; i < n; ++i)
+              Encode(t, Input(t, op, rank + b * 5, i), in.data() + (b * n + i) * e);
+          std::memcpy(*dev->hostView(wsend, total), in.data(), total);
+          std::memcpy(*dev->hostView(psend, total), in.data(), total);
+          void* wdst = in_place ? static_cast<char*>(wsend) + block * rank : wrecv;
+          void* pdst = in_place ? static_cast<char*>(psend) + block * rank : precv;
+          CHECK_OR_FAIL(ncclReduceScatter(wsend, wdst, n, t, op, comm, stream) == ncclSuccess,
+                        "window reduce-scatter type %d op %d n %zu", static_cast<int>(t),
+                        static_cast<int>(op), n);
+          CHECK_OR_FAIL(ncclReduceScatter(psend, pdst, n, t, op, comm, stream) == ncclSuccess,
+                        "staged reduce-scatter");
+          CHECK_OR_FAIL(dev->synchronize(stream).ok(), "synchronize");
+          ++calls;
+          CHECK_OR_FAIL(
+              std::memcmp(*dev->hostView(wdst, block), *dev->hostView(pdst, block), block) == 0,
+              "reduce-scatter type %d op %d n %zu %s differs from the staged path",
+              static_cast<int>(t), static_cast<int>(op), n, in_place ? "in place" : "out of place");
+        }
+      }
+  CHECK_OR_FAIL(braid::nccl::WindowCalls() - window_calls == static_cast<uint64_t>(calls),
                 "%llu calls took the window path, want %d",
-                static_cast<unsigned long long>(braid::nccl::WindowAllReduceCalls() - window_calls),
-                calls);
+                static_cast<unsigned long long>(braid::nccl::WindowCalls() - window_calls), calls);
   ncclResult_t async = ncclSuccess;
   CHECK_OR_FAIL(ncclCommGetAsyncError(comm, &async) == ncclSuccess && async == ncclSuccess,
                 "async error %d", static_cast<int>(async));
@@ -212,21 +259,21 @@ int EveryTypeAndOp(const braidUniqueId& id, int rank, int nranks) {
   return 0;
 }
 
-TEST(WindowAllReduce, EveryTypeAndOpBitExactTwoRanks) {
+TEST(WindowCollectives, EveryTypeAndOpBitExactTwoRanks) {
   auto out = RunJob(Job(2), [](braidComm_t, int rank, int nranks, const braidUniqueId& id) {
     return EveryTypeAndOp(id, rank, nranks);
   });
   EXPECT_TRUE(AllSucceeded(out)) << DescribeOutcomes(out);
 }
 
-TEST(WindowAllReduce, EveryTypeAndOpBitExactThreeRanks) {
+TEST(WindowCollectives, EveryTypeAndOpBitExactThreeRanks) {
   auto out = RunJob(Job(3), [](braidComm_t, int rank, int nranks, const braidUniqueId& id) {
     return EveryTypeAndOp(id, rank, nranks);
   });
   EXPECT_TRUE(AllSucceeded(out)) << DescribeOutcomes(out);
 }
 
-TEST(WindowAllReduce, EveryTypeAndOpBitExactFourRanks) {
+TEST(WindowCollectives, EveryTypeAndOpBitExactFourRanks) {
   auto out = RunJob(Job(4), [](braidComm_t, int rank, int nranks, const braidUniqueId& id) {
     return EveryTypeAndOp(id, rank, nranks);
   });
@@ -256,7 +303,7 @@ int StreamOrderOnWindows(const braidUniqueId& id, int rank, int nranks, int reps
   std::mt19937 rng(99 + rank);
   auto bad = std::make_shared<std::atomic<int>>(0);
   auto checked = std::make_shared<std::atomic<int>>(0);
-  const uint64_t window_calls = braid::nccl::WindowAllReduceCalls();
+  const uint64_t window_calls = braid::nccl::WindowCalls();
   for (int rep = 0; rep < reps; ++rep) {
     const size_t n = counts[rep % 4];
     void* src = rep % 5 == 4 ? recv : send;
@@ -302,7 +349,7 @@ int StreamOrderOnWindows(const braidUniqueId& id, int rank, int nranks, int reps
   CHECK_OR_FAIL(dev->synchronize(stream).ok(), "synchronize");
   CHECK_OR_FAIL(bad->load() == 0, "%d of %d repetitions wrong", bad->load(), reps);
   CHECK_OR_FAIL(checked->load() == reps, "%d of %d repetitions checked", checked->load(), reps);
-  CHECK_OR_FAIL(braid::nccl::WindowAllReduceCalls() - window_calls == static_cast<uint64_t>(reps),
+  CHECK_OR_FAIL(braid::nccl::WindowCalls() - window_calls == static_cast<uint64_t>(reps),
                 "not every call took the window path");
   ncclResult_t async = ncclSuccess;
   CHECK_OR_FAIL(ncclCommGetAsyncError(comm, &async) == ncclSuccess && async == ncclSuccess,
@@ -313,14 +360,14 @@ int StreamOrderOnWindows(const braidUniqueId& id, int rank, int nranks, int reps
   return 0;
 }
 
-TEST(WindowAllReduce, OrderedOnTheStream1000TimesTwoRanks) {
+TEST(WindowCollectives, OrderedOnTheStream1000TimesTwoRanks) {
   auto out = RunJob(Job(2), [](braidComm_t, int rank, int nranks, const braidUniqueId& id) {
     return StreamOrderOnWindows(id, rank, nranks, 1000);
   });
   EXPECT_TRUE(AllSucceeded(out)) << DescribeOutcomes(out);
 }
 
-TEST(WindowAllReduce, OrderedOnTheStreamFourRanks) {
+TEST(WindowCollectives, OrderedOnTheStreamFourRanks) {
   auto out = RunJob(Job(4), [](braidComm_t, int rank, int nranks, const braidUniqueId& id) {
     return StreamOrderOnWindows(id, rank, nranks, 300);
   });
@@ -329,7 +376,7 @@ TEST(WindowAllReduce, OrderedOnTheStreamFourRanks) {
 
 // One hardware queue (CUDA_DEVICE_MAX_CONNECTIONS=1, as Megatron-LM sets it): the device work is
 // on the call's own stream, so nothing waits behind a wait for the agent.
-TEST(WindowAllReduce, OrderedOnOneHardwareQueue) {
+TEST(WindowCollectives, OrderedOnOneHardwareQueue) {
   auto out = RunJob(Job(2, {{"CUDA_DEVICE_MAX_CONNECTIONS", "1"}}),
                     [](braidComm_t, int rank, int nranks, const braidUniqueId& id) {
                       return StreamOrderOnWindows(id, rank, nranks, 300);
@@ -340,7 +387,7 @@ TEST(WindowAllReduce, OrderedOnOneHardwareQueue) {
 // Rank 2's buffers sit 64 bytes further into the windows than the others': every rank's call
 // fails with the reason (an asynchronous error, as NCCL reports a failed stream-ordered call), and
 // no rank's output is touched.
-TEST(WindowAllReduce, DifferentOffsetsFailEveryRankAndWriteNothing) {
+TEST(WindowCollectives, DifferentOffsetsFailEveryRankAndWriteNothing) {
   auto out = RunJob(Job(3), [](braidComm_t, int rank, int nranks, const braidUniqueId& id) {
     ncclComm_t comm = nullptr;
     EmulatedDevice* dev = nullptr;
@@ -367,7 +414,7 @@ TEST(WindowAllReduce, DifferentOffsetsFailEveryRankAndWriteNothing) {
                   "async error %d", static_cast<int>(async));
     const std::string why = ncclGetLastError(comm);
     CHECK_OR_FAIL(why.find("same offsets") != std::string::npos &&
-                      why.find("rank 2 has send at offset 64") != std::string::npos,
+                      why.find("rank 2 has all-reduce, send at offset 64") != std::string::npos,
                   "message: %s", why.c_str());
     const auto* r = static_cast<const unsigned char*>(*dev->hostView(recv, bytes));
     for (size_t i = 0; i < bytes; ++i)
@@ -385,7 +432,7 @@ TEST(WindowAllReduce, DifferentOffsetsFailEveryRankAndWriteNothing) {
 
 // Rank 0's buffers are in windows, rank 1's are not: rank 0 takes the window path, rank 1 the
 // staged one. The two calls do not match, and both ranks fail instead of hanging.
-TEST(WindowAllReduce, ARankOffTheWindowsFailsBothRanks) {
+TEST(WindowCollectives, ARankOffTheWindowsFailsBothRanks) {
   auto out = RunJob(Job(2), [](braidComm_t, int rank, int nranks, const braidUniqueId& id) {
     ncclComm_t comm = nullptr;
     EmulatedDevice* dev = nullptr;
