@@ -1,5 +1,6 @@
 // Communicator life cycle of the NCCL API: version, unique ids, init, split, shrink, finalize,
 // destroy, abort, and the queries.
+#include <chrono>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -216,7 +217,16 @@ NCCL_API_EXPORT ncclResult_t pncclCommAbort(ncclComm_t comm) {
   if (agent) agent->abort("ncclCommAbort");
   ncclResult_t r = FromBraid(braidCommAbort(B(comm)), "ncclCommAbort");
   if (agent) agent->shutdown(true, "ncclCommAbort");  // joins whoever else holds a reference
-  DropRegistrations(comm);
+  // A kernel on peer windows that the abort interrupted may still run on its stream (briefly: it
+  // waits for nothing): the windows' mappings are closed after it, or left open if it does not
+  // end, rather than unmapped under it.
+  const bool device_work_ended =
+      !agent || agent->waitDeviceWork(std::chrono::steady_clock::now() + std::chrono::seconds(2));
+  if (!device_work_ended)
+    (void)Fail(ncclSuccess,
+               "ncclCommAbort: device work on peer windows still runs after 2 s; their "
+               "mappings are left open");
+  DropRegistrations(comm, /*keep_mappings=*/!device_work_ended);
   return r;
 }
 NCCL_WEAK_ALIAS(ncclResult_t, ncclCommAbort, (ncclComm_t comm))

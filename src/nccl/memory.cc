@@ -122,7 +122,7 @@ void* braid::nccl::WindowPeerPointer(ncclWindow_t win, int peer) {
   return reg->peers.peer[static_cast<size_t>(peer)];
 }
 
-void braid::nccl::DropRegistrations(ncclComm_t comm) {
+void braid::nccl::DropRegistrations(ncclComm_t comm, bool keep_mappings) {
   std::vector<Registration*> mine;
   {
     std::lock_guard<std::mutex> lock(Handles().mu);
@@ -139,7 +139,7 @@ void braid::nccl::DropRegistrations(ncclComm_t comm) {
   for (Registration* reg : mine) {
     if (reg->allocation) ForgetAllocation(reg->allocation);
     if (reg->window_id) g_windows.fetch_sub(1, std::memory_order_relaxed);
-    UnmapPeerWindows(&reg->peers);
+    if (!keep_mappings) UnmapPeerWindows(&reg->peers);
     delete reg;
   }
 }

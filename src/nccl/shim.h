@@ -100,6 +100,8 @@ void FreeAfterGroup(void* p);
 
 // Drops `comm`'s buffer and window registrations (memory.cc): a destroy or an abort releases
 // them, as NCCL's does, so that a program need not deregister before it destroys.
-void DropRegistrations(ncclComm_t comm);
+// `keep_mappings`: the peer windows' mappings are left open (leaked), because device work that
+// reads them may still run (an abort that could not wait for it).
+void DropRegistrations(ncclComm_t comm, bool keep_mappings = false);
 
 }  // namespace braid::nccl

@@ -29,6 +29,7 @@
 
 #include "device/cpu/emulated_device.h"
 #include "device/cpu/reduce_kernels.h"
+#include "device/peer_memory.h"
 #include "multirank/harness.h"
 #include "nccl.h"
 #include "nccl/peer_windows.h"
@@ -463,6 +464,58 @@ TEST(WindowCollectives, ARankOffTheWindowsFailsBothRanks) {
     CHECK_OR_FAIL(dev->freeDevice(plain).ok() && ncclMemFree(send) == ncclSuccess &&
                       ncclMemFree(recv) == ncclSuccess,
                   "free");
+    return 0;
+  });
+  EXPECT_TRUE(AllSucceeded(out)) << DescribeOutcomes(out);
+}
+
+// An abort while a window call has not ended on its stream (held here: the stream is paused
+// before the call): the abort stops waiting for it, but the windows' mappings stay open (a kernel
+// must not read unmapped memory), and the call, once its stream goes on, is told to skip. After
+// an abort with nothing in flight the mappings are closed.
+TEST(WindowCollectives, AbortKeepsTheMappingsOfACallThatHasNotEnded) {
+  auto out = RunJob(Job(2), [](braidComm_t, int rank, int nranks, const braidUniqueId& id) {
+    ncclComm_t comm = nullptr;
+    EmulatedDevice* dev = nullptr;
+    if (Init(id, rank, nranks, &comm, &dev) != 0) return 1;
+    const size_t bytes = 8192, n = 1000;
+    void *send = nullptr, *recv = nullptr;
+    CHECK_OR_FAIL(
+        ncclMemAlloc(&send, bytes) == ncclSuccess && ncclMemAlloc(&recv, bytes) == ncclSuccess,
+        "ncclMemAlloc");
+    ncclWindow_t ws = nullptr, wr = nullptr;
+    CHECK_OR_FAIL(ncclCommWindowRegister(comm, send, bytes, &ws, 0) == ncclSuccess &&
+                      ncclCommWindowRegister(comm, recv, bytes, &wr, 0) == ncclSuccess,
+                  "window register");
+    CHECK_OR_FAIL(braid::device::ProcessPeerMemory()->mapped() == 2, "two peer allocations");
+    if (rank == 1) {  // nothing in flight: the abort closes the mappings
+      CHECK_OR_FAIL(ncclCommAbort(comm) == ncclSuccess, "abort");
+      CHECK_OR_FAIL(braid::device::ProcessPeerMemory()->mapped() == 0, "mappings left open");
+      CHECK_OR_FAIL(ncclMemFree(send) == ncclSuccess && ncclMemFree(recv) == ncclSuccess, "free");
+      return 0;
+    }
+    std::memset(*dev->hostView(recv, bytes), 0x5a, bytes);
+    cudaStream_t stream = static_cast<cudaStream_t>(*dev->createStream());
+    CHECK_OR_FAIL(dev->pauseStream(stream).ok(), "pause");
+    CHECK_OR_FAIL(ncclAllReduce(send, recv, n, ncclInt32, ncclSum, comm, stream) == ncclSuccess,
+                  "submit");
+    const auto t0 = std::chrono::steady_clock::now();
+    CHECK_OR_FAIL(ncclCommAbort(comm) == ncclSuccess, "abort");
+    const double waited =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const std::string why = ncclGetLastError(nullptr);
+    CHECK_OR_FAIL(why.find("mappings are left open") != std::string::npos, "message: %s",
+                  why.c_str());
+    CHECK_OR_FAIL(waited < 10, "the abort took %.1f s", waited);
+    CHECK_OR_FAIL(braid::device::ProcessPeerMemory()->mapped() == 2,
+                  "the mappings were closed under a call that may still run");
+    CHECK_OR_FAIL(dev->resumeStream(stream).ok() && dev->synchronize(stream).ok(),
+                  "the stream goes on");
+    const auto* r = static_cast<const unsigned char*>(*dev->hostView(recv, bytes));
+    for (size_t i = 0; i < bytes; ++i)
+      CHECK_OR_FAIL(r[i] == 0x5a, "the skipped call wrote byte %zu", i);
+    CHECK_OR_FAIL(dev->destroyStream(stream).ok(), "destroy stream");
+    CHECK_OR_FAIL(ncclMemFree(send) == ncclSuccess && ncclMemFree(recv) == ncclSuccess, "free");
     return 0;
   });
   EXPECT_TRUE(AllSucceeded(out)) << DescribeOutcomes(out);

@@ -255,6 +255,10 @@ Status StreamAgent::submitGroup(std::vector<std::pair<StreamAgent*, StreamCall>>
       // An abort (ncclCommRevoke, another thread) may have ended the agent's thread since the
       // check above: nobody would run the call, so it is released here.
       if (!agent->aborted_ && !agent->stop_) {
+        if (p.call.device_work) {
+          agent->last_work_end_ = p.device_slots[0].done;
+          agent->last_work_value_ = p.device_slots[0].value;
+        }
         agent->queue_.push_back(std::move(p));
         ++agent->submitted_;
         queued = true;
@@ -498,6 +502,19 @@ void StreamAgent::execute(Pending& p) {
   if (!st.ok())
     fail(std::move(st.prepend("[" + name_ + "] " + p.call.what + " (stream-ordered): ")));
   release(p, true);
+}
+
+bool StreamAgent::waitDeviceWork(std::chrono::steady_clock::time_point deadline) {
+  uint32_t* end;
+  uint32_t value;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    end = last_work_end_;
+    value = last_work_value_;
+  }
+  // Calls run in order on their streams, so the last one's end follows every earlier one's. A
+  // word that only grows: reached even after its slot was reused.
+  return !end || runtime_->hostWaitFlag(end, value, deadline);
 }
 
 Status StreamAgent::queueDeviceWork(Pending& p) {

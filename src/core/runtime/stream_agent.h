@@ -165,6 +165,11 @@ class StreamAgent {
     uint64_t pieces = 0, pieces_early = 0;
   };
   StagingStats stagingStats();
+  // Waits until the device work of every call submitted so far has ended on its stream (or was
+  // told to skip and passed), until `deadline`; false when some may still run. After an abort,
+  // before the memory that work uses (peer windows) is unmapped: the agent stops waiting for a
+  // kernel that an abort interrupts, the kernel does not stop.
+  bool waitDeviceWork(std::chrono::steady_clock::time_point deadline);
   // Stops the agent whatever the number of references to it (a thread polling the
   // communicator's error may hold one during ncclCommDestroy): without `abort`, waits for the
   // queued calls first (drain()); with it, abort(why) first. Then joins the thread. Idempotent;
@@ -275,6 +280,9 @@ class StreamAgent {
   // out.
   uint32_t* last_flag_ = nullptr;
   uint32_t last_value_ = 0;
+  // The last call with device work: its end word and value (go's `done`), under mu_.
+  uint32_t* last_work_end_ = nullptr;
+  uint32_t last_work_value_ = 0;
 
   std::thread thread_;
 };
