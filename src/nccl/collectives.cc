@@ -130,6 +130,10 @@ NCCL_API_EXPORT ncclResult_t pncclReduce(const void* sendbuff, void* recvbuff, s
     // recvbuff may be NULL except on the root.
     if (rank == root) NCCL_CHECK(CheckPtr(recvbuff, "recvbuff (on the root)", func));
   }
+  // The input in peer windows of one node's ranks: the root reduces it on the device.
+  ncclResult_t on_windows;
+  if (WindowReduce(comm, sendbuff, recvbuff, count, datatype, op, root, stream, &on_windows))
+    return on_windows;
   const size_t elt = TypeSize(datatype), bytes = count * elt;
   return RunElementWise(
       comm, stream, func,
@@ -156,6 +160,10 @@ NCCL_API_EXPORT ncclResult_t pncclBroadcast(const void* sendbuff, void* recvbuff
     // sendbuff is only read on the root.
     if (rank == root) NCCL_CHECK(CheckPtr(sendbuff, "sendbuff (on the root)", func));
   }
+  // The output in peer windows of one node's ranks: the root writes it on the device.
+  ncclResult_t on_windows;
+  if (WindowBroadcast(comm, sendbuff, recvbuff, count, datatype, root, stream, &on_windows))
+    return on_windows;
   const size_t elt = TypeSize(datatype), bytes = count * elt;
   return RunElementWise(
       comm, stream, func,
@@ -177,6 +185,9 @@ NCCL_API_EXPORT ncclResult_t pncclBcast(void* buff, size_t count, ncclDataType_t
   CommShape(comm, &rank, &nranks);
   NCCL_CHECK(CheckRank(root, nranks, "root", func));
   if (count > 0) NCCL_CHECK(CheckPtr(buff, "buff", func));
+  ncclResult_t on_windows;
+  if (WindowBroadcast(comm, buff, buff, count, datatype, root, stream, &on_windows))
+    return on_windows;
   const size_t elt = TypeSize(datatype);
   return RunElementWise(comm, stream, func, {{buff, count * elt, rank == root, rank != root}},
                         count, elt, [=](const auto& h, size_t first, size_t n) {

@@ -102,16 +102,20 @@ bool braid::nccl::FindWindow(ncclComm_t comm, const void* p, size_t bytes, Windo
   if (g_windows.load(std::memory_order_relaxed) == 0) return false;  // every call asks
   const auto a = reinterpret_cast<uintptr_t>(p);
   std::lock_guard<std::mutex> lock(Handles().mu);
+  // The oldest window that holds it (the lowest number): every rank picks the same one when a
+  // program registered overlapping windows (the set's order differs between processes).
+  const Registration* found = nullptr;
   for (const Registration* reg : Handles().live) {
     if (reg->comm != comm || reg->window_id == 0) continue;
     const auto b = reinterpret_cast<uintptr_t>(reg->buff);
     if (a < b || a - b > reg->size || bytes > reg->size - (a - b)) continue;
-    out->id = reg->window_id;
-    out->offset = a - b;
-    out->peer = reg->peers.peer;
-    return true;
+    if (!found || reg->window_id < found->window_id) found = reg;
   }
-  return false;
+  if (!found) return false;
+  out->id = found->window_id;
+  out->offset = a - reinterpret_cast<uintptr_t>(found->buff);
+  out->peer = found->peers.peer;
+  return true;
 }
 
 void* braid::nccl::WindowPeerPointer(ncclWindow_t win, int peer) {

@@ -63,6 +63,13 @@ bool WindowAllGather(ncclComm_t comm, const void* sendbuff, void* recvbuff, size
 bool WindowReduceScatter(ncclComm_t comm, const void* sendbuff, void* recvbuff, size_t recvcount,
                          ncclDataType_t datatype, ncclRedOp_t op, cudaStream_t stream,
                          ncclResult_t* result);
+// ncclBroadcast and ncclBcast (the output in windows: the root pushes its input into every
+// rank's output) and ncclReduce (the input in windows: the root pulls every rank's, reduced).
+bool WindowBroadcast(ncclComm_t comm, const void* sendbuff, void* recvbuff, size_t count,
+                     ncclDataType_t datatype, int root, cudaStream_t stream, ncclResult_t* result);
+bool WindowReduce(ncclComm_t comm, const void* sendbuff, void* recvbuff, size_t count,
+                  ncclDataType_t datatype, ncclRedOp_t op, int root, cudaStream_t stream,
+                  ncclResult_t* result);
 // Calls that took a window path in this process (tests).
 uint64_t WindowCalls();
 

@@ -1,12 +1,14 @@
 // Collectives on peer windows (nccl/peer_windows.h): the intra-node GPU path of issue 39, where
 // each rank reads and writes its peers' device buffers directly (CUDA IPC mappings made at window
-// registration) instead of staging through the host. All-reduce, all-gather and reduce-scatter,
-// each one peer-reduce kernel per rank (device::PeerReduce: sources reduced in rank order,
-// written to every destination):
+// registration) instead of staging through the host. All-reduce, all-gather, reduce-scatter,
+// broadcast and reduce, each one peer-reduce kernel per rank (device::PeerReduce: sources reduced
+// in rank order, written to every destination):
 //   all-gather      rank r pushes its block into block r of every rank's output (one source;
 //                   the output must be in a window on every rank);
 //   reduce-scatter  rank r pulls block r of every rank's input, reduced, into its output (the
 //                   input must be in a window on every rank);
+//   broadcast       the root pushes its input into every rank's output (in windows);
+//   reduce          the root pulls every rank's input (in windows), reduced, into its output;
 //   all-reduce      as below.
 //
 // All-reduce: rank r takes segment r of the buffer (whole 64-byte groups of elements, so a GPU
@@ -39,7 +41,13 @@ namespace {
 
 std::atomic<uint64_t> g_calls{0};
 
-enum class WindowKind : int32_t { kAllReduce = 1, kAllGather = 2, kReduceScatter = 3 };
+enum class WindowKind : int32_t {
+  kAllReduce = 1,
+  kAllGather = 2,
+  kReduceScatter = 3,
+  kBroadcast = 4,
+  kReduce = 5
+};
 const char* KindName(int32_t k) {
   switch (static_cast<WindowKind>(k)) {
     case WindowKind::kAllReduce:
@@ -48,13 +56,17 @@ const char* KindName(int32_t k) {
       return "all-gather";
     case WindowKind::kReduceScatter:
       return "reduce-scatter";
+    case WindowKind::kBroadcast:
+      return "broadcast";
+    case WindowKind::kReduce:
+      return "reduce";
   }
   return "?";
 }
 
 // What every rank must agree on (a buffer not in a window, which only its rank touches: 0, 0).
 struct CallRecord {
-  int32_t kind = 0, type = 0, op = 0, pad = 0;
+  int32_t kind = 0, type = 0, op = 0, root = 0;
   uint64_t send_window = 0, send_offset = 0;
   uint64_t recv_window = 0, recv_offset = 0;
   uint64_t count = 0;
@@ -77,7 +89,7 @@ std::string Describe(const CallRecord& c) {
     s += ", receive at offset " + std::to_string(c.recv_offset) + " of window " +
          std::to_string(c.recv_window);
   return s + ", count " + std::to_string(c.count) + ", type " + std::to_string(c.type) + ", op " +
-         std::to_string(c.op);
+         std::to_string(c.op) + ", root " + std::to_string(c.root);
 }
 
 // The runtime when a call may take a window path at all, else null.
@@ -99,6 +111,7 @@ bool DeviceBuffers(device::DeviceRuntime* rt, const void* send, size_t send_byte
   for (const auto& [p, bytes, rd, wr] :
        {std::tuple<const void*, size_t, bool, bool>{send, send_bytes, true, false},
         std::tuple<const void*, size_t, bool, bool>{recv, recv_bytes, false, true}}) {
+    if (!p) continue;  // a buffer this rank does not use (a broadcast's input off the root)
     auto info = ClassifyBuffer(rt, p);
     if (!info.ok() || !info->onDevice()) return false;
     out->push_back(StreamBuffer{p, bytes, rd, wr, *info});
@@ -125,6 +138,7 @@ ncclResult_t SubmitWindowCall(device::DeviceRuntime* rt, ncclComm_t comm, cudaSt
                               std::vector<StreamBuffer> buffers) {
   auto work = std::make_shared<DeviceWork>();
   work->queue = [rt, r](device::StreamHandle s, const uint32_t* skip, uint32_t value) mutable {
+    if (r.count == 0) return Status::Ok();  // a rank with nothing to move (not the root)
     r.skip = skip;
     r.skip_value = value;
     return rt->launchPeerReduce(r, s);
@@ -251,6 +265,74 @@ bool WindowReduceScatter(ncclComm_t comm, const void* sendbuff, void* recvbuff, 
   mine.send_offset = send.offset;
   mine.count = recvcount;
   *result = SubmitWindowCall(rt, comm, stream, "ncclReduceScatter", std::move(r), mine, nranks,
+                             std::move(buffers));
+  return true;
+}
+
+bool WindowBroadcast(ncclComm_t comm, const void* sendbuff, void* recvbuff, size_t count,
+                     ncclDataType_t datatype, int root, cudaStream_t stream, ncclResult_t* result) {
+  device::DeviceRuntime* rt = WindowRuntime(count);
+  if (!rt) return false;
+  const size_t bytes = count * TypeSize(datatype);
+  WindowSpan recv;
+  int rank = -1, nranks = -1;
+  std::vector<StreamBuffer> buffers;
+  if (!FindWindow(comm, recvbuff, bytes, &recv) || !Shape(comm, recv, &rank, &nranks) ||
+      !DeviceBuffers(rt, rank == root ? sendbuff : nullptr, bytes, recvbuff, bytes, &buffers))
+    return false;
+  // The root pushes its input into every rank's output; the others move nothing (the input of a
+  // rank off the root is not read, and may be anything, so its place cannot be agreed on).
+  device::PeerReduce r;
+  r.type = static_cast<DataType>(datatype);
+  if (rank == root) {
+    r.count = count;
+    r.src.push_back(sendbuff);
+    for (int k = 0; k < nranks; ++k)
+      r.dst.push_back(static_cast<char*>(recv.peer[k]) + recv.offset);
+  }
+  CallRecord mine;
+  mine.kind = static_cast<int32_t>(WindowKind::kBroadcast);
+  mine.type = static_cast<int32_t>(datatype);
+  mine.root = root;
+  mine.recv_window = recv.id;
+  mine.recv_offset = recv.offset;
+  mine.count = count;
+  *result = SubmitWindowCall(rt, comm, stream, "ncclBroadcast", std::move(r), mine, nranks,
+                             std::move(buffers));
+  return true;
+}
+
+bool WindowReduce(ncclComm_t comm, const void* sendbuff, void* recvbuff, size_t count,
+                  ncclDataType_t datatype, ncclRedOp_t op, int root, cudaStream_t stream,
+                  ncclResult_t* result) {
+  device::DeviceRuntime* rt = WindowRuntime(count);
+  if (!rt || !BuiltInOp(op)) return false;
+  const size_t elt = TypeSize(datatype), bytes = count * elt;
+  WindowSpan send;
+  int rank = -1, nranks = -1;
+  std::vector<StreamBuffer> buffers;
+  if (!FindWindow(comm, sendbuff, bytes, &send) || !Shape(comm, send, &rank, &nranks) ||
+      !DeviceBuffers(rt, sendbuff, bytes, rank == root ? recvbuff : nullptr, bytes, &buffers))
+    return false;
+  // The root pulls every rank's input, reduced in rank order, into its output.
+  device::PeerReduce r;
+  r.type = static_cast<DataType>(datatype);
+  SetOp(&r, op, nranks);
+  if (rank == root) {
+    r.count = count;
+    for (int k = 0; k < nranks; ++k)
+      r.src.push_back(static_cast<const char*>(send.peer[k]) + send.offset);
+    r.dst.push_back(recvbuff);
+  }
+  CallRecord mine;
+  mine.kind = static_cast<int32_t>(WindowKind::kReduce);
+  mine.type = static_cast<int32_t>(datatype);
+  mine.op = static_cast<int32_t>(op);
+  mine.root = root;
+  mine.send_window = send.id;
+  mine.send_offset = send.offset;
+  mine.count = count;
+  *result = SubmitWindowCall(rt, comm, stream, "ncclReduce", std::move(r), mine, nranks,
                              std::move(buffers));
   return true;
 }

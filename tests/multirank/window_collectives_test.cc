@@ -2,11 +2,12 @@
 // ncclCommWindowRegister on every rank of a node are reduced or copied on the device, each rank
 // reading and writing its peers' buffers directly, with no staging through the host: all-reduce
 // (each rank's segment of every input into every output), all-gather (each rank's block pushed
-// into every output) and reduce-scatter (each rank's block of every input pulled and reduced). On
+// into every output), reduce-scatter (each rank's block of every input pulled and reduced),
+// broadcast (the root pushes) and reduce (the root pulls). On
 // the emulated device (BRAID_DEVICE=emulated), whose peer reduce is a host function on the stream
 // over memfd-shared device memory.
 //
-// Checked: every type and op, in and out of place, 2 to 4 ranks, all three collectives, bit-exact
+// Checked: every type and op, in and out of place, 2 to 4 ranks, all five collectives, bit-exact
 // against the same call on plain device buffers (the staged host path) in the same run, and the
 // window path taken for every window call and no other; the stream-order test on windows
 // (1000 repetitions, the send buffer written late on the stream, the result read on the stream, no
@@ -221,6 +222,50 @@ int EveryTypeAndOp(const braidUniqueId& id, int rank, int nranks) {
             std::memcmp(*dev->hostView(wrecv, total), *dev->hostView(precv, total), total) == 0,
             "all-gather type %d n %zu %s differs from the staged path", static_cast<int>(t), n,
             in_place ? "in place" : "out of place");
+        // Broadcast from the last rank (in place: the root's output is its input) and ncclBcast.
+        const int root = nranks - 1;
+        for (size_t i = 0; i < n; ++i)
+          Encode(t, Input(t, ncclMax, rank + 11, i), in.data() + i * e);
+        void* wbsrc = in_place ? wrecv : wsend;
+        void* pbsrc = in_place ? precv : psend;
+        std::memcpy(*dev->hostView(wbsrc, block), in.data(), block);
+        std::memcpy(*dev->hostView(pbsrc, block), in.data(), block);
+        CHECK_OR_FAIL(ncclBroadcast(wbsrc, wrecv, n, t, root, comm, stream) == ncclSuccess,
+                      "window broadcast");
+        CHECK_OR_FAIL(ncclBroadcast(pbsrc, precv, n, t, root, comm, stream) == ncclSuccess,
+                      "staged broadcast");
+        CHECK_OR_FAIL(dev->synchronize(stream).ok(), "synchronize");
+        ++calls;
+        CHECK_OR_FAIL(
+            std::memcmp(*dev->hostView(wrecv, block), *dev->hostView(precv, block), block) == 0,
+            "broadcast type %d n %zu %s differs from the staged path", static_cast<int>(t), n,
+            in_place ? "in place" : "out of place");
+        CHECK_OR_FAIL(ncclBcast(wsend, n, t, 0, comm, stream) == ncclSuccess, "window bcast");
+        CHECK_OR_FAIL(ncclBcast(psend, n, t, 0, comm, stream) == ncclSuccess, "staged bcast");
+        CHECK_OR_FAIL(dev->synchronize(stream).ok(), "synchronize");
+        ++calls;
+        CHECK_OR_FAIL(
+            std::memcmp(*dev->hostView(wsend, block), *dev->hostView(psend, block), block) == 0,
+            "bcast type %d n %zu differs from the staged path", static_cast<int>(t), n);
+        for (ncclRedOp_t op : kOps) {
+          // Reduce to the root: every rank's input (in a window), the root's output.
+          for (size_t i = 0; i < n; ++i) Encode(t, Input(t, op, rank, i), in.data() + i * e);
+          std::memcpy(*dev->hostView(wsend, block), in.data(), block);
+          std::memcpy(*dev->hostView(psend, block), in.data(), block);
+          void* wrdst = in_place ? wsend : wrecv;
+          void* prdst = in_place ? psend : precv;
+          CHECK_OR_FAIL(ncclReduce(wsend, wrdst, n, t, op, root, comm, stream) == ncclSuccess,
+                        "window reduce");
+          CHECK_OR_FAIL(ncclReduce(psend, prdst, n, t, op, root, comm, stream) == ncclSuccess,
+                        "staged reduce");
+          CHECK_OR_FAIL(dev->synchronize(stream).ok(), "synchronize");
+          ++calls;
+          if (rank == root)
+            CHECK_OR_FAIL(
+                std::memcmp(*dev->hostView(wrdst, block), *dev->hostView(prdst, block), block) == 0,
+                "reduce type %d op %d n %zu %s differs from the staged path", static_cast<int>(t),
+                static_cast<int>(op), n, in_place ? "in place" : "out of place");
+        }
         for (ncclRedOp_t op : kOps) {
           // Reduce-scatter: input all blocks, output block `rank`.
           for (int b = 0; b < nranks; ++b)
@@ -464,6 +509,56 @@ TEST(WindowCollectives, ARankOffTheWindowsFailsBothRanks) {
     CHECK_OR_FAIL(dev->freeDevice(plain).ok() && ncclMemFree(send) == ncclSuccess &&
                       ncclMemFree(recv) == ncclSuccess,
                   "free");
+    return 0;
+  });
+  EXPECT_TRUE(AllSucceeded(out)) << DescribeOutcomes(out);
+}
+
+// A buffer in several windows (registered more than once): every rank takes the oldest, so the
+// call is the same on every rank and takes the window path.
+TEST(WindowCollectives, OverlappingWindowsPickTheSameOnEveryRank) {
+  auto out = RunJob(Job(3), [](braidComm_t, int rank, int nranks, const braidUniqueId& id) {
+    ncclComm_t comm = nullptr;
+    EmulatedDevice* dev = nullptr;
+    if (Init(id, rank, nranks, &comm, &dev) != 0) return 1;
+    const size_t bytes = 16384, n = 1000;
+    void *send = nullptr, *recv = nullptr;
+    CHECK_OR_FAIL(
+        ncclMemAlloc(&send, bytes) == ncclSuccess && ncclMemAlloc(&recv, bytes) == ncclSuccess,
+        "ncclMemAlloc");
+    // The send buffer's windows: the whole buffer, its second half, the whole again.
+    std::vector<ncclWindow_t> wins(4);
+    CHECK_OR_FAIL(ncclCommWindowRegister(comm, send, bytes, &wins[0], 0) == ncclSuccess &&
+                      ncclCommWindowRegister(comm, static_cast<char*>(send) + bytes / 2, bytes / 2,
+                                             &wins[1], 0) == ncclSuccess &&
+                      ncclCommWindowRegister(comm, send, bytes, &wins[2], 0) == ncclSuccess &&
+                      ncclCommWindowRegister(comm, recv, bytes, &wins[3], 0) == ncclSuccess,
+                  "window register");
+    auto* in = static_cast<int32_t*>(*dev->hostView(send, bytes));
+    for (size_t i = 0; i < bytes / 4; ++i) in[i] = static_cast<int32_t>(i) + rank;
+    cudaStream_t stream = static_cast<cudaStream_t>(*dev->createStream());
+    const uint64_t before = braid::nccl::WindowCalls();
+    for (size_t off : {size_t{0}, bytes / 2, size_t{4096}})
+      CHECK_OR_FAIL(ncclAllReduce(static_cast<char*>(send) + off, static_cast<char*>(recv) + off, n,
+                                  ncclInt32, ncclSum, comm, stream) == ncclSuccess,
+                    "all-reduce at %zu", off);
+    CHECK_OR_FAIL(dev->synchronize(stream).ok(), "synchronize");
+    ncclResult_t async = ncclSuccess;
+    CHECK_OR_FAIL(ncclCommGetAsyncError(comm, &async) == ncclSuccess && async == ncclSuccess,
+                  "async error %d: %s", static_cast<int>(async), ncclGetLastError(comm));
+    CHECK_OR_FAIL(braid::nccl::WindowCalls() - before == 3, "not every call took the window path");
+    const auto* got = static_cast<const int32_t*>(*dev->hostView(recv, bytes));
+    for (size_t off : {size_t{0}, bytes / 2, size_t{4096}})
+      for (size_t i = 0; i < n; ++i) {
+        const size_t k = off / 4 + i;
+        const int32_t want = static_cast<int32_t>(k) * nranks + nranks * (nranks - 1) / 2;
+        CHECK_OR_FAIL(got[k] == want, "element %zu: %d, want %d", k, got[k], want);
+      }
+    for (ncclWindow_t w : wins)
+      CHECK_OR_FAIL(ncclCommWindowDeregister(comm, w) == ncclSuccess, "deregister");
+    CHECK_OR_FAIL(ncclCommDestroy(comm) == ncclSuccess, "destroy");
+    CHECK_OR_FAIL(dev->destroyStream(stream).ok(), "destroy stream");
+    CHECK_OR_FAIL(ncclMemFree(send) == ncclSuccess && ncclMemFree(recv) == ncclSuccess, "free");
     return 0;
   });
   EXPECT_TRUE(AllSucceeded(out)) << DescribeOutcomes(out);
