@@ -631,7 +631,7 @@ class RankRunner {
   const DeviceApi* api_ = nullptr;
   int cuda_device_ = -1;
   std::string device_name_;
-  unsigned long long dsend_ = 0, drecv_ = 0;  // device buffers (CUdeviceptr)
+  unsigned long long dsend_ = 0, drecv_ = 0;              // device buffers (CUdeviceptr)
   void *reg_send_ = nullptr, *reg_recv_ = nullptr;        // -R 1: ncclCommRegister handles
   ncclWindow_t win_send_ = nullptr, win_recv_ = nullptr;  // -R 2: symmetric windows
   void* stream_ = nullptr;

@@ -56,13 +56,6 @@ std::shared_ptr<StreamAgent> AgentFor(device::DeviceRuntime* rt, ncclComm_t comm
 
 // ------------------------------------------------------------------ translation
 
-// A braid result on the agent's thread, with that thread's message.
-Status FromResult(braidResult_t r) {
-  if (r == braidSuccess) return Status::Ok();
-  const char* m = braidGetLastError(nullptr);
-  return Status::Error(static_cast<ErrorClass>(r), m && *m ? m : braidGetErrorString(r));
-}
-
 ncclResult_t Report(const Status& st, const char* func) {
   if (st.ok()) return ncclSuccess;
   std::string m = st.message();
@@ -193,6 +186,12 @@ bool SubmitIfDevice(device::DeviceRuntime* rt, ncclComm_t comm, cudaStream_t str
   }
   *result = Report(AgentFor(rt, comm)->submit(std::move(call)), func);
   return true;
+}
+
+Status FromResult(braidResult_t r) {
+  if (r == braidSuccess) return Status::Ok();
+  const char* m = braidGetLastError(nullptr);
+  return Status::Error(static_cast<ErrorClass>(r), m && *m ? m : braidGetErrorString(r));
 }
 
 ncclResult_t SubmitDeviceWork(device::DeviceRuntime* rt, ncclComm_t comm, cudaStream_t stream,

@@ -51,6 +51,8 @@ bool SubmitIfDevice(device::DeviceRuntime* rt, ncclComm_t comm, cudaStream_t str
                     const char* func, std::initializer_list<BufferUse> buffers,
                     const std::function<StreamRun()>& make_run, ncclResult_t* result,
                     const PieceForm& pieces = PieceForm{});
+// A braid result on the agent's thread as a Status, with that thread's message.
+Status FromResult(braidResult_t r);
 // Submits a call whose data moves on the device (StreamAgent's DeviceWork) to `comm`'s stream
 // agent, ordered on `stream`. Returns ncclSuccess or the error (nothing queued).
 ncclResult_t SubmitDeviceWork(device::DeviceRuntime* rt, ncclComm_t comm, cudaStream_t stream,

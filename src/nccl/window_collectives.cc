@@ -73,13 +73,6 @@ struct CallRecord {
   bool operator==(const CallRecord&) const = default;
 };
 
-Status AgentStatus(braidResult_t r, const char* what) {
-  if (r == braidSuccess) return Status::Ok();
-  const char* m = braidGetLastError(nullptr);
-  return Status::Error(static_cast<ErrorClass>(r),
-                       std::string(what) + ": " + (m && *m ? m : braidGetErrorString(r)));
-}
-
 std::string Describe(const CallRecord& c) {
   std::string s = KindName(c.kind);
   if (c.send_window)
@@ -90,6 +83,27 @@ std::string Describe(const CallRecord& c) {
          std::to_string(c.recv_window);
   return s + ", count " + std::to_string(c.count) + ", type " + std::to_string(c.type) + ", op " +
          std::to_string(c.op) + ", root " + std::to_string(c.root);
+}
+
+// The record of a call: `send` and `recv` are its windowed buffers (null: one only its rank
+// touches, not agreed on).
+CallRecord Record(WindowKind kind, ncclDataType_t type, int op, int root, const WindowSpan* send,
+                  const WindowSpan* recv, uint64_t count) {
+  CallRecord c;
+  c.kind = static_cast<int32_t>(kind);
+  c.type = static_cast<int32_t>(type);
+  c.op = op;
+  c.root = root;
+  if (send) {
+    c.send_window = send->id;
+    c.send_offset = send->offset;
+  }
+  if (recv) {
+    c.recv_window = recv->id;
+    c.recv_offset = recv->offset;
+  }
+  c.count = count;
+  return c;
 }
 
 // The runtime when a call may take a window path at all, else null.
@@ -146,8 +160,8 @@ ncclResult_t SubmitWindowCall(device::DeviceRuntime* rt, ncclComm_t comm, cudaSt
   work->agree = [comm, mine, nranks]() -> Status {
     std::vector<CallRecord> all(static_cast<size_t>(nranks));
     BRAID_RETURN_IF_ERROR(
-        AgentStatus(braidAllGather(&mine, all.data(), sizeof(CallRecord), braidUint8, B(comm)),
-                    "exchanging the call's windows"));
+        FromResult(braidAllGather(&mine, all.data(), sizeof(CallRecord), braidUint8, B(comm)))
+            .prepend("exchanging the call's windows: "));
     for (int k = 1; k < nranks; ++k)
       if (!(all[k] == all[0]))
         return InvalidUsage(
@@ -157,7 +171,7 @@ ncclResult_t SubmitWindowCall(device::DeviceRuntime* rt, ncclComm_t comm, cudaSt
     return Status::Ok();
   };
   work->finish = [comm]() -> Status {
-    return AgentStatus(braidBarrier(B(comm)), "waiting for every rank's device work");
+    return FromResult(braidBarrier(B(comm))).prepend("waiting for every rank's device work: ");
   };
   g_calls.fetch_add(1, std::memory_order_relaxed);
   return SubmitDeviceWork(rt, comm, stream, func, std::move(buffers), std::move(work));
@@ -190,15 +204,7 @@ bool WindowAllReduce(ncclComm_t comm, const void* sendbuff, void* recvbuff, size
     r.src.push_back(static_cast<const char*>(send.peer[k]) + send.offset + lo * elt);
     r.dst.push_back(static_cast<char*>(recv.peer[k]) + recv.offset + lo * elt);
   }
-  CallRecord mine;
-  mine.kind = static_cast<int32_t>(WindowKind::kAllReduce);
-  mine.type = static_cast<int32_t>(datatype);
-  mine.op = static_cast<int32_t>(op);
-  mine.send_window = send.id;
-  mine.send_offset = send.offset;
-  mine.recv_window = recv.id;
-  mine.recv_offset = recv.offset;
-  mine.count = count;
+  const CallRecord mine = Record(WindowKind::kAllReduce, datatype, op, 0, &send, &recv, count);
   *result = SubmitWindowCall(rt, comm, stream, "ncclAllReduce", std::move(r), mine, nranks,
                              std::move(buffers));
   return true;
@@ -224,12 +230,7 @@ bool WindowAllGather(ncclComm_t comm, const void* sendbuff, void* recvbuff, size
   r.src.push_back(sendbuff);
   for (int k = 0; k < nranks; ++k)
     r.dst.push_back(static_cast<char*>(recv.peer[k]) + recv.offset + bytes * rank);
-  CallRecord mine;
-  mine.kind = static_cast<int32_t>(WindowKind::kAllGather);
-  mine.type = static_cast<int32_t>(datatype);
-  mine.recv_window = recv.id;
-  mine.recv_offset = recv.offset;
-  mine.count = sendcount;
+  const CallRecord mine = Record(WindowKind::kAllGather, datatype, 0, 0, nullptr, &recv, sendcount);
   *result = SubmitWindowCall(rt, comm, stream, "ncclAllGather", std::move(r), mine, nranks,
                              std::move(buffers));
   return true;
@@ -257,13 +258,8 @@ bool WindowReduceScatter(ncclComm_t comm, const void* sendbuff, void* recvbuff, 
   for (int k = 0; k < nranks; ++k)
     r.src.push_back(static_cast<const char*>(send.peer[k]) + send.offset + bytes * rank);
   r.dst.push_back(recvbuff);
-  CallRecord mine;
-  mine.kind = static_cast<int32_t>(WindowKind::kReduceScatter);
-  mine.type = static_cast<int32_t>(datatype);
-  mine.op = static_cast<int32_t>(op);
-  mine.send_window = send.id;
-  mine.send_offset = send.offset;
-  mine.count = recvcount;
+  const CallRecord mine =
+      Record(WindowKind::kReduceScatter, datatype, op, 0, &send, nullptr, recvcount);
   *result = SubmitWindowCall(rt, comm, stream, "ncclReduceScatter", std::move(r), mine, nranks,
                              std::move(buffers));
   return true;
@@ -290,13 +286,7 @@ bool WindowBroadcast(ncclComm_t comm, const void* sendbuff, void* recvbuff, size
     for (int k = 0; k < nranks; ++k)
       r.dst.push_back(static_cast<char*>(recv.peer[k]) + recv.offset);
   }
-  CallRecord mine;
-  mine.kind = static_cast<int32_t>(WindowKind::kBroadcast);
-  mine.type = static_cast<int32_t>(datatype);
-  mine.root = root;
-  mine.recv_window = recv.id;
-  mine.recv_offset = recv.offset;
-  mine.count = count;
+  const CallRecord mine = Record(WindowKind::kBroadcast, datatype, 0, root, nullptr, &recv, count);
   *result = SubmitWindowCall(rt, comm, stream, "ncclBroadcast", std::move(r), mine, nranks,
                              std::move(buffers));
   return true;
@@ -324,14 +314,7 @@ bool WindowReduce(ncclComm_t comm, const void* sendbuff, void* recvbuff, size_t 
       r.src.push_back(static_cast<const char*>(send.peer[k]) + send.offset);
     r.dst.push_back(recvbuff);
   }
-  CallRecord mine;
-  mine.kind = static_cast<int32_t>(WindowKind::kReduce);
-  mine.type = static_cast<int32_t>(datatype);
-  mine.op = static_cast<int32_t>(op);
-  mine.root = root;
-  mine.send_window = send.id;
-  mine.send_offset = send.offset;
-  mine.count = count;
+  const CallRecord mine = Record(WindowKind::kReduce, datatype, op, root, &send, nullptr, count);
   *result = SubmitWindowCall(rt, comm, stream, "ncclReduce", std::move(r), mine, nranks,
                              std::move(buffers));
   return true;

@@ -29,8 +29,8 @@ EmulatedDevice& Dev() {
 }
 
 constexpr int kSuccess = 0;
-constexpr int kInvalidValue = 1;     // CUDA_ERROR_INVALID_VALUE
-constexpr int kInvalidHandle = 400;  // CUDA_ERROR_INVALID_HANDLE
+constexpr int kInvalidValue = 1;      // CUDA_ERROR_INVALID_VALUE
+constexpr int kInvalidHandle = 400;   // CUDA_ERROR_INVALID_HANDLE
 constexpr int kInvalidContext = 201;  // CUDA_ERROR_INVALID_CONTEXT
 
 int Code(const braid::Status& s) {

@@ -96,10 +96,10 @@ int Rank(int rank, int nranks, int reps, const ncclUniqueId& id) {
 #if defined(NCCL_VERSION_CODE) && NCCL_VERSION_CODE >= NCCL_VERSION(2, 27, 0)
   ncclWindow_t wsend = nullptr, wrecv = nullptr;
   if (windows) {
-    NCCL_OR_FAIL(ncclCommWindowRegister(comm, send, max_n * sizeof(float), &wsend,
-                                        NCCL_WIN_COLL_SYMMETRIC));
-    NCCL_OR_FAIL(ncclCommWindowRegister(comm, recv, max_n * sizeof(float), &wrecv,
-                                        NCCL_WIN_COLL_SYMMETRIC));
+    NCCL_OR_FAIL(
+        ncclCommWindowRegister(comm, send, max_n * sizeof(float), &wsend, NCCL_WIN_COLL_SYMMETRIC));
+    NCCL_OR_FAIL(
+        ncclCommWindowRegister(comm, recv, max_n * sizeof(float), &wrecv, NCCL_WIN_COLL_SYMMETRIC));
   }
 #else
   if (windows) {

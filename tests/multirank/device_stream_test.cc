@@ -25,6 +25,7 @@
 
 #include "device/cpu/emulated_device.h"
 #include "multirank/harness.h"
+#include "multirank/nccl_shim_job.h"
 #include "nccl.h"
 #include "nccl/known_buffers.h"
 #include "nccl/stream_path.h"
@@ -34,36 +35,17 @@ using braid_test::AllSucceeded;
 using braid_test::DescribeOutcomes;
 using braid_test::JobOptions;
 using braid_test::RunJob;
+using braid_test::shim::InitNccl;
+using braid_test::shim::Job;
 
 #undef CHECK_OR_FAIL
 #define CHECK_OR_FAIL(cond, ...) CHECK_OR_FAIL_WITH(ncclGetLastError(nullptr), cond, __VA_ARGS__)
 
 namespace {
 
-// Joins the job's communicator through the NCCL API; the device is the shim's emulated one.
-int InitNccl(const braidUniqueId& id, int rank, int nranks, ncclComm_t* comm,
-             EmulatedDevice** dev) {
-  ncclUniqueId nid;
-  static_assert(sizeof(nid) == sizeof(id));
-  std::memcpy(&nid, &id, sizeof(nid));
-  CHECK_OR_FAIL(ncclCommInitRank(comm, nranks, nid, rank) == ncclSuccess, "init");
-  *dev = dynamic_cast<EmulatedDevice*>(braid::device::ActiveDeviceRuntime());
-  CHECK_OR_FAIL(*dev != nullptr, "BRAID_DEVICE=emulated did not select the emulated device");
-  return 0;
-}
-
 template <typename T>
 T* View(EmulatedDevice* dev, void* p, size_t n) {
   return static_cast<T*>(*dev->hostView(p, n * sizeof(T)));
-}
-
-JobOptions Job(int nranks, const char* device, int timeout_s = 60) {
-  JobOptions o;
-  o.nranks = nranks;
-  o.timeout_s = timeout_s;
-  o.init = false;
-  o.env = {{"BRAID_DEVICE", device}};
-  return o;
 }
 
 // A rank's contribution: small integers, so every sum is exact in fp32 whatever the order.

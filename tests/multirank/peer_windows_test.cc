@@ -21,6 +21,7 @@
 #include "device/cpu/emulated_device.h"
 #include "device/peer_memory.h"
 #include "multirank/harness.h"
+#include "multirank/nccl_shim_job.h"
 #include "nccl.h"
 #include "nccl/peer_windows.h"
 
@@ -31,28 +32,13 @@ using braid_test::AllSucceeded;
 using braid_test::DescribeOutcomes;
 using braid_test::JobOptions;
 using braid_test::RunJob;
+using braid_test::shim::Job;
+using braid_test::shim::JoinNccl;
 
 #undef CHECK_OR_FAIL
 #define CHECK_OR_FAIL(cond, ...) CHECK_OR_FAIL_WITH(ncclGetLastError(nullptr), cond, __VA_ARGS__)
 
 namespace {
-
-JobOptions Job(int nranks, const char* device) {
-  JobOptions o;
-  o.nranks = nranks;
-  o.timeout_s = 60;
-  o.init = false;
-  o.env = {{"BRAID_DEVICE", device}};
-  return o;
-}
-
-int Init(const braidUniqueId& id, int rank, int nranks, ncclComm_t* comm) {
-  ncclUniqueId nid;
-  static_assert(sizeof(nid) == sizeof(id));
-  std::memcpy(&nid, &id, sizeof(nid));
-  CHECK_OR_FAIL(ncclCommInitRank(comm, nranks, nid, rank) == ncclSuccess, "init");
-  return 0;
-}
 
 // Rank r's window bytes.
 unsigned char Byte(int r, size_t i) {
@@ -70,7 +56,7 @@ bool Barrier(ncclComm_t comm) {
 
 int MapsAndUsesPeerWindows(const braidUniqueId& id, int rank, int nranks) {
   ncclComm_t comm = nullptr;
-  if (Init(id, rank, nranks, &comm) != 0) return 1;
+  if (JoinNccl(id, rank, nranks, &comm) != 0) return 1;
   auto* dev = dynamic_cast<EmulatedDevice*>(braid::device::ActiveDeviceRuntime());
   CHECK_OR_FAIL(dev != nullptr, "BRAID_DEVICE=emulated did not select the emulated device");
   // Each rank's window at its own offset into an allocation: peers must map the allocation and
@@ -162,7 +148,7 @@ TEST(PeerWindows, ABadWindowFailsEveryRankAndMapsNothing) {
   auto out = RunJob(Job(3, "emulated"), [](braidComm_t, int rank, int nranks,
                                            const braidUniqueId& id) {
     ncclComm_t comm = nullptr;
-    if (Init(id, rank, nranks, &comm) != 0) return 1;
+    if (JoinNccl(id, rank, nranks, &comm) != 0) return 1;
     auto* dev = dynamic_cast<EmulatedDevice*>(braid::device::ActiveDeviceRuntime());
     CHECK_OR_FAIL(dev != nullptr, "no emulated device");
     char* alloc = static_cast<char*>(*dev->allocDevice(kWindow));
@@ -232,7 +218,7 @@ TEST(PeerWindows, RanksOfOneProcessUseEachOthersAddresses) {
 TEST(PeerWindows, HostMemoryWindowsAreNotMapped) {
   auto out = RunJob(Job(2, "none"), [](braidComm_t, int rank, int nranks, const braidUniqueId& id) {
     ncclComm_t comm = nullptr;
-    if (Init(id, rank, nranks, &comm) != 0) return 1;
+    if (JoinNccl(id, rank, nranks, &comm) != 0) return 1;
     std::vector<char> buf(kWindow);
     ncclWindow_t win = nullptr;
     CHECK_OR_FAIL(ncclCommWindowRegister(comm, buf.data(), buf.size(), &win, 0) == ncclSuccess,
@@ -259,7 +245,7 @@ TEST(PeerWindows, OverTheCudaRuntimeOfAFakeDriver) {
     void* lib = dlopen(BRAID_FAKE_LIBCUDA, RTLD_NOW | RTLD_GLOBAL);
     CHECK_OR_FAIL(lib != nullptr, "dlopen %s: %s", BRAID_FAKE_LIBCUDA, dlerror());
     ncclComm_t comm = nullptr;
-    if (Init(id, rank, nranks, &comm) != 0) return 1;
+    if (JoinNccl(id, rank, nranks, &comm) != 0) return 1;
     braid::device::DeviceRuntime* rt = braid::device::ActiveDeviceRuntime();
     CHECK_OR_FAIL(rt && std::string(rt->name()) == "cuda", "the CUDA runtime was not chosen");
     using Ptr = unsigned long long;

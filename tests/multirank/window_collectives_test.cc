@@ -32,8 +32,10 @@
 #include "device/cpu/reduce_kernels.h"
 #include "device/peer_memory.h"
 #include "multirank/harness.h"
+#include "multirank/nccl_shim_job.h"
 #include "nccl.h"
 #include "nccl/peer_windows.h"
+#include "nccl/shim.h"
 #include "nccl/stream_path.h"
 
 using braid::device::EmulatedDevice;
@@ -41,49 +43,16 @@ using braid_test::AllSucceeded;
 using braid_test::DescribeOutcomes;
 using braid_test::JobOptions;
 using braid_test::RunJob;
+using braid_test::shim::InitNccl;
 
 #undef CHECK_OR_FAIL
 #define CHECK_OR_FAIL(cond, ...) CHECK_OR_FAIL_WITH(ncclGetLastError(nullptr), cond, __VA_ARGS__)
 
 namespace {
 
-JobOptions Job(int nranks, std::vector<std::pair<std::string, std::string>> env = {}) {
-  JobOptions o;
-  o.nranks = nranks;
-  o.timeout_s = 120;
-  o.init = false;
-  o.env = {{"BRAID_DEVICE", "emulated"}};
-  for (auto& e : env) o.env.push_back(e);
-  return o;
-}
-
-int Init(const braidUniqueId& id, int rank, int nranks, ncclComm_t* comm, EmulatedDevice** dev) {
-  ncclUniqueId nid;
-  static_assert(sizeof(nid) == sizeof(id));
-  std::memcpy(&nid, &id, sizeof(nid));
-  CHECK_OR_FAIL(ncclCommInitRank(comm, nranks, nid, rank) == ncclSuccess, "init");
-  *dev = dynamic_cast<EmulatedDevice*>(braid::device::ActiveDeviceRuntime());
-  CHECK_OR_FAIL(*dev != nullptr, "BRAID_DEVICE=emulated did not select the emulated device");
-  return 0;
-}
-
-size_t Size(ncclDataType_t t) {
-  switch (t) {
-    case ncclInt8:
-    case ncclUint8:
-    case ncclFloat8e4m3:
-    case ncclFloat8e5m2:
-      return 1;
-    case ncclFloat16:
-    case ncclBfloat16:
-      return 2;
-    case ncclInt32:
-    case ncclUint32:
-    case ncclFloat32:
-      return 4;
-    default:
-      return 8;
-  }
+// The emulated device (BRAID_DEVICE=emulated), 120 s guard.
+JobOptions Job(int nranks, const std::vector<std::pair<std::string, std::string>>& env = {}) {
+  return braid_test::shim::Job(nranks, "emulated", 120, env);
 }
 
 // Element i of `rank`'s input, as the value `v` encoded in type `t`. Values are small integers
@@ -154,7 +123,7 @@ constexpr ncclRedOp_t kOps[] = {ncclSum, ncclProd, ncclMax, ncclMin, ncclAvg};
 int EveryTypeAndOp(const braidUniqueId& id, int rank, int nranks) {
   ncclComm_t comm = nullptr;
   EmulatedDevice* dev = nullptr;
-  if (Init(id, rank, nranks, &comm, &dev) != 0) return 1;
+  if (InitNccl(id, rank, nranks, &comm, &dev) != 0) return 1;
   const size_t counts[] = {1, 37, 4099};
   const size_t bytes = 4099 * 8;
   void *wsend = nullptr, *wrecv = nullptr;
@@ -176,7 +145,7 @@ int EveryTypeAndOp(const braidUniqueId& id, int rank, int nranks) {
     for (ncclRedOp_t op : kOps)
       for (size_t n : counts)
         for (bool in_place : {false, true}) {
-          const size_t e = Size(t);
+          const size_t e = braid::nccl::TypeSize(t);
           for (size_t i = 0; i < n; ++i) Encode(t, Input(t, op, rank, i), in.data() + i * e);
           void* wsrc = in_place ? wrecv : wsend;
           void* psrc = in_place ? precv : psend;
@@ -203,7 +172,7 @@ int EveryTypeAndOp(const braidUniqueId& id, int rank, int nranks) {
   for (ncclDataType_t t : kTypes)
     for (size_t n : {size_t{1}, size_t{37}, size_t{1000}})
       for (bool in_place : {false, true}) {
-        const size_t e = Size(t);
+        const size_t e = braid::nccl::TypeSize(t);
         const size_t block = n * e;
         const size_t total = block * static_cast<size_t>(nranks);
         // All-gather: input block `rank`, output all blocks.
@@ -333,7 +302,7 @@ TEST(WindowCollectives, EveryTypeAndOpBitExactFourRanks) {
 int StreamOrderOnWindows(const braidUniqueId& id, int rank, int nranks, int reps) {
   ncclComm_t comm = nullptr;
   EmulatedDevice* dev = nullptr;
-  if (Init(id, rank, nranks, &comm, &dev) != 0) return 1;
+  if (InitNccl(id, rank, nranks, &comm, &dev) != 0) return 1;
   const size_t counts[] = {1, 7, 1000, 4099};
   const size_t bytes = 4099 * 4;
   void *send = nullptr, *recv = nullptr;
@@ -437,7 +406,7 @@ TEST(WindowCollectives, DifferentOffsetsFailEveryRankAndWriteNothing) {
   auto out = RunJob(Job(3), [](braidComm_t, int rank, int nranks, const braidUniqueId& id) {
     ncclComm_t comm = nullptr;
     EmulatedDevice* dev = nullptr;
-    if (Init(id, rank, nranks, &comm, &dev) != 0) return 1;
+    if (InitNccl(id, rank, nranks, &comm, &dev) != 0) return 1;
     const size_t bytes = 8192, n = 1000;
     void *send = nullptr, *recv = nullptr;
     CHECK_OR_FAIL(
@@ -482,7 +451,7 @@ TEST(WindowCollectives, ARankOffTheWindowsFailsBothRanks) {
   auto out = RunJob(Job(2), [](braidComm_t, int rank, int nranks, const braidUniqueId& id) {
     ncclComm_t comm = nullptr;
     EmulatedDevice* dev = nullptr;
-    if (Init(id, rank, nranks, &comm, &dev) != 0) return 1;
+    if (InitNccl(id, rank, nranks, &comm, &dev) != 0) return 1;
     const size_t bytes = 8192, n = 1000;
     void *send = nullptr, *recv = nullptr;
     CHECK_OR_FAIL(
@@ -520,7 +489,7 @@ TEST(WindowCollectives, OverlappingWindowsPickTheSameOnEveryRank) {
   auto out = RunJob(Job(3), [](braidComm_t, int rank, int nranks, const braidUniqueId& id) {
     ncclComm_t comm = nullptr;
     EmulatedDevice* dev = nullptr;
-    if (Init(id, rank, nranks, &comm, &dev) != 0) return 1;
+    if (InitNccl(id, rank, nranks, &comm, &dev) != 0) return 1;
     const size_t bytes = 16384, n = 1000;
     void *send = nullptr, *recv = nullptr;
     CHECK_OR_FAIL(
@@ -572,7 +541,7 @@ TEST(WindowCollectives, AbortKeepsTheMappingsOfACallThatHasNotEnded) {
   auto out = RunJob(Job(2), [](braidComm_t, int rank, int nranks, const braidUniqueId& id) {
     ncclComm_t comm = nullptr;
     EmulatedDevice* dev = nullptr;
-    if (Init(id, rank, nranks, &comm, &dev) != 0) return 1;
+    if (InitNccl(id, rank, nranks, &comm, &dev) != 0) return 1;
     const size_t bytes = 8192, n = 1000;
     void *send = nullptr, *recv = nullptr;
     CHECK_OR_FAIL(
