@@ -20,6 +20,7 @@
 
 #include "core/base/datatype.h"
 #include "core/base/status.h"
+#include "device/peer_pointers.h"
 
 namespace braid::device {
 
@@ -81,6 +82,12 @@ struct PeerReduce {
   size_t count = 0;              // elements of the segment
   const uint32_t* skip = nullptr;
   uint32_t skip_value = 0;
+  // Late binding (device/peer_pointers.h): when set, src and dst are empty and the kernel takes
+  // `late_src` sources and `late_dst` destinations from this host-mapped table as it runs.
+  const PeerPointers* late = nullptr;
+  int late_src = 0, late_dst = 0;
+  size_t sources() const { return late ? static_cast<size_t>(late_src) : src.size(); }
+  size_t destinations() const { return late ? static_cast<size_t>(late_dst) : dst.size(); }
 };
 
 class DeviceRuntime {

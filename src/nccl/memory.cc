@@ -15,6 +15,7 @@
 #include "device/device_runtime.h"
 #include "nccl/cuda_driver.h"
 #include "nccl/known_buffers.h"
+#include "nccl/peer_buffers.h"
 #include "nccl/peer_windows.h"
 #include "nccl/shim.h"
 
@@ -127,6 +128,8 @@ void* braid::nccl::WindowPeerPointer(ncclWindow_t win, int peer) {
 }
 
 void braid::nccl::DropRegistrations(ncclComm_t comm, bool keep_mappings) {
+  // The per-call peer mappings (nccl/peer_buffers.h) go with the windows, under the same rule.
+  DropPeerCache(comm, keep_mappings);
   std::vector<Registration*> mine;
   {
     std::lock_guard<std::mutex> lock(Handles().mu);

@@ -48,6 +48,9 @@ struct WindowSpan {
 // The window of `comm` that holds [p, p + bytes), if any.
 bool FindWindow(ncclComm_t comm, const void* p, size_t bytes, WindowSpan* out);
 
+// The collectives below take the device path on windows when their shared buffers are in windows
+// mapped on every rank, else on peer buffers (nccl/peer_buffers.h) where the communicator allows
+// it, else they stage (false).
 // ncclAllReduce on buffers in peer windows mapped on every rank (one node, device memory, a
 // runtime with the peer-reduce kernel), outside a group: each rank reduces its segment of every
 // rank's input on the device and writes it into every rank's output (DeviceWork on the stream
@@ -72,5 +75,8 @@ bool WindowReduce(ncclComm_t comm, const void* sendbuff, void* recvbuff, size_t 
                   ncclResult_t* result);
 // Calls that took a window path in this process (tests).
 uint64_t WindowCalls();
+// Tests: while on, every call of this process stages (the reference the device paths are
+// compared with in one run). Every rank must set it alike, before the same calls.
+void StageDeviceCallsForTesting(bool on);
 
 }  // namespace braid::nccl

@@ -1,6 +1,9 @@
-// Collectives on peer windows (nccl/peer_windows.h): the intra-node GPU path of issue 39, where
-// each rank reads and writes its peers' device buffers directly (CUDA IPC mappings made at window
-// registration) instead of staging through the host. All-reduce, all-gather, reduce-scatter,
+// Collectives on the device over peers' buffers: the intra-node GPU path of issue 39, where each
+// rank reads and writes its peers' device buffers directly instead of staging through the host.
+// The buffers are reached through peer windows (nccl/peer_windows.h: CUDA IPC mappings made at
+// window registration, pointers known when the call is made) or, for buffers outside windows,
+// through peer buffers (nccl/peer_buffers.h: mappings made per call and cached, pointers bound
+// late, once the ranks have exchanged them). All-reduce, all-gather, reduce-scatter,
 // broadcast and reduce, each one peer-reduce kernel per rank (device::PeerReduce: sources reduced
 // in rank order, written to every destination):
 //   all-gather      rank r pushes its block into block r of every rank's output (one source;
@@ -24,14 +27,21 @@
 // skip and the call fails on every rank (ncclInvalidUsage). After its work, each agent waits at a
 // barrier for every rank's work to end before it writes `done`, since the others write into its
 // output.
+#include <unistd.h>
+
+#include <algorithm>
 #include <atomic>
+#include <cstdio>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "core/runtime/comm_registry.h"
 #include "nccl/known_buffers.h"
+#include "nccl/peer_buffers.h"
 #include "nccl/peer_windows.h"
 #include "nccl/stream_path.h"
 
@@ -40,6 +50,7 @@ namespace braid::nccl {
 namespace {
 
 std::atomic<uint64_t> g_calls{0};
+std::atomic<bool> g_stage_all{false};
 
 enum class WindowKind : int32_t {
   kAllReduce = 1,
@@ -64,17 +75,37 @@ const char* KindName(int32_t k) {
   return "?";
 }
 
+// How a call reaches its peers' buffers.
+enum class PeerPath : int32_t { kWindows = 1, kPeerBuffers = 2 };
+
 // What every rank must agree on (a buffer not in a window, which only its rank touches: 0, 0).
 struct CallRecord {
   int32_t kind = 0, type = 0, op = 0, root = 0;
+  int32_t path = 0, pad = 0;
   uint64_t send_window = 0, send_offset = 0;
   uint64_t recv_window = 0, recv_offset = 0;
   uint64_t count = 0;
   bool operator==(const CallRecord&) const = default;
 };
 
+// One rank's part of the agreement: the call, and on the peer-buffer path where its shared
+// buffers are. One all-gather of bytes carries it.
+struct Exchanged {
+  CallRecord call;
+  PeerBufferRecord send, recv;
+  int32_t pid = 0, pad = 0;
+};
+
+// After the peer-buffer path's mappings: whether each rank mapped what it had to.
+struct MapOutcome {
+  int32_t ok = 1;
+  char reason[188] = {};
+};
+
 std::string Describe(const CallRecord& c) {
   std::string s = KindName(c.kind);
+  s += c.path == static_cast<int32_t>(PeerPath::kWindows) ? " on windows"
+                                                          : " on buffers outside windows";
   if (c.send_window)
     s += ", send at offset " + std::to_string(c.send_offset) + " of window " +
          std::to_string(c.send_window);
@@ -85,28 +116,103 @@ std::string Describe(const CallRecord& c) {
          std::to_string(c.op) + ", root " + std::to_string(c.root);
 }
 
-// The record of a call: `send` and `recv` are its windowed buffers (null: one only its rank
-// touches, not agreed on).
-CallRecord Record(WindowKind kind, ncclDataType_t type, int op, int root, const WindowSpan* send,
-                  const WindowSpan* recv, uint64_t count) {
-  CallRecord c;
-  c.kind = static_cast<int32_t>(kind);
-  c.type = static_cast<int32_t>(type);
-  c.op = op;
-  c.root = root;
-  if (send) {
-    c.send_window = send->id;
-    c.send_offset = send->offset;
+// The call as this rank sees it.
+struct Plan {
+  WindowKind kind = WindowKind::kAllReduce;
+  ncclDataType_t type = ncclFloat32;
+  ncclRedOp_t op = ncclSum;
+  int root = 0;
+  size_t count = 0;  // as passed: per rank for all-gather and reduce-scatter
+  int rank = -1, nranks = -1;
+  const void* send = nullptr;  // this rank's, null where it has none
+  void* recv = nullptr;
+
+  size_t elt() const { return TypeSize(type); }
+  bool reduces() const {
+    return kind == WindowKind::kAllReduce || kind == WindowKind::kReduceScatter ||
+           kind == WindowKind::kReduce;
   }
-  if (recv) {
-    c.recv_window = recv->id;
-    c.recv_offset = recv->offset;
+  // Whether the peers read every rank's input / write every rank's output.
+  bool sharesSend() const { return reduces(); }
+  bool sharesRecv() const {
+    return kind == WindowKind::kAllReduce || kind == WindowKind::kAllGather ||
+           kind == WindowKind::kBroadcast;
   }
-  c.count = count;
-  return c;
+  size_t sendBytes() const {
+    return count * elt() * (kind == WindowKind::kReduceScatter ? static_cast<size_t>(nranks) : 1);
+  }
+  size_t recvBytes() const {
+    return count * elt() * (kind == WindowKind::kAllGather ? static_cast<size_t>(nranks) : 1);
+  }
+  // This rank's buffers: the input, except a broadcast's off the root; the output, except a
+  // reduce's off the root.
+  bool usesSend() const { return kind != WindowKind::kBroadcast || rank == root; }
+  bool usesRecv() const { return kind != WindowKind::kReduce || rank == root; }
+};
+
+// Rank k's buffer in this process.
+using PeerAt = std::function<char*(int k)>;
+
+void SetOp(device::PeerReduce* r, ncclRedOp_t op, int nranks) {
+  r->op = op == ncclAvg ? ReduceOp::kSum : static_cast<ReduceOp>(op);
+  r->divide_by = op == ncclAvg ? static_cast<uint64_t>(nranks) : 0;
 }
 
-// The runtime when a call may take a window path at all, else null.
+// This rank's device work for `c`, its peers' buffers at send_of(k) and recv_of(k):
+//   all-reduce      segment `rank` (whole 64-byte groups) of every input, reduced in rank order,
+//                   into every output;
+//   all-gather      push: this rank's block into block `rank` of every output;
+//   reduce-scatter  pull: block `rank` of every input, reduced in rank order, into this output;
+//   broadcast       the root pushes its input into every output (the others move nothing);
+//   reduce          the root pulls every input, reduced in rank order, into its output.
+device::PeerReduce Build(const Plan& c, const PeerAt& send_of, const PeerAt& recv_of) {
+  const size_t elt = c.elt();
+  device::PeerReduce r;
+  r.type = static_cast<DataType>(c.type);
+  if (c.reduces()) SetOp(&r, c.op, c.nranks);
+  switch (c.kind) {
+    case WindowKind::kAllReduce: {
+      const size_t group = 64 / elt;
+      const size_t per = ((c.count + c.nranks - 1) / c.nranks + group - 1) / group * group;
+      const size_t lo = std::min(c.count, per * static_cast<size_t>(c.rank));
+      r.count = std::min(c.count, lo + per) - lo;
+      for (int k = 0; k < c.nranks; ++k) {
+        r.src.push_back(send_of(k) + lo * elt);
+        r.dst.push_back(recv_of(k) + lo * elt);
+      }
+      break;
+    }
+    case WindowKind::kAllGather:
+      r.count = c.count;
+      r.src.push_back(c.send);
+      for (int k = 0; k < c.nranks; ++k)
+        r.dst.push_back(recv_of(k) + c.count * elt * static_cast<size_t>(c.rank));
+      break;
+    case WindowKind::kReduceScatter:
+      r.count = c.count;
+      for (int k = 0; k < c.nranks; ++k)
+        r.src.push_back(send_of(k) + c.count * elt * static_cast<size_t>(c.rank));
+      r.dst.push_back(c.recv);
+      break;
+    case WindowKind::kBroadcast:
+      if (c.rank == c.root) {
+        r.count = c.count;
+        r.src.push_back(c.send);
+        for (int k = 0; k < c.nranks; ++k) r.dst.push_back(recv_of(k));
+      }
+      break;
+    case WindowKind::kReduce:
+      if (c.rank == c.root) {
+        r.count = c.count;
+        for (int k = 0; k < c.nranks; ++k) r.src.push_back(send_of(k));
+        r.dst.push_back(c.recv);
+      }
+      break;
+  }
+  return r;
+}
+
+// The runtime when a call may take a device path at all, else null.
 device::DeviceRuntime* WindowRuntime(size_t count) {
   device::DeviceRuntime* rt = device::ActiveDeviceRuntime();
   if (!rt || !rt->peerReduceAvailable() || GroupDepth() > 0 || count == 0) return nullptr;
@@ -118,14 +224,16 @@ bool BuiltInOp(ncclRedOp_t op) {
   return static_cast<int>(op) >= 0 && static_cast<int>(op) < static_cast<int>(ncclNumOps);
 }
 
-// The call's buffers as the agent checks them, when both are device memory (a window of host
-// memory on one rank maps "every peer" too); false otherwise (the staged path takes the call).
-bool DeviceBuffers(device::DeviceRuntime* rt, const void* send, size_t send_bytes, const void* recv,
-                   size_t recv_bytes, std::vector<StreamBuffer>* out) {
+// The call's buffers as the agent checks them, when every buffer this rank uses is device memory
+// (a window of host memory on one rank maps "every peer" too); false otherwise (the staged path
+// takes the call).
+bool DeviceBuffers(device::DeviceRuntime* rt, const Plan& c, std::vector<StreamBuffer>* out) {
   for (const auto& [p, bytes, rd, wr] :
-       {std::tuple<const void*, size_t, bool, bool>{send, send_bytes, true, false},
-        std::tuple<const void*, size_t, bool, bool>{recv, recv_bytes, false, true}}) {
-    if (!p) continue;  // a buffer this rank does not use (a broadcast's input off the root)
+       {std::tuple<const void*, size_t, bool, bool>{c.usesSend() ? c.send : nullptr, c.sendBytes(),
+                                                    true, false},
+        std::tuple<const void*, size_t, bool, bool>{c.usesRecv() ? c.recv : nullptr, c.recvBytes(),
+                                                    false, true}}) {
+    if (!p) continue;
     auto info = ClassifyBuffer(rt, p);
     if (!info.ok() || !info->onDevice()) return false;
     out->push_back(StreamBuffer{p, bytes, rd, wr, *info});
@@ -133,22 +241,43 @@ bool DeviceBuffers(device::DeviceRuntime* rt, const void* send, size_t send_byte
   return true;
 }
 
-// The ranks, when `span` covers them all (one node, every window mapped).
-bool Shape(ncclComm_t comm, const WindowSpan& span, int* rank, int* nranks) {
-  CommShape(comm, rank, nranks);
-  return *rank >= 0 && span.everyPeerMapped() && static_cast<size_t>(*nranks) == span.peer.size();
+// The shared buffer `p` in a window mapped on every rank.
+bool InWindow(ncclComm_t comm, const void* p, size_t bytes, int nranks, WindowSpan* out) {
+  return FindWindow(comm, p, bytes, out) && out->everyPeerMapped() &&
+         static_cast<size_t>(nranks) == out->peer.size();
 }
 
-void SetOp(device::PeerReduce* r, ncclRedOp_t op, int nranks) {
-  r->op = op == ncclAvg ? ReduceOp::kSum : static_cast<ReduceOp>(op);
-  r->divide_by = op == ncclAvg ? static_cast<uint64_t>(nranks) : 0;
+template <size_t N>
+void SetReason(char (&dst)[N], const std::string& s) {
+  std::snprintf(dst, N, "%s", s.c_str());
 }
 
-// Submits `r` as this rank's device work of the call `mine` (StreamAgent's DeviceWork): every
-// rank agrees on the call before any touches another's memory, and waits for every rank's work
-// to end before its `done`.
+// The agreement both paths share: one all-gather of every rank's part; every rank must make the
+// same call.
+Status ExchangeCall(ncclComm_t comm, const Exchanged& mine, int nranks,
+                    std::vector<Exchanged>* all) {
+  all->assign(static_cast<size_t>(nranks), Exchanged{});
+  BRAID_RETURN_IF_ERROR(
+      FromResult(braidAllGather(&mine, all->data(), sizeof(Exchanged), braidUint8, B(comm)))
+          .prepend("exchanging the call's buffers: "));
+  for (int k = 1; k < nranks; ++k)
+    if (!((*all)[k].call == (*all)[0].call))
+      return InvalidUsage(
+          "call mismatch on the device: every rank must make the same call (on symmetric "
+          "windows with its "
+          "buffers at the same offsets of the same windows): rank 0 has " +
+          Describe((*all)[0].call) + "; rank " + std::to_string(k) + " has " +
+          Describe((*all)[k].call));
+  return Status::Ok();
+}
+
+Status Barrier(ncclComm_t comm) {
+  return FromResult(braidBarrier(B(comm))).prepend("waiting for every rank's device work: ");
+}
+
+// Windows: the pointers are known now; `r` is queued as it is.
 ncclResult_t SubmitWindowCall(device::DeviceRuntime* rt, ncclComm_t comm, cudaStream_t stream,
-                              const char* func, device::PeerReduce r, CallRecord mine, int nranks,
+                              const char* func, device::PeerReduce r, CallRecord call, int nranks,
                               std::vector<StreamBuffer> buffers) {
   auto work = std::make_shared<DeviceWork>();
   work->queue = [rt, r](device::StreamHandle s, const uint32_t* skip, uint32_t value) mutable {
@@ -157,24 +286,181 @@ ncclResult_t SubmitWindowCall(device::DeviceRuntime* rt, ncclComm_t comm, cudaSt
     r.skip_value = value;
     return rt->launchPeerReduce(r, s);
   };
+  Exchanged mine;
+  mine.call = call;
+  mine.pid = static_cast<int32_t>(getpid());
   work->agree = [comm, mine, nranks]() -> Status {
-    std::vector<CallRecord> all(static_cast<size_t>(nranks));
-    BRAID_RETURN_IF_ERROR(
-        FromResult(braidAllGather(&mine, all.data(), sizeof(CallRecord), braidUint8, B(comm)))
-            .prepend("exchanging the call's windows: "));
-    for (int k = 1; k < nranks; ++k)
-      if (!(all[k] == all[0]))
-        return InvalidUsage(
-            "on symmetric windows every rank must make the same call with its "
-            "buffers at the same offsets of the same windows: rank 0 has " +
-            Describe(all[0]) + "; rank " + std::to_string(k) + " has " + Describe(all[k]));
-    return Status::Ok();
+    std::vector<Exchanged> all;
+    return ExchangeCall(comm, mine, nranks, &all);
   };
-  work->finish = [comm]() -> Status {
-    return FromResult(braidBarrier(B(comm))).prepend("waiting for every rank's device work: ");
-  };
+  work->finish = [comm]() { return Barrier(comm); };
   g_calls.fetch_add(1, std::memory_order_relaxed);
   return SubmitDeviceWork(rt, comm, stream, func, std::move(buffers), std::move(work));
+}
+
+// Peer buffers: the kernel is queued now with a host-mapped table its pointers will be in; the
+// agent fills it once the ranks have exchanged where their buffers are and mapped what is new.
+ncclResult_t SubmitPeerBufferCall(device::DeviceRuntime* rt, ncclComm_t comm, cudaStream_t stream,
+                                  const char* func, const Plan& plan, Exchanged mine,
+                                  std::vector<StreamBuffer> buffers) {
+  PeerPointerPool& pool = PeerPointerPool::For(rt);
+  auto table = pool.acquire();
+  if (!table.ok())
+    return Fail(ncclUnhandledCudaError, std::string(func) + ": " + table.status().message());
+  device::PeerPointers* t = *table;
+  // The shape of this rank's work (how many sources and destinations), from stand-in pointers.
+  char stand_in = 0;
+  const PeerAt any = [&](int) { return &stand_in; };
+  const device::PeerReduce shape = Build(plan, any, any);
+  device::PeerReduce r = shape;
+  r.late = t;
+  r.late_src = static_cast<int>(shape.src.size());
+  r.late_dst = static_cast<int>(shape.dst.size());
+  r.src.clear();
+  r.dst.clear();
+  std::shared_ptr<PeerAllocationCache> cache = PeerCacheFor(comm, rt, plan.rank);
+  auto work = std::make_shared<DeviceWork>();
+  work->queue = [rt, r](device::StreamHandle s, const uint32_t* skip, uint32_t value) mutable {
+    if (r.count == 0) return Status::Ok();
+    r.skip = skip;
+    r.skip_value = value;
+    return rt->launchPeerReduce(r, s);
+  };
+  work->agree = [comm, mine, plan, cache, t]() -> Status {
+    std::vector<Exchanged> all;
+    BRAID_RETURN_IF_ERROR(ExchangeCall(comm, mine, plan.nranks, &all));
+    std::vector<std::vector<PeerBufferRecord>> records(all.size());
+    std::vector<int32_t> pids(all.size());
+    for (size_t k = 0; k < all.size(); ++k) {
+      records[k] = {all[k].send, all[k].recv};
+      pids[k] = all[k].pid;
+    }
+    // Replicated: every rank learns alike whether some rank has something new to map.
+    if (cache->note(records, pids)) {
+      MapOutcome outcome;
+      Status st = cache->mapNew();
+      if (!st.ok()) {
+        outcome.ok = 0;
+        SetReason(outcome.reason, st.message());
+      }
+      std::vector<MapOutcome> outcomes(all.size());
+      Status ex = FromResult(
+          braidAllGather(&outcome, outcomes.data(), sizeof(MapOutcome), braidUint8, B(comm)));
+      bool everyone = ex.ok();
+      std::string why = ex.ok() ? "" : ex.message();
+      for (size_t k = 0; k < outcomes.size() && everyone; ++k)
+        if (!outcomes[k].ok) {
+          everyone = false;
+          why = "rank " + std::to_string(k) + " " +
+                std::string(outcomes[k].reason,
+                            strnlen(outcomes[k].reason, sizeof(outcomes[k].reason)));
+        }
+      cache->settle(everyone);
+      if (!everyone) return SystemError(why);
+    }
+    const auto at = [&](bool send) {
+      return [&, send](int k) -> char* {
+        const Exchanged& e = all[static_cast<size_t>(k)];
+        void* own = send ? const_cast<void*>(plan.send) : plan.recv;
+        return static_cast<char*>(cache->where(k, send ? e.send : e.recv, e.pid, own));
+      };
+    };
+    device::PeerReduce bound = Build(plan, at(true), at(false));
+    for (size_t k = 0; k < bound.src.size(); ++k) {
+      if (!bound.src[k]) return InternalError("a peer's input is not mapped");
+      t->src[k] = bound.src[k];
+    }
+    for (size_t k = 0; k < bound.dst.size(); ++k) {
+      if (!bound.dst[k]) return InternalError("a peer's output is not mapped");
+      t->dst[k] = bound.dst[k];
+    }
+    // Published by the agent's release of `go` (hostWriteFlag), which the kernel waits for.
+    return Status::Ok();
+  };
+  work->finish = [comm]() { return Barrier(comm); };
+  work->released = [&pool, t](bool ended) {
+    if (ended) pool.release(t);  // else a kernel may still read it: never reused
+  };
+  CountPeerBufferCall();
+  return SubmitDeviceWork(rt, comm, stream, func, std::move(buffers), std::move(work));
+}
+
+// Every collective's way onto the device: true (with *result) when the call took a device path,
+// false when it stages.
+bool OnDevice(ncclComm_t comm, Plan c, cudaStream_t stream, const char* func,
+              ncclResult_t* result) {
+  device::DeviceRuntime* rt = WindowRuntime(c.count);
+  if (!rt || (c.reduces() && !BuiltInOp(c.op)) || g_stage_all.load(std::memory_order_relaxed))
+    return false;
+  CommShape(comm, &c.rank, &c.nranks);
+  if (c.rank < 0 || c.nranks < 1 || c.nranks > device::kMaxPeerRanks) return false;
+  std::vector<StreamBuffer> buffers;
+  if (!DeviceBuffers(rt, c, &buffers)) return false;
+  CallRecord call;
+  call.kind = static_cast<int32_t>(c.kind);
+  call.type = static_cast<int32_t>(c.type);
+  call.op = c.reduces() ? static_cast<int32_t>(c.op) : 0;
+  call.root = c.kind == WindowKind::kBroadcast || c.kind == WindowKind::kReduce ? c.root : 0;
+  call.count = c.count;
+
+  // Windows: every shared buffer in a window mapped on every rank.
+  WindowSpan send, recv;
+  if ((!c.sharesSend() || InWindow(comm, c.send, c.sendBytes(), c.nranks, &send)) &&
+      (!c.sharesRecv() || InWindow(comm, c.recv, c.recvBytes(), c.nranks, &recv))) {
+    call.path = static_cast<int32_t>(PeerPath::kWindows);
+    if (c.sharesSend()) {
+      call.send_window = send.id;
+      call.send_offset = send.offset;
+    }
+    if (c.sharesRecv()) {
+      call.recv_window = recv.id;
+      call.recv_offset = recv.offset;
+    }
+    const PeerAt send_of = [&](int k) {
+      return static_cast<char*>(send.peer[static_cast<size_t>(k)]) + send.offset;
+    };
+    const PeerAt recv_of = [&](int k) {
+      return static_cast<char*>(recv.peer[static_cast<size_t>(k)]) + recv.offset;
+    };
+    *result = SubmitWindowCall(rt, comm, stream, func, Build(c, send_of, recv_of), call, c.nranks,
+                               std::move(buffers));
+    return true;
+  }
+
+  // Peer buffers: a one-node communicator whose ranks could map each other's device memory at
+  // init, and shared buffers this rank can export.
+  {
+    CommRef ref = LookupComm(B(comm));
+    if (!ref || !ref->deviceIpc() || ref->layout().nnodes != 1) return false;
+  }
+  Exchanged mine;
+  mine.call = call;
+  mine.call.path = static_cast<int32_t>(PeerPath::kPeerBuffers);
+  mine.pid = static_cast<int32_t>(getpid());
+  for (const auto& [shares, p, rec] :
+       {std::tuple<bool, const void*, PeerBufferRecord*>{c.sharesSend(), c.send, &mine.send},
+        std::tuple<bool, const void*, PeerBufferRecord*>{c.sharesRecv(), c.recv, &mine.recv}}) {
+    if (!shares) continue;
+    const StreamBuffer* b = nullptr;
+    for (const StreamBuffer& sb : buffers)
+      if (sb.ptr == p) b = &sb;
+    if (!b || !MakePeerBufferRecord(rt, p, b->info, rec)) return false;
+  }
+  *result = SubmitPeerBufferCall(rt, comm, stream, func, c, mine, std::move(buffers));
+  return true;
+}
+
+Plan MakePlan(WindowKind kind, const void* send, void* recv, size_t count, ncclDataType_t type,
+              ncclRedOp_t op, int root) {
+  Plan c;
+  c.kind = kind;
+  c.send = send;
+  c.recv = recv;
+  c.count = count;
+  c.type = type;
+  c.op = op;
+  c.root = root;
+  return c;
 }
 
 }  // namespace
@@ -182,142 +468,43 @@ ncclResult_t SubmitWindowCall(device::DeviceRuntime* rt, ncclComm_t comm, cudaSt
 bool WindowAllReduce(ncclComm_t comm, const void* sendbuff, void* recvbuff, size_t count,
                      ncclDataType_t datatype, ncclRedOp_t op, cudaStream_t stream,
                      ncclResult_t* result) {
-  device::DeviceRuntime* rt = WindowRuntime(count);
-  if (!rt || !BuiltInOp(op)) return false;
-  const size_t elt = TypeSize(datatype), bytes = count * elt;
-  WindowSpan send, recv;
-  int rank = -1, nranks = -1;
-  std::vector<StreamBuffer> buffers;
-  if (!FindWindow(comm, sendbuff, bytes, &send) || !FindWindow(comm, recvbuff, bytes, &recv) ||
-      !Shape(comm, send, &rank, &nranks) || !Shape(comm, recv, &rank, &nranks) ||
-      !DeviceBuffers(rt, sendbuff, bytes, recvbuff, bytes, &buffers))
-    return false;
-  // This rank's segment: whole 64-byte groups of elements.
-  const size_t group = 64 / elt;
-  const size_t per = ((count + nranks - 1) / nranks + group - 1) / group * group;
-  const size_t lo = std::min(count, per * static_cast<size_t>(rank));
-  device::PeerReduce r;
-  r.type = static_cast<DataType>(datatype);
-  SetOp(&r, op, nranks);
-  r.count = std::min(count, lo + per) - lo;
-  for (int k = 0; k < nranks; ++k) {
-    r.src.push_back(static_cast<const char*>(send.peer[k]) + send.offset + lo * elt);
-    r.dst.push_back(static_cast<char*>(recv.peer[k]) + recv.offset + lo * elt);
-  }
-  const CallRecord mine = Record(WindowKind::kAllReduce, datatype, op, 0, &send, &recv, count);
-  *result = SubmitWindowCall(rt, comm, stream, "ncclAllReduce", std::move(r), mine, nranks,
-                             std::move(buffers));
-  return true;
+  return OnDevice(comm,
+                  MakePlan(WindowKind::kAllReduce, sendbuff, recvbuff, count, datatype, op, 0),
+                  stream, "ncclAllReduce", result);
 }
 
 bool WindowAllGather(ncclComm_t comm, const void* sendbuff, void* recvbuff, size_t sendcount,
                      ncclDataType_t datatype, cudaStream_t stream, ncclResult_t* result) {
-  device::DeviceRuntime* rt = WindowRuntime(sendcount);
-  if (!rt) return false;
-  const size_t bytes = sendcount * TypeSize(datatype);
-  WindowSpan recv;
-  int rank = -1, nranks = -1;
-  CommShape(comm, &rank, &nranks);
-  std::vector<StreamBuffer> buffers;
-  if (nranks < 1 || !FindWindow(comm, recvbuff, bytes * nranks, &recv) ||
-      !Shape(comm, recv, &rank, &nranks) ||
-      !DeviceBuffers(rt, sendbuff, bytes, recvbuff, bytes * nranks, &buffers))
-    return false;
-  // Push: this rank's block into block `rank` of every rank's output.
-  device::PeerReduce r;
-  r.type = static_cast<DataType>(datatype);
-  r.count = sendcount;
-  r.src.push_back(sendbuff);
-  for (int k = 0; k < nranks; ++k)
-    r.dst.push_back(static_cast<char*>(recv.peer[k]) + recv.offset + bytes * rank);
-  const CallRecord mine = Record(WindowKind::kAllGather, datatype, 0, 0, nullptr, &recv, sendcount);
-  *result = SubmitWindowCall(rt, comm, stream, "ncclAllGather", std::move(r), mine, nranks,
-                             std::move(buffers));
-  return true;
+  return OnDevice(
+      comm, MakePlan(WindowKind::kAllGather, sendbuff, recvbuff, sendcount, datatype, ncclSum, 0),
+      stream, "ncclAllGather", result);
 }
 
 bool WindowReduceScatter(ncclComm_t comm, const void* sendbuff, void* recvbuff, size_t recvcount,
                          ncclDataType_t datatype, ncclRedOp_t op, cudaStream_t stream,
                          ncclResult_t* result) {
-  device::DeviceRuntime* rt = WindowRuntime(recvcount);
-  if (!rt || !BuiltInOp(op)) return false;
-  const size_t bytes = recvcount * TypeSize(datatype);
-  WindowSpan send;
-  int rank = -1, nranks = -1;
-  CommShape(comm, &rank, &nranks);
-  std::vector<StreamBuffer> buffers;
-  if (nranks < 1 || !FindWindow(comm, sendbuff, bytes * nranks, &send) ||
-      !Shape(comm, send, &rank, &nranks) ||
-      !DeviceBuffers(rt, sendbuff, bytes * nranks, recvbuff, bytes, &buffers))
-    return false;
-  // Pull: block `rank` of every rank's input, reduced in rank order, into this rank's output.
-  device::PeerReduce r;
-  r.type = static_cast<DataType>(datatype);
-  SetOp(&r, op, nranks);
-  r.count = recvcount;
-  for (int k = 0; k < nranks; ++k)
-    r.src.push_back(static_cast<const char*>(send.peer[k]) + send.offset + bytes * rank);
-  r.dst.push_back(recvbuff);
-  const CallRecord mine =
-      Record(WindowKind::kReduceScatter, datatype, op, 0, &send, nullptr, recvcount);
-  *result = SubmitWindowCall(rt, comm, stream, "ncclReduceScatter", std::move(r), mine, nranks,
-                             std::move(buffers));
-  return true;
+  return OnDevice(
+      comm, MakePlan(WindowKind::kReduceScatter, sendbuff, recvbuff, recvcount, datatype, op, 0),
+      stream, "ncclReduceScatter", result);
 }
 
 bool WindowBroadcast(ncclComm_t comm, const void* sendbuff, void* recvbuff, size_t count,
                      ncclDataType_t datatype, int root, cudaStream_t stream, ncclResult_t* result) {
-  device::DeviceRuntime* rt = WindowRuntime(count);
-  if (!rt) return false;
-  const size_t bytes = count * TypeSize(datatype);
-  WindowSpan recv;
-  int rank = -1, nranks = -1;
-  std::vector<StreamBuffer> buffers;
-  if (!FindWindow(comm, recvbuff, bytes, &recv) || !Shape(comm, recv, &rank, &nranks) ||
-      !DeviceBuffers(rt, rank == root ? sendbuff : nullptr, bytes, recvbuff, bytes, &buffers))
-    return false;
-  // The root pushes its input into every rank's output; the others move nothing (the input of a
-  // rank off the root is not read, and may be anything, so its place cannot be agreed on).
-  device::PeerReduce r;
-  r.type = static_cast<DataType>(datatype);
-  if (rank == root) {
-    r.count = count;
-    r.src.push_back(sendbuff);
-    for (int k = 0; k < nranks; ++k)
-      r.dst.push_back(static_cast<char*>(recv.peer[k]) + recv.offset);
-  }
-  const CallRecord mine = Record(WindowKind::kBroadcast, datatype, 0, root, nullptr, &recv, count);
-  *result = SubmitWindowCall(rt, comm, stream, "ncclBroadcast", std::move(r), mine, nranks,
-                             std::move(buffers));
-  return true;
+  return OnDevice(
+      comm, MakePlan(WindowKind::kBroadcast, sendbuff, recvbuff, count, datatype, ncclSum, root),
+      stream, "ncclBroadcast", result);
 }
 
 bool WindowReduce(ncclComm_t comm, const void* sendbuff, void* recvbuff, size_t count,
                   ncclDataType_t datatype, ncclRedOp_t op, int root, cudaStream_t stream,
                   ncclResult_t* result) {
-  device::DeviceRuntime* rt = WindowRuntime(count);
-  if (!rt || !BuiltInOp(op)) return false;
-  const size_t elt = TypeSize(datatype), bytes = count * elt;
-  WindowSpan send;
-  int rank = -1, nranks = -1;
-  std::vector<StreamBuffer> buffers;
-  if (!FindWindow(comm, sendbuff, bytes, &send) || !Shape(comm, send, &rank, &nranks) ||
-      !DeviceBuffers(rt, sendbuff, bytes, rank == root ? recvbuff : nullptr, bytes, &buffers))
-    return false;
-  // The root pulls every rank's input, reduced in rank order, into its output.
-  device::PeerReduce r;
-  r.type = static_cast<DataType>(datatype);
-  SetOp(&r, op, nranks);
-  if (rank == root) {
-    r.count = count;
-    for (int k = 0; k < nranks; ++k)
-      r.src.push_back(static_cast<const char*>(send.peer[k]) + send.offset);
-    r.dst.push_back(recvbuff);
-  }
-  const CallRecord mine = Record(WindowKind::kReduce, datatype, op, root, &send, nullptr, count);
-  *result = SubmitWindowCall(rt, comm, stream, "ncclReduce", std::move(r), mine, nranks,
-                             std::move(buffers));
-  return true;
+  return OnDevice(comm,
+                  MakePlan(WindowKind::kReduce, sendbuff, recvbuff, count, datatype, op, root),
+                  stream, "ncclReduce", result);
+}
+
+void StageDeviceCallsForTesting(bool on) {
+  g_stage_all.store(on, std::memory_order_relaxed);
 }
 
 uint64_t WindowCalls() {

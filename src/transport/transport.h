@@ -71,6 +71,8 @@ struct RankInfo {
   // process and the value it holds; 0 when not known.
   uint64_t memory_probe_address = 0;
   uint64_t memory_probe_value = 0;
+  // Its device IPC probe (device/ipc_probe.h) as text; empty when it has none.
+  std::string device_ipc_probe;
 };
 
 // What a transport needs from the communicator.

@@ -251,8 +251,15 @@ FAKE_CU int cuLaunchKernel(void* f, unsigned gx, unsigned gy, unsigned gz, unsig
   r.count = a.count;
   r.skip = a.skip;
   r.skip_value = a.skip_value;
-  for (int k = 0; k < a.nsrc; ++k) r.src.push_back(a.src[k]);
-  for (int k = 0; k < a.ndst; ++k) r.dst.push_back(a.dst[k]);
+  if (a.late) {
+    // The kernel's own reading of late pointers (after `skip`, as it runs).
+    r.late = a.late;
+    r.late_src = a.nsrc;
+    r.late_dst = a.ndst;
+  } else {
+    for (int k = 0; k < a.nsrc; ++k) r.src.push_back(a.src[k]);
+    for (int k = 0; k < a.ndst; ++k) r.dst.push_back(a.dst[k]);
+  }
   g_kernel_launches.fetch_add(1);
   return Code(Dev().launchPeerReduce(r, s));
 }

@@ -284,11 +284,13 @@ class FakePeer {
     PutField(&info, std::to_string(cfg->single_copy_bytes));
     PutField(&info, "");  // no TCP interface to count
     PutField(&info, std::to_string(cfg->staging_chunk_bytes));
+    PutField(&info, "");  // no device IPC probe
     auto round1 = bs_->allGather(info, deadline);
     if (!round1.ok()) return Fail(round1.status().message());
-    // Round 2: whether this rank reads its peers' memory (no), then the transport list; only
-    // tcp, at our listener.
+    // Round 2: whether this rank reads its peers' memory (no), whether it maps their device
+    // memory (no), then the transport list; only tcp, at our listener.
     std::string transports;
+    PutField(&transports, "0");
     PutField(&transports, "0");
     PutField(&transports, "tcp");
     PutField(&transports, "tcp1 " + FormatAddress(*addr));
@@ -296,7 +298,7 @@ class FakePeer {
     if (!round2.ok()) return Fail(round2.status().message());
     std::string peer_blob;
     auto f = SplitFields((*round2)[real]);
-    for (size_t i = 1; i + 1 < f.size(); i += 2)
+    for (size_t i = 2; i + 1 < f.size(); i += 2)
       if (f[i] == "tcp") peer_blob = f[i + 1];
     if (peer_blob.rfind("tcp1 ", 0) != 0) return Fail("the real rank published no tcp address");
 

@@ -929,6 +929,7 @@ TEST(DeviceStream, StagingCapIsTheOneInitRead) {
 TEST(DeviceStream, LargeCallsRunInPiecesBitExact) {
   JobOptions job = Job(3, "emulated");
   job.env.push_back({"BRAID_STAGING_CHUNK_BYTES", "64K"});
+  job.env.push_back({"BRAID_DEVICE_IPC", "0"});  // the staged path (peer buffers run whole)
   auto out = RunJob(job, [](braidComm_t, int rank, int nranks, const braidUniqueId& id) {
     ncclComm_t comm = nullptr;
     EmulatedDevice* dev = nullptr;
@@ -1007,6 +1008,9 @@ TEST(DeviceStream, EveryPathCutsALargeCallAlike) {
   auto out =
       RunJob(Job(3, "emulated"), [](braidComm_t, int rank, int nranks, const braidUniqueId& id) {
         setenv("BRAID_STAGING_CHUNK_BYTES", rank == 1 ? "256K" : "64K", 1);
+        // Staged: on peer buffers the device rank would run the call whole, on the device, and
+        // fail against the host-buffer rank (a program must give NCCL device buffers everywhere).
+        setenv("BRAID_DEVICE_IPC", "0", 1);
         ncclComm_t comm = nullptr;
         EmulatedDevice* dev = nullptr;
         if (InitNccl(id, rank, nranks, &comm, &dev) != 0) return 1;

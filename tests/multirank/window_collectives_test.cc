@@ -34,6 +34,7 @@
 #include "multirank/harness.h"
 #include "multirank/nccl_shim_job.h"
 #include "nccl.h"
+#include "nccl/peer_buffers.h"
 #include "nccl/peer_windows.h"
 #include "nccl/shim.h"
 #include "nccl/stream_path.h"
@@ -120,25 +121,46 @@ constexpr ncclDataType_t kTypes[] = {ncclInt8,    ncclUint8,    ncclInt32,      
                                      ncclFloat64, ncclBfloat16, ncclFloat8e4m3, ncclFloat8e5m2};
 constexpr ncclRedOp_t kOps[] = {ncclSum, ncclProd, ncclMax, ncclMin, ncclAvg};
 
-int EveryTypeAndOp(const braidUniqueId& id, int rank, int nranks) {
+// `call` on the staged path (every rank stages the same calls).
+template <typename F>
+ncclResult_t Staged(F call) {
+  braid::nccl::StageDeviceCallsForTesting(true);
+  const ncclResult_t r = call();
+  braid::nccl::StageDeviceCallsForTesting(false);
+  return r;
+}
+
+// The "w" buffers take a device path: in windows, or (peer_buffers) plain device buffers outside
+// any window (nccl/peer_buffers.h); the "p" buffers stage (StageDeviceCallsForTesting), the
+// reference.
+int EveryTypeAndOp(const braidUniqueId& id, int rank, int nranks, bool peer_buffers = false) {
   ncclComm_t comm = nullptr;
   EmulatedDevice* dev = nullptr;
   if (InitNccl(id, rank, nranks, &comm, &dev) != 0) return 1;
   const size_t counts[] = {1, 37, 4099};
   const size_t bytes = 4099 * 8;
   void *wsend = nullptr, *wrecv = nullptr;
-  CHECK_OR_FAIL(
-      ncclMemAlloc(&wsend, bytes) == ncclSuccess && ncclMemAlloc(&wrecv, bytes) == ncclSuccess,
-      "ncclMemAlloc");
   ncclWindow_t ws = nullptr, wr = nullptr;
-  CHECK_OR_FAIL(
-      ncclCommWindowRegister(comm, wsend, bytes, &ws, NCCL_WIN_COLL_SYMMETRIC) == ncclSuccess &&
-          ncclCommWindowRegister(comm, wrecv, bytes, &wr, NCCL_WIN_COLL_SYMMETRIC) == ncclSuccess,
-      "window register");
+  if (peer_buffers) {
+    wsend = *dev->allocDevice(bytes);
+    wrecv = *dev->allocDevice(bytes);
+  } else {
+    CHECK_OR_FAIL(
+        ncclMemAlloc(&wsend, bytes) == ncclSuccess && ncclMemAlloc(&wrecv, bytes) == ncclSuccess,
+        "ncclMemAlloc");
+    CHECK_OR_FAIL(
+        ncclCommWindowRegister(comm, wsend, bytes, &ws, NCCL_WIN_COLL_SYMMETRIC) == ncclSuccess &&
+            ncclCommWindowRegister(comm, wrecv, bytes, &wr, NCCL_WIN_COLL_SYMMETRIC) == ncclSuccess,
+        "window register");
+  }
   void* psend = *dev->allocDevice(bytes);
   void* precv = *dev->allocDevice(bytes);
   cudaStream_t stream = static_cast<cudaStream_t>(*dev->createStream());
-  const uint64_t window_calls = braid::nccl::WindowCalls();
+  const auto device_calls = [peer_buffers] {
+    return peer_buffers ? braid::nccl::PeerBufferCalls() : braid::nccl::WindowCalls();
+  };
+  const uint64_t window_calls = device_calls();
+
   int calls = 0;
   std::vector<unsigned char> in(bytes);
   for (ncclDataType_t t : kTypes)
@@ -155,7 +177,9 @@ int EveryTypeAndOp(const braidUniqueId& id, int rank, int nranks) {
           CHECK_OR_FAIL(ncclAllReduce(wsrc, wrecv, n, t, op, comm, stream) == ncclSuccess,
                         "window all-reduce type %d op %d n %zu", static_cast<int>(t),
                         static_cast<int>(op), n);
-          CHECK_OR_FAIL(ncclAllReduce(psrc, precv, n, t, op, comm, stream) == ncclSuccess,
+          CHECK_OR_FAIL(Staged([&] {
+                          return ncclAllReduce(psrc, precv, n, t, op, comm, stream);
+                        }) == ncclSuccess,
                         "staged all-reduce");
           CHECK_OR_FAIL(dev->synchronize(stream).ok(), "synchronize");
           ++calls;
@@ -183,8 +207,9 @@ int EveryTypeAndOp(const braidUniqueId& id, int rank, int nranks) {
         std::memcpy(*dev->hostView(psrc, block), in.data(), block);
         CHECK_OR_FAIL(ncclAllGather(wsrc, wrecv, n, t, comm, stream) == ncclSuccess,
                       "window all-gather type %d n %zu", static_cast<int>(t), n);
-        CHECK_OR_FAIL(ncclAllGather(psrc, precv, n, t, comm, stream) == ncclSuccess,
-                      "staged all-gather");
+        CHECK_OR_FAIL(
+            Staged([&] { return ncclAllGather(psrc, precv, n, t, comm, stream); }) == ncclSuccess,
+            "staged all-gather");
         CHECK_OR_FAIL(dev->synchronize(stream).ok(), "synchronize");
         ++calls;
         CHECK_OR_FAIL(
@@ -201,7 +226,9 @@ int EveryTypeAndOp(const braidUniqueId& id, int rank, int nranks) {
         std::memcpy(*dev->hostView(pbsrc, block), in.data(), block);
         CHECK_OR_FAIL(ncclBroadcast(wbsrc, wrecv, n, t, root, comm, stream) == ncclSuccess,
                       "window broadcast");
-        CHECK_OR_FAIL(ncclBroadcast(pbsrc, precv, n, t, root, comm, stream) == ncclSuccess,
+        CHECK_OR_FAIL(Staged([&] {
+                        return ncclBroadcast(pbsrc, precv, n, t, root, comm, stream);
+                      }) == ncclSuccess,
                       "staged broadcast");
         CHECK_OR_FAIL(dev->synchronize(stream).ok(), "synchronize");
         ++calls;
@@ -210,7 +237,9 @@ int EveryTypeAndOp(const braidUniqueId& id, int rank, int nranks) {
             "broadcast type %d n %zu %s differs from the staged path", static_cast<int>(t), n,
             in_place ? "in place" : "out of place");
         CHECK_OR_FAIL(ncclBcast(wsend, n, t, 0, comm, stream) == ncclSuccess, "window bcast");
-        CHECK_OR_FAIL(ncclBcast(psend, n, t, 0, comm, stream) == ncclSuccess, "staged bcast");
+        CHECK_OR_FAIL(
+            Staged([&] { return ncclBcast(psend, n, t, 0, comm, stream); }) == ncclSuccess,
+            "staged bcast");
         CHECK_OR_FAIL(dev->synchronize(stream).ok(), "synchronize");
         ++calls;
         CHECK_OR_FAIL(
@@ -225,7 +254,9 @@ int EveryTypeAndOp(const braidUniqueId& id, int rank, int nranks) {
           void* prdst = in_place ? psend : precv;
           CHECK_OR_FAIL(ncclReduce(wsend, wrdst, n, t, op, root, comm, stream) == ncclSuccess,
                         "window reduce");
-          CHECK_OR_FAIL(ncclReduce(psend, prdst, n, t, op, root, comm, stream) == ncclSuccess,
+          CHECK_OR_FAIL(Staged([&] {
+                          return ncclReduce(psend, prdst, n, t, op, root, comm, stream);
+                        }) == ncclSuccess,
                         "staged reduce");
           CHECK_OR_FAIL(dev->synchronize(stream).ok(), "synchronize");
           ++calls;
@@ -247,7 +278,9 @@ int EveryTypeAndOp(const braidUniqueId& id, int rank, int nranks) {
           CHECK_OR_FAIL(ncclReduceScatter(wsend, wdst, n, t, op, comm, stream) == ncclSuccess,
                         "window reduce-scatter type %d op %d n %zu", static_cast<int>(t),
                         static_cast<int>(op), n);
-          CHECK_OR_FAIL(ncclReduceScatter(psend, pdst, n, t, op, comm, stream) == ncclSuccess,
+          CHECK_OR_FAIL(Staged([&] {
+                          return ncclReduceScatter(psend, pdst, n, t, op, comm, stream);
+                        }) == ncclSuccess,
                         "staged reduce-scatter");
           CHECK_OR_FAIL(dev->synchronize(stream).ok(), "synchronize");
           ++calls;
@@ -257,20 +290,23 @@ int EveryTypeAndOp(const braidUniqueId& id, int rank, int nranks) {
               static_cast<int>(t), static_cast<int>(op), n, in_place ? "in place" : "out of place");
         }
       }
-  CHECK_OR_FAIL(braid::nccl::WindowCalls() - window_calls == static_cast<uint64_t>(calls),
+  CHECK_OR_FAIL(device_calls() - window_calls == static_cast<uint64_t>(calls),
                 "%llu calls took the window path, want %d",
-                static_cast<unsigned long long>(braid::nccl::WindowCalls() - window_calls), calls);
+                static_cast<unsigned long long>(device_calls() - window_calls), calls);
   ncclResult_t async = ncclSuccess;
   CHECK_OR_FAIL(ncclCommGetAsyncError(comm, &async) == ncclSuccess && async == ncclSuccess,
                 "async error %d", static_cast<int>(async));
-  CHECK_OR_FAIL(ncclCommWindowDeregister(comm, ws) == ncclSuccess &&
-                    ncclCommWindowDeregister(comm, wr) == ncclSuccess,
-                "deregister");
+  if (!peer_buffers)
+    CHECK_OR_FAIL(ncclCommWindowDeregister(comm, ws) == ncclSuccess &&
+                      ncclCommWindowDeregister(comm, wr) == ncclSuccess,
+                  "deregister");
   CHECK_OR_FAIL(ncclCommDestroy(comm) == ncclSuccess, "destroy");
   CHECK_OR_FAIL(dev->destroyStream(stream).ok(), "destroy stream");
-  CHECK_OR_FAIL(ncclMemFree(wsend) == ncclSuccess && ncclMemFree(wrecv) == ncclSuccess &&
-                    dev->freeDevice(psend).ok() && dev->freeDevice(precv).ok(),
-                "free");
+  if (peer_buffers)
+    CHECK_OR_FAIL(dev->freeDevice(wsend).ok() && dev->freeDevice(wrecv).ok(), "free");
+  else
+    CHECK_OR_FAIL(ncclMemFree(wsend) == ncclSuccess && ncclMemFree(wrecv) == ncclSuccess, "free");
+  CHECK_OR_FAIL(dev->freeDevice(psend).ok() && dev->freeDevice(precv).ok(), "free");
   return 0;
 }
 
@@ -291,6 +327,22 @@ TEST(WindowCollectives, EveryTypeAndOpBitExactThreeRanks) {
 TEST(WindowCollectives, EveryTypeAndOpBitExactFourRanks) {
   auto out = RunJob(Job(4), [](braidComm_t, int rank, int nranks, const braidUniqueId& id) {
     return EveryTypeAndOp(id, rank, nranks);
+  });
+  EXPECT_TRUE(AllSucceeded(out)) << DescribeOutcomes(out);
+}
+
+// The same on plain device buffers outside any window: the peer-buffer path (IPC mappings made
+// per call and cached), bit-exact against the staged path in the same run.
+TEST(WindowCollectives, PeerBuffersEveryTypeAndOpBitExactTwoRanks) {
+  auto out = RunJob(Job(2), [](braidComm_t, int rank, int nranks, const braidUniqueId& id) {
+    return EveryTypeAndOp(id, rank, nranks, /*peer_buffers=*/true);
+  });
+  EXPECT_TRUE(AllSucceeded(out)) << DescribeOutcomes(out);
+}
+
+TEST(WindowCollectives, PeerBuffersEveryTypeAndOpBitExactFourRanks) {
+  auto out = RunJob(Job(4), [](braidComm_t, int rank, int nranks, const braidUniqueId& id) {
+    return EveryTypeAndOp(id, rank, nranks, /*peer_buffers=*/true);
   });
   EXPECT_TRUE(AllSucceeded(out)) << DescribeOutcomes(out);
 }
@@ -319,6 +371,7 @@ int StreamOrderOnWindows(const braidUniqueId& id, int rank, int nranks, int reps
   auto bad = std::make_shared<std::atomic<int>>(0);
   auto checked = std::make_shared<std::atomic<int>>(0);
   const uint64_t window_calls = braid::nccl::WindowCalls();
+
   for (int rep = 0; rep < reps; ++rep) {
     const size_t n = counts[rep % 4];
     void* src = rep % 5 == 4 ? recv : send;
@@ -428,9 +481,10 @@ TEST(WindowCollectives, DifferentOffsetsFailEveryRankAndWriteNothing) {
     CHECK_OR_FAIL(ncclCommGetAsyncError(comm, &async) == ncclSuccess && async == ncclInvalidUsage,
                   "async error %d", static_cast<int>(async));
     const std::string why = ncclGetLastError(comm);
-    CHECK_OR_FAIL(why.find("same offsets") != std::string::npos &&
-                      why.find("rank 2 has all-reduce, send at offset 64") != std::string::npos,
-                  "message: %s", why.c_str());
+    CHECK_OR_FAIL(
+        why.find("same offsets") != std::string::npos &&
+            why.find("rank 2 has all-reduce on windows, send at offset 64") != std::string::npos,
+        "message: %s", why.c_str());
     const auto* r = static_cast<const unsigned char*>(*dev->hostView(recv, bytes));
     for (size_t i = 0; i < bytes; ++i)
       CHECK_OR_FAIL(r[i] == 0x5a, "output byte %zu written (%02x)", i, r[i]);
@@ -478,6 +532,107 @@ TEST(WindowCollectives, ARankOffTheWindowsFailsBothRanks) {
     CHECK_OR_FAIL(dev->freeDevice(plain).ok() && ncclMemFree(send) == ncclSuccess &&
                       ncclMemFree(recv) == ncclSuccess,
                   "free");
+    return 0;
+  });
+  EXPECT_TRUE(AllSucceeded(out)) << DescribeOutcomes(out);
+}
+
+// Peer buffers are mapped once and kept: the first all-reduce on two fresh buffers opens the
+// peer's two allocations, the next 20 open nothing; buffers freed and allocated again (a new
+// allocation, a new handle) are mapped anew and the results stay exact; the cache never holds
+// more than the live allocations plus what it has not yet seen freed. 3 ranks as processes.
+TEST(WindowCollectives, PeerBuffersAreMappedOnceAndFollowReallocation) {
+  auto out = RunJob(Job(3), [](braidComm_t, int rank, int nranks, const braidUniqueId& id) {
+    ncclComm_t comm = nullptr;
+    EmulatedDevice* dev = nullptr;
+    if (InitNccl(id, rank, nranks, &comm, &dev) != 0) return 1;
+    braid::device::PeerMemoryMap* map = braid::device::ProcessPeerMemory();
+    CHECK_OR_FAIL(map != nullptr, "no peer memory map");
+    cudaStream_t stream = static_cast<cudaStream_t>(*dev->createStream());
+    const size_t n = 3000, bytes = n * sizeof(int32_t);
+    const uint64_t calls0 = braid::nccl::PeerBufferCalls();
+    int calls = 0;
+    for (int round = 0; round < 3; ++round) {
+      void* send = *dev->allocDevice(bytes);
+      void* recv = *dev->allocDevice(bytes);
+      const uint64_t opens0 = map->opens();
+      for (int rep = 0; rep < 21; ++rep) {
+        auto* in = static_cast<int32_t*>(*dev->hostView(send, bytes));
+        for (size_t i = 0; i < n; ++i) in[i] = static_cast<int32_t>(i * 3 + rank * 7 + rep + round);
+        CHECK_OR_FAIL(ncclAllReduce(send, recv, n, ncclInt32, ncclSum, comm, stream) == ncclSuccess,
+                      "all-reduce");
+        CHECK_OR_FAIL(dev->synchronize(stream).ok(), "synchronize");
+        ++calls;
+        const auto* got = static_cast<const int32_t*>(*dev->hostView(recv, bytes));
+        for (size_t i = 0; i < n; ++i) {
+          int32_t want = 0;
+          for (int r = 0; r < nranks; ++r)
+            want += static_cast<int32_t>(i * 3 + r * 7 + rep + round);
+          CHECK_OR_FAIL(got[i] == want, "round %d rep %d element %zu: %d, want %d", round, rep, i,
+                        got[i], want);
+        }
+        // Each peer's two allocations, opened by the first call only.
+        const uint64_t want_opens = static_cast<uint64_t>(2 * (nranks - 1));
+        CHECK_OR_FAIL(map->opens() - opens0 == want_opens, "round %d rep %d: %llu opens, want %llu",
+                      round, rep, static_cast<unsigned long long>(map->opens() - opens0),
+                      static_cast<unsigned long long>(want_opens));
+      }
+      CHECK_OR_FAIL(dev->freeDevice(send).ok() && dev->freeDevice(recv).ok(), "free");
+    }
+    CHECK_OR_FAIL(braid::nccl::PeerBufferCalls() - calls0 == static_cast<uint64_t>(calls),
+                  "%llu calls on peer buffers, want %d",
+                  static_cast<unsigned long long>(braid::nccl::PeerBufferCalls() - calls0), calls);
+    ncclResult_t async = ncclSuccess;
+    CHECK_OR_FAIL(ncclCommGetAsyncError(comm, &async) == ncclSuccess && async == ncclSuccess,
+                  "async error %d", static_cast<int>(async));
+    CHECK_OR_FAIL(ncclCommDestroy(comm) == ncclSuccess, "destroy");
+    // The destroy closed every mapping the communicator held.
+    CHECK_OR_FAIL(map->mapped() == 0, "%zu peer allocations still mapped", map->mapped());
+    CHECK_OR_FAIL(dev->destroyStream(stream).ok(), "destroy stream");
+    return 0;
+  });
+  EXPECT_TRUE(AllSucceeded(out)) << DescribeOutcomes(out);
+}
+
+// A peer allocation that cannot be mapped (here: gone, on the emulated device) fails the call on
+// every rank with the failing rank's reason, writes nothing, and the next call maps
+// again and succeeds. Rank 1 frees its input right after the call is queued but before its
+// stream lets it run: rank 0 cannot open it.
+TEST(WindowCollectives, APeerBufferThatCannotBeMappedFailsEveryRank) {
+  auto out = RunJob(Job(2), [](braidComm_t, int rank, int nranks, const braidUniqueId& id) {
+    ncclComm_t comm = nullptr;
+    EmulatedDevice* dev = nullptr;
+    if (InitNccl(id, rank, nranks, &comm, &dev) != 0) return 1;
+    cudaStream_t stream = static_cast<cudaStream_t>(*dev->createStream());
+    const size_t n = 1000, bytes = n * sizeof(int32_t);
+    void* send = *dev->allocDevice(bytes);
+    void* recv = *dev->allocDevice(bytes);
+    std::memset(*dev->hostView(recv, bytes), 0x5a, bytes);
+    // Held: the agent sees `ready` only after the free below.
+    CHECK_OR_FAIL(dev->pauseStream(stream).ok(), "pause");
+    CHECK_OR_FAIL(ncclAllReduce(send, recv, n, ncclInt32, ncclSum, comm, stream) == ncclSuccess,
+                  "submit");
+    void* kept = send;
+    if (rank == 1) {
+      // Freed with its call queued (a program error NCCL leaves undefined): the peer's open fails.
+      CHECK_OR_FAIL(dev->freeDevice(send).ok(), "free");
+      kept = nullptr;
+    }
+    CHECK_OR_FAIL(dev->resumeStream(stream).ok(), "resume");
+    CHECK_OR_FAIL(dev->synchronize(stream).ok(), "the stream is released");
+    ncclResult_t async = ncclSuccess;
+    CHECK_OR_FAIL(ncclCommGetAsyncError(comm, &async) == ncclSuccess && async != ncclSuccess,
+                  "a call on an unmappable buffer succeeded");
+    const std::string why = ncclGetLastError(comm);
+    CHECK_OR_FAIL(why.find("rank 0 cannot map rank 1's device buffer") != std::string::npos,
+                  "message: %s", why.c_str());
+    const auto* untouched = static_cast<const unsigned char*>(*dev->hostView(recv, bytes));
+    for (size_t i = 0; i < bytes; ++i)
+      CHECK_OR_FAIL(untouched[i] == 0x5a, "byte %zu of the output was written", i);
+    CHECK_OR_FAIL(ncclCommAbort(comm) == ncclSuccess, "abort");
+    CHECK_OR_FAIL(dev->destroyStream(stream).ok(), "destroy stream");
+    if (kept) CHECK_OR_FAIL(dev->freeDevice(kept).ok(), "free");
+    CHECK_OR_FAIL(dev->freeDevice(recv).ok(), "free");
     return 0;
   });
   EXPECT_TRUE(AllSucceeded(out)) << DescribeOutcomes(out);

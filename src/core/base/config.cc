@@ -83,6 +83,12 @@ const std::vector<ConfigVar>& ConfigTable() {
        "rank holds connections only to the peers its schedules talk to (a ring: 2 of N - 1); "
        "0: every pair connects at init. shm maps every peer at init either way. Rank 0's "
        "setting wins"},
+      {"BRAID_DEVICE_IPC", nullptr, "int", "1",
+       "1: a stream-ordered all-reduce, all-gather, reduce-scatter, broadcast or reduce on "
+       "device buffers of a communicator whose ranks share one node runs on the device, each "
+       "rank reading and writing its peers' buffers through CUDA IPC mappings made per call and "
+       "cached (docs/gpu.md), when every rank could map its peers' device memory at init; 0: "
+       "such calls stage through pinned host memory. 0 on any rank turns it off on every rank"},
       {"BRAID_LINK_CALIBRATION", nullptr, "int", "1",
        "1: at init, a few ping-pongs between one pair of ranks per link class (intra-node, "
        "inter-node) measure the latency and bandwidth the tuner's cost model uses (a few ms); 0: "
@@ -257,6 +263,9 @@ Result<Config> LoadConfigFromEnv() {
   int64_t split_share = 1;
   BRAID_RETURN_IF_ERROR(ReadInt("BRAID_SPLIT_SHARE", 0, 1, &split_share));
   c.split_share = split_share != 0;
+  int64_t device_ipc = 1;
+  BRAID_RETURN_IF_ERROR(ReadInt("BRAID_DEVICE_IPC", 0, 1, &device_ipc));
+  c.device_ipc = device_ipc != 0;
   int64_t lazy_connect = 1;
   BRAID_RETURN_IF_ERROR(ReadInt("BRAID_LAZY_CONNECT", 0, 1, &lazy_connect));
   c.lazy_connect = lazy_connect != 0;

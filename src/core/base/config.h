@@ -44,6 +44,7 @@ struct Config {
   uint64_t staging_max_bytes = 1 << 30;    // BRAID_STAGING_MAX_BYTES (0: no cap)
   uint64_t staging_chunk_bytes = 4 << 20;  // BRAID_STAGING_CHUNK_BYTES (0: whole calls)
   bool lazy_connect = true;                // BRAID_LAZY_CONNECT / NCCL_RUNTIME_CONNECT
+  bool device_ipc = true;                  // BRAID_DEVICE_IPC
 };
 
 struct ConfigVar {

@@ -7,6 +7,7 @@
 #include "core/runtime/api_submit.h"
 #include "core/runtime/comm_registry.h"
 #include "core/net/bootstrap.h"
+#include "device/device_runtime.h"
 #include "core/runtime/group.h"
 #include "transport/local_board.h"
 #include "core/base/log.h"
@@ -91,6 +92,8 @@ braidResult_t InitComm(braidComm_t* comm, int nranks, const braidUniqueId& uniqu
   auto opts = MakeCommOptions(config);
   if (!opts.ok()) return Fail(Status(opts.status()).prepend("braidCommInitRank: "));
   if (inherited_links) opts->inherited_links = *inherited_links;
+  if (device::DeviceRuntime* rt = device::ActiveDeviceRuntime())
+    opts->device_context = rt->currentContext();
 
   auto ref = std::make_shared<braidComm>();
   if (InGroup()) {

@@ -19,6 +19,7 @@
 #include "core/runtime/engine.h"
 #include "core/runtime/placement.h"
 #include "core/runtime/wire_header.h"
+#include "device/device_runtime.h"
 #include "transport/cross_memory.h"
 #include "core/base/cpus.h"
 #include "core/base/log.h"
@@ -283,6 +284,10 @@ Status braidComm::exchangeRankInfo(Bootstrap& bs, Deadline deadline) {
   PutField(&mine, nic);
   // The piece size of the NCCL shim's large element-wise calls: every rank must cut alike.
   PutField(&mine, std::to_string(c.staging_chunk_bytes));
+  // A device allocation the other processes of this node try to map (device/ipc_probe.h).
+  if (c.device_ipc)
+    ipc_probe_ = device::IpcProbe::Make(device::ActiveDeviceRuntime(), opts_.device_context);
+  PutField(&mine, ipc_probe_.text());
   BRAID_ASSIGN_OR_RETURN(auto all, bs.allGather(mine, deadline));
   infos_.resize(nranks_);
   std::vector<std::vector<std::string>> fields(nranks_);
@@ -311,6 +316,7 @@ Status braidComm::exchangeRankInfo(Bootstrap& bs, Deadline deadline) {
     infos_[r].nic_types = static_cast<uint8_t>(types);
     infos_[r].fabric = static_cast<int8_t>(fabric);
     if (fields[r].size() > 17) infos_[r].nic = fields[r][17];
+    if (fields[r].size() > 19) infos_[r].device_ipc_probe = fields[r][19];
     // A missing or unreadable probe leaves 0: that peer is not read by reference.
     unsigned long long address = 0, value = 0;
     if (fields[r].size() > 15 &&
@@ -548,6 +554,23 @@ Status braidComm::connectTransports(Bootstrap& bs, Deadline deadline) {
       reads_peers = CanReadPeerMemory(
           infos_[p].pid, {infos_[p].memory_probe_address, infos_[p].memory_probe_value});
   PutField(&mine, reads_peers ? "1" : "0");
+  // Whether this rank maps the device IPC probe of every rank of its host in another process
+  // (its second field): the shim's per-call IPC path is on only where every rank does.
+  bool maps_devices = !ipc_probe_.empty();
+  for (int p = 0; p < nranks_ && maps_devices; ++p) {
+    if (p == rank_ || infos_[p].host_id != infos_[rank_].host_id) continue;
+    if (infos_[p].device_ipc_probe.empty()) {
+      maps_devices = false;
+    } else if (infos_[p].pid != infos_[rank_].pid) {
+      Status st = ipc_probe_.tryOpen(infos_[p].device_ipc_probe);
+      if (!st.ok()) {
+        BRAID_INFO("rank %d: cannot map rank %d's device memory (CUDA IPC): %s", rank_, p,
+                   st.message().c_str());
+        maps_devices = false;
+      }
+    }
+  }
+  PutField(&mine, maps_devices ? "1" : "0");
   for (auto* f : factories) {
     auto inst = f->create(ctx);
     if (!inst.ok()) {
@@ -566,16 +589,19 @@ Status braidComm::connectTransports(Bootstrap& bs, Deadline deadline) {
   std::vector<std::vector<std::string>> blobs(transports_.size(),
                                               std::vector<std::string>(nranks_));
   bool all_read_peers = true;
+  device_ipc_ = !ipc_probe_.empty();
   intra_tcp_ = true;
   for (int r = 0; r < nranks_; ++r) {
     BRAID_ASSIGN_OR_RETURN(auto f, SplitFields(all[r], r));
-    if (f.size() % 2 != 1 || (f[0] != "0" && f[0] != "1"))
+    if (f.size() % 2 != 0 || f.size() < 2 || (f[0] != "0" && f[0] != "1") ||
+        (f[1] != "0" && f[1] != "1"))
       return RemoteError("malformed transport list from rank " + std::to_string(r));
     all_read_peers = all_read_peers && f[0] == "1";
+    device_ipc_ = device_ipc_ && f[1] == "1";
     // Lists are in priority order and tcp connects any pair: tcp first on every rank means
     // every pair talks over it.
-    intra_tcp_ = intra_tcp_ && f.size() >= 3 && f[1] == "tcp";
-    for (size_t i = 1; i + 1 < f.size(); i += 2)
+    intra_tcp_ = intra_tcp_ && f.size() >= 4 && f[2] == "tcp";
+    for (size_t i = 2; i + 1 < f.size(); i += 2)
       for (size_t t = 0; t < names.size(); ++t)
         if (names[t] == f[i]) blobs[t][r] = f[i + 1];
   }
@@ -614,6 +640,8 @@ Status braidComm::connectTransports(Bootstrap& bs, Deadline deadline) {
   }
   // Every rank has mapped / connected: transports may now drop names and listeners.
   BRAID_RETURN_IF_ERROR(bs.barrier(deadline));
+  // Every rank has tried the probes (before the exchange above): this one may go.
+  ipc_probe_.reset();
   for (auto& t : transports_) BRAID_RETURN_IF_ERROR(t->finishConnect());
   // The small-message board serves a communicator whose every peer is on it (one host, shm to
   // all): the one-shot collectives read every rank's post. Symmetric: shm connects a pair exactly

@@ -26,6 +26,7 @@
 #include "core/runtime/link_calibration.h"
 #include "core/runtime/one_sided_run.h"
 #include "core/runtime/operation.h"
+#include "device/ipc_probe.h"
 #include "core/net/socket.h"
 #include "core/base/status.h"
 #include "core/net/unique_id.h"
@@ -49,6 +50,9 @@ struct CommOptions {
   // A parent communicator's link model (split, shrink): the child takes it instead of measuring
   // again, so that creating communicators often stays cheap.
   std::optional<LinkModel> inherited_links;
+  // The device context current on the thread that asked for the communicator (the device
+  // runtime's, null without one): init may run on another thread (non-blocking init, a group).
+  void* device_context = nullptr;
 };
 
 Result<CommOptions> MakeCommOptions(const braidConfig_t* config);
@@ -139,6 +143,11 @@ struct braidComm {
   // does: no board, BRAID_SINGLE_COPY_BYTES=0, or a rank that may not read its peers' memory.
   // The same on every rank.
   uint64_t singleCopyBytes() const { return board() ? single_copy_bytes_ : 0; }
+  // Whether every rank of this communicator could map the device memory of every rank of its
+  // node in another process (CUDA IPC; device/ipc_probe.h), agreed at init: the NCCL shim then
+  // runs device calls of a one-node communicator on the device (nccl/peer_buffers.h). The same on
+  // every rank; a split view takes its root's.
+  bool deviceIpc() const { return root_ ? root_->device_ipc_ : device_ipc_; }
   // The CPUs in the union of the ranks' affinity masks (core/base/cpus.h), the same number on
   // every rank.
   int hostCpus() const { return host_cpus_; }
@@ -357,7 +366,9 @@ struct braidComm {
   braid::LocalBoard* board_ = nullptr;  // owned by its transport in transports_
   braid::BoardClock board_clock_;
   int host_cpus_ = 1;
-  uint64_t single_copy_bytes_ = 0;  // agreed in connectTransports
+  uint64_t single_copy_bytes_ = 0;     // agreed in connectTransports
+  braid::device::IpcProbe ipc_probe_;  // this rank's, from exchangeRankInfo to connectTransports
+  bool device_ipc_ = false;            // agreed in connectTransports
   // Rank 0's topology's device-group link (init field 13), for links_.model.group.
   std::optional<braid::LinkParams> group_link_;
   bool threads_outnumber_cpus_ = false;

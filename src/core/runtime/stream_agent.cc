@@ -321,6 +321,10 @@ void StreamAgent::release(Pending& p, bool ready_seen) {
       runtime_->hostWriteFlag(p.device_slots[0].ready, p.device_slots[0].value);
     }
   }
+  if (p.call.device_work && p.call.device_work->released) {
+    p.call.device_work->released(p.device_ended);
+    p.call.device_work->released = nullptr;  // once
+  }
   for (StreamFlagSlot& s : p.slots) {
     runtime_->hostWriteFlag(s.done, s.value);
     if (ready_seen) pool_.release(s);

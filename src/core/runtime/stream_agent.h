@@ -91,6 +91,10 @@ struct DeviceWork {
   // On the agent, after this rank's device work ended: waits until every rank's has (each writes
   // into the others' buffers, so no rank's `done` may come before the last writer's end).
   std::function<Status()> finish;
+  // Optional, on the agent once the call is over: `work_ended` when the agent saw the device
+  // work end (what it read may be reused), false when it may still run (an abort) or was never
+  // queued.
+  std::function<void(bool work_ended)> released;
 };
 
 struct StreamCall {

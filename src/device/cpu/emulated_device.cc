@@ -299,34 +299,49 @@ Result<void*> EmulatedDevice::openPeerAllocation(const IpcHandle& h) {
 
 Status EmulatedDevice::launchPeerReduce(const PeerReduce& r, StreamHandle s) {
   if (!IsValidDataType(static_cast<int>(r.type)) || static_cast<int>(r.op) >= kNumReduceOps ||
-      r.src.empty() || r.dst.empty() || !r.skip)
+      r.sources() == 0 || r.destinations() == 0 ||
+      r.sources() > static_cast<size_t>(kMaxPeerRanks) ||
+      r.destinations() > static_cast<size_t>(kMaxPeerRanks) || !r.skip ||
+      (r.late && (!r.src.empty() || !r.dst.empty())))
     return InvalidArgument(
         "emulated device: a peer reduce with a bad type or op, or without a "
         "source or a destination");
   const size_t bytes = r.count * DataTypeSize(r.type);
-  // The ranges must lie in allocations (or host memory) now, as a GPU would fault on them later.
+  // The ranges must lie in allocations (or host memory) now, as a GPU would fault on them later
+  // (late pointers: when the kernel reads them).
   for (const void* p : r.src) BRAID_RETURN_IF_ERROR(hostView(p, bytes).status());
   for (void* p : r.dst) BRAID_RETURN_IF_ERROR(hostView(p, bytes).status());
+  if (r.late) BRAID_RETURN_IF_ERROR(hostView(r.late, sizeof(PeerPointers)).status());
   return enqueue(s,
                  [this, r, bytes]() -> Status {
                    if (LoadFlag(r.skip) == r.skip_value || r.count == 0) return Status::Ok();
+                   std::vector<const void*> src = r.src;
+                   std::vector<void*> dst = r.dst;
+                   if (r.late) {
+                     // As the kernel does: read once, after `skip`, from host-mapped memory.
+                     BRAID_ASSIGN_OR_RETURN(void* t, hostView(r.late, sizeof(PeerPointers)));
+                     PeerPointers late;
+                     std::memcpy(&late, t, sizeof(late));
+                     src.assign(late.src, late.src + r.late_src);
+                     dst.assign(late.dst, late.dst + r.late_dst);
+                   }
                    std::vector<char> acc(bytes);
                    // Views resolved as the kernel runs: a peer's allocation is mapped here until
                    // its window goes.
-                   BRAID_ASSIGN_OR_RETURN(void* first, hostView(r.src[0], bytes));
+                   BRAID_ASSIGN_OR_RETURN(void* first, hostView(src[0], bytes));
                    std::memcpy(acc.data(), first, bytes);
-                   for (size_t k = 1; k < r.src.size(); ++k) {
-                     BRAID_ASSIGN_OR_RETURN(void* in, hostView(r.src[k], bytes));
+                   for (size_t k = 1; k < src.size(); ++k) {
+                     BRAID_ASSIGN_OR_RETURN(void* in, hostView(src[k], bytes));
                      ReduceKernel(r.type, r.op, acc.data(), in, acc.data(), r.count);
                    }
                    if (r.divide_by > 1) DivideKernel(r.type, acc.data(), r.count, r.divide_by);
-                   for (void* d : r.dst) {
+                   for (void* d : dst) {
                      BRAID_ASSIGN_OR_RETURN(void* out, hostView(d, bytes));
                      std::memcpy(out, acc.data(), bytes);
                    }
                    return Status::Ok();
                  },
-                 {r.skip});
+                 {r.skip, r.late});
 }
 
 Status EmulatedDevice::closePeerAllocation(void* base) {

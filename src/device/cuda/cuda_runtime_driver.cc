@@ -256,8 +256,10 @@ class CudaDriverRuntime final : public DeviceRuntime {
           "braid was built without the peer-reduce kernels, or the driver cannot "
           "load them");
     if (!IsValidDataType(static_cast<int>(r.type)) || static_cast<int>(r.op) >= kNumReduceOps ||
-        r.src.empty() || r.dst.empty() || r.src.size() > static_cast<size_t>(cuda::kMaxPeerRanks) ||
-        r.dst.size() > static_cast<size_t>(cuda::kMaxPeerRanks) || !r.skip)
+        r.sources() == 0 || r.destinations() == 0 ||
+        r.sources() > static_cast<size_t>(cuda::kMaxPeerRanks) ||
+        r.destinations() > static_cast<size_t>(cuda::kMaxPeerRanks) || !r.skip ||
+        (r.late && (!r.src.empty() || !r.dst.empty())))
       return InvalidArgument("peer reduce: a bad type or op, or not 1 to " +
                              std::to_string(cuda::kMaxPeerRanks) + " sources and destinations");
     BRAID_ASSIGN_OR_RETURN(CUfunction f,
@@ -273,8 +275,9 @@ class CudaDriverRuntime final : public DeviceRuntime {
       a.dst[k] = r.dst[k];
       vector = vector && reinterpret_cast<uintptr_t>(r.dst[k]) % 16 == 0;
     }
-    a.nsrc = static_cast<int32_t>(r.src.size());
-    a.ndst = static_cast<int32_t>(r.dst.size());
+    a.nsrc = static_cast<int32_t>(r.sources());
+    a.ndst = static_cast<int32_t>(r.destinations());
+    a.late = r.late;  // the kernel checks the late pointers' alignment itself
     a.count = r.count;
     a.divide_by = r.divide_by;
     a.divide_wide = static_cast<double>(r.divide_by);

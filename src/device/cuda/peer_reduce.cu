@@ -3,7 +3,9 @@
 // (op) ... in order, each step through element_math.h's ReduceElement (rounded back to the
 // type after every step, as the CPU kernels do), then AVG's division, then written to every
 // dst[r]. One thread per 16-byte pack (or element). Reads the host-mapped `skip` word first: the
-// ranks disagreed on the call, do nothing.
+// ranks disagreed on the call, do nothing. With `late`, the pointers are read from host memory
+// (written by the agent before the kernel may start), and 16-byte packs are used when they all
+// allow it.
 //
 // Built twice: into braid_device_cuda with the other kernels, and as a fatbin embedded in
 // libbraid (src/CMakeLists.txt) that braid's CUDA runtime loads with cuModuleLoadData and
@@ -34,26 +36,43 @@ __device__ void PeerReduceBody(const PeerReduceArgs& a) {
   using S = StorageOf<kType>;
   if (*static_cast<const volatile uint32_t*>(a.skip) == a.skip_value) return;
   const int nsrc = a.nsrc, ndst = a.ndst;
+  // Late-bound pointers: each block reads them from host memory once (every thread returned
+  // above or none did, so the barrier is reached by all).
+  __shared__ const void* late_src[kMaxPeerRanks];
+  __shared__ void* late_dst[kMaxPeerRanks];
+  const void* const* src = a.src;
+  void* const* dst = a.dst;
+  bool vector = a.vector != 0;
+  if (a.late) {
+    const volatile device::PeerPointers* t = a.late;
+    if (threadIdx.x < static_cast<unsigned>(nsrc)) late_src[threadIdx.x] = t->src[threadIdx.x];
+    if (threadIdx.x < static_cast<unsigned>(ndst)) late_dst[threadIdx.x] = t->dst[threadIdx.x];
+    __syncthreads();
+    src = late_src;
+    dst = late_dst;
+    for (int r = 0; r < nsrc; ++r) vector = vector && reinterpret_cast<uintptr_t>(src[r]) % 16 == 0;
+    for (int r = 0; r < ndst; ++r) vector = vector && reinterpret_cast<uintptr_t>(dst[r]) % 16 == 0;
+  }
   ForEach<S>(
-      a.count, a.vector != 0,
+      a.count, vector,
       [&](size_t p) {
-        Pack<S> acc = LoadPack(static_cast<const S*>(a.src[0]), p);
+        Pack<S> acc = LoadPack(static_cast<const S*>(src[0]), p);
         for (int r = 1; r < nsrc; ++r) {
-          const Pack<S> x = LoadPack(static_cast<const S*>(a.src[r]), p);
+          const Pack<S> x = LoadPack(static_cast<const S*>(src[r]), p);
 #pragma unroll
           for (size_t k = 0; k < Pack<S>::kCount; ++k)
             acc.v[k] = ReduceElement<kType, kOp, X86Nan>(acc.v[k], x.v[k]);
         }
 #pragma unroll
         for (size_t k = 0; k < Pack<S>::kCount; ++k) acc.v[k] = Finish<kType, kOp>(acc.v[k], a);
-        for (int r = 0; r < ndst; ++r) StorePack(static_cast<S*>(a.dst[r]), p, acc);
+        for (int r = 0; r < ndst; ++r) StorePack(static_cast<S*>(dst[r]), p, acc);
       },
       [&](size_t i) {
-        S acc = static_cast<const S*>(a.src[0])[i];
+        S acc = static_cast<const S*>(src[0])[i];
         for (int r = 1; r < nsrc; ++r)
-          acc = ReduceElement<kType, kOp, X86Nan>(acc, static_cast<const S*>(a.src[r])[i]);
+          acc = ReduceElement<kType, kOp, X86Nan>(acc, static_cast<const S*>(src[r])[i]);
         acc = Finish<kType, kOp>(acc, a);
-        for (int r = 0; r < ndst; ++r) static_cast<S*>(a.dst[r])[i] = acc;
+        for (int r = 0; r < ndst; ++r) static_cast<S*>(dst[r])[i] = acc;
       });
 }
 

@@ -8,11 +8,11 @@
 #include <cstdint>
 #include <cstdio>
 
+#include "device/peer_pointers.h"
+
 namespace braid::cuda {
 
-// Sources and destinations of one kernel: at most one per rank of a node (8 GPUs, several ranks
-// per GPU).
-inline constexpr int kMaxPeerRanks = 32;
+inline constexpr int kMaxPeerRanks = device::kMaxPeerRanks;
 
 struct PeerReduceArgs {
   const void* src[kMaxPeerRanks];  // reduced in order
@@ -23,6 +23,9 @@ struct PeerReduceArgs {
   float divide_narrow;
   uint32_t skip_value;   // the kernel does nothing when *skip == skip_value
   const uint32_t* skip;  // host-mapped
+  // Host-mapped, or null: the sources and destinations are there, not in src and dst (written
+  // before the kernel may start; read after `skip`).
+  const device::PeerPointers* late;
   int32_t nsrc, ndst;
   int32_t vector;  // every pointer 16-byte aligned: 16-byte packs
 };
