@@ -1,6 +1,7 @@
 #include "device/ipc_probe.h"
 
 #include <cstdio>
+#include <cstdlib>
 #include <utility>
 
 namespace braid::device {
@@ -44,7 +45,8 @@ IpcProbe IpcProbe::Make(DeviceRuntime* runtime, void* context) {
   p.runtime_ = runtime;
   p.context_ = context;
   p.allocation_ = *a;
-  p.text_ = Hex(*h);
+  auto info = runtime->classify(*a);
+  p.text_ = Hex(*h) + "@" + std::to_string(info.ok() ? info->device : -1);
   return p;
 }
 
@@ -70,10 +72,17 @@ IpcProbe& IpcProbe::operator=(IpcProbe&& o) noexcept {
 Status IpcProbe::tryOpen(const std::string& peer_text) const {
   IpcHandle h;
   if (!runtime_) return InvalidUsage("no device IPC probe on this rank");
-  if (!FromHex(peer_text, &h)) return InvalidArgument("a malformed device IPC probe");
+  if (!FromHex(peer_text.substr(0, peer_text.find('@')), &h))
+    return InvalidArgument("a malformed device IPC probe");
   BRAID_RETURN_IF_ERROR(runtime_->useContext(context_));
   BRAID_ASSIGN_OR_RETURN(void* base, runtime_->openPeerAllocation(h));
   return runtime_->closePeerAllocation(base);
+}
+
+int IpcProbe::DeviceOf(const std::string& text) {
+  const size_t at = text.find('@');
+  if (at == std::string::npos) return -1;
+  return std::atoi(text.c_str() + at + 1);
 }
 
 void IpcProbe::reset() {

@@ -27,11 +27,16 @@ class IpcProbe {
   IpcProbe(const IpcProbe&) = delete;
   IpcProbe& operator=(const IpcProbe&) = delete;
 
-  // The handle as hex for the init message; "" without a probe.
+  // The handle as hex and the allocation's device ("<hex>@<device>") for the init message; ""
+  // without a probe.
   const std::string& text() const { return text_; }
   bool empty() const { return text_.empty(); }
   // Opens and closes another process's probe (its text). Ok when it maps here.
   Status tryOpen(const std::string& peer_text) const;
+  // The device of a probe's text (-1 when it names none). Ranks of one process reach each
+  // other's buffers by address, which a kernel may use only on the same device (another device
+  // would need peer access enabled between the contexts, which braid does not do).
+  static int DeviceOf(const std::string& text);
   // Frees the allocation (every peer has closed it: after the exchange of the answers).
   void reset();
 

@@ -14,11 +14,13 @@
 #include <vector>
 
 #include "device/cpu/emulated_device.h"
+#include "device/ipc_probe.h"
 #include "device/peer_memory.h"
 
 using braid::ErrorClass;
 using braid::device::EmulatedDevice;
 using braid::device::IpcHandle;
+using braid::device::IpcProbe;
 using braid::device::PeerMemoryMap;
 
 namespace {
@@ -149,6 +151,49 @@ TEST_P(PeerMemoryTest, TheMapOpensEachAllocationOnceAndClosesItWithItsLastUser) 
   EXPECT_EQ(code, 0);
   EXPECT_TRUE(dev_.freeDevice(a).ok());
   EXPECT_TRUE(dev_.freeDevice(b).ok());
+}
+
+// The init-time probe (device/ipc_probe.h): its text names the handle and the device, another
+// process opens it, garbage is refused, and a probe of freed memory no longer opens. A runtime
+// whose device memory the host reaches (kHostMemory: ranks there share host memory anyway) makes
+// no probe, so no peer is mapped through it.
+TEST_P(PeerMemoryTest, TheIpcProbeNamesItsDeviceAndOpensInAnotherProcess) {
+  IpcProbe probe = IpcProbe::Make(&dev_, nullptr);
+  if (dev_.deviceMemoryHostAccessible()) {
+    EXPECT_TRUE(probe.empty());
+    EXPECT_EQ(probe.tryOpen("00@0").cls(), ErrorClass::kInvalidUsage);  // no probe here
+    return;
+  }
+  ASSERT_FALSE(probe.empty());
+  const std::string text = probe.text();
+  const size_t at = text.find('@');
+  ASSERT_NE(at, std::string::npos) << text;
+  EXPECT_EQ(at, 2 * IpcHandle::kBytes);
+  EXPECT_EQ(IpcProbe::DeviceOf(text), 0);  // the emulated device is device 0
+  EXPECT_EQ(IpcProbe::DeviceOf(text.substr(0, at)), -1);
+  EXPECT_EQ(IpcProbe::DeviceOf("ab@3"), 3);
+  EXPECT_EQ(dev_.deviceAllocations(), 1u);
+  const EmulatedDevice::Mode mode = GetParam();
+  const int code = InChild([&] {
+    EmulatedDevice child(mode);
+    IpcProbe mine = IpcProbe::Make(&child, nullptr);
+    if (mine.empty()) return 2;
+    if (!mine.tryOpen(text).ok()) return 3;
+    if (!mine.tryOpen(text.substr(0, at)).ok()) return 4;  // the device part is optional
+    if (mine.tryOpen("zz" + text.substr(2)).cls() != ErrorClass::kInvalidArgument) return 5;
+    if (mine.tryOpen(text.substr(1)).cls() != ErrorClass::kInvalidArgument) return 6;
+    return child.deviceAllocations() == 1 ? 0 : 7;  // the open was closed again
+  });
+  EXPECT_EQ(code, 0);
+  probe.reset();
+  EXPECT_TRUE(probe.empty());
+  EXPECT_EQ(dev_.deviceAllocations(), 0u);
+  const int gone = InChild([&] {
+    EmulatedDevice child(mode);
+    IpcProbe mine = IpcProbe::Make(&child, nullptr);
+    return !mine.empty() && !mine.tryOpen(text).ok() ? 0 : 2;
+  });
+  EXPECT_EQ(gone, 0);
 }
 
 INSTANTIATE_TEST_SUITE_P(Modes, PeerMemoryTest,

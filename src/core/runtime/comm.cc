@@ -561,7 +561,11 @@ Status braidComm::connectTransports(Bootstrap& bs, Deadline deadline) {
     if (p == rank_ || infos_[p].host_id != infos_[rank_].host_id) continue;
     if (infos_[p].device_ipc_probe.empty()) {
       maps_devices = false;
-    } else if (infos_[p].pid != infos_[rank_].pid) {
+    } else if (infos_[p].pid == infos_[rank_].pid) {
+      // A rank of this process: reached by address, on the same device only.
+      maps_devices = device::IpcProbe::DeviceOf(infos_[p].device_ipc_probe) ==
+                     device::IpcProbe::DeviceOf(ipc_probe_.text());
+    } else {
       Status st = ipc_probe_.tryOpen(infos_[p].device_ipc_probe);
       if (!st.ok()) {
         BRAID_INFO("rank %d: cannot map rank %d's device memory (CUDA IPC): %s", rank_, p,

@@ -5,7 +5,8 @@
 // dst[r]. One thread per 16-byte pack (or element). Reads the host-mapped `skip` word first: the
 // ranks disagreed on the call, do nothing. With `late`, the pointers are read from host memory
 // (written by the agent before the kernel may start), and 16-byte packs are used when they all
-// allow it.
+// allow it. (The table is read before `skip` is known: a skipped call's table holds stale
+// pointers, never dereferenced.)
 //
 // Built twice: into braid_device_cuda with the other kernels, and as a fatbin embedded in
 // libbraid (src/CMakeLists.txt) that braid's CUDA runtime loads with cuModuleLoadData and
@@ -34,20 +35,25 @@ __device__ __forceinline__ StorageOf<kType> Finish(StorageOf<kType> acc, const P
 template <DataType kType, ReduceOp kOp>
 __device__ void PeerReduceBody(const PeerReduceArgs& a) {
   using S = StorageOf<kType>;
-  if (*static_cast<const volatile uint32_t*>(a.skip) == a.skip_value) return;
   const int nsrc = a.nsrc, ndst = a.ndst;
-  // Late-bound pointers: each block reads them from host memory once (every thread returned
-  // above or none did, so the barrier is reached by all).
+  // One read of `skip` per block, shared, so that every thread of a block takes the same branch
+  // (an abort may write `skip` while the kernel runs), and of the late-bound pointers: host
+  // memory, read once per block into shared memory.
+  __shared__ uint32_t skip;
   __shared__ const void* late_src[kMaxPeerRanks];
   __shared__ void* late_dst[kMaxPeerRanks];
-  const void* const* src = a.src;
-  void* const* dst = a.dst;
-  bool vector = a.vector != 0;
+  if (threadIdx.x == 0) skip = *static_cast<const volatile uint32_t*>(a.skip);
   if (a.late) {
     const volatile device::PeerPointers* t = a.late;
     if (threadIdx.x < static_cast<unsigned>(nsrc)) late_src[threadIdx.x] = t->src[threadIdx.x];
     if (threadIdx.x < static_cast<unsigned>(ndst)) late_dst[threadIdx.x] = t->dst[threadIdx.x];
-    __syncthreads();
+  }
+  __syncthreads();
+  if (skip == a.skip_value) return;
+  const void* const* src = a.src;
+  void* const* dst = a.dst;
+  bool vector = a.vector != 0;
+  if (a.late) {
     src = late_src;
     dst = late_dst;
     for (int r = 0; r < nsrc; ++r) vector = vector && reinterpret_cast<uintptr_t>(src[r]) % 16 == 0;
