@@ -73,13 +73,17 @@ inline bool FlagReached(uint32_t flag, uint32_t value) {
 // output; a reduce-scatter every rank's block r and one destination. Queued on a stream; it does
 // nothing when the host-mapped word `skip` holds `skip_value` when it runs (the ranks disagreed
 // on the call).
+//
+// Pairwise (all-to-all): sources and destinations pair up, dst[k][i] = src[k][i] for each k, no
+// reduction (one kernel for a rank's block to every peer, where a reduce would need one each).
 struct PeerReduce {
   DataType type = DataType::kFloat32;
   ReduceOp op = ReduceOp::kSum;
   uint64_t divide_by = 0;
   std::vector<const void*> src;  // at least one
   std::vector<void*> dst;        // at least one
-  size_t count = 0;              // elements of the segment
+  size_t count = 0;              // elements of the segment (pairwise: of each pair)
+  bool pairwise = false;         // as many sources as destinations; op and divide_by unused
   const uint32_t* skip = nullptr;
   uint32_t skip_value = 0;
   // Late binding (device/peer_pointers.h): when set, src and dst are empty and the kernel takes
@@ -88,6 +92,15 @@ struct PeerReduce {
   int late_src = 0, late_dst = 0;
   size_t sources() const { return late ? static_cast<size_t>(late_src) : src.size(); }
   size_t destinations() const { return late ? static_cast<size_t>(late_dst) : dst.size(); }
+  // The shape every runtime checks before it queues the work: 1 to kMaxPeerRanks sources and
+  // destinations (as many of each when pairwise, with no division), a `skip` word, and either
+  // pointers or a late table.
+  bool wellFormed() const {
+    const size_t ns = sources(), nd = destinations();
+    return ns >= 1 && nd >= 1 && ns <= static_cast<size_t>(kMaxPeerRanks) &&
+           nd <= static_cast<size_t>(kMaxPeerRanks) && skip != nullptr &&
+           (!late || (src.empty() && dst.empty())) && (!pairwise || (ns == nd && divide_by == 0));
+  }
 };
 
 class DeviceRuntime {

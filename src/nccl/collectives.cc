@@ -287,6 +287,7 @@ NCCL_API_EXPORT ncclResult_t pncclAlltoAll(const void* sendbuff, void* recvbuff,
                                          "by braid; use separate send and receive buffers");
   const size_t bytes = nranks > 0 ? count * nranks * TypeSize(datatype) : 0;
   ncclResult_t res;
+  if (WindowAllToAll(comm, sendbuff, recvbuff, count, datatype, stream, &res)) return res;
   if (TakeStreamPath(
           comm, stream, func, {{sendbuff, bytes, true, false}, {recvbuff, bytes, false, true}},
           [=](const HostPointers& h) {
@@ -335,6 +336,7 @@ NCCL_API_EXPORT ncclResult_t pncclGather(const void* sendbuff, void* recvbuff, s
   if (rank == root) NCCL_CHECK(CheckPtr(recvbuff, "recvbuff (on the root)", func));
   const size_t bytes = count * TypeSize(datatype);
   ncclResult_t res;
+  if (WindowGather(comm, sendbuff, recvbuff, count, datatype, root, stream, &res)) return res;
   if (TakeStreamPath(
           comm, stream, func,
           {{sendbuff, bytes, true, false},
@@ -361,6 +363,7 @@ NCCL_API_EXPORT ncclResult_t pncclScatter(const void* sendbuff, void* recvbuff, 
   if (rank == root) NCCL_CHECK(CheckPtr(sendbuff, "sendbuff (on the root)", func));
   const size_t bytes = count * TypeSize(datatype);
   ncclResult_t res;
+  if (WindowScatter(comm, sendbuff, recvbuff, count, datatype, root, stream, &res)) return res;
   if (TakeStreamPath(
           comm, stream, func,
           {{rank == root ? sendbuff : nullptr, bytes * nranks, true, false},

@@ -251,6 +251,7 @@ FAKE_CU int cuLaunchKernel(void* f, unsigned gx, unsigned gy, unsigned gz, unsig
   r.count = a.count;
   r.skip = a.skip;
   r.skip_value = a.skip_value;
+  r.pairwise = a.pairwise != 0;
   if (a.late) {
     // The kernel's own reading of late pointers (after `skip`, as it runs).
     r.late = a.late;

@@ -305,6 +305,25 @@ TEST(PeerWindows, OverTheCudaRuntimeOfAFakeDriver) {
         CHECK_OR_FAIL(braid::nccl::WindowCalls() == window_calls + 1,
                       "the call did not take the window path");
       }
+      // All-to-all on the same windows: one pairwise kernel per rank (the flag travels in the
+      // kernel's argument block; read as a reduce it would sum the blocks): block j of rank s's
+      // input lands in block s of rank j's output.
+      const size_t block = kWindow / static_cast<size_t>(nranks);
+      const int before = launches();
+      CHECK_OR_FAIL(ncclAlltoAll(window, reinterpret_cast<void*>(out), block, ncclUint8, comm,
+                                 static_cast<cudaStream_t>(stream)) == ncclSuccess,
+                    "ncclAlltoAll on windows");
+      CHECK_OR_FAIL(stream_sync(stream) == 0, "cuStreamSynchronize");
+      for (int s = 0; s < nranks; ++s)
+        for (size_t i = 0; i < block; ++i) {
+          const unsigned char want = Byte(s, block * static_cast<size_t>(rank) + i);
+          CHECK_OR_FAIL(got[block * static_cast<size_t>(s) + i] == want,
+                        "all-to-all: block %d byte %zu is %u, want %u", s, i,
+                        got[block * static_cast<size_t>(s) + i], want);
+        }
+      if (rt->peerReduceAvailable())
+        CHECK_OR_FAIL(launches() == before + 1, "all-to-all: %d kernel launches, want 1",
+                      launches() - before);
       ncclResult_t async = ncclSuccess;
       CHECK_OR_FAIL(ncclCommGetAsyncError(comm, &async) == ncclSuccess && async == ncclSuccess,
                     "async error %d", static_cast<int>(async));

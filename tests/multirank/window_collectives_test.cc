@@ -3,12 +3,15 @@
 // reading and writing its peers' buffers directly, with no staging through the host: all-reduce
 // (each rank's segment of every input into every output), all-gather (each rank's block pushed
 // into every output), reduce-scatter (each rank's block of every input pulled and reduced),
-// broadcast (the root pushes) and reduce (the root pulls). On
+// broadcast (the root pushes), reduce (the root pulls), all-to-all (each rank pushes its blocks,
+// one pairwise kernel), gather (each rank pushes into the root's output) and scatter (each rank
+// pulls from the root's input; these two on the peer-buffer path, windows or not). On
 // the emulated device (BRAID_DEVICE=emulated), whose peer reduce is a host function on the stream
 // over memfd-shared device memory.
 //
-// Checked: every type and op, in and out of place, 2 to 4 ranks, all five collectives, bit-exact
-// against the same call on plain device buffers (the staged host path) in the same run, and the
+// Checked: every type and op, in and out of place, 2 to 4 ranks, the first five collectives
+// bit-exact against the same call on plain device buffers (the staged host path) in the same run,
+// all-to-all, gather and scatter against the blocks the test computes, and the
 // window path taken for every window call and no other; the stream-order test on windows
 // (1000 repetitions, the send buffer written late on the stream, the result read on the stream, no
 // host synchronisation), also on one hardware queue; ranks whose buffers sit at different offsets
@@ -160,8 +163,10 @@ int EveryTypeAndOp(const braidUniqueId& id, int rank, int nranks, bool peer_buff
     return peer_buffers ? braid::nccl::PeerBufferCalls() : braid::nccl::WindowCalls();
   };
   const uint64_t window_calls = device_calls();
+  const uint64_t peer_buffer_calls = braid::nccl::PeerBufferCalls();
 
   int calls = 0;
+  int root_calls = 0;  // gather and scatter: the peer-buffer path, windows or not
   std::vector<unsigned char> in(bytes);
   for (ncclDataType_t t : kTypes)
     for (ncclRedOp_t op : kOps)
@@ -290,9 +295,76 @@ int EveryTypeAndOp(const braidUniqueId& id, int rank, int nranks, bool peer_buff
               static_cast<int>(t), static_cast<int>(op), n, in_place ? "in place" : "out of place");
         }
       }
-  CHECK_OR_FAIL(device_calls() - window_calls == static_cast<uint64_t>(calls),
-                "%llu calls took the window path, want %d",
-                static_cast<unsigned long long>(device_calls() - window_calls), calls);
+  // All-to-all (the output in a window; out of place), gather and scatter (to and from the
+  // last rank, in and out of place), every type, checked against the values each rank's blocks
+  // must hold: rank s's block d is Input(s * 7 + d).
+  std::vector<unsigned char> want(bytes);
+  const auto fill = [&](ncclDataType_t t, size_t n, int tag, unsigned char* out) {
+    const size_t e = braid::nccl::TypeSize(t);
+    for (size_t i = 0; i < n; ++i) Encode(t, Input(t, ncclMax, tag, i), out + i * e);
+  };
+  for (ncclDataType_t t : kTypes)
+    for (size_t n : {size_t{1}, size_t{37}, size_t{1000}}) {
+      const size_t e = braid::nccl::TypeSize(t);
+      const size_t block = n * e;
+      const size_t total = block * static_cast<size_t>(nranks);
+      for (int d = 0; d < nranks; ++d) fill(t, n, rank * 7 + d, in.data() + block * d);
+      for (int s = 0; s < nranks; ++s) fill(t, n, s * 7 + rank, want.data() + block * s);
+      std::memcpy(*dev->hostView(wsend, total), in.data(), total);
+      std::memset(*dev->hostView(wrecv, total), 0xee, total);
+      CHECK_OR_FAIL(ncclAlltoAll(wsend, wrecv, n, t, comm, stream) == ncclSuccess,
+                    "device all-to-all type %d n %zu", static_cast<int>(t), n);
+      CHECK_OR_FAIL(dev->synchronize(stream).ok(), "synchronize");
+      ++calls;
+      CHECK_OR_FAIL(std::memcmp(*dev->hostView(wrecv, total), want.data(), total) == 0,
+                    "all-to-all type %d n %zu: a block differs from its sender's",
+                    static_cast<int>(t), n);
+      const int root = nranks - 1;
+      for (bool in_place : {false, true}) {
+        // Gather: rank s sends Input(s * 7 + 100); the root's output holds them in rank order.
+        // In place (NCCL's form): the root's input is its own block of the output.
+        const bool here = in_place && rank == root;
+        void* gsrc = here ? static_cast<char*>(wrecv) + block * rank : wsend;
+        fill(t, n, rank * 7 + 100, in.data());
+        std::memset(*dev->hostView(wrecv, total), 0xee, total);
+        std::memcpy(*dev->hostView(gsrc, block), in.data(), block);
+        CHECK_OR_FAIL(ncclGather(gsrc, wrecv, n, t, root, comm, stream) == ncclSuccess,
+                      "device gather type %d n %zu", static_cast<int>(t), n);
+        CHECK_OR_FAIL(dev->synchronize(stream).ok(), "synchronize");
+        ++root_calls;
+        if (rank == root) {
+          for (int s = 0; s < nranks; ++s) fill(t, n, s * 7 + 100, want.data() + block * s);
+          CHECK_OR_FAIL(std::memcmp(*dev->hostView(wrecv, total), want.data(), total) == 0,
+                        "gather type %d n %zu %s: the root's output differs", static_cast<int>(t),
+                        n, in_place ? "in place" : "out of place");
+        }
+        // Scatter: the root's block d is Input(d * 7 + 200); rank d receives it. In place: the
+        // root's output is its own block of the input.
+        void* sdst = here ? static_cast<char*>(wsend) + block * rank : wrecv;
+        if (rank == root) {
+          for (int d = 0; d < nranks; ++d) fill(t, n, d * 7 + 200, in.data() + block * d);
+          std::memcpy(*dev->hostView(wsend, total), in.data(), total);
+        }
+        if (!here) std::memset(*dev->hostView(sdst, block), 0xee, block);
+        CHECK_OR_FAIL(ncclScatter(wsend, sdst, n, t, root, comm, stream) == ncclSuccess,
+                      "device scatter type %d n %zu", static_cast<int>(t), n);
+        CHECK_OR_FAIL(dev->synchronize(stream).ok(), "synchronize");
+        ++root_calls;
+        fill(t, n, rank * 7 + 200, want.data());
+        CHECK_OR_FAIL(std::memcmp(*dev->hostView(sdst, block), want.data(), block) == 0,
+                      "scatter type %d n %zu %s: rank %d's output differs", static_cast<int>(t), n,
+                      in_place ? "in place" : "out of place", rank);
+      }
+    }
+  const uint64_t root_path = braid::nccl::PeerBufferCalls() - peer_buffer_calls;
+  CHECK_OR_FAIL(device_calls() - window_calls ==
+                    static_cast<uint64_t>(calls + (peer_buffers ? root_calls : 0)),
+                "%llu calls took the device path, want %d",
+                static_cast<unsigned long long>(device_calls() - window_calls),
+                calls + (peer_buffers ? root_calls : 0));
+  CHECK_OR_FAIL(peer_buffers || root_path == static_cast<uint64_t>(root_calls),
+                "%llu gathers and scatters took the peer-buffer path, want %d",
+                static_cast<unsigned long long>(root_path), root_calls);
   ncclResult_t async = ncclSuccess;
   CHECK_OR_FAIL(ncclCommGetAsyncError(comm, &async) == ncclSuccess && async == ncclSuccess,
                 "async error %d", static_cast<int>(async));

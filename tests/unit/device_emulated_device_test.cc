@@ -1,6 +1,6 @@
 // The emulated device (device/cpu/emulated_device.h): the CPU implementation of the device
 // runtime that CI runs in place of a GPU. Classification, copies, streams run in FIFO order,
-// write/wait of host-mapped flags, and its error paths.
+// write/wait of host-mapped flags, the peer reduce, and its error paths.
 #include "device/cpu/emulated_device.h"
 
 #include <gtest/gtest.h>
@@ -223,6 +223,77 @@ INSTANTIATE_TEST_SUITE_P(Modes, EmulatedDeviceTest,
                            return info.param == EmulatedDevice::Mode::kSeparate ? "Separate"
                                                                                 : "HostMemory";
                          });
+
+// The peer reduce (the kernel the intra-node device collectives queue): sources reduced in order
+// into every destination; pairwise, each source copied into its destination (all-to-all); nothing
+// when `skip` holds the skip value; and every malformed shape refused when queued.
+TEST_P(EmulatedDeviceTest, PeerReduceReducesOrCopiesPairwiseAndRefusesBadShapes) {
+  const size_t n = 1001;
+  std::vector<int32_t> x(n), y(n), back(n);
+  for (size_t i = 0; i < n; ++i) {
+    x[i] = static_cast<int32_t>(i * 3 + 1);
+    y[i] = -static_cast<int32_t>(i * 7);
+  }
+  void* a = *dev_.allocDevice(n * 4);
+  void* b = *dev_.allocDevice(n * 4);
+  void* c = *dev_.allocDevice(n * 4);
+  void* d = *dev_.allocDevice(n * 4);
+  auto* skip = static_cast<uint32_t*>(*dev_.allocHostMapped(4));
+  *skip = 0;
+  auto s = dev_.createStream();
+  ASSERT_TRUE(s.ok());
+  ASSERT_TRUE(dev_.copyAsync(a, x.data(), n * 4, *s).ok());
+  ASSERT_TRUE(dev_.copyAsync(b, y.data(), n * 4, *s).ok());
+  const auto read = [&](const void* p) {
+    EXPECT_TRUE(dev_.copyAsync(back.data(), p, n * 4, *s).ok());
+    EXPECT_TRUE(dev_.synchronize(*s).ok());
+    return back;
+  };
+  braid::device::PeerReduce r;
+  r.type = braid::DataType::kInt32;
+  r.op = braid::ReduceOp::kSum;
+  r.src = {a, b};
+  r.dst = {c, d};
+  r.count = n;
+  r.skip = skip;
+  r.skip_value = 1;
+  ASSERT_TRUE(dev_.launchPeerReduce(r, *s).ok());
+  std::vector<int32_t> sum(n);
+  for (size_t i = 0; i < n; ++i) sum[i] = x[i] + y[i];
+  EXPECT_EQ(read(c), sum);
+  EXPECT_EQ(read(d), sum);
+  braid::device::PeerReduce pairs = r;
+  pairs.pairwise = true;
+  ASSERT_TRUE(dev_.launchPeerReduce(pairs, *s).ok());
+  EXPECT_EQ(read(c), x);
+  EXPECT_EQ(read(d), y);
+  // Skipped: the ranks disagreed; nothing is written.
+  *skip = 1;
+  pairs.src = {b, a};
+  ASSERT_TRUE(dev_.launchPeerReduce(pairs, *s).ok());
+  EXPECT_EQ(read(c), x);
+  *skip = 0;
+  // Malformed: pairwise with unequal counts or a division, no skip word, too many sources.
+  braid::device::PeerReduce bad = pairs;
+  bad.dst = {c};
+  EXPECT_EQ(dev_.launchPeerReduce(bad, *s).cls(), braid::ErrorClass::kInvalidArgument);
+  bad = pairs;
+  bad.divide_by = 2;
+  EXPECT_EQ(dev_.launchPeerReduce(bad, *s).cls(), braid::ErrorClass::kInvalidArgument);
+  bad = r;
+  bad.skip = nullptr;
+  EXPECT_EQ(dev_.launchPeerReduce(bad, *s).cls(), braid::ErrorClass::kInvalidArgument);
+  bad = r;
+  bad.src.assign(braid::device::kMaxPeerRanks + 1, a);
+  EXPECT_EQ(dev_.launchPeerReduce(bad, *s).cls(), braid::ErrorClass::kInvalidArgument);
+  bad = r;
+  bad.src.clear();
+  EXPECT_EQ(dev_.launchPeerReduce(bad, *s).cls(), braid::ErrorClass::kInvalidArgument);
+  EXPECT_TRUE(dev_.synchronize(*s).ok());
+  EXPECT_TRUE(dev_.destroyStream(*s).ok());
+  for (void* p : {a, b, c, d}) EXPECT_TRUE(dev_.freeDevice(p).ok());
+  EXPECT_TRUE(dev_.freeHostMapped(skip).ok());
+}
 
 TEST(FlagReached, ComparesCyclicallyAsCudaGeq) {
   EXPECT_TRUE(FlagReached(5, 5));

@@ -299,13 +299,10 @@ Result<void*> EmulatedDevice::openPeerAllocation(const IpcHandle& h) {
 
 Status EmulatedDevice::launchPeerReduce(const PeerReduce& r, StreamHandle s) {
   if (!IsValidDataType(static_cast<int>(r.type)) || static_cast<int>(r.op) >= kNumReduceOps ||
-      r.sources() == 0 || r.destinations() == 0 ||
-      r.sources() > static_cast<size_t>(kMaxPeerRanks) ||
-      r.destinations() > static_cast<size_t>(kMaxPeerRanks) || !r.skip ||
-      (r.late && (!r.src.empty() || !r.dst.empty())))
+      !r.wellFormed())
     return InvalidArgument(
-        "emulated device: a peer reduce with a bad type or op, or without a "
-        "source or a destination");
+        "emulated device: a peer reduce with a bad type or op, without a source or a "
+        "destination, or pairwise with unequal counts of them");
   const size_t bytes = r.count * DataTypeSize(r.type);
   // The ranges must lie in allocations (or host memory) now, as a GPU would fault on them later
   // (late pointers: when the kernel reads them).
@@ -324,6 +321,14 @@ Status EmulatedDevice::launchPeerReduce(const PeerReduce& r, StreamHandle s) {
                      std::memcpy(&late, t, sizeof(late));
                      src.assign(late.src, late.src + r.late_src);
                      dst.assign(late.dst, late.dst + r.late_dst);
+                   }
+                   if (r.pairwise) {
+                     for (size_t k = 0; k < src.size(); ++k) {
+                       BRAID_ASSIGN_OR_RETURN(void* in, hostView(src[k], bytes));
+                       BRAID_ASSIGN_OR_RETURN(void* out, hostView(dst[k], bytes));
+                       std::memmove(out, in, bytes);
+                     }
+                     return Status::Ok();
                    }
                    std::vector<char> acc(bytes);
                    // Views resolved as the kernel runs: a peer's allocation is mapped here until

@@ -256,12 +256,10 @@ class CudaDriverRuntime final : public DeviceRuntime {
           "braid was built without the peer-reduce kernels, or the driver cannot "
           "load them");
     if (!IsValidDataType(static_cast<int>(r.type)) || static_cast<int>(r.op) >= kNumReduceOps ||
-        r.sources() == 0 || r.destinations() == 0 ||
-        r.sources() > static_cast<size_t>(cuda::kMaxPeerRanks) ||
-        r.destinations() > static_cast<size_t>(cuda::kMaxPeerRanks) || !r.skip ||
-        (r.late && (!r.src.empty() || !r.dst.empty())))
+        !r.wellFormed())
       return InvalidArgument("peer reduce: a bad type or op, or not 1 to " +
-                             std::to_string(cuda::kMaxPeerRanks) + " sources and destinations");
+                             std::to_string(cuda::kMaxPeerRanks) +
+                             " sources and destinations (as many of each when pairwise)");
     BRAID_ASSIGN_OR_RETURN(CUfunction f,
                            peerReduceFunction(static_cast<int>(r.type), static_cast<int>(r.op)));
     cuda::PeerReduceArgs a{};
@@ -285,9 +283,11 @@ class CudaDriverRuntime final : public DeviceRuntime {
     a.skip = r.skip;
     a.skip_value = r.skip_value;
     a.vector = vector ? 1 : 0;
+    a.pairwise = r.pairwise ? 1 : 0;
     // One thread per 16-byte pack (or element), 256 a block, grid-stride beyond 4096 blocks.
     const size_t per_pack = 16 / elt;
-    const uint64_t units = vector ? r.count / per_pack + r.count % per_pack : r.count;
+    const uint64_t units = (vector ? r.count / per_pack + r.count % per_pack : r.count) *
+                           (r.pairwise ? r.sources() : 1);
     const unsigned blocks =
         static_cast<unsigned>(std::clamp<uint64_t>((units + 255) / 256, 1, 4096));
     void* params[] = {&a};

@@ -59,6 +59,18 @@ __device__ void PeerReduceBody(const PeerReduceArgs& a) {
     for (int r = 0; r < nsrc; ++r) vector = vector && reinterpret_cast<uintptr_t>(src[r]) % 16 == 0;
     for (int r = 0; r < ndst; ++r) vector = vector && reinterpret_cast<uintptr_t>(dst[r]) % 16 == 0;
   }
+  if (a.pairwise) {
+    // All-to-all: each pair copied in turn by the whole grid (a pair's block is typically large;
+    // one pass per pair keeps each thread's loads and stores on one source and destination).
+    for (int r = 0; r < nsrc; ++r) {
+      const S* s = static_cast<const S*>(src[r]);
+      S* d = static_cast<S*>(dst[r]);
+      ForEach<S>(
+          a.count, vector, [&](size_t p) { StorePack(d, p, LoadPack(s, p)); },
+          [&](size_t i) { d[i] = s[i]; });
+    }
+    return;
+  }
   ForEach<S>(
       a.count, vector,
       [&](size_t p) {

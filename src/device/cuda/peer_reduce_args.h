@@ -27,7 +27,8 @@ struct PeerReduceArgs {
   // before the kernel may start; read after `skip`).
   const device::PeerPointers* late;
   int32_t nsrc, ndst;
-  int32_t vector;  // every pointer 16-byte aligned: 16-byte packs
+  int32_t vector;    // every pointer 16-byte aligned: 16-byte packs
+  int32_t pairwise;  // dst[k] = src[k] for each k (nsrc == ndst), no reduction
 };
 
 // "braid_peer_reduce_<type>_<op>", braid's DataType and ReduceOp values.
