@@ -310,6 +310,7 @@ TEST(PeerWindows, OverTheCudaRuntimeOfAFakeDriver) {
       // input lands in block s of rank j's output.
       const size_t block = kWindow / static_cast<size_t>(nranks);
       const int before = launches();
+      const uint64_t window_calls_before = braid::nccl::WindowCalls();
       CHECK_OR_FAIL(ncclAlltoAll(window, reinterpret_cast<void*>(out), block, ncclUint8, comm,
                                  static_cast<cudaStream_t>(stream)) == ncclSuccess,
                     "ncclAlltoAll on windows");
@@ -321,9 +322,12 @@ TEST(PeerWindows, OverTheCudaRuntimeOfAFakeDriver) {
                         "all-to-all: block %d byte %zu is %u, want %u", s, i,
                         got[block * static_cast<size_t>(s) + i], want);
         }
-      if (rt->peerReduceAvailable())
+      if (rt->peerReduceAvailable()) {
         CHECK_OR_FAIL(launches() == before + 1, "all-to-all: %d kernel launches, want 1",
                       launches() - before);
+        CHECK_OR_FAIL(braid::nccl::WindowCalls() == window_calls_before + 1,
+                      "the all-to-all did not take the window path");
+      }
       ncclResult_t async = ncclSuccess;
       CHECK_OR_FAIL(ncclCommGetAsyncError(comm, &async) == ncclSuccess && async == ncclSuccess,
                     "async error %d", static_cast<int>(async));

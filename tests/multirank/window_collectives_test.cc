@@ -3,9 +3,8 @@
 // reading and writing its peers' buffers directly, with no staging through the host: all-reduce
 // (each rank's segment of every input into every output), all-gather (each rank's block pushed
 // into every output), reduce-scatter (each rank's block of every input pulled and reduced),
-// broadcast (the root pushes), reduce (the root pulls), all-to-all (each rank pushes its blocks,
-// one pairwise kernel), gather (each rank pushes into the root's output) and scatter (each rank
-// pulls from the root's input; these two on the peer-buffer path, windows or not). On
+// broadcast (the root pushes), reduce (the root pulls) and all-to-all (each rank pushes its
+// blocks, one pairwise kernel); gather and scatter stage, checked beside them. On
 // the emulated device (BRAID_DEVICE=emulated), whose peer reduce is a host function on the stream
 // over memfd-shared device memory.
 //
@@ -119,6 +118,15 @@ double Input(ncclDataType_t t, ncclRedOp_t op, int rank, size_t i) {
   }
 }
 
+// For the collectives that only move data: `bytes` bytes distinct for each tag and position (the
+// type does not matter), so a block sent to the wrong place, or shifted, shows.
+void Bytes(int tag, size_t bytes, unsigned char* out) {
+  for (size_t j = 0; j < bytes; ++j) {
+    const uint32_t x = static_cast<uint32_t>(tag) * 2654435761u ^ static_cast<uint32_t>(j) * 40503u;
+    out[j] = static_cast<unsigned char>((x >> 11) ^ (x >> 23) ^ j);
+  }
+}
+
 constexpr ncclDataType_t kTypes[] = {ncclInt8,    ncclUint8,    ncclInt32,      ncclUint32,
                                      ncclInt64,   ncclUint64,   ncclFloat16,    ncclFloat32,
                                      ncclFloat64, ncclBfloat16, ncclFloat8e4m3, ncclFloat8e5m2};
@@ -166,7 +174,7 @@ int EveryTypeAndOp(const braidUniqueId& id, int rank, int nranks, bool peer_buff
   const uint64_t peer_buffer_calls = braid::nccl::PeerBufferCalls();
 
   int calls = 0;
-  int root_calls = 0;  // gather and scatter: the peer-buffer path, windows or not
+  int root_calls = 0;  // gather and scatter: they stage (window_collectives.cc)
   std::vector<unsigned char> in(bytes);
   for (ncclDataType_t t : kTypes)
     for (ncclRedOp_t op : kOps)
@@ -295,21 +303,18 @@ int EveryTypeAndOp(const braidUniqueId& id, int rank, int nranks, bool peer_buff
               static_cast<int>(t), static_cast<int>(op), n, in_place ? "in place" : "out of place");
         }
       }
-  // All-to-all (the output in a window; out of place), gather and scatter (to and from the
-  // last rank, in and out of place), every type, checked against the values each rank's blocks
-  // must hold: rank s's block d is Input(s * 7 + d).
-  std::vector<unsigned char> want(bytes);
-  const auto fill = [&](ncclDataType_t t, size_t n, int tag, unsigned char* out) {
-    const size_t e = braid::nccl::TypeSize(t);
-    for (size_t i = 0; i < n; ++i) Encode(t, Input(t, ncclMax, tag, i), out + i * e);
-  };
+  // All-to-all (the output in a window; out of place), gather and scatter (in place from root
+  // 0, out of place to and from the last rank; the ranks off the root pass no buffer for the
+  // side they do not use), every type, checked against the bytes each rank's blocks must hold.
   for (ncclDataType_t t : kTypes)
     for (size_t n : {size_t{1}, size_t{37}, size_t{1000}}) {
       const size_t e = braid::nccl::TypeSize(t);
       const size_t block = n * e;
       const size_t total = block * static_cast<size_t>(nranks);
-      for (int d = 0; d < nranks; ++d) fill(t, n, rank * 7 + d, in.data() + block * d);
-      for (int s = 0; s < nranks; ++s) fill(t, n, s * 7 + rank, want.data() + block * s);
+      // All-to-all: rank s's block d is Bytes(s * 64 + d).
+      std::vector<unsigned char> want(total);
+      for (int d = 0; d < nranks; ++d) Bytes(rank * 64 + d, block, in.data() + block * d);
+      for (int s = 0; s < nranks; ++s) Bytes(s * 64 + rank, block, want.data() + block * s);
       std::memcpy(*dev->hostView(wsend, total), in.data(), total);
       std::memset(*dev->hostView(wrecv, total), 0xee, total);
       CHECK_OR_FAIL(ncclAlltoAll(wsend, wrecv, n, t, comm, stream) == ncclSuccess,
@@ -319,52 +324,53 @@ int EveryTypeAndOp(const braidUniqueId& id, int rank, int nranks, bool peer_buff
       CHECK_OR_FAIL(std::memcmp(*dev->hostView(wrecv, total), want.data(), total) == 0,
                     "all-to-all type %d n %zu: a block differs from its sender's",
                     static_cast<int>(t), n);
-      const int root = nranks - 1;
       for (bool in_place : {false, true}) {
-        // Gather: rank s sends Input(s * 7 + 100); the root's output holds them in rank order.
-        // In place (NCCL's form): the root's input is its own block of the output.
+        const int root = in_place ? 0 : nranks - 1;
         const bool here = in_place && rank == root;
+        // Gather: rank s sends Bytes(s + 1000); the root's output holds them in rank order. In
+        // place (NCCL's form): the root's input is its own block of the output.
         void* gsrc = here ? static_cast<char*>(wrecv) + block * rank : wsend;
-        fill(t, n, rank * 7 + 100, in.data());
-        std::memset(*dev->hostView(wrecv, total), 0xee, total);
+        void* grecv = rank == root ? wrecv : nullptr;
+        Bytes(rank + 1000, block, in.data());
+        if (rank == root) std::memset(*dev->hostView(wrecv, total), 0xee, total);
         std::memcpy(*dev->hostView(gsrc, block), in.data(), block);
-        CHECK_OR_FAIL(ncclGather(gsrc, wrecv, n, t, root, comm, stream) == ncclSuccess,
+        CHECK_OR_FAIL(ncclGather(gsrc, grecv, n, t, root, comm, stream) == ncclSuccess,
                       "device gather type %d n %zu", static_cast<int>(t), n);
         CHECK_OR_FAIL(dev->synchronize(stream).ok(), "synchronize");
         ++root_calls;
         if (rank == root) {
-          for (int s = 0; s < nranks; ++s) fill(t, n, s * 7 + 100, want.data() + block * s);
+          for (int s = 0; s < nranks; ++s) Bytes(s + 1000, block, want.data() + block * s);
           CHECK_OR_FAIL(std::memcmp(*dev->hostView(wrecv, total), want.data(), total) == 0,
                         "gather type %d n %zu %s: the root's output differs", static_cast<int>(t),
                         n, in_place ? "in place" : "out of place");
         }
-        // Scatter: the root's block d is Input(d * 7 + 200); rank d receives it. In place: the
+        // Scatter: the root's block d is Bytes(d + 2000); rank d receives it. In place: the
         // root's output is its own block of the input.
+        void* ssend = rank == root ? wsend : nullptr;
         void* sdst = here ? static_cast<char*>(wsend) + block * rank : wrecv;
         if (rank == root) {
-          for (int d = 0; d < nranks; ++d) fill(t, n, d * 7 + 200, in.data() + block * d);
+          for (int d = 0; d < nranks; ++d) Bytes(d + 2000, block, in.data() + block * d);
           std::memcpy(*dev->hostView(wsend, total), in.data(), total);
         }
         if (!here) std::memset(*dev->hostView(sdst, block), 0xee, block);
-        CHECK_OR_FAIL(ncclScatter(wsend, sdst, n, t, root, comm, stream) == ncclSuccess,
+        CHECK_OR_FAIL(ncclScatter(ssend, sdst, n, t, root, comm, stream) == ncclSuccess,
                       "device scatter type %d n %zu", static_cast<int>(t), n);
         CHECK_OR_FAIL(dev->synchronize(stream).ok(), "synchronize");
         ++root_calls;
-        fill(t, n, rank * 7 + 200, want.data());
+        Bytes(rank + 2000, block, want.data());
         CHECK_OR_FAIL(std::memcmp(*dev->hostView(sdst, block), want.data(), block) == 0,
                       "scatter type %d n %zu %s: rank %d's output differs", static_cast<int>(t), n,
                       in_place ? "in place" : "out of place", rank);
       }
     }
-  const uint64_t root_path = braid::nccl::PeerBufferCalls() - peer_buffer_calls;
-  CHECK_OR_FAIL(device_calls() - window_calls ==
-                    static_cast<uint64_t>(calls + (peer_buffers ? root_calls : 0)),
-                "%llu calls took the device path, want %d",
-                static_cast<unsigned long long>(device_calls() - window_calls),
-                calls + (peer_buffers ? root_calls : 0));
-  CHECK_OR_FAIL(peer_buffers || root_path == static_cast<uint64_t>(root_calls),
-                "%llu gathers and scatters took the peer-buffer path, want %d",
-                static_cast<unsigned long long>(root_path), root_calls);
+  CHECK_OR_FAIL(device_calls() - window_calls == static_cast<uint64_t>(calls),
+                "%llu calls took the device path, want %d (and none of the %d gathers and "
+                "scatters)",
+                static_cast<unsigned long long>(device_calls() - window_calls), calls, root_calls);
+  CHECK_OR_FAIL(
+      peer_buffers || braid::nccl::PeerBufferCalls() == peer_buffer_calls,
+      "%llu calls on windows took the peer-buffer path",
+      static_cast<unsigned long long>(braid::nccl::PeerBufferCalls() - peer_buffer_calls));
   ncclResult_t async = ncclSuccess;
   CHECK_OR_FAIL(ncclCommGetAsyncError(comm, &async) == ncclSuccess && async == ncclSuccess,
                 "async error %d", static_cast<int>(async));
@@ -609,6 +615,68 @@ TEST(WindowCollectives, ARankOffTheWindowsFailsBothRanks) {
   EXPECT_TRUE(AllSucceeded(out)) << DescribeOutcomes(out);
 }
 
+// A rank whose buffers are host memory (NCCL requires device memory; braid stages such a rank)
+// against a rank whose buffers are device memory, never a hang: the all-to-all (the device rank
+// on the device path, the host rank staged) fails on both with a call mismatch; gather and scatter
+// stage on both and are exact. (Gather and scatter on the device path would hang here: the
+// staged rank's sends against the device rank's all-gather; window_collectives.cc.)
+int MixedHostAndDevice(const braidUniqueId& id, int rank, int nranks, int which) {
+  ncclComm_t comm = nullptr;
+  EmulatedDevice* dev = nullptr;
+  if (InitNccl(id, rank, nranks, &comm, &dev) != 0) return 1;
+  const size_t n = 100, block = n * 4, bytes = block * nranks;
+  std::vector<unsigned char> host_send(bytes), host_recv(bytes, 0xee);
+  const bool on_host = rank == 1;
+  void* send = on_host ? host_send.data() : *dev->allocDevice(bytes);
+  void* recv = on_host ? host_recv.data() : *dev->allocDevice(bytes);
+  const auto view = [&](void* p) {
+    return static_cast<unsigned char*>(on_host ? p : *dev->hostView(p, bytes));
+  };
+  cudaStream_t stream = static_cast<cudaStream_t>(*dev->createStream());
+  for (int d = 0; d < nranks; ++d) Bytes(rank * 8 + d, block, view(send) + block * d);
+  std::memset(view(recv), 0xee, bytes);
+  ncclResult_t r = ncclSuccess;
+  if (which == 0) r = ncclAlltoAll(send, recv, n, ncclInt32, comm, stream);
+  if (which == 1) r = ncclGather(send, recv, n, ncclInt32, 0, comm, stream);
+  if (which == 2) r = ncclScatter(send, recv, n, ncclInt32, 0, comm, stream);
+  CHECK_OR_FAIL(dev->synchronize(stream).ok(), "the stream is released");
+  ncclResult_t async = ncclSuccess;
+  CHECK_OR_FAIL(ncclCommGetAsyncError(comm, &async) == ncclSuccess, "get async error");
+  if (which == 0) {
+    CHECK_OR_FAIL(r != ncclSuccess || async != ncclSuccess,
+                  "an all-to-all across host and device paths ran as one call");
+    const std::string why = ncclGetLastError(comm);
+    CHECK_OR_FAIL(why.find("call mismatch") != std::string::npos, "message: %s", why.c_str());
+  } else {
+    CHECK_OR_FAIL(r == ncclSuccess && async == ncclSuccess, "%s failed: %d %d: %s",
+                  which == 1 ? "gather" : "scatter", r, async, ncclGetLastError(comm));
+    std::vector<unsigned char> want(bytes);
+    if (which == 1 && rank == 0)  // the root gathers block 0 of every rank's input
+      for (int s = 0; s < nranks; ++s) Bytes(s * 8, block, want.data() + block * s);
+    if (which == 2)  // each rank receives block `rank` of the root's input
+      Bytes(rank, block, want.data());
+    const size_t check = which == 1 ? (rank == 0 ? bytes : 0) : block;
+    CHECK_OR_FAIL(std::memcmp(view(recv), want.data(), check) == 0, "%s: rank %d's output differs",
+                  which == 1 ? "gather" : "scatter", rank);
+  }
+  CHECK_OR_FAIL(ncclCommAbort(comm) == ncclSuccess, "abort");
+  CHECK_OR_FAIL(dev->destroyStream(stream).ok(), "destroy stream");
+  if (!on_host) CHECK_OR_FAIL(dev->freeDevice(send).ok() && dev->freeDevice(recv).ok(), "free");
+  return 0;
+}
+
+TEST(WindowCollectives, HostAgainstDeviceBuffersFailsOrStagesAndNeverHangs) {
+  for (int which : {0, 1, 2}) {
+    auto out = RunJob(Job(2), [which](braidComm_t, int rank, int nranks, const braidUniqueId& id) {
+      return MixedHostAndDevice(id, rank, nranks, which);
+    });
+    EXPECT_TRUE(AllSucceeded(out)) << (which == 0   ? "all-to-all: "
+                                       : which == 1 ? "gather: "
+                                                    : "scatter: ")
+                                   << DescribeOutcomes(out);
+  }
+}
+
 // Peer buffers are mapped once and kept: the first all-reduce on two fresh buffers opens the
 // peer's two allocations, the next 20 open nothing; buffers freed and allocated again (a new
 // allocation, a new handle) are mapped anew and the results stay exact; the cache never holds
@@ -705,6 +773,73 @@ TEST(WindowCollectives, APeerBufferThatCannotBeMappedFailsEveryRank) {
     CHECK_OR_FAIL(dev->destroyStream(stream).ok(), "destroy stream");
     if (kept) CHECK_OR_FAIL(dev->freeDevice(kept).ok(), "free");
     CHECK_OR_FAIL(dev->freeDevice(recv).ok(), "free");
+    return 0;
+  });
+  EXPECT_TRUE(AllSucceeded(out)) << DescribeOutcomes(out);
+}
+
+// Buffers that cannot be exported on any rank (managed memory, cuMem allocations: the emulated
+// device refuses every export here) stage on every rank alike. Once exports work again, the
+// all-to-all runs on the device (gather and scatter stage either way), and every result is exact.
+TEST(WindowCollectives, UnexportableBuffersStageAlikeOnEveryRank) {
+  auto out = RunJob(Job(3), [](braidComm_t, int rank, int nranks, const braidUniqueId& id) {
+    ncclComm_t comm = nullptr;
+    EmulatedDevice* dev = nullptr;
+    if (InitNccl(id, rank, nranks, &comm, &dev) != 0) return 1;  // the probe exports: IPC on
+    cudaStream_t stream = static_cast<cudaStream_t>(*dev->createStream());
+    const size_t n = 333, block = n * sizeof(int32_t), total = block * nranks;
+    void* send = *dev->allocDevice(total);
+    void* recv = *dev->allocDevice(total);
+    const int root = 1;
+    for (bool exports : {false, true}) {
+      dev->refuseExports(!exports);
+      const uint64_t device_calls = braid::nccl::PeerBufferCalls();
+      std::vector<unsigned char> in(total), want(total);
+      // Gather into the root.
+      Bytes(rank + 10, block, in.data());
+      std::memcpy(*dev->hostView(send, block), in.data(), block);
+      std::memset(*dev->hostView(recv, total), 0xee, total);
+      CHECK_OR_FAIL(ncclGather(send, rank == root ? recv : nullptr, n, ncclInt32, root, comm,
+                               stream) == ncclSuccess,
+                    "gather");
+      CHECK_OR_FAIL(dev->synchronize(stream).ok(), "synchronize");
+      if (rank == root) {
+        for (int s = 0; s < nranks; ++s) Bytes(s + 10, block, want.data() + block * s);
+        CHECK_OR_FAIL(std::memcmp(*dev->hostView(recv, total), want.data(), total) == 0,
+                      "gather (exports %d): the root's output differs", exports);
+      }
+      // Scatter from the root.
+      if (rank == root) {
+        for (int d = 0; d < nranks; ++d) Bytes(d + 20, block, in.data() + block * d);
+        std::memcpy(*dev->hostView(send, total), in.data(), total);
+      }
+      CHECK_OR_FAIL(ncclScatter(rank == root ? send : nullptr, recv, n, ncclInt32, root, comm,
+                                stream) == ncclSuccess,
+                    "scatter");
+      CHECK_OR_FAIL(dev->synchronize(stream).ok(), "synchronize");
+      Bytes(rank + 20, block, want.data());
+      CHECK_OR_FAIL(std::memcmp(*dev->hostView(recv, block), want.data(), block) == 0,
+                    "scatter (exports %d): rank %d's output differs", exports, rank);
+      // All-to-all.
+      for (int d = 0; d < nranks; ++d) Bytes(rank * 8 + d, block, in.data() + block * d);
+      for (int s = 0; s < nranks; ++s) Bytes(s * 8 + rank, block, want.data() + block * s);
+      std::memcpy(*dev->hostView(send, total), in.data(), total);
+      CHECK_OR_FAIL(ncclAlltoAll(send, recv, n, ncclInt32, comm, stream) == ncclSuccess,
+                    "all-to-all");
+      CHECK_OR_FAIL(dev->synchronize(stream).ok(), "synchronize");
+      CHECK_OR_FAIL(std::memcmp(*dev->hostView(recv, total), want.data(), total) == 0,
+                    "all-to-all (exports %d) differs", exports);
+      ncclResult_t async = ncclSuccess;
+      CHECK_OR_FAIL(ncclCommGetAsyncError(comm, &async) == ncclSuccess && async == ncclSuccess,
+                    "async error %d (exports %d): %s", static_cast<int>(async), exports,
+                    ncclGetLastError(comm));
+      const uint64_t took = braid::nccl::PeerBufferCalls() - device_calls;
+      CHECK_OR_FAIL(took == (exports ? 1u : 0u), "%llu calls on the device path (exports %d)",
+                    static_cast<unsigned long long>(took), exports);
+    }
+    CHECK_OR_FAIL(ncclCommDestroy(comm) == ncclSuccess, "destroy");
+    CHECK_OR_FAIL(dev->destroyStream(stream).ok(), "destroy stream");
+    CHECK_OR_FAIL(dev->freeDevice(send).ok() && dev->freeDevice(recv).ok(), "free");
     return 0;
   });
   EXPECT_TRUE(AllSucceeded(out)) << DescribeOutcomes(out);

@@ -246,6 +246,8 @@ Status EmulatedDevice::release(void* p, MemoryKind kind) {
 }
 
 Result<IpcHandle> EmulatedDevice::exportAllocation(const void* base) {
+  if (refuse_exports_.load())
+    return SystemError("emulated device: exports refused (refuseExports, a test's)");
   std::lock_guard<std::mutex> lock(mu_);
   auto it = allocations_.find(reinterpret_cast<uintptr_t>(base));
   if (it == allocations_.end() || it->second.kind != MemoryKind::kDevice || it->second.peer)

@@ -120,6 +120,9 @@ class EmulatedDevice final : public DeviceRuntime {
   // writeValue32 on it stored could be refused (braid frees a staging buffer only behind a later
   // op of the same stream, and never frees a flag).
   size_t unsafeFrees() const { return unsafe_frees_.load(); }
+  // Emulated only (tests): while on, exportAllocation refuses every allocation, as CUDA refuses
+  // managed memory and cuMem (VMM) allocations, so the paths that must then stage are tested.
+  void refuseExports(bool on) { refuse_exports_.store(on); }
 
  private:
   CopyHook copy_hook_;
@@ -166,6 +169,7 @@ class EmulatedDevice final : public DeviceRuntime {
   Stream* default_stream_ = nullptr;
   std::atomic<int> blocked_waits_{0};
   std::atomic<size_t> unsafe_frees_{0};
+  std::atomic<bool> refuse_exports_{false};
 };
 
 }  // namespace braid::device

@@ -286,8 +286,8 @@ class CudaDriverRuntime final : public DeviceRuntime {
     a.pairwise = r.pairwise ? 1 : 0;
     // One thread per 16-byte pack (or element), 256 a block, grid-stride beyond 4096 blocks.
     const size_t per_pack = 16 / elt;
-    const uint64_t units = (vector ? r.count / per_pack + r.count % per_pack : r.count) *
-                           (r.pairwise ? r.sources() : 1);
+    // Pairwise: the whole grid copies one pair after another, so one pair's units size it.
+    const uint64_t units = vector ? r.count / per_pack + r.count % per_pack : r.count;
     const unsigned blocks =
         static_cast<unsigned>(std::clamp<uint64_t>((units + 255) / 256, 1, 4096));
     void* params[] = {&a};

@@ -6,7 +6,7 @@
 // ranks disagreed on the call, do nothing. With `late`, the pointers are read from host memory
 // (written by the agent before the kernel may start), and 16-byte packs are used when they all
 // allow it. (The table is read before `skip` is known: a skipped call's table holds stale
-// pointers, never dereferenced.)
+// pointers, never dereferenced.) Pairwise (all-to-all): dst[k] = src[k] for each k, no reduction.
 //
 // Built twice: into braid_device_cuda with the other kernels, and as a fatbin embedded in
 // libbraid (src/CMakeLists.txt) that braid's CUDA runtime loads with cuModuleLoadData and

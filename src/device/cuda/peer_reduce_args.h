@@ -15,7 +15,7 @@ namespace braid::cuda {
 inline constexpr int kMaxPeerRanks = device::kMaxPeerRanks;
 
 struct PeerReduceArgs {
-  const void* src[kMaxPeerRanks];  // reduced in order
+  const void* src[kMaxPeerRanks];  // reduced in order (pairwise: src[k] copied to dst[k])
   void* dst[kMaxPeerRanks];        // each gets the result
   uint64_t count;                  // elements of the segment
   uint64_t divide_by;              // > 1: AVG's division of the sum
@@ -30,6 +30,12 @@ struct PeerReduceArgs {
   int32_t vector;    // every pointer 16-byte aligned: 16-byte packs
   int32_t pairwise;  // dst[k] = src[k] for each k (nsrc == ndst), no reduction
 };
+
+// Copied as raw bytes from the host compiler's layout into nvcc's: both must see this one.
+static_assert(sizeof(PeerReduceArgs) == 576 && offsetof(PeerReduceArgs, count) == 512 &&
+                  offsetof(PeerReduceArgs, skip) == 544 && offsetof(PeerReduceArgs, late) == 552 &&
+                  offsetof(PeerReduceArgs, pairwise) == 572,
+              "PeerReduceArgs changed layout: check every reader (kernel, runtime, fake driver)");
 
 // "braid_peer_reduce_<type>_<op>", braid's DataType and ReduceOp values.
 inline void PeerReduceKernelName(int type, int op, char (&out)[48]) {
