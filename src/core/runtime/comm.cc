@@ -557,14 +557,14 @@ Status braidComm::connectTransports(Bootstrap& bs, Deadline deadline) {
   // Whether this rank maps the device IPC probe of every rank of its host in another process
   // (its second field): the shim's per-call IPC path is on only where every rank does.
   bool maps_devices = !ipc_probe_.empty();
+  const int my_device = device::IpcProbe::DeviceOf(ipc_probe_.text());
   for (int p = 0; p < nranks_ && maps_devices; ++p) {
     if (p == rank_ || infos_[p].host_id != infos_[rank_].host_id) continue;
     if (infos_[p].device_ipc_probe.empty()) {
       maps_devices = false;
     } else if (infos_[p].pid == infos_[rank_].pid) {
       // A rank of this process: reached by address, on the same device only.
-      maps_devices = device::IpcProbe::DeviceOf(infos_[p].device_ipc_probe) ==
-                     device::IpcProbe::DeviceOf(ipc_probe_.text());
+      maps_devices = device::IpcProbe::DeviceOf(infos_[p].device_ipc_probe) == my_device;
     } else {
       Status st = ipc_probe_.tryOpen(infos_[p].device_ipc_probe);
       if (!st.ok()) {
