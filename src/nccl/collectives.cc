@@ -336,6 +336,7 @@ NCCL_API_EXPORT ncclResult_t pncclGather(const void* sendbuff, void* recvbuff, s
   if (rank == root) NCCL_CHECK(CheckPtr(recvbuff, "recvbuff (on the root)", func));
   const size_t bytes = count * TypeSize(datatype);
   ncclResult_t res;
+  if (WindowGather(comm, sendbuff, recvbuff, count, datatype, root, stream, &res)) return res;
   if (TakeStreamPath(
           comm, stream, func,
           {{sendbuff, bytes, true, false},
@@ -362,6 +363,7 @@ NCCL_API_EXPORT ncclResult_t pncclScatter(const void* sendbuff, void* recvbuff, 
   if (rank == root) NCCL_CHECK(CheckPtr(sendbuff, "sendbuff (on the root)", func));
   const size_t bytes = count * TypeSize(datatype);
   ncclResult_t res;
+  if (WindowScatter(comm, sendbuff, recvbuff, count, datatype, root, stream, &res)) return res;
   if (TakeStreamPath(
           comm, stream, func,
           {{rank == root ? sendbuff : nullptr, bytes * nranks, true, false},

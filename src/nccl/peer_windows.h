@@ -74,10 +74,16 @@ bool WindowReduce(ncclComm_t comm, const void* sendbuff, void* recvbuff, size_t 
                   ncclDataType_t datatype, ncclRedOp_t op, int root, cudaStream_t stream,
                   ncclResult_t* result);
 // ncclAlltoAll (the output in windows, out of place: each rank pushes block j of its input into
-// block `rank` of rank j's output, one pairwise kernel). Gather and scatter stage
-// (window_collectives.cc says why).
+// block `rank` of rank j's output, one pairwise kernel), ncclGather (each rank pushes its input
+// into its block of the root's output) and ncclScatter (each rank pulls its block of the root's
+// input). Gather and scatter always take the peer-buffer path (only the root passes the shared
+// buffer, so the ranks learn where it is in the call's exchange).
 bool WindowAllToAll(ncclComm_t comm, const void* sendbuff, void* recvbuff, size_t count,
                     ncclDataType_t datatype, cudaStream_t stream, ncclResult_t* result);
+bool WindowGather(ncclComm_t comm, const void* sendbuff, void* recvbuff, size_t count,
+                  ncclDataType_t datatype, int root, cudaStream_t stream, ncclResult_t* result);
+bool WindowScatter(ncclComm_t comm, const void* sendbuff, void* recvbuff, size_t count,
+                   ncclDataType_t datatype, int root, cudaStream_t stream, ncclResult_t* result);
 // Calls that took a window path in this process (tests).
 uint64_t WindowCalls();
 // Tests: while on, every call of this process stages (the reference the device paths are

@@ -4,9 +4,9 @@
 // window registration, pointers known when the call is made) or, for buffers outside windows,
 // through peer buffers (nccl/peer_buffers.h: mappings made per call and cached, pointers bound
 // late, once the ranks have exchanged them). All-reduce, all-gather, reduce-scatter,
-// broadcast, reduce and all-to-all, each one peer-reduce kernel per rank (device::PeerReduce:
-// sources reduced in rank order, written to every destination; pairwise for all-to-all, each
-// source copied to its destination):
+// broadcast, reduce, all-to-all, gather and scatter, each one peer-reduce kernel per rank
+// (device::PeerReduce: sources reduced in rank order, written to every destination; pairwise for
+// all-to-all, each source copied to its destination):
 //   all-gather      rank r pushes its block into block r of every rank's output (one source;
 //                   the output must be in a window on every rank);
 //   reduce-scatter  rank r pulls block r of every rank's input, reduced, into its output (the
@@ -15,10 +15,17 @@
 //   reduce          the root pulls every rank's input (in windows), reduced, into its output;
 //   all-to-all      rank r pushes block j of its input into block r of rank j's output, one
 //                   pairwise kernel (the output in a window on every rank; not in place);
+//   gather          rank r pushes its input into block r of the root's output;
+//   scatter         rank r pulls block r of the root's input into its output;
 //   all-reduce      as below.
-// Gather and scatter stage: their staged form is point-to-point, and a rank that stages (its
-// buffers host memory, say) against a rank on this path's all-gather would hang, not fail with a
-// call mismatch (the core matches collectives with collectives, not sends with them).
+// Gather and scatter share one rank's buffer (the root's), which the other ranks do not pass, so
+// they take the peer-buffer path even on windows: the exchange tells every rank where the root's
+// buffer is (a window's allocation is already mapped, and the map counts one more user).
+// A rank that stages instead (its buffers host memory, say) runs a staged gather or scatter as
+// sends and receives: against this path's exchange (a collective) the two are in a deadlock,
+// which the core finds within about a second and fails on every rank as a call mismatch
+// (Engine::p2pDeadlock), or, where the staged rank's send leaves at once, which the root's
+// exchange fails on; never a hang.
 //
 // All-reduce: rank r takes segment r of the buffer (whole 64-byte groups of elements, so a GPU
 // kernel's vector loads stay aligned), reduces it over every rank's input in rank order and writes
@@ -64,7 +71,9 @@ enum class WindowKind : int32_t {
   kReduceScatter = 3,
   kBroadcast = 4,
   kReduce = 5,
-  kAllToAll = 6
+  kAllToAll = 6,
+  kGather = 7,
+  kScatter = 8
 };
 const char* KindName(int32_t k) {
   switch (static_cast<WindowKind>(k)) {
@@ -80,6 +89,10 @@ const char* KindName(int32_t k) {
       return "reduce";
     case WindowKind::kAllToAll:
       return "all-to-all";
+    case WindowKind::kGather:
+      return "gather";
+    case WindowKind::kScatter:
+      return "scatter";
   }
   return "?";
 }
@@ -131,8 +144,8 @@ struct Plan {
   ncclDataType_t type = ncclFloat32;
   ncclRedOp_t op = ncclSum;
   int root = 0;
-  size_t count = 0;  // as passed: per rank for all-gather and reduce-scatter, per pair for
-                     // all-to-all
+  size_t count = 0;  // as passed: per rank for all-gather, reduce-scatter, all-to-all (per
+                     // pair), gather and scatter
   int rank = -1, nranks = -1;
   const void* send = nullptr;  // this rank's, null where it has none
   void* recv = nullptr;
@@ -142,24 +155,37 @@ struct Plan {
     return kind == WindowKind::kAllReduce || kind == WindowKind::kReduceScatter ||
            kind == WindowKind::kReduce;
   }
-  // Whether the peers read every rank's input / write every rank's output.
-  bool sharesSend() const { return reduces(); }
+  // Gather and scatter: the one shared buffer is the root's.
+  bool rootOnly() const { return kind == WindowKind::kGather || kind == WindowKind::kScatter; }
+  // Whether the peers read every rank's input / write every rank's output (the root's alone
+  // when rootOnly()).
+  bool sharesSend() const { return reduces() || kind == WindowKind::kScatter; }
   bool sharesRecv() const {
     return kind == WindowKind::kAllReduce || kind == WindowKind::kAllGather ||
-           kind == WindowKind::kBroadcast || kind == WindowKind::kAllToAll;
+           kind == WindowKind::kBroadcast || kind == WindowKind::kAllToAll ||
+           kind == WindowKind::kGather;
   }
   size_t sendBytes() const {
-    const bool blocks = kind == WindowKind::kReduceScatter || kind == WindowKind::kAllToAll;
+    const bool blocks = kind == WindowKind::kReduceScatter || kind == WindowKind::kAllToAll ||
+                        kind == WindowKind::kScatter;
     return count * elt() * (blocks ? static_cast<size_t>(nranks) : 1);
   }
   size_t recvBytes() const {
-    const bool blocks = kind == WindowKind::kAllGather || kind == WindowKind::kAllToAll;
+    const bool blocks = kind == WindowKind::kAllGather || kind == WindowKind::kAllToAll ||
+                        kind == WindowKind::kGather;
     return count * elt() * (blocks ? static_cast<size_t>(nranks) : 1);
   }
-  // This rank's buffers: the input, except a broadcast's off the root; the output, except a
-  // reduce's off the root.
-  bool usesSend() const { return kind != WindowKind::kBroadcast || rank == root; }
-  bool usesRecv() const { return kind != WindowKind::kReduce || rank == root; }
+  // This rank's buffers: the input, except a broadcast's or a scatter's off the root; the
+  // output, except a reduce's or a gather's off the root.
+  bool usesSend() const {
+    return (kind != WindowKind::kBroadcast && kind != WindowKind::kScatter) || rank == root;
+  }
+  bool usesRecv() const {
+    return (kind != WindowKind::kReduce && kind != WindowKind::kGather) || rank == root;
+  }
+  // Whether this rank's buffer is one the peers reach.
+  bool sendShared() const { return sharesSend() && (!rootOnly() || rank == root); }
+  bool recvShared() const { return sharesRecv() && (!rootOnly() || rank == root); }
 };
 
 // Rank k's buffer in this process.
@@ -177,7 +203,9 @@ void SetOp(device::PeerReduce* r, ncclRedOp_t op, int nranks) {
 //   reduce-scatter  pull: block `rank` of every input, reduced in rank order, into this output;
 //   broadcast       the root pushes its input into every output (the others move nothing);
 //   reduce          the root pulls every input, reduced in rank order, into its output;
-//   all-to-all      pairwise: block j of this rank's input into block `rank` of output j.
+//   all-to-all      pairwise: block j of this rank's input into block `rank` of output j;
+//   gather          this rank's input into block `rank` of the root's output;
+//   scatter         block `rank` of the root's input into this rank's output.
 device::PeerReduce Build(const Plan& c, const PeerAt& send_of, const PeerAt& recv_of) {
   const size_t elt = c.elt();
   device::PeerReduce r;
@@ -231,6 +259,16 @@ device::PeerReduce Build(const Plan& c, const PeerAt& send_of, const PeerAt& rec
       }
       break;
     }
+    case WindowKind::kGather:
+      r.count = c.count;
+      r.src.push_back(c.send);
+      r.dst.push_back(recv_of(c.root) + c.count * elt * static_cast<size_t>(c.rank));
+      break;
+    case WindowKind::kScatter:
+      r.count = c.count;
+      r.src.push_back(send_of(c.root) + c.count * elt * static_cast<size_t>(c.rank));
+      r.dst.push_back(c.recv);
+      break;
   }
   return r;
 }
@@ -423,12 +461,15 @@ bool OnDevice(ncclComm_t comm, Plan c, cudaStream_t stream, const char* func,
   call.kind = static_cast<int32_t>(c.kind);
   call.type = static_cast<int32_t>(c.type);
   call.op = c.reduces() ? static_cast<int32_t>(c.op) : 0;
-  call.root = c.kind == WindowKind::kBroadcast || c.kind == WindowKind::kReduce ? c.root : 0;
+  call.root = c.kind == WindowKind::kBroadcast || c.kind == WindowKind::kReduce || c.rootOnly()
+                  ? c.root
+                  : 0;
   call.count = c.count;
 
   // Windows: every shared buffer in a window mapped on every rank.
   WindowSpan send, recv;
-  if ((!c.sharesSend() || InWindow(comm, c.send, c.sendBytes(), c.nranks, &send)) &&
+  if (!c.rootOnly() &&
+      (!c.sharesSend() || InWindow(comm, c.send, c.sendBytes(), c.nranks, &send)) &&
       (!c.sharesRecv() || InWindow(comm, c.recv, c.recvBytes(), c.nranks, &recv))) {
     call.path = static_cast<int32_t>(PeerPath::kWindows);
     if (c.sharesSend()) {
@@ -461,13 +502,26 @@ bool OnDevice(ncclComm_t comm, Plan c, cudaStream_t stream, const char* func,
   mine.call.path = static_cast<int32_t>(PeerPath::kPeerBuffers);
   mine.pid = static_cast<int32_t>(getpid());
   for (const auto& [shares, p, rec] :
-       {std::tuple<bool, const void*, PeerBufferRecord*>{c.sharesSend(), c.send, &mine.send},
-        std::tuple<bool, const void*, PeerBufferRecord*>{c.sharesRecv(), c.recv, &mine.recv}}) {
+       {std::tuple<bool, const void*, PeerBufferRecord*>{c.sendShared(), c.send, &mine.send},
+        std::tuple<bool, const void*, PeerBufferRecord*>{c.recvShared(), c.recv, &mine.recv}}) {
     if (!shares) continue;
     const StreamBuffer* b = nullptr;
     for (const StreamBuffer& sb : buffers)
       if (sb.ptr == p) b = &sb;
     if (!b || !MakePeerBufferRecord(rt, p, b->info, rec)) return false;
+  }
+  // Gather and scatter share the root's buffer alone, but every rank decides as the root does:
+  // on whether its own buffer could be shared. Ranks on one kind of allocation (managed memory,
+  // cuMem/VMM, which export nothing) then all stage, as they do for the other collectives,
+  // instead of the others taking this path against a staged root (which the core fails as a
+  // deadlock). The record is not sent: nothing of this rank's is mapped.
+  if (c.rootOnly() && c.rank != c.root) {
+    const void* own = c.kind == WindowKind::kGather ? c.send : c.recv;
+    const StreamBuffer* b = nullptr;
+    for (const StreamBuffer& sb : buffers)
+      if (sb.ptr == own) b = &sb;
+    PeerBufferRecord probe;
+    if (!b || !MakePeerBufferRecord(rt, own, b->info, &probe)) return false;
   }
   *result = SubmitPeerBufferCall(rt, comm, stream, func, c, mine, std::move(buffers));
   return true;
@@ -533,6 +587,20 @@ bool WindowAllToAll(ncclComm_t comm, const void* sendbuff, void* recvbuff, size_
   return OnDevice(comm,
                   MakePlan(WindowKind::kAllToAll, sendbuff, recvbuff, count, datatype, ncclSum, 0),
                   stream, "ncclAlltoAll", result);
+}
+
+bool WindowGather(ncclComm_t comm, const void* sendbuff, void* recvbuff, size_t count,
+                  ncclDataType_t datatype, int root, cudaStream_t stream, ncclResult_t* result) {
+  return OnDevice(comm,
+                  MakePlan(WindowKind::kGather, sendbuff, recvbuff, count, datatype, ncclSum, root),
+                  stream, "ncclGather", result);
+}
+
+bool WindowScatter(ncclComm_t comm, const void* sendbuff, void* recvbuff, size_t count,
+                   ncclDataType_t datatype, int root, cudaStream_t stream, ncclResult_t* result) {
+  return OnDevice(
+      comm, MakePlan(WindowKind::kScatter, sendbuff, recvbuff, count, datatype, ncclSum, root),
+      stream, "ncclScatter", result);
 }
 
 void StageDeviceCallsForTesting(bool on) {

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <thread>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -570,6 +571,135 @@ INSTANTIATE_TEST_SUITE_P(Fault, VerifyCallsMixed, ::testing::Values("shm", "tcp"
 #ifdef BRAID_HAVE_UCX
 INSTANTIATE_TEST_SUITE_P(Ucx, VerifyCallsMixed, ::testing::Values("ucx"));
 #endif
+
+// A send or receive against a collective (the point-to-point deadlock check, Engine::p2pDeadlock):
+// rank 0 blocks in a send or receive that waits on rank 1 while every other rank is in an
+// all-gather that rank 0 has not issued. Neither can ever move; before the check both waited out
+// BRAID_TIMEOUT (300 s by default). Now every rank fails with invalid usage within a second or
+// so, naming the deadlock, whatever the transport or algorithm (board one-shot, ring, recursive
+// doubling).
+using P2pParam = std::tuple<int, std::string, std::string>;  // ranks, transport, rank 0's call
+class P2pAgainstCollective : public ::testing::TestWithParam<P2pParam> {
+ protected:
+  JobOptions Options() const {
+    JobOptions opt;
+    opt.nranks = std::get<0>(GetParam());
+    opt.timeout_s = 60;
+    // Far beyond what the check takes: a timeout would fail the test's bound below.
+    opt.env = {{"BRAID_TRANSPORTS", std::get<1>(GetParam())}, {"BRAID_TIMEOUT", "30"}};
+    return opt;
+  }
+};
+
+TEST_P(P2pAgainstCollective, FailsEveryRankFastNamingTheDeadlock) {
+  const bool recv = std::get<2>(GetParam()) == "recv";
+  // On shared memory rank 0's send data reaches rank 1 before the check looks: the board's
+  // straggler check (Engine::failBoardStragglers) finds the calls differ at once, in its words.
+  const bool board_first = !recv && std::get<1>(GetParam()) == "shm";
+  auto out = RunJob(Options(), [=](braidComm_t comm, int rank, int n, const braidUniqueId&) {
+    // A send this large cannot leave on a socket's or a ring's buffer: it waits for rank 1.
+    const size_t count = rank == 0 && !recv ? size_t{4} << 20 : 1000;
+    std::vector<float> in(count, 1.0f + rank), recv_buf(1000 * n, kSentinel);
+    auto t0 = Clock::now();
+    braidResult_t rc;
+    if (rank == 0)
+      rc = recv ? braidRecv(recv_buf.data(), 1000, braidFloat32, 1, comm)
+                : braidSend(in.data(), count, braidFloat32, 1, comm);
+    else
+      rc = braidAllGather(in.data(), recv_buf.data(), 1000, braidFloat32, comm);
+    const char* msg = braidGetLastError(comm);
+    const double took = SecondsSince(t0);
+    if (board_first) {
+      if (rc == braidSuccess || took > 10 ||
+          (rank == 1 && (rc != braidErrInvalidUsage || !Contains(msg, "call mismatch")))) {
+        std::fprintf(stderr, "[rank %d] rc=%d after %.1fs: %s\n", rank, rc, took, msg);
+        return 1;
+      }
+      return 0;
+    }
+    // Rank 1 found it (the rank rank 0 waits on), the others learned it from its notice.
+    const std::string want = rank == 1 ? "rank 0 is blocked in a send or receive that waits on "
+                                         "this rank, and has not issued allgather"
+                                       : "is blocked in a point-to-point call waiting on rank 1, "
+                                         "which waits for it in allgather #0";
+    if (rc != braidErrInvalidUsage || took > 10 || !Contains(msg, want) ||
+        (rank == 1 && !Contains(msg, "it issued no collective yet"))) {
+      std::fprintf(stderr, "[rank %d] rc=%d after %.1fs: %s\n", rank, rc, took, msg);
+      return 1;
+    }
+    // Nothing arrived for rank 0's receive; the all-gather wrote nothing either (it failed
+    // before its data moved, or on its board before any result was final).
+    if (rank == 0 && recv) return Untouched(rank, recv_buf) ? 0 : 2;
+    return 0;
+  });
+  EXPECT_TRUE(AllSucceeded(out)) << DescribeOutcomes(out);
+}
+
+INSTANTIATE_TEST_SUITE_P(Fault, P2pAgainstCollective,
+                         ::testing::Values(P2pParam{2, "shm", "recv"}, P2pParam{2, "tcp", "recv"},
+                                           P2pParam{2, "tcp", "send"}, P2pParam{2, "shm", "send"},
+                                           P2pParam{4, "shm", "recv"}, P2pParam{4, "tcp", "recv"},
+                                           P2pParam{8, "tcp", "send"}),
+                         [](const ::testing::TestParamInfo<P2pParam>& info) {
+                           return "n" + std::to_string(std::get<0>(info.param)) + "_" +
+                                  std::get<1>(info.param) + "_" + std::get<2>(info.param);
+                         });
+
+// What is no deadlock stays none, however long the wait: rank 0 blocks in a receive from rank 2,
+// which first waits out several of the check's periods (the check looks after 0.5 s of no
+// progress) and only then sends; rank 1 is in the all-gather meanwhile and asks rank 0, which is
+// blocked, but not on rank 1. And rank 3's all-gather is a request it leaves running while it
+// sends to rank 0's second receive: a collective whose caller is not held on it could still be
+// followed by the send its peer waits for. Every call succeeds with exact data.
+TEST(P2pAgainstCollective, AWaitThatEndsIsNoDeadlock) {
+  JobOptions opt;
+  opt.nranks = 4;
+  opt.timeout_s = 60;
+  opt.env = {{"BRAID_TRANSPORTS", "tcp"}, {"BRAID_TIMEOUT", "30"}};
+  auto out = RunJob(opt, [](braidComm_t comm, int rank, int n, const braidUniqueId&) {
+    const size_t count = 1000;
+    std::vector<float> in(count), gathered(count * n, kSentinel), got(count, kSentinel);
+    for (size_t i = 0; i < count; ++i) in[i] = static_cast<float>(rank * 10000 + i);
+    auto expect_from = [&](int peer, const std::vector<float>& v, size_t at) {
+      for (size_t i = 0; i < count; ++i)
+        if (v[at + i] != static_cast<float>(peer * 10000 + i)) return false;
+      return true;
+    };
+    braidResult_t rc = braidSuccess;
+    if (rank == 0) {
+      rc = braidRecv(got.data(), count, braidFloat32, 2, comm);
+      if (rc == braidSuccess && !expect_from(2, got, 0)) return 3;
+      if (rc == braidSuccess) rc = braidRecv(got.data(), count, braidFloat32, 3, comm);
+      if (rc == braidSuccess && !expect_from(3, got, 0)) return 4;
+      if (rc == braidSuccess)
+        rc = braidAllGather(in.data(), gathered.data(), count, braidFloat32, comm);
+    } else if (rank == 1) {
+      rc = braidAllGather(in.data(), gathered.data(), count, braidFloat32, comm);
+    } else if (rank == 2) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1600));
+      rc = braidSend(in.data(), count, braidFloat32, 0, comm);
+      if (rc == braidSuccess)
+        rc = braidAllGather(in.data(), gathered.data(), count, braidFloat32, comm);
+    } else {
+      braidRequest_t req = nullptr;
+      rc = braidIallGather(in.data(), gathered.data(), count, braidFloat32, comm, &req);
+      if (rc == braidSuccess) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(2600));
+        rc = braidSend(in.data(), count, braidFloat32, 0, comm);
+        const braidResult_t w = braidWait(&req, -1);
+        if (rc == braidSuccess) rc = w;
+      }
+    }
+    if (rc != braidSuccess) {
+      std::fprintf(stderr, "[rank %d] rc=%d: %s\n", rank, rc, braidGetLastError(comm));
+      return 1;
+    }
+    for (int r = 0; r < n; ++r)
+      if (!expect_from(r, gathered, static_cast<size_t>(r) * count)) return 2;
+    return 0;
+  });
+  EXPECT_TRUE(AllSucceeded(out)) << DescribeOutcomes(out);
+}
 
 }  // namespace
 }  // namespace braid_test

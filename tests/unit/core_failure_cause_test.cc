@@ -59,6 +59,26 @@ TEST(FailureCause, RoundTrips) {
   EXPECT_EQ(c->observer, 3);
 }
 
+// A point-to-point deadlock names the blocked rank, the rank it waits on (the observer) and the
+// collective that rank waits in; it is the program's error (invalid usage), and it travels.
+TEST(FailureCause, ADeadlockNamesBothRanksAndIsAUsageError) {
+  FailureCause c = Sample();
+  c.reason = FailureCause::Reason::kP2pDeadlock;
+  c.coll = "allgather";
+  c.seq = 0;
+  const std::string want =
+      "rank 2 (host node7, pid 4242) is blocked in a point-to-point call waiting on rank 3, "
+      "which waits for it in allgather #0, a collective it has not issued: a deadlock (a send "
+      "must meet its receive between the same collectives on every rank)";
+  EXPECT_EQ(c.describe(), want);
+  EXPECT_EQ(c.errorClass(), ErrorClass::kInvalidUsage);
+  uint8_t w[FailureCause::kWireBytes];
+  c.encode(w);
+  auto back = FailureCause::Decode(w, 4);
+  ASSERT_TRUE(back.has_value());
+  EXPECT_EQ(back->describe(), want);
+}
+
 TEST(FailureCause, RefusesHostileRecords) {
   uint8_t good[FailureCause::kWireBytes];
   Sample().encode(good);
@@ -72,6 +92,8 @@ TEST(FailureCause, RefusesHostileRecords) {
   EXPECT_TRUE(refused(0, 0));                             // magic
   EXPECT_TRUE(refused(6, 0));                             // reason 0
   EXPECT_TRUE(refused(6, 200));                           // reason out of range
+  EXPECT_TRUE(refused(6, 15));                            // one past the last reason
+  EXPECT_FALSE(refused(6, 14));                           // the last (kP2pDeadlock)
   EXPECT_TRUE(refused(11, 0x80));                         // negative rank
   EXPECT_TRUE(refused(FailureCause::kWireBytes - 1, 1));  // reserved bytes
   FailureCause c = Sample();

@@ -134,16 +134,27 @@ std::string FailureCause::describe() const {
       what = "has not called this operation (it is alive";
       what += detail.empty() ? ")" : "; " + detail + ")";
       break;
+    case Reason::kP2pDeadlock:
+      what = "is blocked in a point-to-point call waiting on rank " + std::to_string(observer) +
+             ", which waits for it";
+      break;
   }
   std::string op;
   if (has_op)
-    op = seq == kNoSeq ? " during send/recv" : " during " + coll + " #" + std::to_string(seq);
+    op = seq == kNoSeq ? " during send/recv"
+                       : (reason == Reason::kP2pDeadlock ? " in " : " during ") + coll + " #" +
+                             std::to_string(seq);
+  if (reason == Reason::kP2pDeadlock)
+    op +=
+        ", a collective it has not issued: a deadlock (a send must meet its receive between "
+        "the same collectives on every rank)";
   std::string s = who + " " + what + op;
   if (reason == Reason::kOwnFailure && !detail.empty()) s += ": " + detail;
   return s;
 }
 
 ErrorClass FailureCause::errorClass() const {
+  if (reason == Reason::kP2pDeadlock) return ErrorClass::kInvalidUsage;
   return reason == Reason::kStalled || reason == Reason::kNoProgress ||
                  reason == Reason::kNotCalling
              ? ErrorClass::kTimeout
@@ -172,7 +183,7 @@ std::optional<FailureCause> FailureCause::Decode(const uint8_t in[kWireBytes], i
   FailureCause c;
   const uint8_t reason = Get<uint8_t>(in, kOffReason);
   if (reason < static_cast<uint8_t>(Reason::kDied) ||
-      reason > static_cast<uint8_t>(Reason::kExited))
+      reason > static_cast<uint8_t>(Reason::kP2pDeadlock))
     return std::nullopt;
   c.reason = static_cast<Reason>(reason);
   const uint8_t has_op = Get<uint8_t>(in, kOffHasOp);

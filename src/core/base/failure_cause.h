@@ -39,6 +39,10 @@ struct FailureCause {
     kNotCalling = 11,  // alive, but has not issued the collective the others wait in; `detail`
     kLeft = 12,        // its control listener is gone: it destroyed the communicator or exited
     kExited = 13,      // its process exited without destroying the communicator (said goodbye)
+    // Alive, blocked in a point-to-point call that waits on the observer, which waits for it in
+    // a collective it has not issued: a deadlock of the program's making (a usage error), found
+    // by the observer (Engine::p2pDeadlock) long before BRAID_TIMEOUT.
+    kP2pDeadlock = 14,
   };
   static constexpr size_t kHostBytes = 64;
   static constexpr size_t kDetailBytes = 96;

@@ -22,7 +22,8 @@ struct Call {
   bool connected = false;  // the connect completed (the handshake runs)
   bool refused = false;    // nobody listens there any more: the rank left the communicator
   bool no_socket = false;  // this process could not open the socket (out of descriptors)
-  // The answer: the ack byte, then `extra` bytes (an issued-calls count: 8; a cause: 1 + record).
+  // The answer: the ack byte, then `extra` bytes (an issued-calls count: 8; a wait state: 9; a
+  // cause: 1 + record).
   size_t extra = 0;
   uint8_t answer[1 + 1 + FailureCause::kWireBytes] = {};
   size_t got = 0;
@@ -165,6 +166,21 @@ std::vector<std::optional<uint64_t>> AskIssuedCalls(const ControlPeers& peers,
   return out;
 }
 
+std::optional<WaitState> AskWaitState(const ControlPeers& peers, int rank, Deadline deadline) {
+  if (rank < 0 || rank >= peers.nranks || rank == peers.rank) return std::nullopt;
+  std::vector<Call> calls;
+  calls.push_back(StartCall(peers, rank, kWaitStatePurpose));
+  calls[0].extra = 9;
+  RunCalls(calls, nullptr, 0, deadline);
+  const Call& c = calls[0];
+  if (!c.answered) return std::nullopt;
+  WaitState w;
+  for (int b = 0; b < 8; ++b) w.issued |= static_cast<uint64_t>(c.answer[1 + b]) << (8 * b);
+  if (w.issued == kIssuedCallsUnknown || c.answer[9] > 1) return std::nullopt;
+  w.p2p_blocked_on_asker = c.answer[9] == 1;
+  return w;
+}
+
 CauseAnswer AskCause(const ControlPeers& peers, int rank, Deadline deadline) {
   CauseAnswer a;
   if (rank < 0 || rank >= peers.nranks || rank == peers.rank) return a;
@@ -184,7 +200,8 @@ CauseAnswer AskCause(const ControlPeers& peers, int rank, Deadline deadline) {
 }
 
 bool ServeFailureControl(const HandshakeHello& hello, int fd, int nranks, CauseBoard* board,
-                         const std::function<uint64_t()>& issued_calls) {
+                         const std::function<uint64_t()>& issued_calls,
+                         const std::function<bool(int)>& p2p_blocked_on) {
   const uint8_t ack = 1;
   const Deadline deadline = Deadline::After(kFailureNoticeMs);
   if (hello.purpose == kCausePurpose) {
@@ -206,6 +223,16 @@ bool ServeFailureControl(const HandshakeHello& hello, int fd, int nranks, CauseB
     const uint64_t v = issued_calls ? issued_calls() : kIssuedCallsUnknown;
     uint8_t answer[9] = {ack};
     for (int b = 0; b < 8; ++b) answer[1 + b] = static_cast<uint8_t>(v >> (8 * b));
+    (void)SendAll(fd, answer, sizeof(answer), deadline);
+    return true;
+  }
+  if (hello.purpose == kWaitStatePurpose) {
+    const uint64_t v = issued_calls ? issued_calls() : kIssuedCallsUnknown;
+    uint8_t answer[10] = {ack};
+    for (int b = 0; b < 8; ++b) answer[1 + b] = static_cast<uint8_t>(v >> (8 * b));
+    // (The handshake authenticated the asker's rank.)
+    answer[9] = p2p_blocked_on && hello.rank >= 0 && hello.rank < nranks &&
+                p2p_blocked_on(static_cast<int>(hello.rank));
     (void)SendAll(fd, answer, sizeof(answer), deadline);
     return true;
   }

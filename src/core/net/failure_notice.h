@@ -16,6 +16,10 @@
 //   calls   client: handshake (purpose kIssuedCallsPurpose)
 //           server: answers one byte (1) and a u64 (little endian): how many collectives the
 //           rank has issued on the communicator (kIssuedCallsUnknown before its engine runs)
+//   waits   client: handshake (purpose kWaitStatePurpose)
+//           server: answers one byte (1), the u64 of `calls`, and one byte: 1 when the rank's
+//           calling thread is blocked in a point-to-point call that waits on the asking rank
+//           (the handshake names it), else 0 (Engine::p2pBlockedOn)
 //
 // A rank that observed a failure itself sends its notice to every other rank and waits for the
 // answers (bounded) before it shuts its streams down: a rank that then fails because a stream
@@ -41,6 +45,7 @@ inline constexpr uint32_t kFailureNoticePurpose = 4;
 inline constexpr uint32_t kLivenessProbePurpose = 5;
 inline constexpr uint32_t kIssuedCallsPurpose = 6;
 inline constexpr uint32_t kCausePurpose = 7;
+inline constexpr uint32_t kWaitStatePurpose = 8;
 inline constexpr uint64_t kIssuedCallsUnknown = ~uint64_t{0};
 // How long a notice or a probe may take. A live listener answers in milliseconds; this bounds
 // the wait on a stopped or unreachable one.
@@ -76,6 +81,17 @@ std::vector<std::optional<uint64_t>> AskIssuedCalls(const ControlPeers& peers,
                                                     const std::vector<int>& ranks,
                                                     Deadline deadline);
 
+// What `rank` waits for, as it answers the asking rank: the collectives it has issued and
+// whether its caller is blocked in a point-to-point call waiting on the asker. nullopt when it did
+// not answer before `deadline` or does not know yet (its engine does not run). A rank stalled in
+// collective #k on a peer that issued at most k collectives and is blocked in a send or receive
+// on it is in a deadlock, whichever rank's code is wrong (Engine::p2pDeadlock).
+struct WaitState {
+  uint64_t issued = 0;
+  bool p2p_blocked_on_asker = false;
+};
+std::optional<WaitState> AskWaitState(const ControlPeers& peers, int rank, Deadline deadline);
+
 // `rank`'s answer to "why did you fail?": kRefused when its listener is gone, else whether it
 // answered and the strong cause it knows, if any.
 struct CauseAnswer {
@@ -85,10 +101,11 @@ struct CauseAnswer {
 CauseAnswer AskCause(const ControlPeers& peers, int rank, Deadline deadline);
 
 // The control listener's side (HandshakeListener::Serve): serves notices, probes, causes (from
-// `board`) and issued-call counts (`issued_calls`, on the listener's thread; null: unknown);
-// false for any other purpose (the connection then goes to whoever takes connections, e.g. a
-// shrink).
+// `board`), issued-call counts (`issued_calls`, on the listener's thread; null: unknown) and
+// wait states (`p2p_blocked_on(asker)`; null: never blocked); false for any other purpose (the
+// connection then goes to whoever takes connections, e.g. a shrink).
 bool ServeFailureControl(const HandshakeHello& hello, int fd, int nranks, CauseBoard* board,
-                         const std::function<uint64_t()>& issued_calls = nullptr);
+                         const std::function<uint64_t()>& issued_calls = nullptr,
+                         const std::function<bool(int)>& p2p_blocked_on = nullptr);
 
 }  // namespace braid

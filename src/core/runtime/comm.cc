@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <optional>
 #include <sstream>
 
 #include "algorithms/link_profile.h"
@@ -225,10 +226,16 @@ Status braidComm::exchangeRankInfo(Bootstrap& bs, Deadline deadline) {
   // Failure notices and liveness probes are answered on the listener's thread (a stopped or
   // busy engine must not delay them); other purposes (a shrink) wait for next().
   auto serve = [this](const HandshakeHello& h, int fd) {
-    return ServeFailureControl(h, fd, nranks_, &causes_, [this]() -> uint64_t {
-      // (kReady is stored after the engine exists)
-      return state() == State::kReady && engine() ? engine()->collsIssued() : kIssuedCallsUnknown;
-    });
+    return ServeFailureControl(
+        h, fd, nranks_, &causes_,
+        [this]() -> uint64_t {
+          // (kReady is stored after the engine exists)
+          return state() == State::kReady && engine() ? engine()->collsIssued()
+                                                      : kIssuedCallsUnknown;
+        },
+        [this](int asker) {
+          return state() == State::kReady && engine() && engine()->p2pBlockedOn(asker);
+        });
   };
   BRAID_ASSIGN_OR_RETURN(control_, HandshakeListener::Start(ifa.addr, secret_, nullptr,
                                                             control_name, std::move(serve)));
@@ -725,6 +732,7 @@ CallStart braidComm::startCall(OpDesc& d, Status* result, MakeOperation make, vo
 bool braidComm::runInline(Operation& op) {
   op.setOwner(this);
   opIssued();
+  const Operation::HeldCaller held(op);
   if (engine()->tryRunInline(op)) return true;
   opDone();  // not taken: the caller submits it instead
   return false;
@@ -733,6 +741,9 @@ bool braidComm::runInline(Operation& op) {
 bool braidComm::runInline(const std::vector<std::shared_ptr<Operation>>& ops) {
   for (const auto& op : ops) op->setOwner(this);
   own_inflight_.fetch_add(ops.size());
+  // The caller is held until the whole batch completes (a group's end).
+  std::vector<std::optional<Operation::HeldCaller>> held(ops.size());
+  for (size_t i = 0; i < ops.size(); ++i) held[i].emplace(*ops[i]);
   if (engine()->tryRunInline(ops)) return true;
   for (size_t i = 0; i < ops.size(); ++i) opDone();
   return false;
@@ -741,6 +752,10 @@ bool braidComm::runInline(const std::vector<std::shared_ptr<Operation>>& ops) {
 bool braidComm::waitFor(Operation& op, Deadline deadline) {
   braid::Engine* engine = config().inline_blocking ? this->engine() : nullptr;
   if (op.done()) return true;
+  // A wait with a deadline may return with the call running, and the caller issue more: only a
+  // wait without one holds the caller.
+  std::optional<Operation::HeldCaller> held;
+  if (deadline.never()) held.emplace(op);
   if (engine) engine->driveUntilDone(op, deadline);
   return op.wait(deadline, config().spin_us);
 }
@@ -888,9 +903,11 @@ FailureCause braidComm::announceFailure() {
   // Only the rank that saw the failure itself speaks for it; a weak cause names nothing new.
   if (kept.weak() || kept.observer != rank_ || !causes_.claimBroadcast()) return kept;
   if (static_cast<int>(control_addrs_.size()) != nranks_) return kept;
-  // Not to the failed rank: dead, or stopped (it would cost the whole deadline).
+  // Not to the failed rank: dead, or stopped (it would cost the whole deadline). A rank in a
+  // deadlock with this one answered just now, and learns how its call ends.
   std::vector<bool> skip(nranks_, false);
-  if (kept.rank != rank_) skip[kept.rank] = true;
+  if (kept.rank != rank_ && kept.reason != FailureCause::Reason::kP2pDeadlock)
+    skip[kept.rank] = true;
   notice_reserve_.clear();  // (descriptors for the notices, should this rank have run out)
   SendFailureNotices(controlPeers(), kept, skip, Deadline::After(kFailureNoticeMs));
   return kept;
@@ -917,8 +934,11 @@ Status braidComm::failWithCause(const Status& st, const std::string& ctx, const 
   // A mismatch this rank found itself (the ranks' calls or configurations differ) is a usage
   // error of the program, whichever rank reported first: its own message names both sides.
   const bool own_usage_error = st.cls() == ErrorClass::kInvalidUsage;
+  // (A deadlock through this rank's point-to-point call is named like another rank's failure:
+  // the rank that found it says how, this rank's own view is a shut stream.)
   if (!own_usage_error && (cause.rank != rank_ || cause.reason == FailureCause::Reason::kRevoked ||
-                           cause.reason == FailureCause::Reason::kAborted)) {
+                           cause.reason == FailureCause::Reason::kAborted ||
+                           cause.reason == FailureCause::Reason::kP2pDeadlock)) {
     // Another rank's failure: name it first, then what this rank saw of it.
     final =
         Status::Error(cause.errorClass(), ctx + cause.describe() + " (seen here: " + seen + ")");

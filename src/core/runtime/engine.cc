@@ -485,6 +485,13 @@ void Engine::activate(Operation* op, std::shared_ptr<Operation> keep) {
 
 void Engine::retire(size_t i, const Status& st) {
   std::unique_ptr<ActiveOp> a = std::move(active_[i]);
+  if (p2p_wait_published_.load(std::memory_order_relaxed)) {
+    std::lock_guard<std::mutex> lock(p2p_wait_mu_);
+    if (p2p_wait_op_ == a->id()) {
+      p2p_wait_published_.store(false, std::memory_order_relaxed);
+      p2p_wait_peers_.clear();
+    }
+  }
   active_.erase(active_.begin() + static_cast<ptrdiff_t>(i));
   gate_.releaseAll(a->id(), a->claims());
   if (a->isCollective() && &a->owner() == comm_)
@@ -650,7 +657,7 @@ void Engine::failStalled(int64_t now_us) {
     }
     if (now_us - since > kLeftCheckUs && now_us >= next_left_check_us_) {
       next_left_check_us_ = now_us + kLeftCheckUs;
-      if (failIfPeerLeft(i)) return;
+      if (failIfPeerLeft(i) || failIfP2pDeadlock(i)) return;
     }
     older = std::max(older, a.last_progress_us);
   }
@@ -678,6 +685,71 @@ bool Engine::failIfPeerLeft(size_t i) {
     return true;
   }
   return false;
+}
+
+bool Engine::failIfP2pDeadlock(size_t i) {
+  ActiveOp& a = *active_[i];
+  if (!a.operation().callerBlocked()) return false;
+  if (!a.isCollective()) {
+    publishP2pWait(a);
+    return false;
+  }
+  // A view numbers its collectives apart from the communicator's count (collsIssued); a send
+  // or receive in this engine may be what the peer waits for.
+  if (&a.owner() != comm_ || holdsP2p()) return false;
+  for (int peer : stalledPeers(a)) {
+    if (auto d = p2pDeadlock(peer, a.seq(), DescribeCall(a.operation().desc()))) {
+      failAll(i, d->error.prepend(a.context()), d->cause);
+      return true;
+    }
+  }
+  return false;
+}
+
+void Engine::publishP2pWait(const ActiveOp& a) {
+  std::vector<int> peers = stalledPeers(a);
+  std::lock_guard<std::mutex> lock(p2p_wait_mu_);
+  p2p_wait_op_ = a.id();
+  p2p_wait_peers_ = std::move(peers);
+  p2p_wait_published_.store(true, std::memory_order_release);
+}
+
+bool Engine::p2pBlockedOn(int rank) const {
+  if (!p2p_wait_published_.load(std::memory_order_acquire)) return false;
+  std::lock_guard<std::mutex> lock(p2p_wait_mu_);
+  return p2p_wait_published_.load(std::memory_order_relaxed) &&
+         std::find(p2p_wait_peers_.begin(), p2p_wait_peers_.end(), rank) != p2p_wait_peers_.end();
+}
+
+bool Engine::holdsP2p() {
+  for (const auto& a : active_)
+    if (!a->isCollective()) return true;
+  for (const ParkedCall& p : parked_)
+    if (p.op && p.op->desc().kind == CollKind::kSendRecv) return true;
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const auto& op : queue_)
+    if (op->desc().kind == CollKind::kSendRecv) return true;
+  return false;
+}
+
+std::optional<Engine::P2pDeadlock> Engine::p2pDeadlock(int peer, uint64_t seq,
+                                                       const std::string& call) {
+  // The peer's record is published at its own stall check: a peer that has not looked yet
+  // answers "not blocked", and this rank asks again at its next check.
+  const auto w = AskWaitState(comm_->controlPeers(), peer, Deadline::After(kLivenessProbeMs));
+  if (!w || !w->p2p_blocked_on_asker || w->issued > seq) return std::nullopt;
+  const std::string last = w->issued == 0
+                               ? "it issued no collective yet"
+                               : "its last collective was #" + std::to_string(w->issued - 1);
+  P2pDeadlock d;
+  d.cause = comm_->peerCause(peer, FailureCause::Reason::kP2pDeadlock);
+  d.error = InvalidUsage(
+      "call mismatch: rank " + std::to_string(peer) +
+      " is blocked in a send or receive that waits on this rank, and has not issued " + call +
+      " #" + std::to_string(seq) + " (" + last +
+      "); this rank sends or receives nothing before this call ends, so neither can go on. A "
+      "send must meet its receive between the same collectives on every rank");
+  return d;
 }
 
 std::vector<int> Engine::stalledPeers(const ActiveOp& a) {

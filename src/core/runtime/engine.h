@@ -102,6 +102,11 @@ class Engine {
   // One pass of the loop on the calling thread when nobody drives it and it has work (braidTest):
   // operations a caller left quiet progress without waking the thread. True when it drove.
   bool poll();
+  // Whether this rank's calling thread is held in a point-to-point call (HeldCaller) that has
+  // waited on `rank` (root numbering) for a while, from any thread (the control listener answers
+  // it: failure_notice.h kWaitStatePurpose). Published by the driver's stall check
+  // (publishP2pWait), withdrawn when that call ends.
+  bool p2pBlockedOn(int rank) const;
   // Makes the running and all queued operations fail with `reason` as soon as possible.
   void abort(const Status& reason);
   // Wakes the driver (a split view was aborted: braidComm::viewAborted).
@@ -172,6 +177,24 @@ class Engine {
   // refuses connections has left the communicator (destroyed it before this call reached it, or
   // exited) and never will; fails the operations naming it. True when it did.
   bool failIfPeerLeft(size_t i);
+  // active_[i] has made no progress for kLeftCheckUs and its caller is held on it. A
+  // point-to-point call publishes the ranks it waits on (p2pBlockedOn); a collective of the
+  // communicator, in an engine that holds no point-to-point call, asks each rank it waits on
+  // (p2pDeadlock) and fails the operations when one is in a deadlock with it. True when it did.
+  bool failIfP2pDeadlock(size_t i);
+  void publishP2pWait(const ActiveOp& a);
+  // A send or receive anywhere in this engine: active, queued or parked. Driver only.
+  bool holdsP2p();
+  // This rank's collective #seq (`call`) waits on `peer`, and this rank can issue nothing before
+  // it ends (its caller is held on it, no send or receive of its is in the engine). When `peer`
+  // has not issued #seq and its caller is held in a send or receive that waits on this rank,
+  // neither can ever move: the error (a call mismatch, invalid usage, without context) and the
+  // cause (kP2pDeadlock, which every rank names). nullopt otherwise, or when it does not answer.
+  struct P2pDeadlock {
+    Status error;
+    FailureCause cause;
+  };
+  std::optional<P2pDeadlock> p2pDeadlock(int peer, uint64_t seq, const std::string& call);
   // An operation waiting on the board for a peer that died never completes: fails the
   // operations with the death (the board asks the kernel at most every few ms). Looked at when
   // the loop idles, not on every pass: a pass that finds a post costs no liveness check. True
@@ -289,6 +312,11 @@ class Engine {
   std::condition_variable cv_;
   // Guarded by mu_.
   std::deque<std::shared_ptr<Operation>> queue_;
+  // publishP2pWait's record: the point-to-point call whose held caller waits, and on whom.
+  mutable std::mutex p2p_wait_mu_;
+  uint64_t p2p_wait_op_ = 0;  // ActiveOp::id
+  std::vector<int> p2p_wait_peers_;
+  std::atomic<bool> p2p_wait_published_{false};  // retire's cheap test
   // The parked calls (parkEagerRun), oldest first. Read and written as active_ is: by whoever
   // holds the loop, and under mu_ only while nobody does. While one is parked nothing is active,
   // so spare_ does not change: a parked call's spare is named by its index.

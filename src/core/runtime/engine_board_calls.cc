@@ -494,6 +494,11 @@ Status Engine::awaitBoard(OneSidedRun& run, const OpDesc& d, uint64_t seq,
                         "'s control listener refuses connections: " + run.describe()),
             d, seq, comm.peerCause(b.peer, FailureCause::Reason::kLeft));
       }
+      // A peer held in a send or receive that waits on this rank, before this call: a deadlock
+      // (a board call is a blocking call on an idle engine, so nothing else of this rank's moves).
+      if (b.counter == Counter::kPosted && d.kind != CollKind::kSendRecv)
+        if (auto dl = p2pDeadlock(b.peer, seq, DescribeCall(d)))
+          return failBoardCall(dl->error, d, seq, dl->cause);
     }
     if (!(*deadline)->expired()) continue;
     const bool posting = b.counter == Counter::kPosted;

@@ -71,12 +71,28 @@ class Operation {
   bool wait(Deadline deadline, int64_t spin_us);
   // Valid once done().
   const Status& status() const { return status_; }
+  // Whether a caller's thread is held until this operation completes (a blocking call, a group's
+  // end, a wait without a deadline on its request): that thread issues nothing meanwhile, which
+  // is what makes a wait cycle through it a deadlock (Engine::p2pDeadlock). Any thread.
+  bool callerBlocked() const { return blocked_callers_.load(std::memory_order_acquire) > 0; }
+  // Marks the caller's thread held on `op` for its own lifetime.
+  class HeldCaller {
+   public:
+    explicit HeldCaller(Operation& op) : op_(op) { op_.blocked_callers_.fetch_add(1); }
+    ~HeldCaller() { op_.blocked_callers_.fetch_sub(1); }
+    HeldCaller(const HeldCaller&) = delete;
+    HeldCaller& operator=(const HeldCaller&) = delete;
+
+   private:
+    Operation& op_;
+  };
 
  private:
   OpDesc desc_;
   braidComm* owner_ = nullptr;
   std::atomic<bool> done_{false};
-  std::atomic<int> waiters_{0};  // callers asleep in wait() (or about to be)
+  std::atomic<int> waiters_{0};          // callers asleep in wait() (or about to be)
+  std::atomic<int> blocked_callers_{0};  // HeldCaller
   Status status_;
   std::mutex mu_;
   std::condition_variable cv_;
