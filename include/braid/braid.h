@@ -12,7 +12,10 @@
  *   same on every rank. Mismatched calls (another collective, count, type, op or root) are
  *   detected and fail with ::braidErrInvalidUsage on every rank, naming both calls; they never
  *   hang, and the communicator stays usable. A call and its non-blocking twin (or the same call
- *   inside a group) are the same call: ranks may use different forms.
+ *   inside a group) are the same call: ranks may use different forms. A blocking send or
+ *   receive that waits on a rank blocked in a collective this rank has not issued is a deadlock:
+ *   it fails within seconds on every rank with ::braidErrInvalidUsage naming both calls, and the
+ *   communicator enters an error state.
  * - Every wait has a deadline: an operation that makes no progress for BRAID_TIMEOUT seconds
  *   fails with ::braidErrTimeout and the communicator enters an error state.
  * - Counts are in elements of the given data type, never bytes; sizes are 64-bit.

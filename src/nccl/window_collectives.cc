@@ -510,18 +510,17 @@ bool OnDevice(ncclComm_t comm, Plan c, cudaStream_t stream, const char* func,
       if (sb.ptr == p) b = &sb;
     if (!b || !MakePeerBufferRecord(rt, p, b->info, rec)) return false;
   }
-  // Gather and scatter share the root's buffer alone, but every rank decides as the root does:
-  // on whether its own buffer could be shared. Ranks on one kind of allocation (managed memory,
-  // cuMem/VMM, which export nothing) then all stage, as they do for the other collectives,
-  // instead of the others taking this path against a staged root (which the core fails as a
-  // deadlock). The record is not sent: nothing of this rank's is mapped.
-  if (c.rootOnly() && c.rank != c.root) {
-    const void* own = c.kind == WindowKind::kGather ? c.send : c.recv;
-    const StreamBuffer* b = nullptr;
-    for (const StreamBuffer& sb : buffers)
-      if (sb.ptr == own) b = &sb;
-    PeerBufferRecord probe;
-    if (!b || !MakePeerBufferRecord(rt, own, b->info, &probe)) return false;
+  // Gather and scatter share the root's buffer alone, but every rank decides alike: on whether
+  // every buffer it uses could be shared (the root's input of a gather, its output of a
+  // scatter, and each other rank's one buffer). Ranks on one kind of allocation (managed
+  // memory, cuMem/VMM, which export nothing) then all stage, as they do for the other
+  // collectives, instead of the others taking this path against a staged root (which the core
+  // fails as a deadlock). These records are not sent: nothing more is mapped.
+  if (c.rootOnly()) {
+    for (const StreamBuffer& b : buffers) {  // (DeviceBuffers: the buffers this rank uses)
+      PeerBufferRecord probe;
+      if (!MakePeerBufferRecord(rt, b.ptr, b.info, &probe)) return false;
+    }
   }
   *result = SubmitPeerBufferCall(rt, comm, stream, func, c, mine, std::move(buffers));
   return true;

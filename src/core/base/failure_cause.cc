@@ -144,7 +144,7 @@ std::string FailureCause::describe() const {
     op = seq == kNoSeq ? " during send/recv"
                        : (reason == Reason::kP2pDeadlock ? " in " : " during ") + coll + " #" +
                              std::to_string(seq);
-  if (reason == Reason::kP2pDeadlock)
+  if (reason == Reason::kP2pDeadlock && has_op && seq != kNoSeq)
     op +=
         ", a collective it has not issued: a deadlock (a send must meet its receive between "
         "the same collectives on every rank)";

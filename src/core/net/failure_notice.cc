@@ -230,7 +230,8 @@ bool ServeFailureControl(const HandshakeHello& hello, int fd, int nranks, CauseB
     const uint64_t v = issued_calls ? issued_calls() : kIssuedCallsUnknown;
     uint8_t answer[10] = {ack};
     for (int b = 0; b < 8; ++b) answer[1 + b] = static_cast<uint8_t>(v >> (8 * b));
-    // (The handshake authenticated the asker's rank.)
+    // (The asker's rank is the one its handshake names: the handshake proves it holds the
+    // communicator's secret, the trust every control-plane message rests on.)
     answer[9] = p2p_blocked_on && hello.rank >= 0 && hello.rank < nranks &&
                 p2p_blocked_on(static_cast<int>(hello.rank));
     (void)SendAll(fd, answer, sizeof(answer), deadline);

@@ -21,7 +21,7 @@ braidResult_t RunOperation(const CommRef& comm, std::shared_ptr<Operation> op,
   }
   if (!comm->config().inline_blocking || !comm->runInline(*op)) {
     comm->submit(op);
-    comm->waitFor(*op, Deadline::Never());
+    comm->waitFor(*op, Deadline::Never(), /*held=*/true);
   }
   if (!op->status().ok()) return Fail(comm.get(), op->status());
   return braidSuccess;
@@ -98,7 +98,7 @@ Status RunInternal(const CommRef& comm, OpDesc desc) {
   auto op = std::make_shared<Operation>(std::move(desc));
   if (!comm->runInline(*op)) {
     comm->submit(op);
-    comm->waitFor(*op, Deadline::Never());
+    comm->waitFor(*op, Deadline::Never(), /*held=*/true);
   }
   return op->status();
 }

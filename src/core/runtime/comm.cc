@@ -153,6 +153,11 @@ braidComm::~braidComm() {
     root_.reset();  // may release the root (and join its engine) on this thread
     return;
   }
+  {
+    // The control listener still serves until the members go: it stops reading the engine.
+    std::lock_guard<std::mutex> lock(listener_engine_mu_);
+    listener_may_read_engine_ = false;
+  }
   engine_.reset();     // joins the progress thread before the endpoints it uses go away
   endpoints_.clear();  // before the transports that made them
   board_ = nullptr;
@@ -230,11 +235,15 @@ Status braidComm::exchangeRankInfo(Bootstrap& bs, Deadline deadline) {
         h, fd, nranks_, &causes_,
         [this]() -> uint64_t {
           // (kReady is stored after the engine exists)
-          return state() == State::kReady && engine() ? engine()->collsIssued()
-                                                      : kIssuedCallsUnknown;
+          std::lock_guard<std::mutex> lock(listener_engine_mu_);
+          return listener_may_read_engine_ && state() == State::kReady && engine()
+                     ? engine()->collsIssued()
+                     : kIssuedCallsUnknown;
         },
         [this](int asker) {
-          return state() == State::kReady && engine() && engine()->p2pBlockedOn(asker);
+          std::lock_guard<std::mutex> lock(listener_engine_mu_);
+          return listener_may_read_engine_ && state() == State::kReady && engine() &&
+                 engine()->p2pBlockedOn(asker);
         });
   };
   BRAID_ASSIGN_OR_RETURN(control_, HandshakeListener::Start(ifa.addr, secret_, nullptr,
@@ -749,13 +758,13 @@ bool braidComm::runInline(const std::vector<std::shared_ptr<Operation>>& ops) {
   return false;
 }
 
-bool braidComm::waitFor(Operation& op, Deadline deadline) {
+bool braidComm::waitFor(Operation& op, Deadline deadline, bool held_caller) {
   braid::Engine* engine = config().inline_blocking ? this->engine() : nullptr;
   if (op.done()) return true;
   // A wait with a deadline may return with the call running, and the caller issue more: only a
-  // wait without one holds the caller.
+  // blocking call's wait, which has none, holds the caller.
   std::optional<Operation::HeldCaller> held;
-  if (deadline.never()) held.emplace(op);
+  if (held_caller && deadline.never()) held.emplace(op);
   if (engine) engine->driveUntilDone(op, deadline);
   return op.wait(deadline, config().spin_us);
 }

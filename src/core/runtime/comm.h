@@ -181,8 +181,11 @@ struct braidComm {
   // the board (Engine::runBoardCalls); false otherwise (split views: always).
   bool runBoardCalls(std::span<const braid::OpDesc* const> calls, Status* results);
   // Waits for submitted `op` until it is done or `deadline`, driving the progress loop on this
-  // thread when the configuration allows (Engine::driveUntilDone); true when done.
-  bool waitFor(braid::Operation& op, braid::Deadline deadline);
+  // thread when the configuration allows (Engine::driveUntilDone); true when done. `held`: the
+  // waiting thread is the one that issued `op` in a blocking call (or a group's end), so it
+  // issues nothing more before `op` ends (Operation::HeldCaller); not for braidWait, which
+  // another thread may call while the issuing thread goes on.
+  bool waitFor(braid::Operation& op, braid::Deadline deadline, bool held = false);
   // Waits for every submitted operation (bounded by the communicator's timeout); returns the
   // sticky error, if any.
   Status finalize();
@@ -361,6 +364,10 @@ struct braidComm {
   std::shared_ptr<const braid::RankSchedule> agreement_plan_;
   std::shared_ptr<const braid::RankSchedule> board_agreement_plan_;
   std::unique_ptr<braid::Engine> engine_;
+  // The control listener's thread reads the engine (issued calls, wait states) until the
+  // destructor clears this, under the lock, before the engine goes.
+  std::mutex listener_engine_mu_;
+  bool listener_may_read_engine_ = true;
   // Before control_: its thread writes here until the listener is destroyed.
   braid::CauseBoard causes_;
   braid::LocalBoard* board_ = nullptr;  // owned by its transport in transports_

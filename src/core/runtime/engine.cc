@@ -485,13 +485,7 @@ void Engine::activate(Operation* op, std::shared_ptr<Operation> keep) {
 
 void Engine::retire(size_t i, const Status& st) {
   std::unique_ptr<ActiveOp> a = std::move(active_[i]);
-  if (p2p_wait_published_.load(std::memory_order_relaxed)) {
-    std::lock_guard<std::mutex> lock(p2p_wait_mu_);
-    if (p2p_wait_op_ == a->id()) {
-      p2p_wait_published_.store(false, std::memory_order_relaxed);
-      p2p_wait_peers_.clear();
-    }
-  }
+  if (p2p_wait_published_.load(std::memory_order_relaxed)) withdrawP2pWait(a->id());
   active_.erase(active_.begin() + static_cast<ptrdiff_t>(i));
   gate_.releaseAll(a->id(), a->claims());
   if (a->isCollective() && &a->owner() == comm_)
@@ -563,6 +557,9 @@ bool Engine::sweep(int64_t* bytes) {
     }
     if (moved) {
       a.last_progress_us = -1;
+      // A published wait that moves is over (a group's receive from one peer arrived, say): it
+      // is withdrawn at once, and published again should it stall again (failIfP2pDeadlock).
+      if (p2p_wait_published_.load(std::memory_order_relaxed)) withdrawP2pWait(a.id());
       any = true;
       *bytes += a.bytesLastPass();
     }
@@ -696,13 +693,24 @@ bool Engine::failIfP2pDeadlock(size_t i) {
   }
   // A view numbers its collectives apart from the communicator's count (collsIssued); a send
   // or receive in this engine may be what the peer waits for.
-  if (&a.owner() != comm_ || holdsP2p()) return false;
+  if (&a.owner() != comm_ || holdsP2p()) {
+    deadlock_suspect_ = {0, -1};
+    return false;
+  }
   for (int peer : stalledPeers(a)) {
-    if (auto d = p2pDeadlock(peer, a.seq(), DescribeCall(a.operation().desc()))) {
+    auto d = p2pDeadlock(peer, a.seq(), DescribeCall(a.operation().desc()));
+    if (!d) continue;
+    // Only when the same peer answered so at the previous check too (0.5 s earlier, this
+    // operation stalled all along): a wait the peer published just before it moved on is
+    // withdrawn by then, and every stall check sees its own fresh record.
+    if (deadlock_suspect_ == std::pair<uint64_t, int>{a.id(), peer}) {
       failAll(i, d->error.prepend(a.context()), d->cause);
       return true;
     }
+    deadlock_suspect_ = {a.id(), peer};
+    return false;
   }
+  deadlock_suspect_ = {0, -1};
   return false;
 }
 
@@ -714,8 +722,18 @@ void Engine::publishP2pWait(const ActiveOp& a) {
   p2p_wait_published_.store(true, std::memory_order_release);
 }
 
+void Engine::withdrawP2pWait(uint64_t op_id) {
+  std::lock_guard<std::mutex> lock(p2p_wait_mu_);
+  if (p2p_wait_op_ != op_id) return;
+  p2p_wait_published_.store(false, std::memory_order_relaxed);
+  p2p_wait_peers_.clear();
+}
+
 bool Engine::p2pBlockedOn(int rank) const {
   if (!p2p_wait_published_.load(std::memory_order_acquire)) return false;
+  // A queued call may be the very collective the asker waits in (issued, not yet numbered: the
+  // window is full, or a group put it behind the send or receive): it moves once the window does.
+  if (queued_.load() > 0) return false;
   std::lock_guard<std::mutex> lock(p2p_wait_mu_);
   return p2p_wait_published_.load(std::memory_order_relaxed) &&
          std::find(p2p_wait_peers_.begin(), p2p_wait_peers_.end(), rank) != p2p_wait_peers_.end();
@@ -743,8 +761,10 @@ std::optional<Engine::P2pDeadlock> Engine::p2pDeadlock(int peer, uint64_t seq,
                                : "its last collective was #" + std::to_string(w->issued - 1);
   P2pDeadlock d;
   d.cause = comm_->peerCause(peer, FailureCause::Reason::kP2pDeadlock);
+  // Not a "call mismatch": that name promises a communicator still usable, and data may have
+  // moved on the streams here (the communicator fails).
   d.error = InvalidUsage(
-      "call mismatch: rank " + std::to_string(peer) +
+      "deadlock: rank " + std::to_string(peer) +
       " is blocked in a send or receive that waits on this rank, and has not issued " + call +
       " #" + std::to_string(seq) + " (" + last +
       "); this rank sends or receives nothing before this call ends, so neither can go on. A "

@@ -25,6 +25,7 @@
 #include <optional>
 #include <span>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "core/runtime/active_op.h"
@@ -183,6 +184,10 @@ class Engine {
   // (p2pDeadlock) and fails the operations when one is in a deadlock with it. True when it did.
   bool failIfP2pDeadlock(size_t i);
   void publishP2pWait(const ActiveOp& a);
+  void withdrawP2pWait(uint64_t op_id);
+  // The operation and peer a deadlock check found at its last look (failIfP2pDeadlock fails
+  // only on a second finding in a row). Driver only.
+  std::pair<uint64_t, int> deadlock_suspect_{0, -1};
   // A send or receive anywhere in this engine: active, queued or parked. Driver only.
   bool holdsP2p();
   // This rank's collective #seq (`call`) waits on `peer`, and this rank can issue nothing before

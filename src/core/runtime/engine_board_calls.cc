@@ -461,6 +461,7 @@ Status Engine::awaitBoard(OneSidedRun& run, const OpDesc& d, uint64_t seq,
   run.publish();
   if (!*deadline) *deadline = Deadline::After(comm.config().timeout_ms);
   const int64_t waited_since_us = start != 0 ? start : NowMicros();
+  int deadlock_hits = 0;
   for (;;) {
     if (b.counter == Counter::kPosted)
       board.sleepUntilPosted(b.peer, b.value, kSleepSliceUs);
@@ -496,9 +497,12 @@ Status Engine::awaitBoard(OneSidedRun& run, const OpDesc& d, uint64_t seq,
       }
       // A peer held in a send or receive that waits on this rank, before this call: a deadlock
       // (a board call is a blocking call on an idle engine, so nothing else of this rank's moves).
-      if (b.counter == Counter::kPosted && d.kind != CollKind::kSendRecv)
-        if (auto dl = p2pDeadlock(b.peer, seq, DescribeCall(d)))
-          return failBoardCall(dl->error, d, seq, dl->cause);
+      // Found at two checks in a row, as Engine::failIfP2pDeadlock requires.
+      if (b.counter == Counter::kPosted && d.kind != CollKind::kSendRecv) {
+        auto dl = p2pDeadlock(b.peer, seq, DescribeCall(d));
+        deadlock_hits = dl ? deadlock_hits + 1 : 0;
+        if (deadlock_hits >= 2) return failBoardCall(dl->error, d, seq, dl->cause);
+      }
     }
     if (!(*deadline)->expired()) continue;
     const bool posting = b.counter == Counter::kPosted;

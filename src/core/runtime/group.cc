@@ -338,7 +338,7 @@ extern "C" braidResult_t braidGroupEnd(void) {
     to_wait.emplace_back(p.comm, op);
   }
   for (auto& [comm, op] : to_wait) {
-    comm->waitFor(*op, Deadline::Never());  // drives that communicator's loop meanwhile
+    comm->waitFor(*op, Deadline::Never(), /*held=*/true);  // drives its loop meanwhile
     note(comm.get(), op->status());
   }
   return first.ok() ? braidSuccess : first.code();
