@@ -72,7 +72,11 @@ struct GroupedCall {
   const char* func;
   std::vector<StreamBuffer> buffers;
   StreamRun run;
+  DeviceForm device;  // its device path (GroupedDeviceForm), empty for calls without one
 };
+
+// The device form of the API call in progress on this thread (GroupedDeviceForm).
+thread_local DeviceForm* t_device_form = nullptr;
 struct GroupState {
   std::vector<GroupedCall> device_calls;
   std::vector<ncclComm_t> host_comms;  // communicators with host calls in this group
@@ -94,6 +98,18 @@ ncclResult_t MixedGroup(const char* func) {
 }
 
 }  // namespace
+
+GroupedDeviceForm::GroupedDeviceForm(DeviceForm form) : form_(std::move(form)) {
+  if (GroupDepth() > 0) t_device_form = &form_;
+}
+
+GroupedDeviceForm::~GroupedDeviceForm() {
+  if (t_device_form == &form_) t_device_form = nullptr;
+}
+
+bool GroupedDeviceForm::runNow(ncclResult_t* result) {
+  return GroupDepth() == 0 && form_(result);
+}
 
 size_t PieceElements(ncclComm_t comm, size_t count, size_t elt_size) {
   const size_t bytes = count * elt_size;
@@ -164,7 +180,13 @@ bool SubmitIfDevice(device::DeviceRuntime* rt, ncclComm_t comm, cudaStream_t str
       run = [piece = pieces.make(), per, count = pieces.count](const HostPointers& h) {
         return RunPieces(count, per, [&](size_t first, size_t n) { return piece(h, first, n); });
       };
-    g.device_calls.push_back(GroupedCall{comm, stream, func, std::move(bufs), std::move(run)});
+    DeviceForm device;
+    if (t_device_form) {
+      device = std::move(*t_device_form);
+      t_device_form = nullptr;
+    }
+    g.device_calls.push_back(
+        GroupedCall{comm, stream, func, std::move(bufs), std::move(run), std::move(device)});
     *result = ncclSuccess;
     return true;
   }
@@ -222,6 +244,12 @@ ncclResult_t SubmitGroupStreamCalls() {
   Group() = GroupState{};
   ncclResult_t first = ncclSuccess;
   device::DeviceRuntime* rt = device::ActiveDeviceRuntime();
+  // A group of one device call with a device path: taken as the call alone would take it (the
+  // group is closed: GroupDepth() is 0), else staged below like any group.
+  if (g.device_calls.size() == 1 && g.device_calls[0].device && g.device_calls[0].device(&first)) {
+    for (auto& [comm, op] : g.op_destroys) DestroyRedOpAfterQueued(comm, op);
+    return first;
+  }
   // One job per communicator, in the order of its first call.
   std::vector<bool> taken(g.device_calls.size(), false);
   std::vector<std::pair<StreamAgent*, StreamCall>> jobs;

@@ -45,6 +45,27 @@ struct PieceForm {
   std::function<PieceRun()> make;  // empty: the call runs whole
 };
 
+// A collective's device path (nccl/peer_windows.h: true with *result when it took it). Inside
+// a group the choice waits for ncclGroupEnd: a group whose only device call this is takes the
+// path as the call alone would, so that a rank that wraps a call in a group and one that does not
+// decide alike (a group of several calls stages them as one braid group). The form is kept,
+// thread-locally, for the grouped call the stream path records next during this API call;
+// the guard drops it at the end of the call whatever happened.
+using DeviceForm = std::function<bool(ncclResult_t*)>;
+class GroupedDeviceForm {
+ public:
+  explicit GroupedDeviceForm(DeviceForm form);
+  ~GroupedDeviceForm();
+  GroupedDeviceForm(const GroupedDeviceForm&) = delete;
+  GroupedDeviceForm& operator=(const GroupedDeviceForm&) = delete;
+  // Outside a group: tries the device path now (true with *result when taken). Inside one:
+  // false (the stream path records the call with its form).
+  bool runNow(ncclResult_t* result);
+
+ private:
+  DeviceForm form_;
+};
+
 // The stream path itself (out of line). Sets *result and returns true when the call is a device
 // call (submitted, or refused with an error); false for host buffers.
 bool SubmitIfDevice(device::DeviceRuntime* rt, ncclComm_t comm, cudaStream_t stream,

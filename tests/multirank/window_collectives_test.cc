@@ -24,6 +24,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <memory>
@@ -784,6 +785,112 @@ TEST(WindowCollectives, APeerBufferThatCannotBeMappedFailsEveryRank) {
     CHECK_OR_FAIL(dev->destroyStream(stream).ok(), "destroy stream");
     if (kept) CHECK_OR_FAIL(dev->freeDevice(kept).ok(), "free");
     CHECK_OR_FAIL(dev->freeDevice(recv).ok(), "free");
+    return 0;
+  });
+  EXPECT_TRUE(AllSucceeded(out)) << DescribeOutcomes(out);
+}
+
+// A call wrapped in a group of its own is the call (NCCL's rule, braid.h): rank 0 groups each
+// call, rank 1 does not, and both take the device path as the call alone would, with exact
+// results (all-reduce, gather into rank 1, scatter from rank 0). Before, every device call in a
+// group staged, so the two ranks ran different paths and failed (a call mismatch, for gather and
+// scatter a deadlock). A group of two calls stages them as one braid group on every rank.
+TEST(WindowCollectives, AGroupOfOneCallTakesTheDevicePathAsTheCallAlone) {
+  auto out = RunJob(Job(2), [](braidComm_t, int rank, int nranks, const braidUniqueId& id) {
+    ncclComm_t comm = nullptr;
+    EmulatedDevice* dev = nullptr;
+    if (InitNccl(id, rank, nranks, &comm, &dev) != 0) return 1;
+    cudaStream_t stream = static_cast<cudaStream_t>(*dev->createStream());
+    const size_t n = 777, block = n * sizeof(int32_t), total = block * nranks;
+    void* send = *dev->allocDevice(total);
+    void* recv = *dev->allocDevice(total);
+    const bool grouped = rank == 0;
+    const auto call = [&](const auto& fn) {
+      if (grouped && ncclGroupStart() != ncclSuccess) return ncclInternalError;
+      ncclResult_t r = fn();
+      if (grouped) {
+        const ncclResult_t e = ncclGroupEnd();
+        if (r == ncclSuccess) r = e;
+      }
+      return r;
+    };
+    const uint64_t calls0 = braid::nccl::PeerBufferCalls();
+    // All-reduce.
+    auto* in = static_cast<int32_t*>(*dev->hostView(send, total));
+    for (size_t i = 0; i < n; ++i) in[i] = static_cast<int32_t>(i * 5 + rank * 11);
+    CHECK_OR_FAIL(call([&] {
+                    return ncclAllReduce(send, recv, n, ncclInt32, ncclSum, comm, stream);
+                  }) == ncclSuccess,
+                  "all-reduce");
+    CHECK_OR_FAIL(dev->synchronize(stream).ok(), "synchronize");
+    const auto* got = static_cast<const int32_t*>(*dev->hostView(recv, total));
+    for (size_t i = 0; i < n; ++i)
+      CHECK_OR_FAIL(got[i] == static_cast<int32_t>(2 * i * 5 + 11), "all-reduce element %zu: %d", i,
+                    got[i]);
+    // Gather into rank 1, scatter from rank 0.
+    std::vector<unsigned char> want(total);
+    Bytes(rank + 300, block, static_cast<unsigned char*>(*dev->hostView(send, block)));
+    CHECK_OR_FAIL(call([&] {
+                    return ncclGather(send, rank == 1 ? recv : nullptr, n, ncclInt32, 1, comm,
+                                      stream);
+                  }) == ncclSuccess,
+                  "gather");
+    CHECK_OR_FAIL(dev->synchronize(stream).ok(), "synchronize");
+    if (rank == 1) {
+      for (int s = 0; s < nranks; ++s) Bytes(s + 300, block, want.data() + block * s);
+      CHECK_OR_FAIL(std::memcmp(*dev->hostView(recv, total), want.data(), total) == 0,
+                    "gather: the root's output differs");
+    }
+    if (rank == 0)
+      for (int d = 0; d < nranks; ++d)
+        Bytes(d + 400, block, static_cast<unsigned char*>(*dev->hostView(send, total)) + block * d);
+    CHECK_OR_FAIL(call([&] {
+                    return ncclScatter(rank == 0 ? send : nullptr, recv, n, ncclInt32, 0, comm,
+                                       stream);
+                  }) == ncclSuccess,
+                  "scatter");
+    CHECK_OR_FAIL(dev->synchronize(stream).ok(), "synchronize");
+    Bytes(rank + 400, block, want.data());
+    CHECK_OR_FAIL(std::memcmp(*dev->hostView(recv, block), want.data(), block) == 0,
+                  "scatter: rank %d's output differs", rank);
+    const uint64_t took = braid::nccl::PeerBufferCalls() - calls0;
+    CHECK_OR_FAIL(took == 3, "%llu of 3 calls on the device path (grouped %d)",
+                  static_cast<unsigned long long>(took), grouped);
+    // Two all-reduces in one group, on both ranks: staged together, exact.
+    void* recv2 = *dev->allocDevice(block);
+    CHECK_OR_FAIL(ncclGroupStart() == ncclSuccess, "group start");
+    CHECK_OR_FAIL(
+        ncclAllReduce(send, recv, n, ncclInt32, ncclSum, comm, stream) == ncclSuccess &&
+            ncclAllReduce(send, recv2, n, ncclInt32, ncclMax, comm, stream) == ncclSuccess,
+        "grouped all-reduces");
+    CHECK_OR_FAIL(ncclGroupEnd() == ncclSuccess, "group end");
+    CHECK_OR_FAIL(dev->synchronize(stream).ok(), "synchronize");
+    CHECK_OR_FAIL(braid::nccl::PeerBufferCalls() - calls0 == 3, "a group of two took the path");
+    std::vector<int32_t> a(n), b(n);
+    for (int r = 0; r < nranks; ++r) {
+      std::vector<unsigned char> bytes(block);
+      Bytes(r == 0 ? 400 : 300 + r, block, bytes.data());  // what each rank's send holds now
+      const auto* v = reinterpret_cast<const int32_t*>(bytes.data());
+      for (size_t i = 0; i < n; ++i) {
+        a[i] = r == 0
+                   ? v[i]
+                   : static_cast<int32_t>(static_cast<uint32_t>(a[i]) +
+                                          static_cast<uint32_t>(v[i]));  // (wraps, as the kernel)
+        b[i] = r == 0 ? v[i] : std::max(b[i], v[i]);
+      }
+    }
+    CHECK_OR_FAIL(std::memcmp(*dev->hostView(recv, block), a.data(), block) == 0,
+                  "grouped sum differs");
+    CHECK_OR_FAIL(std::memcmp(*dev->hostView(recv2, block), b.data(), block) == 0,
+                  "grouped max differs");
+    ncclResult_t async = ncclSuccess;
+    CHECK_OR_FAIL(ncclCommGetAsyncError(comm, &async) == ncclSuccess && async == ncclSuccess,
+                  "async error %d: %s", static_cast<int>(async), ncclGetLastError(comm));
+    CHECK_OR_FAIL(ncclCommDestroy(comm) == ncclSuccess, "destroy");
+    CHECK_OR_FAIL(dev->destroyStream(stream).ok(), "destroy stream");
+    CHECK_OR_FAIL(
+        dev->freeDevice(send).ok() && dev->freeDevice(recv).ok() && dev->freeDevice(recv2).ok(),
+        "free");
     return 0;
   });
   EXPECT_TRUE(AllSucceeded(out)) << DescribeOutcomes(out);
