@@ -102,10 +102,13 @@ NCCL_API_EXPORT ncclResult_t pncclAllReduce(const void* sendbuff, void* recvbuff
   }
   // Buffers in peer windows of one node's ranks: reduced on the device, no host staging.
   ncclResult_t on_windows;
-  GroupedDeviceForm device([=](ncclResult_t* r) {
-    return WindowAllReduce(comm, sendbuff, recvbuff, count, datatype, op, stream, r);
-  });
-  if (device.runNow(&on_windows)) return on_windows;
+  GroupedDeviceForm device;
+  if (device.take(
+          [=](ncclResult_t* r) {
+            return WindowAllReduce(comm, sendbuff, recvbuff, count, datatype, op, stream, r);
+          },
+          &on_windows))
+    return on_windows;
   const size_t elt = TypeSize(datatype), bytes = count * elt;
   return RunElementWise(
       comm, stream, func, {{sendbuff, bytes, true, false}, {recvbuff, bytes, false, true}}, count,
@@ -134,10 +137,13 @@ NCCL_API_EXPORT ncclResult_t pncclReduce(const void* sendbuff, void* recvbuff, s
   }
   // The input in peer windows of one node's ranks: the root reduces it on the device.
   ncclResult_t on_windows;
-  GroupedDeviceForm device([=](ncclResult_t* r) {
-    return WindowReduce(comm, sendbuff, recvbuff, count, datatype, op, root, stream, r);
-  });
-  if (device.runNow(&on_windows)) return on_windows;
+  GroupedDeviceForm device;
+  if (device.take(
+          [=](ncclResult_t* r) {
+            return WindowReduce(comm, sendbuff, recvbuff, count, datatype, op, root, stream, r);
+          },
+          &on_windows))
+    return on_windows;
   const size_t elt = TypeSize(datatype), bytes = count * elt;
   return RunElementWise(
       comm, stream, func,
@@ -166,10 +172,13 @@ NCCL_API_EXPORT ncclResult_t pncclBroadcast(const void* sendbuff, void* recvbuff
   }
   // The output in peer windows of one node's ranks: the root writes it on the device.
   ncclResult_t on_windows;
-  GroupedDeviceForm device([=](ncclResult_t* r) {
-    return WindowBroadcast(comm, sendbuff, recvbuff, count, datatype, root, stream, r);
-  });
-  if (device.runNow(&on_windows)) return on_windows;
+  GroupedDeviceForm device;
+  if (device.take(
+          [=](ncclResult_t* r) {
+            return WindowBroadcast(comm, sendbuff, recvbuff, count, datatype, root, stream, r);
+          },
+          &on_windows))
+    return on_windows;
   const size_t elt = TypeSize(datatype), bytes = count * elt;
   return RunElementWise(
       comm, stream, func,
@@ -192,10 +201,13 @@ NCCL_API_EXPORT ncclResult_t pncclBcast(void* buff, size_t count, ncclDataType_t
   NCCL_CHECK(CheckRank(root, nranks, "root", func));
   if (count > 0) NCCL_CHECK(CheckPtr(buff, "buff", func));
   ncclResult_t on_windows;
-  GroupedDeviceForm device([=](ncclResult_t* r) {
-    return WindowBroadcast(comm, buff, buff, count, datatype, root, stream, r);
-  });
-  if (device.runNow(&on_windows)) return on_windows;
+  GroupedDeviceForm device;
+  if (device.take(
+          [=](ncclResult_t* r) {
+            return WindowBroadcast(comm, buff, buff, count, datatype, root, stream, r);
+          },
+          &on_windows))
+    return on_windows;
   const size_t elt = TypeSize(datatype);
   return RunElementWise(comm, stream, func, {{buff, count * elt, rank == root, rank != root}},
                         count, elt, [=](const auto& h, size_t first, size_t n) {
@@ -224,10 +236,14 @@ NCCL_API_EXPORT ncclResult_t pncclReduceScatter(const void* sendbuff, void* recv
   const size_t bytes = recvcount * TypeSize(datatype);
   ncclResult_t res;
   // The input in peer windows of one node's ranks: reduced on the device, no host staging.
-  GroupedDeviceForm device([=](ncclResult_t* r) {
-    return WindowReduceScatter(comm, sendbuff, recvbuff, recvcount, datatype, op, stream, r);
-  });
-  if (device.runNow(&res)) return res;
+  GroupedDeviceForm device;
+  if (device.take(
+          [=](ncclResult_t* r) {
+            return WindowReduceScatter(comm, sendbuff, recvbuff, recvcount, datatype, op, stream,
+                                       r);
+          },
+          &res))
+    return res;
   if (nranks > 0 && TakeStreamPath(
                         comm, stream, func,
                         {{sendbuff, bytes * nranks, true, false}, {recvbuff, bytes, false, true}},
@@ -259,10 +275,13 @@ NCCL_API_EXPORT ncclResult_t pncclAllGather(const void* sendbuff, void* recvbuff
   const size_t bytes = sendcount * TypeSize(datatype);
   ncclResult_t res;
   // The output in peer windows of one node's ranks: copied on the device, no host staging.
-  GroupedDeviceForm device([=](ncclResult_t* r) {
-    return WindowAllGather(comm, sendbuff, recvbuff, sendcount, datatype, stream, r);
-  });
-  if (device.runNow(&res)) return res;
+  GroupedDeviceForm device;
+  if (device.take(
+          [=](ncclResult_t* r) {
+            return WindowAllGather(comm, sendbuff, recvbuff, sendcount, datatype, stream, r);
+          },
+          &res))
+    return res;
   if (nranks > 0 && TakeStreamPath(
                         comm, stream, func,
                         {{sendbuff, bytes, true, false}, {recvbuff, bytes * nranks, false, true}},
@@ -300,10 +319,13 @@ NCCL_API_EXPORT ncclResult_t pncclAlltoAll(const void* sendbuff, void* recvbuff,
                                          "by braid; use separate send and receive buffers");
   const size_t bytes = nranks > 0 ? count * nranks * TypeSize(datatype) : 0;
   ncclResult_t res;
-  GroupedDeviceForm device([=](ncclResult_t* r) {
-    return WindowAllToAll(comm, sendbuff, recvbuff, count, datatype, stream, r);
-  });
-  if (device.runNow(&res)) return res;
+  GroupedDeviceForm device;
+  if (device.take(
+          [=](ncclResult_t* r) {
+            return WindowAllToAll(comm, sendbuff, recvbuff, count, datatype, stream, r);
+          },
+          &res))
+    return res;
   if (TakeStreamPath(
           comm, stream, func, {{sendbuff, bytes, true, false}, {recvbuff, bytes, false, true}},
           [=](const HostPointers& h) {
@@ -352,10 +374,13 @@ NCCL_API_EXPORT ncclResult_t pncclGather(const void* sendbuff, void* recvbuff, s
   if (rank == root) NCCL_CHECK(CheckPtr(recvbuff, "recvbuff (on the root)", func));
   const size_t bytes = count * TypeSize(datatype);
   ncclResult_t res;
-  GroupedDeviceForm device([=](ncclResult_t* r) {
-    return WindowGather(comm, sendbuff, recvbuff, count, datatype, root, stream, r);
-  });
-  if (device.runNow(&res)) return res;
+  GroupedDeviceForm device;
+  if (device.take(
+          [=](ncclResult_t* r) {
+            return WindowGather(comm, sendbuff, recvbuff, count, datatype, root, stream, r);
+          },
+          &res))
+    return res;
   if (TakeStreamPath(
           comm, stream, func,
           {{sendbuff, bytes, true, false},
@@ -382,10 +407,13 @@ NCCL_API_EXPORT ncclResult_t pncclScatter(const void* sendbuff, void* recvbuff, 
   if (rank == root) NCCL_CHECK(CheckPtr(sendbuff, "sendbuff (on the root)", func));
   const size_t bytes = count * TypeSize(datatype);
   ncclResult_t res;
-  GroupedDeviceForm device([=](ncclResult_t* r) {
-    return WindowScatter(comm, sendbuff, recvbuff, count, datatype, root, stream, r);
-  });
-  if (device.runNow(&res)) return res;
+  GroupedDeviceForm device;
+  if (device.take(
+          [=](ncclResult_t* r) {
+            return WindowScatter(comm, sendbuff, recvbuff, count, datatype, root, stream, r);
+          },
+          &res))
+    return res;
   if (TakeStreamPath(
           comm, stream, func,
           {{rank == root ? sendbuff : nullptr, bytes * nranks, true, false},

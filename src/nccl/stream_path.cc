@@ -99,16 +99,13 @@ ncclResult_t MixedGroup(const char* func) {
 
 }  // namespace
 
-GroupedDeviceForm::GroupedDeviceForm(DeviceForm form) : form_(std::move(form)) {
-  if (GroupDepth() > 0) t_device_form = &form_;
+void GroupedDeviceForm::keep(DeviceForm form) {
+  form_ = std::move(form);
+  t_device_form = &form_;
 }
 
 GroupedDeviceForm::~GroupedDeviceForm() {
   if (t_device_form == &form_) t_device_form = nullptr;
-}
-
-bool GroupedDeviceForm::runNow(ncclResult_t* result) {
-  return GroupDepth() == 0 && form_(result);
 }
 
 size_t PieceElements(ncclComm_t comm, size_t count, size_t elt_size) {

@@ -50,19 +50,26 @@ struct PieceForm {
 // path as the call alone would, so that a rank that wraps a call in a group and one that does not
 // decide alike (a group of several calls stages them as one braid group). The form is kept,
 // thread-locally, for the grouped call the stream path records next during this API call;
-// the guard drops it at the end of the call whatever happened.
+// the guard drops it at the end of the call whatever happened. Outside a group nothing is kept
+// (no std::function per call).
 using DeviceForm = std::function<bool(ncclResult_t*)>;
 class GroupedDeviceForm {
  public:
-  explicit GroupedDeviceForm(DeviceForm form);
+  GroupedDeviceForm() = default;
   ~GroupedDeviceForm();
   GroupedDeviceForm(const GroupedDeviceForm&) = delete;
   GroupedDeviceForm& operator=(const GroupedDeviceForm&) = delete;
-  // Outside a group: tries the device path now (true with *result when taken). Inside one:
-  // false (the stream path records the call with its form).
-  bool runNow(ncclResult_t* result);
+  // Outside a group: tries `path` now (true with *result when it took the call). Inside one:
+  // keeps it for the stream path's record of the call, and returns false.
+  template <typename Path>
+  bool take(Path&& path, ncclResult_t* result) {
+    if (GroupDepth() == 0) return path(result);
+    keep(DeviceForm(std::forward<Path>(path)));
+    return false;
+  }
 
  private:
+  void keep(DeviceForm form);
   DeviceForm form_;
 };
 

@@ -501,26 +501,19 @@ bool OnDevice(ncclComm_t comm, Plan c, cudaStream_t stream, const char* func,
   mine.call = call;
   mine.call.path = static_cast<int32_t>(PeerPath::kPeerBuffers);
   mine.pid = static_cast<int32_t>(getpid());
-  for (const auto& [shares, p, rec] :
-       {std::tuple<bool, const void*, PeerBufferRecord*>{c.sendShared(), c.send, &mine.send},
-        std::tuple<bool, const void*, PeerBufferRecord*>{c.recvShared(), c.recv, &mine.recv}}) {
-    if (!shares) continue;
-    const StreamBuffer* b = nullptr;
-    for (const StreamBuffer& sb : buffers)
-      if (sb.ptr == p) b = &sb;
-    if (!b || !MakePeerBufferRecord(rt, p, b->info, rec)) return false;
-  }
-  // Gather and scatter share the root's buffer alone, but every rank decides alike: on whether
-  // every buffer it uses could be shared (the root's input of a gather, its output of a
-  // scatter, and each other rank's one buffer). Ranks on one kind of allocation (managed
-  // memory, cuMem/VMM, which export nothing) then all stage, as they do for the other
+  // The buffers this rank uses (DeviceBuffers: its input, which it reads, then its output): a
+  // shared one goes into the exchange. Gather and scatter share the root's buffer alone, but
+  // every rank decides alike, on whether every buffer it uses could be shared (the root's input
+  // of a gather, its output of a scatter, each other rank's one buffer): ranks on one kind of
+  // allocation (managed memory, cuMem/VMM, which export nothing) then all stage, as for the other
   // collectives, instead of the others taking this path against a staged root (which the core
-  // fails as a deadlock). These records are not sent: nothing more is mapped.
-  if (c.rootOnly()) {
-    for (const StreamBuffer& b : buffers) {  // (DeviceBuffers: the buffers this rank uses)
-      PeerBufferRecord probe;
-      if (!MakePeerBufferRecord(rt, b.ptr, b.info, &probe)) return false;
-    }
+  // fails as a deadlock). Those records are not sent: nothing more is mapped.
+  for (const StreamBuffer& b : buffers) {
+    PeerBufferRecord* rec =
+        b.read ? (c.sendShared() ? &mine.send : nullptr) : (c.recvShared() ? &mine.recv : nullptr);
+    PeerBufferRecord unsent;
+    if (!rec && !c.rootOnly()) continue;
+    if (!MakePeerBufferRecord(rt, b.ptr, b.info, rec ? rec : &unsent)) return false;
   }
   *result = SubmitPeerBufferCall(rt, comm, stream, func, c, mine, std::move(buffers));
   return true;

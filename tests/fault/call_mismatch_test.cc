@@ -578,17 +578,26 @@ INSTANTIATE_TEST_SUITE_P(Ucx, VerifyCallsMixed, ::testing::Values("ucx"));
 // BRAID_TIMEOUT (300 s by default). Now every rank fails with invalid usage within a second or
 // so, naming the deadlock, whatever the transport or algorithm (board one-shot, ring, recursive
 // doubling).
+// BRAID_TIMEOUT far beyond what the check takes: a timeout fails the tests' bounds.
+JobOptions P2pJob(int nranks, const std::string& transport = "tcp") {
+  JobOptions opt;
+  opt.nranks = nranks;
+  opt.timeout_s = 60;
+  opt.env = {{"BRAID_TRANSPORTS", transport}, {"BRAID_TIMEOUT", "30"}};
+  return opt;
+}
+
+// A rank's failed call, reported (the rank's body then returns 1).
+bool Failed(braidResult_t rc, int rank, braidComm_t comm) {
+  if (rc == braidSuccess) return false;
+  std::fprintf(stderr, "[rank %d] rc=%d: %s\n", rank, rc, braidGetLastError(comm));
+  return true;
+}
+
 using P2pParam = std::tuple<int, std::string, std::string>;  // ranks, transport, rank 0's call
 class P2pAgainstCollective : public ::testing::TestWithParam<P2pParam> {
  protected:
-  JobOptions Options() const {
-    JobOptions opt;
-    opt.nranks = std::get<0>(GetParam());
-    opt.timeout_s = 60;
-    // Far beyond what the check takes: a timeout would fail the test's bound below.
-    opt.env = {{"BRAID_TRANSPORTS", std::get<1>(GetParam())}, {"BRAID_TIMEOUT", "30"}};
-    return opt;
-  }
+  JobOptions Options() const { return P2pJob(std::get<0>(GetParam()), std::get<1>(GetParam())); }
 };
 
 TEST_P(P2pAgainstCollective, FailsEveryRankFastNamingTheDeadlock) {
@@ -657,11 +666,7 @@ INSTANTIATE_TEST_SUITE_P(Fault, P2pAgainstCollective,
 // sends to rank 0's second receive: a collective whose caller is not held on it could still be
 // followed by the send its peer waits for. Every call succeeds with exact data.
 TEST(P2pAgainstCollective, AWaitThatEndsIsNoDeadlock) {
-  JobOptions opt;
-  opt.nranks = 4;
-  opt.timeout_s = 60;
-  opt.env = {{"BRAID_TRANSPORTS", "tcp"}, {"BRAID_TIMEOUT", "30"}};
-  auto out = RunJob(opt, [](braidComm_t comm, int rank, int n, const braidUniqueId&) {
+  auto out = RunJob(P2pJob(4), [](braidComm_t comm, int rank, int n, const braidUniqueId&) {
     const size_t count = 1000;
     std::vector<float> in(count), gathered(count * n, kSentinel), got(count, kSentinel);
     for (size_t i = 0; i < count; ++i) in[i] = static_cast<float>(rank * 10000 + i);
@@ -695,10 +700,7 @@ TEST(P2pAgainstCollective, AWaitThatEndsIsNoDeadlock) {
         if (rc == braidSuccess) rc = w;
       }
     }
-    if (rc != braidSuccess) {
-      std::fprintf(stderr, "[rank %d] rc=%d: %s\n", rank, rc, braidGetLastError(comm));
-      return 1;
-    }
+    if (Failed(rc, rank, comm)) return 1;
     for (int r = 0; r < n; ++r)
       if (!expect_from(r, gathered, static_cast<size_t>(r) * count)) return 2;
     return 0;
@@ -711,11 +713,7 @@ TEST(P2pAgainstCollective, AWaitThatEndsIsNoDeadlock) {
 // the record of it for a deadlock: rank 0 sends after 1.5 s and enters an all-reduce, rank 2
 // sends only after 3 s. Every call succeeds, exactly.
 TEST(P2pAgainstCollective, AGroupWaitThatMovesOnIsNoDeadlock) {
-  JobOptions opt;
-  opt.nranks = 3;
-  opt.timeout_s = 60;
-  opt.env = {{"BRAID_TRANSPORTS", "tcp"}, {"BRAID_TIMEOUT", "30"}};
-  auto out = RunJob(opt, [](braidComm_t comm, int rank, int n, const braidUniqueId&) {
+  auto out = RunJob(P2pJob(3), [](braidComm_t comm, int rank, int n, const braidUniqueId&) {
     const size_t count = 1000;
     std::vector<float> mine(count), from0(count, kSentinel), from2(count, kSentinel);
     for (size_t i = 0; i < count; ++i) mine[i] = static_cast<float>(rank * 10000 + i);
@@ -735,10 +733,7 @@ TEST(P2pAgainstCollective, AGroupWaitThatMovesOnIsNoDeadlock) {
     std::vector<float> sum(count);
     if (rc == braidSuccess)
       rc = braidAllReduce(mine.data(), sum.data(), count, braidFloat32, braidSum, comm);
-    if (rc != braidSuccess) {
-      std::fprintf(stderr, "[rank %d] rc=%d: %s\n", rank, rc, braidGetLastError(comm));
-      return 1;
-    }
+    if (Failed(rc, rank, comm)) return 1;
     for (size_t i = 0; i < count; ++i)
       if (sum[i] != static_cast<float>(30000 + n * i)) return 2;
     return 0;
@@ -750,11 +745,7 @@ TEST(P2pAgainstCollective, AGroupWaitThatMovesOnIsNoDeadlock) {
 // receive from rank 1 to a helper thread's braidWait and, 2.5 s later, calls the all-gather
 // that rank 1 (which sends only after it) waits in. No deadlock: every call succeeds.
 TEST(P2pAgainstCollective, AWaitOnAnotherThreadIsNoDeadlock) {
-  JobOptions opt;
-  opt.nranks = 2;
-  opt.timeout_s = 60;
-  opt.env = {{"BRAID_TRANSPORTS", "tcp"}, {"BRAID_TIMEOUT", "30"}};
-  auto out = RunJob(opt, [](braidComm_t comm, int rank, int n, const braidUniqueId&) {
+  auto out = RunJob(P2pJob(2), [](braidComm_t comm, int rank, int n, const braidUniqueId&) {
     const size_t count = 1000;
     std::vector<float> mine(count, 1.0f + rank), got(count, kSentinel), all(count * n);
     braidResult_t rc = braidSuccess, waited = braidSuccess;
@@ -774,10 +765,7 @@ TEST(P2pAgainstCollective, AWaitOnAnotherThreadIsNoDeadlock) {
       rc = braidAllGather(mine.data(), all.data(), count, braidFloat32, comm);
       if (rc == braidSuccess) rc = braidSend(mine.data(), count, braidFloat32, 0, comm);
     }
-    if (rc != braidSuccess) {
-      std::fprintf(stderr, "[rank %d] rc=%d: %s\n", rank, rc, braidGetLastError(comm));
-      return 1;
-    }
+    if (Failed(rc, rank, comm)) return 1;
     for (int r = 0; r < n; ++r)
       for (size_t i = 0; i < count; ++i)
         if (all[static_cast<size_t>(r) * count + i] != 1.0f + r) return 2;

@@ -750,9 +750,7 @@ bool braidComm::runInline(Operation& op) {
 bool braidComm::runInline(const std::vector<std::shared_ptr<Operation>>& ops) {
   for (const auto& op : ops) op->setOwner(this);
   own_inflight_.fetch_add(ops.size());
-  // The caller is held until the whole batch completes (a group's end).
-  std::vector<std::optional<Operation::HeldCaller>> held(ops.size());
-  for (size_t i = 0; i < ops.size(); ++i) held[i].emplace(*ops[i]);
+  const Operation::HeldCaller held(ops);  // until the whole batch completes (a group's end)
   if (engine()->tryRunInline(ops)) return true;
   for (size_t i = 0; i < ops.size(); ++i) opDone();
   return false;
@@ -761,10 +759,8 @@ bool braidComm::runInline(const std::vector<std::shared_ptr<Operation>>& ops) {
 bool braidComm::waitFor(Operation& op, Deadline deadline, bool held_caller) {
   braid::Engine* engine = config().inline_blocking ? this->engine() : nullptr;
   if (op.done()) return true;
-  // A wait with a deadline may return with the call running, and the caller issue more: only a
-  // blocking call's wait, which has none, holds the caller.
   std::optional<Operation::HeldCaller> held;
-  if (held_caller && deadline.never()) held.emplace(op);
+  if (held_caller) held.emplace(op);
   if (engine) engine->driveUntilDone(op, deadline);
   return op.wait(deadline, config().spin_us);
 }

@@ -742,8 +742,7 @@ bool Engine::p2pBlockedOn(int rank) const {
 bool Engine::holdsP2p() {
   for (const auto& a : active_)
     if (!a->isCollective()) return true;
-  for (const ParkedCall& p : parked_)
-    if (p.op && p.op->desc().kind == CollKind::kSendRecv) return true;
+  // (Parked calls are board collectives: eagerBoardRun parks no send or receive.)
   std::lock_guard<std::mutex> lock(mu_);
   for (const auto& op : queue_)
     if (op->desc().kind == CollKind::kSendRecv) return true;

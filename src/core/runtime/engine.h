@@ -188,7 +188,7 @@ class Engine {
   // The operation and peer a deadlock check found at its last look (failIfP2pDeadlock fails
   // only on a second finding in a row). Driver only.
   std::pair<uint64_t, int> deadlock_suspect_{0, -1};
-  // A send or receive anywhere in this engine: active, queued or parked. Driver only.
+  // A send or receive anywhere in this engine: active or queued. Driver only.
   bool holdsP2p();
   // This rank's collective #seq (`call`) waits on `peer`, and this rank can issue nothing before
   // it ends (its caller is held on it, no send or receive of its is in the engine). When `peer`

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -75,16 +76,24 @@ class Operation {
   // end, a wait without a deadline on its request): that thread issues nothing meanwhile, which
   // is what makes a wait cycle through it a deadlock (Engine::p2pDeadlock). Any thread.
   bool callerBlocked() const { return blocked_callers_.load(std::memory_order_acquire) > 0; }
-  // Marks the caller's thread held on `op` for its own lifetime.
+  // Marks the caller's thread held on `ops` (one operation, or a group's batch) for its own
+  // lifetime.
   class HeldCaller {
    public:
-    explicit HeldCaller(Operation& op) : op_(op) { op_.blocked_callers_.fetch_add(1); }
-    ~HeldCaller() { op_.blocked_callers_.fetch_sub(1); }
+    explicit HeldCaller(Operation& op) : one_(&op) { one_->blocked_callers_.fetch_add(1); }
+    explicit HeldCaller(std::span<const std::shared_ptr<Operation>> ops) : ops_(ops) {
+      for (const auto& op : ops_) op->blocked_callers_.fetch_add(1);
+    }
+    ~HeldCaller() {
+      if (one_) one_->blocked_callers_.fetch_sub(1);
+      for (const auto& op : ops_) op->blocked_callers_.fetch_sub(1);
+    }
     HeldCaller(const HeldCaller&) = delete;
     HeldCaller& operator=(const HeldCaller&) = delete;
 
    private:
-    Operation& op_;
+    Operation* one_ = nullptr;
+    std::span<const std::shared_ptr<Operation>> ops_;
   };
 
  private:
