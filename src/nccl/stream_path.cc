@@ -67,13 +67,35 @@ ncclResult_t Report(const Status& st, const char* func) {
 // ------------------------------------------------------------------ groups
 
 struct GroupedCall {
-  ncclComm_t comm;
-  cudaStream_t stream;
-  const char* func;
+  ncclComm_t comm = nullptr;
+  cudaStream_t stream = nullptr;
+  const char* func = nullptr;
   std::vector<StreamBuffer> buffers;
-  StreamRun run;
+  StreamRun run;   // the whole call (its pieces one after another)
+  PieceRun piece;  // its pieces' form (per > 0), for a call submitted on its own
+  size_t per = 0, count = 0, elt_size = 0;
   DeviceForm device;  // its device path (GroupedDeviceForm), empty for calls without one
 };
+
+// The staged form of a call ordered on `stream` alone: whole, or in pieces of `per` elements (the
+// staging pipeline) when `per` > 0.
+StreamCall StagedCall(const char* func, cudaStream_t stream, std::vector<StreamBuffer> buffers,
+                      StreamRun run, PieceRun piece, size_t per, size_t count, size_t elt_size) {
+  StreamCall call;
+  call.what = func;
+  call.streams.push_back(stream);
+  call.buffers = std::move(buffers);
+  call.run = [run = std::move(run)](const HostPointers& h) { return FromResult(run(h)); };
+  if (per > 0) {
+    call.pieces = (count + per - 1) / per;
+    call.piece_bytes = per * elt_size;
+    call.run_piece = [piece = std::move(piece), per, count](const HostPointers& h, size_t k) {
+      const size_t first = k * per;
+      return FromResult(piece(h, first, std::min(per, count - first)));
+    };
+  }
+  return call;
+}
 
 // The device form of the API call in progress on this thread (GroupedDeviceForm).
 thread_local DeviceForm* t_device_form = nullptr;
@@ -95,6 +117,14 @@ ncclResult_t MixedGroup(const char* func) {
                   ": a group may not mix calls on host buffers and on device buffers of one "
                   "communicator (braid runs device calls ordered on their streams, host calls at "
                   "ncclGroupEnd); use separate groups");
+}
+
+// Whether a group's device calls may each run as it would alone (SubmitGroupStreamCalls).
+bool EachOnItsOwn(const std::vector<GroupedCall>& calls) {
+  if (calls.empty()) return false;
+  for (const GroupedCall& c : calls)
+    if (!c.device || c.comm != calls[0].comm || c.stream != calls[0].stream) return false;
+  return true;
 }
 
 }  // namespace
@@ -172,37 +202,35 @@ bool SubmitIfDevice(device::DeviceRuntime* rt, ncclComm_t comm, cudaStream_t str
     }
     // Cut as outside a group (PieceElements): the pieces run one after another in the group's
     // job, so that a rank that groups the call runs the collectives a rank that does not runs.
-    StreamRun run = make_run();
-    if (const size_t per = pieces.make ? PieceElements(comm, pieces.count, pieces.elt_size) : 0)
-      run = [piece = pieces.make(), per, count = pieces.count](const HostPointers& h) {
+    GroupedCall grouped;
+    grouped.comm = comm;
+    grouped.stream = stream;
+    grouped.func = func;
+    grouped.buffers = std::move(bufs);
+    grouped.run = make_run();
+    if (const size_t per = pieces.make ? PieceElements(comm, pieces.count, pieces.elt_size) : 0) {
+      grouped.piece = pieces.make();
+      grouped.per = per;
+      grouped.count = pieces.count;
+      grouped.elt_size = pieces.elt_size;
+      grouped.run = [piece = grouped.piece, per, count = pieces.count](const HostPointers& h) {
         return RunPieces(count, per, [&](size_t first, size_t n) { return piece(h, first, n); });
       };
-    DeviceForm device;
+    }
     if (t_device_form) {
-      device = std::move(*t_device_form);
+      grouped.device = std::move(*t_device_form);
       t_device_form = nullptr;
     }
-    g.device_calls.push_back(
-        GroupedCall{comm, stream, func, std::move(bufs), std::move(run), std::move(device)});
+    g.device_calls.push_back(std::move(grouped));
     *result = ncclSuccess;
     return true;
   }
-  StreamCall call;
-  call.what = func;
-  call.streams.push_back(stream);
-  call.buffers = std::move(bufs);
-  call.run = [run = make_run()](const HostPointers& h) { return FromResult(run(h)); };
   // Large element-wise calls in pieces (the staging pipeline): the piece size is the
   // communicator's, whole elements; every rank cuts the same count the same way.
-  if (const size_t per = pieces.make ? PieceElements(comm, pieces.count, pieces.elt_size) : 0) {
-    call.pieces = (pieces.count + per - 1) / per;
-    call.piece_bytes = per * pieces.elt_size;
-    call.run_piece = [run = pieces.make(), per, count = pieces.count](const HostPointers& h,
-                                                                      size_t k) {
-      const size_t first = k * per;
-      return FromResult(run(h, first, std::min(per, count - first)));
-    };
-  }
+  const size_t per = pieces.make ? PieceElements(comm, pieces.count, pieces.elt_size) : 0;
+  StreamCall call =
+      StagedCall(func, stream, std::move(bufs), make_run(), per ? pieces.make() : PieceRun{}, per,
+                 pieces.count, pieces.elt_size);
   *result = Report(AgentFor(rt, comm)->submit(std::move(call)), func);
   return true;
 }
@@ -241,9 +269,27 @@ ncclResult_t SubmitGroupStreamCalls() {
   Group() = GroupState{};
   ncclResult_t first = ncclSuccess;
   device::DeviceRuntime* rt = device::ActiveDeviceRuntime();
-  // A group of one device call with a device path: taken as the call alone would take it (the
-  // group is closed: GroupDepth() is 0), else staged below like any group.
-  if (g.device_calls.size() == 1 && g.device_calls[0].device && g.device_calls[0].device(&first)) {
+  // A group whose device calls are collectives with a device path, all on one communicator and
+  // one stream: each call runs as it would alone, in order (its device path, else staged on its
+  // own), so that a rank that groups them and one that does not decide alike (the group is
+  // closed: GroupDepth() is 0). Sends and receives (no device form) must run together, and calls
+  // on several streams or communicators must be ordered together (each stream after all of them),
+  // so those groups stage as one braid group, below.
+  if (EachOnItsOwn(g.device_calls)) {
+    std::shared_ptr<StreamAgent> agent;
+    for (GroupedCall& c : g.device_calls) {
+      ncclResult_t r = ncclSuccess;
+      if (!c.device(&r)) {
+        if (!agent) agent = AgentFor(rt, c.comm);
+        r = Report(
+            agent->submit(StagedCall(c.func, c.stream, std::move(c.buffers), std::move(c.run),
+                                     std::move(c.piece), c.per, c.count, c.elt_size)),
+            c.func);
+      }
+      // Every call is issued, as by a program that issues them one by one: the first error is
+      // the group's (a failed call leaves the agent failed, so the later ones fail with it).
+      if (first == ncclSuccess) first = r;
+    }
     for (auto& [comm, op] : g.op_destroys) DestroyRedOpAfterQueued(comm, op);
     return first;
   }

@@ -5,9 +5,12 @@
 // call has completed when it returns), after the communicator's stream-ordered calls are done,
 // since calls on one communicator must not run beside each other.
 //
-// Inside a group, a communicator's device calls are collected and, at the outermost
-// ncclGroupEnd, ordered on every stream they named as one agent job that runs them as one braid
-// group. A group may not mix host and device calls on one communicator (ncclInvalidUsage).
+// Inside a group, a communicator's device calls are collected until the outermost ncclGroupEnd.
+// Collectives on one communicator and one stream then run as each would alone, in order (its
+// device path or staged), so that grouping does not change what a rank runs; other groups (sends
+// and receives, several streams or communicators) are ordered on every stream they named as one
+// agent job per communicator that runs them as one braid group. A group may not mix host and
+// device calls on one communicator (ncclInvalidUsage).
 //
 // Device memory never reaches host code here: only the agent's staged copies (or the runtime's
 // own copies) touch it.
@@ -46,12 +49,12 @@ struct PieceForm {
 };
 
 // A collective's device path (nccl/peer_windows.h: true with *result when it took it). Inside
-// a group the choice waits for ncclGroupEnd: a group whose only device call this is takes the
-// path as the call alone would, so that a rank that wraps a call in a group and one that does not
-// decide alike (a group of several calls stages them as one braid group). The form is kept,
-// thread-locally, for the grouped call the stream path records next during this API call;
-// the guard drops it at the end of the call whatever happened. Outside a group nothing is kept
-// (no std::function per call).
+// a group the choice waits for ncclGroupEnd: a group of collectives on one communicator and one
+// stream takes each call's path as the call alone would, so that a rank that wraps calls in a
+// group and one that does not decide alike (other groups stage as one braid group). The form is
+// kept, thread-locally, for the grouped call the stream path records next during this API call; the
+// guard drops it at the end of the call whatever happened. Outside a group nothing is kept (no
+// std::function per call).
 using DeviceForm = std::function<bool(ncclResult_t*)>;
 class GroupedDeviceForm {
  public:

@@ -856,16 +856,19 @@ TEST(WindowCollectives, AGroupOfOneCallTakesTheDevicePathAsTheCallAlone) {
     const uint64_t took = braid::nccl::PeerBufferCalls() - calls0;
     CHECK_OR_FAIL(took == 3, "%llu of 3 calls on the device path (grouped %d)",
                   static_cast<unsigned long long>(took), grouped);
-    // Two all-reduces in one group, on both ranks: staged together, exact.
+    // Two all-reduces in one group on two streams, on both ranks: ordered on both streams
+    // together, so staged as one braid group, exact.
     void* recv2 = *dev->allocDevice(block);
+    cudaStream_t stream2 = static_cast<cudaStream_t>(*dev->createStream());
     CHECK_OR_FAIL(ncclGroupStart() == ncclSuccess, "group start");
     CHECK_OR_FAIL(
         ncclAllReduce(send, recv, n, ncclInt32, ncclSum, comm, stream) == ncclSuccess &&
-            ncclAllReduce(send, recv2, n, ncclInt32, ncclMax, comm, stream) == ncclSuccess,
+            ncclAllReduce(send, recv2, n, ncclInt32, ncclMax, comm, stream2) == ncclSuccess,
         "grouped all-reduces");
     CHECK_OR_FAIL(ncclGroupEnd() == ncclSuccess, "group end");
-    CHECK_OR_FAIL(dev->synchronize(stream).ok(), "synchronize");
-    CHECK_OR_FAIL(braid::nccl::PeerBufferCalls() - calls0 == 3, "a group of two took the path");
+    CHECK_OR_FAIL(dev->synchronize(stream).ok() && dev->synchronize(stream2).ok(), "synchronize");
+    CHECK_OR_FAIL(braid::nccl::PeerBufferCalls() - calls0 == 3,
+                  "a group on two streams took the device path");
     std::vector<int32_t> a(n), b(n);
     for (int r = 0; r < nranks; ++r) {
       std::vector<unsigned char> bytes(block);
@@ -887,10 +890,88 @@ TEST(WindowCollectives, AGroupOfOneCallTakesTheDevicePathAsTheCallAlone) {
     CHECK_OR_FAIL(ncclCommGetAsyncError(comm, &async) == ncclSuccess && async == ncclSuccess,
                   "async error %d: %s", static_cast<int>(async), ncclGetLastError(comm));
     CHECK_OR_FAIL(ncclCommDestroy(comm) == ncclSuccess, "destroy");
-    CHECK_OR_FAIL(dev->destroyStream(stream).ok(), "destroy stream");
+    CHECK_OR_FAIL(dev->destroyStream(stream).ok() && dev->destroyStream(stream2).ok(),
+                  "destroy stream");
     CHECK_OR_FAIL(
         dev->freeDevice(send).ok() && dev->freeDevice(recv).ok() && dev->freeDevice(recv2).ok(),
         "free");
+    return 0;
+  });
+  EXPECT_TRUE(AllSucceeded(out)) << DescribeOutcomes(out);
+}
+
+// A group of several collectives on one stream runs each as it would alone, in order: one rank
+// groups them, the other issues them one by one (each rank in turn), and both run the same paths
+// (NCCL runs both forms alike; before, the grouped rank staged them all and the two failed as a
+// call mismatch). The group holds a call that depends on the one before it, one that stages (a
+// pre-multiplied sum: no device path) between device calls, and a scatter of what the gather
+// before it collected.
+TEST(WindowCollectives, AGroupOfCollectivesOnOneStreamRunsEachCallsOwnPath) {
+  auto out = RunJob(Job(2), [](braidComm_t, int rank, int nranks, const braidUniqueId& id) {
+    ncclComm_t comm = nullptr;
+    EmulatedDevice* dev = nullptr;
+    if (InitNccl(id, rank, nranks, &comm, &dev) != 0) return 1;
+    cudaStream_t stream = static_cast<cudaStream_t>(*dev->createStream());
+    const size_t n = 1000, block = n * sizeof(int32_t);
+    void* a = *dev->allocDevice(block);
+    void* b = *dev->allocDevice(block);
+    void* c = *dev->allocDevice(block);
+    void* d = *dev->allocDevice(block);
+    void* e = *dev->allocDevice(block * nranks);
+    void* f = *dev->allocDevice(block);
+    const int32_t three = 3;
+    ncclRedOp_t times3;
+    CHECK_OR_FAIL(ncclRedOpCreatePreMulSum(&times3, const_cast<int32_t*>(&three), ncclInt32,
+                                           ncclScalarHostImmediate, comm) == ncclSuccess,
+                  "premulsum");
+    for (int grouper = 0; grouper < nranks; ++grouper) {
+      const bool grouped = rank == grouper;
+      auto* in = static_cast<int32_t*>(*dev->hostView(a, block));
+      for (size_t i = 0; i < n; ++i) in[i] = static_cast<int32_t>(i * 5 + rank * 11 + grouper);
+      for (void* p : {b, c, d, f}) std::memset(*dev->hostView(p, block), 0xee, block);
+      std::memset(*dev->hostView(e, block * nranks), 0xee, block * nranks);
+      const uint64_t calls0 = braid::nccl::PeerBufferCalls();
+      if (grouped) CHECK_OR_FAIL(ncclGroupStart() == ncclSuccess, "group start");
+      CHECK_OR_FAIL(
+          ncclAllReduce(a, b, n, ncclInt32, ncclSum, comm, stream) == ncclSuccess &&
+              ncclAllReduce(b, c, n, ncclInt32, ncclMax, comm, stream) == ncclSuccess &&
+              ncclAllReduce(a, d, n, ncclInt32, times3, comm, stream) == ncclSuccess &&
+              ncclGather(a, rank == 1 ? e : nullptr, n, ncclInt32, 1, comm, stream) ==
+                  ncclSuccess &&
+              ncclScatter(rank == 1 ? e : nullptr, f, n, ncclInt32, 1, comm, stream) == ncclSuccess,
+          "the calls (grouped %d)", grouped);
+      if (grouped) CHECK_OR_FAIL(ncclGroupEnd() == ncclSuccess, "group end");
+      CHECK_OR_FAIL(dev->synchronize(stream).ok(), "synchronize");
+      const auto* got_b = static_cast<const int32_t*>(*dev->hostView(b, block));
+      const auto* got_c = static_cast<const int32_t*>(*dev->hostView(c, block));
+      const auto* got_d = static_cast<const int32_t*>(*dev->hostView(d, block));
+      const auto* got_f = static_cast<const int32_t*>(*dev->hostView(f, block));
+      for (size_t i = 0; i < n; ++i) {
+        const auto sum = static_cast<int32_t>(2 * (i * 5 + grouper) + 11);
+        CHECK_OR_FAIL(got_b[i] == sum && got_c[i] == sum && got_d[i] == 3 * sum,
+                      "grouper %d element %zu: sum %d max %d times3 %d, want %d", grouper, i,
+                      got_b[i], got_c[i], got_d[i], sum);
+        CHECK_OR_FAIL(got_f[i] == in[i], "grouper %d: the scatter's element %zu is %d", grouper, i,
+                      got_f[i]);
+      }
+      if (rank == 1) {
+        const auto* got_e = static_cast<const int32_t*>(*dev->hostView(e, block * nranks));
+        for (int s = 0; s < nranks; ++s)
+          for (size_t i = 0; i < n; ++i)
+            CHECK_OR_FAIL(got_e[s * n + i] == static_cast<int32_t>(i * 5 + s * 11 + grouper),
+                          "grouper %d: the gather's block %d element %zu", grouper, s, i);
+      }
+      const uint64_t took = braid::nccl::PeerBufferCalls() - calls0;
+      CHECK_OR_FAIL(took == 4, "grouper %d: %llu of 4 calls on the device path (grouped %d)",
+                    grouper, static_cast<unsigned long long>(took), grouped);
+    }
+    ncclResult_t async = ncclSuccess;
+    CHECK_OR_FAIL(ncclCommGetAsyncError(comm, &async) == ncclSuccess && async == ncclSuccess,
+                  "async error %d: %s", static_cast<int>(async), ncclGetLastError(comm));
+    CHECK_OR_FAIL(ncclRedOpDestroy(times3, comm) == ncclSuccess, "op destroy");
+    CHECK_OR_FAIL(ncclCommDestroy(comm) == ncclSuccess, "destroy");
+    CHECK_OR_FAIL(dev->destroyStream(stream).ok(), "destroy stream");
+    for (void* p : {a, b, c, d, e, f}) CHECK_OR_FAIL(dev->freeDevice(p).ok(), "free");
     return 0;
   });
   EXPECT_TRUE(AllSucceeded(out)) << DescribeOutcomes(out);
