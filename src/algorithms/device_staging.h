@@ -15,7 +15,8 @@
 // other op on it. The simulator prices a copy between memory types on LinkModel::staging.
 //
 // Not staged: one-sided (board) schedules (their posts belong to one call on the host's board)
-// and in-place all-to-all (the NCCL shim refuses it on device memory).
+// and in-place all-to-all (the NCCL shim sends it from a copy: of the staged buffer, or in device
+// scratch on the device path).
 #pragma once
 
 #include "algorithms/algorithm.h"

@@ -7,8 +7,11 @@
 // and how to run it on the buffers' host addresses.
 #include <cstdlib>
 #include <cstring>
+#include <memory>
+#include <new>
 #include <string>
 
+#include "core/runtime/api_errors.h"
 #include "nccl/peer_windows.h"
 #include "nccl/shim.h"
 #include "nccl/stream_path.h"
@@ -311,12 +314,9 @@ NCCL_API_EXPORT ncclResult_t pncclAlltoAll(const void* sendbuff, void* recvbuff,
   }
   const void* src = sendbuff;
   if (sendbuff == recvbuff && count > 0 && nranks == 1) return ncclSuccess;  // already in place
-  // braid's all-to-all is out of place only; NCCL programs (nccl-tests) also run it in place.
-  // Host memory: send from a copy. Device memory: refused (not yet staged through a copy).
-  if (sendbuff == recvbuff && count > 0 && nranks > 1 && IsDeviceBuffer(recvbuff))
-    return Fail(ncclInvalidArgument, std::string(func) +
-                                         ": in-place all-to-all on device memory is not supported "
-                                         "by braid; use separate send and receive buffers");
+  // braid's all-to-all is out of place only; NCCL programs (nccl-tests) also run it in place,
+  // which sends from a copy of the input: on the device path a copy in device scratch, staged
+  // or on host memory a host copy.
   const size_t bytes = nranks > 0 ? count * nranks * TypeSize(datatype) : 0;
   ncclResult_t res;
   GroupedDeviceForm device;
@@ -329,7 +329,18 @@ NCCL_API_EXPORT ncclResult_t pncclAlltoAll(const void* sendbuff, void* recvbuff,
   if (TakeStreamPath(
           comm, stream, func, {{sendbuff, bytes, true, false}, {recvbuff, bytes, false, true}},
           [=](const HostPointers& h) {
-            return braidAllToAll(h(sendbuff), h(recvbuff), count, B(datatype), B(comm));
+            void* out = h(recvbuff);
+            if (h(sendbuff) != out)
+              return braidAllToAll(h(sendbuff), out, count, B(datatype), B(comm));
+            // Staged: the input's host copy is the staging buffer itself, so it is copied once
+            // more (on the agent's thread, which must not throw).
+            std::unique_ptr<char[]> copy(new (std::nothrow) char[bytes]);
+            if (!copy)
+              return braid::Fail(braid::SystemError(std::string(func) + ": cannot allocate " +
+                                                    std::to_string(bytes) +
+                                                    " bytes for an in-place copy"));
+            std::memcpy(copy.get(), out, bytes);
+            return braidAllToAll(copy.get(), out, count, B(datatype), B(comm));
           },
           &res))
     return res;

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "nccl/cuda_driver.h"
+#include "nccl/device_scratch.h"
 #include "nccl/shim.h"
 #include "nccl/stream_path.h"
 
@@ -205,6 +206,7 @@ NCCL_API_EXPORT ncclResult_t pncclCommDestroy(ncclComm_t comm) {
   // As NCCL, a destroy releases the communicator's registrations (and the classifications they
   // kept: the buffers may be freed next).
   DropRegistrations(comm);
+  DropDeviceScratch(comm, /*keep=*/false);
   return FromBraid(braidCommDestroy(B(comm)), "ncclCommDestroy");
 }
 NCCL_WEAK_ALIAS(ncclResult_t, ncclCommDestroy, (ncclComm_t comm))
@@ -227,6 +229,7 @@ NCCL_API_EXPORT ncclResult_t pncclCommAbort(ncclComm_t comm) {
                "ncclCommAbort: device work on peer windows still runs after 2 s; their "
                "mappings are left open");
   DropRegistrations(comm, /*keep_mappings=*/!device_work_ended);
+  DropDeviceScratch(comm, /*keep=*/!device_work_ended);
   return r;
 }
 NCCL_WEAK_ALIAS(ncclResult_t, ncclCommAbort, (ncclComm_t comm))

@@ -14,7 +14,8 @@
 //   broadcast       the root pushes its input into every rank's output (in windows);
 //   reduce          the root pulls every rank's input (in windows), reduced, into its output;
 //   all-to-all      rank r pushes block j of its input into block r of rank j's output, one
-//                   pairwise kernel (the output in a window on every rank; not in place);
+//                   pairwise kernel (the output in a window on every rank; in place, the input
+//                   is first copied to device scratch, nccl/device_scratch.h);
 //   gather          rank r pushes its input into block r of the root's output;
 //   scatter         rank r pulls block r of the root's input into its output;
 //   all-reduce      as below.
@@ -53,6 +54,7 @@
 #include <vector>
 
 #include "core/runtime/comm_registry.h"
+#include "nccl/device_scratch.h"
 #include "nccl/known_buffers.h"
 #include "nccl/peer_buffers.h"
 #include "nccl/peer_windows.h"
@@ -149,6 +151,9 @@ struct Plan {
   int rank = -1, nranks = -1;
   const void* send = nullptr;  // this rank's, null where it has none
   void* recv = nullptr;
+  // An in-place all-to-all: the user's buffer, copied into `send` (device scratch) on the stream
+  // before the ranks agree (DeviceWork::prepare); null otherwise.
+  const void* copy_from = nullptr;
 
   size_t elt() const { return TypeSize(type); }
   bool reduces() const {
@@ -336,11 +341,43 @@ Status Barrier(ncclComm_t comm) {
   return FromResult(braidBarrier(B(comm))).prepend("waiting for every rank's device work: ");
 }
 
+// The copy of an in-place all-to-all's input into its scratch (Plan::copy_from), else nothing.
+std::function<Status(device::StreamHandle)> CopyInput(device::DeviceRuntime* rt, const Plan& c) {
+  if (!c.copy_from) return nullptr;
+  return [rt, dst = const_cast<void*>(c.send), src = c.copy_from,
+          bytes = c.sendBytes()](device::StreamHandle s) {
+    return rt->copyAsync(dst, src, bytes, s).prepend("copying an in-place all-to-all's input: ");
+  };
+}
+
+// An in-place all-to-all sends from a copy of its input (each rank's pushes would overwrite
+// blocks its peers have not sent yet): the communicator's device scratch becomes the input, which
+// only this rank reads (an all-to-all's input is not shared). False (with *result) when the
+// scratch cannot be allocated.
+bool SendFromScratch(device::DeviceRuntime* rt, ncclComm_t comm, Plan* c,
+                     std::vector<StreamBuffer>* buffers, const char* func, ncclResult_t* result) {
+  if (c->kind != WindowKind::kAllToAll || c->send != c->recv) return true;
+  auto scratch = DeviceScratch(comm, rt, c->sendBytes());
+  auto info =
+      scratch.ok() ? ClassifyBuffer(rt, *scratch) : Result<device::PointerInfo>(scratch.status());
+  if (!info.ok()) {
+    *result = Fail(ncclUnhandledCudaError, std::string(func) + ": " + info.status().message());
+    return false;
+  }
+  c->copy_from = c->send;
+  c->send = *scratch;
+  for (StreamBuffer& b : *buffers)
+    if (b.read) b = StreamBuffer{*scratch, c->sendBytes(), true, false, *info};
+  return true;
+}
+
 // Windows: the pointers are known now; `r` is queued as it is.
 ncclResult_t SubmitWindowCall(device::DeviceRuntime* rt, ncclComm_t comm, cudaStream_t stream,
-                              const char* func, device::PeerReduce r, CallRecord call, int nranks,
-                              std::vector<StreamBuffer> buffers) {
+                              const char* func, device::PeerReduce r, CallRecord call,
+                              const Plan& plan, std::vector<StreamBuffer> buffers) {
+  const int nranks = plan.nranks;
   auto work = std::make_shared<DeviceWork>();
+  work->prepare = CopyInput(rt, plan);
   work->queue = [rt, r](device::StreamHandle s, const uint32_t* skip, uint32_t value) mutable {
     if (r.count == 0) return Status::Ok();  // a rank with nothing to move (not the root)
     r.skip = skip;
@@ -381,6 +418,7 @@ ncclResult_t SubmitPeerBufferCall(device::DeviceRuntime* rt, ncclComm_t comm, cu
   r.dst.clear();
   std::shared_ptr<PeerAllocationCache> cache = PeerCacheFor(comm, rt, plan.rank);
   auto work = std::make_shared<DeviceWork>();
+  work->prepare = CopyInput(rt, plan);
   work->queue = [rt, r](device::StreamHandle s, const uint32_t* skip, uint32_t value) mutable {
     if (r.count == 0) return Status::Ok();
     r.skip = skip;
@@ -486,8 +524,9 @@ bool OnDevice(ncclComm_t comm, Plan c, cudaStream_t stream, const char* func,
     const PeerAt recv_of = [&](int k) {
       return static_cast<char*>(recv.peer[static_cast<size_t>(k)]) + recv.offset;
     };
-    *result = SubmitWindowCall(rt, comm, stream, func, Build(c, send_of, recv_of), call, c.nranks,
-                               std::move(buffers));
+    if (SendFromScratch(rt, comm, &c, &buffers, func, result))
+      *result = SubmitWindowCall(rt, comm, stream, func, Build(c, send_of, recv_of), call, c,
+                                 std::move(buffers));
     return true;
   }
 
@@ -515,7 +554,8 @@ bool OnDevice(ncclComm_t comm, Plan c, cudaStream_t stream, const char* func,
     if (!rec && !c.rootOnly()) continue;
     if (!MakePeerBufferRecord(rt, b.ptr, b.info, rec ? rec : &unsent)) return false;
   }
-  *result = SubmitPeerBufferCall(rt, comm, stream, func, c, mine, std::move(buffers));
+  if (SendFromScratch(rt, comm, &c, &buffers, func, result))
+    *result = SubmitPeerBufferCall(rt, comm, stream, func, c, mine, std::move(buffers));
   return true;
 }
 
@@ -574,8 +614,8 @@ bool WindowReduce(ncclComm_t comm, const void* sendbuff, void* recvbuff, size_t 
 
 bool WindowAllToAll(ncclComm_t comm, const void* sendbuff, void* recvbuff, size_t count,
                     ncclDataType_t datatype, cudaStream_t stream, ncclResult_t* result) {
-  // In place, a rank's pushes would overwrite the input its peers are still reading.
-  if (sendbuff == recvbuff) return false;
+  // In place, the input is copied to scratch first (SendFromScratch), on the device path as on
+  // the staged one: a rank in place and one out of place decide alike.
   return OnDevice(comm,
                   MakePlan(WindowKind::kAllToAll, sendbuff, recvbuff, count, datatype, ncclSum, 0),
                   stream, "ncclAlltoAll", result);

@@ -39,6 +39,7 @@
 #include "multirank/harness.h"
 #include "multirank/nccl_shim_job.h"
 #include "nccl.h"
+#include "nccl/device_scratch.h"
 #include "nccl/peer_buffers.h"
 #include "nccl/peer_windows.h"
 #include "nccl/shim.h"
@@ -326,6 +327,20 @@ int EveryTypeAndOp(const braidUniqueId& id, int rank, int nranks, bool peer_buff
       ++calls;
       CHECK_OR_FAIL(std::memcmp(*dev->hostView(wrecv, total), want.data(), total) == 0,
                     "all-to-all type %d n %zu: a block differs from its sender's",
+                    static_cast<int>(t), n);
+      // In place, on the device path (from a copy in device scratch) and staged.
+      std::memcpy(*dev->hostView(wrecv, total), in.data(), total);
+      std::memcpy(*dev->hostView(precv, total), in.data(), total);
+      CHECK_OR_FAIL(
+          ncclAlltoAll(wrecv, wrecv, n, t, comm, stream) == ncclSuccess &&
+              Staged([&] { return ncclAlltoAll(precv, precv, n, t, comm, stream); }) == ncclSuccess,
+          "in-place all-to-all type %d n %zu", static_cast<int>(t), n);
+      CHECK_OR_FAIL(dev->synchronize(stream).ok(), "synchronize");
+      ++calls;
+      CHECK_OR_FAIL(std::memcmp(*dev->hostView(wrecv, total), want.data(), total) == 0,
+                    "in-place all-to-all type %d n %zu: a block differs", static_cast<int>(t), n);
+      CHECK_OR_FAIL(std::memcmp(*dev->hostView(precv, total), want.data(), total) == 0,
+                    "staged in-place all-to-all type %d n %zu: a block differs",
                     static_cast<int>(t), n);
       for (bool in_place : {false, true}) {
         const int root = in_place ? 0 : nranks - 1;
@@ -972,6 +987,64 @@ TEST(WindowCollectives, AGroupOfCollectivesOnOneStreamRunsEachCallsOwnPath) {
     CHECK_OR_FAIL(ncclCommDestroy(comm) == ncclSuccess, "destroy");
     CHECK_OR_FAIL(dev->destroyStream(stream).ok(), "destroy stream");
     for (void* p : {a, b, c, d, e, f}) CHECK_OR_FAIL(dev->freeDevice(p).ok(), "free");
+    return 0;
+  });
+  EXPECT_TRUE(AllSucceeded(out)) << DescribeOutcomes(out);
+}
+
+// An in-place all-to-all on device memory sends from a copy of its input in device scratch, so a
+// rank in place and ranks out of place take the device path alike (NCCL runs both), the scratch
+// grows with the call (kept per communicator, reused), and the communicator frees it at destroy.
+TEST(WindowCollectives, InPlaceAllToAllMixesWithOutOfPlaceAndFreesItsScratch) {
+  auto out = RunJob(Job(3), [](braidComm_t, int rank, int nranks, const braidUniqueId& id) {
+    ncclComm_t comm = nullptr;
+    EmulatedDevice* dev = nullptr;
+    if (InitNccl(id, rank, nranks, &comm, &dev) != 0) return 1;
+    cudaStream_t stream = static_cast<cudaStream_t>(*dev->createStream());
+    const size_t most = 20000, bytes = most * sizeof(int32_t) * nranks;
+    void* send = *dev->allocDevice(bytes);
+    void* recv = *dev->allocDevice(bytes);
+    const uint64_t calls0 = braid::nccl::PeerBufferCalls();
+    int calls = 0;
+    for (size_t n : {size_t{100}, most, size_t{7}})
+      for (int in_place_rank = -1; in_place_rank <= nranks; ++in_place_rank) {
+        // -1: every rank out of place; nranks: every rank in place; else that rank alone.
+        const bool in_place = in_place_rank == nranks || in_place_rank == rank;
+        const auto value = [&](int from, int to, size_t i) {
+          return static_cast<int32_t>(from * 1000003 + to * 7919 + static_cast<int>(i) +
+                                      in_place_rank * 13);
+        };
+        void* src = in_place ? recv : send;
+        auto* in = static_cast<int32_t*>(*dev->hostView(src, bytes));
+        for (int d = 0; d < nranks; ++d)
+          for (size_t i = 0; i < n; ++i) in[d * n + i] = value(rank, d, i);
+        if (!in_place) std::memset(*dev->hostView(recv, bytes), 0xee, bytes);
+        CHECK_OR_FAIL(ncclAlltoAll(src, recv, n, ncclInt32, comm, stream) == ncclSuccess,
+                      "all-to-all n %zu, in place on %d", n, in_place_rank);
+        CHECK_OR_FAIL(dev->synchronize(stream).ok(), "synchronize");
+        ++calls;
+        const auto* got = static_cast<const int32_t*>(*dev->hostView(recv, bytes));
+        for (int s = 0; s < nranks; ++s)
+          for (size_t i = 0; i < n; ++i)
+            CHECK_OR_FAIL(got[s * n + i] == value(s, rank, i),
+                          "n %zu, in place on %d: block %d element %zu is %d, want %d", n,
+                          in_place_rank, s, i, got[s * n + i], value(s, rank, i));
+      }
+    CHECK_OR_FAIL(braid::nccl::PeerBufferCalls() - calls0 == static_cast<uint64_t>(calls),
+                  "%llu of %d calls on the device path",
+                  static_cast<unsigned long long>(braid::nccl::PeerBufferCalls() - calls0), calls);
+    // Grown once past the first call's: the largest call's bytes, rounded to a power of two,
+    // beside the first one's.
+    const size_t held = braid::nccl::DeviceScratchBytes();
+    CHECK_OR_FAIL(held >= most * sizeof(int32_t) * nranks && held < 4 * bytes,
+                  "scratch holds %zu bytes", held);
+    ncclResult_t async = ncclSuccess;
+    CHECK_OR_FAIL(ncclCommGetAsyncError(comm, &async) == ncclSuccess && async == ncclSuccess,
+                  "async error %d: %s", static_cast<int>(async), ncclGetLastError(comm));
+    CHECK_OR_FAIL(ncclCommDestroy(comm) == ncclSuccess, "destroy");
+    CHECK_OR_FAIL(braid::nccl::DeviceScratchBytes() == 0, "the scratch outlived its communicator");
+    CHECK_OR_FAIL(dev->destroyStream(stream).ok(), "destroy stream");
+    CHECK_OR_FAIL(dev->freeDevice(send).ok() && dev->freeDevice(recv).ok(), "free");
     return 0;
   });
   EXPECT_TRUE(AllSucceeded(out)) << DescribeOutcomes(out);

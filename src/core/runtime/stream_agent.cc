@@ -210,6 +210,7 @@ Status StreamAgent::submitGroup(std::vector<std::pair<StreamAgent*, StreamCall>>
       StreamAgent* agent = calls[i].first;
       std::lock_guard<std::mutex> lock(agent->staging_mu_);
       if (agent->last_flag_) st = rt->waitValue32(s0, agent->last_flag_, agent->last_value_);
+      if (st.ok() && p.call.device_work->prepare) st = p.call.device_work->prepare(s0);
       if (!st.ok()) return unwind(st, p.call.what);
     }
     st = take_slot(i, 0);

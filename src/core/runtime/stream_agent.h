@@ -91,6 +91,10 @@ struct DeviceWork {
   // On the agent, after this rank's device work ended: waits until every rank's has (each writes
   // into the others' buffers, so no rank's `done` may come before the last writer's end).
   std::function<Status()> finish;
+  // Optional, at submit, on the stream before its `ready`: device work the call needs done on
+  // this rank before the ranks agree, so before any peer touches this rank's buffers (an
+  // in-place all-to-all's copy of its input to scratch). It runs whatever the agreement says.
+  std::function<Status(device::StreamHandle s)> prepare;
   // Optional, on the agent once the call is over: `work_ended` when the agent saw the device
   // work end (what it read may be reused), false when it may still run (an abort) or was never
   // queued.
