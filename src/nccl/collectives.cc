@@ -449,6 +449,9 @@ NCCL_API_EXPORT ncclResult_t pncclSend(const void* sendbuff, size_t count, ncclD
   NCCL_CHECK(CheckRank(peer, nranks, "peer", func));
   if (count > 0) NCCL_CHECK(CheckPtr(sendbuff, "sendbuff", func));
   ncclResult_t res;
+  const P2pCall p2p{true, const_cast<void*>(sendbuff), count, datatype, peer};
+  if (GroupDepth() == 0 && P2pOnDevice(comm, stream, {p2p}, &res)) return res;
+  GroupedP2pForm grouped(p2p);
   if (TakeStreamPath(
           comm, stream, func, {{sendbuff, count * TypeSize(datatype), true, false}},
           [=](const HostPointers& h) {
@@ -471,6 +474,9 @@ NCCL_API_EXPORT ncclResult_t pncclRecv(void* recvbuff, size_t count, ncclDataTyp
   NCCL_CHECK(CheckRank(peer, nranks, "peer", func));
   if (count > 0) NCCL_CHECK(CheckPtr(recvbuff, "recvbuff", func));
   ncclResult_t res;
+  const P2pCall p2p{false, recvbuff, count, datatype, peer};
+  if (GroupDepth() == 0 && P2pOnDevice(comm, stream, {p2p}, &res)) return res;
+  GroupedP2pForm grouped(p2p);
   if (TakeStreamPath(
           comm, stream, func, {{recvbuff, count * TypeSize(datatype), false, true}},
           [=](const HostPointers& h) {

@@ -7,6 +7,7 @@
 
 #include "nccl/cuda_driver.h"
 #include "nccl/device_scratch.h"
+#include "nccl/p2p_device.h"
 #include "nccl/shim.h"
 #include "nccl/stream_path.h"
 
@@ -207,6 +208,7 @@ NCCL_API_EXPORT ncclResult_t pncclCommDestroy(ncclComm_t comm) {
   // kept: the buffers may be freed next).
   DropRegistrations(comm);
   DropDeviceScratch(comm, /*keep=*/false);
+  DropP2pDevice(comm, /*keep_mappings=*/false);
   return FromBraid(braidCommDestroy(B(comm)), "ncclCommDestroy");
 }
 NCCL_WEAK_ALIAS(ncclResult_t, ncclCommDestroy, (ncclComm_t comm))
@@ -230,6 +232,7 @@ NCCL_API_EXPORT ncclResult_t pncclCommAbort(ncclComm_t comm) {
                "mappings are left open");
   DropRegistrations(comm, /*keep_mappings=*/!device_work_ended);
   DropDeviceScratch(comm, /*keep=*/!device_work_ended);
+  DropP2pDevice(comm, /*keep_mappings=*/!device_work_ended);
   return r;
 }
 NCCL_WEAK_ALIAS(ncclResult_t, ncclCommAbort, (ncclComm_t comm))
@@ -268,8 +271,11 @@ NCCL_API_EXPORT ncclResult_t pncclCommGetAsyncError(ncclComm_t comm, ncclResult_
     *asyncError = e == braidSuccess ? ncclSuccess : ncclInProgress;
     return ncclSuccess;
   }
-  // The error belongs to the communicator, so its message is the communicator's.
+  // The error belongs to the communicator, so its message is the communicator's, or where it has
+  // none (a peer's failure notice), the failed stream-ordered call's.
   const char* m = braidGetLastError(B(comm));
+  if ((!m || !*m) && StreamAgentError(comm, &stream_message) != braidSuccess)
+    m = stream_message.c_str();
   LastError() = std::string(func) + ": " + (m && *m ? m : braidGetErrorString(e));
   *asyncError = MapStatus(e);
   return ncclSuccess;

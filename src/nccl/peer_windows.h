@@ -89,5 +89,6 @@ uint64_t WindowCalls();
 // Tests: while on, every call of this process stages (the reference the device paths are
 // compared with in one run). Every rank must set it alike, before the same calls.
 void StageDeviceCallsForTesting(bool on);
+bool StagingDeviceCallsForTesting();
 
 }  // namespace braid::nccl

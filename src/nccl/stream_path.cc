@@ -4,6 +4,7 @@
 #include <array>
 #include <atomic>
 #include <mutex>
+#include <optional>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -74,7 +75,8 @@ struct GroupedCall {
   StreamRun run;   // the whole call (its pieces one after another)
   PieceRun piece;  // its pieces' form (per > 0), for a call submitted on its own
   size_t per = 0, count = 0, elt_size = 0;
-  DeviceForm device;  // its device path (GroupedDeviceForm), empty for calls without one
+  DeviceForm device;           // its device path (GroupedDeviceForm), empty for calls without one
+  std::optional<P2pCall> p2p;  // a send's or receive's (GroupedP2pForm)
 };
 
 // The staged form of a call ordered on `stream` alone: whole, or in pieces of `per` elements (the
@@ -97,8 +99,10 @@ StreamCall StagedCall(const char* func, cudaStream_t stream, std::vector<StreamB
   return call;
 }
 
-// The device form of the API call in progress on this thread (GroupedDeviceForm).
+// The device form of the API call in progress on this thread (GroupedDeviceForm,
+// GroupedP2pForm).
 thread_local DeviceForm* t_device_form = nullptr;
+thread_local const P2pCall* t_p2p_form = nullptr;
 struct GroupState {
   std::vector<GroupedCall> device_calls;
   std::vector<ncclComm_t> host_comms;  // communicators with host calls in this group
@@ -127,6 +131,17 @@ bool EachOnItsOwn(const std::vector<GroupedCall>& calls) {
   return true;
 }
 
+// Whether a group's device calls are sends and receives alone, on one communicator and one
+// stream (into *out, in issue order).
+bool AllP2p(const std::vector<GroupedCall>& calls, std::vector<P2pCall>* out) {
+  if (calls.empty()) return false;
+  for (const GroupedCall& c : calls) {
+    if (!c.p2p || c.comm != calls[0].comm || c.stream != calls[0].stream) return false;
+    out->push_back(*c.p2p);
+  }
+  return true;
+}
+
 }  // namespace
 
 void GroupedDeviceForm::keep(DeviceForm form) {
@@ -136,6 +151,14 @@ void GroupedDeviceForm::keep(DeviceForm form) {
 
 GroupedDeviceForm::~GroupedDeviceForm() {
   if (t_device_form == &form_) t_device_form = nullptr;
+}
+
+GroupedP2pForm::GroupedP2pForm(const P2pCall& call) : call_(call) {
+  if (GroupDepth() > 0) t_p2p_form = &call_;
+}
+
+GroupedP2pForm::~GroupedP2pForm() {
+  if (t_p2p_form == &call_) t_p2p_form = nullptr;
 }
 
 size_t PieceElements(ncclComm_t comm, size_t count, size_t elt_size) {
@@ -221,6 +244,10 @@ bool SubmitIfDevice(device::DeviceRuntime* rt, ncclComm_t comm, cudaStream_t str
       grouped.device = std::move(*t_device_form);
       t_device_form = nullptr;
     }
+    if (t_p2p_form) {
+      grouped.p2p = *t_p2p_form;
+      t_p2p_form = nullptr;
+    }
     g.device_calls.push_back(std::move(grouped));
     *result = ncclSuccess;
     return true;
@@ -275,6 +302,14 @@ ncclResult_t SubmitGroupStreamCalls() {
   // closed: GroupDepth() is 0). Sends and receives (no device form) must run together, and calls
   // on several streams or communicators must be ordered together (each stream after all of them),
   // so those groups stage as one braid group, below.
+  // Sends and receives alone, on one communicator and one stream: on the device together when
+  // every buffer allows it (P2pOnDevice decides, as for one call outside a group), else staged.
+  if (std::vector<P2pCall> p2p;
+      AllP2p(g.device_calls, &p2p) &&
+      P2pOnDevice(g.device_calls[0].comm, g.device_calls[0].stream, p2p, &first)) {
+    for (auto& [comm, op] : g.op_destroys) DestroyRedOpAfterQueued(comm, op);
+    return first;
+  }
   if (EachOnItsOwn(g.device_calls)) {
     std::shared_ptr<StreamAgent> agent;
     for (GroupedCall& c : g.device_calls) {

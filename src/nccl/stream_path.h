@@ -26,6 +26,7 @@
 #include "core/runtime/stream_agent.h"
 #include "device/device_runtime.h"
 #include "nccl/known_buffers.h"
+#include "nccl/p2p_device.h"
 #include "nccl/shim.h"
 
 namespace braid::nccl {
@@ -74,6 +75,20 @@ class GroupedDeviceForm {
  private:
   void keep(DeviceForm form);
   DeviceForm form_;
+};
+
+// A send's or receive's device-path form (nccl/p2p_device.h), kept like a DeviceForm for the
+// grouped call the stream path records next during this API call: a group whose device calls
+// are all sends and receives on one communicator and one stream runs them on the device together.
+class GroupedP2pForm {
+ public:
+  explicit GroupedP2pForm(const P2pCall& call);  // kept only inside a group
+  ~GroupedP2pForm();
+  GroupedP2pForm(const GroupedP2pForm&) = delete;
+  GroupedP2pForm& operator=(const GroupedP2pForm&) = delete;
+
+ private:
+  P2pCall call_;
 };
 
 // The stream path itself (out of line). Sets *result and returns true when the call is a device

@@ -639,6 +639,10 @@ void StageDeviceCallsForTesting(bool on) {
   g_stage_all.store(on, std::memory_order_relaxed);
 }
 
+bool StagingDeviceCallsForTesting() {
+  return g_stage_all.load(std::memory_order_relaxed);
+}
+
 uint64_t WindowCalls() {
   return g_calls.load(std::memory_order_relaxed);
 }

@@ -1,0 +1,306 @@
+#include "nccl/p2p_device.h"
+
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdio>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <numeric>
+#include <string>
+
+#include "core/runtime/comm_registry.h"
+#include "nccl/known_buffers.h"
+#include "nccl/peer_buffers.h"
+#include "nccl/peer_windows.h"
+#include "nccl/stream_path.h"
+
+namespace braid::nccl {
+
+namespace {
+
+std::atomic<uint64_t> g_jobs{0};
+
+// The view's tag: tells its messages apart from the communicator's own and from a framework's
+// views of the same ranks (docs/split-views.md).
+constexpr uint32_t kHandshakeTag = 0xB2A1D9E7u;
+constexpr uint64_t kRecordMagic = 0x62726169'64503250ull;  // "braidP2P"
+
+// What a send tells its receiver. Plain data (sent as bytes).
+struct SendRecord {
+  uint64_t magic = kRecordMagic;
+  uint64_t count = 0;
+  int32_t type = 0;
+  int32_t pid = 0;
+  PeerBufferRecord buffer;
+};
+
+// A receiver's answer to its sender: the copy ended (ok), or why it did not run. Its size differs
+// from a record's, so that a message left over by a failed job is refused, never misread.
+struct Answer {
+  int32_t ok = 0;
+  char reason[188] = {};
+};
+static_assert(sizeof(Answer) != sizeof(SendRecord));
+
+// Per communicator: the handshake view and the receiver's mappings of its senders' allocations
+// (used on the communicator's stream agent only; the map's lock guards creation and removal).
+struct P2pState {
+  braidComm_t view = nullptr;
+  std::shared_ptr<PeerAllocationCache> cache;
+};
+struct AllStates {
+  std::mutex mu;
+  std::map<ncclComm_t, std::shared_ptr<P2pState>> by_comm;
+};
+AllStates& States() {
+  static auto* s = new AllStates;  // never destroyed: agents may outlive static destruction
+  return *s;
+}
+
+std::shared_ptr<P2pState> StateFor(ncclComm_t comm, device::DeviceRuntime* rt, int rank) {
+  AllStates& all = States();
+  std::lock_guard<std::mutex> lock(all.mu);
+  auto& slot = all.by_comm[comm];
+  if (!slot) {
+    slot = std::make_shared<P2pState>();
+    slot->cache = std::make_shared<PeerAllocationCache>(rt, rank, static_cast<int32_t>(getpid()));
+  }
+  return slot;
+}
+
+// The view, made on first use (local: nothing is sent, so ranks may make it at different calls).
+Result<braidComm_t> ViewOf(ncclComm_t comm, P2pState& state, int nranks) {
+  if (state.view) return state.view;
+  std::vector<int> ranks(static_cast<size_t>(nranks));
+  std::iota(ranks.begin(), ranks.end(), 0);
+  braidComm_t view = nullptr;
+  braidResult_t r = braidCommSplitRanks(B(comm), ranks.data(), nranks, kHandshakeTag, &view);
+  if (r != braidSuccess)
+    return Status(FromResult(r)).prepend("making the point-to-point handshake view: ");
+  state.view = view;
+  return view;
+}
+
+const char* TypeText(int32_t t) {
+  static const char* const names[] = {"int8",    "uint8",    "int32",   "uint32",
+                                      "int64",   "uint64",   "float16", "float32",
+                                      "float64", "bfloat16", "fp8e4m3", "fp8e5m2"};
+  return t >= 0 && t < static_cast<int32_t>(sizeof(names) / sizeof(names[0])) ? names[t] : "?";
+}
+
+// A failed call on the view, with the view's own message (a group's failure may leave the
+// thread's message empty).
+Status OnView(braidResult_t r, braidComm_t view) {
+  if (r == braidSuccess) return Status::Ok();
+  const char* m = braidGetLastError(view);
+  if (m && *m) return Status::Error(static_cast<ErrorClass>(r), m);
+  return FromResult(r);
+}
+
+// One braid group on the view: `sends[i]` (bytes) to the peers of `to`, `recvs[j]` from `from`.
+Status Exchange(braidComm_t view, const std::vector<std::pair<const void*, int>>& to,
+                const std::vector<std::pair<void*, int>>& from, size_t bytes) {
+  braidResult_t r = braidGroupStart();
+  if (r != braidSuccess) return FromResult(r);
+  for (const auto& [p, peer] : to)
+    if (r == braidSuccess) r = braidSend(p, bytes, braidUint8, peer, view);
+  for (const auto& [p, peer] : from)
+    if (r == braidSuccess) r = braidRecv(p, bytes, braidUint8, peer, view);
+  Status st = OnView(r, view);
+  const braidResult_t end = braidGroupEnd();
+  if (st.ok()) st = OnView(end, view);
+  return st;
+}
+
+// The answers: this rank's (one per receive, all `mine`) out, its senders' in. The first failure
+// a receiver reported, else ok.
+Status Answers(braidComm_t view, const std::vector<P2pCall>& calls, const Answer& mine) {
+  std::vector<std::pair<const void*, int>> to;
+  std::vector<std::pair<void*, int>> from;
+  std::vector<Answer> theirs(calls.size());
+  for (size_t i = 0; i < calls.size(); ++i) {
+    if (calls[i].send)
+      from.emplace_back(&theirs[i], calls[i].peer);
+    else
+      to.emplace_back(&mine, calls[i].peer);
+  }
+  BRAID_RETURN_IF_ERROR(
+      Exchange(view, to, from, sizeof(Answer)).prepend("waiting for the receivers: "));
+  for (size_t i = 0; i < calls.size(); ++i)
+    if (calls[i].send && !theirs[i].ok)
+      return SystemError(
+          "ncclSend to rank " + std::to_string(calls[i].peer) + ": the receiver failed: " +
+          std::string(theirs[i].reason, strnlen(theirs[i].reason, sizeof(theirs[i].reason))));
+  return Status::Ok();
+}
+
+}  // namespace
+
+bool P2pOnDevice(ncclComm_t comm, cudaStream_t stream, const std::vector<P2pCall>& calls,
+                 ncclResult_t* result) {
+  device::DeviceRuntime* rt = device::ActiveDeviceRuntime();
+  if (!rt || !rt->peerReduceAvailable() || calls.empty() || GroupDepth() > 0 ||
+      StagingDeviceCallsForTesting())
+    return false;
+  // Every buffer this rank uses: device memory it could export (decided alike on every rank of
+  // one kind of allocation; a receive buffer is not shared, but is asked too).
+  std::vector<StreamBuffer> buffers;
+  std::vector<SendRecord> records(calls.size());
+  for (size_t i = 0; i < calls.size(); ++i) {
+    const P2pCall& c = calls[i];
+    const size_t bytes = c.count * TypeSize(c.type);
+    if (bytes == 0) return false;
+    auto info = ClassifyBuffer(rt, c.buff);
+    if (!info.ok() || !info->onDevice()) return false;
+    if (!MakePeerBufferRecord(rt, c.buff, *info, &records[i].buffer)) return false;
+    records[i].count = c.count;
+    records[i].type = static_cast<int32_t>(c.type);
+    records[i].pid = static_cast<int32_t>(getpid());
+    buffers.push_back(StreamBuffer{c.buff, bytes, c.send, !c.send, *info});
+  }
+  int rank, nranks;
+  CommShape(comm, &rank, &nranks);
+  if (rank < 0 || nranks < 1) return false;
+  {
+    CommRef ref = LookupComm(B(comm));
+    if (!ref || !ref->deviceIpc() || ref->layout().nnodes != 1) return false;
+  }
+  // One late-bound pointer table per receive.
+  PeerPointerPool& pool = PeerPointerPool::For(rt);
+  std::vector<device::PeerPointers*> tables;
+  for (const P2pCall& c : calls) {
+    if (c.send) continue;
+    auto t = pool.acquire();
+    if (!t.ok()) {
+      for (device::PeerPointers* u : tables) pool.release(u);
+      *result = Fail(ncclUnhandledCudaError, std::string(calls[0].send ? "ncclSend" : "ncclRecv") +
+                                                 ": " + t.status().message());
+      return true;
+    }
+    tables.push_back(*t);
+  }
+  std::shared_ptr<P2pState> state = StateFor(comm, rt, rank);
+  auto work = std::make_shared<DeviceWork>();
+  work->queue = [rt, calls, tables](device::StreamHandle s, const uint32_t* skip, uint32_t value) {
+    size_t k = 0;
+    for (const P2pCall& c : calls) {
+      if (c.send) continue;
+      device::PeerReduce r;
+      r.type = static_cast<DataType>(c.type);
+      r.count = c.count;
+      r.pairwise = true;
+      r.late = tables[k++];
+      r.late_src = 1;
+      r.late_dst = 1;
+      r.skip = skip;
+      r.skip_value = value;
+      BRAID_RETURN_IF_ERROR(rt->launchPeerReduce(r, s));
+    }
+    return Status::Ok();
+  };
+  work->agree = [comm, nranks, rank, calls, records, tables, state]() -> Status {
+    auto view = ViewOf(comm, *state, nranks);
+    if (!view.ok()) return view.status();
+    std::vector<std::pair<const void*, int>> to;
+    std::vector<std::pair<void*, int>> from;
+    std::vector<SendRecord> got(calls.size());
+    for (size_t i = 0; i < calls.size(); ++i) {
+      if (calls[i].send)
+        to.emplace_back(&records[i], calls[i].peer);
+      else
+        from.emplace_back(&got[i], calls[i].peer);
+    }
+    // A failure here (a dead peer, a staged peer's message of the other communicator) leaves no
+    // answer owed: no rank's handshake completed.
+    BRAID_RETURN_IF_ERROR(
+        Exchange(*view, to, from, sizeof(SendRecord)).prepend("exchanging the buffers: "));
+    // Each receive: the sender's call must match, and its allocation be mapped here.
+    Status st;
+    std::vector<std::vector<PeerBufferRecord>> noted(static_cast<size_t>(nranks));
+    std::vector<int32_t> pids(static_cast<size_t>(nranks), 0);
+    for (size_t i = 0; i < calls.size() && st.ok(); ++i) {
+      const P2pCall& c = calls[i];
+      if (c.send) continue;
+      const SendRecord& g = got[i];
+      if (g.magic != kRecordMagic)
+        st = InternalError("rank " + std::to_string(c.peer) + " sent no buffer record");
+      else if (g.count != c.count || g.type != static_cast<int32_t>(c.type))
+        st = InvalidUsage("mismatch with rank " + std::to_string(c.peer) + ": it sends count " +
+                          std::to_string(g.count) + " of " + TypeText(g.type) +
+                          ", this rank receives count " + std::to_string(c.count) + " of " +
+                          TypeText(static_cast<int32_t>(c.type)) +
+                          "; a send and its receive must have the same count and type");
+      else if (c.peer != rank) {
+        noted[static_cast<size_t>(c.peer)].push_back(g.buffer);
+        pids[static_cast<size_t>(c.peer)] = g.pid;
+      }
+    }
+    if (st.ok() && state->cache->note(noted, pids)) {
+      st = state->cache->mapNew();
+      state->cache->settle(st.ok());
+    }
+    for (size_t i = 0, k = 0; i < calls.size() && st.ok(); ++i) {
+      const P2pCall& c = calls[i];
+      if (c.send) continue;
+      const SendRecord& g = got[i];
+      void* own = reinterpret_cast<void*>(g.buffer.base + g.buffer.offset);  // a send to itself
+      void* src = state->cache->where(c.peer, g.buffer, g.pid, own);
+      if (!src) st = InternalError("rank " + std::to_string(c.peer) + "'s buffer is not mapped");
+      tables[k]->src[0] = src;
+      tables[k]->dst[0] = c.buff;
+      ++k;
+    }
+    if (st.ok()) return st;  // published by the agent's release of `go`
+    // This rank's receives cannot run: its senders still wait for an answer, told why; and its
+    // own sends' answers are taken, so that the view's messages stay paired.
+    Answer no;
+    std::snprintf(no.reason, sizeof(no.reason), "%s", st.message().c_str());
+    Status answered = Answers(*view, calls, no);
+    return answered.ok() ? st : st.prepend(answered.message() + "; ");
+  };
+  work->finish = [calls, state]() -> Status {
+    Answer yes;
+    yes.ok = 1;
+    return Answers(state->view, calls, yes);
+  };
+  work->released = [&pool, tables](bool ended) {
+    if (!ended) return;  // a kernel may still read them: never reused
+    for (device::PeerPointers* t : tables) pool.release(t);
+  };
+  g_jobs.fetch_add(1, std::memory_order_relaxed);
+  const bool group = calls.size() > 1;
+  *result = SubmitDeviceWork(rt, comm, stream,
+                             group           ? "group of ncclSend/ncclRecv"
+                             : calls[0].send ? "ncclSend"
+                                             : "ncclRecv",
+                             std::move(buffers), std::move(work));
+  return true;
+}
+
+void DropP2pDevice(ncclComm_t comm, bool keep_mappings) {
+  std::shared_ptr<P2pState> state;
+  {
+    AllStates& all = States();
+    std::lock_guard<std::mutex> lock(all.mu);
+    auto it = all.by_comm.find(comm);
+    if (it == all.by_comm.end()) return;
+    state = std::move(it->second);
+    all.by_comm.erase(it);
+  }
+  // The agent has stopped: nothing else uses them.
+  if (keep_mappings) state->cache->leak();
+  if (state->view) (void)braidCommDestroy(state->view);
+}
+
+size_t P2pHandshakeBytesForTesting() {
+  return sizeof(SendRecord);
+}
+
+uint64_t P2pDeviceJobs() {
+  return g_jobs.load(std::memory_order_relaxed);
+}
+
+}  // namespace braid::nccl
