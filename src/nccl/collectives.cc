@@ -340,7 +340,9 @@ NCCL_API_EXPORT ncclResult_t pncclAlltoAll(const void* sendbuff, void* recvbuff,
                                                     std::to_string(bytes) +
                                                     " bytes for an in-place copy"));
             std::memcpy(copy.get(), out, bytes);
-            return braidAllToAll(copy.get(), out, count, B(datatype), B(comm));
+            const braidResult_t r = braidAllToAll(copy.get(), out, count, B(datatype), B(comm));
+            KeepUntilGroupRuns(std::move(copy));
+            return r;
           },
           &res))
     return res;

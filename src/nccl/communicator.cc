@@ -257,9 +257,11 @@ NCCL_API_EXPORT ncclResult_t pncclCommGetAsyncError(ncclComm_t comm, ncclResult_
   braidResult_t e = braidSuccess;
   braidResult_t r = braidCommGetAsyncError(B(comm), &e);
   if (r != braidSuccess) return FromBraid(r, func);
-  // A stream-ordered call that failed is the communicator's asynchronous error too.
+  // A stream-ordered call that failed is the communicator's asynchronous error too, and its
+  // first: a communicator the shim revoked after it (StreamAgent::setOnDroppedCall) or that a
+  // peer's notice failed reports the call's reason, not "aborted" or "remote error".
   std::string stream_message;
-  if (e == braidSuccess || e == braidInProgress) {
+  if (e != braidInProgress) {
     braidResult_t s = StreamAgentError(comm, &stream_message);
     if (s != braidSuccess) {
       LastError() = std::string(func) + ": " + stream_message;
@@ -271,11 +273,8 @@ NCCL_API_EXPORT ncclResult_t pncclCommGetAsyncError(ncclComm_t comm, ncclResult_
     *asyncError = e == braidSuccess ? ncclSuccess : ncclInProgress;
     return ncclSuccess;
   }
-  // The error belongs to the communicator, so its message is the communicator's, or where it has
-  // none (a peer's failure notice), the failed stream-ordered call's.
+  // The error belongs to the communicator, so its message is the communicator's.
   const char* m = braidGetLastError(B(comm));
-  if ((!m || !*m) && StreamAgentError(comm, &stream_message) != braidSuccess)
-    m = stream_message.c_str();
   LastError() = std::string(func) + ": " + (m && *m ? m : braidGetErrorString(e));
   *asyncError = MapStatus(e);
   return ncclSuccess;

@@ -213,10 +213,15 @@ bool P2pOnDevice(ncclComm_t comm, cudaStream_t stream, const std::vector<P2pCall
       else
         from.emplace_back(&got[i], calls[i].peer);
     }
-    // A failure here (a dead peer, a staged peer's message of the other communicator) leaves no
-    // answer owed: no rank's handshake completed.
-    BRAID_RETURN_IF_ERROR(
-        Exchange(*view, to, from, sizeof(SendRecord)).prepend("exchanging the buffers: "));
+    // A failure here (a dead peer, a staged peer's message of the other communicator) fails the
+    // call without answers, and only while the communicator is failing. A record this rank sent
+    // may still reach its receiver, which then copies from a buffer this rank's stream no longer
+    // holds: the communicator is revoked, so that such a receiver fails too instead of waiting
+    // for its next call (its answer, unclaimed, is never taken for a record: their sizes differ).
+    if (Status st = Exchange(*view, to, from, sizeof(SendRecord)); !st.ok()) {
+      (void)braidCommRevoke(B(comm));
+      return st.prepend("exchanging the buffers: ");
+    }
     // Each receive: the sender's call must match, and its allocation be mapped here.
     Status st;
     std::vector<std::vector<PeerBufferRecord>> noted(static_cast<size_t>(nranks));
@@ -266,6 +271,9 @@ bool P2pOnDevice(ncclComm_t comm, cudaStream_t stream, const std::vector<P2pCall
     yes.ok = 1;
     return Answers(state->view, calls, yes);
   };
+  // Only for a call that was queued. A submit that fails may have queued a kernel already (told
+  // to skip): its tables are never reused, as after an abort (one table per such call; the
+  // communicator is unusable by then).
   work->released = [&pool, tables](bool ended) {
     if (!ended) return;  // a kernel may still read them: never reused
     for (device::PeerPointers* t : tables) pool.release(t);

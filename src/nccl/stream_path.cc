@@ -50,6 +50,10 @@ std::shared_ptr<StreamAgent> AgentFor(device::DeviceRuntime* rt, ncclComm_t comm
     // the environment now: a program that changes the variable after init keeps init's value.
     CommRef c = LookupComm(B(comm));
     slot->setStagingCap(c ? c->config().staging_max_bytes : Config().staging_max_bytes);
+    // A call this rank will not run (behind a kept failure) leaves its peers waiting for its
+    // part: the communicator is revoked so that they fail at once (reliability.md), not after
+    // BRAID_TIMEOUT. The agent stops before the communicator is destroyed.
+    slot->setOnDroppedCall([comm] { (void)braidCommRevoke(B(comm)); });
     g_agents.fetch_add(1, std::memory_order_acq_rel);
   }
   return slot;
@@ -103,6 +107,8 @@ StreamCall StagedCall(const char* func, cudaStream_t stream, std::vector<StreamB
 // GroupedP2pForm).
 thread_local DeviceForm* t_device_form = nullptr;
 thread_local const P2pCall* t_p2p_form = nullptr;
+// Inside a group's job on the agent's thread: what KeepUntilGroupRuns keeps until its end.
+thread_local std::vector<std::unique_ptr<char[]>>* t_group_keep = nullptr;
 struct GroupState {
   std::vector<GroupedCall> device_calls;
   std::vector<ncclComm_t> host_comms;  // communicators with host calls in this group
@@ -172,6 +178,10 @@ size_t PieceElements(ncclComm_t comm, size_t count, size_t elt_size) {
 StreamAgent::StagingStats StagingStatsOf(ncclComm_t comm) {
   std::shared_ptr<StreamAgent> agent = FindAgent(comm);
   return agent ? agent->stagingStats() : StreamAgent::StagingStats{};
+}
+
+void KeepUntilGroupRuns(std::unique_ptr<char[]> p) {
+  if (t_group_keep) t_group_keep->push_back(std::move(p));
 }
 
 bool AnyStreamAgent() {
@@ -296,20 +306,21 @@ ncclResult_t SubmitGroupStreamCalls() {
   Group() = GroupState{};
   ncclResult_t first = ncclSuccess;
   device::DeviceRuntime* rt = device::ActiveDeviceRuntime();
-  // A group whose device calls are collectives with a device path, all on one communicator and
-  // one stream: each call runs as it would alone, in order (its device path, else staged on its
-  // own), so that a rank that groups them and one that does not decide alike (the group is
-  // closed: GroupDepth() is 0). Sends and receives (no device form) must run together, and calls
-  // on several streams or communicators must be ordered together (each stream after all of them),
-  // so those groups stage as one braid group, below.
   // Sends and receives alone, on one communicator and one stream: on the device together when
-  // every buffer allows it (P2pOnDevice decides, as for one call outside a group), else staged.
+  // every buffer allows it (P2pOnDevice decides, as for one call outside a group), else staged
+  // as one braid group, below.
   if (std::vector<P2pCall> p2p;
       AllP2p(g.device_calls, &p2p) &&
       P2pOnDevice(g.device_calls[0].comm, g.device_calls[0].stream, p2p, &first)) {
     for (auto& [comm, op] : g.op_destroys) DestroyRedOpAfterQueued(comm, op);
     return first;
   }
+  // A group whose device calls are collectives with a device path, all on one communicator and
+  // one stream: each call runs as it would alone, in order (its device path, else staged on its
+  // own), so that a rank that groups them and one that does not decide alike (the group is
+  // closed: GroupDepth() is 0). Sends and receives mixed with them must run together, and calls
+  // on several streams or communicators must be ordered together (each stream after all of them),
+  // so those groups stage as one braid group, below.
   if (EachOnItsOwn(g.device_calls)) {
     std::shared_ptr<StreamAgent> agent;
     for (GroupedCall& c : g.device_calls) {
@@ -321,9 +332,13 @@ ncclResult_t SubmitGroupStreamCalls() {
                                      std::move(c.piece), c.per, c.count, c.elt_size)),
             c.func);
       }
-      // Every call is issued, as by a program that issues them one by one: the first error is
-      // the group's (a failed call leaves the agent failed, so the later ones fail with it).
-      if (first == ncclSuccess) first = r;
+      // The first error ends the group: a call refused before it was queued (a bad buffer, no
+      // memory) is not issued on this rank, so the next one would pair with the peers' copy of
+      // this one. As a program issuing them one by one, the caller gets the error.
+      if (r != ncclSuccess) {
+        first = r;
+        break;
+      }
     }
     for (auto& [comm, op] : g.op_destroys) DestroyRedOpAfterQueued(comm, op);
     return first;
@@ -350,10 +365,13 @@ ncclResult_t SubmitGroupStreamCalls() {
     call.run = [runs = std::move(runs)](const HostPointers& h) {
       braidResult_t r = braidGroupStart();
       if (r != braidSuccess) return FromResult(r);
+      std::vector<std::unique_ptr<char[]>> kept;  // read by the calls braidGroupEnd runs
+      t_group_keep = &kept;
       for (const StreamRun& run : runs) {
         r = run(h);
         if (r != braidSuccess) break;
       }
+      t_group_keep = nullptr;
       Status st = FromResult(r);
       braidResult_t end = braidGroupEnd();
       if (st.ok()) st = FromResult(end);

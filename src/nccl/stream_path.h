@@ -115,6 +115,11 @@ inline bool IsDeviceBuffer(const void* p) {
   return info.ok() && info->onDevice();
 }
 
+// A staged call's temporary host memory (an in-place all-to-all's copy of its input), for as long
+// as braid may read it: inside a group's job on the agent, braid only records the call and runs it
+// at the group's end, so the memory is kept until then; otherwise the call has run and it goes now.
+void KeepUntilGroupRuns(std::unique_ptr<char[]> p);
+
 // Set while any communicator has a stream agent: host calls then check for one.
 bool AnyStreamAgent();
 

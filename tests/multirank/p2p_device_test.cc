@@ -15,8 +15,12 @@
 // test's emulated device is the one the shim uses.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <chrono>
+#include <cstdio>
 #include <cstring>
+#include <thread>
 #include <string>
 #include <vector>
 
@@ -84,7 +88,11 @@ int RingsAndAllToAll(const braidUniqueId& id, int rank, int nranks) {
   const uint64_t jobs0 = braid::nccl::P2pDeviceJobs();
   uint64_t jobs = 0;
   int round = 0;
-  for (ncclDataType_t t : {ncclInt8, ncclFloat16, ncclFloat32, ncclFloat64})
+  for (ncclDataType_t t : {ncclInt8, ncclFloat16, ncclFloat32, ncclFloat64}) {
+    // A new send buffer per type (maybe at the freed one's address, under a new handle): the
+    // receivers' caches drop the freed allocation's mapping and map the new one.
+    CHECK_OR_FAIL(dev->freeDevice(send).ok(), "free");
+    send = *dev->allocDevice(most);
     for (size_t count : {size_t{1}, size_t{37}, size_t{5000}}) {
       ++round;
       const size_t block = count * braid::nccl::TypeSize(t);
@@ -143,6 +151,7 @@ int RingsAndAllToAll(const braidUniqueId& id, int rank, int nranks) {
                         "send type %d count %zu: the block differs", static_cast<int>(t), count);
       }
     }
+  }
   CHECK_OR_FAIL(braid::nccl::P2pDeviceJobs() - jobs0 == jobs, "%llu of %llu jobs on the device",
                 static_cast<unsigned long long>(braid::nccl::P2pDeviceJobs() - jobs0),
                 static_cast<unsigned long long>(jobs));
@@ -211,6 +220,63 @@ TEST(P2pDevice, ACountThatDiffersFailsBothRanksAndWritesNothing) {
     (void)dev->freeDevice(buf);
     return 0;
   });
+  EXPECT_TRUE(AllSucceeded(out)) << DescribeOutcomes(out);
+}
+
+// A failure between two ranks leaves a third waiting for a call the failed rank will not run:
+// rank 0 queues a receive from rank 2 (whose count differs) and then a send to rank 1. The
+// receive fails on ranks 0 and 2; rank 0's send is then dropped, and the communicator revoked
+// (StreamAgent::setOnDroppedCall), so rank 1 fails within seconds instead of BRAID_TIMEOUT.
+TEST(P2pDevice, ARankThatDropsACallAfterAFailureFailsItsWaitingPeerFast) {
+  auto out = RunJob(Job(3), [](braidComm_t, int rank, int nranks, const braidUniqueId& id) {
+    ncclComm_t comm = nullptr;
+    EmulatedDevice* dev = nullptr;
+    if (InitNccl(id, rank, nranks, &comm, &dev) != 0) return 1;
+    cudaStream_t stream = static_cast<cudaStream_t>(*dev->createStream());
+    void* buf = *dev->allocDevice(4096);
+    void* other = *dev->allocDevice(4096);
+    std::memset(*dev->hostView(buf, 4096), 0x5a, 4096);
+    const auto t0 = std::chrono::steady_clock::now();
+    if (rank == 0) {
+      CHECK_OR_FAIL(ncclRecv(buf, 50, ncclFloat32, 2, comm, stream) == ncclSuccess &&
+                        ncclSend(other, 10, ncclFloat32, 1, comm, stream) == ncclSuccess,
+                    "queued");
+    } else if (rank == 1) {
+      CHECK_OR_FAIL(ncclRecv(buf, 10, ncclFloat32, 0, comm, stream) == ncclSuccess, "queued");
+    } else {
+      CHECK_OR_FAIL(ncclSend(buf, 100, ncclFloat32, 0, comm, stream) == ncclSuccess, "queued");
+    }
+    const ncclResult_t async = AsyncError(comm, dev, stream);
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const std::string why = ncclGetLastError(comm);
+    CHECK_OR_FAIL(async != ncclSuccess, "rank %d succeeded", rank);
+    CHECK_OR_FAIL(s < 10, "rank %d took %.1f s to fail: %s", rank, s, why.c_str());
+    if (rank != 1)
+      CHECK_OR_FAIL(why.find("count 100") != std::string::npos, "rank %d: %s", rank, why.c_str());
+    if (rank == 1) {
+      const auto* p = static_cast<const unsigned char*>(*dev->hostView(buf, 4096));
+      for (size_t b = 0; b < 4096; ++b)
+        CHECK_OR_FAIL(p[b] == 0x5a, "rank 1: byte %zu was written", b);
+    }
+    // Ranks 0 and 2 keep the communicator (an abort would tell rank 1) until rank 1 has its
+    // answer, or 30 s (then rank 1 has failed the time check above).
+    const std::string done = "/tmp/braid-p2p-drop-" + std::to_string(getppid());
+    if (rank == 1) {
+      FILE* f = std::fopen(done.c_str(), "w");
+      CHECK_OR_FAIL(f != nullptr, "cannot write %s", done.c_str());
+      std::fclose(f);
+    } else {
+      const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+      while (access(done.c_str(), F_OK) != 0 && std::chrono::steady_clock::now() < until)
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    (void)ncclCommAbort(comm);
+    (void)dev->destroyStream(stream);
+    (void)dev->freeDevice(buf);
+    (void)dev->freeDevice(other);
+    return 0;
+  });
+  std::remove(("/tmp/braid-p2p-drop-" + std::to_string(getpid())).c_str());  // the ranks' parent
   EXPECT_TRUE(AllSucceeded(out)) << DescribeOutcomes(out);
 }
 

@@ -992,6 +992,44 @@ TEST(WindowCollectives, AGroupOfCollectivesOnOneStreamRunsEachCallsOwnPath) {
   EXPECT_TRUE(AllSucceeded(out)) << DescribeOutcomes(out);
 }
 
+// A grouped call refused when the group is submitted (its buffer runs past its allocation) ends
+// the group there, on every rank: ncclGroupEnd returns its error and the calls after it are not
+// issued (each would pair with the peers' copy of the one before), and the communicator goes on.
+TEST(WindowCollectives, AGroupStopsAtACallRefusedAtItsEnd) {
+  auto out = RunJob(Job(2), [](braidComm_t, int rank, int nranks, const braidUniqueId& id) {
+    ncclComm_t comm = nullptr;
+    EmulatedDevice* dev = nullptr;
+    if (InitNccl(id, rank, nranks, &comm, &dev) != 0) return 1;
+    cudaStream_t stream = static_cast<cudaStream_t>(*dev->createStream());
+    void* a = *dev->allocDevice(4096);
+    void* b = *dev->allocDevice(4096);
+    const uint64_t calls0 = braid::nccl::PeerBufferCalls();
+    CHECK_OR_FAIL(
+        ncclGroupStart() == ncclSuccess &&
+            ncclAllReduce(a, b, 2000, ncclFloat32, ncclSum, comm, stream) == ncclSuccess &&
+            ncclAllReduce(a, b, 10, ncclFloat32, ncclSum, comm, stream) == ncclSuccess,
+        "grouped calls");
+    const ncclResult_t r = ncclGroupEnd();
+    CHECK_OR_FAIL(r == ncclInvalidArgument, "group end: %d", static_cast<int>(r));
+    const std::string why = ncclGetLastError(nullptr);
+    CHECK_OR_FAIL(why.find("past the end") != std::string::npos, "message: %s", why.c_str());
+    CHECK_OR_FAIL(braid::nccl::PeerBufferCalls() - calls0 == 1, "%llu calls issued, want 1",
+                  static_cast<unsigned long long>(braid::nccl::PeerBufferCalls() - calls0));
+    auto* in = static_cast<int32_t*>(*dev->hostView(a, 64));
+    for (int i = 0; i < 16; ++i) in[i] = rank * 100 + i;
+    CHECK_OR_FAIL(ncclAllReduce(a, b, 16, ncclInt32, ncclSum, comm, stream) == ncclSuccess,
+                  "the next call");
+    CHECK_OR_FAIL(dev->synchronize(stream).ok(), "synchronize");
+    const auto* got = static_cast<const int32_t*>(*dev->hostView(b, 64));
+    for (int i = 0; i < 16; ++i) CHECK_OR_FAIL(got[i] == 100 + 2 * i, "element %d: %d", i, got[i]);
+    CHECK_OR_FAIL(ncclCommDestroy(comm) == ncclSuccess, "destroy");
+    CHECK_OR_FAIL(dev->destroyStream(stream).ok(), "destroy stream");
+    CHECK_OR_FAIL(dev->freeDevice(a).ok() && dev->freeDevice(b).ok(), "free");
+    return 0;
+  });
+  EXPECT_TRUE(AllSucceeded(out)) << DescribeOutcomes(out);
+}
+
 // An in-place all-to-all on device memory sends from a copy of its input in device scratch, so a
 // rank in place and ranks out of place take the device path alike (NCCL runs both), the scratch
 // grows with the call (kept per communicator, reused), and the communicator frees it at destroy.
@@ -1004,6 +1042,7 @@ TEST(WindowCollectives, InPlaceAllToAllMixesWithOutOfPlaceAndFreesItsScratch) {
     const size_t most = 20000, bytes = most * sizeof(int32_t) * nranks;
     void* send = *dev->allocDevice(bytes);
     void* recv = *dev->allocDevice(bytes);
+    const size_t allocations = dev->deviceAllocations();
     const uint64_t calls0 = braid::nccl::PeerBufferCalls();
     int calls = 0;
     for (size_t n : {size_t{100}, most, size_t{7}})
@@ -1038,11 +1077,40 @@ TEST(WindowCollectives, InPlaceAllToAllMixesWithOutOfPlaceAndFreesItsScratch) {
     const size_t held = braid::nccl::DeviceScratchBytes();
     CHECK_OR_FAIL(held >= most * sizeof(int32_t) * nranks && held < 4 * bytes,
                   "scratch holds %zu bytes", held);
+    // In place inside a group on two streams (staged as one braid group, which runs its calls at
+    // its end: the staged input's copy must live until then), beside an all-reduce.
+    {
+      const size_t n = 333;
+      cudaStream_t stream2 = static_cast<cudaStream_t>(*dev->createStream());
+      auto* in = static_cast<int32_t*>(*dev->hostView(recv, bytes));
+      for (int d = 0; d < nranks; ++d)
+        for (size_t i = 0; i < n; ++i)
+          in[d * n + i] = rank * 100000 + d * 1000 + static_cast<int>(i);
+      auto* one = static_cast<int32_t*>(*dev->hostView(send, sizeof(int32_t)));
+      *one = rank + 1;
+      CHECK_OR_FAIL(
+          ncclGroupStart() == ncclSuccess &&
+              ncclAlltoAll(recv, recv, n, ncclInt32, comm, stream) == ncclSuccess &&
+              ncclAllReduce(send, send, 1, ncclInt32, ncclSum, comm, stream2) == ncclSuccess &&
+              ncclGroupEnd() == ncclSuccess,
+          "in-place all-to-all in a group on two streams");
+      CHECK_OR_FAIL(dev->synchronize(stream).ok() && dev->synchronize(stream2).ok(), "synchronize");
+      const auto* got = static_cast<const int32_t*>(*dev->hostView(recv, bytes));
+      for (int s = 0; s < nranks; ++s)
+        for (size_t i = 0; i < n; ++i)
+          CHECK_OR_FAIL(got[s * n + i] == s * 100000 + rank * 1000 + static_cast<int>(i),
+                        "grouped in place: block %d element %zu is %d", s, i, got[s * n + i]);
+      CHECK_OR_FAIL(*static_cast<const int32_t*>(*dev->hostView(send, sizeof(int32_t))) == 6,
+                    "grouped all-reduce");
+      CHECK_OR_FAIL(dev->destroyStream(stream2).ok(), "destroy stream");
+    }
     ncclResult_t async = ncclSuccess;
     CHECK_OR_FAIL(ncclCommGetAsyncError(comm, &async) == ncclSuccess && async == ncclSuccess,
                   "async error %d: %s", static_cast<int>(async), ncclGetLastError(comm));
     CHECK_OR_FAIL(ncclCommDestroy(comm) == ncclSuccess, "destroy");
-    CHECK_OR_FAIL(braid::nccl::DeviceScratchBytes() == 0, "the scratch outlived its communicator");
+    CHECK_OR_FAIL(braid::nccl::DeviceScratchBytes() == 0 && dev->deviceAllocations() == allocations,
+                  "the scratch outlived its communicator (%zu allocations, want %zu)",
+                  dev->deviceAllocations(), allocations);
     CHECK_OR_FAIL(dev->destroyStream(stream).ok(), "destroy stream");
     CHECK_OR_FAIL(dev->freeDevice(send).ok() && dev->freeDevice(recv).ok(), "free");
     return 0;

@@ -78,6 +78,10 @@ void StreamAgent::fail(Status s) {
   if (error_.ok()) error_ = std::move(s);
 }
 
+void StreamAgent::tellDropped() {
+  if (on_dropped_ && !dropped_told_.exchange(true)) on_dropped_();
+}
+
 Status StreamAgent::submit(StreamCall call) {
   std::vector<std::pair<StreamAgent*, StreamCall>> one;
   one.emplace_back(this, std::move(call));
@@ -106,16 +110,18 @@ static Status CheckCall(device::DeviceRuntime* rt, const StreamCall& call) {
 
 Status StreamAgent::submitGroup(std::vector<std::pair<StreamAgent*, StreamCall>> calls) {
   for (auto& [agent, call] : calls) {
+    Status kept;
     {
       std::lock_guard<std::mutex> lock(agent->mu_);
       if (agent->aborted_)
         return AbortedError(call.what + ": the communicator was aborted (" + agent->abort_reason_ +
                             ")");
       if (agent->stop_) return InvalidUsage(call.what + ": the communicator is being destroyed");
-      if (!agent->error_.ok()) {
-        Status s = agent->error_;
-        return s.prepend(call.what + ": not run: an earlier stream-ordered call failed: ");
-      }
+      kept = agent->error_;
+    }
+    if (!kept.ok()) {
+      agent->tellDropped();
+      return kept.prepend(call.what + ": not run: an earlier stream-ordered call failed: ");
     }
     Status st = CheckCall(agent->runtime_, call);
     if (!st.ok()) return st;
@@ -447,11 +453,13 @@ void StreamAgent::execute(Pending& p) {
     // Not run after an abort or a failure (the kept error already says why); the streams go on.
     std::unique_lock<std::mutex> lock(mu_);
     if (aborted_ || !error_.ok()) {
+      const bool failed = !aborted_;
       if (error_.ok())  // aborted: the first failure
         error_ = AbortedError(p.call.what + ": not run: the communicator was aborted (" +
                               abort_reason_ + ")");
       lock.unlock();
       release(p, false);
+      if (failed) tellDropped();
       return;
     }
   }

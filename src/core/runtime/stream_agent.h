@@ -32,6 +32,7 @@
 // after it are undefined (the staging copies out still run).
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstddef>
@@ -153,6 +154,12 @@ class StreamAgent {
   void abort(const std::string& why);
   // The first failure (ok while none).
   Status error();
+  // Called once, the first time a call is not run because of a kept failure (queued behind it,
+  // or refused at submit): the peers wait for this rank's part of that call, which will never
+  // come, and after an asymmetric failure (a send or receive fails on its pair only) they would
+  // wait for BRAID_TIMEOUT. The NCCL shim revokes the communicator here, so they fail at once.
+  // Not after an abort (the aborting caller handles the communicator). Set before any submit.
+  void setOnDroppedCall(std::function<void()> f) { on_dropped_ = std::move(f); }
   // Pinned staging memory this agent's calls in flight may hold (0, the default: no cap; the
   // NCCL shim sets BRAID_STAGING_MAX_BYTES). A call whose buffer would take the bytes held by
   // calls in flight past it waits for the oldest call in flight to have its results copied back
@@ -254,6 +261,8 @@ class StreamAgent {
   // Writes `done` for every slot; slots whose `ready` was seen go back to the pool.
   void release(Pending& p, bool ready_seen);
   void fail(Status s);
+  // on_dropped_, once (not under mu_).
+  void tellDropped();
 
   device::DeviceRuntime* const runtime_;
   StreamFlagPool& pool_;  // process lifetime, or the test's
@@ -270,6 +279,8 @@ class StreamAgent {
   bool aborted_ = false;
   std::string abort_reason_;
   Status error_;
+  std::function<void()> on_dropped_;
+  std::atomic<bool> dropped_told_{false};
 
   // Staging buffers, reused; freed when the agent's thread ends (freeing pinned memory,
   // cuMemFreeHost, synchronises the device: not while a user's stream may wait for `done`).
