@@ -14,7 +14,7 @@ struct Scratch {
   void* ptr = nullptr;
   size_t bytes = 0;
   std::vector<void*> replaced;  // older, smaller buffers: freed with the communicator
-  std::vector<size_t> replaced_bytes;
+  size_t held = 0;              // bytes of ptr and of the replaced ones
 };
 
 struct AllScratch {
@@ -39,13 +39,11 @@ Result<void*> DeviceScratch(ncclComm_t comm, device::DeviceRuntime* rt, size_t b
   if (!p.ok())
     return Status(p.status())
         .prepend("allocating " + std::to_string(want) + " bytes of device scratch: ");
-  if (s.ptr) {
-    s.replaced.push_back(s.ptr);
-    s.replaced_bytes.push_back(s.bytes);
-  }
+  if (s.ptr) s.replaced.push_back(s.ptr);
   s.rt = rt;
   s.ptr = *p;
   s.bytes = want;
+  s.held += want;
   all.held += want;
   return s.ptr;
 }
@@ -59,8 +57,7 @@ void DropDeviceScratch(ncclComm_t comm, bool keep) {
     if (it == all.by_comm.end()) return;
     s = std::move(it->second);
     all.by_comm.erase(it);
-    all.held -= s.bytes;
-    for (size_t b : s.replaced_bytes) all.held -= b;
+    all.held -= s.held;
   }
   if (keep || !s.ptr) return;  // an abort's kernel may still read it: never freed
   s.replaced.push_back(s.ptr);

@@ -11,6 +11,7 @@
 #include <numeric>
 #include <string>
 
+#include "core/base/datatype.h"
 #include "core/runtime/comm_registry.h"
 #include "nccl/known_buffers.h"
 #include "nccl/peer_buffers.h"
@@ -85,10 +86,7 @@ Result<braidComm_t> ViewOf(ncclComm_t comm, P2pState& state, int nranks) {
 }
 
 const char* TypeText(int32_t t) {
-  static const char* const names[] = {"int8",    "uint8",    "int32",   "uint32",
-                                      "int64",   "uint64",   "float16", "float32",
-                                      "float64", "bfloat16", "fp8e4m3", "fp8e5m2"};
-  return t >= 0 && t < static_cast<int32_t>(sizeof(names) / sizeof(names[0])) ? names[t] : "?";
+  return DataTypeName(static_cast<DataType>(t));  // "?" for a value that names no type
 }
 
 // A failed call on the view, with the view's own message (a group's failure may leave the
