@@ -13,6 +13,7 @@
 
 #include "core/base/datatype.h"
 #include "core/runtime/comm_registry.h"
+#include "nccl/device_scratch.h"
 #include "nccl/known_buffers.h"
 #include "nccl/peer_buffers.h"
 #include "nccl/peer_windows.h"
@@ -23,11 +24,19 @@ namespace braid::nccl {
 namespace {
 
 std::atomic<uint64_t> g_jobs{0};
+std::atomic<uint64_t> g_bounced{0};
 
 // The view's tag: tells its messages apart from the communicator's own and from a framework's
 // views of the same ranks (docs/split-views.md).
 constexpr uint32_t kHandshakeTag = 0xB2A1D9E7u;
 constexpr uint64_t kRecordMagic = 0x62726169'64503250ull;  // "braidP2P"
+
+// How a send's bytes reach its receiver's copy kernel.
+enum SendMode : int32_t {
+  kPull = 1,   // from the send buffer itself: its allocation's record (mapped by the receiver),
+               // or its address for a send to this rank's own process
+  kBytes = 2,  // over the view: the sender's copy in its send bounce, into the receiver's
+};
 
 // What a send tells its receiver. Plain data (sent as bytes).
 struct SendRecord {
@@ -35,8 +44,16 @@ struct SendRecord {
   uint64_t count = 0;
   int32_t type = 0;
   int32_t pid = 0;
-  PeerBufferRecord buffer;
+  int32_t mode = kPull;
+  int32_t pad = 0;
+  uint64_t address = 0;     // the send buffer in the sender's process
+  PeerBufferRecord buffer;  // kPull to another rank: its allocation
 };
+
+// Bounce regions start on 256-byte boundaries (the copy kernels' widest loads).
+size_t Bounced(size_t bytes) {
+  return (bytes + 255) / 256 * 256;
+}
 
 // A receiver's answer to its sender: the copy ended (ok), or why it did not run. Its size differs
 // from a record's, so that a message left over by a failed job is refused, never misread.
@@ -98,15 +115,23 @@ Status OnView(braidResult_t r, braidComm_t view) {
   return FromResult(r);
 }
 
-// One braid group on the view: `sends[i]` (bytes) to the peers of `to`, `recvs[j]` from `from`.
-Status Exchange(braidComm_t view, const std::vector<std::pair<const void*, int>>& to,
-                const std::vector<std::pair<void*, int>>& from, size_t bytes) {
+// One message of an exchange: `bytes` at `p`, to or from rank `peer` of the view.
+template <typename Ptr>
+struct Message {
+  Ptr p;
+  int peer;
+  size_t bytes;
+};
+
+// One braid group on the view: the messages of `to` sent, those of `from` received.
+Status Exchange(braidComm_t view, const std::vector<Message<const void*>>& to,
+                const std::vector<Message<void*>>& from) {
   braidResult_t r = braidGroupStart();
   if (r != braidSuccess) return FromResult(r);
-  for (const auto& [p, peer] : to)
-    if (r == braidSuccess) r = braidSend(p, bytes, braidUint8, peer, view);
-  for (const auto& [p, peer] : from)
-    if (r == braidSuccess) r = braidRecv(p, bytes, braidUint8, peer, view);
+  for (const auto& m : to)
+    if (r == braidSuccess) r = braidSend(m.p, m.bytes, braidUint8, m.peer, view);
+  for (const auto& m : from)
+    if (r == braidSuccess) r = braidRecv(m.p, m.bytes, braidUint8, m.peer, view);
   Status st = OnView(r, view);
   const braidResult_t end = braidGroupEnd();
   if (st.ok()) st = OnView(end, view);
@@ -116,17 +141,16 @@ Status Exchange(braidComm_t view, const std::vector<std::pair<const void*, int>>
 // The answers: this rank's (one per receive, all `mine`) out, its senders' in. The first failure
 // a receiver reported, else ok.
 Status Answers(braidComm_t view, const std::vector<P2pCall>& calls, const Answer& mine) {
-  std::vector<std::pair<const void*, int>> to;
-  std::vector<std::pair<void*, int>> from;
+  std::vector<Message<const void*>> to;
+  std::vector<Message<void*>> from;
   std::vector<Answer> theirs(calls.size());
   for (size_t i = 0; i < calls.size(); ++i) {
     if (calls[i].send)
-      from.emplace_back(&theirs[i], calls[i].peer);
+      from.push_back({&theirs[i], calls[i].peer, sizeof(Answer)});
     else
-      to.emplace_back(&mine, calls[i].peer);
+      to.push_back({&mine, calls[i].peer, sizeof(Answer)});
   }
-  BRAID_RETURN_IF_ERROR(
-      Exchange(view, to, from, sizeof(Answer)).prepend("waiting for the receivers: "));
+  BRAID_RETURN_IF_ERROR(Exchange(view, to, from).prepend("waiting for the receivers: "));
   for (size_t i = 0; i < calls.size(); ++i)
     if (calls[i].send && !theirs[i].ok)
       return SystemError(
@@ -143,28 +167,50 @@ bool P2pOnDevice(ncclComm_t comm, cudaStream_t stream, const std::vector<P2pCall
   if (!rt || !rt->peerReduceAvailable() || calls.empty() || GroupDepth() > 0 ||
       StagingDeviceCallsForTesting())
     return false;
-  // Every buffer this rank uses: device memory it could export (decided alike on every rank of
-  // one kind of allocation; a receive buffer is not shared, but is asked too).
-  std::vector<StreamBuffer> buffers;
-  std::vector<SendRecord> records(calls.size());
-  for (size_t i = 0; i < calls.size(); ++i) {
-    const P2pCall& c = calls[i];
-    const size_t bytes = c.count * TypeSize(c.type);
-    if (bytes == 0) return false;
-    auto info = ClassifyBuffer(rt, c.buff);
-    if (!info.ok() || !info->onDevice()) return false;
-    if (!MakePeerBufferRecord(rt, c.buff, *info, &records[i].buffer)) return false;
-    records[i].count = c.count;
-    records[i].type = static_cast<int32_t>(c.type);
-    records[i].pid = static_cast<int32_t>(getpid());
-    buffers.push_back(StreamBuffer{c.buff, bytes, c.send, !c.send, *info});
-  }
   int rank, nranks;
   CommShape(comm, &rank, &nranks);
   if (rank < 0 || nranks < 1) return false;
   {
     CommRef ref = LookupComm(B(comm));
     if (!ref || !ref->deviceIpc() || ref->layout().nnodes != 1) return false;
+  }
+  // Every buffer this rank uses is device (or managed) memory: what every rank of the pair
+  // decides alike, as the rest of the stream path does (IsDeviceBuffer). Whether a send's
+  // allocation can be shared with its receiver (legacy CUDA IPC shares no managed or cuMem
+  // memory) is the pair's own business, settled in the handshake: a send that cannot be shared
+  // travels as bytes (kBytes), so a receiver never needs to know beforehand.
+  std::vector<StreamBuffer> buffers;
+  std::vector<SendRecord> records(calls.size());
+  std::vector<size_t> bounce_at(calls.size(), 0);  // kBytes sends: their place in the bounce
+  size_t bounce_bytes = 0;
+  for (size_t i = 0; i < calls.size(); ++i) {
+    const P2pCall& c = calls[i];
+    const size_t bytes = c.count * TypeSize(c.type);
+    if (bytes == 0) return false;
+    auto info = ClassifyBuffer(rt, c.buff);
+    if (!info.ok() || !info->onDevice()) return false;
+    buffers.push_back(StreamBuffer{c.buff, bytes, c.send, !c.send, *info});
+    SendRecord& rec = records[i];
+    rec.count = c.count;
+    rec.type = static_cast<int32_t>(c.type);
+    rec.pid = static_cast<int32_t>(getpid());
+    rec.address = reinterpret_cast<uintptr_t>(c.buff);
+    if (!c.send || c.peer == rank || MakePeerBufferRecord(rt, c.buff, *info, &rec.buffer)) continue;
+    rec.mode = kBytes;
+    bounce_at[i] = bounce_bytes;
+    bounce_bytes += Bounced(bytes);
+  }
+  const char* what = calls.size() > 1 ? "group of ncclSend/ncclRecv"
+                     : calls[0].send  ? "ncclSend"
+                                      : "ncclRecv";
+  char* bounce = nullptr;
+  if (bounce_bytes > 0) {
+    auto b = DeviceScratch(comm, rt, bounce_bytes, ScratchUse::kSendBounce);
+    if (!b.ok()) {
+      *result = Fail(ncclSystemError, std::string(what) + ": " + b.status().message());
+      return true;
+    }
+    bounce = static_cast<char*>(*b);
   }
   // One late-bound pointer table per receive.
   PeerPointerPool& pool = PeerPointerPool::For(rt);
@@ -174,14 +220,24 @@ bool P2pOnDevice(ncclComm_t comm, cudaStream_t stream, const std::vector<P2pCall
     auto t = pool.acquire();
     if (!t.ok()) {
       for (device::PeerPointers* u : tables) pool.release(u);
-      *result = Fail(ncclUnhandledCudaError, std::string(calls[0].send ? "ncclSend" : "ncclRecv") +
-                                                 ": " + t.status().message());
+      *result = Fail(ncclUnhandledCudaError, std::string(what) + ": " + t.status().message());
       return true;
     }
     tables.push_back(*t);
   }
   std::shared_ptr<P2pState> state = StateFor(comm, rt, rank);
   auto work = std::make_shared<DeviceWork>();
+  if (bounce) {
+    // Before `ready`: the bytes are in the bounce by the time the agent sends them.
+    work->prepare = [rt, calls, records, bounce, bounce_at](device::StreamHandle s) -> Status {
+      for (size_t i = 0; i < calls.size(); ++i)
+        if (records[i].mode == kBytes)
+          BRAID_RETURN_IF_ERROR(rt->copyAsync(bounce + bounce_at[i], calls[i].buff,
+                                              calls[i].count * TypeSize(calls[i].type), s)
+                                    .prepend("copying a send to host-mapped memory: "));
+      return Status::Ok();
+    };
+  }
   work->queue = [rt, calls, tables](device::StreamHandle s, const uint32_t* skip, uint32_t value) {
     size_t k = 0;
     for (const P2pCall& c : calls) {
@@ -199,28 +255,69 @@ bool P2pOnDevice(ncclComm_t comm, cudaStream_t stream, const std::vector<P2pCall
     }
     return Status::Ok();
   };
-  work->agree = [comm, nranks, rank, calls, records, tables, state]() -> Status {
+  work->agree = [comm, rt, nranks, rank, calls, records, bounce, bounce_at, tables,
+                 state]() -> Status {
     auto view = ViewOf(comm, *state, nranks);
     if (!view.ok()) return view.status();
-    std::vector<std::pair<const void*, int>> to;
-    std::vector<std::pair<void*, int>> from;
+    // A failure of an exchange (a dead peer, a staged peer's message of the other communicator,
+    // a record this rank cannot read) fails the call without answers, and only while the
+    // communicator is failing. A record this rank sent may still reach its receiver, which then
+    // copies from a buffer this rank's stream no longer holds: the communicator is revoked, so
+    // that such a receiver fails too instead of waiting for its next call (its answer,
+    // unclaimed, is never taken for a record: their sizes differ).
+    auto broken = [comm](Status st, const char* step) {
+      (void)braidCommRevoke(B(comm));
+      return st.prepend(step);
+    };
+    std::vector<Message<const void*>> to;
+    std::vector<Message<void*>> from;
     std::vector<SendRecord> got(calls.size());
     for (size_t i = 0; i < calls.size(); ++i) {
       if (calls[i].send)
-        to.emplace_back(&records[i], calls[i].peer);
+        to.push_back({&records[i], calls[i].peer, sizeof(SendRecord)});
       else
-        from.emplace_back(&got[i], calls[i].peer);
+        from.push_back({&got[i], calls[i].peer, sizeof(SendRecord)});
     }
-    // A failure here (a dead peer, a staged peer's message of the other communicator) fails the
-    // call without answers, and only while the communicator is failing. A record this rank sent
-    // may still reach its receiver, which then copies from a buffer this rank's stream no longer
-    // holds: the communicator is revoked, so that such a receiver fails too instead of waiting
-    // for its next call (its answer, unclaimed, is never taken for a record: their sizes differ).
-    if (Status st = Exchange(*view, to, from, sizeof(SendRecord)); !st.ok()) {
-      (void)braidCommRevoke(B(comm));
-      return st.prepend("exchanging the buffers: ");
+    if (Status st = Exchange(*view, to, from); !st.ok())
+      return broken(st, "exchanging the buffers: ");
+    // The bytes of kBytes sends, received whether or not the call matches, so that the view's
+    // messages stay paired: the record says how many.
+    to.clear();
+    from.clear();
+    std::vector<size_t> received_at(calls.size(), 0);
+    size_t receive_bytes = 0;
+    for (size_t i = 0; i < calls.size(); ++i) {
+      if (calls[i].send) {
+        if (records[i].mode == kBytes)
+          to.push_back(
+              {bounce + bounce_at[i], calls[i].peer, calls[i].count * TypeSize(calls[i].type)});
+        continue;
+      }
+      const SendRecord& g = got[i];
+      if (g.magic != kRecordMagic || (g.mode != kPull && g.mode != kBytes) ||
+          !IsValidDataType(g.type) || (g.mode == kBytes && calls[i].peer == rank))
+        return broken(InternalError("rank " + std::to_string(calls[i].peer) +
+                                    " sent no buffer record this rank can read"),
+                      "exchanging the buffers: ");
+      if (g.mode == kBytes) {
+        received_at[i] = receive_bytes;
+        receive_bytes += Bounced(g.count * DataTypeSize(static_cast<DataType>(g.type)));
+      }
     }
-    // Each receive: the sender's call must match, and its allocation be mapped here.
+    char* received = nullptr;
+    if (receive_bytes > 0) {
+      auto b = DeviceScratch(comm, rt, receive_bytes, ScratchUse::kReceiveBounce);
+      if (!b.ok()) return broken(b.status(), "receiving a send's bytes: ");
+      received = static_cast<char*>(*b);
+      for (size_t i = 0; i < calls.size(); ++i)
+        if (!calls[i].send && got[i].mode == kBytes)
+          from.push_back({received + received_at[i], calls[i].peer,
+                          got[i].count * DataTypeSize(static_cast<DataType>(got[i].type))});
+    }
+    if (!to.empty() || !from.empty())
+      if (Status st = Exchange(*view, to, from); !st.ok())
+        return broken(st, "exchanging a send's bytes: ");
+    // Each receive: the sender's call must match, and a pulled allocation be mapped here.
     Status st;
     std::vector<std::vector<PeerBufferRecord>> noted(static_cast<size_t>(nranks));
     std::vector<int32_t> pids(static_cast<size_t>(nranks), 0);
@@ -228,15 +325,13 @@ bool P2pOnDevice(ncclComm_t comm, cudaStream_t stream, const std::vector<P2pCall
       const P2pCall& c = calls[i];
       if (c.send) continue;
       const SendRecord& g = got[i];
-      if (g.magic != kRecordMagic)
-        st = InternalError("rank " + std::to_string(c.peer) + " sent no buffer record");
-      else if (g.count != c.count || g.type != static_cast<int32_t>(c.type))
+      if (g.count != c.count || g.type != static_cast<int32_t>(c.type))
         st = InvalidUsage("mismatch with rank " + std::to_string(c.peer) + ": it sends count " +
                           std::to_string(g.count) + " of " + TypeText(g.type) +
                           ", this rank receives count " + std::to_string(c.count) + " of " +
                           TypeText(static_cast<int32_t>(c.type)) +
                           "; a send and its receive must have the same count and type");
-      else if (c.peer != rank) {
+      else if (g.mode == kPull && c.peer != rank) {
         noted[static_cast<size_t>(c.peer)].push_back(g.buffer);
         pids[static_cast<size_t>(c.peer)] = g.pid;
       }
@@ -249,8 +344,13 @@ bool P2pOnDevice(ncclComm_t comm, cudaStream_t stream, const std::vector<P2pCall
       const P2pCall& c = calls[i];
       if (c.send) continue;
       const SendRecord& g = got[i];
-      void* own = reinterpret_cast<void*>(g.buffer.base + g.buffer.offset);  // a send to itself
-      void* src = state->cache->where(c.peer, g.buffer, g.pid, own);
+      void* src = nullptr;
+      if (g.mode == kBytes)
+        src = received + received_at[i];
+      else if (c.peer == rank)
+        src = reinterpret_cast<void*>(g.address);  // a send to itself
+      else
+        src = state->cache->where(c.peer, g.buffer, g.pid, nullptr);
       if (!src) st = InternalError("rank " + std::to_string(c.peer) + "'s buffer is not mapped");
       tables[k]->src[0] = src;
       tables[k]->dst[0] = c.buff;
@@ -277,12 +377,8 @@ bool P2pOnDevice(ncclComm_t comm, cudaStream_t stream, const std::vector<P2pCall
     for (device::PeerPointers* t : tables) pool.release(t);
   };
   g_jobs.fetch_add(1, std::memory_order_relaxed);
-  const bool group = calls.size() > 1;
-  *result = SubmitDeviceWork(rt, comm, stream,
-                             group           ? "group of ncclSend/ncclRecv"
-                             : calls[0].send ? "ncclSend"
-                                             : "ncclRecv",
-                             std::move(buffers), std::move(work));
+  if (bounce) g_bounced.fetch_add(1, std::memory_order_relaxed);
+  *result = SubmitDeviceWork(rt, comm, stream, what, std::move(buffers), std::move(work));
   return true;
 }
 
@@ -307,6 +403,10 @@ size_t P2pHandshakeBytesForTesting() {
 
 uint64_t P2pDeviceJobs() {
   return g_jobs.load(std::memory_order_relaxed);
+}
+
+uint64_t P2pBouncedJobs() {
+  return g_bounced.load(std::memory_order_relaxed);
 }
 
 }  // namespace braid::nccl

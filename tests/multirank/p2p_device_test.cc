@@ -28,6 +28,7 @@
 #include "multirank/harness.h"
 #include "multirank/nccl_shim_job.h"
 #include "nccl.h"
+#include "nccl/device_scratch.h"
 #include "nccl/p2p_device.h"
 #include "nccl/peer_windows.h"
 
@@ -76,10 +77,15 @@ ncclResult_t AllToAll(void* send, void* recv, size_t count, ncclDataType_t t, in
   return r != ncclSuccess ? r : e;
 }
 
-int RingsAndAllToAll(const braidUniqueId& id, int rank, int nranks) {
+// `refusing`: a rank whose allocations cannot be shared (as CUDA IPC refuses managed and cuMem
+// memory): its sends to other ranks go as bytes through host-mapped bounces, its receives still
+// pull (or take bytes); every job stays on the device path either way.
+int RingsAndAllToAll(const braidUniqueId& id, int rank, int nranks, int refusing = -1) {
   ncclComm_t comm = nullptr;
   EmulatedDevice* dev = nullptr;
   if (InitNccl(id, rank, nranks, &comm, &dev) != 0) return 1;
+  dev->refuseExports(rank == refusing);
+  const uint64_t bounced0 = braid::nccl::P2pBouncedJobs();
   cudaStream_t stream = static_cast<cudaStream_t>(*dev->createStream());
   const size_t most = 5000 * 8 * static_cast<size_t>(nranks);
   void* send = *dev->allocDevice(most);
@@ -155,10 +161,18 @@ int RingsAndAllToAll(const braidUniqueId& id, int rank, int nranks) {
   CHECK_OR_FAIL(braid::nccl::P2pDeviceJobs() - jobs0 == jobs, "%llu of %llu jobs on the device",
                 static_cast<unsigned long long>(braid::nccl::P2pDeviceJobs() - jobs0),
                 static_cast<unsigned long long>(jobs));
+  // The refusing rank bounced every job with a send to another rank (its ring sends and its
+  // all-to-alls: two per round, with a third for rank 0's send outside a group); no other rank
+  // bounced any.
+  const uint64_t bounced = braid::nccl::P2pBouncedJobs() - bounced0;
+  const uint64_t want = rank != refusing ? 0 : static_cast<uint64_t>(round) * (rank == 0 ? 3 : 2);
+  CHECK_OR_FAIL(bounced == want, "rank %d bounced %llu jobs, not %llu", rank,
+                static_cast<unsigned long long>(bounced), static_cast<unsigned long long>(want));
   ncclResult_t async = ncclSuccess;
   CHECK_OR_FAIL(ncclCommGetAsyncError(comm, &async) == ncclSuccess && async == ncclSuccess,
                 "async error %d: %s", static_cast<int>(async), ncclGetLastError(comm));
   CHECK_OR_FAIL(ncclCommDestroy(comm) == ncclSuccess, "destroy");
+  CHECK_OR_FAIL(braid::nccl::DeviceScratchBytes() == 0, "the bounces outlived the communicator");
   CHECK_OR_FAIL(dev->destroyStream(stream).ok(), "destroy stream");
   CHECK_OR_FAIL(
       dev->freeDevice(send).ok() && dev->freeDevice(recv).ok() && dev->freeDevice(staged).ok(),
@@ -190,13 +204,38 @@ TEST(P2pDevice, RingsAndAllToAllBitExactFourRanks) {
   EXPECT_TRUE(AllSucceeded(out)) << DescribeOutcomes(out);
 }
 
+// Rank 0's allocations cannot be shared: its sends reach ranks 1..3 as bytes, while theirs reach
+// it (and each other) by mapping.
+TEST(P2pDevice, SendsThatCannotBeSharedGoAsBytesBitExactFourRanks) {
+  auto out = RunJob(Job(4), [](braidComm_t, int rank, int nranks, const braidUniqueId& id) {
+    return RingsAndAllToAll(id, rank, nranks, /*refusing=*/0);
+  });
+  EXPECT_TRUE(AllSucceeded(out)) << DescribeOutcomes(out);
+}
+
+// The last rank's sends go as bytes (the first rank's own send outside a group does not).
+TEST(P2pDevice, SendsThatCannotBeSharedGoAsBytesBitExactTwoRanks) {
+  auto out = RunJob(Job(2), [](braidComm_t, int rank, int nranks, const braidUniqueId& id) {
+    return RingsAndAllToAll(id, rank, nranks, /*refusing=*/1);
+  });
+  EXPECT_TRUE(AllSucceeded(out)) << DescribeOutcomes(out);
+}
+
 // A receive of fewer elements than the send: the receiver finds it in the handshake, runs no
 // copy (its buffer untouched) and tells the sender; both fail naming the counts, in seconds.
-TEST(P2pDevice, ACountThatDiffersFailsBothRanksAndWritesNothing) {
-  auto out = RunJob(Job(2), [](braidComm_t, int rank, int nranks, const braidUniqueId& id) {
+// With the sender's allocation shared, and with its bytes sent (which the receiver takes all the
+// same, so that the view's messages stay paired).
+class P2pDeviceMismatch : public ::testing::TestWithParam<bool> {};
+INSTANTIATE_TEST_SUITE_P(SharedOrBytes, P2pDeviceMismatch, ::testing::Bool(),
+                         [](const auto& info) { return info.param ? "Bytes" : "Shared"; });
+
+TEST_P(P2pDeviceMismatch, ACountThatDiffersFailsBothRanksAndWritesNothing) {
+  const bool bytes = GetParam();
+  auto out = RunJob(Job(2), [bytes](braidComm_t, int rank, int nranks, const braidUniqueId& id) {
     ncclComm_t comm = nullptr;
     EmulatedDevice* dev = nullptr;
     if (InitNccl(id, rank, nranks, &comm, &dev) != 0) return 1;
+    dev->refuseExports(bytes);
     cudaStream_t stream = static_cast<cudaStream_t>(*dev->createStream());
     void* buf = *dev->allocDevice(4096);
     std::memset(*dev->hostView(buf, 4096), 0x5a, 4096);
