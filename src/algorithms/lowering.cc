@@ -92,7 +92,7 @@ Status CheckRemoteSlices(const RankSchedule& s, const StepOp& op, int rank, int 
       return InvalidArgument("names buffer " + std::to_string(sl.buffer) + " of rank " +
                              std::to_string(sl.rank) +
                              ", which is neither a window nor a buffer a rank can expose");
-    if (write && role != BufferRole::kWindow)
+    if (write && role != BufferRole::kWindow && !s.device_kernels)
       return InvalidArgument("writes into rank " + std::to_string(sl.rank) +
                              "'s buffer, which is not a window");
     return Status::Ok();
@@ -309,6 +309,10 @@ Result<RankSchedule> BuildPointToPointSchedule(const std::vector<P2PSpec>& calls
   return s;
 }
 
+Status CheckOneSidedSchedule(RankSchedule& s, int rank, int nranks, const std::string& what) {
+  return CheckOneSidedShape(s, rank, nranks, what);
+}
+
 Status CheckScheduleStructure(const RankSchedule& s, int rank, int nranks,
                               const std::string& what) {
   const size_t nch = s.channels.size();
@@ -377,14 +381,15 @@ Status CheckScheduleStructure(const RankSchedule& s, int rank, int nranks,
           return InternalError(where() + bounds(op.src2));
         if (writes && !slice_ok(op.dst)) return InternalError(where() + bounds(op.dst));
         // Device memory is touched by the staging copies alone (device_staging.h): no transport
-        // and no host kernel may dereference it.
+        // and no host kernel may dereference it. A device kernel's schedule is the exception
+        // (device_kernel_schedule.h): the engine never runs one.
         auto device = [&](const Slice& sl) {
           return s.buffers[sl.buffer].memory != MemoryType::kHost;
         };
         const bool on_device = (reads && device(op.src)) ||
                                (ReadsSrc2Kind(op.kind) && device(op.src2)) ||
                                (writes && device(op.dst));
-        if (on_device && !IsStagingCopy(s, op))
+        if (on_device && !IsStagingCopy(s, op) && !s.device_kernels)
           return InternalError(where() +
                                "touches device memory, which only a staging copy (device to host "
                                "or host to device) may");

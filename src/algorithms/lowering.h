@@ -57,5 +57,9 @@ Result<RankSchedule> BuildPointToPointSchedule(const std::vector<P2PSpec>& calls
 // existing step of another channel, no dependency cycle, codecs on the quantize kinds only. `what`
 // prefixes messages.
 Status CheckScheduleStructure(const RankSchedule& s, int rank, int nranks, const std::string& what);
+// What the engine's one-sided executor relies on (one channel, the agreement before any user
+// buffer is written, exposures before the first post), for one-sided schedules built by other
+// means (device_kernel_schedule.h); sets `s`'s exposure and last-post fields.
+Status CheckOneSidedSchedule(RankSchedule& s, int rank, int nranks, const std::string& what);
 
 }  // namespace braid

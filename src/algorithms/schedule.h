@@ -238,6 +238,10 @@ struct RankSchedule {
   // One-sided schedules: the step (of channel 0) of the last post or put, after which the rank
   // only reads and consumes (set by BuildSchedule).
   uint32_t last_post_step = 0;
+  // A device kernel's work (algorithms/device_kernel_schedule.h), never run by the engine: its
+  // ops touch device memory (mapped by CUDA IPC), and its puts may write a buffer a peer exposed
+  // (an IPC mapping reads and writes), where a host schedule's puts write windows only.
+  bool device_kernels = false;
 };
 
 // How ranks sit on nodes, for hierarchical algorithms (unused by the flat ones).

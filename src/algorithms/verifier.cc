@@ -1033,7 +1033,8 @@ class SymbolicRun {
       const Access1& e = exposed_[static_cast<size_t>(owner) * kExposable + buf];
       if (e.thread < 0 || !Before(e, th, static_cast<uint32_t>(op)))
         return Fail(th, op,
-                    "reads rank " + std::to_string(owner) + "'s " + views_[owner][buf].name +
+                    (write ? "writes rank " : "reads rank ") + std::to_string(owner) + "'s " +
+                        views_[owner][buf].name +
                         ", which that rank has not exposed to it (an expose, then a signal this "
                         "rank waits for, must come first)");
     }
@@ -1203,6 +1204,14 @@ class SymbolicRun {
       }
       for (uint64_t i = 0; i < meta_[q].size(); ++i) {
         if (shared_[q][i] != kExposedMemory) continue;
+        // A peer's put into it (a device kernel's, through its IPC mapping) must end before this
+        // rank's call does, or its caller would see the buffer before the write.
+        const Access1& w = meta_[q][i].write;
+        if (w.thread >= 0 && threads_[static_cast<size_t>(w.thread)].r != q &&
+            end[static_cast<size_t>(w.thread)] <= w.step)
+          return InternalError(prefix_ + "rank " + std::to_string(q) + "'s call may return while " +
+                               AccessName(w) + " still writes " + Where(q, i) +
+                               " (a missing wait for that rank's post that it is done)");
         for (const Access1& r : meta_[q][i].reads)
           if (threads_[static_cast<size_t>(r.thread)].r != q &&
               end[static_cast<size_t>(r.thread)] <= r.step)

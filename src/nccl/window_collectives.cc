@@ -57,6 +57,7 @@
 #include "nccl/device_scratch.h"
 #include "nccl/known_buffers.h"
 #include "nccl/peer_buffers.h"
+#include "nccl/peer_reduce_plan.h"
 #include "nccl/peer_windows.h"
 #include "nccl/stream_path.h"
 
@@ -66,38 +67,6 @@ namespace {
 
 std::atomic<uint64_t> g_calls{0};
 std::atomic<bool> g_stage_all{false};
-
-enum class WindowKind : int32_t {
-  kAllReduce = 1,
-  kAllGather = 2,
-  kReduceScatter = 3,
-  kBroadcast = 4,
-  kReduce = 5,
-  kAllToAll = 6,
-  kGather = 7,
-  kScatter = 8
-};
-const char* KindName(int32_t k) {
-  switch (static_cast<WindowKind>(k)) {
-    case WindowKind::kAllReduce:
-      return "all-reduce";
-    case WindowKind::kAllGather:
-      return "all-gather";
-    case WindowKind::kReduceScatter:
-      return "reduce-scatter";
-    case WindowKind::kBroadcast:
-      return "broadcast";
-    case WindowKind::kReduce:
-      return "reduce";
-    case WindowKind::kAllToAll:
-      return "all-to-all";
-    case WindowKind::kGather:
-      return "gather";
-    case WindowKind::kScatter:
-      return "scatter";
-  }
-  return "?";
-}
 
 // How a call reaches its peers' buffers.
 enum class PeerPath : int32_t { kWindows = 1, kPeerBuffers = 2 };
@@ -138,144 +107,6 @@ std::string Describe(const CallRecord& c) {
          std::to_string(c.recv_window);
   return s + ", count " + std::to_string(c.count) + ", type " + std::to_string(c.type) + ", op " +
          std::to_string(c.op) + ", root " + std::to_string(c.root);
-}
-
-// The call as this rank sees it.
-struct Plan {
-  WindowKind kind = WindowKind::kAllReduce;
-  ncclDataType_t type = ncclFloat32;
-  ncclRedOp_t op = ncclSum;
-  int root = 0;
-  size_t count = 0;  // as passed: per rank for all-gather, reduce-scatter, all-to-all (per
-                     // pair), gather and scatter
-  int rank = -1, nranks = -1;
-  const void* send = nullptr;  // this rank's, null where it has none
-  void* recv = nullptr;
-  // An in-place all-to-all: the user's buffer, copied into `send` (device scratch) on the stream
-  // before the ranks agree (DeviceWork::prepare); null otherwise.
-  const void* copy_from = nullptr;
-
-  size_t elt() const { return TypeSize(type); }
-  bool reduces() const {
-    return kind == WindowKind::kAllReduce || kind == WindowKind::kReduceScatter ||
-           kind == WindowKind::kReduce;
-  }
-  // Gather and scatter: the one shared buffer is the root's.
-  bool rootOnly() const { return kind == WindowKind::kGather || kind == WindowKind::kScatter; }
-  // Whether the peers read every rank's input / write every rank's output (the root's alone
-  // when rootOnly()).
-  bool sharesSend() const { return reduces() || kind == WindowKind::kScatter; }
-  bool sharesRecv() const {
-    return kind == WindowKind::kAllReduce || kind == WindowKind::kAllGather ||
-           kind == WindowKind::kBroadcast || kind == WindowKind::kAllToAll ||
-           kind == WindowKind::kGather;
-  }
-  size_t sendBytes() const {
-    const bool blocks = kind == WindowKind::kReduceScatter || kind == WindowKind::kAllToAll ||
-                        kind == WindowKind::kScatter;
-    return count * elt() * (blocks ? static_cast<size_t>(nranks) : 1);
-  }
-  size_t recvBytes() const {
-    const bool blocks = kind == WindowKind::kAllGather || kind == WindowKind::kAllToAll ||
-                        kind == WindowKind::kGather;
-    return count * elt() * (blocks ? static_cast<size_t>(nranks) : 1);
-  }
-  // This rank's buffers: the input, except a broadcast's or a scatter's off the root; the
-  // output, except a reduce's or a gather's off the root.
-  bool usesSend() const {
-    return (kind != WindowKind::kBroadcast && kind != WindowKind::kScatter) || rank == root;
-  }
-  bool usesRecv() const {
-    return (kind != WindowKind::kReduce && kind != WindowKind::kGather) || rank == root;
-  }
-  // Whether this rank's buffer is one the peers reach.
-  bool sendShared() const { return sharesSend() && (!rootOnly() || rank == root); }
-  bool recvShared() const { return sharesRecv() && (!rootOnly() || rank == root); }
-};
-
-// Rank k's buffer in this process.
-using PeerAt = std::function<char*(int k)>;
-
-void SetOp(device::PeerReduce* r, ncclRedOp_t op, int nranks) {
-  r->op = op == ncclAvg ? ReduceOp::kSum : static_cast<ReduceOp>(op);
-  r->divide_by = op == ncclAvg ? static_cast<uint64_t>(nranks) : 0;
-}
-
-// This rank's device work for `c`, its peers' buffers at send_of(k) and recv_of(k):
-//   all-reduce      segment `rank` (whole 64-byte groups) of every input, reduced in rank order,
-//                   into every output;
-//   all-gather      push: this rank's block into block `rank` of every output;
-//   reduce-scatter  pull: block `rank` of every input, reduced in rank order, into this output;
-//   broadcast       the root pushes its input into every output (the others move nothing);
-//   reduce          the root pulls every input, reduced in rank order, into its output;
-//   all-to-all      pairwise: block j of this rank's input into block `rank` of output j;
-//   gather          this rank's input into block `rank` of the root's output;
-//   scatter         block `rank` of the root's input into this rank's output.
-device::PeerReduce Build(const Plan& c, const PeerAt& send_of, const PeerAt& recv_of) {
-  const size_t elt = c.elt();
-  device::PeerReduce r;
-  r.type = static_cast<DataType>(c.type);
-  if (c.reduces()) SetOp(&r, c.op, c.nranks);
-  switch (c.kind) {
-    case WindowKind::kAllReduce: {
-      const size_t group = 64 / elt;
-      const size_t per = ((c.count + c.nranks - 1) / c.nranks + group - 1) / group * group;
-      const size_t lo = std::min(c.count, per * static_cast<size_t>(c.rank));
-      r.count = std::min(c.count, lo + per) - lo;
-      for (int k = 0; k < c.nranks; ++k) {
-        r.src.push_back(send_of(k) + lo * elt);
-        r.dst.push_back(recv_of(k) + lo * elt);
-      }
-      break;
-    }
-    case WindowKind::kAllGather:
-      r.count = c.count;
-      r.src.push_back(c.send);
-      for (int k = 0; k < c.nranks; ++k)
-        r.dst.push_back(recv_of(k) + c.count * elt * static_cast<size_t>(c.rank));
-      break;
-    case WindowKind::kReduceScatter:
-      r.count = c.count;
-      for (int k = 0; k < c.nranks; ++k)
-        r.src.push_back(send_of(k) + c.count * elt * static_cast<size_t>(c.rank));
-      r.dst.push_back(c.recv);
-      break;
-    case WindowKind::kBroadcast:
-      if (c.rank == c.root) {
-        r.count = c.count;
-        r.src.push_back(c.send);
-        for (int k = 0; k < c.nranks; ++k) r.dst.push_back(recv_of(k));
-      }
-      break;
-    case WindowKind::kReduce:
-      if (c.rank == c.root) {
-        r.count = c.count;
-        for (int k = 0; k < c.nranks; ++k) r.src.push_back(send_of(k));
-        r.dst.push_back(c.recv);
-      }
-      break;
-    case WindowKind::kAllToAll: {
-      const size_t block = c.count * elt;
-      r.count = c.count;
-      r.pairwise = true;
-      for (int j = 0; j < c.nranks; ++j) {
-        r.src.push_back(static_cast<const char*>(c.send) + block * static_cast<size_t>(j));
-        r.dst.push_back(recv_of(j) + block * static_cast<size_t>(c.rank));
-      }
-      break;
-    }
-    case WindowKind::kGather:
-      r.count = c.count;
-      r.src.push_back(c.send);
-      r.dst.push_back(recv_of(c.root) + c.count * elt * static_cast<size_t>(c.rank));
-      break;
-    case WindowKind::kScatter:
-      r.count = c.count;
-      r.src.push_back(send_of(c.root) + c.count * elt * static_cast<size_t>(c.rank));
-      r.dst.push_back(c.recv);
-      break;
-  }
-  return r;
 }
 
 // The runtime when a call may take a device path at all, else null.
