@@ -144,6 +144,8 @@ double OneSidedOpSeconds(const RankSchedule& s, const StepOp& op, const LinkMode
     return 0;
   const Slice& sized = WritesDstKind(op.kind) ? op.dst : op.src;
   const auto bytes = static_cast<double>(sized.count * DataTypeSize(s.buffers[sized.buffer].dtype));
+  // A device kernel's op: its bytes through the GPU (one kernel: no alpha of its own).
+  if (s.device_kernels) return bytes / model.device_peer.beta_bytes_s;
   // A peer's exposed buffer (not a window) is read across processes.
   const auto across = [&](const Slice& sl) {
     return sl.remote() && s.buffers[sl.buffer].role != BufferRole::kWindow;

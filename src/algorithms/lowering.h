@@ -19,6 +19,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "algorithms/algorithm.h"
@@ -28,6 +29,10 @@
 namespace braid {
 
 Result<RankSchedule> BuildSchedule(const Algorithm& algo, const CollArgs& args, int rank);
+
+// Every rank's lowered schedule from elsewhere than BuildSchedule (tests that mutate its output,
+// the device kernels' schedules): for the verifier and the simulator.
+using ScheduleSource = std::function<Result<RankSchedule>(int rank)>;
 
 // Appends a scratch buffer of `count` elements of `dtype` to `s`'s table (making room for the
 // first kFirstUserBuf slots first) and returns its slot.

@@ -91,6 +91,7 @@ struct CompiledRank {
   std::vector<uint64_t> code;
   std::vector<uint64_t> keys;   // per transfer, its stream's key
   std::vector<uint64_t> large;  // sizes of its transfers of >= 1 GiB
+  bool device_kernels = false;  // RankSchedule::device_kernels
 };
 
 struct Lane {
@@ -215,10 +216,14 @@ class Simulation {
     return sym_ == Symmetry::kShift ? "shift" : sym_ == Symmetry::kXor ? "xor" : "";
   }
 
+  // Schedules from elsewhere (SimulateLoweredSeconds) instead of BuildSchedule's: every rank
+  // simulated, built on this thread.
+  void UseSource(ScheduleSource source) { source_ = std::move(source); }
+
   Result<double> Run(const Algorithm& algo, const SimulateOptions& o) {
-    const int threads = a_.nranks >= kParallelBuildRanks ? o.threads : 1;
+    const int threads = a_.nranks >= kParallelBuildRanks && !source_ ? o.threads : 1;
     bool symmetric = false;
-    if (o.symmetry && SymmetryCandidate(o.min_nodes)) {
+    if (o.symmetry && !source_ && SymmetryCandidate(o.min_nodes)) {
       BRAID_ASSIGN_OR_RETURN(symmetric, BuildSymmetric(algo, std::max(threads, 1)));
     }
     if (!symmetric) {
@@ -307,7 +312,7 @@ class Simulation {
   Status BuildAndCompile(const Algorithm& algo) {
     CompiledRank cr;  // reused: its arrays keep their capacity from rank to rank
     for (int r = 0; r < n_; ++r) {
-      auto s = BuildSchedule(algo, a_, r);
+      auto s = source_ ? source_(r) : BuildSchedule(algo, a_, r);
       if (!s.ok()) return s.status();
       BRAID_RETURN_IF_ERROR(CompileRank(r, *s, &cr));
       BRAID_RETURN_IF_ERROR(Append(cr));
@@ -391,6 +396,7 @@ class Simulation {
         nops += st.ops.size();
       }
     const bool one_sided = IsOneSidedSchedule(s);
+    out->device_kernels = s.device_kernels;
     out->code.reserve(words);
     out->keys.reserve(nops);
     for (size_t c = 0; c < s.channels.size(); ++c) {
@@ -466,6 +472,7 @@ class Simulation {
 
   // Appends a compiled rank's channels as lanes (ranks in order), resolving its streams.
   Status Append(const CompiledRank& cr) {
+    if (cr.device_kernels) device_kernels_ = true;
     if (large_bytes_.size() + cr.large.size() > Xfer::kLow)
       return InternalError("simulate: too many transfers of 1 GiB or more");
     const auto lane_base = static_cast<uint32_t>(lanes_.size());
@@ -588,7 +595,7 @@ class Simulation {
           const auto seen = std::find_if(history.begin(), history.end(),
                                          [&](const auto& h) { return h.first >= value; });
           if (seen != history.end()) {
-            l.ready_at = std::max(l.ready_at, seen->second + m_.board.alpha_s);
+            l.ready_at = std::max(l.ready_at, seen->second + SignalAlpha());
             continue;
           }
           counter_waits_[static_cast<size_t>(SigWait::Peer(sw))]
@@ -649,7 +656,7 @@ class Simulation {
       parked[i] = parked.back();
       parked.pop_back();
       Lane& wl = lanes_[w];
-      wl.ready_at = std::max(wl.ready_at, t + m_.board.alpha_s);
+      wl.ready_at = std::max(wl.ready_at, t + SignalAlpha());
       if (--wl.pending == 0) local_ends_.push({std::max(wl.ready_at, t), w});
     }
   }
@@ -955,6 +962,11 @@ class Simulation {
   // One-sided schedules (IR v3): each rank's counters as they were signalled (value, time), the
   // waits parked on them (lane, value), and the one-sided steps' completions.
   bool has_one_sided_ = false;
+  // Device kernels' schedules (device_kernel_schedule.h): a signal is seen after the ranks'
+  // agreement round (LinkModel::device_peer's alpha), not the board's flag.
+  bool device_kernels_ = false;
+  double SignalAlpha() const { return device_kernels_ ? m_.device_peer.alpha_s : m_.board.alpha_s; }
+  ScheduleSource source_;
   std::vector<std::array<std::vector<std::pair<int32_t, double>>, 2>> counters_;
   std::vector<std::array<std::vector<std::pair<int, int32_t>>, 2>> counter_waits_;
   struct LocalEnd {
@@ -997,6 +1009,24 @@ Result<SimulationResult> Simulate(const Algorithm& algo, const CollArgs& args,
   SimulateOptions full = options;
   full.symmetry = false;
   return run(full);
+}
+
+Result<double> SimulateLoweredSeconds(const CollArgs& args, const LinkModel& model,
+                                      const ScheduleSource& source) {
+  if (args.nranks < 1) return InvalidArgument("simulate: nranks must be >= 1");
+  // Only a name for messages: the schedules come from `source`.
+  struct Lowered final : Algorithm {
+    const char* name() const override { return "lowered"; }
+    bool supports(const CollArgs&) const override { return true; }
+    Result<RankSchedule> build(const CollArgs&, int) const override {
+      return InternalError("simulate: a lowered run builds nothing");
+    }
+  } lowered;
+  Simulation sim(args, model);
+  sim.UseSource(source);
+  SimulateOptions o;
+  o.symmetry = false;
+  return sim.Run(lowered, o);
 }
 
 }  // namespace braid

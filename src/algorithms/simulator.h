@@ -44,6 +44,7 @@
 #pragma once
 
 #include "algorithms/algorithm.h"
+#include "algorithms/lowering.h"
 #include "algorithms/tuner.h"
 #include "core/base/status.h"
 
@@ -101,5 +102,10 @@ Result<SimulationResult> Simulate(const Algorithm& algo, const CollArgs& args,
 // simulate clusters (perf/sim_at_scale) pass the machine's cores.
 Result<double> SimulateSeconds(const Algorithm& algo, const CollArgs& args, const LinkModel& model,
                                int threads = 1);
+
+// The same for schedules from elsewhere (`source(rank)`, lowered already: the device kernels'
+// schedules, device_kernel_schedule.h), every rank simulated.
+Result<double> SimulateLoweredSeconds(const CollArgs& args, const LinkModel& model,
+                                      const ScheduleSource& source);
 
 }  // namespace braid

@@ -74,6 +74,12 @@ struct LinkModel {
   // stream's flag round trip with the agent (which polls with naps of up to 200 us); beta: one
   // direction of a PCIe 4 x16 copy engine. Defaults until a GPU session measures them.
   LinkParams staging{10e-6, 20e9};
+  // A device kernel over its peers' IPC-mapped buffers (device_kernel_schedule.h: the shim's
+  // window and peer-buffer collectives). alpha: one agreement round of the ranks (their host
+  // exchange and the streams' flags), paid where a rank waits for its peers' signal; beta: what
+  // one rank's kernel reads or writes, through NVLink or the GPU's own memory. Defaults until a
+  // GPU session measures them.
+  LinkParams device_peer{10e-6, 150e9};
   // Whether the ranks of a node talk over TCP (every rank's first transport is tcp, e.g.
   // BRAID_TRANSPORTS=tcp), not shared memory: a round then costs system calls and wake-ups far
   // beyond its calibrated alpha, so algorithms that only save rounds pay there (Algorithm::

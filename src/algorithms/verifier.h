@@ -33,7 +33,6 @@ namespace braid {
 Status VerifySchedule(const Algorithm& algo, const CollArgs& args);
 
 // The same for lowered schedules from elsewhere (tests that mutate BuildSchedule's output).
-using ScheduleSource = std::function<Result<RankSchedule>(int rank)>;
 Status VerifyLoweredSchedules(const CollArgs& args, const std::string& name,
                               const ScheduleSource& source);
 

@@ -23,6 +23,8 @@
 
 #include "algorithms/device_kernel_schedule.h"
 #include "algorithms/lowering.h"
+#include "algorithms/simulator.h"
+#include "algorithms/tuner.h"
 #include "algorithms/verifier.h"
 #include "nccl/peer_reduce_plan.h"
 
@@ -303,6 +305,30 @@ TEST(DeviceKernelSchedules, AHostScheduleMayNotWriteAPeersExposedBuffer) {
   });
   ASSERT_FALSE(st.ok());
   EXPECT_NE(st.message().find("which is not a window"), std::string::npos) << st.message();
+}
+
+// The simulator prices a device kernel's schedule on LinkModel::device_peer: an all-gather's
+// kernel puts the rank's block into every output at once (one step of N puts of `bytes`), between
+// the agreement (a signal seen after alpha) and the finish (another alpha): on N ranks,
+// 2 alpha + N x bytes / beta, exactly. Doubling beta halves the kernel's part.
+TEST(DeviceKernelSchedules, TheSimulatorPricesTheKernelsOnTheDevicePeerLink) {
+  const Shape s{WindowKind::kAllGather, ncclFloat32, ncclSum, 0, 1 << 20, 4, false};
+  auto kernels = KernelsOf(s);
+  ASSERT_TRUE(kernels.ok()) << kernels.status().message();
+  const CollArgs a = ArgsOf(s);
+  const auto source = [&](int r) { return braid::DeviceKernelSchedule(a, r, *kernels); };
+  braid::LinkModel m;
+  m.device_peer = {7e-6, 100e9};
+  const double bytes = 4.0 * (1 << 20);
+  // The fold copies the block into scratch (bytes), then N puts or copies of it.
+  const double want = 2 * 7e-6 + (bytes + 4 * bytes) / 100e9;
+  auto t = braid::SimulateLoweredSeconds(a, m, source);
+  ASSERT_TRUE(t.ok()) << t.status().message();
+  EXPECT_NEAR(*t, want, want * 1e-9);
+  m.device_peer.beta_bytes_s = 200e9;
+  auto faster = braid::SimulateLoweredSeconds(a, m, source);
+  ASSERT_TRUE(faster.ok());
+  EXPECT_NEAR(*faster, 2 * 7e-6 + (bytes + 4 * bytes) / 200e9, want * 1e-9);
 }
 
 }  // namespace
