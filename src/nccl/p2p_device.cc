@@ -369,9 +369,9 @@ bool P2pOnDevice(ncclComm_t comm, cudaStream_t stream, const std::vector<P2pCall
     yes.ok = 1;
     return Answers(state->view, calls, yes);
   };
-  // Only for a call that was queued. A submit that fails may have queued a kernel already (told
-  // to skip): its tables are never reused, as after an abort (one table per such call; the
-  // communicator is unusable by then).
+  // A submit that failed after its kernels were queued (told to skip, but maybe yet to run) keeps
+  // its tables out of use for good, as an abort does; one refused before, or a call whose kernels
+  // the agent saw end, gives them back (StreamAgent's `released`).
   work->released = [&pool, tables](bool ended) {
     if (!ended) return;  // a kernel may still read them: never reused
     for (device::PeerPointers* t : tables) pool.release(t);

@@ -205,6 +205,11 @@ size_t PeerPointerPool::allocated() {
   return allocated_;
 }
 
+size_t PeerPointerPool::inUse() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return allocated_ - free_.size();
+}
+
 uint64_t PeerBufferCalls() {
   return g_calls.load(std::memory_order_relaxed);
 }

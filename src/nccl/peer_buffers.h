@@ -123,6 +123,7 @@ class PeerPointerPool {
   Result<device::PeerPointers*> acquire();
   void release(device::PeerPointers* t);
   size_t allocated();
+  size_t inUse();  // acquired and not released (tests)
 
  private:
   static constexpr size_t kPerBlock = 32;

@@ -1004,6 +1004,8 @@ TEST(WindowCollectives, AGroupStopsAtACallRefusedAtItsEnd) {
     void* a = *dev->allocDevice(4096);
     void* b = *dev->allocDevice(4096);
     const uint64_t calls0 = braid::nccl::PeerBufferCalls();
+    auto& tables = braid::nccl::PeerPointerPool::For(braid::device::ActiveDeviceRuntime());
+    const size_t tables0 = tables.inUse();
     CHECK_OR_FAIL(
         ncclGroupStart() == ncclSuccess &&
             ncclAllReduce(a, b, 2000, ncclFloat32, ncclSum, comm, stream) == ncclSuccess &&
@@ -1015,6 +1017,9 @@ TEST(WindowCollectives, AGroupStopsAtACallRefusedAtItsEnd) {
     CHECK_OR_FAIL(why.find("past the end") != std::string::npos, "message: %s", why.c_str());
     CHECK_OR_FAIL(braid::nccl::PeerBufferCalls() - calls0 == 1, "%llu calls issued, want 1",
                   static_cast<unsigned long long>(braid::nccl::PeerBufferCalls() - calls0));
+    // The refused call's pointer table is back in the pool (its kernel was never queued).
+    CHECK_OR_FAIL(tables.inUse() == tables0, "%zu pointer tables held after the refusal, want %zu",
+                  tables.inUse(), tables0);
     auto* in = static_cast<int32_t*>(*dev->hostView(a, 64));
     for (int i = 0; i < 16; ++i) in[i] = rank * 100 + i;
     CHECK_OR_FAIL(ncclAllReduce(a, b, 16, ncclInt32, ncclSum, comm, stream) == ncclSuccess,

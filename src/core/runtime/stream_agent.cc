@@ -109,22 +109,34 @@ static Status CheckCall(device::DeviceRuntime* rt, const StreamCall& call) {
 }
 
 Status StreamAgent::submitGroup(std::vector<std::pair<StreamAgent*, StreamCall>> calls) {
+  // Refused before anything is queued: no device work of these calls can run, so what it holds
+  // may be reused (DeviceWork::released).
+  const auto refused = [&calls](Status st) {
+    for (auto& [agent, call] : calls)
+      if (call.device_work && call.device_work->released) {
+        call.device_work->released(true);
+        call.device_work->released = nullptr;
+      }
+    return st;
+  };
   for (auto& [agent, call] : calls) {
     Status kept;
     {
       std::lock_guard<std::mutex> lock(agent->mu_);
       if (agent->aborted_)
-        return AbortedError(call.what + ": the communicator was aborted (" + agent->abort_reason_ +
-                            ")");
-      if (agent->stop_) return InvalidUsage(call.what + ": the communicator is being destroyed");
+        return refused(AbortedError(call.what + ": the communicator was aborted (" +
+                                    agent->abort_reason_ + ")"));
+      if (agent->stop_)
+        return refused(InvalidUsage(call.what + ": the communicator is being destroyed"));
       kept = agent->error_;
     }
     if (!kept.ok()) {
       agent->tellDropped();
-      return kept.prepend(call.what + ": not run: an earlier stream-ordered call failed: ");
+      return refused(
+          kept.prepend(call.what + ": not run: an earlier stream-ordered call failed: "));
     }
     Status st = CheckCall(agent->runtime_, call);
-    if (!st.ok()) return st;
+    if (!st.ok()) return refused(st);
   }
   std::vector<Pending> pending(calls.size());
   for (size_t i = 0; i < calls.size(); ++i) {
@@ -145,6 +157,12 @@ Status StreamAgent::submitGroup(std::vector<std::pair<StreamAgent*, StreamCall>>
       for (auto it = pending[i].device_slots.rbegin(); it != pending[i].device_slots.rend(); ++it)
         agent->runtime_->hostWriteFlag(it->ready, it->value);
       if (pending[i].staging) agent->dropStaging(pending[i], pending[i].staging_queued);
+      // Device work never queued: nothing of it can run, so what it holds may be reused.
+      DeviceWork* work = pending[i].call.device_work.get();
+      if (work && work->released && !pending[i].work_queued) {
+        work->released(true);
+        work->released = nullptr;
+      }
     }
     return st.prepend(what + ": ordering the call on its stream: ");
   };
@@ -540,6 +558,7 @@ Status StreamAgent::queueDeviceWork(Pending& p) {
   const StreamFlagSlot& go = p.device_slots[0];
   const StreamFlagSlot& skip = p.device_slots[1];
   BRAID_RETURN_IF_ERROR(runtime_->waitValue32(s0, go.ready, go.value));
+  p.work_queued = true;  // from here a kernel may read what the work points to
   BRAID_RETURN_IF_ERROR(p.call.device_work->queue(s0, skip.ready, skip.value));
   return runtime_->writeValue32(s0, go.done, go.value);
 }

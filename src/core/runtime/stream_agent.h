@@ -97,8 +97,9 @@ struct DeviceWork {
   // in-place all-to-all's copy of its input to scratch). It runs whatever the agreement says.
   std::function<Status(device::StreamHandle s)> prepare;
   // Optional, on the agent once the call is over: `work_ended` when the agent saw the device
-  // work end (what it read may be reused), false when it may still run (an abort) or was never
-  // queued.
+  // work end (what it read may be reused), false when it may still run (an abort, or a submit
+  // that failed after queue() was called). A submit that fails before queue() calls it with true
+  // (nothing of the call can run), on the submitting thread.
   std::function<void(bool work_ended)> released;
 };
 
@@ -234,6 +235,7 @@ class StreamAgent {
     // the stream writes) and `skip` (its ready: written before `go` when the ranks disagreed).
     std::vector<StreamFlagSlot> device_slots;
     bool device_ended = false;  // the agent saw the device work's end
+    bool work_queued = false;   // DeviceWork::queue was called (its work may run)
   };
 
   void loop();
