@@ -176,7 +176,9 @@ double EstimateOneSided(const RankSchedule& s, const LinkModel& model) {
         posted.push_back({op.value, t});
       if (op.kind == StepOpKind::kWait && op.counter == Counter::kPosted && op.value >= 0)
         for (const auto& [v, when] : posted)
-          if (v == op.value) ready = std::max(ready, when + model.board.alpha_s);
+          if (v == op.value)
+            ready = std::max(
+                ready, when + (s.device_kernels ? model.device_peer.alpha_s : model.board.alpha_s));
     }
     t = std::max(t + work, ready);
   }

@@ -258,6 +258,11 @@ Result<RankSchedule> BuildSchedule(const Algorithm& algo, const CollArgs& args, 
     s.channels[0].steps.push_back(std::move(divide));
   }
 
+  // The device kernels' rules are for their proof alone (device_kernel_schedule.h): a schedule
+  // the engine may run never has them.
+  if (s.device_kernels)
+    return InternalError(std::string(algo.name()) +
+                         " built a schedule marked as device kernels, which the engine cannot run");
   s.posts = PostsOf(s);
   BRAID_RETURN_IF_ERROR(
       CheckScheduleStructure(s, rank, args.nranks, std::string(algo.name()) + " "));

@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <map>
@@ -56,7 +57,9 @@ size_t Bounced(size_t bytes) {
 }
 
 // A receiver's answer to its sender: the copy ended (ok), or why it did not run. Its size differs
-// from a record's, so that a message left over by a failed job is refused, never misread.
+// from a record's, so that a record or answer left over by a failed job is refused, never
+// misread. (A send's bytes may have any size: every path that could leave them unclaimed revokes
+// the communicator, view included, first.)
 struct Answer {
   int32_t ok = 0;
   char reason[188] = {};
@@ -203,13 +206,18 @@ bool P2pOnDevice(ncclComm_t comm, cudaStream_t stream, const std::vector<P2pCall
   const char* what = calls.size() > 1 ? "group of ncclSend/ncclRecv"
                      : calls[0].send  ? "ncclSend"
                                       : "ncclRecv";
+  // From here the call is this path's on every rank of the pair: a refusal on this rank alone
+  // would leave its peers waiting for a record, and its next call's record taken for this one's,
+  // so it revokes the communicator (its peers fail within milliseconds).
+  const auto refuse = [&](ncclResult_t code, const Status& why) {
+    (void)braidCommRevoke(B(comm));
+    *result = Fail(code, std::string(what) + ": " + why.message());
+    return true;
+  };
   char* bounce = nullptr;
   if (bounce_bytes > 0) {
     auto b = DeviceScratch(comm, rt, bounce_bytes, ScratchUse::kSendBounce);
-    if (!b.ok()) {
-      *result = Fail(ncclSystemError, std::string(what) + ": " + b.status().message());
-      return true;
-    }
+    if (!b.ok()) return refuse(ncclSystemError, b.status());
     bounce = static_cast<char*>(*b);
   }
   // One late-bound pointer table per receive.
@@ -220,8 +228,7 @@ bool P2pOnDevice(ncclComm_t comm, cudaStream_t stream, const std::vector<P2pCall
     auto t = pool.acquire();
     if (!t.ok()) {
       for (device::PeerPointers* u : tables) pool.release(u);
-      *result = Fail(ncclUnhandledCudaError, std::string(what) + ": " + t.status().message());
-      return true;
+      return refuse(ncclUnhandledCudaError, t.status());
     }
     tables.push_back(*t);
   }
@@ -294,14 +301,20 @@ bool P2pOnDevice(ncclComm_t comm, cudaStream_t stream, const std::vector<P2pCall
         continue;
       }
       const SendRecord& g = got[i];
-      if (g.magic != kRecordMagic || (g.mode != kPull && g.mode != kBytes) ||
-          !IsValidDataType(g.type) || (g.mode == kBytes && calls[i].peer == rank))
+      // A record's sizes are a peer's word: checked before they size anything.
+      size_t bytes = 0, end = 0;
+      const bool readable =
+          g.magic == kRecordMagic && (g.mode == kPull || g.mode == kBytes) &&
+          IsValidDataType(g.type) && !(g.mode == kBytes && calls[i].peer == rank) &&
+          !__builtin_mul_overflow(g.count, DataTypeSize(static_cast<DataType>(g.type)), &bytes) &&
+          bytes <= SIZE_MAX / 2 && !__builtin_add_overflow(receive_bytes, Bounced(bytes), &end);
+      if (!readable)
         return broken(InternalError("rank " + std::to_string(calls[i].peer) +
                                     " sent no buffer record this rank can read"),
                       "exchanging the buffers: ");
       if (g.mode == kBytes) {
         received_at[i] = receive_bytes;
-        receive_bytes += Bounced(g.count * DataTypeSize(static_cast<DataType>(g.type)));
+        receive_bytes = end;
       }
     }
     char* received = nullptr;

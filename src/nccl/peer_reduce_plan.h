@@ -1,8 +1,9 @@
 // What each rank's device kernel does in a collective over its peers' buffers (the device path
 // of nccl/window_collectives.cc): the call as one rank sees it (Plan), and that rank's
 // device::PeerReduce over its peers' buffers (Build). One place, so that the kernels the shim
-// queues and the schedules the verifier proves them by (tests/unit/device_kernel_verify_test.cc,
-// algorithms/device_kernel_schedule.h) come from the same arithmetic.
+// queues and the schedules the verifier proves them by
+// (tests/unit/algorithms_device_kernel_test.cc, algorithms/device_kernel_schedule.h) come from the
+// same arithmetic.
 #pragma once
 
 #include <cstddef>

@@ -236,6 +236,7 @@ TEST_P(P2pDeviceMismatch, ACountThatDiffersFailsBothRanksAndWritesNothing) {
     EmulatedDevice* dev = nullptr;
     if (InitNccl(id, rank, nranks, &comm, &dev) != 0) return 1;
     dev->refuseExports(bytes);
+    const uint64_t bounced0 = braid::nccl::P2pBouncedJobs();
     cudaStream_t stream = static_cast<cudaStream_t>(*dev->createStream());
     void* buf = *dev->allocDevice(4096);
     std::memset(*dev->hostView(buf, 4096), 0x5a, 4096);
@@ -251,6 +252,10 @@ TEST_P(P2pDeviceMismatch, ACountThatDiffersFailsBothRanksAndWritesNothing) {
         why.find("count 100") != std::string::npos && why.find("count 50") != std::string::npos,
         "rank %d: the error does not name the counts: %s", rank, why.c_str());
     CHECK_OR_FAIL(s < 10, "rank %d took %.1f s to fail", rank, s);
+    // The sender's bytes went (or its buffer was shared), as the parameter says.
+    const uint64_t bounced = braid::nccl::P2pBouncedJobs() - bounced0;
+    CHECK_OR_FAIL(bounced == (bytes && rank == 0 ? 1u : 0u), "rank %d bounced %llu jobs", rank,
+                  static_cast<unsigned long long>(bounced));
     const auto* p = static_cast<const unsigned char*>(*dev->hostView(buf, 4096));
     for (size_t b = 0; b < 4096; ++b)
       CHECK_OR_FAIL(p[b] == 0x5a, "rank %d: byte %zu was written", rank, b);

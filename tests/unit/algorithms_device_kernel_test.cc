@@ -169,11 +169,20 @@ Result<std::vector<std::vector<KernelSlices>>> KernelsOf(const Shape& s) {
         c, [&](int q) { return reinterpret_cast<char*>(l.input(q)); },
         [&](int q) { return reinterpret_cast<char*>(l.recv(q)); });
     if (k.count == 0) continue;  // nothing for this rank (a segment past the end, a non-root)
+    // What the slices cannot carry, checked against the call: the kernel's type, op and
+    // divisor (the schedule takes them from the call's arguments).
+    const bool reduces = c.reduces();
+    const bool avg = reduces && s.op == ncclAvg;
+    if (k.type != static_cast<braid::DataType>(s.type) ||
+        (reduces && k.op != (avg ? braid::ReduceOp::kSum : static_cast<braid::ReduceOp>(s.op))) ||
+        k.divide_by != (avg ? static_cast<uint64_t>(s.nranks) : 0))
+      return braid::InternalError("rank " + std::to_string(r) +
+                                  "'s kernel has another type, op or divisor than the call");
     KernelSlices ks;
     ks.pairwise = k.pairwise;
-    // AVG: the kernel divides by N when N > 1; by one rank it is the identity, which the IR
-    // still writes as a division (the verifier asks every AVG result for one).
-    ks.divide = k.divide_by >= 1;
+    // AVG: the kernel divides by N (checked above) when N > 1; by one rank it is the identity,
+    // which the IR still writes as a division (the verifier asks every AVG result for one).
+    ks.divide = avg;
     for (const void* p : k.src) {
       auto sl = SliceOf(l, r, p, k.count, false);
       if (!sl.ok()) return sl.status();
@@ -329,6 +338,27 @@ TEST(DeviceKernelSchedules, TheSimulatorPricesTheKernelsOnTheDevicePeerLink) {
   auto faster = braid::SimulateLoweredSeconds(a, m, source);
   ASSERT_TRUE(faster.ok());
   EXPECT_NEAR(*faster, 2 * 7e-6 + (bytes + 4 * bytes) / 200e9, want * 1e-9);
+}
+
+// The device kernels' rules are theirs alone: an algorithm whose schedule claims them is refused
+// by BuildSchedule, so the engine never runs a schedule that writes a peer's exposed buffer.
+TEST(DeviceKernelSchedules, AnAlgorithmMayNotClaimTheDeviceKernelsRules) {
+  struct Claims final : braid::Algorithm {
+    const char* name() const override { return "claims"; }
+    bool supports(const CollArgs&) const override { return true; }
+    Result<RankSchedule> build(const CollArgs&, int) const override {
+      RankSchedule s;
+      s.channels.resize(1);
+      s.device_kernels = true;
+      return s;
+    }
+  } claims;
+  CollArgs a;
+  a.count = 4;
+  a.nranks = 2;
+  auto s = braid::BuildSchedule(claims, a, 0);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.status().message().find("device kernels"), std::string::npos) << s.status().message();
 }
 
 }  // namespace
