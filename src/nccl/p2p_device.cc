@@ -185,10 +185,11 @@ bool P2pOnDevice(ncclComm_t comm, cudaStream_t stream, const std::vector<P2pCall
   std::vector<StreamBuffer> buffers;
   std::vector<SendRecord> records(calls.size());
   std::vector<size_t> bounce_at(calls.size(), 0);  // kBytes sends: their place in the bounce
+  std::vector<size_t> sizes(calls.size(), 0);      // each call's bytes
   size_t bounce_bytes = 0;
   for (size_t i = 0; i < calls.size(); ++i) {
     const P2pCall& c = calls[i];
-    const size_t bytes = c.count * TypeSize(c.type);
+    const size_t bytes = sizes[i] = c.count * TypeSize(c.type);
     if (bytes == 0) return false;
     auto info = ClassifyBuffer(rt, c.buff);
     if (!info.ok() || !info->onDevice()) return false;
@@ -236,11 +237,11 @@ bool P2pOnDevice(ncclComm_t comm, cudaStream_t stream, const std::vector<P2pCall
   auto work = std::make_shared<DeviceWork>();
   if (bounce) {
     // Before `ready`: the bytes are in the bounce by the time the agent sends them.
-    work->prepare = [rt, calls, records, bounce, bounce_at](device::StreamHandle s) -> Status {
+    work->prepare = [rt, calls, records, bounce, bounce_at,
+                     sizes](device::StreamHandle s) -> Status {
       for (size_t i = 0; i < calls.size(); ++i)
         if (records[i].mode == kBytes)
-          BRAID_RETURN_IF_ERROR(rt->copyAsync(bounce + bounce_at[i], calls[i].buff,
-                                              calls[i].count * TypeSize(calls[i].type), s)
+          BRAID_RETURN_IF_ERROR(rt->copyAsync(bounce + bounce_at[i], calls[i].buff, sizes[i], s)
                                     .prepend("copying a send to host-mapped memory: "));
       return Status::Ok();
     };
@@ -262,7 +263,7 @@ bool P2pOnDevice(ncclComm_t comm, cudaStream_t stream, const std::vector<P2pCall
     }
     return Status::Ok();
   };
-  work->agree = [comm, rt, nranks, rank, calls, records, bounce, bounce_at, tables,
+  work->agree = [comm, rt, nranks, rank, calls, records, bounce, bounce_at, sizes, tables,
                  state]() -> Status {
     auto view = ViewOf(comm, *state, nranks);
     if (!view.ok()) return view.status();
@@ -291,13 +292,12 @@ bool P2pOnDevice(ncclComm_t comm, cudaStream_t stream, const std::vector<P2pCall
     // messages stay paired: the record says how many.
     to.clear();
     from.clear();
-    std::vector<size_t> received_at(calls.size(), 0);
+    std::vector<size_t> received_at(calls.size(), 0), received_bytes(calls.size(), 0);
     size_t receive_bytes = 0;
     for (size_t i = 0; i < calls.size(); ++i) {
       if (calls[i].send) {
         if (records[i].mode == kBytes)
-          to.push_back(
-              {bounce + bounce_at[i], calls[i].peer, calls[i].count * TypeSize(calls[i].type)});
+          to.push_back({bounce + bounce_at[i], calls[i].peer, sizes[i]});
         continue;
       }
       const SendRecord& g = got[i];
@@ -314,6 +314,7 @@ bool P2pOnDevice(ncclComm_t comm, cudaStream_t stream, const std::vector<P2pCall
                       "exchanging the buffers: ");
       if (g.mode == kBytes) {
         received_at[i] = receive_bytes;
+        received_bytes[i] = bytes;
         receive_bytes = end;
       }
     }
@@ -324,8 +325,7 @@ bool P2pOnDevice(ncclComm_t comm, cudaStream_t stream, const std::vector<P2pCall
       received = static_cast<char*>(*b);
       for (size_t i = 0; i < calls.size(); ++i)
         if (!calls[i].send && got[i].mode == kBytes)
-          from.push_back({received + received_at[i], calls[i].peer,
-                          got[i].count * DataTypeSize(static_cast<DataType>(got[i].type))});
+          from.push_back({received + received_at[i], calls[i].peer, received_bytes[i]});
     }
     if (!to.empty() || !from.empty())
       if (Status st = Exchange(*view, to, from); !st.ok())
