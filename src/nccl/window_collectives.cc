@@ -172,6 +172,15 @@ Status Barrier(ncclComm_t comm) {
   return FromResult(braidBarrier(B(comm))).prepend("waiting for every rank's device work: ");
 }
 
+// A refusal on this rank alone after it chose the device path, as every rank did (each decides
+// alike): the peers' calls may be queued, waiting for this rank's part. The communicator is
+// revoked, so that they fail within milliseconds instead of at BRAID_TIMEOUT or, worse, taking
+// this rank's next call for this one.
+ncclResult_t RefuseChosen(ncclComm_t comm, ncclResult_t code, const std::string& why) {
+  (void)braidCommRevoke(B(comm));
+  return Fail(code, why);
+}
+
 // The copy of an in-place all-to-all's input into its scratch (Plan::copy_from), else nothing.
 std::function<Status(device::StreamHandle)> CopyInput(device::DeviceRuntime* rt, const Plan& c) {
   if (!c.copy_from) return nullptr;
@@ -183,8 +192,8 @@ std::function<Status(device::StreamHandle)> CopyInput(device::DeviceRuntime* rt,
 
 // An in-place all-to-all sends from a copy of its input (each rank's pushes would overwrite
 // blocks its peers have not sent yet): the communicator's device scratch becomes the input, which
-// only this rank reads (an all-to-all's input is not shared). False (with *result) when the
-// scratch cannot be allocated.
+// only this rank reads (an all-to-all's input is not shared). False (with *result, the
+// communicator revoked) when the scratch cannot be allocated.
 bool SendFromScratch(device::DeviceRuntime* rt, ncclComm_t comm, Plan* c,
                      std::vector<StreamBuffer>* buffers, const char* func, ncclResult_t* result) {
   if (c->kind != WindowKind::kAllToAll || c->send != c->recv) return true;
@@ -192,7 +201,8 @@ bool SendFromScratch(device::DeviceRuntime* rt, ncclComm_t comm, Plan* c,
   auto info =
       scratch.ok() ? ClassifyBuffer(rt, *scratch) : Result<device::PointerInfo>(scratch.status());
   if (!info.ok()) {
-    *result = Fail(ncclUnhandledCudaError, std::string(func) + ": " + info.status().message());
+    *result = RefuseChosen(comm, ncclUnhandledCudaError,
+                           std::string(func) + ": " + info.status().message());
     return false;
   }
   c->copy_from = c->send;
@@ -235,7 +245,8 @@ ncclResult_t SubmitPeerBufferCall(device::DeviceRuntime* rt, ncclComm_t comm, cu
   PeerPointerPool& pool = PeerPointerPool::For(rt);
   auto table = pool.acquire();
   if (!table.ok())
-    return Fail(ncclUnhandledCudaError, std::string(func) + ": " + table.status().message());
+    return RefuseChosen(comm, ncclUnhandledCudaError,
+                        std::string(func) + ": " + table.status().message());
   device::PeerPointers* t = *table;
   // The shape of this rank's work (how many sources and destinations), from stand-in pointers.
   char stand_in = 0;

@@ -23,9 +23,12 @@
 // test's emulated device is the one the shim uses.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <atomic>
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <memory>
 #include <random>
@@ -1033,6 +1036,89 @@ TEST(WindowCollectives, AGroupStopsAtACallRefusedAtItsEnd) {
     return 0;
   });
   EXPECT_TRUE(AllSucceeded(out)) << DescribeOutcomes(out);
+}
+
+// A device error on one rank while it takes the device path (every rank chose it, so the peers'
+// calls are queued): rank 0's scratch allocation, its kernel's launch after the copy into scratch
+// was queued, or its `ready` write fails. Rank 0's call fails at once naming the device's error;
+// rank 1 fails within seconds (the communicator revoked), not at BRAID_TIMEOUT (300 s) and
+// never by taking rank 0's next call for this one, and its buffer is untouched. Rank 0 keeps the
+// communicator, and makes its next call (which fails too), only once rank 1 has its answer: an
+// abort would tell rank 1 itself, and a next call would end rank 1's wait (a call mismatch).
+using Fault = EmulatedDevice::FaultOp;
+int FailsPartWay(const braidUniqueId& id, int rank, int nranks, Fault fault) {
+  ncclComm_t comm = nullptr;
+  EmulatedDevice* dev = nullptr;
+  if (InitNccl(id, rank, nranks, &comm, &dev) != 0) return 1;
+  const size_t n = 100, bytes = n * 4 * nranks;
+  void* buf = *dev->allocDevice(bytes);
+  void* other = *dev->allocDevice(bytes);
+  for (size_t b = 0; b < bytes; ++b)
+    static_cast<unsigned char*>(*dev->hostView(buf, bytes))[b] = static_cast<unsigned char>(b * 7);
+  cudaStream_t stream = static_cast<cudaStream_t>(*dev->createStream());
+  const uint64_t device_calls0 = braid::nccl::PeerBufferCalls();
+  if (rank == 0) dev->failAfter(fault, 0);
+  const auto t0 = std::chrono::steady_clock::now();
+  const ncclResult_t r = fault == Fault::kWriteValue
+                             ? ncclAllReduce(buf, other, n, ncclInt32, ncclSum, comm, stream)
+                             : ncclAlltoAll(buf, buf, n, ncclInt32, comm, stream);
+  std::string why = ncclGetLastError(comm);
+  if (rank == 0) {
+    CHECK_OR_FAIL(dev->injectedFailures() == 1, "the fault was not reached: %s", why.c_str());
+    CHECK_OR_FAIL(r == ncclSystemError || r == ncclUnhandledCudaError, "rank 0's call: %d, %s",
+                  static_cast<int>(r), why.c_str());
+    CHECK_OR_FAIL(why.find("injected failure") != std::string::npos, "rank 0: %s", why.c_str());
+    if (fault != Fault::kAllocDevice)  // refused before it is counted
+      CHECK_OR_FAIL(braid::nccl::PeerBufferCalls() - device_calls0 == 1, "not on the device path");
+  } else {
+    CHECK_OR_FAIL(r == ncclSuccess, "rank 1's call was refused: %s", why.c_str());
+    CHECK_OR_FAIL(dev->synchronize(stream).ok(), "the stream is released");
+    ncclResult_t async = ncclSuccess;
+    CHECK_OR_FAIL(ncclCommGetAsyncError(comm, &async) == ncclSuccess, "get async error");
+    why = ncclGetLastError(comm);
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    CHECK_OR_FAIL(async != ncclSuccess, "rank 1 succeeded without rank 0");
+    CHECK_OR_FAIL(s < 10, "rank 1 took %.1f s to fail: %s", s, why.c_str());
+    const auto* p = static_cast<const unsigned char*>(*dev->hostView(buf, bytes));
+    for (size_t b = 0; b < bytes; ++b)
+      CHECK_OR_FAIL(p[b] == static_cast<unsigned char>(b * 7), "rank 1: byte %zu was written", b);
+  }
+  const std::string done = "/tmp/braid-part-way-" + std::to_string(getppid());
+  if (rank == 1) {
+    FILE* f = std::fopen(done.c_str(), "w");
+    CHECK_OR_FAIL(f != nullptr, "cannot write %s", done.c_str());
+    std::fclose(f);
+  } else {
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    while (access(done.c_str(), F_OK) != 0 && std::chrono::steady_clock::now() < until)
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    // Only now the next call (one like rank 1's all-reduce), returned or on the stream, fails:
+    // before the change rank 1's all-reduce took it for the failed one and succeeded.
+    const ncclResult_t next = ncclAllReduce(other, other, n, ncclInt32, ncclSum, comm, stream);
+    CHECK_OR_FAIL(dev->synchronize(stream).ok(), "the stream is released");
+    ncclResult_t async = ncclSuccess;
+    CHECK_OR_FAIL(ncclCommGetAsyncError(comm, &async) == ncclSuccess, "get async error");
+    CHECK_OR_FAIL(next != ncclSuccess || async != ncclSuccess, "rank 0's next call succeeded");
+  }
+  CHECK_OR_FAIL(ncclCommAbort(comm) == ncclSuccess, "abort");
+  CHECK_OR_FAIL(dev->destroyStream(stream).ok(), "destroy stream");
+  CHECK_OR_FAIL(dev->freeDevice(buf).ok() && dev->freeDevice(other).ok(), "free");
+  return 0;
+}
+
+TEST(WindowCollectives, ADeviceErrorPartWayFailsThePeersFast) {
+  const std::pair<Fault, const char*> faults[] = {
+      {Fault::kAllocDevice, "the in-place all-to-all's scratch allocation"},
+      {Fault::kLaunch, "the in-place all-to-all's launch, after its copy into scratch"},
+      {Fault::kWriteValue, "the all-reduce's `ready`"}};
+  for (const auto& [fault, what] : faults) {
+    SCOPED_TRACE(what);
+    auto out = RunJob(Job(2), [fault](braidComm_t, int rank, int nranks, const braidUniqueId& id) {
+      return FailsPartWay(id, rank, nranks, fault);
+    });
+    std::remove(("/tmp/braid-part-way-" + std::to_string(getpid())).c_str());
+    EXPECT_TRUE(AllSucceeded(out)) << DescribeOutcomes(out);
+  }
 }
 
 // An in-place all-to-all on device memory sends from a copy of its input in device scratch, so a

@@ -459,6 +459,8 @@ TEST_P(StreamAgentTest, AbortEndsAWaitForAStagingBuffer) {
   gate.Hold(dev_, s);
   {
     StreamAgent agent(&dev_, "test", &pool_);
+    std::atomic<int> dropped{0};
+    agent.setOnDroppedCall([&] { ++dropped; });
     agent.setStagingCap(8192, std::chrono::minutes(2));  // waits as long as it takes
     ASSERT_TRUE(agent.submit(Transform(s, in, out, n, 1)).ok());
     Status second;
@@ -467,6 +469,7 @@ TEST_P(StreamAgentTest, AbortEndsAWaitForAStagingBuffer) {
     agent.abort("the test aborts");
     t.join();
     EXPECT_TRUE(waited);
+    EXPECT_EQ(dropped.load(), 0);  // the aborting caller handles the communicator
     EXPECT_EQ(second.cls(), braid::ErrorClass::kAborted) << second.message();
     EXPECT_NE(second.message().find("staging buffer"), std::string::npos) << second.message();
     EXPECT_NE(second.message().find("the test aborts"), std::string::npos) << second.message();
@@ -823,6 +826,142 @@ TEST_P(StreamAgentTest, BadStreamOrBufferIsRefusedAtOnce) {
   EXPECT_TRUE(dev_.freeDevice(in).ok());
   EXPECT_TRUE(dev_.freeDevice(out).ok());
 }
+
+// A device call that fails while it is being ordered (after the checks; the device refuses a
+// copy, a flag write or wait, or the work's launch) part way through what submit queues: the
+// submit fails naming the device's error, the stream runs on (every `done` it may wait for is
+// written), the failure is kept (later calls are refused naming it, drain reports it), and the
+// agent says once that a call was dropped (the shim revokes the communicator: the peers' parts
+// of the call are queued). Each point is hit after earlier work of the call was queued.
+struct OrderingFault {
+  const char* name;
+  EmulatedDevice::FaultOp op;
+  int pass;          // calls of `op` that succeed first
+  bool device_work;  // the call has device work with a `prepare` (else a staged Transform)
+  bool two_streams;
+  bool staged_only = false;  // reached only where device memory is staged (copied)
+};
+
+class StreamAgentFaultTest
+    : public ::testing::TestWithParam<std::tuple<AgentParam, OrderingFault>> {};
+
+TEST_P(StreamAgentFaultTest, AFailureWhileOrderingReleasesTheStreamIsKeptAndToldOnce) {
+  const auto& [mode, fault] = GetParam();
+  if (fault.staged_only && mode.mode != EmulatedDevice::Mode::kSeparate)
+    GTEST_SKIP() << "device memory is host memory here: nothing is copied";
+  EmulatedDevice dev(mode.mode, EmulatedDevice::kDefaultFlagPoll, mode.single_queue);
+  braid::StreamFlagPool pool(&dev);
+  const size_t n = 64;
+  void* in = *dev.allocDevice(n * 4);
+  void* out = *dev.allocDevice(n * 4);
+  void* scratch = *dev.allocDevice(n * 4);
+  StreamHandle s = *dev.createStream();
+  StreamHandle s2 = *dev.createStream();
+  for (size_t i = 0; i < n; ++i) static_cast<uint32_t*>(*dev.hostView(in, n * 4))[i] = 7;
+  std::memset(*dev.hostView(out, n * 4), 0x5a, n * 4);
+  {
+    StreamAgent agent(&dev, "rank 0/2", &pool);
+    std::atomic<int> dropped{0};
+    agent.setOnDroppedCall([&] { ++dropped; });
+    StreamCall call;
+    DeviceWorkLog log;
+    std::atomic<int> ran{0};
+    if (fault.device_work) {
+      call = DeviceWorkCall(dev, s, in, out, n, 1, &log);
+      call.device_work->prepare = [&dev, scratch, in, n](StreamHandle st) {
+        return dev.copyAsync(scratch, in, n * 4, st);
+      };
+    } else {
+      call.what = "ncclAllReduce";
+      call.streams = {s};
+      if (fault.two_streams) call.streams.push_back(s2);
+      for (auto [p, rd, wr] : {std::tuple<void*, bool, bool>{in, true, false},
+                               std::tuple<void*, bool, bool>{out, false, true}}) {
+        StreamBuffer b;
+        b.ptr = p;
+        b.bytes = n * 4;
+        b.read = rd;
+        b.written = wr;
+        b.info = *dev.classify(p);
+        call.buffers.push_back(b);
+      }
+      call.run = [&](const HostPointers&) {
+        ++ran;
+        return Status::Ok();
+      };
+    }
+    dev.failAfter(fault.op, fault.pass);
+    Status st = agent.submit(std::move(call));
+    ASSERT_EQ(dev.injectedFailures(), 1) << "the fault was not reached: " << st.message();
+    EXPECT_EQ(st.cls(), braid::ErrorClass::kSystem) << st.message();
+    EXPECT_NE(st.message().find("ncclAllReduce: ordering the call on its stream: "),
+              std::string::npos)
+        << st.message();
+    EXPECT_NE(st.message().find("injected failure"), std::string::npos) << st.message();
+    EXPECT_EQ(dropped.load(), 1);
+    // The streams run on: whatever the call queued before the failure is released.
+    std::atomic<bool> after{false};
+    ASSERT_TRUE(dev.launchHostFunction(s, [&] { after = true; }).ok());
+    EXPECT_TRUE(dev.synchronize(s).ok());
+    EXPECT_TRUE(dev.synchronize(s2).ok());
+    EXPECT_TRUE(after.load());
+    // Nothing of the call ran: no host run, no device work, the output untouched.
+    EXPECT_EQ(ran.load(), 0);
+    EXPECT_TRUE(log.events.empty());
+    const auto* o = static_cast<const unsigned char*>(*dev.hostView(out, n * 4));
+    for (size_t i = 0; i < n * 4; ++i) ASSERT_EQ(o[i], 0x5a) << i;
+    // Kept: the next call is refused naming it (its own `prepare` never queued), drain reports it.
+    StreamCall next = DeviceWorkCall(dev, s, in, out, n, 2, &log);
+    std::atomic<bool> prepared{false};
+    next.device_work->prepare = [&](StreamHandle) {
+      prepared = true;
+      return Status::Ok();
+    };
+    Status again = agent.submit(std::move(next));
+    EXPECT_NE(again.message().find("not run: an earlier stream-ordered call failed: ncclAllReduce: "
+                                   "ordering the call on its stream: "),
+              std::string::npos)
+        << again.message();
+    EXPECT_FALSE(prepared.load());
+    EXPECT_EQ(dropped.load(), 1);  // told once
+    Status e = agent.drain();
+    EXPECT_NE(e.message().find("injected failure"), std::string::npos) << e.message();
+  }
+  EXPECT_TRUE(dev.synchronize(s).ok());
+  EXPECT_EQ(dev.unsafeFrees(), 0u);
+  EXPECT_TRUE(dev.destroyStream(s).ok());
+  EXPECT_TRUE(dev.destroyStream(s2).ok());
+  EXPECT_TRUE(dev.freeDevice(in).ok());
+  EXPECT_TRUE(dev.freeDevice(out).ok());
+  EXPECT_TRUE(dev.freeDevice(scratch).ok());
+}
+
+using Fault = EmulatedDevice::FaultOp;
+INSTANTIATE_TEST_SUITE_P(
+    Modes, StreamAgentFaultTest,
+    ::testing::Combine(::testing::Values(AgentParam{EmulatedDevice::Mode::kSeparate, false},
+                                         AgentParam{EmulatedDevice::Mode::kHostMemory, false},
+                                         AgentParam{EmulatedDevice::Mode::kSeparate, true}),
+                       ::testing::Values(
+                           // A second stream's `ready` written, the first's fails.
+                           OrderingFault{"SecondReady", Fault::kWriteValue, 1, false, true},
+                           // The copy in of a staged call fails (its `ready` not yet written).
+                           OrderingFault{"CopyIn", Fault::kCopy, 0, false, false, true},
+                           // Every `ready` written, the wait for `done` fails.
+                           OrderingFault{"WaitForDone", Fault::kWaitValue, 0, false, false},
+                           // A later wait of a call on two streams fails (for a `ready` of the
+                           // second, or for `done`).
+                           OrderingFault{"SecondStreamWait", Fault::kWaitValue, 1, false, true},
+                           // `prepare` queued its copy, then the call's `ready` fails.
+                           OrderingFault{"ReadyAfterPrepare", Fault::kWriteValue, 0, true, false},
+                           // `ready` and the wait for `go` queued, the work's end fails.
+                           OrderingFault{"WorkEnd", Fault::kWriteValue, 1, true, false})),
+    [](const auto& info) {
+      const AgentParam& m = std::get<0>(info.param);
+      return std::string(std::get<1>(info.param).name) +
+             (m.mode == EmulatedDevice::Mode::kSeparate ? "_separate" : "_host") +
+             (m.single_queue ? "_one_queue" : "");
+    });
 
 // A call in pieces (the staging pipeline) computes what it would whole: out of place and in
 // place, a count that is no multiple of the piece, 40 calls queued behind a held stream, each

@@ -164,7 +164,24 @@ Status StreamAgent::submitGroup(std::vector<std::pair<StreamAgent*, StreamCall>>
         work->released = nullptr;
       }
     }
-    return st.prepend(what + ": ordering the call on its stream: ");
+    st.prepend(what + ": ordering the call on its stream: ");
+    // Past CheckCall a failure is the device's (a CUDA call, memory), and the peers may have
+    // queued their part of the call: they would wait for this rank's until BRAID_TIMEOUT, or
+    // take its next call for this one. So each agent keeps the failure (its next calls are
+    // refused naming it, GetAsyncError reports it) and is told a call was dropped (the shim
+    // revokes the communicator). That also settles what this call queued and may still run at a
+    // time no later call waits for (a copy into scratch behind the previous call's `done`): no
+    // later call of these agents runs to be overtaken by it.
+    for (auto& [agent, call] : calls) {
+      bool aborted;
+      {
+        std::lock_guard<std::mutex> lock(agent->mu_);
+        aborted = agent->aborted_ || agent->stop_;
+        if (!aborted && agent->error_.ok()) agent->error_ = st;
+      }
+      if (!aborted) agent->tellDropped();
+    }
+    return st;
   };
   auto take_slot = [&](size_t i, size_t k) -> Status {
     StreamAgent* agent = calls[i].first;

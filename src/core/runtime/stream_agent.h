@@ -134,7 +134,10 @@ class StreamAgent {
   StreamAgent& operator=(const StreamAgent&) = delete;
 
   // Checks the call (streams, buffer ranges), orders it on its streams and queues it. Returns at
-  // once. Errors: the argument's (InvalidArgument, nothing queued), or the agent's kept error.
+  // once. Errors: the argument's (InvalidArgument, nothing queued, the agent usable), the agent's
+  // kept error, or one of the device while the call was being ordered (streams released; kept
+  // as the agent's error, and setOnDroppedCall's callback called: the call's peers would wait
+  // for it).
   Status submit(StreamCall call);
   // Several calls, each for its agent (a group over several communicators), ordered on their
   // streams together: every call's write of `ready` on every stream is queued before any wait for
@@ -156,10 +159,11 @@ class StreamAgent {
   // The first failure (ok while none).
   Status error();
   // Called once, the first time a call is not run because of a kept failure (queued behind it,
-  // or refused at submit): the peers wait for this rank's part of that call, which will never
-  // come, and after an asymmetric failure (a send or receive fails on its pair only) they would
-  // wait for BRAID_TIMEOUT. The NCCL shim revokes the communicator here, so they fail at once.
-  // Not after an abort (the aborting caller handles the communicator). Set before any submit.
+  // or refused at submit) or of a submit that failed part way (a device error, kept): the peers
+  // wait for this rank's part of that call, which will never come, and after an asymmetric
+  // failure (a send or receive fails on its pair only) they would wait for BRAID_TIMEOUT. The NCCL
+  // shim revokes the communicator here, so they fail at once. Not after an abort (the aborting
+  // caller handles the communicator). Set before any submit.
   void setOnDroppedCall(std::function<void()> f) { on_dropped_ = std::move(f); }
   // Pinned staging memory this agent's calls in flight may hold (0, the default: no cap; the
   // NCCL shim sets BRAID_STAGING_MAX_BYTES). A call whose buffer would take the bytes held by

@@ -15,6 +15,7 @@
 #include <climits>
 #include <cstdlib>
 #include <cstring>
+#include <iterator>
 #include <string>
 
 namespace braid::device {
@@ -299,7 +300,30 @@ Result<void*> EmulatedDevice::openPeerAllocation(const IpcHandle& h) {
   return mapDevice(fd, e.size, e.serial, /*peer=*/true);
 }
 
+void EmulatedDevice::failAfter(FaultOp op, int pass, int fail) {
+  std::lock_guard<std::mutex> lock(fault_mu_);
+  faults_[static_cast<size_t>(op)] = FaultPlan{pass, fail};
+}
+
+Status EmulatedDevice::injectedFault(FaultOp op) {
+  static constexpr const char* kNames[] = {"copyAsync",        "writeValue32", "waitValue32",
+                                           "launchPeerReduce", "allocDevice",  "allocHostMapped"};
+  static_assert(std::size(kNames) == sizeof(faults_) / sizeof(faults_[0]));
+  std::lock_guard<std::mutex> lock(fault_mu_);
+  FaultPlan& f = faults_[static_cast<size_t>(op)];
+  if (f.fail == 0) return Status::Ok();
+  if (f.pass > 0) {
+    --f.pass;
+    return Status::Ok();
+  }
+  --f.fail;
+  injected_.fetch_add(1);
+  return SystemError(std::string("emulated device: injected failure of ") +
+                     kNames[static_cast<size_t>(op)]);
+}
+
 Status EmulatedDevice::launchPeerReduce(const PeerReduce& r, StreamHandle s) {
+  BRAID_RETURN_IF_ERROR(injectedFault(FaultOp::kLaunch));
   if (!IsValidDataType(static_cast<int>(r.type)) || static_cast<int>(r.op) >= kNumReduceOps ||
       !r.wellFormed())
     return InvalidArgument(
@@ -367,12 +391,14 @@ Status EmulatedDevice::closePeerAllocation(void* base) {
 }
 
 Result<void*> EmulatedDevice::allocDevice(size_t bytes) {
+  BRAID_RETURN_IF_ERROR(injectedFault(FaultOp::kAllocDevice));
   return allocate(bytes, MemoryKind::kDevice);
 }
 Status EmulatedDevice::freeDevice(void* p) {
   return release(p, MemoryKind::kDevice);
 }
 Result<void*> EmulatedDevice::allocHostMapped(size_t bytes) {
+  BRAID_RETURN_IF_ERROR(injectedFault(FaultOp::kAllocHostMapped));
   return allocate(bytes, MemoryKind::kPinnedHost);
 }
 Status EmulatedDevice::freeHostMapped(void* p) {
@@ -581,6 +607,7 @@ Status EmulatedDevice::enqueue(StreamHandle s, std::function<Status()> op,
 }
 
 Status EmulatedDevice::copyAsync(void* dst, const void* src, size_t bytes, StreamHandle s) {
+  BRAID_RETURN_IF_ERROR(injectedFault(FaultOp::kCopy));
   if (bytes == 0) return checkStream(s);
   // Resolved now, so a bad range fails the call rather than the stream.
   BRAID_ASSIGN_OR_RETURN(void* to, hostView(dst, bytes));
@@ -595,6 +622,7 @@ Status EmulatedDevice::copyAsync(void* dst, const void* src, size_t bytes, Strea
 }
 
 Status EmulatedDevice::writeValue32(StreamHandle s, uint32_t* flag, uint32_t value) {
+  BRAID_RETURN_IF_ERROR(injectedFault(FaultOp::kWriteValue));
   BRAID_ASSIGN_OR_RETURN(PointerInfo info, classify(flag));
   if (info.kind != MemoryKind::kPinnedHost)
     return InvalidArgument("emulated device: flag " + PointerText(flag) +
@@ -608,6 +636,7 @@ Status EmulatedDevice::writeValue32(StreamHandle s, uint32_t* flag, uint32_t val
 }
 
 Status EmulatedDevice::waitValue32(StreamHandle s, const uint32_t* flag, uint32_t value) {
+  BRAID_RETURN_IF_ERROR(injectedFault(FaultOp::kWaitValue));
   BRAID_ASSIGN_OR_RETURN(PointerInfo info, classify(flag));
   if (info.kind != MemoryKind::kPinnedHost)
     return InvalidArgument("emulated device: flag " + PointerText(flag) +

@@ -123,6 +123,21 @@ class EmulatedDevice final : public DeviceRuntime {
   // Emulated only (tests): while on, exportAllocation refuses every allocation, as CUDA refuses
   // managed memory and cuMem (VMM) allocations, so the paths that must then stage are tested.
   void refuseExports(bool on) { refuse_exports_.store(on); }
+  // Emulated only (tests): the runtime calls a test makes fail, as a CUDA call can (a launch
+  // failure, device memory exhausted), so the paths that unwind a call ordered part way are
+  // tested. After failAfter(op, pass, fail), the next `pass` calls of `op` succeed and the
+  // `fail` after them fail at once, queueing nothing, with a SystemError naming the injection.
+  enum class FaultOp : uint8_t {
+    kCopy,             // copyAsync
+    kWriteValue,       // writeValue32
+    kWaitValue,        // waitValue32
+    kLaunch,           // launchPeerReduce
+    kAllocDevice,      // allocDevice
+    kAllocHostMapped,  // allocHostMapped
+  };
+  void failAfter(FaultOp op, int pass, int fail = 1);
+  // Injected failures that fired, all ops together (a test checks its failure was the one seen).
+  int injectedFailures() const { return injected_.load(); }
 
  private:
   CopyHook copy_hook_;
@@ -170,6 +185,15 @@ class EmulatedDevice final : public DeviceRuntime {
   std::atomic<int> blocked_waits_{0};
   std::atomic<size_t> unsafe_frees_{0};
   std::atomic<bool> refuse_exports_{false};
+  // failAfter's plan, per FaultOp: calls to let pass, then calls to fail.
+  Status injectedFault(FaultOp op);
+  std::mutex fault_mu_;
+  struct FaultPlan {
+    int pass = 0;
+    int fail = 0;
+  };
+  FaultPlan faults_[6];
+  std::atomic<int> injected_{0};
 };
 
 }  // namespace braid::device
